@@ -1,0 +1,152 @@
+# HYPIC serve: build, run, test.
+#
+#   make            engine library + hypic-engine, CPU kernels, nginx module,
+#                   CUDA kernels when nvcc is present (NO_DEVICE=1 skips them)
+#   make run        install what is missing, build, start redis+engine+nginx
+#   make test       install what is missing, build, run every suite (prove)
+#   make asan       the same build with AddressSanitizer + UBSan in build-asan/
+#   make test-asan  every suite against that build
+#   make format     clang-format our sources in place;  make lint  checks them
+#
+# Sources are found by globbing, so a new file needs no Makefile edit:
+#   engine/*.c                   -> libhypic.a;  engine/cli/*.c -> hypic-engine
+#   kernels/cpu/*.c              -> libhk_cpu.a
+#   kernels/cuda/*.cu            -> libhk_cuda.a (only with nvcc)
+#   engine/test/test_*.c, kernels/test/test_*.c -> one TAP binary each
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := all
+
+BUILD    ?= build
+NVCC     ?= $(shell command -v nvcc 2>/dev/null)
+NO_DEVICE ?=
+SANITIZE ?=
+
+PKGS     := libcjson hiredis libpcre2-8 libxxhash libutf8proc openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+ARCH_FLAGS ?= -march=native
+OPT_FLAGS  ?= -O2
+WARN_FLAGS := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -g -fPIC -fopenmp $(OPT_FLAGS) \
+              $(ARCH_FLAGS) $(WARN_FLAGS) $(SANITIZE) -I. $(PKG_CFLAGS) \
+              $(CFLAGS)
+LDFLAGS_ALL := -fopenmp $(SANITIZE) $(LDFLAGS)
+LIBS_ALL    := $(PKG_LIBS) -lm -lpthread -lrt
+
+ENGINE_SRCS := $(wildcard engine/*.c)
+CLI_SRCS    := $(wildcard engine/cli/*.c)
+KCPU_SRCS   := $(wildcard kernels/cpu/*.c)
+KCUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
+TEST_SRCS   := $(wildcard engine/test/test_*.c kernels/test/test_*.c)
+HEADERS     := $(wildcard engine/*.h engine/cli/*.h kernels/*.h kernels/*/*.h t/lib/*.h)
+
+ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)
+KCPU_OBJS   := $(KCPU_SRCS:%.c=$(BUILD)/obj/%.o)
+TEST_BINS   := $(patsubst %.c,$(BUILD)/test/%,$(notdir $(TEST_SRCS)))
+
+LIBHYPIC := $(BUILD)/libhypic.a
+LIBKCPU  := $(BUILD)/libhk_cpu.a
+ENGINE   := $(BUILD)/hypic-engine
+MODULE   := $(BUILD)/nginx/ngx_http_hypic_module.so
+
+CUDA_TARGET :=
+ifneq ($(NVCC),)
+ifeq ($(NO_DEVICE),)
+ifneq ($(KCUDA_SRCS),)
+CUDA_TARGET := $(BUILD)/libhk_cuda.a
+endif
+endif
+endif
+
+.PHONY: all engine module cuda tests deps run test asan test-asan format \
+        lint clean golden
+all: engine module tests $(CUDA_TARGET)
+engine: $(ENGINE)
+module: $(MODULE)
+tests: $(TEST_BINS)
+cuda: $(CUDA_TARGET)
+
+$(BUILD)/obj/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(LIBHYPIC): $(ENGINE_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(LIBKCPU): $(KCPU_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(ENGINE): $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(LIBHYPIC) $(LIBKCPU)
+	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL)
+
+vpath test_%.c engine/test kernels/test
+$(BUILD)/test/%: %.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \
+	    $(LIBS_ALL)
+
+# CUDA twins: compiled and linked here, run only where a device exists.
+$(BUILD)/obj/%.cu.o: %.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 -Xcompiler -fPIC -I. -c $< -o $@
+$(BUILD)/libhk_cuda.a: $(KCUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
+	rm -f $@ && ar rcs $@ $^
+
+# The nginx module, built against Debian's nginx-dev: configure once into
+# our build folder, then rebuild incrementally. The module's own sources and
+# the contract files it shares with the engine are listed in ./config.
+NGX_SRC   := /usr/share/nginx/src
+MODULE_SRCS := $(wildcard ngx_hypic_module/*.c ngx_hypic_module/*.h) config
+$(BUILD)/nginx/Makefile: config
+	@mkdir -p $(BUILD)/nginx
+	cd $(NGX_SRC) && . ./conf_flags && ./configure \
+	    --with-cc-opt="$$(dpkg-buildflags --get CFLAGS) -fPIC $$(dpkg-buildflags --get CPPFLAGS) $(SANITIZE)" \
+	    --with-ld-opt="$$(dpkg-buildflags --get LDFLAGS) -fPIC $(SANITIZE)" \
+	    "$${NGX_CONF_FLAGS[@]}" --add-dynamic-module=$(CURDIR) \
+	    --builddir=$(CURDIR)/$(BUILD)/nginx > $(CURDIR)/$(BUILD)/nginx/configure.log
+$(MODULE): $(BUILD)/nginx/Makefile $(MODULE_SRCS) $(HEADERS) \
+           $(wildcard engine/hp_seg*.c)
+	$(MAKE) -f $(CURDIR)/$(BUILD)/nginx/Makefile -C $(NGX_SRC) modules \
+	    > $(BUILD)/nginx/make.log || { cat $(BUILD)/nginx/make.log; exit 1; }
+
+deps:
+	@tools/install-deps.sh
+
+run: deps
+	@$(MAKE) --no-print-directory all
+	@tools/run.sh
+
+PROVE_FLAGS ?=
+test: deps
+	@$(MAKE) --no-print-directory all
+	HYPIC_BUILD=$(CURDIR)/$(BUILD) prove $(PROVE_FLAGS) $(TEST_BINS) t/*.t
+
+ASAN_VARS := BUILD=build-asan OPT_FLAGS=-O1 \
+    SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+asan:
+	@$(MAKE) --no-print-directory $(ASAN_VARS) all
+# The suites under the sanitizers; nginx gets libasan preloaded by t/lib.
+test-asan: deps
+	@$(MAKE) --no-print-directory $(ASAN_VARS) all
+	HYPIC_BUILD=$(CURDIR)/build-asan HYPIC_ASAN=1 \
+	    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	    prove $(PROVE_FLAGS) $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BINS)) t/*.t
+
+FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^ngx_hypic_module/')
+format:
+	clang-format -i $(FORMAT_SRCS)
+lint:
+	clang-format --dry-run -Werror $(FORMAT_SRCS)
+	cppcheck --quiet --error-exitcode=1 --enable=warning,performance,portability \
+	    --std=c11 --inline-suppr -I. engine kernels
+	tools/check-layering.sh
+
+golden:
+	python3 tools/make_golden.py
+
+clean:
+	rm -rf build build-asan

@@ -1,0 +1,143 @@
+/*
+ * hk_cpu.h - the CPU kernels: the tested reference backend.
+ *
+ * Conventions (llm.c / ggml): outputs first, then inputs, then dims; every
+ * pointer carries its shape in a comment; row-major; f32 everywhere; kernels
+ * never allocate (callers pass scratch). Kernels parallelize internally with
+ * OpenMP over independent rows/heads; results do not depend on the thread
+ * count. T = tokens, H = hidden, hd = head dim.
+ */
+#ifndef HK_CPU_H
+#define HK_CPU_H
+
+#include <stddef.h>
+
+/* ---- dense algebra (hk_matmul.c) -------------------------------------- */
+
+/* y[n, out] = x[n, in] . W[out, in]^T  (nn.Linear), through OpenBLAS. */
+void hk_matmul(float *y, const float *x, const float *w, int n, int in,
+               int out);
+/* y[n, out] += x[n, in] . W[out, in]^T */
+void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
+                   int out);
+
+/* ---- norms and activations (hk_norm.c) --------------------------------- */
+
+/* Zero-centred RMSNorm over rows of dim: y = x / sqrt(mean(x^2)+eps) * (1+w).
+ * y may alias x. */
+void hk_rmsnorm_zc(float *y, const float *x, const float *w, int rows,
+                   int dim, float eps);
+/* Gated RMSNorm per vector of dim: y = w * rmsnorm(x) * silu(z). */
+void hk_rmsnorm_gated(float *y, const float *x, const float *z,
+                      const float *w, int rows, int dim, float eps);
+/* x / sqrt(sum(x^2) + eps) per row of dim, then times scale. In place. */
+void hk_l2norm(float *x, int rows, int dim, float eps, float scale);
+/* y = silu(g) * u elementwise (SwiGLU); y may alias g or u. */
+void hk_swiglu(float *y, const float *g, const float *u, size_t n);
+static inline float hk_silu(float x);
+static inline float hk_sigmoid(float x);
+/* PyTorch softplus (threshold 20: returns x when x > 20). */
+static inline float hk_softplus(float x);
+
+/* ---- causal depthwise conv1d + SiLU (hk_conv.c) ------------------------ */
+
+/* y[T, C] = silu(causal_conv(x)), x[T, C] raw inputs, w[C, K] (w[c, K-1]
+ * multiplies the current token). state[C, K-1] holds the K-1 raw inputs
+ * before x[0] (oldest first; zeros at sequence start) and is updated to the
+ * last K-1 raw inputs of (state ++ x). */
+void hk_conv1d_silu(float *y, float *state, const float *x, const float *w,
+                    int T, int C, int K);
+
+/* ---- RoPE, rotate-half (NeoX), partial (hk_rope.c) --------------------- */
+
+/* Rotates the first rot dims of each head vector of x[T, nh, hd] in place
+ * to positions pos[T]: for i < rot/2, inv_freq_i = theta^(-2i/rot),
+ * x'[i] = x[i] cos - x[i+rot/2] sin, x'[i+rot/2] = x[i+rot/2] cos + x[i] sin.
+ * Angles are computed in double. */
+void hk_rope(float *x, const int *pos, int T, int nh, int hd, int rot,
+             double theta);
+/* Re-rotates keys cached at positions a to positions a + delta
+ * (K_b = R(b - a) K_a); same layout as hk_rope. */
+void hk_rope_shift(float *x, int delta, int T, int nh, int hd, int rot,
+                   double theta);
+
+/* ---- causal GQA attention (hk_attention.c) ----------------------------- */
+
+/* o[T, Hq, hd] = softmax(q k^T * scale, causal by position) v.
+ * q[T, Hq, hd], qpos[T]: query positions; k, v [N, Hkv, hd]: keys at
+ * positions 0..N-1 in order; query t attends keys j <= qpos[t].
+ * Query head h uses kv head h / (Hq / Hkv). scratch: hk_attention_scratch. */
+void hk_attention(float *o, const float *q, const int *qpos, const float *k,
+                  const float *v, int T, int N, int Hq, int Hkv, int hd,
+                  float scale, float *scratch);
+size_t hk_attention_scratch(int T, int N, int Hq);
+
+/* ---- Gated DeltaNet (hk_gdn.c) -----------------------------------------
+ * Per value head h (key head h / (Hv/Hk)), state S[Hv, dk, dv] ([key][value]):
+ *   S <- e^{g_t} S;  d = beta_t (v_t - S^T k_t);  S <- S + k_t d^T;
+ *   o_t = S^T q_t.
+ * q, k are already L2-normalized (q also scaled by dk^-1/2).
+ * q, k [T, Hk, dk]; v [T, Hv, dv]; g, beta [T, Hv]; o [T, Hv, dv]. */
+
+/* Token-by-token recurrence (decode, and the reference for the chunk form). */
+void hk_gdn_recurrent(float *o, float *S, const float *q, const float *k,
+                      const float *v, const float *g, const float *beta,
+                      int T, int Hk, int Hv, int dk, int dv);
+
+/* Chunked (WY / UT) prefill with chunk size C (1..64), same o and S as the
+ * recurrence. If Tc != NULL it also returns, per value head, the transition
+ * over the T tokens, Tc[Hv, dk, dk] = prod_t e^{g_t}(I - beta_t k_t k_t^T)
+ * (later tokens on the left), from the same chunk quantities:
+ * T_chunk = e^{gamma_C} I - Ktilde^T W (pic-kvbuffer-math.md §3).
+ * S may start non-zero. scratch: hk_gdn_chunk_scratch floats. */
+void hk_gdn_chunk(float *o, float *S, float *Tc, const float *q,
+                  const float *k, const float *v, const float *g,
+                  const float *beta, int T, int Hk, int Hv, int dk, int dv,
+                  int C, float *scratch);
+size_t hk_gdn_chunk_scratch(int Hv, int dk, int dv, int C);
+
+/* ---- transition algebra, all three families (hk_transition.c) ----------
+ * Recurrence S_t = T_t S_{t-1} + u_t over a segment: S_end = T_C S + S_C|0.
+ * Per head: S[dk, dv]; T stored compressed by family:
+ *   scalar: t[1]; diagonal: t[dk]; dense: t[dk, dk]. */
+typedef enum {
+    HK_TRANS_SCALAR = 0,
+    HK_TRANS_DIAG = 1,
+    HK_TRANS_DENSE = 2
+} hk_trans_family_t;
+
+/* Floats one head's T takes in the family's compressed form. */
+size_t hk_trans_size(hk_trans_family_t fam, int dk);
+/* out[H, dk, dv] = T[h] S[h] + S0[h] per head (the composition, Eq. 6).
+ * out may alias S. scratch >= dk*dv floats (dense). */
+void hk_trans_compose(float *out, hk_trans_family_t fam, const float *T,
+                      const float *S, const float *S0, int H, int dk, int dv,
+                      float *scratch);
+/* Composes two segments' tuples: (T2, S2) after (T1, S1) ->
+ * T = T2 T1, S = T2 S1 + S2 (in place into T1/S1). */
+void hk_trans_chain(float *T1, float *S1, hk_trans_family_t fam,
+                    const float *T2, const float *S2, int H, int dk, int dv,
+                    float *scratch);
+/* State RoPE re-rotation for scalar-transition layers that rotate K
+ * (Ring-style): S[H, dk, dv] <- R(delta) S, rotating the key axis with the
+ * rotate-half convention over the first rot dims. */
+void hk_trans_rope_shift(float *S, int delta, int H, int dk, int dv, int rot,
+                         double theta);
+
+/* ---- MoE routing (hk_moe.c) -------------------------------------------- */
+
+/* softmax over E logits, top-k (ties: lower index first), optional
+ * renormalization. idx[k], w[k]. */
+void hk_moe_route(int *idx, float *w, const float *logits, int E, int k,
+                  int renorm);
+
+/* ---- inline scalar helpers ---------------------------------------------- */
+#include <math.h>
+static inline float hk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float hk_silu(float x) { return x / (1.0f + expf(-x)); }
+static inline float hk_softplus(float x)
+{
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+#endif

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Layering rules of DESIGN §2: the engine and kernels know nothing of nginx,
+# the kernels nothing of the engine; the module is nginx-styled (no //
+# comments, 80 columns).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail=0
+if grep -rn 'ngx_' engine kernels --include='*.[ch]' --include='*.cu' \
+        | grep -v '^engine/hp_ipc' ; then
+    echo "layering: nginx symbols in engine/ or kernels/" >&2; fail=1
+fi
+if grep -rn '#include "engine/' kernels; then
+    echo "layering: kernels include engine headers" >&2; fail=1
+fi
+if grep -rn '//' ngx_hypic_module/*.[ch] | grep -v 'http://\|https://'; then
+    echo "style: // comment in ngx_hypic_module/" >&2; fail=1
+fi
+if awk 'length > 80 { print FILENAME ":" FNR; bad = 1 } END { exit !bad }' \
+        ngx_hypic_module/*.[ch]; then
+    echo "style: line over 80 columns in ngx_hypic_module/" >&2; fail=1
+fi
+exit $fail

@@ -68,25 +68,30 @@ module: $(MODULE)
 tests: $(TEST_BINS)
 cuda: $(CUDA_TARGET)
 
+# V=1 shows the full commands.
+Q := $(if $(V),,@)
 $(BUILD)/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -c $< -o $@
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CFLAGS_ALL) -c $< -o $@
 
 $(LIBHYPIC): $(ENGINE_OBJS)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(LIBKCPU): $(KCPU_OBJS)
 	@mkdir -p $(dir $@)
-	rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(ENGINE): $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(LIBHYPIC) $(LIBKCPU)
-	$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL)
+	@$(if $(Q),echo "  LINK    $@")
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL)
 
 vpath test_%.c engine/test kernels/test
 $(BUILD)/test/%: %.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \
 	    $(LIBS_ALL)
 
 # CUDA twins: compiled and linked here, run only where a device exists.

@@ -14,7 +14,8 @@
 
 #include "engine/hp_error.h"
 
-#define HP_ST_MAX_DIMS 4
+/* 8, not 4: Qwen3.5 VLM checkpoints hold a 5-D Conv3d patch embedding. */
+#define HP_ST_MAX_DIMS 8
 
 typedef enum {
     HP_DT_F32 = 1,

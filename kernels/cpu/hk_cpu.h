@@ -20,6 +20,11 @@ void hk_matmul(float *y, const float *x, const float *w, int n, int in,
 /* y[n, out] += x[n, in] . W[out, in]^T */
 void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
                    int out);
+/* Call once at startup, before other threads use BLAS: makes OpenBLAS
+ * single-threaded, so hk_matmul parallelizes itself with OpenMP over fixed
+ * output chunks (same bits for any thread count, no nested thread pools).
+ * Kernels that call BLAS from OpenMP threads need this too. */
+void hk_matmul_init(void);
 
 /* ---- norms and activations (hk_norm.c) --------------------------------- */
 
@@ -88,8 +93,12 @@ void hk_gdn_recurrent(float *o, float *S, const float *q, const float *k,
  * recurrence. If Tc != NULL it also returns, per value head, the transition
  * over the T tokens, Tc[Hv, dk, dk] = prod_t e^{g_t}(I - beta_t k_t k_t^T)
  * (later tokens on the left), from the same chunk quantities:
- * T_chunk = e^{gamma_C} I - Ktilde^T W (pic-kvbuffer-math.md §3).
- * S may start non-zero. scratch: hk_gdn_chunk_scratch floats. */
+ * T_chunk = e^{gamma_C} I - Ktilde^T W (pic-kvbuffer-math.md §3), so
+ * S_end = Tc S_start + S_end|0. T need not be a multiple of C (the last
+ * chunk is shorter; T = 0 leaves S and sets Tc = I). S may start non-zero.
+ * scratch: hk_gdn_chunk_scratch floats (one slot per value head, so it does
+ * not depend on the thread count). Heads run in parallel (OpenMP) once
+ * hk_matmul_init() has made OpenBLAS single-threaded, else one by one. */
 void hk_gdn_chunk(float *o, float *S, float *Tc, const float *q,
                   const float *k, const float *v, const float *g,
                   const float *beta, int T, int Hk, int Hv, int dk, int dv,
@@ -109,12 +118,14 @@ typedef enum {
 /* Floats one head's T takes in the family's compressed form. */
 size_t hk_trans_size(hk_trans_family_t fam, int dk);
 /* out[H, dk, dv] = T[h] S[h] + S0[h] per head (the composition, Eq. 6).
- * out may alias S. scratch >= dk*dv floats (dense). */
+ * out may alias S or S0; S0 may be NULL (zero). scratch >= dk*dv floats
+ * (dense; may be NULL otherwise). */
 void hk_trans_compose(float *out, hk_trans_family_t fam, const float *T,
                       const float *S, const float *S0, int H, int dk, int dv,
                       float *scratch);
 /* Composes two segments' tuples: (T2, S2) after (T1, S1) ->
- * T = T2 T1, S = T2 S1 + S2 (in place into T1/S1). */
+ * T = T2 T1, S = T2 S1 + S2 (in place into T1/S1). scratch >=
+ * dk*max(dk, dv) floats (dense; may be NULL otherwise). */
 void hk_trans_chain(float *T1, float *S1, hk_trans_family_t fam,
                     const float *T2, const float *S2, int H, int dk, int dv,
                     float *scratch);

@@ -1,0 +1,67 @@
+/*
+ * forward.h - the model's forward pass over a batch of tokens of one
+ * sequence: prefill (many tokens, chunked GDN) and decode (one token,
+ * recurrent GDN), on the CPU kernels.
+ *
+ * Tokens carry explicit positions (RoPE and the causal mask use them) and
+ * their K/V go to those positions of the sequence's cache; linear layers
+ * read them in order. A prefill may be split into jumps: after token
+ * index `after` every linear layer hands its state and conv history to a
+ * callback (the PIC assembler composes a cached segment there, DESIGN §4),
+ * and the full layers see whatever K/V the caller pre-filled at the
+ * positions that were jumped over.
+ */
+#ifndef HP_FORWARD_H
+#define HP_FORWARD_H
+
+#include "engine/hp_error.h"
+#include "engine/model.h"
+#include "engine/seq.h"
+
+/* Activation buffers, grown on demand and reused across calls so the
+ * decode loop never allocates. */
+typedef struct {
+    float **buf;
+    size_t *cap;
+    int n;
+} hp_fwd_ws_t;
+
+void hp_fwd_ws_init(hp_fwd_ws_t *ws);
+void hp_fwd_ws_free(hp_fwd_ws_t *ws);
+
+/* Called at a linear layer between two runs of tokens: update S [Hv,dk,dv]
+ * and conv [conv_dim, Kc-1] in place for what was skipped. */
+typedef int (*hp_jump_fn)(void *ud, int layer, int jump, float *S,
+                          float *conv, hp_error_t *err);
+
+typedef struct {
+    const int *after; /* [n] token index (exclusive end of a run), rising */
+    int n;
+    hp_jump_fn fn;
+    void *ud;
+} hp_jumps_t;
+
+typedef enum {
+    HP_LOGITS_NONE = 0,
+    HP_LOGITS_LAST, /* logits [vocab] of the last token */
+    HP_LOGITS_ALL   /* logits [T, vocab] */
+} hp_logits_mode_t;
+
+/*
+ * Runs T tokens ids[T] at positions pos[T] (NULL: seq->n_pos .. + T-1)
+ * through the model, updating seq (states, K/V; n_pos becomes
+ * max(n_pos, last pos + 1)). jumps may be NULL. Writes logits per mode
+ * into `logits` (caller-sized). gdn_chunk: chunk size for T > 1 (0 = 64).
+ * Returns HP_OK, HP_EBADINPUT (token id out of range) or HP_ENOMEM.
+ */
+int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+               const int *ids, const int *pos, int T, const hp_jumps_t *jumps,
+               hp_logits_mode_t mode, float *logits, hp_error_t *err);
+
+/* Prefill in pieces of at most `piece` tokens (bounds activation memory),
+ * logits of the last token if logits != NULL. */
+int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+               const int *ids, int T, int piece, float *logits,
+               hp_error_t *err);
+
+#endif

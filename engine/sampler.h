@@ -1,0 +1,49 @@
+/*
+ * sampler.h - next-token choice from logits: greedy, or temperature with
+ * top-k / top-p, from a seeded generator (same seed, same tokens).
+ */
+#ifndef HP_SAMPLER_H
+#define HP_SAMPLER_H
+
+#include <stdint.h>
+
+typedef struct {
+    float temperature; /* 0: greedy (argmax, lowest index on ties) */
+    int top_k;         /* 0: off */
+    float top_p;       /* 1: off */
+    uint64_t seed;
+} hp_sampling_t;
+
+typedef struct {
+    uint64_t s[4]; /* xoshiro256** */
+} hp_rng_t;
+
+void hp_rng_seed(hp_rng_t *r, uint64_t seed);
+/* Uniform in [0, 1). */
+double hp_rng_uniform(hp_rng_t *r);
+
+/* Scratch the sampler needs for a vocabulary of V. */
+typedef struct {
+    float *prob; /* [V] */
+    int *idx;    /* [V] */
+    void *pairs; /* [V] (probability, index) sort buffer */
+    int V;
+} hp_sampler_t;
+
+int hp_sampler_init(hp_sampler_t *s, int V);
+void hp_sampler_free(hp_sampler_t *s);
+
+/* Index of the largest logit (lowest index among equals). */
+int hp_argmax(const float *logits, int V);
+
+/* Picks the next token. logits are not modified. */
+int hp_sample(hp_sampler_t *s, const float *logits, const hp_sampling_t *p,
+              hp_rng_t *rng);
+
+/* Probabilities after temperature / top-k / top-p filtering, written to
+ * out[V] (zeros outside the kept set): the distribution hp_sample draws
+ * from, used by speculative acceptance and tests. */
+void hp_sampler_probs(hp_sampler_t *s, float *out, const float *logits,
+                      const hp_sampling_t *p);
+
+#endif

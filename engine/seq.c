@@ -1,0 +1,126 @@
+/* seq.c - allocation and copying of one sequence's running state. */
+#include "engine/seq.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t state_floats(const hp_model_config_t *c)
+{
+    return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+}
+
+static size_t conv_floats(const hp_model_config_t *c)
+{
+    return (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
+}
+
+static size_t kv_row(const hp_model_config_t *c)
+{
+    return (size_t)c->n_kv_heads * c->head_dim;
+}
+
+int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    memset(s, 0, sizeof(*s));
+    s->model = m;
+    s->layers = calloc(c->n_layers, sizeof(*s->layers));
+    if (!s->layers)
+        return hp_error_set(err, HP_ENOMEM, "sequence: out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_kind[l] != HP_LAYER_LINEAR)
+            continue;
+        s->layers[l].S = calloc(state_floats(c), sizeof(float));
+        s->layers[l].conv = calloc(conv_floats(c) + 1, sizeof(float));
+        if (!s->layers[l].S || !s->layers[l].conv) {
+            hp_seq_free(s);
+            return hp_error_set(err, HP_ENOMEM, "sequence: out of memory");
+        }
+    }
+    return HP_OK;
+}
+
+void hp_seq_free(hp_seq_t *s)
+{
+    if (!s->layers)
+        return;
+    for (int l = 0; l < s->model->cfg.n_layers; l++) {
+        free(s->layers[l].S);
+        free(s->layers[l].conv);
+        free(s->layers[l].k);
+        free(s->layers[l].v);
+    }
+    free(s->layers);
+    memset(s, 0, sizeof(*s));
+}
+
+int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err)
+{
+    const hp_model_config_t *c = &s->model->cfg;
+    if (n <= s->kv_cap)
+        return HP_OK;
+    int cap = s->kv_cap ? s->kv_cap : 256;
+    while (cap < n)
+        cap *= 2;
+    size_t bytes = (size_t)cap * kv_row(c) * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_kind[l] != HP_LAYER_FULL)
+            continue;
+        float *k = realloc(s->layers[l].k, bytes);
+        if (k)
+            s->layers[l].k = k;
+        float *v = realloc(s->layers[l].v, bytes);
+        if (v)
+            s->layers[l].v = v;
+        if (!k || !v)
+            return hp_error_set(err, HP_ENOMEM,
+                                "sequence: no memory for %d positions", cap);
+    }
+    s->kv_cap = cap;
+    return HP_OK;
+}
+
+void hp_seq_reset(hp_seq_t *s)
+{
+    const hp_model_config_t *c = &s->model->cfg;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (s->layers[l].S) {
+            memset(s->layers[l].S, 0, state_floats(c) * sizeof(float));
+            memset(s->layers[l].conv, 0, conv_floats(c) * sizeof(float));
+        }
+    }
+    s->n_pos = 0;
+}
+
+int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err)
+{
+    const hp_model_config_t *c = &src->model->cfg;
+    int rc = hp_seq_reserve(dst, src->n_pos, err);
+    if (rc != HP_OK)
+        return rc;
+    for (int l = 0; l < c->n_layers; l++) {
+        if (src->layers[l].S) {
+            memcpy(dst->layers[l].S, src->layers[l].S,
+                   state_floats(c) * sizeof(float));
+            memcpy(dst->layers[l].conv, src->layers[l].conv,
+                   conv_floats(c) * sizeof(float));
+        } else if (src->n_pos > 0) {
+            size_t n = (size_t)src->n_pos * kv_row(c) * sizeof(float);
+            memcpy(dst->layers[l].k, src->layers[l].k, n);
+            memcpy(dst->layers[l].v, src->layers[l].v, n);
+        }
+    }
+    dst->n_pos = src->n_pos;
+    return HP_OK;
+}
+
+size_t hp_seq_bytes(const hp_model_t *m, int n)
+{
+    const hp_model_config_t *c = &m->cfg;
+    size_t b = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        b += c->layer_kind[l] == HP_LAYER_LINEAR
+                 ? (state_floats(c) + conv_floats(c)) * sizeof(float)
+                 : 2 * (size_t)n * kv_row(c) * sizeof(float);
+    return b;
+}

@@ -1,0 +1,42 @@
+/*
+ * seq.h - the running state of one sequence: per linear layer the recurrent
+ * state and conv history, per full-attention layer the K/V cache indexed by
+ * absolute position. This is what prefill produces and decode consumes.
+ */
+#ifndef HP_SEQ_H
+#define HP_SEQ_H
+
+#include <stddef.h>
+
+#include "engine/hp_error.h"
+#include "engine/model.h"
+
+typedef struct {
+    /* linear layers (NULL for full layers) */
+    float *S;    /* [Hv, dk, dv], layout [key][value] */
+    float *conv; /* [conv_dim, Kc-1], raw inputs, oldest first */
+    /* full-attention layers (NULL for linear layers) */
+    float *k; /* [cap, Hkv, hd], post-norm post-RoPE */
+    float *v; /* [cap, Hkv, hd] */
+} hp_seq_layer_t;
+
+typedef struct {
+    const hp_model_t *model;
+    int n_pos;   /* positions filled: next token goes to n_pos */
+    int kv_cap;  /* positions allocated in every k/v cache */
+    hp_seq_layer_t *layers; /* [L] */
+} hp_seq_t;
+
+/* Creates an empty sequence (zero states). Returns HP_OK or HP_ENOMEM. */
+int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err);
+void hp_seq_free(hp_seq_t *s);
+/* Makes room for positions [0, n) in every K/V cache (doubling). */
+int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err);
+/* Back to the empty state, keeping the allocations. */
+void hp_seq_reset(hp_seq_t *s);
+/* Deep copy of src into dst (dst initialised for the same model). */
+int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err);
+/* Bytes a sequence of n positions holds (states + KV). */
+size_t hp_seq_bytes(const hp_model_t *m, int n);
+
+#endif

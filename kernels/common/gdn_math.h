@@ -1,0 +1,37 @@
+/*
+ * gdn_math.h - scalar math shared by the Gated DeltaNet kernels (CPU and a
+ * future CUDA twin): decay factors from log-space differences.
+ *
+ * Every decay the chunk form needs is e^{x} with x = gamma_i - gamma_j <= 0
+ * (never a ratio e^{gamma_i} / e^{gamma_j}, which overflows for strong
+ * decay). Factors below e^{-69} (~1e-30) are returned as exactly 0: the terms
+ * they scale are added to terms of the same kind with factor >= e^0 (the
+ * diagonal of Gamma, the fresh writes), so they sit ~1e-23 below f32
+ * rounding, while the denormals they would otherwise produce run ~100x
+ * slower on x86 and cannot be flushed without touching global FP state.
+ */
+#ifndef HK_GDN_MATH_H
+#define HK_GDN_MATH_H
+
+#include <math.h>
+
+#ifndef HK_HOSTDEV
+#ifdef __CUDACC__
+#define HK_HOSTDEV __host__ __device__
+#else
+#define HK_HOSTDEV
+#endif
+#endif
+
+/* log of the smallest decay factor kept; e^{-69} ~ 1.0e-30. */
+#define HK_GDN_LOG_TINY (-69.0)
+/* Transition entries below this magnitude are flushed to 0 (same scale). */
+#define HK_GDN_TINY 1e-30f
+
+/* e^{x} for a log-space difference x <= 0, flushed to 0 below e^{-69}. */
+static inline HK_HOSTDEV float hk_gdn_decay(double x)
+{
+    return x < HK_GDN_LOG_TINY ? 0.0f : (float)exp(x);
+}
+
+#endif

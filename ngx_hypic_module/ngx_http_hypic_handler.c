@@ -1,0 +1,881 @@
+
+/*
+ * HYPIC serve: the content handlers (hypic_pass, hypic_health), the
+ * request body limit and the log phase counter.
+ *
+ * A hypic_pass request reads its body without blocking, checks the JSON
+ * and would hand it to the engine; until the engine client exists the
+ * engine is unreachable, and the answer says so (503).
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <cJSON.h>
+
+#include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_handler.h"
+#include "ngx_http_hypic_json.h"
+#include "ngx_http_hypic_metrics.h"
+
+
+#define NGX_HTTP_HYPIC_UNKNOWN      0
+#define NGX_HTTP_HYPIC_MODELS       1
+#define NGX_HTTP_HYPIC_COMPLETIONS  2
+#define NGX_HTTP_HYPIC_CHAT         3
+
+
+/* why a request was refused, filled by the checks */
+
+typedef struct {
+    ngx_uint_t                  status;
+    const char                 *code;
+    const char                 *param;
+    u_char                     *last;
+    u_char                      msg[NGX_MAX_ERROR_STR];
+} ngx_http_hypic_bad_t;
+
+
+static ngx_uint_t ngx_http_hypic_endpoint(ngx_str_t *uri);
+static ngx_int_t ngx_http_hypic_models(ngx_http_request_t *r,
+    ngx_http_hypic_loc_conf_t *hlcf);
+static ngx_int_t ngx_http_hypic_not_allowed(ngx_http_request_t *r,
+    char *allow);
+static ngx_int_t ngx_http_hypic_too_large(ngx_http_request_t *r,
+    ngx_http_hypic_loc_conf_t *hlcf);
+static void ngx_http_hypic_body_handler(ngx_http_request_t *r);
+static ngx_int_t ngx_http_hypic_process(ngx_http_request_t *r);
+static ngx_int_t ngx_http_hypic_read_body(ngx_http_request_t *r,
+    ngx_str_t *body);
+static ngx_int_t ngx_http_hypic_parse(ngx_str_t *body, cJSON **json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf,
+    cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_number(cJSON *json, const char *name,
+    double min, double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_completion(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_chat(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad,
+    ngx_uint_t status, const char *param, const char *code,
+    const char *fmt, ...);
+static ngx_uint_t ngx_http_hypic_eval_mode(ngx_http_request_t *r,
+    ngx_http_hypic_loc_conf_t *hlcf);
+static ngx_int_t ngx_http_hypic_request_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
+static ngx_int_t ngx_http_hypic_log_handler(ngx_http_request_t *r);
+
+
+static ngx_http_request_body_filter_pt   ngx_http_next_request_body_filter;
+
+
+static ngx_str_t  ngx_http_hypic_roles[] = {
+    ngx_string("system"),
+    ngx_string("developer"),
+    ngx_string("user"),
+    ngx_string("assistant"),
+    ngx_string("tool"),
+    ngx_null_string
+};
+
+
+ngx_int_t
+ngx_http_hypic_pass_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                   rc;
+    ngx_uint_t                  endpoint;
+    ngx_http_hypic_ctx_t       *ctx;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    endpoint = ngx_http_hypic_endpoint(&r->uri);
+
+    if (endpoint == NGX_HTTP_HYPIC_UNKNOWN) {
+        return ngx_http_hypic_send_error(r, NGX_HTTP_NOT_FOUND,
+                                         NGX_HTTP_HYPIC_INVALID_REQUEST,
+                                         "unknown_url", NULL,
+                                         "Unknown request URL: %V %V",
+                                         &r->method_name, &r->uri);
+    }
+
+    if (endpoint == NGX_HTTP_HYPIC_MODELS) {
+        if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+            return ngx_http_hypic_not_allowed(r, "GET, HEAD");
+        }
+
+        return ngx_http_hypic_models(r, hlcf);
+    }
+
+    if (r->method != NGX_HTTP_POST) {
+        return ngx_http_hypic_not_allowed(r, "POST");
+    }
+
+    /* refuse early on Content-Length, before a byte of the body is read */
+
+    if (r->headers_in.content_length_n > (off_t) hlcf->max_prompt_bytes) {
+        return ngx_http_hypic_too_large(r, hlcf);
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_hypic_ctx_t));
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->endpoint = endpoint;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_hypic_module);
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_hypic_body_handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+/* the API path is the end of the URI, so any location prefix works */
+
+static ngx_uint_t
+ngx_http_hypic_endpoint(ngx_str_t *uri)
+{
+    ngx_uint_t  i;
+
+    static struct {
+        ngx_str_t   suffix;
+        ngx_uint_t  endpoint;
+    } endpoints[] = {
+        { ngx_string("/v1/chat/completions"), NGX_HTTP_HYPIC_CHAT },
+        { ngx_string("/v1/completions"), NGX_HTTP_HYPIC_COMPLETIONS },
+        { ngx_string("/v1/models"), NGX_HTTP_HYPIC_MODELS },
+        { ngx_null_string, NGX_HTTP_HYPIC_UNKNOWN }
+    };
+
+    for (i = 0; endpoints[i].suffix.len; i++) {
+        if (uri->len >= endpoints[i].suffix.len
+            && ngx_strncmp(uri->data + uri->len - endpoints[i].suffix.len,
+                           endpoints[i].suffix.data, endpoints[i].suffix.len)
+               == 0)
+        {
+            return endpoints[i].endpoint;
+        }
+    }
+
+    return NGX_HTTP_HYPIC_UNKNOWN;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_models(ngx_http_request_t *r, ngx_http_hypic_loc_conf_t *hlcf)
+{
+    u_char                      *p;
+    size_t                       len;
+    ngx_str_t                    body, *model;
+    ngx_http_hypic_main_conf_t  *hmcf;
+
+    static u_char  head[] = "{\"object\":\"list\",\"data\":[{\"id\":\"";
+    static u_char  tail[] = "\",\"object\":\"model\",\"created\":";
+    static u_char  owner[] = ",\"owned_by\":\"hypic\"}]}";
+
+    hmcf = ngx_http_get_module_main_conf(r, ngx_http_hypic_module);
+
+    model = &hlcf->engine->model;
+
+    len = sizeof(head) - 1
+          + ngx_http_hypic_json_escape_len(model->data, model->len)
+          + sizeof(tail) - 1 + NGX_TIME_T_LEN + sizeof(owner) - 1;
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    body.data = p;
+
+    p = ngx_cpymem(p, head, sizeof(head) - 1);
+    p = ngx_http_hypic_json_escape(p, model->data, model->len);
+    p = ngx_cpymem(p, tail, sizeof(tail) - 1);
+    p = ngx_sprintf(p, "%T", hmcf->created);
+    p = ngx_cpymem(p, owner, sizeof(owner) - 1);
+
+    body.len = p - body.data;
+
+    return ngx_http_hypic_send_json(r, NGX_HTTP_OK, &body);
+}
+
+
+ngx_int_t
+ngx_http_hypic_health_handler(ngx_http_request_t *r)
+{
+    u_char                      *p;
+    size_t                       len;
+    ngx_str_t                    body;
+    ngx_uint_t                   i;
+    ngx_http_hypic_engine_t     *engine;
+    ngx_http_hypic_main_conf_t  *hmcf;
+
+    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
+        return ngx_http_hypic_not_allowed(r, "GET, HEAD");
+    }
+
+    hmcf = ngx_http_get_module_main_conf(r, ngx_http_hypic_module);
+
+    engine = hmcf->engines.elts;
+
+    len = sizeof("{\"status\":\"ok\",\"engines\":[]}") - 1;
+
+    for (i = 0; i < hmcf->engines.nelts; i++) {
+        len += sizeof(",{\"name\":\"\",\"address\":\"\",\"model\":\"\"}") - 1
+               + ngx_http_hypic_json_escape_len(engine[i].name.data,
+                                                engine[i].name.len)
+               + ngx_http_hypic_json_escape_len(engine[i].address.data,
+                                                engine[i].address.len)
+               + ngx_http_hypic_json_escape_len(engine[i].model.data,
+                                                engine[i].model.len);
+    }
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    body.data = p;
+
+    p = ngx_cpymem(p, "{\"status\":\"ok\",\"engines\":[",
+                   sizeof("{\"status\":\"ok\",\"engines\":[") - 1);
+
+    for (i = 0; i < hmcf->engines.nelts; i++) {
+        if (i) {
+            *p++ = ',';
+        }
+
+        p = ngx_cpymem(p, "{\"name\":\"", sizeof("{\"name\":\"") - 1);
+        p = ngx_http_hypic_json_escape(p, engine[i].name.data,
+                                       engine[i].name.len);
+        p = ngx_cpymem(p, "\",\"address\":\"", sizeof("\",\"address\":\"") - 1);
+        p = ngx_http_hypic_json_escape(p, engine[i].address.data,
+                                       engine[i].address.len);
+        p = ngx_cpymem(p, "\",\"model\":\"", sizeof("\",\"model\":\"") - 1);
+        p = ngx_http_hypic_json_escape(p, engine[i].model.data,
+                                       engine[i].model.len);
+        p = ngx_cpymem(p, "\"}", sizeof("\"}") - 1);
+    }
+
+    p = ngx_cpymem(p, "]}", sizeof("]}") - 1);
+
+    body.len = p - body.data;
+
+    return ngx_http_hypic_send_json(r, NGX_HTTP_OK, &body);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_not_allowed(ngx_http_request_t *r, char *allow)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Allow");
+    h->value.data = (u_char *) allow;
+    h->value.len = ngx_strlen(allow);
+
+    return ngx_http_hypic_send_error(r, NGX_HTTP_NOT_ALLOWED,
+                                     NGX_HTTP_HYPIC_INVALID_REQUEST,
+                                     "method_not_allowed", NULL,
+                                     "Method %V is not allowed for %V, "
+                                     "use %s", &r->method_name, &r->uri,
+                                     allow);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_too_large(ngx_http_request_t *r,
+    ngx_http_hypic_loc_conf_t *hlcf)
+{
+    ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                  "hypic: client body is larger than "
+                  "hypic_max_prompt_bytes %uz", hlcf->max_prompt_bytes);
+
+    /* no "100 Continue" for a body that is refused anyway */
+    r->expect_tested = 1;
+
+    return ngx_http_hypic_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                     NGX_HTTP_HYPIC_INVALID_REQUEST,
+                                     "request_too_large", NULL,
+                                     "The request body is larger than "
+                                     "%uz bytes", hlcf->max_prompt_bytes);
+}
+
+
+static void
+ngx_http_hypic_body_handler(ngx_http_request_t *r)
+{
+    ngx_http_finalize_request(r, ngx_http_hypic_process(r));
+}
+
+
+static ngx_int_t
+ngx_http_hypic_process(ngx_http_request_t *r)
+{
+    cJSON                      *json;
+    ngx_int_t                   rc;
+    ngx_str_t                   body;
+    ngx_http_hypic_bad_t        bad;
+    ngx_http_hypic_ctx_t       *ctx;
+    ngx_http_hypic_engine_t    *engine;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    if (ctx->too_large) {
+        return ngx_http_hypic_too_large(r, hlcf);
+    }
+
+    if (ngx_http_hypic_read_body(r, &body) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_hypic_parse(&body, &json, &bad);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_common(hlcf, json, &bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = (ctx->endpoint == NGX_HTTP_HYPIC_CHAT)
+             ? ngx_http_hypic_check_chat(json, &bad)
+             : ngx_http_hypic_check_completion(json, &bad);
+    }
+
+    if (json) {
+        cJSON_Delete(json);
+    }
+
+    if (rc != NGX_OK) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "hypic: bad request: %*s",
+                      (size_t) (bad.last - bad.msg), bad.msg);
+
+        return ngx_http_hypic_send_error(r, bad.status,
+                                         NGX_HTTP_HYPIC_INVALID_REQUEST,
+                                         bad.code, bad.param, "%*s",
+                                         (size_t) (bad.last - bad.msg),
+                                         bad.msg);
+    }
+
+    ctx->mode = ngx_http_hypic_eval_mode(r, hlcf);
+
+    engine = hlcf->engine;
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "hypic: request for model \"%V\" via \"%V\", mode %ui",
+                   &engine->model, &engine->name, ctx->mode);
+
+    /* no engine client yet: the engine is unreachable from here */
+
+    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                  "hypic: engine \"%V\" at \"%V\" is unavailable",
+                  &engine->name, &engine->address);
+
+    return ngx_http_hypic_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                     NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
+                                     "engine_unavailable", NULL,
+                                     "The engine for model \"%V\" is "
+                                     "unavailable, try again later",
+                                     &engine->model);
+}
+
+
+/*
+ * The body as one piece of memory: zero-copy when nginx kept it in one
+ * buffer; otherwise copied, reading the part nginx wrote to its temp file
+ * (a local file, at most hypic_max_prompt_bytes).
+ */
+
+static ngx_int_t
+ngx_http_hypic_read_body(ngx_http_request_t *r, ngx_str_t *body)
+{
+    off_t         len;
+    u_char       *p;
+    size_t        size;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    ngx_str_null(body);
+
+    if (r->request_body == NULL || r->request_body->bufs == NULL) {
+        return NGX_OK;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl->next == NULL && !cl->buf->in_file) {
+        body->data = cl->buf->pos;
+        body->len = cl->buf->last - cl->buf->pos;
+        return NGX_OK;
+    }
+
+    len = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        len += ngx_buf_size(cl->buf);
+    }
+
+    p = ngx_pnalloc(r->pool, (size_t) len + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    body->data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (!b->in_file) {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+            continue;
+        }
+
+        size = (size_t) (b->file_last - b->file_pos);
+
+        n = ngx_read_file(b->file, p, size, b->file_pos);
+
+        if (n == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if ((size_t) n != size) {
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "hypic: read only %z of %uz bytes of the body "
+                          "from \"%V\"", n, size, &b->file->name);
+            return NGX_ERROR;
+        }
+
+        p += n;
+    }
+
+    body->len = p - body->data;
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_parse(ngx_str_t *body, cJSON **json,
+    ngx_http_hypic_bad_t *bad)
+{
+    u_char      *p, *last;
+    const char  *end;
+
+    *json = NULL;
+
+    if (body->len == 0) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, NULL, NULL,
+                                  "We could not parse the JSON body of "
+                                  "your request: the body is empty");
+    }
+
+    end = NULL;
+
+    *json = cJSON_ParseWithLengthOpts((const char *) body->data, body->len,
+                                      &end, 0);
+
+    last = body->data + body->len;
+    p = end ? (u_char *) end : body->data;
+
+    /* cJSON stops after the first value: only white space may follow */
+
+    if (*json) {
+        while (p < last
+               && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+        {
+            p++;
+        }
+    }
+
+    if (*json == NULL || p != last) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, NULL, NULL,
+                                  "We could not parse the JSON body of "
+                                  "your request: invalid JSON at byte %uz "
+                                  "of %uz", (size_t) (p - body->data),
+                                  body->len);
+    }
+
+    if (!cJSON_IsObject(*json)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, NULL, NULL,
+                                  "The request body must be a JSON object");
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
+    ngx_http_hypic_bad_t *bad)
+{
+    cJSON      *item;
+    double      max;
+    ngx_int_t   rc;
+    ngx_str_t  *model;
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "model");
+
+    if (item && !cJSON_IsNull(item)) {
+
+        if (!cJSON_IsString(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "model",
+                                      NULL, "'model' must be a string");
+        }
+
+        model = &hlcf->engine->model;
+
+        if (ngx_strlen(item->valuestring) != model->len
+            || ngx_strncmp(item->valuestring, model->data, model->len) != 0)
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_NOT_FOUND, "model",
+                                      "model_not_found",
+                                      "The model '%s' does not exist here, "
+                                      "this endpoint serves '%V'",
+                                      item->valuestring, model);
+        }
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "stream");
+
+    if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "stream", NULL,
+                                  "'stream' must be a boolean");
+    }
+
+    max = (double) hlcf->max_tokens;
+
+    rc = ngx_http_hypic_check_number(json, "max_tokens", 0, max, 1, bad);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "max_completion_tokens", 0,
+                                         max, 1, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "n", 1, 1, 1, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "temperature", 0, 2, 0, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "top_p", 0, 1, 0, bad);
+    }
+
+    return rc;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_check_number(cJSON *json, const char *name, double min,
+    double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad)
+{
+    cJSON  *item;
+    double  v;
+
+    item = cJSON_GetObjectItemCaseSensitive(json, name);
+
+    if (item == NULL || cJSON_IsNull(item)) {
+        return NGX_OK;
+    }
+
+    if (cJSON_IsNumber(item)) {
+        v = item->valuedouble;
+
+        /* in range first, so that the cast below is defined */
+
+        if (v >= min && v <= max
+            && (!integer || v == (double) (int64_t) v))
+        {
+            return NGX_OK;
+        }
+    }
+
+    if (integer) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, name, NULL,
+                                  "'%s' must be an integer from %L to %L",
+                                  name, (int64_t) min, (int64_t) max);
+    }
+
+    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, name, NULL,
+                              "'%s' must be a number from %.1f to %.1f",
+                              name, min, max);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_check_completion(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON  *prompt, *item;
+
+    prompt = cJSON_GetObjectItemCaseSensitive(json, "prompt");
+
+    if (prompt == NULL) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt", NULL,
+                                  "Missing required parameter: 'prompt'");
+    }
+
+    if (cJSON_IsString(prompt)) {
+        return NGX_OK;
+    }
+
+    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0) {
+
+        cJSON_ArrayForEach(item, prompt) {
+            if (!cJSON_IsString(item)) {
+                break;
+            }
+        }
+
+        if (item == NULL) {
+            return NGX_OK;
+        }
+    }
+
+    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt", NULL,
+                              "'prompt' must be a string or a non-empty "
+                              "array of strings");
+}
+
+
+static ngx_int_t
+ngx_http_hypic_check_chat(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *messages, *message, *role, *content;
+    ngx_str_t    name;
+    ngx_uint_t   i, k;
+
+    messages = cJSON_GetObjectItemCaseSensitive(json, "messages");
+
+    if (messages == NULL) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                  NULL,
+                                  "Missing required parameter: 'messages'");
+    }
+
+    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                  NULL,
+                                  "'messages' must be a non-empty array");
+    }
+
+    i = 0;
+
+    cJSON_ArrayForEach(message, messages) {
+
+        if (!cJSON_IsObject(message)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                      NULL, "'messages[%ui]' must be an "
+                                      "object", i);
+        }
+
+        role = cJSON_GetObjectItemCaseSensitive(message, "role");
+
+        if (!cJSON_IsString(role)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                      NULL, "'messages[%ui].role' must be "
+                                      "a string", i);
+        }
+
+        name.data = (u_char *) role->valuestring;
+        name.len = ngx_strlen(role->valuestring);
+
+        for (k = 0; ngx_http_hypic_roles[k].len; k++) {
+            if (name.len == ngx_http_hypic_roles[k].len
+                && ngx_strncmp(name.data, ngx_http_hypic_roles[k].data,
+                               name.len)
+                   == 0)
+            {
+                break;
+            }
+        }
+
+        if (ngx_http_hypic_roles[k].len == 0) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                      NULL, "'messages[%ui].role' must be "
+                                      "system, developer, user, assistant "
+                                      "or tool, not '%V'", i, &name);
+        }
+
+        content = cJSON_GetObjectItemCaseSensitive(message, "content");
+
+        /* only an assistant turn (with tool calls) may have no content */
+
+        if (!(cJSON_IsString(content) || cJSON_IsArray(content)
+              || ((content == NULL || cJSON_IsNull(content))
+                  && ngx_strcmp(name.data, "assistant") == 0)))
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                      NULL, "'messages[%ui].content' must "
+                                      "be a string or an array of content "
+                                      "parts", i);
+        }
+
+        i++;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
+    const char *param, const char *code, const char *fmt, ...)
+{
+    va_list  args;
+
+    bad->status = status;
+    bad->param = param;
+    bad->code = code;
+
+    va_start(args, fmt);
+    bad->last = ngx_vslprintf(bad->msg, bad->msg + sizeof(bad->msg), fmt,
+                              args);
+    va_end(args);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * hypic_mode may be a variable (split_clients, map): a value that is not a
+ * mode is the configuration's fault, so it is logged and "full", which
+ * reuses nothing and is always exact, is used.
+ */
+
+static ngx_uint_t
+ngx_http_hypic_eval_mode(ngx_http_request_t *r,
+    ngx_http_hypic_loc_conf_t *hlcf)
+{
+    ngx_int_t  mode;
+    ngx_str_t  value;
+
+    if (ngx_http_complex_value(r, hlcf->mode, &value) != NGX_OK) {
+        return NGX_HTTP_HYPIC_MODE_FULL;
+    }
+
+    mode = ngx_http_hypic_parse_mode(&value);
+
+    if (mode == NGX_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "hypic: hypic_mode evaluated to \"%V\", which is not "
+                      "full, prefix, naive or pic; using \"full\"", &value);
+        return NGX_HTTP_HYPIC_MODE_FULL;
+    }
+
+    return (ngx_uint_t) mode;
+}
+
+
+/*
+ * Counts the body as it arrives and, past hypic_max_prompt_bytes, drops
+ * it but reads on to the end: the client then gets our JSON 413 instead
+ * of a reset, and the body never takes more than the limit. A body with
+ * Content-Length never gets here too large (refused before reading).
+ */
+
+static ngx_int_t
+ngx_http_hypic_request_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t                *cl, *last;
+    ngx_http_hypic_ctx_t       *ctx;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
+
+    if (ctx == NULL) {
+        return ngx_http_next_request_body_filter(r, in);
+    }
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    for (cl = in; cl; cl = cl->next) {
+        ctx->received += ngx_buf_size(cl->buf);
+    }
+
+    if (!ctx->too_large
+        && ctx->received <= (off_t) hlcf->max_prompt_bytes)
+    {
+        return ngx_http_next_request_body_filter(r, in);
+    }
+
+    if (!ctx->too_large) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "hypic: client sent more than hypic_max_prompt_bytes "
+                      "%uz in a chunked body", hlcf->max_prompt_bytes);
+        ctx->too_large = 1;
+    }
+
+    last = NULL;
+
+    for (cl = in; cl; cl = cl->next) {
+        cl->buf->pos = cl->buf->last;
+
+        if (cl->buf->last_buf) {
+            last = cl;
+        }
+    }
+
+    /* only the end of the body goes on, so reading completes normally */
+
+    return ngx_http_next_request_body_filter(r, last);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_log_handler(ngx_http_request_t *r)
+{
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    if (hlcf->engine == NULL) {
+        return NGX_OK;
+    }
+
+    ngx_http_hypic_metrics_count(r, r->err_status ? r->err_status
+                                                  : r->headers_out.status);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_hypic_handler_init(ngx_conf_t *cf)
+{
+    ngx_http_handler_pt        *h;
+    ngx_http_core_main_conf_t  *cmcf;
+
+    cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = ngx_http_hypic_log_handler;
+
+    ngx_http_next_request_body_filter = ngx_http_top_request_body_filter;
+    ngx_http_top_request_body_filter = ngx_http_hypic_request_body_filter;
+
+    return NGX_OK;
+}

@@ -1,0 +1,28 @@
+
+/*
+ * HYPIC serve: Prometheus metrics. The counters live in one shared memory
+ * zone, so every worker adds to the same numbers and a scrape of any
+ * worker sees the sum; they survive a reload (HUP), not a restart.
+ */
+
+
+#ifndef _NGX_HTTP_HYPIC_METRICS_H_INCLUDED_
+#define _NGX_HTTP_HYPIC_METRICS_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+
+/* Adds the zone at config time; NULL on failure (already logged). */
+ngx_shm_zone_t *ngx_http_hypic_metrics_add(ngx_conf_t *cf);
+
+/* Counts one answered API request under its status class. */
+void ngx_http_hypic_metrics_count(ngx_http_request_t *r, ngx_uint_t status);
+
+/* The hypic_metrics content handler: Prometheus text format. */
+ngx_int_t ngx_http_hypic_metrics_handler(ngx_http_request_t *r);
+
+
+#endif /* _NGX_HTTP_HYPIC_METRICS_H_INCLUDED_ */

@@ -17,7 +17,7 @@
 enum {
     B_X, B_Y, B_QKV, B_CONV, B_Q, B_K, B_V, B_Z, B_BETA, B_G, B_O, B_P,
     B_GATE, B_UP, B_SCRATCH, B_ROUTE, B_XG, B_EO, B_POS, B_ROWS, B_MOEIDX,
-    B_MOEW,
+    B_MOEW, B_TC,
     B_COUNT
 };
 
@@ -75,7 +75,10 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     float *g = ws_get(ws, B_G, (size_t)T * Hv);
     float *o = ws_get(ws, B_O, (size_t)T * vd);
     float *scr = ws_get(ws, B_SCRATCH, hk_gdn_chunk_scratch(Hv, dk, dv, chunk));
-    if (!qkv || !cv || !q || !k || !v || !z || !beta || !g || !o || !scr)
+    int want_tc = jumps && jumps->tc_run >= 0;
+    float *tc = want_tc ? ws_get(ws, B_TC, (size_t)Hv * dk * dk) : NULL;
+    if (!qkv || !cv || !q || !k || !v || !z || !beta || !g || !o || !scr ||
+        (want_tc && !tc))
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
     hk_matmul(qkv, y, w->in_qkv.w, T, H, cd);
@@ -98,6 +101,13 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     for (int j = 0; j <= (jumps ? jumps->n : 0); j++) {
         int end = (jumps && j < jumps->n) ? jumps->after[j] : T;
         int n = end - start;
+        float *run_tc = want_tc && j == jumps->tc_run ? tc : NULL;
+        if (run_tc && n == 0) { /* an empty run's transition is I */
+            memset(run_tc, 0, (size_t)Hv * dk * dk * sizeof(float));
+            for (int h = 0; h < Hv; h++)
+                for (int i = 0; i < dk; i++)
+                    run_tc[((size_t)h * dk + i) * dk + i] = 1.0f;
+        }
         if (n > 0) {
             const float *src = qkv + (size_t)start * cd;
             float *dst = cv + (size_t)start * cd;
@@ -117,15 +127,15 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
             const float *vs = v + (size_t)start * vd;
             const float *gs = g + (size_t)start * Hv;
             const float *bs = beta + (size_t)start * Hv;
-            if (n == 1)
+            if (n == 1 && !run_tc)
                 hk_gdn_recurrent(os, sl->S, qs, ks, vs, gs, bs, 1, Hk, Hv,
                                  dk, dv);
             else
-                hk_gdn_chunk(os, sl->S, NULL, qs, ks, vs, gs, bs, n, Hk, Hv,
-                             dk, dv, chunk, scr);
+                hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk,
+                             Hv, dk, dv, chunk, scr);
         }
         if (jumps && j < jumps->n) {
-            int rc = jumps->fn(jumps->ud, l, j, sl->S, sl->conv, err);
+            int rc = jumps->fn(jumps->ud, l, j, sl->S, sl->conv, run_tc, err);
             if (rc != HP_OK)
                 return rc;
         }

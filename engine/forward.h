@@ -29,14 +29,17 @@ typedef struct {
 void hp_fwd_ws_init(hp_fwd_ws_t *ws);
 void hp_fwd_ws_free(hp_fwd_ws_t *ws);
 
-/* Called at a linear layer between two runs of tokens: update S [Hv,dk,dv]
- * and conv [conv_dim, Kc-1] in place for what was skipped. */
+/* Called at a linear layer after run `jump` (tokens up to after[jump]):
+ * may read or update S [Hv,dk,dv] and conv [conv_dim, Kc-1] in place for
+ * what is skipped before the next run. Tc [Hv,dk,dk] is the transition
+ * over the run just finished when it was asked for (tc_run), else NULL. */
 typedef int (*hp_jump_fn)(void *ud, int layer, int jump, float *S,
-                          float *conv, hp_error_t *err);
+                          float *conv, const float *Tc, hp_error_t *err);
 
 typedef struct {
     const int *after; /* [n] token index (exclusive end of a run), rising */
     int n;
+    int tc_run; /* run whose transition the callback gets, -1 for none */
     hp_jump_fn fn;
     void *ud;
 } hp_jumps_t;

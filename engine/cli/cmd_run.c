@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/assemble.h"
 #include "engine/cli/cli.h"
 #include "engine/cli/options.h"
 #include "engine/dump.h"
@@ -23,8 +24,15 @@ typedef struct {
     hp_seq_t seq;
     hp_fwd_ws_t ws;
     float *logits; /* [vocab] or, with --all, [n, vocab] */
+    hp_cache_t cache;
+    hp_assemble_stats_t stats;
     int loaded;
 } run_t;
+
+/* One-shot runs reserve generous address space; pages are touched only
+ * as entries are written. */
+#define CLI_PUBLIC_POOL (8ull << 30)
+#define CLI_PRIVATE_POOL (2ull << 30)
 
 static void usage(const char *cmd)
 {
@@ -46,6 +54,8 @@ static void run_free(run_t *r)
 {
     free(r->logits);
     hp_fwd_ws_free(&r->ws);
+    hp_pool_destroy(r->cache.pub);
+    hp_pool_destroy(r->cache.priv);
     if (r->seq.layers)
         hp_seq_free(&r->seq);
     hp_prompt_free(&r->prompt);
@@ -73,9 +83,10 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
                 need_out ? " and --out are" : " is");
         return 2;
     }
-    if (strcmp(r->o.mode, "full") != 0) {
-        fprintf(stderr, "hypic-engine %s: mode '%s' is not available in "
-                "this build (only 'full')\n", cmd, r->o.mode);
+    hp_mode_t mode = (hp_mode_t)hp_mode_parse(r->o.mode);
+    if (r->o.all && mode != HP_MODE_FULL) {
+        fprintf(stderr, "hypic-engine %s: --all needs --mode full (other "
+                "modes do not recompute every position)\n", cmd);
         return 2;
     }
     char *text = hp_cli_prompt(&r->o, cmd, &len);
@@ -89,6 +100,12 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     free(text);
     if (rc == HP_OK)
         rc = hp_seq_init(&r->seq, &r->llm.model, &err);
+    if (rc == HP_OK) {
+        r->cache.pub = hp_pool_create(CLI_PUBLIC_POOL, &err);
+        r->cache.priv = hp_pool_create(CLI_PRIVATE_POOL, &err);
+        if (!r->cache.pub || !r->cache.priv)
+            rc = HP_ENOMEM;
+    }
     if (rc != HP_OK) {
         fprintf(stderr, "hypic-engine %s: %s\n", cmd, err.msg);
         return 1;
@@ -109,8 +126,18 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
                             HP_LOGITS_ALL, r->logits + (size_t)off * V, &err);
         }
     } else {
-        rc = hp_prefill(&r->llm.model, &r->seq, &r->ws, r->prompt.ids, n,
-                        PREFILL_PIECE, r->logits, &err);
+        /* naive/pic: each segment first warmed as its own request, so the
+         * prompt runs with every segment hit; --cold skips that */
+        if (!r->o.cold)
+            rc = hp_assemble_warm(&r->llm, &r->cache, &r->ws, &r->prompt,
+                                  mode, r->o.seam, NULL, &err);
+        if (rc == HP_OK)
+            rc = hp_assemble(&r->llm, &r->cache, &r->ws, &r->prompt, mode,
+                             r->o.seam, &r->seq, r->logits, &r->stats, &err);
+        if (rc == HP_OK && r->stats.recomputed_tokens == 0)
+            rc = hp_error_set(&err, HP_EBADINPUT,
+                              "every token is cached: the prompt needs a "
+                              "query after its last separator");
     }
     if (rc != HP_OK) {
         fprintf(stderr, "hypic-engine %s: %s\n", cmd, err.msg);

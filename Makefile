@@ -22,9 +22,15 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 NO_DEVICE ?=
 SANITIZE ?=
 
-PKGS     := libcjson hiredis libpcre2-8 libxxhash libutf8proc openblas
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+PKGS     := libcjson hiredis libpcre2-8 libxxhash libutf8proc
+# OpenBLAS's OpenMP build: its GEMM threads are our OpenMP pool, so BLAS
+# calls and our own parallel loops never oversubscribe the cores (with
+# the pthread build, idle OpenMP workers spin against BLAS threads).
+BLAS_DIR   := /usr/lib/x86_64-linux-gnu/openblas-openmp
+BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-openmp
+BLAS_LIBS  := -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(BLAS_CFLAGS)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) $(BLAS_LIBS)
 
 ARCH_FLAGS ?= -march=native
 OPT_FLAGS  ?= -O2
@@ -45,6 +51,7 @@ HEADERS     := $(wildcard engine/*.h engine/cli/*.h kernels/*.h kernels/*/*.h t/
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)
 KCPU_OBJS   := $(KCPU_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_BINS   := $(patsubst %.c,$(BUILD)/test/%,$(notdir $(TEST_SRCS)))
+BENCH_BINS  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 
 LIBHYPIC := $(BUILD)/libhypic.a
 LIBKCPU  := $(BUILD)/libhk_cpu.a
@@ -61,7 +68,7 @@ endif
 endif
 
 .PHONY: all engine module cuda tests deps run test asan test-asan format \
-        lint clean golden
+        lint clean golden bench
 all: engine module tests $(CUDA_TARGET)
 engine: $(ENGINE)
 module: $(MODULE)
@@ -91,6 +98,14 @@ vpath test_%.c engine/test kernels/test
 $(BUILD)/test/%: %.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \
+	    $(LIBS_ALL)
+
+# Benchmarks: built by `make bench`, run by hand (bench/README.md).
+bench: $(BENCH_BINS)
+$(BUILD)/bench/%: bench/%.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \
 	    $(LIBS_ALL)
 

@@ -312,7 +312,19 @@ static int assemble_prefix(const hp_llm_t *llm, hp_cache_t *cache,
         st->cached_tokens = from;
         break;
     }
-    /* prefill up to the query, remember that state, then the query */
+    /* prefill the lead (shared by most requests: the system prompt) and
+     * remember it, up to the query and remember that, then the query */
+    int lead_end = p->n_segs > 2 ? p->segs[0].len : 0;
+    if (lead_end > from) {
+        rc = hp_prefill(m, seq, ws, p->ids + from, lead_end - from, 1024,
+                        NULL, err);
+        if (rc != HP_OK)
+            return rc;
+        st->recomputed_tokens += lead_end - from;
+        from = lead_end;
+        if (hp_assemble_remember(llm, cache, p, 1, seq, err) != HP_OK)
+            memset(err, 0, sizeof(*err));
+    }
     int q = p->n_segs > 1 ? p->segs[p->n_segs - 1].start : p->n;
     if (q > from && q < p->n) {
         rc = hp_prefill(m, seq, ws, p->ids + from, q - from, 1024, NULL, err);

@@ -8,7 +8,7 @@ pkgs=(
     build-essential pkg-config dpkg-dev curl ca-certificates
     nginx nginx-dev libpcre2-dev
     libhiredis-dev redis-server
-    libcjson-dev libxxhash-dev libutf8proc-dev libopenblas-dev
+    libcjson-dev libxxhash-dev libutf8proc-dev libopenblas-openmp-dev
     libtest-base-perl
 )
 

@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
-#define ARENA_ALIGN                                                            \
-    16 /* floats: every converted tensor starts 64-byte aligned */
+/* floats: every converted tensor starts 64-byte aligned */
+#define ARENA_ALIGN  16
 #define NAME_MAX_LEN 256
 
 /*

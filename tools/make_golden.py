@@ -168,6 +168,25 @@ def text_cfg(model):
     }
 
 
+class RouterGap:
+    """Smallest gap between the k-th and (k+1)-th routing probability seen
+    by any router: a tiny gap means another implementation may pick a
+    different expert on rounding noise (worth knowing for parity tests)."""
+
+    def __init__(self, model):
+        self.min = float("inf")
+        for mod in model.modules():
+            if type(mod).__name__.endswith("TopKRouter"):
+                mod.register_forward_hook(self.hook)
+
+    def hook(self, mod, inp, out):
+        import torch
+
+        p = torch.softmax(out[0].float(), dim=-1)
+        v = torch.topk(p, mod.top_k + 1, dim=-1).values
+        self.min = min(self.min, float((v[:, -2] - v[:, -1]).min()))
+
+
 def run_prompt(model, ids):
     import torch
 
@@ -277,9 +296,11 @@ def golden(d):
     full = load_checked(full_cls, d, ckpt, r"^mtp\.") if full_cls else None
 
     tok = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    gap = RouterGap(model)
     tensors = []
     for i, text in enumerate(PROMPTS):
         ids = tok.encode(text).ids
+        gap.min = float("inf")
         logits, states, greedy, margin = run_prompt(model, ids)
         if full is not None:
             with torch.no_grad():
@@ -287,7 +308,8 @@ def golden(d):
             err = float(np.abs(lf - logits).max())
             if err > 1e-4:
                 die(f"{full_cls.__name__} and {text_cls.__name__} disagree by {err}")
-        print(f"  prompt {i}: {len(ids)} tokens, greedy {greedy}, min top-2 margin {margin:.3g}")
+        rg = f", min router gap {gap.min:.3g}" if gap.min < float("inf") else ""
+        print(f"  prompt {i}: {len(ids)} tokens, greedy {greedy}, min top-2 margin {margin:.3g}{rg}")
         p = f"prompt.{i}."
         tensors += [
             (p + "ids", "I32", np.array(ids, np.int32)),

@@ -231,7 +231,7 @@ static void test_other_dtypes_and_metadata(void)
     if (rc != HP_OK)
         return;
     const hp_st_tensor_t *t = hp_st_find(&f, "ids");
-    float v[2];
+    float v[2] = {0};
     if (t)
         hp_st_to_f32(v, t->data, t->dtype, 2);
     ok(t && t->dtype == HP_DT_I32 && v[0] == 7.0f && v[1] == -1.0f,

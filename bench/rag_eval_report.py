@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Tables and plots from bench/rag_eval rows (issue 8).
+
+    python3 bench/rag_eval_report.py rows.tsv bench/results/
+
+Writes OUT/summary.md (per mode; pic per seam; per document count) and
+OUT/accuracy_ttft.png, OUT/seam_sweep.png, OUT/docs_sweep.png.
+"""
+import csv
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+
+def load(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def agg(rows):
+    em = 100 * statistics.mean(int(r["em"]) for r in rows)
+    f1 = 100 * statistics.mean(float(r["f1"]) for r in rows)
+    ttft = statistics.median(float(r["ttft_ms"]) for r in rows)
+    rec = statistics.mean(int(r["recomputed"]) for r in rows)
+    return em, f1, ttft, rec, len(rows)
+
+
+def main():
+    rows, out = load(sys.argv[1]), sys.argv[2]
+    os.makedirs(out, exist_ok=True)
+    by = defaultdict(list)
+    for r in rows:
+        label = r["mode"] if r["mode"] != "pic" else f"pic w={r['seam']}"
+        by[label].append(r)
+    order = sorted(by, key=lambda k: (k.startswith("pic"), k.startswith("naive"),
+                                      int(k.split("=")[1]) if "=" in k else 0, k))
+    lines = ["| mode | exact match % | token F1 % | TTFT p50 ms | recomputed tokens | n |",
+             "|---|---|---|---|---|---|"]
+    for k in order:
+        em, f1, t, rec, n = agg(by[k])
+        lines.append(f"| {k} | {em:.1f} | {f1:.1f} | {t:.1f} | {rec:.0f} | {n} |")
+    docs = sorted({int(r["n_docs"]) for r in rows})
+    lines += ["", "Exact match % by document count:", "",
+              "| mode | " + " | ".join(str(d) for d in docs) + " |",
+              "|---|" + "---|" * len(docs)]
+    for k in order:
+        cells = []
+        for d in docs:
+            sub = [r for r in by[k] if int(r["n_docs"]) == d]
+            cells.append(f"{agg(sub)[0]:.0f}" if sub else "-")
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: tables only")
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k in order:
+        em, _, t, _, _ = agg(by[k])
+        ax.scatter(t, em)
+        ax.annotate(k, (t, em), textcoords="offset points", xytext=(4, 4))
+    ax.set_xlabel("TTFT p50 (ms)")
+    ax.set_ylabel("exact match (%)")
+    ax.set_title("Accuracy vs TTFT per mode")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "accuracy_ttft.png"), dpi=120)
+    pics = [k for k in order if k.startswith("pic")]
+    if len(pics) > 1:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ws = [int(k.split("=")[1]) for k in pics]
+        ax.plot(ws, [agg(by[k])[0] for k in pics], marker="o", label="pic")
+        for ref in ("full", "naive"):
+            if ref in by:
+                ax.axhline(agg(by[ref])[0], linestyle="--", label=ref,
+                           color="gray" if ref == "full" else "red")
+        ax.set_xlabel("seam width w")
+        ax.set_ylabel("exact match (%)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "seam_sweep.png"), dpi=120)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k in order:
+        pts = [(d, agg([r for r in by[k] if int(r["n_docs"]) == d])[0])
+               for d in docs if any(int(r["n_docs"]) == d for r in by[k])]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=k)
+    ax.set_xlabel("documents per prompt")
+    ax.set_ylabel("exact match (%)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "docs_sweep.png"), dpi=120)
+
+
+if __name__ == "__main__":
+    main()

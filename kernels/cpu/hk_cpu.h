@@ -97,8 +97,9 @@ void hk_gdn_recurrent(float *o, float *S, const float *q, const float *k,
  * S_end = Tc S_start + S_end|0. T need not be a multiple of C (the last
  * chunk is shorter; T = 0 leaves S and sets Tc = I). S may start non-zero.
  * scratch: hk_gdn_chunk_scratch floats (one slot per value head, so it does
- * not depend on the thread count). Heads run in parallel (OpenMP) once
- * hk_matmul_init() has made OpenBLAS single-threaded, else one by one. */
+ * not depend on the thread count). Heads run in parallel (OpenMP) with
+ * OpenBLAS's OpenMP build, or its pthreads build made single-threaded by
+ * hk_matmul_init(); else one by one. */
 void hk_gdn_chunk(float *o, float *S, float *Tc, const float *q,
                   const float *k, const float *v, const float *g,
                   const float *beta, int T, int Hk, int Hv, int dk, int dv,

@@ -26,6 +26,10 @@
  * that is <= 0, so nothing overflows however strong the decay; factors
  * below e^{-69} and Tc entries below 1e-30 are flushed to 0 (gdn_math.h:
  * far under f32 rounding, and it keeps denormals out of the products).
+ *
+ * Cost: per token the chunk form does the recurrence's 3 dk dv multiply-adds
+ * (as GEMMs: [Q; W] S and Kt^T Vn) plus O(C (dk + dv)) for the in-chunk
+ * terms, so C = 16..32 is fastest on CPUs; Tc adds 2 dk^2 per token.
  */
 #include <assert.h>
 #include <cblas.h>
@@ -104,12 +108,13 @@ void hk_gdn_recurrent(float *o,          // [T, Hv, dv]
 }
 
 /* Floats one value head needs: B[3C, dk] (rows K | Q | W, so that
- * [K; Q] K^T and [Q; W] S are one product each), G[2C, C] (K K^T then L,
- * Q K^T then masked), UW[C, dv + dk] (U then Vn | W before the copy into B),
- * R[2C, dv] ([Q; W] S), Kt[C, dk], X[C, dk] (W Tc). */
+ * [K; Q] K^T and [Q; W] S are one product each), G[3C, C] (K K^T then L,
+ * Q K^T then masked, Tinv), BVW[C, dv + dk] (beta V | beta e^gamma K),
+ * UW[C, dv + dk] (U then Vn | W before the copy into B), R[2C, dv]
+ * ([Q; W] S), Kt[C, dk], X[C, dk] (W Tc). */
 static size_t gdn_head_scratch(int dk, int dv, int C)
 {
-    return (size_t)C * (3 * (size_t)dk + 2 * (size_t)C + (dv + dk) +
+    return (size_t)C * (3 * (size_t)dk + 3 * (size_t)C + 2 * (size_t)(dv + dk) +
                         2 * (size_t)dv + 2 * (size_t)dk);
 }
 
@@ -155,8 +160,9 @@ static void gdn_chunk_head(float *o, float *S, float *Tc, const float *q,
     const int kh = h / (Hv / Hk);
     const int ldq = Hk * dk, ldv = Hv * dv, lduw = dv + dk;
     float *B = ws;                                    // [3C, dk]
-    float *G = B + (size_t)3 * C * dk;                // [2C, C]
-    float *UW = G + (size_t)2 * C * C;                // [C, dv + dk]
+    float *G = B + (size_t)3 * C * dk;                // [3C, C]
+    float *BVW = G + (size_t)3 * C * C;               // [C, dv + dk]
+    float *UW = BVW + (size_t)C * lduw;               // [C, dv + dk]
     float *R = UW + (size_t)C * lduw;                 // [2C, dv]
     float *Kt = R + (size_t)2 * C * dv;               // [C, dk]
     float *X = Kt + (size_t)C * dk;                   // [C, dk]
@@ -174,6 +180,7 @@ static void gdn_chunk_head(float *o, float *S, float *Tc, const float *q,
         float *Kb = B, *Qb = B + (size_t)n * dk;           // [n, dk] each
         float *Wb = B + (size_t)2 * n * dk;                // [n, dk]
         float *A = G, *P = G + (size_t)n * n;              // [n, n] each
+        float *Ti = G + (size_t)2 * n * n;                 // [n, n]
 
         /* Cumulative decay in double: a float sum of up to 64 terms of
          * size ~30 would put ~1e-4 absolute error into e^{gamma_i-gamma_j}
@@ -186,9 +193,9 @@ static void gdn_chunk_head(float *o, float *S, float *Tc, const float *q,
         const double gn = gam[n - 1];
         const float egn = hk_gdn_decay(gn);
 
-        /* Gather K and Q; U = diag(beta) V and W = diag(beta e^gamma) K
-         * side by side so that one triangular solve handles both;
-         * Kt = K (.) e^{gamma_n - gamma}. */
+        /* Gather K and Q (contiguous, for the stacked products); beta V
+         * and beta e^gamma K side by side, so one product with Tinv makes
+         * both U and W; Kt = K (.) e^{gamma_n - gamma}. */
         for (int i = 0; i < n; i++) {
             const float bi = beta[(size_t)(t0 + i) * Hv + h];
             const float bg = bi * hk_gdn_decay(gam[i]);
@@ -199,7 +206,7 @@ static void gdn_chunk_head(float *o, float *S, float *Tc, const float *q,
             float *restrict kb = Kb + (size_t)i * dk;
             float *restrict qb = Qb + (size_t)i * dk;
             float *restrict kti = Kt + (size_t)i * dk;
-            float *restrict ui = UW + (size_t)i * lduw;
+            float *restrict ui = BVW + (size_t)i * lduw;
             float *restrict wi = ui + dv;
 #pragma omp simd
             for (int j = 0; j < dk; j++) {
@@ -226,10 +233,26 @@ static void gdn_chunk_head(float *o, float *S, float *Tc, const float *q,
             for (int j = i + 1; j < n; j++)
                 Pi[j] = 0.0f;
         }
-        /* Forward substitution with I + L: unit diagonal, so strsm never
-         * reads A's diagonal or upper triangle. */
-        cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans,
-                    CblasUnit, n, lduw, 1.0f, A, n, UW, lduw);
+        /* Tinv = (I + L)^{-1} by forward substitution over rows:
+         * Tinv_i = e_i - sum_{j<i} L_ij Tinv_j (row i lives in columns
+         * <= i). Then [U W] = Tinv [beta V  beta e^gamma K] is one sgemm,
+         * several times faster than strsm at these sizes (OpenBLAS 0.3.21,
+         * n <= 64). */
+        for (int i = 0; i < n; i++) {
+            float *restrict ti = Ti + (size_t)i * n;
+            const float *Ai = A + (size_t)i * n;
+            memset(ti, 0, (size_t)n * sizeof(float));
+            ti[i] = 1.0f;
+            for (int j = 0; j < i; j++) {
+                const float *restrict tj = Ti + (size_t)j * n;
+                const float l = Ai[j];
+#pragma omp simd
+                for (int c = 0; c <= j; c++)
+                    ti[c] -= l * tj[c];
+            }
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, lduw, n, 1.0f,
+                    Ti, n, BVW, lduw, 0.0f, UW, lduw);
         for (int i = 0; i < n; i++)
             memcpy(Wb + (size_t)i * dk, UW + (size_t)i * lduw + dv,
                    (size_t)dk * sizeof(float));
@@ -292,11 +315,13 @@ void hk_gdn_chunk(float *o,          // [T, Hv, dv]
     assert(T >= 0 && Hk > 0 && Hv % Hk == 0 && dk > 0 && dv > 0);
     assert(C >= 1 && C <= HK_GDN_MAX_C && scratch);
     const size_t per = gdn_head_scratch(dk, dv, C);
-    /* Heads in parallel only once hk_matmul_init() has made OpenBLAS
-     * single-threaded: its pthreads pool called from two OpenMP threads made
-     * this kernel 2-3x slower (measured, 0.3.21). Otherwise heads run in
-     * turn and OpenBLAS threads each product. */
-    const int par = openblas_get_num_threads() == 1;
+    /* Heads in parallel, each BLAS call single-threaded. OpenBLAS's OpenMP
+     * build does that by itself inside our region; the pthreads build only
+     * once hk_matmul_init() has made it single-threaded: its pool called
+     * from two OpenMP threads made this kernel 2-3x slower (0.3.21).
+     * Otherwise heads run in turn and OpenBLAS threads each product. */
+    const int par =
+        openblas_get_parallel() == 2 || openblas_get_num_threads() == 1;
 
 #pragma omp parallel for schedule(static) if (par)
     for (int h = 0; h < Hv; h++)

@@ -62,7 +62,11 @@ int hp_generate(const hp_llm_t *llm, hp_seq_t *seq, hp_fwd_ws_t *ws,
     memset(res, 0, sizeof(*res));
     res->finish = HP_FINISH_LENGTH;
     res->tokens = malloc(((size_t)p->max_tokens + 1) * sizeof(int));
-    if (!res->tokens || hp_sampler_init(&sm, m->cfg.vocab_size) != 0) {
+    /* Embedding tables are padded past the tokenizer: ids without a token
+     * are never sampled. */
+    size_t tv = hp_tokenizer_vocab_size(llm->tok);
+    int V = tv < (size_t)m->cfg.vocab_size ? (int)tv : m->cfg.vocab_size;
+    if (!res->tokens || hp_sampler_init(&sm, V) != 0) {
         free(res->tokens);
         res->tokens = NULL;
         hp_sampler_free(&sm);

@@ -31,8 +31,8 @@ static int bad(load_ctx_t *c, const char *fmt, const char *what)
 
 static int nomem(load_ctx_t *c)
 {
-    return hp_error_set(c->err, HP_ENOMEM, "%s: out of memory loading the "
-                                           "tokenizer", c->path);
+    return hp_error_set(c->err, HP_ENOMEM,
+                        "%s: out of memory loading the tokenizer", c->path);
 }
 
 static int read_file(const char *path, char **data, size_t *len,
@@ -73,8 +73,7 @@ static int read_file(const char *path, char **data, size_t *len,
 
 /* ---- string arena ---- */
 
-static int strs_add(hp_tokenizer_t *tok, const char *s, size_t n,
-                    uint32_t *off)
+static int strs_add(hp_tokenizer_t *tok, const char *s, size_t n, uint32_t *off)
 {
     if (tok->strs_len + n + 1 > tok->strs_cap) {
         size_t cap = tok->strs_cap ? tok->strs_cap : 1 << 20;
@@ -137,8 +136,7 @@ static int parse_id(const cJSON *v, int32_t *id)
     return 0;
 }
 
-static int load_vocab(hp_tokenizer_t *tok, const cJSON *vocab,
-                      load_ctx_t *c)
+static int load_vocab(hp_tokenizer_t *tok, const cJSON *vocab, load_ctx_t *c)
 {
     if (!cJSON_IsObject(vocab))
         return bad(c, "%s is not an object", "model.vocab");
@@ -158,18 +156,25 @@ static int load_vocab(hp_tokenizer_t *tok, const cJSON *vocab,
             return bad(c, "model.vocab[\"%.100s\"] is not a token id",
                        e->string);
         size_t len = strlen(e->string);
-        if (hp_tokenizer_vocab_find(tok, e->string, len) >= 0)
-            continue; /* a repeated key: JSON keeps the first here */
+        if ((uint32_t)id + 1 > tok->n_ids)
+            tok->n_ids = (uint32_t)id + 1;
+        uint32_t i = (uint32_t)XXH3_64bits(e->string, len) & tok->vocab_mask;
+        uint32_t slot;
+        while ((slot = tok->vocab_slot[i]) != 0) {
+            if (tok->voc_len[slot - 1] == len &&
+                !memcmp(tok->strs + tok->voc_off[slot - 1], e->string, len))
+                break;
+            i = (i + 1) & tok->vocab_mask;
+        }
+        if (slot) { /* a repeated key: the last one wins, as in HF */
+            tok->voc_id[slot - 1] = id;
+            continue;
+        }
         if (strs_add(tok, e->string, len, &tok->voc_off[k]))
             return nomem(c);
         tok->voc_len[k] = (uint32_t)len;
         tok->voc_id[k] = id;
-        uint32_t i = (uint32_t)XXH3_64bits(e->string, len) & tok->vocab_mask;
-        while (tok->vocab_slot[i])
-            i = (i + 1) & tok->vocab_mask;
         tok->vocab_slot[i] = (uint32_t)k + 1;
-        if ((uint32_t)id + 1 > tok->n_ids)
-            tok->n_ids = (uint32_t)id + 1;
         k++;
     }
     tok->n_vocab = k;
@@ -178,48 +183,50 @@ static int load_vocab(hp_tokenizer_t *tok, const cJSON *vocab,
 
 /* ---- merges ---- */
 
-static int merge_put(hp_tokenizer_t *tok, int32_t a, int32_t b,
-                     uint32_t rank, int32_t new_id)
+static int merge_put(hp_tokenizer_t *tok, int32_t a, int32_t b, uint32_t rank,
+                     int32_t new_id)
 {
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     uint32_t i = hp_tokenizer_merge_hash(key) & tok->merge_mask;
-    while (tok->merge_key[i] && tok->merge_key[i] != key)
+    hp_tokenizer_merge_t *m;
+    while ((m = &tok->merges[i])->key && m->key != key)
         i = (i + 1) & tok->merge_mask;
-    if (!tok->merge_key[i])
+    if (!m->key)
         tok->n_merges++;
     /* a repeated pair takes its last rank, as HF's HashMap insert does */
-    tok->merge_key[i] = key;
-    tok->merge_rank[i] = rank;
-    tok->merge_new[i] = new_id;
+    m->key = key;
+    m->rank = rank;
+    m->new_id = new_id;
     return 0;
 }
 
-static int load_merges(hp_tokenizer_t *tok, const cJSON *merges,
-                       load_ctx_t *c)
+static int load_merges(hp_tokenizer_t *tok, const cJSON *merges, load_ctx_t *c)
 {
     if (merges && !cJSON_IsArray(merges))
         return bad(c, "%s is not an array", "model.merges");
     size_t n = merges ? (size_t)cJSON_GetArraySize(merges) : 0;
-    uint32_t slots = pow2_at_least(2 * n + 2);
-    tok->merge_key = calloc(slots, sizeof(uint64_t));
-    tok->merge_rank = malloc(slots * sizeof(uint32_t));
-    tok->merge_new = malloc(slots * sizeof(int32_t));
-    if (!tok->merge_key || !tok->merge_rank || !tok->merge_new)
+    /* load factor 0.3 .. 0.6: small enough to stay in cache longer */
+    uint32_t slots = pow2_at_least(n + n / 2 + 2);
+    tok->merges = calloc(slots, sizeof(*tok->merges));
+    if (!tok->merges)
         return nomem(c);
     tok->merge_mask = slots - 1;
     char *joined = NULL;
     size_t jcap = 0;
     uint32_t rank = 0;
     int rc = HP_OK;
-    for (const cJSON *m = merges ? merges->child : NULL; m;
-         m = m->next, rank++) {
+    for (const cJSON *m = merges ? merges->child : NULL; m; m = m->next) {
         const char *a, *b;
         size_t alen, blen;
         if (cJSON_IsString(m)) {
-            /* "a b": split at the first space, as HF does */
+            /* "a b", exactly one space; merges.txt's "#version" header
+             * line is skipped, as HF does */
             const char *sp = strchr(m->valuestring, ' ');
-            if (!sp) {
-                rc = bad(c, "merge \"%.100s\" has no space", m->valuestring);
+            if (!strncmp(m->valuestring, "#version", 8))
+                continue;
+            if (!sp || strchr(sp + 1, ' ')) {
+                rc = bad(c, "merge \"%.100s\" is not two tokens and a space",
+                         m->valuestring);
                 break;
             }
             a = m->valuestring;
@@ -227,8 +234,7 @@ static int load_merges(hp_tokenizer_t *tok, const cJSON *merges,
             b = sp + 1;
             blen = strlen(b);
         } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 &&
-                   cJSON_IsString(m->child) &&
-                   cJSON_IsString(m->child->next)) {
+                   cJSON_IsString(m->child) && cJSON_IsString(m->child->next)) {
             a = m->child->valuestring;
             alen = strlen(a);
             b = m->child->next->valuestring;
@@ -236,8 +242,8 @@ static int load_merges(hp_tokenizer_t *tok, const cJSON *merges,
         } else {
             char where[32];
             snprintf(where, sizeof(where), "%u", rank);
-            rc = bad(c, "model.merges[%s] is neither \"a b\" nor [a, b]",
-                     where);
+            rc =
+                bad(c, "model.merges[%s] is neither \"a b\" nor [a, b]", where);
             break;
         }
         int32_t ia = hp_tokenizer_vocab_find(tok, a, alen);
@@ -256,12 +262,13 @@ static int load_merges(hp_tokenizer_t *tok, const cJSON *merges,
         joined[alen + blen] = 0;
         int32_t inew = hp_tokenizer_vocab_find(tok, joined, alen + blen);
         if (ia < 0 || ib < 0 || inew < 0) {
-            rc = bad(c, "merge of \"%.200s\" uses a token not in the "
-                        "vocabulary",
+            rc = bad(c,
+                     "merge of \"%.200s\" uses a token not in the "
+                     "vocabulary",
                      joined);
             break;
         }
-        merge_put(tok, ia, ib, rank, inew);
+        merge_put(tok, ia, ib, rank++, inew);
     }
     free(joined);
     return rc;
@@ -297,16 +304,16 @@ static int cp_byte(const hp_tokenizer_t *tok, uint32_t cp)
 /* Bytes a token string decodes to, as HF's ByteLevel decoder does: every
  * character mapped back through the alphabet, or, if one of them is not in
  * it, the string's own UTF-8. */
-static int decode_token(hp_tokenizer_t *tok, const char *s, size_t n,
-                        hp_tokenizer_text_t *decs, const int16_t *inv,
-                        uint32_t *off, uint32_t *len, hp_error_t *err)
+static int decode_token(const char *s, size_t n, hp_tokenizer_text_t *decs,
+                        const int16_t *inv, uint32_t *off, uint32_t *len,
+                        hp_error_t *err)
 {
     size_t start = decs->len;
     bool mapped = true;
     for (size_t i = 0; i < n;) {
         uint32_t cp;
-        size_t k = (size_t)hp_tokenizer_utf8_next((const uint8_t *)s + i,
-                                                  n - i, &cp);
+        size_t k =
+            (size_t)hp_tokenizer_utf8_next((const uint8_t *)s + i, n - i, &cp);
         int b = cp < 0x144 ? inv[cp] : -1;
         if (b < 0) {
             mapped = false;
@@ -322,7 +329,6 @@ static int decode_token(hp_tokenizer_t *tok, const char *s, size_t n,
         if (hp_tokenizer_text_append(decs, s, n, err))
             return err->code;
     }
-    (void)tok;
     *off = (uint32_t)start;
     *len = (uint32_t)(decs->len - start);
     return HP_OK;
@@ -338,6 +344,10 @@ static bool json_bool(const cJSON *o, const char *key, bool dflt)
     return dflt;
 }
 
+/* Ids as HF assigns them (it ignores the ids written in the file): a
+ * content seen before keeps its id, one in the BPE vocabulary takes that
+ * id, anything else the next id after the vocabulary and earlier added
+ * tokens. A repeated content takes the later flags. */
 static int load_added(hp_tokenizer_t *tok, const cJSON *arr, load_ctx_t *c)
 {
     if (!arr || cJSON_IsNull(arr))
@@ -348,28 +358,51 @@ static int load_added(hp_tokenizer_t *tok, const cJSON *arr, load_ctx_t *c)
     tok->added = calloc(n + 1, sizeof(*tok->added));
     if (!tok->added)
         return nomem(c);
+    int64_t max_id = -1;
     for (const cJSON *e = arr->child; e; e = e->next) {
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
-        const cJSON *idv = cJSON_GetObjectItemCaseSensitive(e, "id");
-        hp_tokenizer_added_t *a = &tok->added[tok->n_added];
+        int32_t declared;
         if (!cJSON_IsObject(e) || !cJSON_IsString(content) ||
-            parse_id(idv, &a->id))
+            parse_id(cJSON_GetObjectItemCaseSensitive(e, "id"), &declared))
             return bad(c, "%s needs an id and a content",
                        "every entry of added_tokens");
         size_t len = strlen(content->valuestring);
         if (len == 0)
             continue; /* HF ignores empty added tokens */
-        if (strs_add(tok, content->valuestring, len, &a->off))
-            return nomem(c);
-        a->len = (uint32_t)len;
-        a->special = json_bool(e, "special", false);
+        hp_tokenizer_added_t *a = NULL;
+        bool was_special = false;
+        for (size_t i = 0; i < tok->n_added && !a; i++)
+            if (tok->added[i].len == len &&
+                !memcmp(tok->strs + tok->added[i].off, content->valuestring,
+                        len))
+                a = &tok->added[i];
+        if (a) {
+            was_special = a->special;
+        } else {
+            a = &tok->added[tok->n_added++];
+            if (strs_add(tok, content->valuestring, len, &a->off))
+                return nomem(c);
+            a->len = (uint32_t)len;
+            a->id = hp_tokenizer_vocab_find(tok, content->valuestring, len);
+            if (a->id < 0) {
+                int64_t v = (int64_t)tok->n_vocab;
+                a->id = (int32_t)(max_id >= 0 && (max_id >= v || v == 0)
+                                      ? max_id + 1
+                                      : v);
+            }
+            if (a->id >= MAX_ID)
+                return bad(c, "%s", "too many added tokens");
+            if (a->id > max_id)
+                max_id = a->id;
+        }
+        a->special = json_bool(e, "special", false) || was_special;
         a->lstrip = json_bool(e, "lstrip", false);
         a->rstrip = json_bool(e, "rstrip", false);
         a->single_word = json_bool(e, "single_word", false);
-        a->normalized = json_bool(e, "normalized", !a->special);
+        a->normalized =
+            json_bool(e, "normalized", !json_bool(e, "special", false));
         if ((uint32_t)a->id + 1 > tok->n_ids)
             tok->n_ids = (uint32_t)a->id + 1;
-        tok->n_added++;
     }
     return HP_OK;
 }
@@ -422,8 +455,7 @@ static int build_index(hp_tokenizer_t *tok, hp_tokenizer_added_index_t *ix,
 
 /* ---- normaliser and pre-tokenizer ---- */
 
-static int load_normalizer(hp_tokenizer_t *tok, const cJSON *n,
-                           load_ctx_t *c)
+static int load_normalizer(hp_tokenizer_t *tok, const cJSON *n, load_ctx_t *c)
 {
     if (!n || cJSON_IsNull(n))
         return HP_OK;
@@ -432,11 +464,9 @@ static int load_normalizer(hp_tokenizer_t *tok, const cJSON *n,
         return bad(c, "%s has no type", "normalizer");
     const char *t = type->valuestring;
     if (!strcmp(t, "Sequence")) {
-        const cJSON *list =
-            cJSON_GetObjectItemCaseSensitive(n, "normalizers");
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(n, "normalizers");
         if (!cJSON_IsArray(list))
-            return bad(c, "%s has no normalizers list",
-                       "Sequence normalizer");
+            return bad(c, "%s has no normalizers list", "Sequence normalizer");
         for (const cJSON *e = list->child; e; e = e->next) {
             int rc = load_normalizer(tok, e, c);
             if (rc)
@@ -461,8 +491,8 @@ static int load_normalizer(hp_tokenizer_t *tok, const cJSON *n,
     return HP_OK;
 }
 
-static int add_step(hp_tokenizer_t *tok, int kind, int behavior,
-                    pcre2_code *re, load_ctx_t *c)
+static int add_step(hp_tokenizer_t *tok, int kind, int behavior, pcre2_code *re,
+                    load_ctx_t *c)
 {
     if (tok->n_steps == (int)(sizeof(tok->steps) / sizeof(tok->steps[0]))) {
         pcre2_code_free(re);
@@ -509,8 +539,8 @@ static int load_pretok(hp_tokenizer_t *tok, const cJSON *p, load_ctx_t *c,
                                             false, &re, c->err);
         if (rc)
             return rc;
-        return add_step(tok, HP_TOKENIZER_STEP_SPLIT, HP_TOKENIZER_ISOLATED,
-                        re, c);
+        return add_step(tok, HP_TOKENIZER_STEP_SPLIT, HP_TOKENIZER_ISOLATED, re,
+                        c);
     }
     if (!strcmp(t, "Split")) {
         const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
@@ -548,8 +578,7 @@ static int load_pretok(hp_tokenizer_t *tok, const cJSON *p, load_ctx_t *c,
 
 /* ---- the model section ---- */
 
-static int load_model(hp_tokenizer_t *tok, const cJSON *model,
-                      load_ctx_t *c)
+static int load_model(hp_tokenizer_t *tok, const cJSON *model, load_ctx_t *c)
 {
     if (!cJSON_IsObject(model))
         return bad(c, "%s", "no \"model\" object");
@@ -570,19 +599,18 @@ static int load_model(hp_tokenizer_t *tok, const cJSON *model,
     tok->fuse_unk = json_bool(model, "fuse_unk", false);
     tok->byte_fallback = json_bool(model, "byte_fallback", false);
     tok->ignore_merges = json_bool(model, "ignore_merges", false);
-    int rc = load_vocab(tok, cJSON_GetObjectItemCaseSensitive(model, "vocab"),
-                        c);
+    int rc =
+        load_vocab(tok, cJSON_GetObjectItemCaseSensitive(model, "vocab"), c);
     if (rc)
         return rc;
-    rc = load_merges(tok, cJSON_GetObjectItemCaseSensitive(model, "merges"),
-                     c);
+    rc = load_merges(tok, cJSON_GetObjectItemCaseSensitive(model, "merges"), c);
     if (rc)
         return rc;
     tok->unk_id = -1;
     v = cJSON_GetObjectItemCaseSensitive(model, "unk_token");
     if (cJSON_IsString(v)) {
-        tok->unk_id =
-            hp_tokenizer_vocab_find(tok, v->valuestring, strlen(v->valuestring));
+        tok->unk_id = hp_tokenizer_vocab_find(tok, v->valuestring,
+                                              strlen(v->valuestring));
         if (tok->unk_id < 0)
             return bad(c, "unk_token \"%.60s\" is not in the vocabulary",
                        v->valuestring);
@@ -624,9 +652,8 @@ static int build_id_tables(hp_tokenizer_t *tok, load_ctx_t *c)
     for (size_t id = 0; id < n; id++) {
         if (!tok->flags[id])
             continue;
-        if (decode_token(tok, tok->strs + tok->str_off[id], tok->str_len[id],
-                         &decs, inv, &tok->dec_off[id], &tok->dec_len[id],
-                         c->err)) {
+        if (decode_token(tok->strs + tok->str_off[id], tok->str_len[id], &decs,
+                         inv, &tok->dec_off[id], &tok->dec_len[id], c->err)) {
             hp_tokenizer_text_free(&decs);
             return nomem(c);
         }
@@ -662,8 +689,8 @@ static int normalize_added(hp_tokenizer_t *tok, load_ctx_t *c)
         a->nlen = a->len;
         if (!a->normalized || tok->n_norm == 0)
             continue;
-        int rc = hp_tokenizer_normalize(tok, tok->strs + a->off, a->len, &t,
-                                        c->err);
+        int rc =
+            hp_tokenizer_normalize(tok, tok->strs + a->off, a->len, &t, c->err);
         if (rc == HP_OK && strs_add(tok, t.data ? t.data : "", t.len, &a->noff))
             rc = nomem(c);
         if (rc) {
@@ -676,8 +703,7 @@ static int normalize_added(hp_tokenizer_t *tok, load_ctx_t *c)
     return HP_OK;
 }
 
-int hp_tokenizer_load(hp_tokenizer_t **out, const char *path,
-                      hp_error_t *err)
+int hp_tokenizer_load(hp_tokenizer_t **out, const char *path, hp_error_t *err)
 {
     *out = NULL;
     char *data = NULL;
@@ -702,21 +728,21 @@ int hp_tokenizer_load(hp_tokenizer_t **out, const char *path,
     }
     rc = load_model(tok, cJSON_GetObjectItemCaseSensitive(root, "model"), &c);
     if (!rc)
-        rc = load_added(tok,
-                        cJSON_GetObjectItemCaseSensitive(root, "added_tokens"),
-                        &c);
+        rc = load_added(
+            tok, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), &c);
     if (!rc)
         rc = load_normalizer(
             tok, cJSON_GetObjectItemCaseSensitive(root, "normalizer"), &c);
     if (!rc) {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(root,
-                                                          "pre_tokenizer");
+        const cJSON *p =
+            cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
         int n_bytelevel = 0;
         if (p && !cJSON_IsNull(p))
             rc = load_pretok(tok, p, &c, &n_bytelevel);
         if (!rc && n_bytelevel == 0)
-            rc = bad(&c, "%s", "no ByteLevel pre_tokenizer: only byte-level "
-                               "BPE is supported");
+            rc = bad(&c, "%s",
+                     "no ByteLevel pre_tokenizer: only byte-level "
+                     "BPE is supported");
     }
     if (!rc && tok->n_ids == 0)
         rc = bad(&c, "%s", "empty vocabulary");
@@ -758,9 +784,7 @@ void hp_tokenizer_free(hp_tokenizer_t *tok)
     free(tok->voc_len);
     free(tok->voc_id);
     free(tok->vocab_slot);
-    free(tok->merge_key);
-    free(tok->merge_rank);
-    free(tok->merge_new);
+    free(tok->merges);
     free(tok->added);
     free(tok->raw_index.order);
     free(tok->norm_index.order);

@@ -1,18 +1,20 @@
 /*
- * tokenizer.h - byte-level BPE tokenizer read from a Hugging Face
- * tokenizer.json (Qwen2/Qwen3/Qwen3.5 family), agreeing token for token with
- * HF `tokenizers`. Spec: shared/reference/qwen3-hybrid-architecture.md §6.
- *
- * Pipeline of one encode: invalid UTF-8 -> U+FFFD (maximal subparts, as
- * Python's bytes.decode(errors="replace")); added tokens matched verbatim in
- * the raw text (leftmost-longest); the rest normalised (NFC), split by the
- * pre-tokenizer regex, mapped through the GPT-2 byte alphabet and merged by
- * BPE rank. No BOS/EOS is ever added. A loaded tokenizer is immutable apart
- * from an internal, locked cache: every function below may be called from
- * several threads at once on the same tokenizer.
+ * tokenizer.h - byte-level BPE tokenizer read from an HF tokenizer.json
+ * (Qwen2/3/3.5 family), token for token as HF `tokenizers`; no chat
+ * template, no BOS/EOS. Spec: qwen3-hybrid-architecture.md §6.
  */
 #ifndef HP_TOKENIZER_H
 #define HP_TOKENIZER_H
+
+/*
+ * One encode: invalid UTF-8 -> U+FFFD (maximal subparts, as Python's
+ * bytes.decode(errors="replace")); added tokens matched verbatim in the raw
+ * text (leftmost-longest); the rest normalised (NFC), split by the
+ * pre-tokenizer regex, mapped through the GPT-2 byte alphabet and merged by
+ * BPE rank. A loaded tokenizer is immutable apart from an internal, locked
+ * cache: every function below may be called from several threads at once
+ * on the same tokenizer.
+ */
 
 #include <stddef.h>
 #include <stdint.h>
@@ -47,8 +49,7 @@ typedef struct {
  * hp_tokenizer_free). Errors: HP_EIO (unreadable), HP_EMODEL (malformed
  * JSON, missing or inconsistent fields, unsupported model/normalizer/
  * pre-tokenizer), HP_ENOMEM. On error *out is NULL and err says why. */
-int hp_tokenizer_load(hp_tokenizer_t **out, const char *path,
-                      hp_error_t *err);
+int hp_tokenizer_load(hp_tokenizer_t **out, const char *path, hp_error_t *err);
 
 /* Releases everything the tokenizer owns; NULL is a no-op. */
 void hp_tokenizer_free(hp_tokenizer_t *tok);
@@ -56,15 +57,15 @@ void hp_tokenizer_free(hp_tokenizer_t *tok);
 /* Appends the ids of text[0..len) (any bytes; invalid UTF-8 is replaced by
  * U+FFFD first) to ids. Errors: HP_ENOMEM, HP_EINTERNAL (regex engine
  * failure); ids may then hold a partial result past its old length. */
-int hp_tokenizer_encode(const hp_tokenizer_t *tok, const char *text,
-                        size_t len, hp_tokenizer_ids_t *ids, hp_error_t *err);
+int hp_tokenizer_encode(const hp_tokenizer_t *tok, const char *text, size_t len,
+                        hp_tokenizer_ids_t *ids, hp_error_t *err);
 
 /* Appends the text of ids[0..n) to out, as HF decode with
  * skip_special_tokens=False: token bytes concatenated, invalid UTF-8
  * replaced by U+FFFD. Errors: HP_EBADINPUT (an id with no token; out keeps
  * the text before it), HP_ENOMEM. */
-int hp_tokenizer_decode(const hp_tokenizer_t *tok, const int32_t *ids,
-                        size_t n, hp_tokenizer_text_t *out, hp_error_t *err);
+int hp_tokenizer_decode(const hp_tokenizer_t *tok, const int32_t *ids, size_t n,
+                        hp_tokenizer_text_t *out, hp_error_t *err);
 
 /* Resets a streaming decoder (nothing pending). */
 void hp_tokenizer_stream_init(hp_tokenizer_stream_t *st);

@@ -16,8 +16,8 @@ int hp_tokenizer_stream_push(const hp_tokenizer_t *tok,
     return hp_tokenizer_utf8_feed(st, (const uint8_t *)b, len, out, err);
 }
 
-int hp_tokenizer_decode(const hp_tokenizer_t *tok, const int32_t *ids,
-                        size_t n, hp_tokenizer_text_t *out, hp_error_t *err)
+int hp_tokenizer_decode(const hp_tokenizer_t *tok, const int32_t *ids, size_t n,
+                        hp_tokenizer_text_t *out, hp_error_t *err)
 {
     hp_tokenizer_stream_t st;
     hp_tokenizer_stream_init(&st);

@@ -54,7 +54,7 @@ void hp_tokenizer_cache_destroy(hp_tokenizer_t *tok)
 
 typedef struct {
     uint32_t rank, pos;
-    int32_t new_id;
+    int32_t left, right, new_id; /* the pair when queued, and its merge */
 } merge_t;
 
 typedef struct {
@@ -97,7 +97,7 @@ static bool merge_less(const merge_t *a, const merge_t *b)
     return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
 }
 
-static int heap_push(enc_t *e, uint32_t rank, uint32_t pos, int32_t new_id)
+static int heap_push(enc_t *e, const merge_t *m)
 {
     if (e->heap_n == e->heap_cap) {
         size_t cap = e->heap_cap ? 2 * e->heap_cap : 64;
@@ -107,16 +107,15 @@ static int heap_push(enc_t *e, uint32_t rank, uint32_t pos, int32_t new_id)
         e->heap = h;
         e->heap_cap = cap;
     }
-    merge_t m = {rank, pos, new_id};
     size_t i = e->heap_n++;
     while (i > 0) {
         size_t up = (i - 1) / 2;
-        if (!merge_less(&m, &e->heap[up]))
+        if (!merge_less(m, &e->heap[up]))
             break;
         e->heap[i] = e->heap[up];
         i = up;
     }
-    e->heap[i] = m;
+    e->heap[i] = *m;
     return HP_OK;
 }
 
@@ -140,16 +139,17 @@ static merge_t heap_pop(enc_t *e)
     return top;
 }
 
-static int push_pair(enc_t *e, int32_t left)
+static int push_pair(enc_t *e, int32_t pos)
 {
-    int32_t right = e->next[left];
-    uint32_t rank;
-    int32_t new_id;
-    if (right < 0 ||
-        !hp_tokenizer_merge_find(e->tok, e->sym[left], e->sym[right], &rank,
-                                 &new_id))
+    int32_t right = e->next[pos];
+    merge_t m = {.pos = (uint32_t)pos};
+    if (right < 0)
         return HP_OK;
-    return heap_push(e, rank, (uint32_t)left, new_id);
+    m.left = e->sym[pos];
+    m.right = e->sym[right];
+    if (!hp_tokenizer_merge_find(e->tok, m.left, m.right, &m.rank, &m.new_id))
+        return HP_OK;
+    return heap_push(e, &m);
 }
 
 static bool cache_get(enc_t *e, uint64_t h, const char *s, size_t n)
@@ -265,16 +265,12 @@ static int bpe(enc_t *e, const char *s, size_t n)
     while (e->heap_n) {
         merge_t top = heap_pop(e);
         int32_t pos = (int32_t)top.pos, right = e->next[pos];
-        uint32_t rank;
-        int32_t new_id;
-        if (e->sym[pos] < 0 || right < 0)
+        /* HF skips an entry whose pair no longer merges into new_id. As
+         * merges only ever remove boundaries, and a token's id names its
+         * string, that is exactly when either symbol has changed. */
+        if (e->sym[pos] != top.left || right < 0 || e->sym[right] != top.right)
             continue;
-        /* a stale entry: the pair there no longer makes this token */
-        if (!hp_tokenizer_merge_find(tok, e->sym[pos], e->sym[right], &rank,
-                                     &new_id) ||
-            new_id != top.new_id)
-            continue;
-        e->sym[pos] = new_id;
+        e->sym[pos] = top.new_id;
         e->sym[right] = -1;
         e->next[pos] = e->next[right];
         if (e->next[right] >= 0)
@@ -321,8 +317,11 @@ static int run_steps(enc_t *e, int k, const char *s, size_t n)
     bool have_end = false;
     size_t last_end = 0;
     while (pos <= n) {
-        int rc = pcre2_match(st->re, (PCRE2_SPTR)s, n, pos,
-                             PCRE2_NO_UTF_CHECK, e->md, NULL);
+        int rc = pcre2_match(st->re, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK,
+                             e->md, NULL);
+        if (rc == PCRE2_ERROR_JIT_STACKLIMIT) /* the interpreter uses heap */
+            rc = pcre2_match(st->re, (PCRE2_SPTR)s, n, pos,
+                             PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md, NULL);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         if (rc < 0) {
@@ -371,7 +370,8 @@ static bool find_added(const hp_tokenizer_t *tok,
         uint8_t b = (uint8_t)s[i];
         for (uint32_t k = ix->first[b]; k < ix->first[b + 1]; k++) {
             const hp_tokenizer_added_t *a = &tok->added[ix->order[k]];
-            if (a->nlen <= n - i && !memcmp(tok->strs + a->noff, s + i, a->nlen)) {
+            if (a->nlen <= n - i &&
+                !memcmp(tok->strs + a->noff, s + i, a->nlen)) {
                 *ms = i;
                 *me = i + a->nlen;
                 *hit = a;
@@ -411,9 +411,9 @@ static int split_added(enc_t *e, bool raw, const char *s, size_t n)
         if (a->single_word) {
             if (ms > 0 && (prev_cp(s, ms, &cp), hp_tokenizer_is_word_char(cp)))
                 continue;
-            if (me < n && (hp_tokenizer_utf8_next((const uint8_t *)s + me,
-                                                  n - me, &cp),
-                           hp_tokenizer_is_word_char(cp)))
+            if (me < n &&
+                (hp_tokenizer_utf8_next((const uint8_t *)s + me, n - me, &cp),
+                 hp_tokenizer_is_word_char(cp)))
                 continue;
         }
         size_t start = ms, stop = me;
@@ -443,9 +443,9 @@ static int split_added(enc_t *e, bool raw, const char *s, size_t n)
             return rc;
         start_offset = stop;
     }
-    return start_offset < n ? segment(e, raw, s + start_offset,
-                                      n - start_offset)
-                            : HP_OK;
+    return start_offset < n
+               ? segment(e, raw, s + start_offset, n - start_offset)
+               : HP_OK;
 }
 
 /* A piece with no added token of the current pass: after the raw pass it
@@ -462,8 +462,8 @@ static int segment(enc_t *e, bool raw, const char *s, size_t n)
     return split_added(e, false, e->norm.data, e->norm.len);
 }
 
-int hp_tokenizer_encode(const hp_tokenizer_t *tok, const char *text,
-                        size_t len, hp_tokenizer_ids_t *ids, hp_error_t *err)
+int hp_tokenizer_encode(const hp_tokenizer_t *tok, const char *text, size_t len,
+                        hp_tokenizer_ids_t *ids, hp_error_t *err)
 {
     enc_t e = {.tok = tok, .ids = ids, .err = err};
     int rc = HP_OK;

@@ -51,11 +51,18 @@ enum { HP_TOKENIZER_ISOLATED, HP_TOKENIZER_REMOVED };
 /* One pre-tokenizer step, applied to every piece of the previous step. */
 typedef struct {
     int kind;
-    int behavior;    /* for SPLIT */
-    pcre2_code *re;  /* for SPLIT */
+    int behavior;   /* for SPLIT */
+    pcre2_code *re; /* for SPLIT */
 } hp_tokenizer_step_t;
 
 typedef struct hp_tokenizer_cache hp_tokenizer_cache_t;
+
+/* One slot of the merge table: one cache line holds four. */
+typedef struct {
+    uint64_t key; /* (left << 32 | right) + 1, 0 = empty */
+    uint32_t rank;
+    int32_t new_id;
+} hp_tokenizer_merge_t;
 
 struct hp_tokenizer {
     /* per id, n_ids = largest id + 1 */
@@ -76,16 +83,14 @@ struct hp_tokenizer {
     uint32_t *vocab_slot;
     uint32_t vocab_mask;
 
-    /* merges: (left id, right id) -> rank, merged id */
-    uint64_t *merge_key; /* (left << 32 | right) + 1, 0 = empty */
-    uint32_t *merge_rank;
-    int32_t *merge_new;
+    /* merges: (left id, right id) -> rank, merged id; open addressing */
+    hp_tokenizer_merge_t *merges;
     uint32_t merge_mask;
     size_t n_merges;
 
     /* GPT-2 byte alphabet */
-    uint16_t byte_cp[256];  /* byte -> code point */
-    int32_t byte_id[256];   /* id of the one-character token, or -1 */
+    uint16_t byte_cp[256];   /* byte -> code point */
+    int32_t byte_id[256];    /* id of the one-character token, or -1 */
     int32_t byte_fb[256][2]; /* byte_fallback ids <0xXX> of its UTF-8 */
 
     /* BPE options */
@@ -128,20 +133,20 @@ static inline uint32_t hp_tokenizer_merge_hash(uint64_t k)
     return (uint32_t)k;
 }
 
-static inline int hp_tokenizer_merge_find(const hp_tokenizer_t *tok,
-                                          int32_t a, int32_t b,
-                                          uint32_t *rank, int32_t *new_id)
+static inline int hp_tokenizer_merge_find(const hp_tokenizer_t *tok, int32_t a,
+                                          int32_t b, uint32_t *rank,
+                                          int32_t *new_id)
 {
     uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
     uint32_t i = hp_tokenizer_merge_hash(key) & tok->merge_mask;
     for (;;) {
-        uint64_t k = tok->merge_key[i];
-        if (k == key) {
-            *rank = tok->merge_rank[i];
-            *new_id = tok->merge_new[i];
+        const hp_tokenizer_merge_t *m = &tok->merges[i];
+        if (m->key == key) {
+            *rank = m->rank;
+            *new_id = m->new_id;
             return 1;
         }
-        if (k == 0)
+        if (m->key == 0)
             return 0;
         i = (i + 1) & tok->merge_mask;
     }
@@ -157,8 +162,7 @@ int hp_tokenizer_text_append(hp_tokenizer_text_t *t, const void *p, size_t n,
  * sequences are appended to out, invalid maximal subparts as U+FFFD, an
  * incomplete tail is kept in st. */
 int hp_tokenizer_utf8_feed(hp_tokenizer_stream_t *st, const uint8_t *p,
-                           size_t n, hp_tokenizer_text_t *out,
-                           hp_error_t *err);
+                           size_t n, hp_tokenizer_text_t *out, hp_error_t *err);
 
 /* Length of the valid UTF-8 prefix of p[0..n). */
 size_t hp_tokenizer_utf8_valid_prefix(const uint8_t *p, size_t n);

@@ -85,8 +85,7 @@ size_t hp_tokenizer_utf8_valid_prefix(const uint8_t *p, size_t n)
 }
 
 int hp_tokenizer_utf8_feed(hp_tokenizer_stream_t *st, const uint8_t *p,
-                           size_t n, hp_tokenizer_text_t *out,
-                           hp_error_t *err)
+                           size_t n, hp_tokenizer_text_t *out, hp_error_t *err)
 {
     size_t i = 0;
     while (i < n) {
@@ -157,8 +156,8 @@ int hp_tokenizer_utf8_next(const uint8_t *p, size_t n, uint32_t *cp)
         *cp = b;
         return 1;
     }
-    if (k == 0 || (size_t)k > n || hp_tokenizer_utf8_valid_prefix(p, (size_t)k)
-                                       != (size_t)k) {
+    if (k == 0 || (size_t)k > n ||
+        hp_tokenizer_utf8_valid_prefix(p, (size_t)k) != (size_t)k) {
         *cp = 0xfffd;
         return 1;
     }
@@ -224,9 +223,9 @@ static int map_run(const char *s, size_t n, int kind, hp_tokenizer_text_t *out,
     if (kind == HP_TOKENIZER_NFKC || kind == HP_TOKENIZER_NFKD)
         opts |= UTF8PROC_COMPAT;
     utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s,
-                                      (utf8proc_ssize_t)n, &dst,
-                                      (utf8proc_option_t)opts);
+    utf8proc_ssize_t r =
+        utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &dst,
+                     (utf8proc_option_t)opts);
     if (r < 0) {
         if (r == UTF8PROC_ERROR_NOMEM)
             return hp_error_set(err, HP_ENOMEM, "tokenizer: out of memory");
@@ -332,6 +331,6 @@ bool hp_tokenizer_is_word_char(uint32_t cp)
         (cp >= 0x1f170 && cp <= 0x1f189))
         return true;
     const char *g = hp_tokenizer_gc_names[hp_tokenizer_gc(cp)];
-    return g[0] == 'L' || g[0] == 'M' || !strcmp(g, "Nd") ||
-           !strcmp(g, "Nl") || !strcmp(g, "Pc");
+    return g[0] == 'L' || g[0] == 'M' || !strcmp(g, "Nd") || !strcmp(g, "Nl") ||
+           !strcmp(g, "Pc");
 }

@@ -78,9 +78,27 @@ static char *slurp(const char *path, size_t *len)
 
 static void print_ids(const hp_tokenizer_ids_t *ids)
 {
-    for (size_t i = 0; i < ids->n; i++)
-        printf(i ? " %d" : "%d", (int)ids->ids[i]);
-    putchar('\n');
+    char buf[4096];
+    size_t n = 0;
+    for (size_t i = 0; i < ids->n; i++) {
+        char d[16];
+        int k = 0;
+        uint32_t v = (uint32_t)ids->ids[i];
+        do {
+            d[k++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v);
+        if (n + (size_t)k + 2 > sizeof(buf)) {
+            fwrite(buf, 1, n, stdout);
+            n = 0;
+        }
+        if (i)
+            buf[n++] = ' ';
+        while (k)
+            buf[n++] = d[--k];
+    }
+    buf[n++] = '\n';
+    fwrite(buf, 1, n, stdout);
 }
 
 static int encode_one(const hp_tokenizer_t *tok, const char *s, size_t n,
@@ -149,14 +167,18 @@ static int run_decode_batch(const hp_tokenizer_t *tok, char *buf, size_t len)
                     q++;
                     continue;
                 }
-                fprintf(stderr, "hypic-engine tokenize: line %zu: not an "
-                                "id list\n", line + 1);
+                fprintf(stderr,
+                        "hypic-engine tokenize: line %zu: not an "
+                        "id list\n",
+                        line + 1);
                 rc = 1;
                 break;
             }
             if (errno || v < 0 || v > INT32_MAX) {
-                fprintf(stderr, "hypic-engine tokenize: line %zu: id out of "
-                                "range\n", line + 1);
+                fprintf(stderr,
+                        "hypic-engine tokenize: line %zu: id out of "
+                        "range\n",
+                        line + 1);
                 rc = 1;
                 break;
             }
@@ -219,8 +241,8 @@ int hp_cmd_tokenize(int argc, char **argv)
         } else if (!strcmp(a, "--decode-batch")) {
             slot = &decode;
         } else {
-            fprintf(stderr, "hypic-engine tokenize: unknown option '%s'\n%s",
-                    a, usage_text);
+            fprintf(stderr, "hypic-engine tokenize: unknown option '%s'\n%s", a,
+                    usage_text);
             return 2;
         }
         if (i + 1 >= argc) {
@@ -231,8 +253,9 @@ int hp_cmd_tokenize(int argc, char **argv)
     }
     int inputs = !!text + !!file + !!batch + !!decode;
     if (!model || inputs != 1) {
-        fprintf(stderr, "hypic-engine tokenize: need --model and exactly one "
-                        "of --text, --file, --batch, --decode-batch\n%s",
+        fprintf(stderr,
+                "hypic-engine tokenize: need --model and exactly one "
+                "of --text, --file, --batch, --decode-batch\n%s",
                 usage_text);
         return 2;
     }
@@ -277,8 +300,9 @@ int hp_cmd_tokenize(int argc, char **argv)
             print_ids(&ids);
         hp_tokenizer_ids_free(&ids);
         if (timing)
-            fprintf(stderr, "encode: %zu bytes, %zu tokens in %.1f ms "
-                            "(%.2f MB/s)\n",
+            fprintf(stderr,
+                    "encode: %zu bytes, %zu tokens in %.1f ms "
+                    "(%.2f MB/s)\n",
                     bytes, tokens, 1e3 * (t2 - t1),
                     (double)bytes / 1e6 / (t2 - t1 > 0 ? t2 - t1 : 1e-9));
     } else if (batch) {

@@ -31,6 +31,8 @@ struct hp_pool {
     hp_pool_entry_t *buckets[NBUCKETS];
     uint64_t clock;
     hp_pool_stats_t st;
+    hp_pool_hook_fn hook;
+    void *hook_ud;
 };
 
 static size_t round_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
@@ -167,6 +169,8 @@ static void entry_free(hp_pool_t *p, hp_pool_entry_t *e)
         lru_unlink(p, e);
         hash_unlink(p, e);
         p->st.entries--;
+        if (p->hook)
+            p->hook(p->hook_ud, e->key, e->variant, 0);
     }
     arena_free(p, (size_t)((uint8_t *)e->data - p->arena), round_up(e->bytes));
     p->st.bytes_used -= round_up(e->bytes);
@@ -266,6 +270,8 @@ void hp_pool_publish(hp_pool_t *p, hp_pool_entry_t *e)
             entry_free(p, old);
     }
     e->published = 1;
+    if (p->hook && !old)
+        p->hook(p->hook_ud, e->key, e->variant, 1);
     e->stamp = ++p->clock;
     e->chain = p->buckets[b];
     p->buckets[b] = e;
@@ -295,6 +301,14 @@ void hp_pool_clear(hp_pool_t *p)
             entry_free(p, e);
         e = n;
     }
+    pthread_mutex_unlock(&p->mu);
+}
+
+void hp_pool_set_hook(hp_pool_t *p, hp_pool_hook_fn fn, void *ud)
+{
+    pthread_mutex_lock(&p->mu);
+    p->hook = fn;
+    p->hook_ud = ud;
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -64,4 +64,12 @@ void hp_pool_clear(hp_pool_t *p);
 
 void hp_pool_stats(hp_pool_t *p, hp_pool_stats_t *out);
 
+/* Called with the pool locked when a key becomes visible (publish) or
+ * stops being visible (eviction, replacement by a newer copy, clear):
+ * the segment index follows the public pool through these. Hooks must
+ * not call back into the pool. */
+typedef void (*hp_pool_hook_fn)(void *ud, const uint8_t key[16],
+                                uint32_t variant, int present);
+void hp_pool_set_hook(hp_pool_t *p, hp_pool_hook_fn fn, void *ud);
+
 #endif

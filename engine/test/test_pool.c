@@ -33,6 +33,18 @@ static int has(hp_pool_t *p, int i)
     return e != NULL;
 }
 
+static int hook_present[64];
+
+static void hook(void *ud, const uint8_t k[16], uint32_t variant, int present)
+{
+    int i;
+    (void)ud;
+    (void)variant;
+    memcpy(&i, k, sizeof(i));
+    if (i >= 0 && i < 64)
+        hook_present[i] = present;
+}
+
 int main(void)
 {
     hp_error_t err = {0};
@@ -100,6 +112,17 @@ int main(void)
        "counters: %llu hits, %llu misses, %llu evictions, %d entries",
        (unsigned long long)st.hits, (unsigned long long)st.misses,
        (unsigned long long)st.evictions, st.entries);
+    hp_pool_destroy(p);
+
+    /* the hook follows visibility: publish, eviction */
+    p = hp_pool_create(2048, &err);
+    hp_pool_set_hook(p, hook, NULL);
+    hp_pool_release(p, put(p, 1, 1024));
+    hp_pool_release(p, put(p, 2, 1024));
+    ok(hook_present[1] && hook_present[2], "hook saw both publishes");
+    hp_pool_release(p, put(p, 3, 1024));
+    ok(!hook_present[1] && hook_present[2] && hook_present[3],
+       "hook saw the eviction of the least recently used");
     hp_pool_destroy(p);
     return tap_done();
 }

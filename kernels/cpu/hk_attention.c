@@ -21,13 +21,14 @@
  *   O = O e^{m-m'} + P V;        finally o = O / l.
  * Max subtraction keeps every exponent <= 0; every row has key 0, so l >= 1.
  *
- * Products: a small register-tiled kernel (8 rows x 32 columns) instead of
- * sgemm. OpenBLAS called from OpenMP threads here either oversubscribes the
- * cores (pthreads build: 10x slower, measured) or needs the OpenMP build,
- * and its small-matrix packing costs a third of the time at these shapes.
- * AVX-512 intrinsics are used only because GCC keeps a vectorized
- * accumulator tile in memory (measured ~2x slower); the portable path is
- * the same loop nest in plain C.
+ * Products: a small register-tiled kernel (8 rows x 32 columns), not
+ * sgemm. The same loop on single-threaded OpenBLAS sgemm (SkylakeX kernels)
+ * ran ~2x slower at hd 256 (packing its small panels took a third of the
+ * time), ~4x slower when OpenBLAS 0.3.21 falls back to its SSE3 kernels on
+ * CPUs it does not know (this host), and the pthreads build called from
+ * OpenMP threads oversubscribes the cores. AVX-512 intrinsics because GCC
+ * keeps a vectorized accumulator tile in memory (measured ~2x slower); the
+ * portable path is the same loop nest in plain C.
  *
  * Threads and scratch: work items are spread over at most HK_ATTN_SLOTS
  * OpenMP threads, each with its own scratch slot; a work item is computed by
@@ -48,8 +49,10 @@
 /* Queries per work item: rows of each product; the causal waste is ~BQ/2
  * keys per row on the diagonal block. */
 #define HK_ATTN_BQ 64
-/* Keys per block at most, and the Kt panel budget in floats (256 KB, stays
- * in L2 while every head pass of the work item reuses it). */
+/* Keys per block at most; the Kt panel budget in floats (272 KB: hd 256 x
+ * (256 + pad) keys, stays in L2 while every head pass of the work item
+ * reuses it); Kt row padding, so its rows do not all fall into the same L1
+ * sets; the largest hd the budget admits (bk >= 32). */
 #define HK_ATTN_BK    256
 #define HK_ATTN_KT    69632
 #define HK_ATTN_KPAD  16

@@ -20,10 +20,11 @@ void hk_matmul(float *y, const float *x, const float *w, int n, int in,
 /* y[n, out] += x[n, in] . W[out, in]^T */
 void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
                    int out);
-/* Call once at startup, before other threads use BLAS: makes OpenBLAS
- * single-threaded, so hk_matmul parallelizes itself with OpenMP over fixed
- * output chunks (same bits for any thread count, no nested thread pools).
- * Kernels that call BLAS from OpenMP threads need this too. */
+/* Call once at startup, before other threads use BLAS. hk_matmul (and
+ * other kernels) call BLAS from OpenMP threads, one single-threaded call per
+ * fixed block, so y has the same bits for any thread count. With OpenBLAS's
+ * pthreads build this stops its own pool; with the OpenMP build it does
+ * nothing (openblas_set_num_threads would set OpenMP's count). */
 void hk_matmul_init(void);
 
 /* ---- norms and activations (hk_norm.c) --------------------------------- */

@@ -8,41 +8,54 @@
  * torch.nn.functional.linear(x, W).
  *
  * Threads. OpenBLAS's own threading does not give the same bits for
- * different thread counts (measured, 0.3.21), and its pthreads pool fights
- * OpenMP when called from OpenMP threads. So, once hk_matmul_init() has made
- * OpenBLAS single-threaded, the output columns are cut into fixed chunks of
- * HK_MM_CHUNK (independent of the thread count) and OpenMP runs one
- * single-threaded BLAS call per chunk: y is then the same for any number of
- * threads, and decode's gemv gets faster than OpenBLAS's threaded one. If
- * OpenBLAS still runs several threads, one whole call is made instead.
+ * different thread counts (measured, 0.3.21). So y is cut into a fixed grid
+ * of HK_MM_ROWS x HK_MM_CHUNK blocks (independent of the thread count),
+ * OpenMP spreads the blocks, and every BLAS call runs single-threaded: y is the
+ * same for any number of threads, and decode's chunked gemv is faster than
+ * OpenBLAS's threaded one. OpenBLAS's OpenMP build sizes a call from
+ * omp_get_max_threads(), so each call is made with that ICV set to 1 (it is
+ * per task and restored at once); its pthreads build needs
+ * hk_matmul_init() once to stop its own pool.
  */
 #include <assert.h>
 #include <cblas.h>
+#include <omp.h>
 #include <string.h>
 
 #include "kernels/cpu/hk_cpu.h"
 
-/* Output columns per BLAS call: a multiple of the kernels' register tiles,
- * small enough to balance 3584-wide layers over a few threads. */
+/* Output columns and rows per BLAS call: multiples of OpenBLAS's register
+ * tiles, small enough to balance narrow layers (k_proj, the GDN b/a
+ * projections) over a few threads, big enough to amortize its packing. */
 #define HK_MM_CHUNK 256
-/* Below this many multiply-adds one call beats the OpenMP fork. */
-#define HK_MM_PAR_MIN (1 << 20)
+#define HK_MM_ROWS  256
+/* Below this many multiply-adds the OpenMP fork costs more than it gains. */
+#define HK_MM_PAR_MIN (1 << 18)
 
 void hk_matmul_init(void)
 {
-    openblas_set_num_threads(1);
+    /* Only the pthreads build has a pool of its own; in the OpenMP build
+     * this call would set our OpenMP thread count to 1. */
+    if (openblas_get_parallel() == 1)
+        openblas_set_num_threads(1);
 }
 
-/* y[:, o0:o0+oc] for one chunk of W's rows. */
+/* y[r0:r0+n, o0:o0+oc] from rows r0.. of x and rows o0.. of W, on the
+ * calling thread only. */
 static void hk_matmul_part(float *y, const float *x, const float *w, int n,
-                           int in, int out, int o0, int oc, float beta)
+                           int in, int out, int r0, int o0, int oc, float beta)
 {
+    x += (size_t)r0 * in;
+    y += (size_t)r0 * out;
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
     if (n == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, oc, in, 1.0f,
                     w + (size_t)o0 * in, in, x, 1, beta, y + o0, 1);
     else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, oc, in, 1.0f, x,
                     in, w + (size_t)o0 * in, in, beta, y + o0, out);
+    omp_set_num_threads(saved);
 }
 
 static void hk_matmul_beta(float *y,       // [n, out]
@@ -61,16 +74,15 @@ static void hk_matmul_beta(float *y,       // [n, out]
         return;
     }
     const size_t work = (size_t)n * (size_t)in * (size_t)out;
-    if (openblas_get_num_threads() > 1 || out <= HK_MM_CHUNK) {
-        hk_matmul_part(y, x, w, n, in, out, 0, out, beta);
-        return;
-    }
     const int nch = (out + HK_MM_CHUNK - 1) / HK_MM_CHUNK;
-#pragma omp parallel for schedule(static) if (work >= HK_MM_PAR_MIN)
-    for (int c = 0; c < nch; c++) {
-        const int o0 = c * HK_MM_CHUNK;
+    const int nrb = (n + HK_MM_ROWS - 1) / HK_MM_ROWS;
+#pragma omp parallel for schedule(static) if (nch * nrb > 1 &&                 \
+                                              work >= HK_MM_PAR_MIN)
+    for (int b = 0; b < nch * nrb; b++) {
+        const int r0 = b / nch * HK_MM_ROWS, o0 = b % nch * HK_MM_CHUNK;
+        const int rn = n - r0 < HK_MM_ROWS ? n - r0 : HK_MM_ROWS;
         const int oc = out - o0 < HK_MM_CHUNK ? out - o0 : HK_MM_CHUNK;
-        hk_matmul_part(y, x, w, n, in, out, o0, oc, beta);
+        hk_matmul_part(y, x, w, rn, in, out, r0, o0, oc, beta);
     }
 }
 

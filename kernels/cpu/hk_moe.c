@@ -23,7 +23,8 @@
 /* Does expert a come before expert b in (logit desc, index asc) order? */
 static int hk_moe_before(const float *l, int a, int b)
 {
-    return l[a] > l[b] || (l[a] == l[b] && a < b);
+    const float la = l[a], lb = l[b];
+    return la > lb || (la == lb && a < b);
 }
 
 void hk_moe_route(int *idx,            // [k]

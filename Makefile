@@ -103,6 +103,21 @@ $(BUILD)/test/%: %.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \
 	    $(LIBS_ALL)
 
+# CUDA twin tests (kernels/test/test_cuda_*.c): with libhk_cuda.a built,
+# compiled with HK_HAVE_CUDA and linked against it and the CUDA runtime
+# (they compare against the CPU kernels and SKIP where no device exists);
+# without it (no nvcc, or NO_DEVICE=1), built skip-only, no nvcc needed.
+CUDA_HOME ?= /usr/local/cuda
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas \
+             -lcudart -lstdc++
+$(BUILD)/test/test_cuda_%: test_cuda_%.c $(LIBHYPIC) $(LIBKCPU) $(CUDA_TARGET) \
+                           $(HEADERS)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  TEST    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(if $(CUDA_TARGET),-DHK_HAVE_CUDA) \
+	    $(LDFLAGS_ALL) -o $@ $< $(CUDA_TARGET) $(LIBHYPIC) $(LIBKCPU) \
+	    $(LIBS_ALL) $(if $(CUDA_TARGET),$(CUDA_LIBS))
+
 # Benchmarks: built by `make bench`, run by hand (bench/README.md).
 bench: $(BENCH_BINS)
 $(BUILD)/bench/%: bench/%.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
@@ -112,11 +127,12 @@ $(BUILD)/bench/%: bench/%.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
 	    $(LIBS_ALL)
 
 # CUDA twins: compiled and linked here, run only where a device exists.
-$(BUILD)/obj/%.cu.o: %.cu $(HEADERS)
+$(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard kernels/cuda/*.h)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -std=c++17 -Xcompiler -fPIC -I. -c $< -o $@
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) -O2 -std=c++17 -Xcompiler -fPIC -I. -c $< -o $@
 $(BUILD)/libhk_cuda.a: $(KCUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
-	rm -f $@ && ar rcs $@ $^
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 # The nginx module, built against Debian's nginx-dev: configure once into
 # our build folder, then rebuild incrementally. The module's own sources and

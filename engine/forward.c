@@ -93,7 +93,7 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
             float *bt = &beta[(size_t)t * Hv + h];
             float *gt = &g[(size_t)t * Hv + h];
             *bt = hk_sigmoid(*bt);
-            *gt = -expf(w->A_log[h]) * hk_softplus(*gt + w->dt_bias[h]);
+            *gt = hk_math_gdn_gate(*gt, w->A_log[h], w->dt_bias[h]);
         }
     }
 

@@ -144,13 +144,10 @@ void hk_trans_rope_shift(float *S, int delta, int H, int dk, int dv, int rot,
 void hk_moe_route(int *idx, float *w, const float *logits, int E, int k,
                   int renorm);
 
-/* ---- inline scalar helpers ---------------------------------------------- */
-#include <math.h>
-static inline float hk_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float hk_silu(float x) { return x / (1.0f + expf(-x)); }
-static inline float hk_softplus(float x)
-{
-    return x > 20.0f ? x : log1pf(expf(x));
-}
+/* ---- inline scalar helpers: the math shared with the CUDA twins ------- */
+#include "kernels/common/hk_math.h"
+static inline float hk_sigmoid(float x) { return hk_math_sigmoid(x); }
+static inline float hk_silu(float x) { return hk_math_silu(x); }
+static inline float hk_softplus(float x) { return hk_math_softplus(x); }
 
 #endif

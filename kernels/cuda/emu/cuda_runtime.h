@@ -1,0 +1,293 @@
+/*
+ * emu/cuda_runtime.h - a host emulator of the small part of CUDA the
+ * kernels in kernels/cuda/ use, so their logic can be run and compared
+ * with the CPU kernels on a machine without a GPU (ours). Used only by
+ * kernels/cuda/emu/run.sh; never by the real build, which uses nvcc and
+ * the real <cuda_runtime.h>.
+ *
+ * What it models: a launch runs the blocks one after another; the threads
+ * of a block are coroutines (ucontext) that switch only at __syncthreads,
+ * __syncwarp and the warp shuffles, which are real barriers here (all 32
+ * lanes must arrive, as on the GPU). __shared__ is a static, so one copy
+ * per block as blocks never overlap. A barrier nobody can complete (a
+ * thread exited or diverged around it) aborts with a message. The order in
+ * which threads run between barriers is tid order, or reversed with
+ * HK_EMU_ORDER=reverse: running both orders exposes most missing barriers
+ * (a reader that only worked because its writer happened to run first).
+ *
+ * What it does not model: memory spaces (device pointers are host
+ * pointers), streams (everything is synchronous), shared-memory limits,
+ * registers, timing, f32 FMA contraction choices of nvcc.
+ */
+#ifndef HK_EMU_CUDA_RUNTIME_H
+#define HK_EMU_CUDA_RUNTIME_H
+
+#ifndef __cplusplus
+#error "the emulator is C++: compile the .cu files with g++ -x c++"
+#endif
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <math.h>
+#include <ucontext.h>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__      static
+
+typedef enum {
+    cudaSuccess = 0,
+    cudaErrorInvalidValue = 1,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorInsufficientDriver = 35,
+    cudaErrorNoDevice = 100
+} cudaError_t;
+
+typedef enum {
+    cudaMemcpyHostToHost = 0,
+    cudaMemcpyHostToDevice = 1,
+    cudaMemcpyDeviceToHost = 2,
+    cudaMemcpyDeviceToDevice = 3
+} cudaMemcpyKind;
+
+typedef struct hk_emu_stream *cudaStream_t;
+
+struct uint3 {
+    unsigned x, y, z;
+};
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+
+/* ---- emulator state (one launch at a time) ---- */
+
+struct hk_emu_thread {
+    ucontext_t ctx;
+    std::vector<char> stack;
+    bool done;
+    bool waiting;
+};
+
+struct hk_emu_state {
+    cudaError_t last_error = cudaSuccess;
+    ucontext_t main_ctx;
+    std::vector<hk_emu_thread> th;
+    const std::function<void()> *body = nullptr;
+    int cur = 0, nthreads = 0;
+    uint3 block{0, 0, 0}, bdim{1, 1, 1}, gdim{1, 1, 1};
+    long long progress = 0;
+    int bar_count = 0, bar_gen = 0;
+    int wcount[32] = {0}, wgen[32] = {0};
+    float wbuf[32][32];
+};
+
+inline hk_emu_state hk_emu;
+
+#define threadIdx (hk_emu_tidx())
+#define blockIdx  (hk_emu.block)
+#define blockDim  (hk_emu.bdim)
+#define gridDim   (hk_emu.gdim)
+
+static inline uint3 hk_emu_tidx(void)
+{
+    const unsigned t = (unsigned)hk_emu.cur;
+    return uint3{t % hk_emu.bdim.x, (t / hk_emu.bdim.x) % hk_emu.bdim.y,
+                 t / (hk_emu.bdim.x * hk_emu.bdim.y)};
+}
+
+static inline void hk_emu_yield(void)
+{
+    hk_emu_thread &t = hk_emu.th[hk_emu.cur];
+    t.waiting = true;
+    swapcontext(&t.ctx, &hk_emu.main_ctx);
+    t.waiting = false;
+}
+
+static inline void __syncthreads(void)
+{
+    const int g = hk_emu.bar_gen;
+    hk_emu.progress++;
+    if (++hk_emu.bar_count == hk_emu.nthreads) {
+        hk_emu.bar_count = 0;
+        hk_emu.bar_gen++;
+        return;
+    }
+    while (hk_emu.bar_gen == g)
+        hk_emu_yield();
+}
+
+/* Barrier of the 32 lanes of the caller's warp. */
+static inline void hk_emu_warp_bar(void)
+{
+    const int w = hk_emu.cur / 32;
+    const int g = hk_emu.wgen[w];
+    hk_emu.progress++;
+    if (++hk_emu.wcount[w] == 32) {
+        hk_emu.wcount[w] = 0;
+        hk_emu.wgen[w]++;
+        return;
+    }
+    while (hk_emu.wgen[w] == g)
+        hk_emu_yield();
+}
+
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "emu: partial __syncwarp masks are not modelled\n");
+        abort();
+    }
+    hk_emu_warp_bar();
+}
+
+static inline float __shfl_xor_sync(unsigned mask, float v, int off)
+{
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "emu: partial shuffle masks are not modelled\n");
+        abort();
+    }
+    const int w = hk_emu.cur / 32, l = hk_emu.cur % 32;
+    hk_emu.wbuf[w][l] = v;
+    hk_emu_warp_bar();
+    const float r = hk_emu.wbuf[w][l ^ off];
+    hk_emu_warp_bar(); /* nobody overwrites wbuf before all have read */
+    return r;
+}
+
+static inline int min(int a, int b)
+{
+    return a < b ? a : b;
+}
+
+static inline void hk_emu_entry(void)
+{
+    (*hk_emu.body)();
+    hk_emu.th[hk_emu.cur].done = true;
+    hk_emu.progress++;
+}
+
+template <class F>
+static inline void hk_emu_launch(dim3 g, dim3 b, size_t smem, cudaStream_t s,
+                                 F f)
+{
+    (void)smem;
+    (void)s;
+    const long long nt = (long long)b.x * b.y * b.z;
+    if (nt < 1 || nt > 1024 || b.z > 64 || g.x < 1 || g.y < 1 || g.z < 1 ||
+        g.y > 65535 || g.z > 65535 || g.x > 2147483647u) {
+        hk_emu.last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    const bool reverse = getenv("HK_EMU_ORDER") &&
+                         strcmp(getenv("HK_EMU_ORDER"), "reverse") == 0;
+    const std::function<void()> body = f;
+    hk_emu.body = &body;
+    hk_emu.nthreads = (int)nt;
+    hk_emu.bdim = uint3{b.x, b.y, b.z};
+    hk_emu.gdim = uint3{g.x, g.y, g.z};
+    hk_emu.th.resize((size_t)nt);
+    for (auto &t : hk_emu.th)
+        if (t.stack.size() < 256 * 1024)
+            t.stack.resize(256 * 1024);
+    for (unsigned bz = 0; bz < g.z; bz++)
+        for (unsigned by = 0; by < g.y; by++)
+            for (unsigned bx = 0; bx < g.x; bx++) {
+                hk_emu.block = uint3{bx, by, bz};
+                hk_emu.bar_count = 0;
+                memset(hk_emu.wcount, 0, sizeof(hk_emu.wcount));
+                for (int i = 0; i < nt; i++) {
+                    hk_emu_thread &t = hk_emu.th[i];
+                    t.done = t.waiting = false;
+                    getcontext(&t.ctx);
+                    t.ctx.uc_stack.ss_sp = t.stack.data();
+                    t.ctx.uc_stack.ss_size = t.stack.size();
+                    t.ctx.uc_link = &hk_emu.main_ctx;
+                    makecontext(&t.ctx, hk_emu_entry, 0);
+                }
+                for (;;) {
+                    bool live = false;
+                    const long long before = hk_emu.progress;
+                    for (int k = 0; k < nt; k++) {
+                        const int i = reverse ? (int)nt - 1 - k : k;
+                        if (hk_emu.th[i].done)
+                            continue;
+                        live = true;
+                        hk_emu.cur = i;
+                        swapcontext(&hk_emu.main_ctx, &hk_emu.th[i].ctx);
+                    }
+                    if (!live)
+                        break;
+                    if (hk_emu.progress == before) {
+                        fprintf(stderr,
+                                "emu: deadlock in block (%u,%u,%u): a "
+                                "barrier or shuffle some threads never "
+                                "reach\n",
+                                bx, by, bz);
+                        abort();
+                    }
+                }
+            }
+}
+
+/* ---- runtime API subset ---- */
+
+static inline cudaError_t cudaGetDeviceCount(int *n)
+{
+    *n = 1;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaGetLastError(void)
+{
+    const cudaError_t e = hk_emu.last_error;
+    hk_emu.last_error = cudaSuccess;
+    return e;
+}
+
+static inline cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+    *p = malloc(bytes);
+    if (*p)
+        memset(*p, 0xa5, bytes); /* no zeroed memory on a GPU either */
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+static inline cudaError_t cudaFree(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n,
+                                          cudaStream_t s)
+{
+    (void)s;
+    memset(p, v, n);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n,
+                                          cudaMemcpyKind k, cudaStream_t s)
+{
+    (void)k;
+    (void)s;
+    memmove(d, src, n);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    (void)s;
+    return cudaSuccess;
+}
+
+#endif

@@ -1,0 +1,114 @@
+/*
+ * hk_cuda.cu - the CUDA backend's runtime glue: device discovery, checked
+ * memory and stream wrappers, status names. No kernels here.
+ *
+ * A machine without a GPU (our CI) makes cudaGetDeviceCount fail with
+ * cudaErrorNoDevice (35 when the driver is present, cudaErrorInsufficient-
+ * Driver without one): that is reported as zero devices, never as a crash
+ * or an error, so callers fall back to the CPU backend.
+ */
+#include "kernels/cuda/hk_cuda_impl.h"
+
+extern "C" const char *hk_cuda_strerror(int rc)
+{
+    switch (rc) {
+    case HK_CUDA_OK:
+        return "ok";
+    case HK_CUDA_ENODEV:
+        return "no CUDA device";
+    case HK_CUDA_EINVAL:
+        return "invalid argument";
+    case HK_CUDA_ENOMEM:
+        return "out of device memory";
+    case HK_CUDA_ELAUNCH:
+        return "kernel launch failed";
+    case HK_CUDA_ERUNTIME:
+        return "CUDA runtime error";
+    case HK_CUDA_EBLAS:
+        return "cuBLAS error";
+    }
+    return "unknown error";
+}
+
+extern "C" int hk_cuda_device_count(int *n)
+{
+    if (!n)
+        return HK_CUDA_EINVAL;
+    *n = 0;
+    int c = 0;
+    cudaError_t e = cudaGetDeviceCount(&c);
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+        /* The failed call leaves a sticky last error; clear it so the next
+         * launch check does not report it. */
+        (void)cudaGetLastError();
+        return HK_CUDA_OK;
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return HK_CUDA_ERUNTIME;
+    }
+    *n = c;
+    return HK_CUDA_OK;
+}
+
+extern "C" int hk_cuda_malloc(void **p, size_t bytes)
+{
+    if (!p)
+        return HK_CUDA_EINVAL;
+    *p = NULL;
+    cudaError_t e = cudaMalloc(p, bytes ? bytes : 1);
+    if (e != cudaSuccess) {
+        *p = NULL;
+        return e == cudaErrorMemoryAllocation ? HK_CUDA_ENOMEM
+                                              : hk_cuda_status(e);
+    }
+    return HK_CUDA_OK;
+}
+
+extern "C" int hk_cuda_free(void *p)
+{
+    return p ? hk_cuda_status(cudaFree(p)) : HK_CUDA_OK;
+}
+
+extern "C" int hk_cuda_memset0(void *p, size_t bytes, void *stream)
+{
+    if (bytes == 0)
+        return HK_CUDA_OK;
+    return hk_cuda_status(cudaMemsetAsync(p, 0, bytes, hk_stream(stream)));
+}
+
+static int hk_copy(void *dst, const void *src, size_t bytes,
+                   cudaMemcpyKind kind, void *stream)
+{
+    if (bytes == 0)
+        return HK_CUDA_OK;
+    return hk_cuda_status(
+        cudaMemcpyAsync(dst, src, bytes, kind, hk_stream(stream)));
+}
+
+/* The two host copies synchronize the stream: the host buffer may be
+ * pageable, and callers read (or reuse) it right after. */
+extern "C" int hk_cuda_h2d(void *dst, const void *src, size_t bytes,
+                           void *stream)
+{
+    int rc = hk_copy(dst, src, bytes, cudaMemcpyHostToDevice, stream);
+    return rc ? rc : hk_cuda_stream_sync(stream);
+}
+
+extern "C" int hk_cuda_d2h(void *dst, const void *src, size_t bytes,
+                           void *stream)
+{
+    int rc = hk_copy(dst, src, bytes, cudaMemcpyDeviceToHost, stream);
+    return rc ? rc : hk_cuda_stream_sync(stream);
+}
+
+extern "C" int hk_cuda_d2d(void *dst, const void *src, size_t bytes,
+                           void *stream)
+{
+    return hk_copy(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
+}
+
+extern "C" int hk_cuda_stream_sync(void *stream)
+{
+    return hk_cuda_status(cudaStreamSynchronize(hk_stream(stream)));
+}

@@ -3,9 +3,11 @@
  * HYPIC serve: the content handlers (hypic_pass, hypic_health), the
  * request body limit and the log phase counter.
  *
- * A hypic_pass request reads its body without blocking, checks the JSON
- * and would hand it to the engine; until the engine client exists the
- * engine is unreachable, and the answer says so (503).
+ * A hypic_pass request reads its body without blocking, checks the JSON,
+ * renders the prompt (chat messages in ChatML) and hands it to the engine
+ * (ngx_http_hypic_engine.c). The engine's records come back through
+ * ngx_http_hypic_deliver(): streamed as server-sent events
+ * (ngx_http_hypic_sse.c), or gathered into one JSON answer.
  */
 
 
@@ -16,15 +18,19 @@
 #include <cJSON.h>
 
 #include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_engine.h"
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_json.h"
 #include "ngx_http_hypic_metrics.h"
+#include "ngx_http_hypic_sse.h"
 
 
-#define NGX_HTTP_HYPIC_UNKNOWN      0
-#define NGX_HTTP_HYPIC_MODELS       1
-#define NGX_HTTP_HYPIC_COMPLETIONS  2
-#define NGX_HTTP_HYPIC_CHAT         3
+#define NGX_HTTP_HYPIC_CHATML_START      "<|im_start|>"
+#define NGX_HTTP_HYPIC_CHATML_END        "<|im_end|>\n"
+#define NGX_HTTP_HYPIC_CHATML_ASSISTANT  "<|im_start|>assistant\n"
+
+/* OpenAI's default for the legacy completions endpoint */
+#define NGX_HTTP_HYPIC_COMPLETION_TOKENS  16
 
 
 /* why a request was refused, filled by the checks */
@@ -59,6 +65,26 @@ static ngx_int_t ngx_http_hypic_check_completion(cJSON *json,
     ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_chat(cJSON *json,
     ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_extras(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_build(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_prompt_chat(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_str_t *ngx_http_hypic_chat_role(cJSON *message);
+static double ngx_http_hypic_number(cJSON *json, const char *name,
+    double dflt);
+static ngx_int_t ngx_http_hypic_head(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_loc_conf_t *hlcf);
+static ngx_int_t ngx_http_hypic_append(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, u_char *data, size_t len);
+static ngx_int_t ngx_http_hypic_respond(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+static ngx_uint_t ngx_http_hypic_error_status(const char *code,
+    const char **type);
 static ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad,
     ngx_uint_t status, const char *param, const char *code,
     const char *fmt, ...);
@@ -320,7 +346,17 @@ ngx_http_hypic_too_large(ngx_http_request_t *r,
 static void
 ngx_http_hypic_body_handler(ngx_http_request_t *r)
 {
-    ngx_http_finalize_request(r, ngx_http_hypic_process(r));
+    ngx_int_t  rc;
+
+    rc = ngx_http_hypic_process(r);
+
+    /* NGX_DONE: the engine has it; the body's reference is now ours */
+
+    if (rc == NGX_DONE) {
+        return;
+    }
+
+    ngx_http_finalize_request(r, rc);
 }
 
 
@@ -358,8 +394,21 @@ ngx_http_hypic_process(ngx_http_request_t *r)
              : ngx_http_hypic_check_completion(json, &bad);
     }
 
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_extras(json, &bad);
+    }
+
+    if (rc == NGX_OK) {
+        ctx->mode = ngx_http_hypic_eval_mode(r, hlcf);
+        rc = ngx_http_hypic_build(r, ctx, hlcf, json, &bad);
+    }
+
     if (json) {
         cJSON_Delete(json);
+    }
+
+    if (rc == NGX_HTTP_INTERNAL_SERVER_ERROR) {
+        return rc;
     }
 
     if (rc != NGX_OK) {
@@ -374,26 +423,17 @@ ngx_http_hypic_process(ngx_http_request_t *r)
                                          bad.msg);
     }
 
-    ctx->mode = ngx_http_hypic_eval_mode(r, hlcf);
-
     engine = hlcf->engine;
 
-    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "hypic: request for model \"%V\" via \"%V\", mode %ui",
-                   &engine->model, &engine->name, ctx->mode);
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "hypic: %V for model \"%V\" via \"%V\", mode %ui",
+                   &ctx->id, &engine->model, &engine->name, ctx->mode);
 
-    /* no engine client yet: the engine is unreachable from here */
+    /* a client that goes away cancels its request in the engine */
 
-    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                  "hypic: engine \"%V\" at \"%V\" is unavailable",
-                  &engine->name, &engine->address);
+    r->read_event_handler = ngx_http_test_reading;
 
-    return ngx_http_hypic_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                     NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
-                                     "engine_unavailable", NULL,
-                                     "The engine for model \"%V\" is "
-                                     "unavailable, try again later",
-                                     &engine->model);
+    return ngx_http_hypic_engine_submit(r, ctx);
 }
 
 
@@ -737,6 +777,434 @@ ngx_http_hypic_check_chat(cJSON *json, ngx_http_hypic_bad_t *bad)
 }
 
 
+/* the extensions and the fields the checks above leave alone */
+
+static ngx_int_t
+ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON      *item, *stop;
+    size_t      len;
+    ngx_int_t   rc;
+    ngx_uint_t  n;
+
+    rc = ngx_http_hypic_check_number(json, "top_k", 0, 1e9, 1, bad);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "seed", -9e18, 9e18, 1, bad);
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "ignore_eos");
+
+    if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "ignore_eos",
+                                  NULL, "'ignore_eos' must be a boolean");
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "stream_options");
+
+    if (item && !cJSON_IsNull(item)) {
+        if (!cJSON_IsObject(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "stream_options", NULL,
+                                      "'stream_options' must be an object");
+        }
+
+        item = cJSON_GetObjectItemCaseSensitive(item, "include_usage");
+
+        if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "stream_options", NULL,
+                                      "'stream_options.include_usage' must "
+                                      "be a boolean");
+        }
+    }
+
+    stop = cJSON_GetObjectItemCaseSensitive(json, "stop");
+
+    if (stop == NULL || cJSON_IsNull(stop)) {
+        return NGX_OK;
+    }
+
+    if (cJSON_IsString(stop)) {
+        n = 1;
+        item = stop;
+
+    } else if (cJSON_IsArray(stop)) {
+        n = cJSON_GetArraySize(stop);
+        item = stop->child;
+
+    } else {
+        n = 0;
+        item = NULL;
+    }
+
+    if ((item == NULL && !cJSON_IsArray(stop)) || n > HP_IPC_MAX_STOP) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "stop", NULL,
+                                  "'stop' must be a string or an array of "
+                                  "at most %d strings", HP_IPC_MAX_STOP);
+    }
+
+    for ( /* void */ ; item; item = cJSON_IsArray(stop) ? item->next : NULL)
+    {
+        len = cJSON_IsString(item) ? ngx_strlen(item->valuestring) : 0;
+
+        if (len == 0 || len > HP_IPC_STOP_BYTES) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "stop",
+                                      NULL, "each 'stop' sequence must be "
+                                      "a string of 1 to %d bytes",
+                                      HP_IPC_STOP_BYTES);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Fills ctx->req, ctx->prompt and the answer's fixed parts from a checked
+ * request. NGX_OK, NGX_ERROR with bad filled, or 500 (no memory).
+ */
+
+static ngx_int_t
+ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    ngx_http_hypic_loc_conf_t *hlcf, cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON             *item, *stop;
+    ngx_int_t          rc;
+    ngx_uint_t         chat, n;
+    hp_ipc_request_t  *req;
+
+    chat = (ctx->endpoint == NGX_HTTP_HYPIC_CHAT);
+
+    rc = chat ? ngx_http_hypic_prompt_chat(r, ctx, json, bad)
+              : ngx_http_hypic_prompt_completion(r, ctx, json, bad);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    req = &ctx->req;
+
+    req->endpoint = chat ? HP_IPC_EP_CHAT : HP_IPC_EP_COMPLETIONS;
+    req->mode = (uint32_t) ctx->mode;
+    req->seam = (uint32_t) hlcf->seam;
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "max_completion_tokens");
+
+    if (!chat || item == NULL || cJSON_IsNull(item)) {
+        item = cJSON_GetObjectItemCaseSensitive(json, "max_tokens");
+    }
+
+    req->max_tokens = (item && cJSON_IsNumber(item))
+                      ? (uint32_t) item->valuedouble
+                      : chat ? (uint32_t) hlcf->max_tokens
+                             : ngx_min(NGX_HTTP_HYPIC_COMPLETION_TOKENS,
+                                       hlcf->max_tokens);
+
+    req->temperature = (float) ngx_http_hypic_number(json, "temperature", 1);
+    req->top_p = (float) ngx_http_hypic_number(json, "top_p", 1);
+    req->top_k = (int32_t) ngx_http_hypic_number(json, "top_k", 0);
+
+    /* top_p 0 keeps only the likeliest token: that is greedy */
+
+    if (req->top_p <= 0) {
+        req->top_p = 1;
+        req->temperature = 0;
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "seed");
+
+    if (item && cJSON_IsNumber(item)) {
+        req->seed = (uint64_t) (int64_t) item->valuedouble;
+
+    } else {
+        req->seed = ((uint64_t) ngx_random() << 32)
+                    ^ (uint64_t) ngx_random()
+                    ^ (r->connection->number << 8);
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "ignore_eos");
+
+    if (cJSON_IsTrue(item)) {
+        req->flags |= HP_IPC_FLAG_IGNORE_EOS;
+    }
+
+    stop = cJSON_GetObjectItemCaseSensitive(json, "stop");
+    item = cJSON_IsString(stop) ? stop
+           : cJSON_IsArray(stop) ? stop->child : NULL;
+
+    for (n = 0; item && n < HP_IPC_MAX_STOP; n++) {
+        req->stop_len[n] = (uint32_t) ngx_strlen(item->valuestring);
+        ngx_memcpy(req->stop[n], item->valuestring, req->stop_len[n]);
+        item = cJSON_IsArray(stop) ? item->next : NULL;
+    }
+
+    req->n_stop = (uint32_t) n;
+
+    req->sep_len = (uint32_t) hlcf->separator.len;
+    ngx_memcpy(req->separator, hlcf->separator.data, hlcf->separator.len);
+
+    ctx->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(json,
+                                                                "stream"));
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "stream_options");
+
+    if (ctx->stream && cJSON_IsObject(item)) {
+        ctx->include_usage = cJSON_IsTrue(
+            cJSON_GetObjectItemCaseSensitive(item, "include_usage"));
+    }
+
+    ctx->created = ngx_time();
+
+    return ngx_http_hypic_head(r, ctx, hlcf);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON  *prompt;
+
+    prompt = cJSON_GetObjectItemCaseSensitive(json, "prompt");
+
+    if (cJSON_IsArray(prompt)) {
+        if (cJSON_GetArraySize(prompt) != 1) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt",
+                                      NULL, "only one prompt per request "
+                                      "is supported");
+        }
+
+        prompt = prompt->child;
+    }
+
+    /* cJSON keeps it until the request is built: copy it */
+
+    ctx->prompt.len = ngx_strlen(prompt->valuestring);
+    ctx->prompt.data = ngx_pnalloc(r->pool, ctx->prompt.len + 1);
+    if (ctx->prompt.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(ctx->prompt.data, prompt->valuestring, ctx->prompt.len);
+
+    return NGX_OK;
+}
+
+
+/*
+ * ChatML, as the Qwen chat templates write it:
+ *
+ *   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n
+ *
+ * Content parts are concatenated text; other kinds of parts are refused.
+ */
+
+static ngx_int_t
+ngx_http_hypic_prompt_chat(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *messages, *message, *content, *part, *type, *text;
+    u_char      *p;
+    size_t       len;
+    ngx_str_t   *role;
+    ngx_uint_t   i, pass;
+
+    messages = cJSON_GetObjectItemCaseSensitive(json, "messages");
+
+    p = NULL;
+    len = sizeof(NGX_HTTP_HYPIC_CHATML_ASSISTANT) - 1;
+
+    /* pass 0 checks and measures, pass 1 writes */
+
+    for (pass = 0; pass < 2; pass++) {
+
+        if (pass == 1) {
+            p = ngx_pnalloc(r->pool, len + 1);
+            if (p == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            ctx->prompt.data = p;
+        }
+
+        i = 0;
+
+        cJSON_ArrayForEach(message, messages) {
+            role = ngx_http_hypic_chat_role(message);
+            content = cJSON_GetObjectItemCaseSensitive(message, "content");
+
+            if (pass == 0) {
+                len += sizeof(NGX_HTTP_HYPIC_CHATML_START) - 1 + role->len
+                       + 1 + sizeof(NGX_HTTP_HYPIC_CHATML_END) - 1;
+
+            } else {
+                p = ngx_cpymem(p, NGX_HTTP_HYPIC_CHATML_START,
+                               sizeof(NGX_HTTP_HYPIC_CHATML_START) - 1);
+                p = ngx_cpymem(p, role->data, role->len);
+                *p++ = '\n';
+            }
+
+            if (cJSON_IsString(content)) {
+                if (pass == 0) {
+                    len += ngx_strlen(content->valuestring);
+
+                } else {
+                    p = ngx_cpymem(p, content->valuestring,
+                                   ngx_strlen(content->valuestring));
+                }
+            }
+
+            if (cJSON_IsArray(content)) {
+
+                cJSON_ArrayForEach(part, content) {
+                    type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                    text = cJSON_GetObjectItemCaseSensitive(part, "text");
+
+                    if (!cJSON_IsString(type)
+                        || ngx_strcmp(type->valuestring, "text") != 0
+                        || !cJSON_IsString(text))
+                    {
+                        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                                  "messages", NULL,
+                                                  "'messages[%ui].content' "
+                                                  "parts must be "
+                                                  "{\"type\": \"text\", "
+                                                  "\"text\": ...}: only "
+                                                  "text is supported", i);
+                    }
+
+                    if (pass == 0) {
+                        len += ngx_strlen(text->valuestring);
+
+                    } else {
+                        p = ngx_cpymem(p, text->valuestring,
+                                       ngx_strlen(text->valuestring));
+                    }
+                }
+            }
+
+            if (pass == 1) {
+                p = ngx_cpymem(p, NGX_HTTP_HYPIC_CHATML_END,
+                               sizeof(NGX_HTTP_HYPIC_CHATML_END) - 1);
+            }
+
+            i++;
+        }
+    }
+
+    p = ngx_cpymem(p, NGX_HTTP_HYPIC_CHATML_ASSISTANT,
+                   sizeof(NGX_HTTP_HYPIC_CHATML_ASSISTANT) - 1);
+
+    ctx->prompt.len = p - ctx->prompt.data;
+
+    return NGX_OK;
+}
+
+
+/* the ChatML role of a checked message: "developer" is "system" there */
+
+static ngx_str_t *
+ngx_http_hypic_chat_role(cJSON *message)
+{
+    cJSON       *role;
+    ngx_uint_t   k;
+
+    role = cJSON_GetObjectItemCaseSensitive(message, "role");
+
+    if (ngx_strcmp(role->valuestring, "developer") == 0) {
+        return &ngx_http_hypic_roles[0];
+    }
+
+    for (k = 0; ngx_http_hypic_roles[k].len; k++) {
+        if (ngx_strcmp(role->valuestring, ngx_http_hypic_roles[k].data)
+            == 0)
+        {
+            return &ngx_http_hypic_roles[k];
+        }
+    }
+
+    return &ngx_http_hypic_roles[0];
+}
+
+
+static double
+ngx_http_hypic_number(cJSON *json, const char *name, double dflt)
+{
+    cJSON  *item;
+
+    item = cJSON_GetObjectItemCaseSensitive(json, name);
+
+    return cJSON_IsNumber(item) ? item->valuedouble : dflt;
+}
+
+
+/*
+ * The id, and the JSON every event and answer starts with:
+ * {"id":"ID","object":"OBJECT","created":T,"model":"MODEL",
+ */
+
+static ngx_int_t
+ngx_http_hypic_head(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    ngx_http_hypic_loc_conf_t *hlcf)
+{
+    u_char      *p;
+    size_t       len;
+    ngx_str_t   *model;
+    const char  *object, *prefix;
+
+    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+        prefix = "chatcmpl-";
+        object = ctx->stream ? "chat.completion.chunk" : "chat.completion";
+
+    } else {
+        prefix = "cmpl-";
+        object = "text_completion";
+    }
+
+    ctx->id.data = ngx_pnalloc(r->pool, sizeof("chatcmpl-") - 1 + 24);
+    if (ctx->id.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = ngx_sprintf(ctx->id.data, "%s%08xD%08xD%08xD", prefix,
+                    (uint32_t) ngx_random(), (uint32_t) ngx_random(),
+                    (uint32_t) (r->connection->number ^ ngx_pid));
+
+    ctx->id.len = p - ctx->id.data;
+
+    ngx_cpystrn((u_char *) ctx->req.id, ctx->id.data,
+                ngx_min(ctx->id.len + 1, HP_IPC_ID_BYTES));
+
+    model = &hlcf->engine->model;
+
+    len = sizeof("{\"id\":\"\",\"object\":\"\",\"created\":,\"model\":\"\",")
+          - 1 + ctx->id.len + ngx_strlen(object) + NGX_TIME_T_LEN
+          + ngx_http_hypic_json_escape_len(model->data, model->len);
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->head.data = p;
+
+    p = ngx_sprintf(p, "{\"id\":\"%V\",\"object\":\"%s\",\"created\":%T,"
+                    "\"model\":\"", &ctx->id, object, ctx->created);
+    p = ngx_http_hypic_json_escape(p, model->data, model->len);
+    p = ngx_cpymem(p, "\",", 2);
+
+    ctx->head.len = p - ctx->head.data;
+
+    return NGX_OK;
+}
+
+
+
 static ngx_int_t
 ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
     const char *param, const char *code, const char *fmt, ...)
@@ -839,6 +1307,340 @@ ngx_http_hypic_request_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 
     return ngx_http_next_request_body_filter(r, last);
 }
+
+
+ngx_int_t
+ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
+    size_t len)
+{
+    ngx_int_t              rc;
+    ngx_uint_t             status, level;
+    const char            *etype;
+    ngx_http_hypic_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
+
+    switch (type) {
+
+    case HP_IPC_REC_START:
+
+        if (len != sizeof(hp_ipc_start_t) || ctx->started) {
+            break;
+        }
+
+        ngx_memcpy(&ctx->start, data, len);
+        ctx->started = 1;
+
+        if (!ctx->stream) {
+            return NGX_OK;
+        }
+
+        rc = ngx_http_hypic_sse_start(r, ctx);
+
+        if (rc == NGX_ERROR || rc > NGX_OK) {
+            ngx_http_hypic_engine_detach(ctx);
+            ngx_http_finalize_request(r, rc);
+            return NGX_DONE;
+        }
+
+        return NGX_OK;
+
+    case HP_IPC_REC_TEXT:
+
+        if (!ctx->started) {
+            break;
+        }
+
+        rc = ctx->stream ? ngx_http_hypic_sse_text(r, ctx, data, len)
+                         : ngx_http_hypic_append(r, ctx, data, len);
+
+        if (rc == NGX_ERROR) {
+            ngx_http_hypic_engine_detach(ctx);
+            ngx_http_finalize_request(r, NGX_ERROR);
+            return NGX_DONE;
+        }
+
+        return NGX_OK;
+
+    case HP_IPC_REC_FINAL:
+
+        if (len != sizeof(hp_ipc_final_t)) {
+            break;
+        }
+
+        ngx_memcpy(&ctx->final, data, len);
+        ctx->final.code[sizeof(ctx->final.code) - 1] = '\0';
+        ctx->final.message[sizeof(ctx->final.message) - 1] = '\0';
+
+        /* the slot is free again before the client has its last byte */
+
+        ngx_http_hypic_engine_detach(ctx);
+
+        if (ctx->final.status != 0
+            || ctx->final.finish == HP_IPC_FINISH_ERROR)
+        {
+            status = ngx_http_hypic_error_status(ctx->final.code, &etype);
+            level = (status >= NGX_HTTP_INTERNAL_SERVER_ERROR)
+                    ? NGX_LOG_ERR : NGX_LOG_INFO;
+
+            ngx_log_error(level, r->connection->log, 0,
+                          "hypic: engine refused %V: %s (%s)", &ctx->id,
+                          ctx->final.message, ctx->final.code);
+
+            ngx_http_hypic_fail(r, status, etype,
+                                ctx->final.code[0] ? ctx->final.code
+                                                   : "engine_error",
+                                "%s", ctx->final.message);
+            return NGX_DONE;
+        }
+
+        if (!ctx->stream) {
+            ngx_http_finalize_request(r, ngx_http_hypic_respond(r, ctx));
+            return NGX_DONE;
+        }
+
+        if (!r->header_sent) {
+            ctx->start.mode = ctx->final.mode;
+            ctx->start.segs_hit = ctx->final.segs_hit;
+            ctx->start.segs_total = ctx->final.segs_total;
+
+            rc = ngx_http_hypic_sse_start(r, ctx);
+
+            if (rc == NGX_ERROR || rc > NGX_OK) {
+                ngx_http_finalize_request(r, rc);
+                return NGX_DONE;
+            }
+        }
+
+        ngx_http_finalize_request(r, ngx_http_hypic_sse_finish(r, ctx));
+        return NGX_DONE;
+    }
+
+    ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                  "hypic: unexpected record %ui (%uz bytes) from the engine "
+                  "for %V", type, len, &ctx->id);
+
+    ngx_http_hypic_fail(r, NGX_HTTP_BAD_GATEWAY, NGX_HTTP_HYPIC_SERVER_ERROR,
+                        "engine_error", "The engine sent a malformed answer");
+
+    return NGX_DONE;
+}
+
+
+void
+ngx_http_hypic_fail(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, const char *code, const char *fmt, ...)
+{
+    u_char                *last;
+    u_char                 msg[NGX_MAX_ERROR_STR];
+    va_list                args;
+    ngx_int_t              rc;
+    ngx_http_hypic_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
+
+    ngx_http_hypic_engine_detach(ctx);
+
+    va_start(args, fmt);
+    last = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
+    va_end(args);
+
+    if (r->header_sent) {
+        rc = ngx_http_hypic_sse_error(r, ctx, type, code, msg, last - msg);
+
+    } else {
+        rc = ngx_http_hypic_send_error(r, status, type, code, NULL, "%*s",
+                                       (size_t) (last - msg), msg);
+    }
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+ngx_int_t
+ngx_http_hypic_add_headers(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
+{
+    u_char           *p;
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "X-Hypic-Mode");
+    h->value = *ngx_http_hypic_mode_name(ctx->started ? ctx->start.mode
+                                                      : ctx->final.mode);
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "X-Hypic-Node");
+    h->value = ctx->node;
+
+    p = ngx_pnalloc(r->pool, 2 * NGX_INT32_LEN + 1);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "X-Hypic-Segments");
+    h->value.data = p;
+    h->value.len = ngx_sprintf(p, "%uD/%uD",
+                               ctx->started ? ctx->start.segs_hit
+                                            : ctx->final.segs_hit,
+                               ctx->started ? ctx->start.segs_total
+                                            : ctx->final.segs_total)
+                   - p;
+
+    return NGX_OK;
+}
+
+
+/* text for a non-streamed answer, gathered in the request pool */
+
+static ngx_int_t
+ngx_http_hypic_append(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    u_char *data, size_t len)
+{
+    u_char  *p;
+    size_t   cap;
+
+    if (ctx->text_len + len > ctx->text_cap) {
+        cap = ngx_max(2 * ctx->text_cap, ctx->text_len + len);
+        cap = ngx_max(cap, 1024);
+
+        p = ngx_pnalloc(r->pool, cap);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (ctx->text_len) {
+            ngx_memcpy(p, ctx->text, ctx->text_len);
+        }
+
+        if (ctx->text) {
+            ngx_pfree(r->pool, ctx->text);
+        }
+
+        ctx->text = p;
+        ctx->text_cap = cap;
+    }
+
+    ngx_memcpy(ctx->text + ctx->text_len, data, len);
+    ctx->text_len += len;
+
+    return NGX_OK;
+}
+
+
+/*
+ * HEAD"choices":[{"index":0,"text":"T","logprobs":null,
+ *     "finish_reason":"F"}],"usage":{..}}
+ *
+ * (chat: "message":{"role":"assistant","content":"T"} for "text":"T")
+ */
+
+static ngx_int_t
+ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
+{
+    u_char     *p;
+    size_t      len;
+    ngx_str_t   body, *finish;
+
+    finish = ngx_http_hypic_finish_reason(&ctx->final);
+
+    len = ctx->head.len
+          + sizeof("\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                   "\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                   "\"finish_reason\":\"\"}],}") - 1
+          + ngx_http_hypic_json_escape_len(ctx->text, ctx->text_len)
+          + finish->len + NGX_HTTP_HYPIC_USAGE_LEN;
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    body.data = p;
+
+    p = ngx_cpymem(p, ctx->head.data, ctx->head.len);
+    p = ngx_cpymem(p, "\"choices\":[{\"index\":0,",
+                   sizeof("\"choices\":[{\"index\":0,") - 1);
+
+    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+        p = ngx_cpymem(p, "\"message\":{\"role\":\"assistant\",\"content\":\"",
+                       sizeof("\"message\":{\"role\":\"assistant\","
+                              "\"content\":\"") - 1);
+        p = ngx_http_hypic_json_escape(p, ctx->text, ctx->text_len);
+        p = ngx_cpymem(p, "\"}", 2);
+
+    } else {
+        p = ngx_cpymem(p, "\"text\":\"", sizeof("\"text\":\"") - 1);
+        p = ngx_http_hypic_json_escape(p, ctx->text, ctx->text_len);
+        *p++ = '"';
+    }
+
+    p = ngx_sprintf(p, ",\"logprobs\":null,\"finish_reason\":\"%V\"}],",
+                    finish);
+    p = ngx_http_hypic_usage(p, &ctx->final);
+    *p++ = '}';
+
+    body.len = p - body.data;
+
+    if (ngx_http_hypic_add_headers(r, ctx) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_hypic_send_json(r, NGX_HTTP_OK, &body);
+}
+
+
+/* The HTTP status and error type of an engine's error code. */
+
+static ngx_uint_t
+ngx_http_hypic_error_status(const char *code, const char **type)
+{
+    ngx_uint_t  i;
+
+    static struct {
+        const char  *code;
+        ngx_uint_t   status;
+        const char  *type;
+    } map[] = {
+        { "invalid_prompt", NGX_HTTP_BAD_REQUEST,
+          NGX_HTTP_HYPIC_INVALID_REQUEST },
+        { "context_length_exceeded", NGX_HTTP_BAD_REQUEST,
+          NGX_HTTP_HYPIC_INVALID_REQUEST },
+        { "engine_busy", NGX_HTTP_TOO_MANY_REQUESTS, "rate_limit_error" },
+        { "engine_unavailable", NGX_HTTP_SERVICE_UNAVAILABLE,
+          NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE },
+        { "engine_out_of_memory", NGX_HTTP_SERVICE_UNAVAILABLE,
+          NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE },
+        { "timeout", NGX_HTTP_GATEWAY_TIME_OUT, "timeout" },
+        { NULL, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_HYPIC_SERVER_ERROR }
+    };
+
+    for (i = 0; map[i].code; i++) {
+        if (ngx_strcmp(code, map[i].code) == 0) {
+            break;
+        }
+    }
+
+    *type = map[i].type;
+
+    return map[i].status;
+}
+
 
 
 static ngx_int_t

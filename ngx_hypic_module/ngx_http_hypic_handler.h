@@ -12,6 +12,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "ngx_http_hypic_module.h"
+
 
 /* hypic_pass: the OpenAI API (completions, chat completions, models) */
 ngx_int_t ngx_http_hypic_pass_handler(ngx_http_request_t *r);
@@ -21,6 +23,25 @@ ngx_int_t ngx_http_hypic_health_handler(ngx_http_request_t *r);
 
 /* Postconfiguration: the log phase counter and the request body filter. */
 ngx_int_t ngx_http_hypic_handler_init(ngx_conf_t *cf);
+
+/*
+ * One record from the engine for r (HP_IPC_REC_*). NGX_OK: more may come;
+ * NGX_DONE: the request was finalized (its ctx is gone).
+ */
+ngx_int_t ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type,
+    u_char *data, size_t len);
+
+/*
+ * Ends r because the engine cannot answer it: an OpenAI error with
+ * status, or, once the stream has begun, an SSE error event. Lets go of
+ * the engine first; finalizes the request.
+ */
+void ngx_http_hypic_fail(ngx_http_request_t *r, ngx_uint_t status,
+    const char *type, const char *code, const char *fmt, ...);
+
+/* X-Hypic-Mode, X-Hypic-Node and X-Hypic-Segments of an answer. */
+ngx_int_t ngx_http_hypic_add_headers(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_HYPIC_HANDLER_H_INCLUDED_ */

@@ -15,6 +15,7 @@
 #include <sys/un.h>
 
 #include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_engine.h"
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_metrics.h"
 
@@ -154,6 +155,13 @@ static ngx_command_t  ngx_http_hypic_commands[] = {
       offsetof(ngx_http_hypic_loc_conf_t, request_timeout),
       NULL },
 
+    { ngx_string("hypic_heartbeat"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_hypic_loc_conf_t, heartbeat),
+      NULL },
+
     { ngx_string("hypic_health"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_hypic_health,
@@ -219,6 +227,17 @@ ngx_http_hypic_parse_mode(ngx_str_t *value)
     }
 
     return NGX_ERROR;
+}
+
+
+ngx_str_t *
+ngx_http_hypic_mode_name(ngx_uint_t mode)
+{
+    if (mode > NGX_HTTP_HYPIC_MODE_PIC) {
+        mode = NGX_HTTP_HYPIC_MODE_FULL;
+    }
+
+    return &ngx_http_hypic_modes[mode];
 }
 
 
@@ -304,6 +323,7 @@ ngx_http_hypic_create_loc_conf(ngx_conf_t *cf)
     hlcf->max_prompt_bytes = NGX_CONF_UNSET_SIZE;
     hlcf->max_tokens = NGX_CONF_UNSET_UINT;
     hlcf->request_timeout = NGX_CONF_UNSET_MSEC;
+    hlcf->heartbeat = NGX_CONF_UNSET_MSEC;
 
     return hlcf;
 }
@@ -329,6 +349,7 @@ ngx_http_hypic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->max_tokens, prev->max_tokens, 4096);
     ngx_conf_merge_msec_value(conf->request_timeout, prev->request_timeout,
                               300000);
+    ngx_conf_merge_msec_value(conf->heartbeat, prev->heartbeat, 15000);
 
     if (conf->mode == NULL) {
         conf->mode = ngx_pcalloc(cf->pool, sizeof(ngx_http_complex_value_t));
@@ -670,6 +691,12 @@ ngx_http_hypic_check_separator(ngx_conf_t *cf, void *post, void *data)
         return "must not be empty";
     }
 
+    /* it travels to the engine in a fixed field of the request slot */
+
+    if (separator->len > HP_IPC_SEP_BYTES) {
+        return "is too long (64 bytes at most)";
+    }
+
     return NGX_CONF_OK;
 }
 
@@ -708,16 +735,14 @@ ngx_http_hypic_check_bounds(ngx_conf_t *cf, void *post, void *data)
 static ngx_int_t
 ngx_http_hypic_init_process(ngx_cycle_t *cycle)
 {
-    /* the per-worker Redis and engine links will be set up here */
+    /* the per-worker Redis link will be set up here too */
 
-    return NGX_OK;
+    return ngx_http_hypic_engine_init_process(cycle);
 }
 
 
 static void
 ngx_http_hypic_exit_process(ngx_cycle_t *cycle)
 {
-    /* ... and torn down here */
-
-    return;
+    ngx_http_hypic_engine_exit_process(cycle);
 }

@@ -15,6 +15,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "engine/hp_ipc.h"
+
 
 #define NGX_HTTP_HYPIC_MODE_FULL        0
 #define NGX_HTTP_HYPIC_MODE_PREFIX      1
@@ -25,6 +27,16 @@
 #define NGX_HTTP_HYPIC_ROUTING_AFFINITY 1
 
 
+#define NGX_HTTP_HYPIC_UNKNOWN          0
+#define NGX_HTTP_HYPIC_MODELS           1
+#define NGX_HTTP_HYPIC_COMPLETIONS      2
+#define NGX_HTTP_HYPIC_CHAT             3
+
+
+/* a worker's connection to one engine (ngx_http_hypic_engine.c) */
+typedef struct ngx_http_hypic_link_s  ngx_http_hypic_link_t;
+
+
 /* one hypic_engine directive: an engine endpoint serving one model */
 
 typedef struct {
@@ -33,6 +45,8 @@ typedef struct {
     ngx_str_t                   path;         /* socket path, 0-terminated */
     ngx_str_t                   model;        /* model id, default: name */
     ngx_str_t                   shm;          /* shared segment, may be "" */
+
+    ngx_http_hypic_link_t      *link;         /* this worker's, after fork */
 } ngx_http_hypic_engine_t;
 
 
@@ -62,6 +76,7 @@ typedef struct {
     size_t                      max_prompt_bytes;
     ngx_uint_t                  max_tokens;
     ngx_msec_t                  request_timeout;
+    ngx_msec_t                  heartbeat;
 } ngx_http_hypic_loc_conf_t;
 
 
@@ -70,10 +85,44 @@ typedef struct {
     ngx_uint_t                  endpoint;
     ngx_uint_t                  mode;
     unsigned                    too_large:1;
+
+    /* the request as the engine gets it (handler) */
+    unsigned                    stream:1;
+    unsigned                    include_usage:1;
+    hp_ipc_request_t            req;
+    ngx_str_t                   prompt;
+    ngx_str_t                   id;           /* "cmpl-..." */
+    ngx_str_t                   model;        /* model id, JSON-escaped */
+    time_t                      created;
+
+    /* the engine side (ngx_http_hypic_engine.c) */
+    ngx_http_hypic_link_t      *link;
+    ngx_str_t                   node;         /* the engine's node id */
+    ngx_queue_t                 queue;        /* link->waiting or ->active */
+    hp_ipc_slot_t              *slot;
+    uint32_t                    seq;          /* the slot claim's */
+    ngx_event_t                 timeout;
+    ngx_event_t                 heartbeat;
+    unsigned                    queued:1;
+    unsigned                    cleanup:1;
+
+    /* the answer (handler, sse) */
+    unsigned                    started:1;    /* START arrived */
+    hp_ipc_start_t              start;
+    hp_ipc_final_t              final;
+    ngx_str_t                   head;         /* JSON common to chunks */
+    ngx_chain_t                *free;         /* SSE buffers to reuse */
+    ngx_chain_t                *busy;         /* ... and those in flight */
+    u_char                     *text;         /* non-streamed text */
+    size_t                      text_len;
+    size_t                      text_cap;
 } ngx_http_hypic_ctx_t;
 
 
 ngx_int_t ngx_http_hypic_parse_mode(ngx_str_t *value);
+
+/* "full", "prefix", "naive", "pic" */
+ngx_str_t *ngx_http_hypic_mode_name(ngx_uint_t mode);
 
 
 extern ngx_module_t  ngx_http_hypic_module;

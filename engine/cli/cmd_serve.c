@@ -1,27 +1,64 @@
 /*
- * cmd_serve.c - `hypic-engine serve`: loads the model once and answers on
- * a unix socket. This first version speaks a line protocol for health
- * checks ("HEALTH" -> one JSON line); the request interface of DESIGN §7
- * (shared-memory rings + eventfd) is built on top of this process.
+ * cmd_serve.c - `hypic-engine serve`: loads the model once, then serves
+ * nginx workers through the shared-memory interface (engine/hp_ipc.h):
+ * the IPC loop runs in this thread, the scheduler in one of its own.
+ *
+ * Settings come from flags and from a config file of "key value" lines
+ * (conf/engine.conf); a key is a flag's name without "--" ('_' and '-'
+ * alike), and flags win over the file.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "engine/cli/cli.h"
+#include "engine/hp_ipc.h"
+#include "engine/ipc_server.h"
 #include "engine/llm.h"
+#include "engine/sched.h"
+
+enum { T_STR, T_INT, T_SIZE };
 
 typedef struct {
-    const char *model;
-    const char *socket;
-    const char *redis;
-    const char *node;
+    const char *name; /* flag without "--", also the config key */
+    int type;
+    long lo, hi;
+    const char *arg, *help;
+} opt_t;
+
+static const opt_t opts[] = {
+    {"config", T_STR, 0, 0, "F", "config file (key value lines)"},
+    {"model", T_STR, 0, 0, "DIR", "Hugging Face model directory"},
+    {"model-id", T_STR, 0, 0, "ID", "model id (default: DIR's last part)"},
+    {"socket", T_STR, 0, 0, "PATH", "unix socket nginx connects to"},
+    {"redis", T_STR, 0, 0, "HOST:PORT", "global segment index"},
+    {"node", T_STR, 0, 0, "ID", "this node's id (default node-1)"},
+    {"shm", T_STR, 0, 0, "/NAME", "shared segment (default /hypic-NODE)"},
+    {"slots", T_INT, 1, 65536, "N",
+     "requests in flight, running + queued (default 32)"},
+    {"batch", T_INT, 1, 4096, "N", "requests decoding at once (default 8)"},
+    {"threads", T_INT, 0, 4096, "N", "compute threads (default: all)"},
+    {"prefill-chunk", T_INT, 1, 1 << 20, "N",
+     "prompt tokens per scheduler step (default 256)"},
+    {"max-prompt-bytes", T_SIZE, 64, 1L << 30, "SIZE",
+     "largest prompt, k/m suffix (default 1m)"},
+    {"ring-bytes", T_SIZE, HP_IPC_RING_MIN, 1L << 26, "SIZE",
+     "output ring per request (default 64k)"},
+    {"max-context", T_INT, 0, 1 << 30, "N",
+     "prompt + output tokens (default: the model's)"},
+    {"throttle-ms", T_INT, 0, 60000, "N",
+     "pause after every busy step: tests, demos (default 0)"},
+};
+
+#define N_OPTS (sizeof(opts) / sizeof(opts[0]))
+
+typedef struct {
+    const char *val[N_OPTS]; /* as given */
+    char *owned[N_OPTS];     /* values read from the config file */
 } serve_opts_t;
 
 static volatile sig_atomic_t stop_flag;
@@ -32,24 +69,50 @@ static void on_signal(int sig)
     stop_flag = 1;
 }
 
+static void log_line(void *ud, int level, const char *msg)
+{
+    static const char *names[] = {"error", "warn", "info"};
+    char ts[32];
+    struct timespec now;
+    struct tm tm;
+    (void)ud;
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(stderr, "%s.%03ldZ [%s] %s\n", ts, now.tv_nsec / 1000000,
+            names[level < 0 || level > 2 ? 0 : level], msg);
+}
+
+static int find_opt(const char *name)
+{
+    char norm[64];
+    size_t n = strlen(name);
+    if (n >= sizeof(norm))
+        return -1;
+    for (size_t i = 0; i <= n; i++)
+        norm[i] = name[i] == '_' ? '-' : name[i];
+    for (size_t i = 0; i < N_OPTS; i++)
+        if (!strcmp(opts[i].name, norm))
+            return (int)i;
+    return -1;
+}
+
 static char *trim(char *s)
 {
     while (*s == ' ' || *s == '\t')
         s++;
     char *e = s + strlen(s);
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' ||
-                     e[-1] == '\r'))
+    while (e > s &&
+           (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
         *--e = '\0';
     return s;
 }
 
-/* Config file: "key value" lines, '#' comments. Keys are the long flag
- * names without "--"; flags given on the command line win. */
-static int read_config(const char *path, serve_opts_t *o, char **store)
+static int read_config(const char *path, serve_opts_t *o)
 {
     FILE *f = fopen(path, "r");
     char line[1024];
-    int lineno = 0, n = 0;
+    int lineno = 0;
     if (!f) {
         fprintf(stderr, "hypic-engine serve: cannot open %s: %s\n", path,
                 strerror(errno));
@@ -64,127 +127,202 @@ static int read_config(const char *path, serve_opts_t *o, char **store)
         if (*v)
             *v++ = '\0';
         v = trim(v);
-        const char **dst = !strcmp(s, "model")    ? &o->model
-                           : !strcmp(s, "socket") ? &o->socket
-                           : !strcmp(s, "redis")  ? &o->redis
-                           : !strcmp(s, "node")   ? &o->node
-                                                  : NULL;
-        if (!dst || !*v) {
+        int k = find_opt(s);
+        if (k < 0 || k == 0 || !*v) {
             fprintf(stderr, "hypic-engine serve: %s:%d: %s '%s'\n", path,
-                    lineno, dst ? "missing value for" : "unknown setting", s);
+                    lineno, k > 0 ? "missing value for" : "unknown setting", s);
             fclose(f);
             return -1;
         }
-        if (!*dst && n < 8) {
-            store[n] = strdup(v);
-            *dst = store[n++];
+        if (!o->val[k]) {
+            o->owned[k] = strdup(v);
+            o->val[k] = o->owned[k];
         }
     }
     fclose(f);
     return 0;
 }
 
-static void log_line(const char *level, const char *msg)
+/* An integer (with k/m/g for sizes) within the option's bounds. */
+static int get_num(const serve_opts_t *o, int k, long dflt, long *out)
 {
-    char ts[32];
-    time_t t = time(NULL);
-    strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", gmtime(&t));
-    fprintf(stderr, "%s [%s] %s\n", ts, level, msg);
+    const char *v = o->val[k];
+    char *end;
+    if (!v) {
+        *out = dflt;
+        return 0;
+    }
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (opts[k].type == T_SIZE && end != v) {
+        long mul = *end == 'k' || *end == 'K'   ? 1024
+                   : *end == 'm' || *end == 'M' ? 1024 * 1024
+                   : *end == 'g' || *end == 'G' ? 1024L * 1024 * 1024
+                                                : 1;
+        if (mul > 1) {
+            end++;
+            x = x > opts[k].hi / mul ? opts[k].hi + 1 : x * mul;
+        }
+    }
+    if (errno || end == v || *end || x < opts[k].lo || x > opts[k].hi) {
+        fprintf(stderr,
+                "hypic-engine serve: %s needs %s in [%ld, %ld], not "
+                "'%s'\n",
+                opts[k].name, opts[k].type == T_SIZE ? "a size" : "an integer",
+                opts[k].lo, opts[k].hi, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
 }
+
+static void usage(void)
+{
+    printf("usage: hypic-engine serve [--config F] --model DIR --socket PATH "
+           "[options]\n\n");
+    for (size_t i = 0; i < N_OPTS; i++)
+        printf("  --%-17s %-10s %s\n", opts[i].name, opts[i].arg, opts[i].help);
+}
+
+#define OPT(name) (o.val[find_opt(name)])
 
 int hp_cmd_serve(int argc, char **argv)
 {
-    serve_opts_t o = {0};
-    const char *config = NULL;
-    char *store[8] = {0};
+    serve_opts_t o;
     hp_llm_t llm;
     hp_error_t err = {0};
-    char msg[1400];
+    hp_ipc_server_t *srv = NULL;
+    hp_sched_t *sched = NULL;
+    char shm[HP_IPC_NAME_BYTES], model_id[HP_IPC_MODEL_BYTES];
+    long slots, batch, threads, chunk, prompt_bytes, ring, ctx, throttle;
+    int rc = 0;
 
+    memset(&o, 0, sizeof(o));
     for (int i = 1; i < argc; i++) {
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(argv[i], "--help")) {
-            printf("usage: hypic-engine serve [--config F] --model DIR "
-                   "--socket PATH [--redis HOST:PORT] [--node ID]\n");
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage();
             return 0;
         }
-        const char **dst = !strcmp(argv[i], "--config")   ? &config
-                           : !strcmp(argv[i], "--model")  ? &o.model
-                           : !strcmp(argv[i], "--socket") ? &o.socket
-                           : !strcmp(argv[i], "--redis")  ? &o.redis
-                           : !strcmp(argv[i], "--node")   ? &o.node
-                                                          : NULL;
-        if (!dst || !v) {
-            fprintf(stderr, "hypic-engine serve: %s '%s'\n",
-                    dst ? "missing value for" : "unknown option", argv[i]);
+        int k = strncmp(argv[i], "--", 2) ? -1 : find_opt(argv[i] + 2);
+        if (k < 0 || i + 1 >= argc) {
+            fprintf(stderr, "hypic-engine serve: %s '%s' (see --help)\n",
+                    k < 0 ? "unknown option" : "missing value for", argv[i]);
             return 2;
         }
-        *dst = v;
-        i++;
+        o.val[k] = argv[++i];
     }
-    if (config && read_config(config, &o, store) != 0)
-        return 2;
-    if (!o.model || !o.socket) {
+    if (o.val[0] && read_config(o.val[0], &o) != 0) {
+        rc = 2;
+        goto out;
+    }
+    if (!OPT("model") || !OPT("socket")) {
         fprintf(stderr, "hypic-engine serve: model and socket are required "
                         "(flags or config file)\n");
-        return 2;
+        rc = 2;
+        goto out;
     }
-    struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    if (strlen(o.socket) >= sizeof(addr.sun_path)) {
-        fprintf(stderr, "hypic-engine serve: socket path too long\n");
-        return 2;
+    if (get_num(&o, find_opt("slots"), 32, &slots) ||
+        get_num(&o, find_opt("batch"), 8, &batch) ||
+        get_num(&o, find_opt("threads"), 0, &threads) ||
+        get_num(&o, find_opt("prefill-chunk"), 256, &chunk) ||
+        get_num(&o, find_opt("max-prompt-bytes"), 1024 * 1024, &prompt_bytes) ||
+        get_num(&o, find_opt("ring-bytes"), 65536, &ring) ||
+        get_num(&o, find_opt("max-context"), 0, &ctx) ||
+        get_num(&o, find_opt("throttle-ms"), 0, &throttle)) {
+        rc = 2;
+        goto out;
     }
-    strcpy(addr.sun_path, o.socket);
+    if (ring & (ring - 1)) {
+        fprintf(stderr, "hypic-engine serve: ring-bytes must be a power of "
+                        "two\n");
+        rc = 2;
+        goto out;
+    }
+    const char *node = OPT("node") ? OPT("node") : "node-1";
+    if (OPT("shm"))
+        snprintf(shm, sizeof(shm), "%s", OPT("shm"));
+    else
+        snprintf(shm, sizeof(shm), "/hypic-%s", node);
+    /* the model id defaults to the directory's last component */
+    const char *dir = OPT("model");
+    if (OPT("model-id")) {
+        snprintf(model_id, sizeof(model_id), "%s", OPT("model-id"));
+    } else {
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/')
+            n--;
+        size_t b = n;
+        while (b > 0 && dir[b - 1] != '/')
+            b--;
+        snprintf(model_id, sizeof(model_id), "%.*s", (int)(n - b), dir + b);
+    }
 
-    if (hp_llm_load(&llm, o.model, &err) != HP_OK) {
+    if (hp_llm_load(&llm, dir, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
-        return 1;
+        rc = 1;
+        goto out;
     }
-    snprintf(msg, sizeof(msg), "model %s loaded (%d layers, hidden %d)",
-             o.model, llm.model.cfg.n_layers, llm.model.cfg.hidden);
-    log_line("info", msg);
+    char msg[1400];
+    snprintf(msg, sizeof(msg), "model %s loaded (%d layers, hidden %d)", dir,
+             llm.model.cfg.n_layers, llm.model.cfg.hidden);
+    log_line(NULL, HP_LOG_INFO, msg);
 
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    unlink(o.socket);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) != 0 ||
-        listen(fd, 64) != 0) {
-        fprintf(stderr, "hypic-engine serve: cannot listen on %s: %s\n",
-                o.socket, strerror(errno));
-        hp_llm_free(&llm);
-        return 1;
-    }
+    hp_ipc_server_cfg_t icfg = {
+        .socket_path = OPT("socket"),
+        .shm_name = shm,
+        .node = node,
+        .model = model_id,
+        .slots = (uint32_t)slots,
+        .input_bytes = (uint32_t)((prompt_bytes + 63) & ~63L),
+        .ring_bytes = (uint32_t)ring,
+        .log = log_line,
+    };
+    hp_sched_cfg_t scfg = {
+        .batch = (int)batch,
+        .prefill_chunk = (int)chunk,
+        .max_queue = (int)slots,
+        .max_context = (int)ctx,
+        .threads = (int)threads,
+        .throttle_ms = (int)throttle,
+        .flush = hp_ipc_server_flush,
+    };
+    /* no SA_RESTART: poll(2) returns on a signal and the loop ends */
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
-    snprintf(msg, sizeof(msg), "listening on %s", o.socket);
-    log_line("info", msg);
 
-    while (!stop_flag) {
-        int c = accept(fd, NULL, NULL);
-        if (c < 0) {
-            if (errno != EINTR)
-                log_line("error", strerror(errno));
-            continue;
-        }
-        char buf[256];
-        ssize_t n = read(c, buf, sizeof(buf) - 1);
-        if (n > 0) {
-            buf[n] = '\0';
-            const char *reply =
-                !strncmp(buf, "HEALTH", 6)
-                    ? "{\"status\":\"ok\"}\n"
-                    : "{\"error\":\"unknown command\"}\n";
-            if (write(c, reply, strlen(reply)) < 0)
-                log_line("warn", "client went away");
-        }
-        close(c);
+    if (hp_ipc_server_open(&srv, &icfg, &err) != HP_OK) {
+        fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
+        rc = 1;
+        goto free_llm;
     }
-    log_line("info", "shutting down");
-    close(fd);
-    unlink(o.socket);
+    scfg.flush_ud = srv;
+    if (hp_sched_create(&sched, &llm, &scfg, &err) != HP_OK) {
+        fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
+        rc = 1;
+        goto close_srv;
+    }
+    snprintf(msg, sizeof(msg),
+             "serving \"%s\" on %s (node %s, shm %s, generation %llu, "
+             "%ld slots, batch %ld, prefill chunk %ld%s)",
+             model_id, OPT("socket"), node, shm,
+             (unsigned long long)hp_ipc_server_generation(srv), slots, batch,
+             chunk, throttle ? ", throttled" : "");
+    log_line(NULL, HP_LOG_INFO, msg);
+
+    if (hp_ipc_server_run(srv, sched, &stop_flag, &err) != HP_OK) {
+        log_line(NULL, HP_LOG_ERROR, err.msg);
+        rc = 1;
+    }
+    log_line(NULL, HP_LOG_INFO, "shutting down");
+    hp_sched_destroy(sched);
+close_srv:
+    hp_ipc_server_close(srv);
+free_llm:
     hp_llm_free(&llm);
-    for (int i = 0; i < 8; i++)
-        free(store[i]);
-    return 0;
+out:
+    for (size_t i = 0; i < N_OPTS; i++)
+        free(o.owned[i]);
+    return rc;
 }

@@ -1,16 +1,19 @@
 package Hypic::Engine;
 
 # A private hypic-engine service for a test: `$HYPIC_BUILD/hypic-engine
-# serve` on a unix socket in a private directory, stopped by its pid.
+# serve` on a unix socket in a private directory, with a shared segment
+# of its own, stopped by its pid.
 #
 #   plan skip_all => Hypic::Engine->why_not if Hypic::Engine->why_not;
 #   my $engine = Hypic::Engine->start(args => ['--model', $dir]);
-#   $engine->socket;  $engine->stop;
+#   $engine->socket;  $engine->crash;  $engine->restart;  $engine->stop;
 
 use strict;
 use warnings;
 
 use Hypic::Util qw(build_dir private_dir spawn wait_until stop_pid);
+
+my $seq = 0;
 
 sub binary { build_dir() . '/hypic-engine' }
 
@@ -25,7 +28,9 @@ sub why_not {
 }
 
 # args => [...] are passed after `serve`; the socket is added with
-# socket_flag (default --socket) unless args already name one.
+# socket_flag (default --socket) unless args already name one, and a
+# private --shm name unless args name one (so that suites never share a
+# segment name, nor the generation counter that goes with it).
 sub start {
     my ($class, %o) = @_;
     my $dir = private_dir('engine');
@@ -33,27 +38,216 @@ sub start {
     my @args = @{ $o{args} || [] };
     my $flag = $o{socket_flag} // '--socket';
     push @args, $flag, $sock unless grep { $_ eq $flag } @args;
-    my $pid = spawn(name => 'hypic-engine', env => $o{env},
-                    cmd => [binary(), 'serve', @args],
-                    stdout => "$dir/engine.log", stderr => "$dir/engine.log");
-    my $self = bless { pid => $pid, socket => $sock, dir => $dir }, $class;
-    wait_until(cond => sub { -S $sock }, pid => $pid,
-               timeout => $o{timeout} // 30)
-        or die "hypic-engine did not create $sock:\n"
-               . Hypic::Util::slurp("$dir/engine.log");
+    my ($shm) = map { $args[$_ + 1] } grep { $args[$_] eq '--shm' } 0 .. $#args;
+    unless (defined $shm) {
+        $shm = "/hypic-t-$$-" . ++$seq;
+        push @args, '--shm', $shm;
+    }
+    my $self = bless { socket => $sock, dir => $dir, args => \@args,
+                       env => $o{env}, shm => $shm,
+                       timeout => $o{timeout} // 30 }, $class;
+    $self->_spawn;
     return $self;
+}
+
+sub _spawn {
+    my ($self) = @_;
+    my $log = "$self->{dir}/engine.log";
+    $self->{pid} = spawn(name => 'hypic-engine', env => $self->{env},
+                         cmd => [binary(), 'serve', @{ $self->{args} }],
+                         stdout => $log, stderr => $log);
+    wait_until(cond => sub { -S $self->{socket} }, pid => $self->{pid},
+               timeout => $self->{timeout})
+        or die "hypic-engine did not create $self->{socket}:\n"
+               . Hypic::Util::slurp($log);
 }
 
 sub socket { $_[0]{socket} }
 sub dir    { $_[0]{dir} }
 sub pid    { $_[0]{pid} }
+sub shm    { $_[0]{shm} }
 sub alive  { $_[0]{pid} && Hypic::Util::alive($_[0]{pid}) }
+sub log_text { Hypic::Util::slurp("$_[0]{dir}/engine.log") }
+
+# Kills the engine at once (default SIGKILL: a crash, no clean-up) and
+# reaps it; its socket file stays behind, as after a real crash.
+sub crash {
+    my ($self, $sig) = @_;
+    stop_pid(delete $self->{pid}, $sig // 'KILL', 10) if $self->{pid};
+}
+
+# The same engine again (same socket, segment name and flags): a new
+# generation. Stops the running one first if there is one.
+sub restart {
+    my ($self) = @_;
+    $self->stop;
+    # a crash leaves the socket file: wait for the new one, not that
+    unlink $self->{socket};
+    $self->_spawn;
+    return $self;
+}
 
 sub stop {
     my ($self) = @_;
     stop_pid(delete $self->{pid}, 'TERM', 10) if $self->{pid};
 }
 
-sub DESTROY { $_[0]->stop }
+# The reference answer: what `hypic-engine generate` prints for a prompt
+# (greedy by default), without the CLI's final newline, as bytes.
+#   Hypic::Engine->generate(model => $dir, prompt => $p, max_tokens => 16,
+#                           stop => [...], args => [...])
+sub generate {
+    my ($class, %o) = @_;
+    my @cmd = (binary(), 'generate', '--model', $o{model}, '--prompt',
+               $o{prompt}, '--max-tokens', $o{max_tokens} // 16,
+               (map { ('--stop', $_) } @{ $o{stop} || [] }),
+               @{ $o{args} || [] });
+    open my $fh, '-|', @cmd or die "hypic-engine generate: $!";
+    my $out = do { local $/; <$fh> };
+    close $fh or die "hypic-engine generate failed ($?): @cmd\n";
+    $out =~ s/\n\z//;
+    return $out;
+}
+
+# The token ids of a text, from `hypic-engine tokenize`.
+sub tokenize {
+    my ($class, %o) = @_;
+    my @cmd = (binary(), 'tokenize', '--model', $o{model}, '--text',
+               $o{text});
+    open my $fh, '-|', @cmd or die "hypic-engine tokenize: $!";
+    my $out = do { local $/; <$fh> };
+    close $fh or die "hypic-engine tokenize failed ($?)\n";
+    return split ' ', $out;
+}
+
+sub DESTROY {
+    my ($self) = @_;
+    $self->stop;
+    # the generation counter outlives the engine by design; not ours
+    unlink "/dev/shm$self->{shm}.gen", "/dev/shm$self->{shm}"
+        if $self->{shm} && $self->{shm} =~ m{^/hypic-t-\d+-\d+$};
+}
+
+
+
+# --------------------------------------------------------------------------
+# Client helpers for suites that talk to an engine through nginx: streams
+# held open, requests sent at once, server-sent events taken apart. They
+# return responses parsed as Hypic::Nginx does (status, headers, body,
+# chunks, reads).
+
+package Hypic::Engine::Client;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use IO::Select;
+use IO::Socket::INET;
+use JSON::PP ();
+use Time::HiRes qw(time);
+
+our @EXPORT_OK = qw(open_request read_until finish_request concurrently
+                    sse_events sse_text);
+
+# Sends "METHOD URI\nBODY" on a new connection and returns a handle to
+# read the answer with read_until / finish_request.
+sub open_request {
+    my ($port, $req, $headers) = @_;
+    require Hypic::Nginx;
+    my $r = Hypic::Nginx::build_request($req, $headers);
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $port, Proto => 'tcp')
+        or die "connect: $!";
+    local $SIG{PIPE} = 'IGNORE';
+    syswrite($s, $r->{raw}) == length $r->{raw} or die "write: $!";
+    $s->blocking(0);
+    return { sock => $s, method => $r->{method}, data => '', reads => [],
+             t0 => time };
+}
+
+# Reads until the parsed response satisfies $cond->($res) (or the answer
+# is complete, or the peer closed, or $timeout seconds passed: a bound for
+# failures, never a measurement). Returns the parsed response so far.
+sub read_until {
+    my ($h, $cond, $timeout) = @_;
+    my $sel = IO::Select->new($h->{sock});
+    my $deadline = time + ($timeout // 10);
+    my $res = Hypic::Nginx::parse_response($h->{data}, $h->{reads},
+                                           $h->{method});
+    until ($res->{complete} || ($cond && $cond->($res)) || $h->{eof}) {
+        my $left = $deadline - time;
+        last if $left <= 0;
+        next unless $sel->can_read($left);
+        my $n = sysread($h->{sock}, my $buf, 65536);
+        next if !defined $n && $!{EAGAIN};
+        if (!$n) {
+            $h->{eof} = 1;
+            last;
+        }
+        push @{ $h->{reads} }, [scalar @{ $h->{reads} }, $buf,
+                                time - $h->{t0}];
+        $h->{data} .= $buf;
+        $res = Hypic::Nginx::parse_response($h->{data}, $h->{reads},
+                                             $h->{method});
+    }
+    $res->{eof} = $h->{eof};
+    return $res;
+}
+
+# Reads to the end and closes.
+sub finish_request {
+    my ($h, $timeout) = @_;
+    my $res = read_until($h, undef, $timeout);
+    close $h->{sock};
+    return $res;
+}
+
+# Sends every request at once, each on its own connection, then reads all
+# the answers; returns them in order.
+sub concurrently {
+    my ($port, @reqs) = @_;
+    my @h = map { open_request($port, $_) } @reqs;
+    return map { finish_request($_, 30) } @h;
+}
+
+# The events of an SSE body: decoded JSON objects, '[DONE]', or a string
+# "bad: ..." for anything else. Comments (": ping") are left out unless
+# $comments, then they come as ':'.
+sub sse_events {
+    my ($body, $comments) = @_;
+    my @ev;
+    for my $e (split /\n\n/, $body) {
+        if ($e =~ /^:/) {
+            push @ev, ':' if $comments;
+            next;
+        }
+        if ($e !~ /\Adata: (.*)\z/s) {
+            push @ev, "bad: $e";
+            next;
+        }
+        my $data = $1;
+        if ($data eq '[DONE]') {
+            push @ev, '[DONE]';
+            next;
+        }
+        my $j = eval { JSON::PP->new->utf8->decode($data) };
+        push @ev, defined $j ? $j : "bad: $data";
+    }
+    return @ev;
+}
+
+# The text of a stream's events (completions "text" or chat
+# delta.content), as UTF-8 bytes to compare with the CLI's output.
+sub sse_text {
+    my $text = '';
+    for my $e (@_) {
+        next unless ref $e eq 'HASH' && $e->{choices} && @{ $e->{choices} };
+        my $c = $e->{choices}[0];
+        $text .= $c->{text} // $c->{delta}{content} // '';
+    }
+    utf8::encode($text);
+    return $text;
+}
 
 1;

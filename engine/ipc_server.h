@@ -1,0 +1,65 @@
+/*
+ * ipc_server.h - the engine's end of the request interface (hp_ipc.h):
+ * owns the shared segment and the unix socket, hands every connecting
+ * nginx worker the segment, turns submitted slots into scheduler requests
+ * and scheduler output into ring records, and reclaims the slots of
+ * workers that went away.
+ *
+ * Threads: hp_ipc_server_run is the engine's main loop (poll(2) on the
+ * socket, the connections and an eventfd); the scheduler's callbacks run
+ * in the scheduler thread and only touch the slots' rings and atomics.
+ */
+#ifndef HP_IPC_SERVER_H
+#define HP_IPC_SERVER_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "engine/hp_error.h"
+#include "engine/llm.h"
+#include "engine/sched.h"
+
+enum { HP_LOG_ERROR = 0, HP_LOG_WARN = 1, HP_LOG_INFO = 2 };
+
+typedef struct {
+    const char *socket_path; /* unix socket nginx connects to */
+    const char *shm_name;    /* "/name" of the POSIX shared segment */
+    const char *node;        /* this node's id (header, X-Hypic-Node) */
+    const char *model;       /* model id (header) */
+    uint32_t slots;          /* requests in flight at most */
+    uint32_t input_bytes;    /* largest prompt, bytes */
+    uint32_t ring_bytes;     /* output ring per slot (power of two) */
+    void (*log)(void *ud, int level, const char *msg);
+    void *log_ud;
+} hp_ipc_server_cfg_t;
+
+typedef struct hp_ipc_server hp_ipc_server_t;
+
+/*
+ * Creates the segment (a fresh one; the generation counter, kept in a
+ * small "<shm_name>.gen" segment, goes up by one) and listens on the
+ * socket. Errors: HP_EBADINPUT (bad sizes or names), HP_EIO (shm, socket;
+ * another engine already serving on the socket), HP_ENOMEM.
+ */
+int hp_ipc_server_open(hp_ipc_server_t **out, const hp_ipc_server_cfg_t *cfg,
+                       hp_error_t *err);
+
+/* The scheduler's flush hook (hp_sched_cfg_t.flush, ud = the server). */
+void hp_ipc_server_flush(void *ud, const hp_sched_stats_t *st);
+
+/*
+ * Serves until *stop becomes non-zero (a signal handler sets it; poll is
+ * interrupted). sched must have been created with hp_ipc_server_flush.
+ * Returns HP_OK, or HP_EIO if the loop itself failed.
+ */
+int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,
+                      volatile sig_atomic_t *stop, hp_error_t *err);
+
+/* The generation this engine runs as. */
+uint64_t hp_ipc_server_generation(const hp_ipc_server_t *s);
+
+/* Closes connections and socket, unlinks the socket and the segment.
+ * Destroy the scheduler first: its callbacks use the segment. */
+void hp_ipc_server_close(hp_ipc_server_t *s);
+
+#endif

@@ -1,0 +1,678 @@
+/* sched.c - continuous batching and the step-wise decoder (see sched.h). */
+#include "engine/sched.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/forward.h"
+#include "engine/prompt.h"
+#include "engine/seq.h"
+
+/* ---- the step-wise decoder ------------------------------------------ */
+
+/* Length of the longest suffix of text[0..len) that is a proper prefix of
+ * a stop string: that much is held back, it may still become one. */
+static size_t holdback(const hp_sched_dec_t *d, const char *text, size_t len)
+{
+    size_t best = 0;
+    for (int s = 0; s < d->n_stop; s++) {
+        size_t sl = strlen(d->stop[s]);
+        for (size_t k = sl > 1 ? sl - 1 : 0; k > best; k--)
+            if (k <= len && !memcmp(text + len - k, d->stop[s], k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Earliest stop-string match starting at or after `from`, or -1. */
+static long find_stop(const hp_sched_dec_t *d, const char *text, size_t len,
+                      size_t from)
+{
+    long best = -1;
+    for (int s = 0; s < d->n_stop; s++) {
+        size_t sl = strlen(d->stop[s]);
+        for (size_t i = from; i + sl <= len; i++)
+            if (!memcmp(text + i, d->stop[s], sl)) {
+                if (best < 0 || (long)i < best)
+                    best = (long)i;
+                break;
+            }
+    }
+    return best;
+}
+
+static int is_stop_id(const hp_llm_t *llm, int id)
+{
+    for (int i = 0; i < llm->n_stop_ids; i++)
+        if (llm->stop_ids[i] == id)
+            return 1;
+    return 0;
+}
+
+int hp_sched_dec_init(hp_sched_dec_t *d, const hp_llm_t *llm,
+                      const hp_gen_params_t *p, hp_error_t *err)
+{
+    memset(d, 0, sizeof(*d));
+    d->llm = llm;
+    d->max_tokens = p->max_tokens < 0 ? 0 : p->max_tokens;
+    d->sampling = p->sampling;
+    d->ignore_eos = p->ignore_eos;
+    for (int i = 0; i < p->n_stop && i < HP_GEN_MAX_STOP; i++) {
+        if (!p->stop[i] || !*p->stop[i])
+            continue; /* an empty stop string would match at once */
+        d->stop[d->n_stop] = strdup(p->stop[i]);
+        if (!d->stop[d->n_stop]) {
+            hp_sched_dec_free(d);
+            return hp_error_set(err, HP_ENOMEM, "decoder: out of memory");
+        }
+        if (strlen(p->stop[i]) > d->max_stop)
+            d->max_stop = strlen(p->stop[i]);
+        d->n_stop++;
+    }
+    hp_rng_seed(&d->rng, p->sampling.seed);
+    hp_tokenizer_stream_init(&d->st);
+    d->finish = HP_FINISH_LENGTH;
+    d->last = -1;
+    return HP_OK;
+}
+
+void hp_sched_dec_free(hp_sched_dec_t *d)
+{
+    for (int i = 0; i < d->n_stop; i++)
+        free(d->stop[i]);
+    hp_tokenizer_text_free(&d->text);
+    memset(d, 0, sizeof(*d));
+}
+
+/* Ends the generation; unless a stop string ended it, a character still
+ * incomplete comes out as U+FFFD and everything becomes safe. */
+static int dec_end(hp_sched_dec_t *d, hp_finish_t finish, int flush,
+                   hp_error_t *err)
+{
+    d->done = 1;
+    d->finish = finish;
+    if (flush) {
+        int rc = hp_tokenizer_stream_flush(&d->st, &d->text, err);
+        if (rc != HP_OK)
+            return rc;
+        d->safe = d->text.len;
+    }
+    return HP_OK;
+}
+
+int hp_sched_dec_next(hp_sched_dec_t *d, hp_sampler_t *sm, const float *logits,
+                      int *tok, hp_error_t *err)
+{
+    *tok = -1;
+    if (d->done)
+        return HP_OK;
+    if (d->n_tokens >= d->max_tokens)
+        return dec_end(d, HP_FINISH_LENGTH, 1, err);
+    int t = hp_sample(sm, logits, &d->sampling, &d->rng);
+    if (!d->ignore_eos && is_stop_id(d->llm, t))
+        return dec_end(d, HP_FINISH_STOP, 1, err);
+    d->n_tokens++;
+    d->last = t;
+    size_t before = d->text.len;
+    int rc = hp_tokenizer_stream_push(d->llm->tok, &d->st, t, &d->text, err);
+    if (rc != HP_OK)
+        return rc;
+    size_t from = before > d->max_stop ? before - d->max_stop : 0;
+    long at = d->n_stop ? find_stop(d, d->text.data, d->text.len, from) : -1;
+    if (at >= 0) {
+        /* the stop string and whatever follows it are dropped */
+        d->safe = (size_t)at > d->shown ? (size_t)at : d->shown;
+        return dec_end(d, HP_FINISH_STOP, 0, err);
+    }
+    size_t safe = d->text.len - holdback(d, d->text.data, d->text.len);
+    if (safe > d->safe)
+        d->safe = safe;
+    if (d->n_tokens == d->max_tokens)
+        return dec_end(d, HP_FINISH_LENGTH, 1, err);
+    *tok = t;
+    return HP_OK;
+}
+
+size_t hp_sched_dec_ready(const hp_sched_dec_t *d, const char **text)
+{
+    *text = d->text.data ? d->text.data + d->shown : "";
+    return d->safe - d->shown;
+}
+
+void hp_sched_dec_take(hp_sched_dec_t *d, size_t n)
+{
+    d->shown += n;
+    if (d->shown > d->safe)
+        d->shown = d->safe;
+}
+
+/* ---- the scheduler --------------------------------------------------- */
+
+enum { R_QUEUED, R_PREFILL, R_DECODE, R_FINISH };
+
+typedef struct req {
+    struct req *next; /* incoming list, then queue */
+    hp_sched_ops_t ops;
+    void *ud;
+    int mode;
+    int phase;
+    hp_prompt_t prompt;
+    int prefilled; /* prompt tokens through the model */
+    hp_seq_t seq;
+    float *logits; /* [vocab] */
+    hp_sched_dec_t dec;
+    int status;
+    hp_error_t err;
+    int cancelled;
+    int64_t t_submit, t_admit, t_first;
+} req_t;
+
+struct hp_sched {
+    const hp_llm_t *llm;
+    hp_sched_cfg_t cfg;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work arrived, kicked, stopping */
+    pthread_cond_t stop_cv; /* stopping only (throttle sleeps on it) */
+    int stopping, kicked;
+    req_t *in_head, *in_tail; /* submitted, not yet seen by the thread */
+    hp_sched_stats_t st;      /* under mu */
+    /* the thread's own */
+    req_t *q_head, *q_tail;
+    req_t **running; /* [batch], in admission order */
+    int n_running;
+    hp_fwd_ws_t ws;
+    hp_sampler_t sm;
+};
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static size_t req_bytes(const hp_sched_t *s, const req_t *r)
+{
+    size_t b = sizeof(*r) + (size_t)r->prompt.n * sizeof(int) +
+               (size_t)r->prompt.n_segs * sizeof(hp_prompt_seg_t) +
+               r->dec.text.cap;
+    if (r->logits)
+        b += (size_t)s->llm->model.cfg.vocab_size * sizeof(float);
+    if (r->seq.layers)
+        b += hp_seq_bytes(&s->llm->model, r->seq.kv_cap);
+    return b;
+}
+
+static void req_free(req_t *r)
+{
+    hp_sched_dec_free(&r->dec);
+    if (r->seq.layers)
+        hp_seq_free(&r->seq);
+    free(r->logits);
+    hp_prompt_free(&r->prompt);
+    free(r);
+}
+
+/* The last callback, then the memory goes. */
+static void req_done(hp_sched_t *s, req_t *r)
+{
+    hp_sched_final_t f;
+    int64_t t = now_us();
+
+    memset(&f, 0, sizeof(f));
+    f.status = r->status;
+    f.finish = r->cancelled ? HP_FINISH_CANCEL : r->dec.finish;
+    f.prompt_tokens = r->prompt.n;
+    f.completion_tokens = r->dec.n_tokens;
+    f.mode = HP_SCHED_MODE_FULL;
+    f.segs_total = r->prompt.n_segs;
+    f.ttft_us = r->t_first ? r->t_first - r->t_submit : -1;
+    f.total_us = t - r->t_submit;
+    if (r->status != HP_OK)
+        f.err = r->err;
+    r->ops.done(r->ud, &f);
+    req_free(r);
+    pthread_mutex_lock(&s->mu);
+    s->st.live--;
+    s->st.served++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int is_cancelled(req_t *r)
+{
+    if (!r->cancelled && r->ops.cancelled && r->ops.cancelled(r->ud))
+        r->cancelled = 1;
+    return r->cancelled;
+}
+
+/* Offers the ready text; 1 when none is left over. */
+static int deliver(req_t *r, int *produced)
+{
+    const char *text;
+    size_t len = hp_sched_dec_ready(&r->dec, &text);
+    if (len == 0)
+        return 1;
+    size_t n = r->ops.text(r->ud, text, len);
+    if (n > len)
+        n = len;
+    if (n) {
+        hp_sched_dec_take(&r->dec, n);
+        *produced = 1;
+    }
+    return n == len;
+}
+
+static void fail(req_t *r, const hp_error_t *err)
+{
+    r->status = err->code ? err->code : HP_EINTERNAL;
+    r->err = *err;
+    r->phase = R_FINISH;
+}
+
+static void admit(hp_sched_t *s, req_t *r, int *produced)
+{
+    hp_error_t err = {0};
+    int V = s->llm->model.cfg.vocab_size;
+
+    r->t_admit = now_us();
+    r->phase = R_PREFILL;
+    if (hp_seq_init(&r->seq, &s->llm->model, &err) != HP_OK ||
+        hp_seq_reserve(&r->seq, r->prompt.n + 1, &err) != HP_OK) {
+        fail(r, &err);
+        return;
+    }
+    r->logits = malloc((size_t)V * sizeof(float));
+    if (!r->logits) {
+        hp_error_set(&err, HP_ENOMEM, "no memory for a request's logits");
+        fail(r, &err);
+        return;
+    }
+    if (r->ops.start) {
+        hp_sched_start_t st = {
+            .prompt_tokens = r->prompt.n,
+            .mode = HP_SCHED_MODE_FULL,
+            .segs_total = r->prompt.n_segs,
+            .queue_us = r->t_admit - r->t_submit,
+        };
+        r->ops.start(r->ud, &st);
+        *produced = 1;
+    }
+}
+
+static void prefill_chunk(hp_sched_t *s, req_t *r)
+{
+    hp_error_t err = {0};
+    int chunk = s->cfg.prefill_chunk, left = r->prompt.n - r->prefilled;
+    int n = left < chunk ? left : chunk, last = n == left;
+    int rc = hp_forward(
+        &s->llm->model, &r->seq, &s->ws, r->prompt.ids + r->prefilled, NULL, n,
+        NULL, last ? HP_LOGITS_LAST : HP_LOGITS_NONE, r->logits, &err);
+    if (rc != HP_OK) {
+        fail(r, &err);
+        return;
+    }
+    r->prefilled += n;
+    if (last)
+        r->phase = R_DECODE;
+}
+
+static void decode_one(hp_sched_t *s, req_t *r)
+{
+    hp_error_t err = {0};
+    int tok;
+    int rc = hp_sched_dec_next(&r->dec, &s->sm, r->logits, &tok, &err);
+    if (rc == HP_OK && !r->t_first && r->dec.n_tokens > 0)
+        r->t_first = now_us();
+    if (rc == HP_OK && !r->dec.done)
+        rc = hp_forward(&s->llm->model, &r->seq, &s->ws, &tok, NULL, 1, NULL,
+                        HP_LOGITS_LAST, r->logits, &err);
+    if (rc != HP_OK)
+        fail(r, &err);
+    else if (r->dec.done)
+        r->phase = R_FINISH;
+}
+
+/* One iteration; returns 1 if it produced output. */
+static int step(hp_sched_t *s)
+{
+    int produced = 0;
+
+    /* cancelled while waiting: gone before they cost anything */
+    for (req_t **pp = &s->q_head; *pp;) {
+        req_t *r = *pp;
+        if (!is_cancelled(r)) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (s->q_tail == r)
+            s->q_tail = NULL;
+        req_done(s, r);
+    }
+    if (!s->q_head)
+        s->q_tail = NULL;
+    else if (!s->q_tail)
+        for (s->q_tail = s->q_head; s->q_tail->next;)
+            s->q_tail = s->q_tail->next;
+
+    /* FIFO admission */
+    while (s->n_running < s->cfg.batch && s->q_head) {
+        req_t *r = s->q_head;
+        s->q_head = r->next;
+        if (!s->q_head)
+            s->q_tail = NULL;
+        r->next = NULL;
+        s->running[s->n_running++] = r;
+        admit(s, r, &produced);
+    }
+
+    /* one prefill chunk, for the oldest request still prefilling */
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        if (r->phase == R_PREFILL && !is_cancelled(r)) {
+            prefill_chunk(s, r);
+            break;
+        }
+    }
+
+    /* one token for every request past its prefill */
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        if (is_cancelled(r) || r->phase == R_PREFILL)
+            continue;
+        if (!deliver(r, &produced))
+            continue; /* its reader is behind: wait for it */
+        if (r->phase == R_DECODE) {
+            decode_one(s, r);
+            if (r->status == HP_OK)
+                deliver(r, &produced);
+        }
+    }
+
+    /* retire the finished (text all taken), the failed and the cancelled */
+    int k = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        int gone = r->cancelled || r->status != HP_OK ||
+                   (r->phase == R_FINISH && deliver(r, &produced));
+        if (gone) {
+            req_done(s, r);
+            produced = 1;
+        } else {
+            s->running[k++] = r;
+        }
+    }
+    s->n_running = k;
+    return produced;
+}
+
+/* Can a step make progress now? (called with mu held) */
+static int runnable(const hp_sched_t *s)
+{
+    if (s->q_head && s->n_running < s->cfg.batch)
+        return 1;
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        const char *t;
+        if (r->phase == R_PREFILL || hp_sched_dec_ready(&r->dec, &t) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void update_stats(hp_sched_t *s)
+{
+    int queued = 0;
+    size_t bytes = 0;
+    for (req_t *r = s->q_head; r; r = r->next) {
+        queued++;
+        bytes += req_bytes(s, r);
+    }
+    for (req_t *r = s->in_head; r; r = r->next) {
+        queued++;
+        bytes += req_bytes(s, r);
+    }
+    for (int i = 0; i < s->n_running; i++)
+        bytes += req_bytes(s, s->running[i]);
+    s->st.queued = queued;
+    s->st.running = s->n_running;
+    s->st.bytes = bytes;
+}
+
+static void deadline_after(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+static void *sched_main(void *arg)
+{
+    hp_sched_t *s = arg;
+    struct timespec ts;
+
+    if (s->cfg.threads > 0)
+        omp_set_num_threads(s->cfg.threads);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        /* the newly submitted join the queue, in submission order */
+        if (s->in_head) {
+            if (s->q_tail)
+                s->q_tail->next = s->in_head;
+            else
+                s->q_head = s->in_head;
+            s->q_tail = s->in_tail;
+            s->in_head = s->in_tail = NULL;
+        }
+        if (s->stopping)
+            break;
+        if (!s->kicked && !runnable(s)) {
+            /* only stalled readers (or nothing) left: sleep until kicked;
+             * the timeout is a safety net, never the wake-up path */
+            if (s->n_running) {
+                deadline_after(&ts, 200);
+                pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+                s->kicked = 1;
+            } else {
+                pthread_cond_wait(&s->cv, &s->mu);
+            }
+            continue;
+        }
+        s->kicked = 0;
+        pthread_mutex_unlock(&s->mu);
+        int produced = step(s);
+        pthread_mutex_lock(&s->mu);
+        s->st.steps++;
+        update_stats(s);
+        hp_sched_stats_t st = s->st;
+        pthread_mutex_unlock(&s->mu);
+        if (produced && s->cfg.flush)
+            s->cfg.flush(s->cfg.flush_ud, &st);
+        pthread_mutex_lock(&s->mu);
+        if (s->cfg.throttle_ms > 0 && !s->stopping &&
+            (s->n_running || s->q_head)) {
+            deadline_after(&ts, s->cfg.throttle_ms);
+            while (!s->stopping && pthread_cond_timedwait(&s->stop_cv, &s->mu,
+                                                          &ts) != ETIMEDOUT)
+                ;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    /* stopping: everything still held is cancelled */
+    for (int i = 0; i < s->n_running; i++) {
+        s->running[i]->cancelled = 1;
+        req_done(s, s->running[i]);
+    }
+    s->n_running = 0;
+    while (s->q_head) {
+        req_t *r = s->q_head;
+        s->q_head = r->next;
+        r->cancelled = 1;
+        req_done(s, r);
+    }
+    s->q_tail = NULL;
+    return NULL;
+}
+
+int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
+                    const hp_sched_cfg_t *cfg, hp_error_t *err)
+{
+    hp_sched_t *s = calloc(1, sizeof(*s));
+    *out = NULL;
+    if (!s)
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    s->llm = llm;
+    s->cfg = *cfg;
+    if (s->cfg.batch <= 0)
+        s->cfg.batch = 8;
+    if (s->cfg.prefill_chunk <= 0)
+        s->cfg.prefill_chunk = 256;
+    if (s->cfg.max_queue <= 0)
+        s->cfg.max_queue = 1024;
+    if (s->cfg.max_context <= 0)
+        s->cfg.max_context = llm->model.cfg.max_positions > 0
+                                 ? llm->model.cfg.max_positions
+                                 : INT_MAX;
+    /* as hp_generate: ids past the tokenizer (padding rows of the
+     * embedding table) are never sampled */
+    size_t tv = hp_tokenizer_vocab_size(llm->tok);
+    int V = tv < (size_t)llm->model.cfg.vocab_size ? (int)tv
+                                                   : llm->model.cfg.vocab_size;
+    s->running = calloc((size_t)s->cfg.batch, sizeof(*s->running));
+    hp_fwd_ws_init(&s->ws);
+    if (!s->running || !s->ws.buf || hp_sampler_init(&s->sm, V) != 0) {
+        hp_sampler_free(&s->sm);
+        hp_fwd_ws_free(&s->ws);
+        free(s->running);
+        free(s);
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->stop_cv, NULL);
+    if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        pthread_cond_destroy(&s->stop_cv);
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        hp_sampler_free(&s->sm);
+        hp_fwd_ws_free(&s->ws);
+        free(s->running);
+        free(s);
+        return hp_error_set(err, HP_ENOMEM,
+                            "scheduler: cannot start its thread");
+    }
+    *out = s;
+    return HP_OK;
+}
+
+int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
+{
+    hp_gen_params_t gen = req->gen;
+    req_t *r = calloc(1, sizeof(*r));
+    int rc;
+
+    if (!r)
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    rc = hp_prompt_build(&r->prompt, s->llm, req->prompt, req->prompt_len,
+                         req->separator ? req->separator : "", err);
+    if (rc != HP_OK) {
+        free(r);
+        return rc;
+    }
+    if (r->prompt.n > s->cfg.max_context) {
+        rc = hp_error_set(err, HP_ETOOLARGE,
+                          "the prompt is %d tokens, the model's context is "
+                          "%d",
+                          r->prompt.n, s->cfg.max_context);
+        req_free(r);
+        return rc;
+    }
+    /* generation stops at the end of the context: finish "length" */
+    if (gen.max_tokens > s->cfg.max_context - r->prompt.n)
+        gen.max_tokens = s->cfg.max_context - r->prompt.n;
+    if ((rc = hp_sched_dec_init(&r->dec, s->llm, &gen, err)) != HP_OK) {
+        hp_prompt_free(&r->prompt);
+        free(r);
+        return rc;
+    }
+    r->ops = *req->ops;
+    r->ud = req->ud;
+    r->mode = req->mode;
+    r->phase = R_QUEUED;
+    r->t_submit = now_us();
+
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->st.live >= s->cfg.max_queue) {
+        int stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        req_free(r);
+        return hp_error_set(err, stopping ? HP_EUNAVAIL : HP_EBUSY,
+                            stopping ? "the engine is shutting down"
+                                     : "the engine has %d requests in "
+                                       "flight, its limit",
+                            s->cfg.max_queue);
+    }
+    if (s->in_tail)
+        s->in_tail->next = r;
+    else
+        s->in_head = r;
+    s->in_tail = r;
+    s->st.live++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return HP_OK;
+}
+
+void hp_sched_kick(hp_sched_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->kicked = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st)
+{
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void hp_sched_destroy(hp_sched_t *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->stop_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    /* submitted after the thread's last look */
+    while (s->in_head) {
+        req_t *r = s->in_head;
+        s->in_head = r->next;
+        r->cancelled = 1;
+        req_done(s, r);
+    }
+    pthread_cond_destroy(&s->stop_cv);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    hp_sampler_free(&s->sm);
+    hp_fwd_ws_free(&s->ws);
+    free(s->running);
+    free(s);
+}

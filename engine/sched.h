@@ -1,0 +1,173 @@
+/*
+ * sched.h - the engine's scheduler: continuous batching of many requests
+ * on one model, in one thread of its own.
+ *
+ * Every iteration (a "step") admits waiting requests in FIFO order while
+ * fewer than `batch` run, runs ONE prefill chunk (at most prefill_chunk
+ * prompt tokens of the oldest request still prefilling), then decodes one
+ * token for every running request that has finished its prefill. A long
+ * prompt therefore never freezes the streams of others: it costs them one
+ * chunk per token. Requests are tokenized in the submitting thread.
+ *
+ * Decoding runs one hp_forward per sequence, one after the other; batching
+ * the sequences of a step into one forward pass is a later optimisation.
+ * Only mode `full` exists yet: other modes are accepted and run as full,
+ * and the mode reported back is the one that ran.
+ *
+ * Not here: the IPC (ipc_server.c adapts slots to the callbacks below).
+ */
+#ifndef HP_SCHED_H
+#define HP_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/generate.h"
+#include "engine/hp_error.h"
+#include "engine/llm.h"
+#include "engine/sampler.h"
+
+#define HP_SCHED_MODE_FULL 0 /* the only mode that runs today */
+
+/* ---- the step-wise decoder ------------------------------------------
+ *
+ * One sequence's decode as a state machine, so a scheduler can interleave
+ * many: sample from logits, stop on stop ids, stop strings or the token
+ * budget, and keep the text that is safe to show (whole UTF-8 characters
+ * that can no longer become part of a stop string). hp_generate's loop is
+ * this decoder plus one hp_forward per token.
+ */
+typedef struct {
+    const hp_llm_t *llm;
+    int max_tokens;
+    hp_sampling_t sampling;
+    int ignore_eos;
+    char *stop[HP_GEN_MAX_STOP]; /* owned copies */
+    int n_stop;
+    size_t max_stop; /* longest stop string */
+    hp_rng_t rng;
+    hp_tokenizer_stream_t st;
+    hp_tokenizer_text_t text; /* all text so far */
+    size_t safe;              /* text[0..safe) may be shown */
+    size_t shown;             /* text[0..shown) was taken */
+    int n_tokens;             /* generated, stop id excluded */
+    int last;                 /* the last token counted in n_tokens, -1 */
+    int done;
+    hp_finish_t finish;
+} hp_sched_dec_t;
+
+/* Copies p (stop strings included). HP_OK or HP_ENOMEM. */
+int hp_sched_dec_init(hp_sched_dec_t *d, const hp_llm_t *llm,
+                      const hp_gen_params_t *p, hp_error_t *err);
+void hp_sched_dec_free(hp_sched_dec_t *d);
+
+/*
+ * One token: samples from logits [vocab] with sm's scratch. If the
+ * generation goes on, *tok is the token the caller must run through the
+ * model to get the next logits; if it ends, d->done and d->finish are set
+ * (and *tok is -1). A budget of 0 tokens ends at the first call without
+ * sampling. HP_OK or a tokenizer error.
+ */
+int hp_sched_dec_next(hp_sched_dec_t *d, hp_sampler_t *sm, const float *logits,
+                      int *tok, hp_error_t *err);
+
+/* The text that is safe to show and not yet taken (*text, length). */
+size_t hp_sched_dec_ready(const hp_sched_dec_t *d, const char **text);
+/* Marks n bytes of the ready text as taken. */
+void hp_sched_dec_take(hp_sched_dec_t *d, size_t n);
+
+/* ---- the scheduler --------------------------------------------------- */
+
+typedef struct hp_sched hp_sched_t;
+
+typedef struct {
+    int queued;      /* admitted to the queue, not yet running */
+    int running;     /* prefilling or decoding */
+    int live;        /* requests holding memory (queued + running) */
+    size_t bytes;    /* memory those requests hold */
+    uint64_t served; /* requests finished since start */
+    uint64_t steps;  /* scheduler iterations */
+} hp_sched_stats_t;
+
+typedef struct {
+    int batch;         /* requests running at once (default 8) */
+    int prefill_chunk; /* prompt tokens per prefill step (default 256) */
+    int max_queue;     /* requests waiting + running; beyond: HP_EBUSY */
+    int max_context;   /* prompt + generated tokens (0: the model's) */
+    int threads;       /* compute threads (0: the OpenMP default) */
+    int throttle_ms;   /* pause after every busy step (tests, demos) */
+    /* Called in the scheduler thread after a step that produced output
+     * (may be NULL): a place to send wake-ups in one go. */
+    void (*flush)(void *ud, const hp_sched_stats_t *st);
+    void *flush_ud;
+} hp_sched_cfg_t;
+
+typedef struct {
+    int prompt_tokens;
+    int cached_tokens;
+    int mode; /* the mode that runs */
+    int segs_hit;
+    int segs_total;
+    int64_t queue_us;
+} hp_sched_start_t;
+
+typedef struct {
+    int status; /* HP_OK or the error that ended the request */
+    hp_finish_t finish;
+    int prompt_tokens;
+    int completion_tokens;
+    int cached_tokens;
+    int mode;
+    int segs_hit;
+    int segs_total;
+    int64_t ttft_us;  /* submit to first token (-1: none) */
+    int64_t total_us; /* submit to done */
+    hp_error_t err;   /* status != HP_OK: why */
+} hp_sched_final_t;
+
+/* How a request talks back; every call comes from the scheduler thread. */
+typedef struct {
+    /* admitted: prefill begins (may be NULL) */
+    void (*start)(void *ud, const hp_sched_start_t *s);
+    /* text ready: returns the bytes taken (the rest is offered again
+     * after the next hp_sched_kick, and the request waits for it) */
+    size_t (*text)(void *ud, const char *text, size_t len);
+    /* polled every step: non-zero ends the request (may be NULL) */
+    int (*cancelled)(void *ud);
+    /* the last call: the request's memory is gone after it */
+    void (*done)(void *ud, const hp_sched_final_t *f);
+} hp_sched_ops_t;
+
+typedef struct {
+    const char *prompt; /* only read during hp_sched_submit */
+    size_t prompt_len;
+    const char *separator; /* NULL or "": the prompt is one segment */
+    int mode;
+    hp_gen_params_t gen; /* stop strings are copied */
+    const hp_sched_ops_t *ops;
+    void *ud;
+} hp_sched_req_t;
+
+/* Starts the scheduler thread for llm (which must outlive it). */
+int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
+                    const hp_sched_cfg_t *cfg, hp_error_t *err);
+
+/*
+ * Tokenizes the prompt (in the calling thread) and queues the request.
+ * HP_OK: ops->done will be called exactly once. Otherwise no callback is
+ * ever made: HP_EBADINPUT (no tokens, too many segments), HP_ETOOLARGE
+ * (longer than the context; err->msg says so), HP_EBUSY (queue full),
+ * HP_ENOMEM. Thread-safe.
+ */
+int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err);
+
+/* Wakes the scheduler: a cancel flag was set, or a stalled request's
+ * reader made room. Thread-safe, cheap. */
+void hp_sched_kick(hp_sched_t *s);
+
+void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st);
+
+/* Stops the thread; every request still held gets done(CANCEL). */
+void hp_sched_destroy(hp_sched_t *s);
+
+#endif

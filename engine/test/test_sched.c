@@ -1,0 +1,580 @@
+/*
+ * test_sched.c - the scheduler (engine/sched.h): the step-wise decoder's
+ * stop strings and budgets, many concurrent requests giving exactly the
+ * text each gives alone, FIFO admission, back-pressure from a slow
+ * reader, cancellation (queued and running) freeing all memory, and the
+ * limits (queue, context).
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine/forward.h"
+#include "engine/generate.h"
+#include "engine/llm.h"
+#include "engine/sched.h"
+#include "t/lib/tap.h"
+
+#define MODEL "models/test/qwen35-dense"
+
+static hp_llm_t llm;
+
+/* ---- the decoder, driven by forced logits ---------------------------- */
+
+static float *forced(int V, int tok)
+{
+    static float *l;
+    if (!l)
+        l = calloc((size_t)V, sizeof(float));
+    memset(l, 0, (size_t)V * sizeof(float));
+    l[tok] = 100.0f;
+    return l;
+}
+
+static int tok_of(const char *s)
+{
+    return hp_tokenizer_token_id(llm.tok, s);
+}
+
+/* Pushes the tokens of the strings (one token each) through a decoder;
+ * returns the text taken so far. */
+static const char *feed(hp_sched_dec_t *d, hp_sampler_t *sm,
+                        const char *const *toks, int n, char *out)
+{
+    hp_error_t err = {0};
+    int V = llm.model.cfg.vocab_size, t;
+    for (int i = 0; i < n && !d->done; i++)
+        hp_sched_dec_next(d, sm, forced(V, tok_of(toks[i])), &t, &err);
+    const char *r;
+    size_t len = hp_sched_dec_ready(d, &r);
+    strncat(out, r, len);
+    hp_sched_dec_take(d, len);
+    return out;
+}
+
+static void test_decoder(void)
+{
+    hp_sampler_t sm;
+    hp_sched_dec_t d;
+    hp_error_t err = {0};
+    char out[256] = "";
+    int t;
+
+    hp_sampler_init(&sm, llm.model.cfg.vocab_size);
+    hp_gen_params_t p = {.max_tokens = 50, .sampling = {0, 0, 1.0f, 0}};
+    p.stop[0] = "STOP";
+    p.stop[1] = "";
+    p.n_stop = 2;
+    hp_sched_dec_init(&d, &llm, &p, &err);
+    ok(d.n_stop == 1, "an empty stop string is ignored");
+
+    const char *a[] = {"x", "S", "T"};
+    feed(&d, &sm, a, 3, out);
+    ok(!strcmp(out, "x"), "a possible stop string is held back (\"%s\")", out);
+    const char *b[] = {"y"};
+    feed(&d, &sm, b, 1, out);
+    ok(!strcmp(out, "xSTy"), "and released when it cannot be one (\"%s\")",
+       out);
+    const char *c[] = {"S", "T", "O", "P", "z"};
+    feed(&d, &sm, c, 5, out);
+    ok(d.done && d.finish == HP_FINISH_STOP && !strcmp(out, "xSTy"),
+       "a stop string ends it and is never shown (\"%s\")", out);
+    ok(hp_sched_dec_next(&d, &sm, forced(llm.model.cfg.vocab_size, 1), &t,
+                         &err) == HP_OK &&
+           t == -1,
+       "a finished decoder asks for nothing more");
+    hp_sched_dec_free(&d);
+
+    /* budget: held-back text comes out at the end */
+    p.max_tokens = 3;
+    hp_sched_dec_init(&d, &llm, &p, &err);
+    out[0] = '\0';
+    const char *e[] = {"a", "b", "S"};
+    feed(&d, &sm, e, 3, out);
+    ok(d.done && d.finish == HP_FINISH_LENGTH && d.n_tokens == 3 &&
+           !strcmp(out, "abS"),
+       "the budget ends it and flushes the held-back text (\"%s\")", out);
+    hp_sched_dec_free(&d);
+
+    /* a stop token */
+    p.max_tokens = 10;
+    p.n_stop = 0;
+    hp_sched_dec_init(&d, &llm, &p, &err);
+    hp_sched_dec_next(&d, &sm, forced(llm.model.cfg.vocab_size, tok_of("q")),
+                      &t, &err);
+    hp_sched_dec_next(
+        &d, &sm, forced(llm.model.cfg.vocab_size, llm.stop_ids[0]), &t, &err);
+    ok(d.done && d.finish == HP_FINISH_STOP && d.n_tokens == 1,
+       "a stop token ends it and is not counted");
+    hp_sched_dec_free(&d);
+
+    /* a budget of 0: no sampling at all */
+    p.max_tokens = 0;
+    hp_sched_dec_init(&d, &llm, &p, &err);
+    hp_sched_dec_next(&d, &sm, forced(llm.model.cfg.vocab_size, 1), &t, &err);
+    ok(d.done && d.n_tokens == 0 && t == -1, "max_tokens 0 samples nothing");
+    hp_sched_dec_free(&d);
+    hp_sampler_free(&sm);
+}
+
+/* ---- requests through the scheduler ---------------------------------- */
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int start_order[64], n_started;
+
+typedef struct {
+    int id;
+    char text[16384];
+    size_t len;
+    int started, done, cancel;
+    int accept; /* bytes text() takes per call: -1 all, 0 none */
+    int offers; /* text() calls */
+    hp_sched_final_t fin;
+} col_t;
+
+static void on_start(void *ud, const hp_sched_start_t *s)
+{
+    col_t *c = ud;
+    (void)s;
+    pthread_mutex_lock(&mu);
+    c->started = 1;
+    start_order[n_started++] = c->id;
+    pthread_mutex_unlock(&mu);
+}
+
+static size_t on_text(void *ud, const char *t, size_t len)
+{
+    col_t *c = ud;
+    pthread_mutex_lock(&mu);
+    c->offers++;
+    size_t n = c->accept < 0             ? len
+               : (size_t)c->accept < len ? (size_t)c->accept
+                                         : len;
+    if (c->len + n < sizeof(c->text)) {
+        memcpy(c->text + c->len, t, n);
+        c->len += n;
+        c->text[c->len] = '\0';
+    }
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
+static int on_cancelled(void *ud)
+{
+    col_t *c = ud;
+    pthread_mutex_lock(&mu);
+    int r = c->cancel;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+static void on_done(void *ud, const hp_sched_final_t *f)
+{
+    col_t *c = ud;
+    pthread_mutex_lock(&mu);
+    c->fin = *f;
+    c->done = 1;
+    pthread_cond_broadcast(&cv);
+    pthread_mutex_unlock(&mu);
+}
+
+static const hp_sched_ops_t ops = {on_start, on_text, on_cancelled, on_done};
+
+/* Waits for cond over c (bounded: a failure, never a measurement). */
+static int wait_for(col_t *c, int (*cond)(col_t *))
+{
+    struct timespec ts;
+    int r;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 30;
+    pthread_mutex_lock(&mu);
+    while (!(r = cond(c)) && pthread_cond_timedwait(&cv, &mu, &ts) == 0)
+        ;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+static int is_done(col_t *c)
+{
+    return c->done;
+}
+static int has_text(col_t *c)
+{
+    return c->len > 0;
+}
+
+static int submit(hp_sched_t *s, col_t *c, const char *prompt, int max,
+                  float temp, uint64_t seed, const char *stop, int ignore)
+{
+    hp_error_t err = {0};
+    hp_sched_req_t r = {
+        .prompt = prompt, .prompt_len = strlen(prompt), .ops = &ops, .ud = c};
+    r.gen.max_tokens = max;
+    r.gen.sampling = (hp_sampling_t){temp, 0, 1.0f, seed};
+    r.gen.ignore_eos = ignore;
+    if (stop) {
+        r.gen.stop[0] = stop;
+        r.gen.n_stop = 1;
+    }
+    int rc = hp_sched_submit(s, &r, &err);
+    if (rc != HP_OK)
+        tap_diag("submit: %s", err.msg);
+    return rc;
+}
+
+static int collect(void *ud, const char *t, size_t len, int token)
+{
+    (void)token;
+    strncat(ud, t, len);
+    return 0;
+}
+
+/* The text of one request run alone: hp_prefill in the scheduler's
+ * chunks, then hp_generate. */
+static int alone_tokens;
+static hp_finish_t alone_finish;
+
+static void alone(const char *prompt, int max, float temp, uint64_t seed,
+                  const char *stop, int chunk, char *out)
+{
+    hp_error_t err = {0};
+    hp_seq_t sq;
+    hp_fwd_ws_t ws;
+    int *ids, n;
+    float *lg = malloc((size_t)llm.model.cfg.vocab_size * sizeof(float));
+    hp_gen_params_t p = {.max_tokens = max, .sampling = {temp, 0, 1.0f, seed}};
+    hp_gen_result_t res;
+    if (stop) {
+        p.stop[0] = stop;
+        p.n_stop = 1;
+    }
+    out[0] = '\0';
+    hp_llm_tokenize(&llm, prompt, strlen(prompt), &ids, &n, &err);
+    hp_seq_init(&sq, &llm.model, &err);
+    hp_fwd_ws_init(&ws);
+    hp_prefill(&llm.model, &sq, &ws, ids, n, chunk, lg, &err);
+    hp_generate(&llm, &sq, &ws, lg, &p, collect, out, &res, &err);
+    alone_tokens = res.n_tokens;
+    alone_finish = res.finish;
+    free(res.tokens);
+    free(ids);
+    free(lg);
+    hp_seq_free(&sq);
+    hp_fwd_ws_free(&ws);
+}
+
+static hp_sched_t *make(int batch, int chunk, int max_queue, int ctx,
+                        int throttle)
+{
+    hp_sched_t *s;
+    hp_error_t err = {0};
+    hp_sched_cfg_t cfg = {.batch = batch,
+                          .prefill_chunk = chunk,
+                          .max_queue = max_queue,
+                          .max_context = ctx,
+                          .throttle_ms = throttle};
+    if (hp_sched_create(&s, &llm, &cfg, &err) != HP_OK) {
+        tap_diag("%s", err.msg);
+        exit(1);
+    }
+    return s;
+}
+
+/* done() runs just before the request's memory goes: wait for that. */
+static void settled(hp_sched_t *s, hp_sched_stats_t *st)
+{
+    for (int i = 0; i < 3000; i++) {
+        hp_sched_stats(s, st);
+        if (st->live == 0 && st->running == 0 && st->queued == 0 &&
+            st->bytes == 0)
+            return;
+        usleep(10000);
+    }
+}
+
+static col_t cols[16];
+
+static void reset(void)
+{
+    memset(cols, 0, sizeof(cols));
+    for (int i = 0; i < 16; i++) {
+        cols[i].id = i;
+        cols[i].accept = -1;
+    }
+    n_started = 0;
+}
+
+static void test_concurrent(void)
+{
+    /* long prompts cross several prefill chunks of 16 tokens */
+    static char longp[2][1200];
+    const char *prompts[10] = {"Hello world",
+                               "Once upon a time",
+                               "The quick brown fox",
+                               "a",
+                               longp[0],
+                               "Hello world",
+                               "x y z",
+                               longp[1],
+                               "<|im_start|>user\nHi<|im_end|>\n",
+                               "Once upon a time"};
+    int max[10] = {20, 40, 7, 30, 25, 20, 0, 33, 16, 40};
+    float temp[10] = {0, 0, 0, 0, 0, 0.8f, 0, 0, 0, 1.0f};
+    const char *stop[10] = {NULL, NULL, NULL, "e",  NULL,
+                            NULL, NULL, "t",  NULL, NULL};
+    char ref[10][16384];
+    int ref_tokens[10];
+    hp_finish_t ref_finish[10];
+    int chunk = 16;
+
+    for (int i = 0; i < 1100; i += 11) {
+        memcpy(longp[0] + i, "the story ", 10);
+        memcpy(longp[1] + i, "once more ", 10);
+    }
+    for (int i = 0; i < 10; i++) {
+        alone(prompts[i], max[i], temp[i], 1000 + i, stop[i], chunk, ref[i]);
+        ref_tokens[i] = alone_tokens;
+        ref_finish[i] = alone_finish;
+    }
+
+    reset();
+    hp_sched_t *s = make(3, chunk, 64, 0, 0);
+    int bad = 0;
+    for (int i = 0; i < 10; i++)
+        bad |= submit(s, &cols[i], prompts[i], max[i], temp[i], 1000 + i,
+                      stop[i], 0);
+    ok(!bad, "ten requests are queued at once (batch 3)");
+    int same = 1, done = 1;
+    for (int i = 0; i < 10; i++) {
+        done &= wait_for(&cols[i], is_done);
+        if (strcmp(cols[i].text, ref[i]) ||
+            cols[i].fin.completion_tokens != ref_tokens[i] ||
+            cols[i].fin.finish != ref_finish[i]) {
+            same = 0;
+            tap_diag("request %d: got \"%s\" (%d tokens, finish %d), "
+                     "alone \"%s\" (%d, %d)",
+                     i, cols[i].text, cols[i].fin.completion_tokens,
+                     (int)cols[i].fin.finish, ref[i], ref_tokens[i],
+                     (int)ref_finish[i]);
+        }
+    }
+    ok(done, "all of them finish");
+    ok(same, "each gives exactly the text, token count and finish it "
+             "gives alone (greedy, sampled with a seed, stop strings, long "
+             "chunked prompts)");
+    ok(cols[6].fin.completion_tokens == 0 && cols[6].started &&
+           cols[6].len == 0,
+       "max_tokens 0 prefills and generates nothing");
+    {
+        int *ids, n;
+        hp_error_t err = {0};
+        hp_llm_tokenize(&llm, prompts[0], strlen(prompts[0]), &ids, &n, &err);
+        ok(cols[0].fin.prompt_tokens == n,
+           "usage counts the prompt (%d tokens)", cols[0].fin.prompt_tokens);
+        free(ids);
+    }
+    int fifo = n_started == 10;
+    for (int i = 0; i < n_started; i++)
+        fifo &= start_order[i] == i;
+    ok(fifo, "admission is first come, first served");
+    hp_sched_stats_t st;
+    settled(s, &st);
+    ok(st.live == 0 && st.bytes == 0 && st.served == 10,
+       "nothing is held afterwards (%d live, %zu bytes, %llu served)", st.live,
+       st.bytes, (unsigned long long)st.served);
+    hp_sched_destroy(s);
+}
+
+/* texts of request 0 seen when request 1 started and when it first spoke */
+static int texts_at_start, texts_at_first;
+
+static void il_start(void *ud, const hp_sched_start_t *st)
+{
+    col_t *c = ud;
+    on_start(ud, st);
+    pthread_mutex_lock(&mu);
+    if (c->id == 1)
+        texts_at_start = cols[0].offers;
+    pthread_mutex_unlock(&mu);
+}
+
+static size_t il_text(void *ud, const char *t, size_t len)
+{
+    col_t *c = ud;
+    pthread_mutex_lock(&mu);
+    if (c->id == 1 && c->len == 0)
+        texts_at_first = cols[0].offers;
+    pthread_mutex_unlock(&mu);
+    return on_text(ud, t, len);
+}
+
+static void test_interleave(void)
+{
+    static char longp[4000];
+    static const hp_sched_ops_t il_ops = {il_start, il_text, on_cancelled,
+                                          on_done};
+    hp_error_t err = {0};
+    int *ids, n;
+
+    for (int i = 0; i + 10 < (int)sizeof(longp); i += 10)
+        memcpy(longp + i, "the story ", 10);
+    hp_llm_tokenize(&llm, longp, strlen(longp), &ids, &n, &err);
+    free(ids);
+    reset();
+    hp_sched_t *s = make(4, 16, 64, 0, 0);
+    hp_sched_req_t r = {.prompt = "Hello world",
+                        .prompt_len = 11,
+                        .ops = &il_ops,
+                        .ud = &cols[0]};
+    r.gen.max_tokens = 5000;
+    r.gen.ignore_eos = 1;
+    r.gen.sampling.top_p = 1.0f;
+    hp_sched_submit(s, &r, &err);
+    wait_for(&cols[0], has_text);
+    r.prompt = longp;
+    r.prompt_len = strlen(longp);
+    r.ud = &cols[1];
+    r.gen.max_tokens = 4;
+    hp_sched_submit(s, &r, &err);
+    wait_for(&cols[1], has_text);
+    int during = texts_at_first - texts_at_start, chunks = (n + 15) / 16;
+    ok(during >= chunks / 2,
+       "a %d-token prompt prefills in %d chunks while a stream goes on "
+       "(%d pieces of text meanwhile)",
+       n, chunks, during);
+    pthread_mutex_lock(&mu);
+    cols[0].cancel = 1;
+    pthread_mutex_unlock(&mu);
+    hp_sched_kick(s);
+    wait_for(&cols[0], is_done);
+    hp_sched_destroy(s);
+}
+
+static void test_backpressure(void)
+{
+    char ref[16384];
+    alone("Once upon a time", 60, 0, 0, NULL, 256, ref);
+    reset();
+    hp_sched_t *s = make(4, 256, 64, 0, 0);
+    cols[0].accept = 3; /* a reader that takes 3 bytes per offer */
+    submit(s, &cols[0], "Once upon a time", 60, 0, 0, NULL, 0);
+    cols[1].accept = 0; /* a reader that takes nothing */
+    submit(s, &cols[1], "Hello world", 60, 0, 0, NULL, 1);
+    ok(wait_for(&cols[0], is_done) && !strcmp(cols[0].text, ref),
+       "a reader taking 3 bytes at a time still gets all the text");
+    pthread_mutex_lock(&mu);
+    int offers = cols[1].offers, len = (int)cols[1].len;
+    pthread_mutex_unlock(&mu);
+    hp_sched_kick(s);
+    hp_sched_kick(s);
+    usleep(20000);
+    hp_sched_stats_t st;
+    hp_sched_stats(s, &st);
+    ok(!cols[1].done && len == 0 && st.running == 1,
+       "a reader taking nothing stalls its request (%d offers)", offers);
+    pthread_mutex_lock(&mu);
+    cols[1].accept = -1;
+    pthread_mutex_unlock(&mu);
+    hp_sched_kick(s);
+    int fin = wait_for(&cols[1], is_done);
+    ok(fin && cols[1].fin.completion_tokens == 60,
+       "once it reads again, the request runs to its end (%d tokens)",
+       cols[1].fin.completion_tokens);
+    hp_sched_destroy(s);
+}
+
+static void test_cancel(void)
+{
+    reset();
+    hp_sched_t *s = make(1, 256, 64, 0, 1);
+    submit(s, &cols[0], "Hello world", 100000, 0, 0, NULL, 1);
+    submit(s, &cols[1], "Once upon a time", 100000, 0, 0, NULL, 1);
+    ok(wait_for(&cols[0], has_text), "a long request streams");
+    pthread_mutex_lock(&mu);
+    cols[1].cancel = 1;
+    pthread_mutex_unlock(&mu);
+    hp_sched_kick(s);
+    ok(wait_for(&cols[1], is_done) && !cols[1].started &&
+           cols[1].fin.finish == HP_FINISH_CANCEL,
+       "a queued request is cancelled before it starts");
+    pthread_mutex_lock(&mu);
+    cols[0].cancel = 1;
+    pthread_mutex_unlock(&mu);
+    hp_sched_kick(s);
+    int fin = wait_for(&cols[0], is_done);
+    ok(fin && cols[0].fin.finish == HP_FINISH_CANCEL &&
+           cols[0].fin.completion_tokens > 0,
+       "a running request is cancelled mid-stream (after %d tokens)",
+       cols[0].fin.completion_tokens);
+    hp_sched_stats_t st;
+    settled(s, &st);
+    ok(st.live == 0 && st.bytes == 0 && st.running == 0 && st.queued == 0,
+       "cancelled requests hold no memory (%d live, %zu bytes)", st.live,
+       st.bytes);
+
+    /* shutting down with requests in flight cancels them */
+    submit(s, &cols[2], "Hello world", 100000, 0, 0, NULL, 1);
+    submit(s, &cols[3], "Hello world", 100000, 0, 0, NULL, 1);
+    wait_for(&cols[2], has_text);
+    hp_sched_destroy(s);
+    ok(cols[2].done && cols[3].done && cols[2].fin.finish == HP_FINISH_CANCEL &&
+           cols[3].fin.finish == HP_FINISH_CANCEL,
+       "destroy cancels what is running and what waits");
+}
+
+static void test_limits(void)
+{
+    hp_error_t err = {0};
+    reset();
+    hp_sched_t *s = make(1, 256, 2, 12, 1);
+    hp_sched_req_t r = {.prompt = "Hello world, a long prompt this time",
+                        .ops = &ops,
+                        .ud = &cols[0]};
+    r.prompt_len = strlen(r.prompt);
+    r.gen.max_tokens = 4;
+    ok(hp_sched_submit(s, &r, &err) == HP_ETOOLARGE &&
+           strstr(err.msg, "context"),
+       "a prompt longer than the context is refused: %s", err.msg);
+    r.prompt = "";
+    r.prompt_len = 0;
+    ok(hp_sched_submit(s, &r, &err) == HP_EBADINPUT,
+       "an empty prompt is refused: %s", err.msg);
+
+    submit(s, &cols[1], "Hello world", 100, 0, 0, NULL, 1);
+    submit(s, &cols[2], "Hello world", 100, 0, 0, NULL, 1);
+    r.prompt = "Hi";
+    r.prompt_len = 2;
+    r.ud = &cols[3];
+    ok(hp_sched_submit(s, &r, &err) == HP_EBUSY,
+       "past max_queue requests in flight: busy (%s)", err.msg);
+    int fin = wait_for(&cols[1], is_done);
+    ok(fin && cols[1].fin.finish == HP_FINISH_LENGTH &&
+           cols[1].fin.prompt_tokens + cols[1].fin.completion_tokens == 12,
+       "generation stops at the end of the context: %d + %d tokens",
+       cols[1].fin.prompt_tokens, cols[1].fin.completion_tokens);
+    wait_for(&cols[2], is_done);
+    ok(hp_sched_submit(s, &r, &err) == HP_OK && wait_for(&cols[3], is_done),
+       "with room again, a request is accepted");
+    hp_sched_destroy(s);
+}
+
+int main(void)
+{
+    hp_error_t err = {0};
+    if (hp_llm_load(&llm, MODEL, &err) != HP_OK) {
+        tap_skip(err.msg);
+        return tap_done();
+    }
+    test_decoder();
+    test_concurrent();
+    test_interleave();
+    test_backpressure();
+    test_cancel();
+    test_limits();
+    hp_llm_free(&llm);
+    return tap_done();
+}

@@ -1,0 +1,923 @@
+
+/*
+ * HYPIC serve: the engine client (the protocol is in engine/hp_ipc.h).
+ *
+ * A link is one worker's unix-socket connection to one engine. It is
+ * opened by the first request that needs it: connect(2) on a unix socket
+ * never blocks, and a refused or missing socket is a 503 at once. The
+ * engine answers with a hello and the descriptor of its shared segment,
+ * which the worker maps; requests that came meanwhile wait on the link.
+ * From then on the socket only carries wake-up bytes, both ways: it sits
+ * in the event loop level-triggered, and every wake-up drains the rings
+ * of the link's requests. When the socket closes (engine stopped,
+ * crashed or restarted), every request on the link fails cleanly and the
+ * segment is unmapped; the next request connects again and meets the new
+ * engine generation.
+ *
+ * A request holds its slot from claim to release; the pool cleanup
+ * releases it whatever ends the request (client gone, timeout, error),
+ * which cancels it in the engine if it is still running.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <sys/mman.h>
+#include <sys/un.h>
+
+#include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_engine.h"
+#include "ngx_http_hypic_handler.h"
+#include "ngx_http_hypic_json.h"
+
+
+#define NGX_HTTP_HYPIC_LINK_DOWN     0
+#define NGX_HTTP_HYPIC_LINK_HELLO    1
+#define NGX_HTTP_HYPIC_LINK_UP       2
+
+/* how long an engine that accepted us may take to say hello */
+#define NGX_HTTP_HYPIC_HELLO_TIMEOUT  3000
+
+
+struct ngx_http_hypic_link_s {
+    ngx_http_hypic_engine_t    *engine;
+    ngx_connection_t           *connection;
+    ngx_event_t                 hello_timer;
+    ngx_uint_t                  state;
+
+    hp_ipc_header_t            *shm;
+    size_t                      shm_size;
+    uint64_t                    generation;   /* of the last engine seen */
+    uint32_t                    conn_id;
+    u_char                      node[HP_IPC_NAME_BYTES];
+    size_t                      node_len;
+
+    hp_ipc_hello_t              hello;
+    size_t                      hello_len;
+    ngx_fd_t                    hello_fd;
+
+    ngx_queue_t                 waiting;      /* ctx: before the hello */
+    ngx_queue_t                 active;       /* ctx: holding a slot */
+};
+
+
+static ngx_int_t ngx_http_hypic_link_connect(ngx_http_hypic_link_t *link);
+static void ngx_http_hypic_link_read(ngx_event_t *rev);
+static ngx_int_t ngx_http_hypic_link_hello(ngx_http_hypic_link_t *link);
+static ngx_int_t ngx_http_hypic_link_up(ngx_http_hypic_link_t *link);
+static void ngx_http_hypic_link_hello_timeout(ngx_event_t *ev);
+static void ngx_http_hypic_link_dummy(ngx_event_t *ev);
+static void ngx_http_hypic_link_fail(ngx_http_hypic_link_t *link,
+    const char *why, ngx_err_t err);
+static void ngx_http_hypic_link_close(ngx_http_hypic_link_t *link);
+static void ngx_http_hypic_link_wake(ngx_http_hypic_link_t *link);
+static ngx_int_t ngx_http_hypic_engine_send(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+static ngx_int_t ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+static void ngx_http_hypic_engine_read(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+static void ngx_http_hypic_engine_timeout(ngx_event_t *ev);
+static void ngx_http_hypic_engine_cleanup(void *data);
+
+
+ngx_int_t
+ngx_http_hypic_engine_init_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                   i;
+    ngx_http_hypic_link_t       *link;
+    ngx_http_hypic_engine_t     *engine;
+    ngx_http_hypic_main_conf_t  *hmcf;
+
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
+    if (cycle->conf_ctx[ngx_http_module.index] == NULL) {
+        return NGX_OK;
+    }
+
+    hmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_hypic_module);
+    if (hmcf == NULL) {
+        return NGX_OK;
+    }
+
+    engine = hmcf->engines.elts;
+
+    for (i = 0; i < hmcf->engines.nelts; i++) {
+        link = ngx_pcalloc(cycle->pool, sizeof(ngx_http_hypic_link_t));
+        if (link == NULL) {
+            return NGX_ERROR;
+        }
+
+        link->engine = &engine[i];
+        link->hello_fd = NGX_INVALID_FILE;
+        link->hello_timer.handler = ngx_http_hypic_link_hello_timeout;
+        link->hello_timer.data = link;
+        link->hello_timer.log = cycle->log;
+        link->hello_timer.cancelable = 1;
+
+        ngx_queue_init(&link->waiting);
+        ngx_queue_init(&link->active);
+
+        engine[i].link = link;
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_hypic_engine_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                   i;
+    ngx_http_hypic_engine_t     *engine;
+    ngx_http_hypic_main_conf_t  *hmcf;
+
+    if (cycle->conf_ctx[ngx_http_module.index] == NULL) {
+        return;
+    }
+
+    hmcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_hypic_module);
+    if (hmcf == NULL) {
+        return;
+    }
+
+    engine = hmcf->engines.elts;
+
+    for (i = 0; i < hmcf->engines.nelts; i++) {
+        if (engine[i].link) {
+            ngx_http_hypic_link_close(engine[i].link);
+        }
+    }
+}
+
+
+ngx_int_t
+ngx_http_hypic_engine_submit(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx)
+{
+    ngx_int_t                   rc;
+    ngx_pool_cleanup_t         *cln;
+    ngx_http_hypic_link_t      *link;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    link = hlcf->engine->link;
+
+    if (link == NULL) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "hypic: no link to engine \"%V\"", &hlcf->engine->name);
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (link->state == NGX_HTTP_HYPIC_LINK_DOWN
+        && ngx_http_hypic_link_connect(link) != NGX_OK)
+    {
+        return ngx_http_hypic_engine_unavailable(r, ctx);
+    }
+
+    if (!ctx->cleanup) {
+        cln = ngx_pool_cleanup_add(r->pool, 0);
+        if (cln == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        cln->handler = ngx_http_hypic_engine_cleanup;
+        cln->data = ctx;
+        ctx->cleanup = 1;
+    }
+
+    ctx->link = link;
+
+    /* not cancelable: a worker that exits gracefully waits for us */
+
+    ctx->timeout.handler = ngx_http_hypic_engine_timeout;
+    ctx->timeout.data = r;
+    ctx->timeout.log = r->connection->log;
+
+    ngx_add_timer(&ctx->timeout, hlcf->request_timeout);
+
+    if (link->state == NGX_HTTP_HYPIC_LINK_HELLO) {
+        ngx_queue_insert_tail(&link->waiting, &ctx->queue);
+        ctx->queued = 1;
+        return NGX_DONE;
+    }
+
+    rc = ngx_http_hypic_engine_send(r, ctx);
+
+    if (rc != NGX_DONE) {
+        ngx_http_hypic_engine_detach(ctx);
+    }
+
+    return rc;
+}
+
+
+/*
+ * Claims a slot and writes the request into it; NGX_DONE, or the result
+ * of an error response.
+ */
+
+static ngx_int_t
+ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
+{
+    u_char                 *p;
+    uint32_t                index;
+    hp_ipc_slot_t          *slot;
+    hp_ipc_header_t        *shm;
+    ngx_http_hypic_link_t  *link;
+
+    link = ctx->link;
+    shm = link->shm;
+
+    ctx->node.len = link->node_len;
+    ctx->node.data = ngx_pnalloc(r->pool, link->node_len + 1);
+    if (ctx->node.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(ctx->node.data, link->node, link->node_len);
+
+    if (ctx->prompt.len > shm->input_bytes) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "hypic: prompt of %uz bytes is larger than the "
+                      "%uD the engine \"%V\" takes", ctx->prompt.len,
+                      shm->input_bytes, &link->engine->name);
+
+        return ngx_http_hypic_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
+                                         NGX_HTTP_HYPIC_INVALID_REQUEST,
+                                         "prompt_too_large", "prompt",
+                                         "The prompt is %uz bytes, the "
+                                         "engine takes at most %uD",
+                                         ctx->prompt.len, shm->input_bytes);
+    }
+
+    slot = hp_ipc_claim(shm, link->conn_id, (int32_t) ngx_pid, &index,
+                        &ctx->seq);
+
+    if (slot == NULL) {
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "hypic: engine \"%V\" has all %uD slots in flight",
+                      &link->engine->name, shm->n_slots);
+
+        return ngx_http_hypic_send_error(r, NGX_HTTP_TOO_MANY_REQUESTS,
+                                         "rate_limit_error",
+                                         "engine_at_capacity", NULL,
+                                         "The engine for model \"%V\" has "
+                                         "%uD requests in flight, its "
+                                         "limit; try again later",
+                                         &link->engine->model,
+                                         shm->n_slots);
+    }
+
+    ngx_memcpy(&slot->req, &ctx->req, sizeof(hp_ipc_request_t));
+    slot->req.prompt_len = (uint32_t) ctx->prompt.len;
+
+    p = (u_char *) hp_ipc_input(shm, slot);
+    ngx_memcpy(p, ctx->prompt.data, ctx->prompt.len);
+
+    ctx->slot = slot;
+
+    ngx_queue_insert_tail(&link->active, &ctx->queue);
+    ctx->queued = 1;
+
+    if (hp_ipc_submit(shm, slot, ctx->seq) != 0) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "hypic: engine \"%V\" took back slot %uD before "
+                      "submit", &link->engine->name, index);
+        ctx->slot = NULL;
+        return ngx_http_hypic_engine_unavailable(r, ctx);
+    }
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "hypic: %V in slot %uD of engine \"%V\"",
+                   &ctx->id, index, &link->engine->name);
+
+    ngx_http_hypic_link_wake(link);
+
+    return NGX_DONE;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx)
+{
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    return ngx_http_hypic_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                                     NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
+                                     "engine_unavailable", NULL,
+                                     "The engine for model \"%V\" is "
+                                     "unavailable, try again later",
+                                     &hlcf->engine->model);
+}
+
+
+void
+ngx_http_hypic_engine_detach(ngx_http_hypic_ctx_t *ctx)
+{
+    if (ctx->queued) {
+        ngx_queue_remove(&ctx->queue);
+        ctx->queued = 0;
+    }
+
+    if (ctx->slot) {
+        /* 0: still running, the engine frees it once it sees cancel */
+
+        if (hp_ipc_release(ctx->slot, ctx->seq) == 0 && ctx->link) {
+            ngx_http_hypic_link_wake(ctx->link);
+        }
+
+        ctx->slot = NULL;
+    }
+
+    if (ctx->timeout.timer_set) {
+        ngx_del_timer(&ctx->timeout);
+    }
+
+    if (ctx->heartbeat.timer_set) {
+        ngx_del_timer(&ctx->heartbeat);
+    }
+
+    ctx->link = NULL;
+}
+
+
+static void
+ngx_http_hypic_engine_cleanup(void *data)
+{
+    ngx_http_hypic_ctx_t  *ctx = data;
+
+    ngx_http_hypic_engine_detach(ctx);
+}
+
+
+static void
+ngx_http_hypic_engine_timeout(ngx_event_t *ev)
+{
+    ngx_connection_t           *c;
+    ngx_http_request_t         *r;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    r = ev->data;
+    c = r->connection;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    ngx_log_error(NGX_LOG_ERR, c->log, 0,
+                  "hypic: engine \"%V\" did not finish the request within "
+                  "hypic_request_timeout %M", &hlcf->engine->name,
+                  hlcf->request_timeout);
+
+    ngx_http_hypic_fail(r, NGX_HTTP_GATEWAY_TIME_OUT, "timeout", "timeout",
+                        "The request did not finish within %M ms",
+                        hlcf->request_timeout);
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* Drains the records of one request; may finalize it. */
+
+static void
+ngx_http_hypic_engine_read(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
+{
+    u_char                  buf[HP_IPC_RECORD_MAX];
+    uint32_t                type, len;
+    ngx_int_t               rc;
+    hp_ipc_slot_t          *slot;
+    ngx_http_hypic_link_t  *link;
+
+    link = ctx->link;
+
+    while (ctx->slot) {
+        slot = ctx->slot;
+
+        rc = hp_ipc_ring_get(link->shm, slot, &type, buf, sizeof(buf), &len);
+
+        if (rc == 0) {
+            /* the engine waits for room we just made */
+
+            if (atomic_exchange(&slot->waiting, 0)) {
+                ngx_http_hypic_link_wake(link);
+            }
+
+            return;
+        }
+
+        if (rc < 0) {
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "hypic: corrupt output ring from engine \"%V\"",
+                          &link->engine->name);
+
+            ngx_http_hypic_fail(r, NGX_HTTP_BAD_GATEWAY,
+                                NGX_HTTP_HYPIC_SERVER_ERROR,
+                                "engine_error",
+                                "The engine sent a malformed answer");
+            return;
+        }
+
+        if (ngx_http_hypic_deliver(r, type, buf, len) == NGX_DONE) {
+            return;
+        }
+    }
+}
+
+
+/* ---- the link ------------------------------------------------------ */
+
+
+static ngx_int_t
+ngx_http_hypic_link_connect(ngx_http_hypic_link_t *link)
+{
+    int                   rc;
+    ngx_err_t             err;
+    ngx_socket_t          s;
+    ngx_connection_t     *c;
+    struct sockaddr_un    sun;
+
+    ngx_memzero(&sun, sizeof(struct sockaddr_un));
+    sun.sun_family = AF_UNIX;
+    ngx_memcpy(sun.sun_path, link->engine->path.data,
+               link->engine->path.len);
+
+    s = ngx_socket(AF_UNIX, SOCK_STREAM, 0);
+
+    if (s == (ngx_socket_t) -1) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_socket_errno,
+                      ngx_socket_n " failed");
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(s, ngx_cycle->log);
+
+    if (c == NULL) {
+        ngx_close_socket(s);
+        return NGX_ERROR;
+    }
+
+    if (ngx_nonblocking(s) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, ngx_socket_errno,
+                      ngx_nonblocking_n " failed");
+        ngx_close_connection(c);
+        return NGX_ERROR;
+    }
+
+    /* a unix socket connects at once or never (EAGAIN: backlog full) */
+
+    rc = connect(s, (struct sockaddr *) &sun, sizeof(struct sockaddr_un));
+
+    if (rc == -1) {
+        err = ngx_socket_errno;
+
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, err,
+                      "hypic: engine \"%V\" at \"%V\" is unavailable",
+                      &link->engine->name, &link->engine->address);
+
+        ngx_close_connection(c);
+        return NGX_ERROR;
+    }
+
+    c->data = link;
+    c->read->handler = ngx_http_hypic_link_read;
+    c->write->handler = ngx_http_hypic_link_dummy;
+    c->read->log = c->log;
+    c->write->log = c->log;
+
+    /* level-triggered: a wake-up left unread is never lost */
+
+    if (ngx_add_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT) != NGX_OK) {
+        ngx_close_connection(c);
+        return NGX_ERROR;
+    }
+
+    link->connection = c;
+    link->state = NGX_HTTP_HYPIC_LINK_HELLO;
+    link->hello_len = 0;
+
+    ngx_add_timer(&link->hello_timer, NGX_HTTP_HYPIC_HELLO_TIMEOUT);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "hypic: connecting to engine \"%V\"", &link->engine->name);
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_hypic_link_read(ngx_event_t *rev)
+{
+    u_char                  buf[256];
+    ssize_t                 n;
+    ngx_err_t               err;
+    ngx_queue_t             pending, *q;
+    ngx_connection_t       *c, *cn;
+    ngx_http_request_t     *r;
+    ngx_http_hypic_ctx_t   *ctx;
+    ngx_http_hypic_link_t  *link;
+
+    c = rev->data;
+    link = c->data;
+
+    if (link->state == NGX_HTTP_HYPIC_LINK_HELLO) {
+        if (ngx_http_hypic_link_hello(link) != NGX_OK) {
+            return;
+        }
+
+        if (link->state != NGX_HTTP_HYPIC_LINK_UP) {
+            return;
+        }
+    }
+
+    /* the wake-up bytes carry no data: drain them */
+
+    for ( ;; ) {
+        n = recv(c->fd, buf, sizeof(buf), 0);
+
+        if (n > 0) {
+            continue;
+        }
+
+        if (n == 0) {
+            ngx_http_hypic_link_fail(link, "closed the connection", 0);
+            return;
+        }
+
+        err = ngx_socket_errno;
+
+        if (err == NGX_EAGAIN) {
+            break;
+        }
+
+        if (err != NGX_EINTR) {
+            ngx_http_hypic_link_fail(link, "failed", err);
+            return;
+        }
+    }
+
+    /*
+     * Reading may end requests, and ending one may run other requests'
+     * handlers: walk a private list, so that a request that leaves the
+     * link meanwhile simply drops out of it.
+     */
+
+    ngx_queue_init(&pending);
+    ngx_queue_add(&pending, &link->active);
+    ngx_queue_init(&link->active);
+
+    while (!ngx_queue_empty(&pending)) {
+        q = ngx_queue_head(&pending);
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&link->active, q);
+
+        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
+        r = ctx->timeout.data;
+        cn = r->connection;
+
+        ngx_http_hypic_engine_read(r, ctx);
+        ngx_http_run_posted_requests(cn);
+    }
+}
+
+
+/* Takes the hello and the segment's descriptor; NGX_OK if the link is
+ * still usable (maybe still waiting for the rest of the hello). */
+
+static ngx_int_t
+ngx_http_hypic_link_hello(ngx_http_hypic_link_t *link)
+{
+    int                fd;
+    ssize_t            n;
+    ngx_err_t          err;
+    struct iovec       iov;
+    struct msghdr      msg;
+    struct cmsghdr    *cm;
+    ngx_connection_t  *c;
+
+    union {
+        struct cmsghdr  cm;
+        char            space[CMSG_SPACE(sizeof(int))];
+    } cmsg;
+
+    c = link->connection;
+
+    iov.iov_base = (u_char *) &link->hello + link->hello_len;
+    iov.iov_len = sizeof(hp_ipc_hello_t) - link->hello_len;
+
+    ngx_memzero(&msg, sizeof(struct msghdr));
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = &cmsg;
+    msg.msg_controllen = sizeof(cmsg);
+
+    n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+
+    if (n == -1) {
+        err = ngx_socket_errno;
+
+        if (err == NGX_EAGAIN || err == NGX_EINTR) {
+            return NGX_OK;
+        }
+
+        ngx_http_hypic_link_fail(link, "failed", err);
+        return NGX_ERROR;
+    }
+
+    if (n == 0) {
+        ngx_http_hypic_link_fail(link, "closed the connection", 0);
+        return NGX_ERROR;
+    }
+
+    for (cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+            continue;
+        }
+
+        ngx_memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+
+        if (link->hello_fd != NGX_INVALID_FILE) {
+            (void) close(fd);
+            continue;
+        }
+
+        link->hello_fd = fd;
+    }
+
+    link->hello_len += n;
+
+    if (link->hello_len < sizeof(hp_ipc_hello_t)) {
+        return NGX_OK;
+    }
+
+    if (ngx_http_hypic_link_up(link) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_link_up(ngx_http_hypic_link_t *link)
+{
+    void                  *p;
+    ngx_int_t              rc;
+    const char            *why;
+    ngx_queue_t           *q;
+    hp_ipc_hello_t        *hello;
+    ngx_file_info_t        fi;
+    ngx_connection_t      *c;
+    ngx_http_request_t    *r;
+    ngx_http_hypic_ctx_t  *ctx;
+
+    hello = &link->hello;
+
+    if (hello->magic != HP_IPC_MAGIC || hello->version != HP_IPC_VERSION) {
+        ngx_http_hypic_link_fail(link, "speaks another protocol version",
+                                 0);
+        return NGX_ERROR;
+    }
+
+    if (link->hello_fd == NGX_INVALID_FILE) {
+        ngx_http_hypic_link_fail(link, "sent no shared memory", 0);
+        return NGX_ERROR;
+    }
+
+    hello->shm_name[HP_IPC_NAME_BYTES - 1] = '\0';
+
+    if (link->engine->shm.len
+        && (link->engine->shm.len != ngx_strlen(hello->shm_name)
+            || ngx_strncmp(link->engine->shm.data, hello->shm_name,
+                           link->engine->shm.len)
+               != 0))
+    {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "hypic: engine \"%V\" serves segment \"%s\", "
+                      "not shm=%V", &link->engine->name, hello->shm_name,
+                      &link->engine->shm);
+        ngx_http_hypic_link_fail(link, "serves another segment", 0);
+        return NGX_ERROR;
+    }
+
+    if (ngx_fd_info(link->hello_fd, &fi) == NGX_FILE_ERROR
+        || (uint64_t) ngx_file_size(&fi) < hello->shm_bytes
+        || hello->shm_bytes < sizeof(hp_ipc_header_t))
+    {
+        ngx_http_hypic_link_fail(link, "sent a bad shared segment", 0);
+        return NGX_ERROR;
+    }
+
+    p = mmap(NULL, (size_t) hello->shm_bytes, PROT_READ|PROT_WRITE,
+             MAP_SHARED, link->hello_fd, 0);
+
+    (void) close(link->hello_fd);
+    link->hello_fd = NGX_INVALID_FILE;
+
+    if (p == MAP_FAILED) {
+        ngx_http_hypic_link_fail(link, "sent a segment that cannot be "
+                                 "mapped", ngx_errno);
+        return NGX_ERROR;
+    }
+
+    link->shm = p;
+    link->shm_size = (size_t) hello->shm_bytes;
+
+    why = hp_ipc_check(p, hello->shm_bytes);
+
+    if (why != NULL || link->shm->generation != hello->generation) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "hypic: engine \"%V\" segment refused: %s",
+                      &link->engine->name,
+                      why ? why : "generation differs from the hello");
+        ngx_http_hypic_link_fail(link, "sent an unusable segment", 0);
+        return NGX_ERROR;
+    }
+
+    if (link->generation && link->generation != hello->generation) {
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "hypic: engine \"%V\" restarted, generation %uL "
+                      "after %uL", &link->engine->name, hello->generation,
+                      link->generation);
+    }
+
+    link->generation = hello->generation;
+    link->conn_id = hello->conn_id;
+    link->node_len = ngx_strnlen((u_char *) link->shm->node,
+                                 HP_IPC_NAME_BYTES - 1);
+    ngx_memcpy(link->node, link->shm->node, link->node_len);
+    link->state = NGX_HTTP_HYPIC_LINK_UP;
+
+    if (link->hello_timer.timer_set) {
+        ngx_del_timer(&link->hello_timer);
+    }
+
+    ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
+                  "hypic: connected to engine \"%V\" (generation %uL, "
+                  "%uD slots)", &link->engine->name, link->generation,
+                  link->shm->n_slots);
+
+    /* the requests that waited for the hello go now, in order */
+
+    while (!ngx_queue_empty(&link->waiting)) {
+        q = ngx_queue_head(&link->waiting);
+        ngx_queue_remove(q);
+
+        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
+        ctx->queued = 0;
+
+        r = ctx->timeout.data;
+        c = r->connection;
+
+        rc = ngx_http_hypic_engine_send(r, ctx);
+
+        if (rc != NGX_DONE) {
+            ngx_http_hypic_engine_detach(ctx);
+            ngx_http_finalize_request(r, rc);
+        }
+
+        ngx_http_run_posted_requests(c);
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_hypic_link_hello_timeout(ngx_event_t *ev)
+{
+    ngx_http_hypic_link_t  *link = ev->data;
+
+    ngx_http_hypic_link_fail(link, "did not say hello in time",
+                             NGX_ETIMEDOUT);
+}
+
+
+static void
+ngx_http_hypic_link_dummy(ngx_event_t *ev)
+{
+    return;
+}
+
+
+/* Every request on the link fails cleanly; the next one reconnects. */
+
+static void
+ngx_http_hypic_link_fail(ngx_http_hypic_link_t *link, const char *why,
+    ngx_err_t err)
+{
+    ngx_queue_t           *q;
+    ngx_queue_t            waiting, active;
+    ngx_connection_t      *c;
+    ngx_http_request_t    *r;
+    ngx_http_hypic_ctx_t  *ctx;
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, err,
+                  "hypic: engine \"%V\" at \"%V\" %s", &link->engine->name,
+                  &link->engine->address, why);
+
+    ngx_queue_init(&waiting);
+    ngx_queue_add(&waiting, &link->waiting);
+    ngx_queue_init(&link->waiting);
+
+    ngx_queue_init(&active);
+    ngx_queue_add(&active, &link->active);
+    ngx_queue_init(&link->active);
+
+    /* no request may touch the segment once it is unmapped */
+
+    for (q = ngx_queue_head(&active);
+         q != ngx_queue_sentinel(&active);
+         q = ngx_queue_next(q))
+    {
+        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
+        ctx->slot = NULL;
+        ctx->link = NULL;
+    }
+
+    ngx_http_hypic_link_close(link);
+
+    ngx_queue_add(&waiting, &active);
+
+    while (!ngx_queue_empty(&waiting)) {
+        q = ngx_queue_head(&waiting);
+        ngx_queue_remove(q);
+
+        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
+        ctx->queued = 0;
+        ctx->link = NULL;
+
+        r = ctx->timeout.data;
+        c = r->connection;
+
+        ngx_http_hypic_fail(r, NGX_HTTP_SERVICE_UNAVAILABLE,
+                            NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
+                            "engine_unavailable",
+                            "The engine for model \"%V\" is unavailable, "
+                            "try again later", &link->engine->model);
+
+        ngx_http_run_posted_requests(c);
+    }
+}
+
+
+static void
+ngx_http_hypic_link_close(ngx_http_hypic_link_t *link)
+{
+    if (link->hello_timer.timer_set) {
+        ngx_del_timer(&link->hello_timer);
+    }
+
+    if (link->connection) {
+        ngx_close_connection(link->connection);
+        link->connection = NULL;
+    }
+
+    if (link->hello_fd != NGX_INVALID_FILE) {
+        (void) close(link->hello_fd);
+        link->hello_fd = NGX_INVALID_FILE;
+    }
+
+    if (link->shm) {
+        (void) munmap(link->shm, link->shm_size);
+        link->shm = NULL;
+    }
+
+    link->state = NGX_HTTP_HYPIC_LINK_DOWN;
+}
+
+
+/* One byte: the engine looks at its slots. */
+
+static void
+ngx_http_hypic_link_wake(ngx_http_hypic_link_t *link)
+{
+    ssize_t    n;
+    ngx_err_t  err;
+
+    if (link->connection == NULL) {
+        return;
+    }
+
+    n = send(link->connection->fd, "W", 1, MSG_DONTWAIT|MSG_NOSIGNAL);
+
+    if (n == -1) {
+        err = ngx_socket_errno;
+
+        /* EAGAIN: unread bytes are waiting, the engine wakes anyway */
+
+        if (err != NGX_EAGAIN) {
+            ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, err,
+                          "hypic: wake-up to engine \"%V\" failed",
+                          &link->engine->name);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+
+/*
+ * HYPIC serve: the engine client. Each worker keeps one unix-socket link
+ * per engine, maps the engine's shared segment from the descriptor the
+ * engine sends on connect, and moves requests through its slots
+ * (engine/hp_ipc.h): submit, read the records the engine streams, cancel.
+ */
+
+
+#ifndef _NGX_HTTP_HYPIC_ENGINE_H_INCLUDED_
+#define _NGX_HTTP_HYPIC_ENGINE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_hypic_module.h"
+
+
+/* Builds this worker's links (not connected until the first request). */
+ngx_int_t ngx_http_hypic_engine_init_process(ngx_cycle_t *cycle);
+
+/* Closes the links and unmaps the segments. */
+void ngx_http_hypic_engine_exit_process(ngx_cycle_t *cycle);
+
+/*
+ * Hands ctx->req and ctx->prompt to the location's engine. NGX_DONE: the
+ * request holds its reference and is answered later, through
+ * ngx_http_hypic_deliver() and ngx_http_hypic_fail() (handler). Anything
+ * else is what a content handler returns after an error response was
+ * sent: 503 (engine down), 413 (prompt larger than the engine's slots),
+ * 429 (every slot in flight).
+ */
+ngx_int_t ngx_http_hypic_engine_submit(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+
+/*
+ * Lets go of the engine: the slot is released (the engine cancels a
+ * request still running), the request leaves its link, its timers stop.
+ * Idempotent; also run by the request pool's cleanup.
+ */
+void ngx_http_hypic_engine_detach(ngx_http_hypic_ctx_t *ctx);
+
+#endif /* _NGX_HTTP_HYPIC_ENGINE_H_INCLUDED_ */

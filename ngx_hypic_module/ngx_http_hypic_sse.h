@@ -1,0 +1,61 @@
+
+/*
+ * HYPIC serve: server-sent events in the OpenAI streaming shapes.
+ *
+ *   data: {"id":..,"object":"text_completion",..,"choices":[..]}\n\n
+ *   data: [DONE]\n\n
+ *   : ping\n\n                       (a comment: heartbeat)
+ *
+ * Every event is flushed as it is written. The functions return what
+ * ngx_http_output_filter() returns (NGX_OK, NGX_AGAIN, NGX_ERROR); a
+ * client that reads slowly is served by a write handler, never waited on.
+ */
+
+
+#ifndef _NGX_HTTP_HYPIC_SSE_H_INCLUDED_
+#define _NGX_HTTP_HYPIC_SSE_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_hypic_module.h"
+
+
+/* the longest "usage":{...} object ngx_http_hypic_usage() writes */
+#define NGX_HTTP_HYPIC_USAGE_LEN                                              \
+    (sizeof("\"usage\":{\"prompt_tokens\":,\"completion_tokens\":,"           \
+            "\"total_tokens\":,\"prompt_tokens_details\":"                     \
+            "{\"cached_tokens\":}}") - 1 + 4 * NGX_INT64_LEN)
+
+
+/*
+ * Status 200, text/event-stream, the X-Hypic-* headers, then for chat the
+ * first chunk (the assistant role); starts the hypic_heartbeat timer.
+ */
+ngx_int_t ngx_http_hypic_sse_start(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+
+/* One chunk of text (whole UTF-8 characters from the engine). */
+ngx_int_t ngx_http_hypic_sse_text(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, u_char *text, size_t len);
+
+/* The chunk with finish_reason, the usage chunk if the client asked for
+ * it (stream_options.include_usage), data: [DONE] and the end. */
+ngx_int_t ngx_http_hypic_sse_finish(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+
+/* An error event in OpenAI's error shape, then the end (no [DONE]). */
+ngx_int_t ngx_http_hypic_sse_error(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, const char *type, const char *code,
+    u_char *msg, size_t len);
+
+/* Writes "usage":{...} for a FINAL record; returns the end. */
+u_char *ngx_http_hypic_usage(u_char *p, hp_ipc_final_t *final);
+
+/* "stop" or "length" */
+ngx_str_t *ngx_http_hypic_finish_reason(hp_ipc_final_t *final);
+
+
+#endif /* _NGX_HTTP_HYPIC_SSE_H_INCLUDED_ */

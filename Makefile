@@ -147,7 +147,7 @@ $(BUILD)/nginx/Makefile: config
 	    "$${NGX_CONF_FLAGS[@]}" --add-dynamic-module=$(CURDIR) \
 	    --builddir=$(CURDIR)/$(BUILD)/nginx > $(CURDIR)/$(BUILD)/nginx/configure.log
 $(MODULE): $(BUILD)/nginx/Makefile $(MODULE_SRCS) $(HEADERS) \
-           $(wildcard engine/hp_seg*.c)
+           $(wildcard engine/hp_seg*.c engine/hp_ipc*.c)
 	$(MAKE) -f $(CURDIR)/$(BUILD)/nginx/Makefile -C $(NGX_SRC) modules \
 	    > $(BUILD)/nginx/make.log || { cat $(BUILD)/nginx/make.log; exit 1; }
 

@@ -120,8 +120,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
+    hp_prefix_cache_params_t pcp;
+    hp_prefix_cache_params_default(&pcp, 8ull << 30);
     hp_cache_t cache = {hp_pool_create(8ull << 30, &err),
-                        hp_pool_create(8ull << 30, &err)};
+                        hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)};
     hp_fwd_ws_t ws;
     hp_fwd_ws_init(&ws);
     float *lg = malloc((size_t)llm.model.cfg.vocab_size * 4);
@@ -171,7 +173,7 @@ int main(int argc, char **argv)
                 if (mode != HP_MODE_PIC && s - seams > (long)strcspn(seams, ",") + 1)
                     break;
                 hp_pool_clear(cache.pub);
-                hp_pool_clear(cache.priv);
+                hp_prefix_cache_clear(cache.prefix);
                 if (mode == HP_MODE_NAIVE || mode == HP_MODE_PIC)
                     hp_assemble_warm(&llm, &cache, &ws, &p, (hp_mode_t)mode,
                                      w, NULL, &err);

@@ -10,7 +10,7 @@
  * Segments are random token ids (no tokenizer involved). TTFT is the
  * wall time of the prefill up to the last token's logits. Warm modes have
  * every segment in the public pool first (untimed); `prefix` has the
- * private pool warmed by the same documents in another order, so only the
+ * prefix cache warmed by the same documents in another order, so only the
  * lead is an exact prefix hit (documents recur in new orders in RAG).
  */
 #include <math.h>
@@ -132,8 +132,10 @@ int main(int argc, char **argv)
     make_prompt(&p, &llm, doc, dlen, order, nd, lead, nl, query, nq);
     make_prompt(&pw, &llm, doc, dlen, rot, nd, lead, nl, query, nq);
 
+    hp_prefix_cache_params_t pcp;
+    hp_prefix_cache_params_default(&pcp, 48ull << 30);
     hp_cache_t cache = {hp_pool_create(48ull << 30, &err),
-                        hp_pool_create(48ull << 30, &err)};
+                        hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)};
     hp_fwd_ws_t ws;
     hp_fwd_ws_init(&ws);
     float *lg = malloc((size_t)c->vocab_size * 4);
@@ -152,7 +154,7 @@ int main(int argc, char **argv)
         best[k] = 1e30;
         for (int r = 0; r < reps; r++) {
             hp_pool_clear(cache.pub);
-            hp_pool_clear(cache.priv);
+            hp_prefix_cache_clear(cache.prefix);
             hp_seq_t warm;
             hp_seq_init(&warm, &llm.model, &err);
             if (k == 1) /* other document order: only the lead is shared */

@@ -41,6 +41,13 @@ static int cacheable(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
     return s->len > 2 * w;
 }
 
+static uint32_t variant_of(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
+{
+    if (s->role == HP_SEG_LEAD)
+        return VAR_LEAD;
+    return mode == HP_MODE_PIC ? VAR_PIC(w) : VAR_NAIVE;
+}
+
 /* The entry of segment s, from the pool or prefilled now and published.
  * The caller releases it. */
 static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
@@ -52,9 +59,7 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
 {
     const hp_model_t *m = &llm->model;
     int pic = s->role != HP_SEG_LEAD && mode == HP_MODE_PIC;
-    uint32_t var = s->role == HP_SEG_LEAD ? VAR_LEAD
-                   : pic                  ? VAR_PIC(w)
-                                          : VAR_NAIVE;
+    uint32_t var = variant_of(s, mode, w);
     hp_pool_entry_t *e = hp_pool_get(cache->pub, s->id, var);
     if (e) {
         st->hit_segments++;
@@ -78,25 +83,40 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
     return e;
 }
 
-int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
-                     const hp_prompt_t *p, hp_mode_t mode, int w,
-                     hp_assemble_stats_t *st, hp_error_t *err)
+int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
+                          hp_fwd_ws_t *ws, const hp_prompt_t *p,
+                          hp_mode_t mode, int w, hp_assemble_stats_t *st,
+                          hp_error_t *err)
 {
     hp_assemble_stats_t local = {0};
     if (!st)
         st = &local;
     if (mode != HP_MODE_NAIVE && mode != HP_MODE_PIC)
-        return HP_OK;
+        return 0;
     for (int i = 0; i < p->n_segs; i++) {
-        if (!cacheable(&p->segs[i], mode, w))
+        const hp_prompt_seg_t *s = &p->segs[i];
+        if (!cacheable(s, mode, w) ||
+            hp_pool_contains(cache->pub, s->id, variant_of(s, mode, w)))
             continue;
         hp_pool_entry_t *e =
-            segment_entry(llm, cache, ws, p, &p->segs[i], mode, w, st, err);
+            segment_entry(llm, cache, ws, p, s, mode, w, st, err);
         if (!e)
             return err->code ? err->code : HP_ENOMEM;
         hp_pool_release(cache->pub, e);
+        return 1;
     }
-    return HP_OK;
+    return 0;
+}
+
+int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
+                     const hp_prompt_t *p, hp_mode_t mode, int w,
+                     hp_assemble_stats_t *st, hp_error_t *err)
+{
+    int rc;
+    while ((rc = hp_assemble_warm_next(llm, cache, ws, p, mode, w, st, err)) ==
+           1)
+        ;
+    return rc;
 }
 
 /* ---- the splice ---------------------------------------------------------- */
@@ -252,101 +272,37 @@ done:
 
 /* ---- prefix mode --------------------------------------------------------- */
 
-/* Key of the token prefix up to the end of segment k-1. */
-static void prefix_key(uint8_t key[16], const hp_llm_t *llm,
-                       const hp_prompt_t *p, int k)
-{
-    XXH3_state_t s;
-    XXH128_canonical_t out;
-    int n = k > 0 ? p->segs[k - 1].start + p->segs[k - 1].len : 0;
-    XXH3_128bits_reset(&s);
-    XXH3_128bits_update(&s, llm->model.fingerprint, 16);
-    XXH3_128bits_update(&s, p->ids, (size_t)n * sizeof(int));
-    XXH128_canonicalFromHash(&out, XXH3_128bits_digest(&s));
-    memcpy(key, out.digest, 16);
-}
-
-int hp_assemble_remember(const hp_llm_t *llm, hp_cache_t *cache,
-                         const hp_prompt_t *p, int n_segs,
-                         const hp_seq_t *seq, hp_error_t *err)
-{
-    uint8_t key[16];
-    prefix_key(key, llm, p, n_segs);
-    hp_pool_entry_t *e = hp_pool_get(cache->priv, key, 0);
-    if (e) { /* already there: the hit refreshed its recency */
-        hp_pool_release(cache->priv, e);
-        return HP_OK;
-    }
-    size_t bytes =
-        hp_segc_bytes(&llm->model.cfg, HP_SEGC_STATE, seq->n_pos, 0);
-    e = hp_pool_alloc(cache->priv, key, 0, bytes, err);
-    if (!e)
-        return err->code;
-    hp_segc_capture_state(e->data, seq);
-    hp_pool_publish(cache->priv, e);
-    hp_pool_release(cache->priv, e);
-    return HP_OK;
-}
-
+/* The prefix cache resumes from its deepest checkpoint on the prompt's
+ * path and recomputes the rest exactly. The lead's end (the system
+ * prompt, shared by most requests) is checkpointed on first use, as
+ * branch points are. There is no decode hook here, so the prompt's last
+ * token stands for the last decoded one: a next turn that extends the
+ * prompt resumes at its end. A caller that decodes can use
+ * hp_prefix_cache_prefill / _finish with the output instead. */
 static int assemble_prefix(const hp_llm_t *llm, hp_cache_t *cache,
                            hp_fwd_ws_t *ws, const hp_prompt_t *p,
                            hp_seq_t *seq, float *logits,
                            hp_assemble_stats_t *st, hp_error_t *err)
 {
-    const hp_model_t *m = &llm->model;
-    int from = 0, rc;
-    /* the longest run of leading segments (not the whole prompt: its last
-     * token's logits are needed) with a stored state */
-    for (int k = p->n_segs - 1; k >= 1; k--) {
-        uint8_t key[16];
-        prefix_key(key, llm, p, k);
-        hp_pool_entry_t *e = hp_pool_get(cache->priv, key, 0);
-        if (!e)
-            continue;
-        rc = hp_segc_load_state(seq, e->data, err);
-        hp_pool_release(cache->priv, e);
-        if (rc != HP_OK)
-            return rc;
-        from = seq->n_pos;
-        st->hit_segments = k;
-        st->cached_tokens = from;
-        break;
-    }
-    /* prefill the lead (shared by most requests: the system prompt) and
-     * remember it, up to the query and remember that, then the query */
-    int lead_end = p->n_segs > 2 ? p->segs[0].len : 0;
-    if (lead_end > from) {
-        rc = hp_prefill(m, seq, ws, p->ids + from, lead_end - from, 1024,
-                        NULL, err);
-        if (rc != HP_OK)
-            return rc;
-        st->recomputed_tokens += lead_end - from;
-        from = lead_end;
-        if (hp_assemble_remember(llm, cache, p, 1, seq, err) != HP_OK)
-            memset(err, 0, sizeof(*err));
-    }
-    int q = p->n_segs > 1 ? p->segs[p->n_segs - 1].start : p->n;
-    if (q > from && q < p->n) {
-        rc = hp_prefill(m, seq, ws, p->ids + from, q - from, 1024, NULL, err);
-        if (rc != HP_OK)
-            return rc;
-        st->recomputed_tokens += q - from;
-        from = q;
-    }
-    if (from == q && p->n_segs > 1 &&
-        hp_assemble_remember(llm, cache, p, p->n_segs - 1, seq, err) !=
-            HP_OK)
-        memset(err, 0, sizeof(*err)); /* a full pool costs reuse only */
-    if (p->n > from) {
-        rc = hp_prefill(m, seq, ws, p->ids + from, p->n - from, 1024, logits,
-                        err);
-        if (rc != HP_OK)
-            return rc;
-        st->recomputed_tokens += p->n - from;
-    }
-    /* the whole prompt too: the next turn of a session extends it */
-    if (hp_assemble_remember(llm, cache, p, p->n_segs, seq, err) != HP_OK)
-        memset(err, 0, sizeof(*err));
+    hp_prefix_cache_req_t req;
+    hp_error_t ferr = {0};
+    if (!cache->prefix)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "prefix mode needs a prefix cache");
+    int lead = p->n_segs > 1 && p->segs[0].role == HP_SEG_LEAD
+                   ? p->segs[0].len
+                   : -1;
+    int rc = hp_prefix_cache_prefill(cache->prefix, &llm->model, ws, p->ids,
+                                     p->n, lead, seq, logits, &req, err);
+    if (rc != HP_OK)
+        return rc;
+    st->cached_tokens = req.resume;
+    st->recomputed_tokens = p->n - req.resume;
+    for (int i = 0; i < p->n_segs; i++)
+        if (p->segs[i].start + p->segs[i].len <= req.resume)
+            st->hit_segments++;
+    /* a full cache costs reuse only */
+    hp_prefix_cache_finish(cache->prefix, &req, NULL, 0, seq, &ferr);
     return HP_OK;
 }
 

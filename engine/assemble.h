@@ -3,8 +3,10 @@
  * (DESIGN §4), reusing what the pools hold:
  *
  *   full    no reuse: prefill every token.
- *   prefix  exact: resume from the private pool's state after the longest
- *           cached run of leading segments, prefill the rest.
+ *   prefix  exact: resume from the prefix cache's deepest checkpoint at
+ *           or before where the prompt leaves its radix tree (hybrid
+ *           Marconi admission and eviction, prefix_cache.h), prefill the
+ *           rest; the prompt's end is checkpointed for the next turn.
  *   naive   the strawman: each PIC segment's zero-start state over the
  *           whole segment added to the running state (no T_C), its K/V
  *           spliced (re-rotated), no seam; only the query is recomputed.
@@ -22,6 +24,7 @@
 #include "engine/forward.h"
 #include "engine/llm.h"
 #include "engine/pool.h"
+#include "engine/prefix_cache.h"
 #include "engine/prompt.h"
 #include "engine/seq.h"
 
@@ -40,7 +43,7 @@ const char *hp_mode_name(hp_mode_t m);
 
 typedef struct {
     hp_pool_t *pub;  /* segment tuples, keyed by segment id */
-    hp_pool_t *priv; /* session states, keyed by the token prefix */
+    hp_prefix_cache_t *prefix; /* `prefix` mode: radix tree, checkpoints */
 } hp_cache_t;
 
 typedef struct {
@@ -56,8 +59,8 @@ typedef struct {
  * width w, and writes the last token's logits (if logits != NULL; a prompt
  * whose every token is cached in naive mode has none: then *logits is left
  * and HP_OK returned with stats->recomputed_tokens == 0).
- * Errors: HP_EBADINPUT (seam < 0), HP_ENOMEM (pools full of entries in
- * use), forward errors.
+ * Errors: HP_EBADINPUT (seam < 0; prefix mode without cache->prefix),
+ * HP_ENOMEM (pools full of entries in use), forward errors.
  */
 int hp_assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
                 const hp_prompt_t *p, hp_mode_t mode, int w, hp_seq_t *seq,
@@ -70,10 +73,12 @@ int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
                      const hp_prompt_t *p, hp_mode_t mode, int w,
                      hp_assemble_stats_t *stats, hp_error_t *err);
 
-/* Stores seq's state (after the first n_segs segments of p) in the
- * private pool, for `prefix` reuse by a later request. */
-int hp_assemble_remember(const hp_llm_t *llm, hp_cache_t *cache,
-                         const hp_prompt_t *p, int n_segs,
-                         const hp_seq_t *seq, hp_error_t *err);
+/* One unit of the warm pass, for a scheduler that interleaves work:
+ * prefills the first cacheable segment of p missing from the public pool
+ * and returns 1, or returns 0 when none is missing (negative: an error). */
+int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
+                          hp_fwd_ws_t *ws, const hp_prompt_t *p,
+                          hp_mode_t mode, int w, hp_assemble_stats_t *stats,
+                          hp_error_t *err);
 
 #endif

@@ -19,7 +19,7 @@
 
 #define RING 4096          /* pending operations */
 #define BACKOFF_MIN_MS 100 /* first retry after a failure */
-#define BACKOFF_MAX_MS 5000
+#define BACKOFF_MAX_MS 2000
 
 typedef struct {
     uint8_t id[16];
@@ -290,8 +290,14 @@ static void *run(void *arg)
             until.tv_nsec -= 1000000000L;
         }
         pthread_mutex_lock(&ix->mu);
-        if (!ix->stop && (ix->head == ix->tail || !c) && !(ix->resync && c))
+        if (!c) { /* down: only the back-off (or stop) ends the wait, so
+                   * a burst of registrations is no burst of connects */
+            while (!ix->stop &&
+                   pthread_cond_timedwait(&ix->cv, &ix->mu, &until) == 0)
+                ;
+        } else if (!ix->stop && ix->head == ix->tail && !ix->resync) {
             pthread_cond_timedwait(&ix->cv, &ix->mu, &until);
+        }
         pthread_mutex_unlock(&ix->mu);
         if (!c && backoff < BACKOFF_MAX_MS)
             backoff *= 2;

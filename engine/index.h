@@ -19,11 +19,10 @@
 #include <stdint.h>
 
 #include "engine/hp_error.h"
+#include "engine/hp_log.h"
 
 typedef struct hp_index hp_index_t;
 
-typedef enum { HP_LOG_DEBUG, HP_LOG_INFO, HP_LOG_WARN, HP_LOG_ERROR } hp_log_level_t;
-typedef void (*hp_log_fn)(void *ud, int level, const char *msg);
 
 typedef struct {
     const char *redis;     /* "host:port" */

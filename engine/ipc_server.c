@@ -589,6 +589,7 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
         .prompt = hp_ipc_input(s->h, sl),
         .prompt_len = rq.prompt_len,
         .mode = (int)rq.mode,
+        .seam = rq.seam <= 256 ? (int)rq.seam : -1,
         .ops = &job_ops,
         .ud = j,
     };

@@ -16,10 +16,10 @@
 #include <stdint.h>
 
 #include "engine/hp_error.h"
+#include "engine/hp_log.h"
 #include "engine/llm.h"
 #include "engine/sched.h"
 
-enum { HP_LOG_ERROR = 0, HP_LOG_WARN = 1, HP_LOG_INFO = 2 };
 
 typedef struct {
     const char *socket_path; /* unix socket nginx connects to */
@@ -29,7 +29,7 @@ typedef struct {
     uint32_t slots;          /* requests in flight at most */
     uint32_t input_bytes;    /* largest prompt, bytes */
     uint32_t ring_bytes;     /* output ring per slot (power of two) */
-    void (*log)(void *ud, int level, const char *msg);
+    hp_log_fn log;
     void *log_ud;
 } hp_ipc_server_cfg_t;
 

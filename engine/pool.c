@@ -213,6 +213,16 @@ hp_pool_entry_t *hp_pool_get(hp_pool_t *p, const uint8_t key[16],
     return e;
 }
 
+int hp_pool_contains(hp_pool_t *p, const uint8_t key[16], uint32_t variant)
+{
+    pthread_mutex_lock(&p->mu);
+    hp_pool_entry_t *e = p->buckets[bucket(key, variant)];
+    while (e && (e->variant != variant || memcmp(e->key, key, 16)))
+        e = e->chain;
+    pthread_mutex_unlock(&p->mu);
+    return e != NULL;
+}
+
 hp_pool_entry_t *hp_pool_alloc(hp_pool_t *p, const uint8_t key[16],
                                uint32_t variant, size_t bytes,
                                hp_error_t *err)

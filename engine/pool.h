@@ -44,6 +44,9 @@ void hp_pool_destroy(hp_pool_t *p);
 hp_pool_entry_t *hp_pool_get(hp_pool_t *p, const uint8_t key[16],
                              uint32_t variant);
 
+/* Whether (key, variant) is published; counts nothing, moves nothing. */
+int hp_pool_contains(hp_pool_t *p, const uint8_t key[16], uint32_t variant);
+
 /* A new, unpublished entry of `bytes` bytes held by the caller (refs 1),
  * evicting least recently used unreferenced entries to make room. NULL
  * with HP_ENOMEM when even after eviction it does not fit (everything else

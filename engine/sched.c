@@ -161,8 +161,10 @@ typedef struct req {
     struct req *next; /* incoming list, then queue */
     hp_sched_ops_t ops;
     void *ud;
-    int mode;
+    int mode; /* the mode that runs */
+    int seam;
     int phase;
+    hp_assemble_stats_t ast;
     hp_prompt_t prompt;
     int prefilled; /* prompt tokens through the model */
     hp_seq_t seq;
@@ -232,7 +234,9 @@ static void req_done(hp_sched_t *s, req_t *r)
     f.finish = r->cancelled ? HP_FINISH_CANCEL : r->dec.finish;
     f.prompt_tokens = r->prompt.n;
     f.completion_tokens = r->dec.n_tokens;
-    f.mode = HP_SCHED_MODE_FULL;
+    f.mode = r->mode;
+    f.cached_tokens = r->ast.cached_tokens;
+    f.segs_hit = r->ast.hit_segments;
     f.segs_total = r->prompt.n_segs;
     f.ttft_us = r->t_first ? r->t_first - r->t_submit : -1;
     f.total_us = t - r->t_submit;
@@ -277,6 +281,22 @@ static void fail(req_t *r, const hp_error_t *err)
     r->phase = R_FINISH;
 }
 
+static void started(req_t *r, int *produced)
+{
+    if (!r->ops.start)
+        return;
+    hp_sched_start_t st = {
+        .prompt_tokens = r->prompt.n,
+        .cached_tokens = r->ast.cached_tokens,
+        .mode = r->mode,
+        .segs_hit = r->ast.hit_segments,
+        .segs_total = r->prompt.n_segs,
+        .queue_us = r->t_admit - r->t_submit,
+    };
+    r->ops.start(r->ud, &st);
+    *produced = 1;
+}
+
 static void admit(hp_sched_t *s, req_t *r, int *produced)
 {
     hp_error_t err = {0};
@@ -295,16 +315,44 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
         fail(r, &err);
         return;
     }
-    if (r->ops.start) {
-        hp_sched_start_t st = {
-            .prompt_tokens = r->prompt.n,
-            .mode = HP_SCHED_MODE_FULL,
-            .segs_total = r->prompt.n_segs,
-            .queue_us = r->t_admit - r->t_submit,
-        };
-        r->ops.start(r->ud, &st);
-        *produced = 1;
+    /* full mode streams from the first chunk on: tell the client now;
+     * the other modes know their hits only once assembled */
+    if (r->mode == HP_MODE_FULL)
+        started(r, produced);
+}
+
+/* naive/pic: one missing segment per step, then the assembly; prefix:
+ * the resume in one step. */
+static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
+{
+    hp_error_t err = {0};
+    hp_assemble_stats_t warm = {0};
+    int rc = hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
+                                   (hp_mode_t)r->mode, r->seam, &warm, &err);
+    if (rc == 1) {
+        r->ast.miss_segments += warm.miss_segments;
+        return;
     }
+    int misses = r->ast.miss_segments;
+    if (rc == HP_OK)
+        rc = hp_assemble(s->llm, s->cfg.cache, &s->ws, &r->prompt,
+                         (hp_mode_t)r->mode, r->seam, &r->seq, r->logits,
+                         &r->ast, &err);
+    if (rc == HP_OK && r->ast.recomputed_tokens == 0)
+        rc = hp_error_set(&err, HP_EBADINPUT,
+                          "nothing to generate from: the prompt ends with "
+                          "a separator (a warm-up request wants "
+                          "max_tokens 0)");
+    if (rc != HP_OK) {
+        fail(r, &err);
+        return;
+    }
+    /* segments prefilled by this request were misses, not hits */
+    r->ast.hit_segments -= misses;
+    r->ast.miss_segments = misses;
+    r->prefilled = r->prompt.n;
+    r->phase = R_DECODE;
+    started(r, produced);
 }
 
 static void prefill_chunk(hp_sched_t *s, req_t *r)
@@ -378,7 +426,10 @@ static int step(hp_sched_t *s)
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
         if (r->phase == R_PREFILL && !is_cancelled(r)) {
-            prefill_chunk(s, r);
+            if (r->mode == HP_MODE_FULL)
+                prefill_chunk(s, r);
+            else
+                prefill_cached(s, r, &produced);
             break;
         }
     }
@@ -540,6 +591,8 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
         s->cfg.batch = 8;
     if (s->cfg.prefill_chunk <= 0)
         s->cfg.prefill_chunk = 256;
+    if (s->cfg.seam < 0)
+        s->cfg.seam = HP_SEAM_DEFAULT;
     if (s->cfg.max_queue <= 0)
         s->cfg.max_queue = 1024;
     if (s->cfg.max_context <= 0)
@@ -610,7 +663,12 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     }
     r->ops = *req->ops;
     r->ud = req->ud;
-    r->mode = req->mode;
+    /* without pools every request runs full, and says so */
+    r->mode = s->cfg.cache && req->mode >= HP_MODE_FULL &&
+                      req->mode <= HP_MODE_PIC
+                  ? req->mode
+                  : HP_MODE_FULL;
+    r->seam = req->seam >= 0 ? req->seam : s->cfg.seam;
     r->phase = R_QUEUED;
     r->t_submit = now_us();
 

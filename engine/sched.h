@@ -11,8 +11,11 @@
  *
  * Decoding runs one hp_forward per sequence, one after the other; batching
  * the sequences of a step into one forward pass is a later optimisation.
- * Only mode `full` exists yet: other modes are accepted and run as full,
- * and the mode reported back is the one that ran.
+ * Modes (assemble.h): `full` prefills in chunks; `naive`/`pic` first
+ * prefill each missing segment on its own, one segment per step, then
+ * assemble from the pool in one step; `prefix` resumes from the prefix
+ * cache (radix tree) in one step. Without a cache every request runs `full`, and the
+ * mode reported back is always the one that ran.
  *
  * Not here: the IPC (ipc_server.c adapts slots to the callbacks below).
  */
@@ -27,7 +30,7 @@
 #include "engine/llm.h"
 #include "engine/sampler.h"
 
-#define HP_SCHED_MODE_FULL 0 /* the only mode that runs today */
+#include "engine/assemble.h"
 
 /* ---- the step-wise decoder ------------------------------------------
  *
@@ -96,6 +99,8 @@ typedef struct {
     int max_context;   /* prompt + generated tokens (0: the model's) */
     int threads;       /* compute threads (0: the OpenMP default) */
     int throttle_ms;   /* pause after every busy step (tests, demos) */
+    hp_cache_t *cache; /* pools for prefix/naive/pic (NULL: full only) */
+    int seam;          /* default seam width (HP_SEAM_DEFAULT) */
     /* Called in the scheduler thread after a step that produced output
      * (may be NULL): a place to send wake-ups in one go. */
     void (*flush)(void *ud, const hp_sched_stats_t *st);
@@ -142,7 +147,8 @@ typedef struct {
     const char *prompt; /* only read during hp_sched_submit */
     size_t prompt_len;
     const char *separator; /* NULL or "": the prompt is one segment */
-    int mode;
+    int mode;              /* hp_mode_t */
+    int seam;              /* < 0: the scheduler's default */
     hp_gen_params_t gen; /* stop strings are copied */
     const hp_sched_ops_t *ops;
     void *ud;

@@ -82,7 +82,7 @@ POST /v1/completions
 --- error_code: 200
 --- response_headers
 Content-Type: application/json
-X-Hypic-Mode: full
+X-Hypic-Mode: pic
 X-Hypic-Node: t-node
 X-Hypic-Segments: 0/1
 --- response_body_json eval
@@ -120,7 +120,7 @@ POST /v1/chat/completions
 --- error_code: 200
 --- response_headers
 Content-Type: application/json
-X-Hypic-Mode: full
+X-Hypic-Mode: pic
 --- response_body_json eval
 { id => qr/^chatcmpl-[0-9a-f]{24}$/, object => "chat.completion",
   model => "tiny-1",

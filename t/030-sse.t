@@ -70,7 +70,7 @@ POST /v1/completions
 --- response_headers
 Content-Type: text/event-stream
 Cache-Control: no-cache
-X-Hypic-Mode: full
+X-Hypic-Mode: pic
 X-Hypic-Node: t-node
 X-Hypic-Segments: 0/1
 Transfer-Encoding: chunked

@@ -55,7 +55,7 @@ static void run_free(run_t *r)
     free(r->logits);
     hp_fwd_ws_free(&r->ws);
     hp_pool_destroy(r->cache.pub);
-    hp_pool_destroy(r->cache.priv);
+    hp_prefix_cache_destroy(r->cache.prefix);
     if (r->seq.layers)
         hp_seq_free(&r->seq);
     hp_prompt_free(&r->prompt);
@@ -102,8 +102,11 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
         rc = hp_seq_init(&r->seq, &r->llm.model, &err);
     if (rc == HP_OK) {
         r->cache.pub = hp_pool_create(CLI_PUBLIC_POOL, &err);
-        r->cache.priv = hp_pool_create(CLI_PRIVATE_POOL, &err);
-        if (!r->cache.pub || !r->cache.priv)
+        hp_prefix_cache_params_t pcp;
+        hp_prefix_cache_params_default(&pcp, CLI_PRIVATE_POOL);
+        r->cache.prefix =
+            hp_prefix_cache_create(&r->llm.model.cfg, &pcp, 1, &err);
+        if (!r->cache.pub || !r->cache.prefix)
             rc = HP_ENOMEM;
     }
     if (rc != HP_OK) {

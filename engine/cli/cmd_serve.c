@@ -19,6 +19,7 @@
 #include "engine/hp_ipc.h"
 #include "engine/ipc_server.h"
 #include "engine/llm.h"
+#include "engine/index.h"
 #include "engine/sched.h"
 
 enum { T_STR, T_INT, T_SIZE };
@@ -52,6 +53,11 @@ static const opt_t opts[] = {
      "prompt + output tokens (default: the model's)"},
     {"throttle-ms", T_INT, 0, 60000, "N",
      "pause after every busy step: tests, demos (default 0)"},
+    {"public-pool", T_SIZE, 0, 1L << 40, "SIZE",
+     "segment cache budget, k/m/g suffix (default 2g)"},
+    {"private-pool", T_SIZE, 0, 1L << 40, "SIZE",
+     "prefix cache (sessions, shared prompts) budget (default 1g)"},
+    {"seam", T_INT, 0, 256, "N", "default seam width (default 8)"},
 };
 
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
@@ -71,7 +77,7 @@ static void on_signal(int sig)
 
 static void log_line(void *ud, int level, const char *msg)
 {
-    static const char *names[] = {"error", "warn", "info"};
+    static const char *names[] = {"error", "warn", "info", "debug"};
     char ts[32];
     struct timespec now;
     struct tm tm;
@@ -80,7 +86,18 @@ static void log_line(void *ud, int level, const char *msg)
     gmtime_r(&now.tv_sec, &tm);
     strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
     fprintf(stderr, "%s.%03ldZ [%s] %s\n", ts, now.tv_nsec / 1000000,
-            names[level < 0 || level > 2 ? 0 : level], msg);
+            names[level < 0 || level > 3 ? 0 : level], msg);
+}
+
+/* The public pool tells the index what this node holds. */
+static void pool_to_index(void *ud, const uint8_t key[16], uint32_t variant,
+                          int present)
+{
+    (void)variant;
+    if (present)
+        hp_index_add(ud, key);
+    else
+        hp_index_remove(ud, key);
 }
 
 static int find_opt(const char *name)
@@ -195,6 +212,9 @@ int hp_cmd_serve(int argc, char **argv)
     hp_sched_t *sched = NULL;
     char shm[HP_IPC_NAME_BYTES], model_id[HP_IPC_MODEL_BYTES];
     long slots, batch, threads, chunk, prompt_bytes, ring, ctx, throttle;
+    long pub_bytes, priv_bytes, seam;
+    hp_cache_t cache = {NULL, NULL};
+    hp_index_t *index = NULL;
     int rc = 0;
 
     memset(&o, 0, sizeof(o));
@@ -228,7 +248,10 @@ int hp_cmd_serve(int argc, char **argv)
         get_num(&o, find_opt("max-prompt-bytes"), 1024 * 1024, &prompt_bytes) ||
         get_num(&o, find_opt("ring-bytes"), 65536, &ring) ||
         get_num(&o, find_opt("max-context"), 0, &ctx) ||
-        get_num(&o, find_opt("throttle-ms"), 0, &throttle)) {
+        get_num(&o, find_opt("throttle-ms"), 0, &throttle) ||
+        get_num(&o, find_opt("public-pool"), 2L << 30, &pub_bytes) ||
+        get_num(&o, find_opt("private-pool"), 1L << 30, &priv_bytes) ||
+        get_num(&o, find_opt("seam"), HP_SEAM_DEFAULT, &seam)) {
         rc = 2;
         goto out;
     }
@@ -267,6 +290,36 @@ int hp_cmd_serve(int argc, char **argv)
              llm.model.cfg.n_layers, llm.model.cfg.hidden);
     log_line(NULL, HP_LOG_INFO, msg);
 
+    cache.pub = hp_pool_create((size_t)pub_bytes, &err);
+    hp_prefix_cache_params_t pcp;
+    hp_prefix_cache_params_default(&pcp, (size_t)priv_bytes);
+    cache.prefix = cache.pub ? hp_prefix_cache_create(&llm.model.cfg, &pcp,
+                                                      1, &err)
+                             : NULL;
+    if (!cache.prefix) {
+        fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
+        rc = 1;
+        goto free_llm;
+    }
+    if (OPT("redis")) {
+        hp_index_config_t xcfg = {
+            .redis = OPT("redis"),
+            .model = model_id,
+            .node = node,
+            .node_addr = OPT("socket"),
+            .ttl_s = 60,
+            .timeout_ms = 200,
+            .log = log_line,
+        };
+        index = hp_index_start(&xcfg, &err);
+        if (!index) {
+            fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
+            rc = 2;
+            goto free_llm;
+        }
+        hp_pool_set_hook(cache.pub, pool_to_index, index);
+    }
+
     hp_ipc_server_cfg_t icfg = {
         .socket_path = OPT("socket"),
         .shm_name = shm,
@@ -285,6 +338,8 @@ int hp_cmd_serve(int argc, char **argv)
         .threads = (int)threads,
         .throttle_ms = (int)throttle,
         .flush = hp_ipc_server_flush,
+        .cache = &cache,
+        .seam = (int)seam,
     };
     /* no SA_RESTART: poll(2) returns on a signal and the loop ends */
     struct sigaction sa = {.sa_handler = on_signal};
@@ -305,10 +360,12 @@ int hp_cmd_serve(int argc, char **argv)
     }
     snprintf(msg, sizeof(msg),
              "serving \"%s\" on %s (node %s, shm %s, generation %llu, "
-             "%ld slots, batch %ld, prefill chunk %ld%s)",
+             "%ld slots, batch %ld, prefill chunk %ld, seam %ld, pools "
+             "%ld+%ld MiB%s%s)",
              model_id, OPT("socket"), node, shm,
              (unsigned long long)hp_ipc_server_generation(srv), slots, batch,
-             chunk, throttle ? ", throttled" : "");
+             chunk, seam, pub_bytes >> 20, priv_bytes >> 20,
+             index ? ", redis index" : "", throttle ? ", throttled" : "");
     log_line(NULL, HP_LOG_INFO, msg);
 
     if (hp_ipc_server_run(srv, sched, &stop_flag, &err) != HP_OK) {
@@ -320,6 +377,11 @@ int hp_cmd_serve(int argc, char **argv)
 close_srv:
     hp_ipc_server_close(srv);
 free_llm:
+    if (cache.pub)
+        hp_pool_set_hook(cache.pub, NULL, NULL);
+    hp_index_stop(index);
+    hp_pool_destroy(cache.pub);
+    hp_prefix_cache_destroy(cache.prefix);
     hp_llm_free(&llm);
 out:
     for (size_t i = 0; i < N_OPTS; i++)

@@ -46,13 +46,13 @@ static void stop_redis(pid_t pid)
     waitpid(pid, NULL, 0);
 }
 
-/* Is `node` in the set of segment i (polls up to ~5 s for `want`)? */
+/* Is `node` in the set of segment i (polls up to ~10 s for `want`)? */
 static int member(int port, const uint8_t id[16], int want)
 {
     char hex[33], key[128];
     hp_seg_id_hex(hex, id);
     snprintf(key, sizeof(key), "hypic:m:seg:%s", hex);
-    for (int i = 0; i < 100; i++) {
+    for (int i = 0; i < 200; i++) { /* up to 10 s: covers the back-off */
         redisContext *c = redisConnect("127.0.0.1", port);
         int is = 0;
         if (c && !c->err) {

@@ -38,10 +38,13 @@ typedef struct {
 static void cache_new(ctx_t *x, size_t pub, size_t priv)
 {
     hp_error_t err = {0};
+    hp_prefix_cache_params_t pcp;
     hp_pool_destroy(x->cache.pub);
-    hp_pool_destroy(x->cache.priv);
+    hp_prefix_cache_destroy(x->cache.prefix);
     x->cache.pub = hp_pool_create(pub, &err);
-    x->cache.priv = hp_pool_create(priv, &err);
+    hp_prefix_cache_params_default(&pcp, priv);
+    x->cache.prefix =
+        hp_prefix_cache_create(&x->llm.model.cfg, &pcp, 1, &err);
 }
 
 /* Runs p in mode; returns logits (malloc'd) and the sequence in *seq. */
@@ -193,7 +196,7 @@ static void check_model(const char *root, const char *name)
     free(lp);
     hp_prompt_free(&p);
     hp_pool_destroy(x.cache.pub);
-    hp_pool_destroy(x.cache.priv);
+    hp_prefix_cache_destroy(x.cache.prefix);
     hp_fwd_ws_free(&x.ws);
     hp_llm_free(&x.llm);
 }

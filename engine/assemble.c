@@ -66,6 +66,7 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
         return e;
     }
     st->miss_segments++;
+    st->miss_tokens += pic ? s->len - 2 * w : s->len;
     size_t bytes = hp_segc_bytes(&m->cfg, pic ? HP_SEGC_PIC : HP_SEGC_STATE,
                                  s->len, w);
     e = hp_pool_alloc(cache->pub, s->id, var, bytes, err);
@@ -330,9 +331,12 @@ int hp_assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
     case HP_MODE_PREFIX:
         return assemble_prefix(llm, cache, ws, p, seq, logits, st, err);
     case HP_MODE_NAIVE:
-    case HP_MODE_PIC:
-        return assemble_spliced(llm, cache, ws, p, mode, w, seq, logits, st,
-                                err);
+    case HP_MODE_PIC: {
+        int rc = assemble_spliced(llm, cache, ws, p, mode, w, seq, logits, st,
+                                  err);
+        st->cached_tokens -= st->miss_tokens; /* computed now, not reused */
+        return rc;
+    }
     }
     return hp_error_set(err, HP_EBADINPUT, "unknown mode %d", (int)mode);
 }

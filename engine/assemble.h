@@ -52,6 +52,7 @@ typedef struct {
     int recomputed_tokens; /* tokens run in the (final) prefill */
     int hit_segments;      /* cacheable segments found in a pool */
     int miss_segments;     /* cacheable segments prefilled now */
+    int miss_tokens;       /* tokens those misses cover in the cache */
 } hp_assemble_stats_t;
 
 /*

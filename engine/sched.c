@@ -331,9 +331,19 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
                                    (hp_mode_t)r->mode, r->seam, &warm, &err);
     if (rc == 1) {
         r->ast.miss_segments += warm.miss_segments;
+        r->ast.miss_tokens += warm.miss_tokens;
         return;
     }
-    int misses = r->ast.miss_segments;
+    int misses = r->ast.miss_segments, miss_tokens = r->ast.miss_tokens;
+    if (rc == HP_OK && r->dec.max_tokens == 0) {
+        /* a warm-up request (DESIGN §3): the segments are cached now;
+         * nothing to generate, so no assembly either */
+        r->ast.hit_segments = 0;
+        r->prefilled = r->prompt.n;
+        r->phase = R_DECODE;
+        started(r, produced);
+        return;
+    }
     if (rc == HP_OK)
         rc = hp_assemble(s->llm, s->cfg.cache, &s->ws, &r->prompt,
                          (hp_mode_t)r->mode, r->seam, &r->seq, r->logits,
@@ -347,9 +357,11 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
         fail(r, &err);
         return;
     }
-    /* segments prefilled by this request were misses, not hits */
+    /* segments prefilled by this request were misses, not hits, and
+     * their tokens were computed, not reused */
     r->ast.hit_segments -= misses;
     r->ast.miss_segments = misses;
+    r->ast.cached_tokens -= miss_tokens;
     r->prefilled = r->prompt.n;
     r->phase = R_DECODE;
     started(r, produced);

@@ -38,8 +38,8 @@ static double sgemm_gflops(int M, int N, int K)
     double best = 1e30;
     for (int r = 0; r < 4; r++) {
         double t0 = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f,
-                    a, K, b, K, 0.0f, c, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a,
+                    K, b, K, 0.0f, c, N);
         double dt = now() - t0;
         if (r > 0 && dt < best)
             best = dt;
@@ -102,9 +102,9 @@ int main(int argc, char **argv)
     const hp_model_config_t *c = &llm.model.cfg;
     printf("# %s: %d layers, hidden %d, vocab %d, loaded in %.1f s\n", model,
            c->n_layers, c->hidden, c->vocab_size, now() - t0);
-    double peak = sgemm_gflops(piece < 2048 ? piece : 2048,
-                               c->intermediate ? c->intermediate : 2048,
-                               c->hidden);
+    double peak =
+        sgemm_gflops(piece < 2048 ? piece : 2048,
+                     c->intermediate ? c->intermediate : 2048, c->hidden);
     printf("# OpenBLAS sgemm [%d x %d] x [%d x %d]^T: %.1f GFLOP/s (%s)\n",
            piece < 2048 ? piece : 2048, c->hidden,
            c->intermediate ? c->intermediate : 2048, c->hidden, peak,
@@ -121,7 +121,9 @@ int main(int argc, char **argv)
         s += *s == ',';
         int *ids = malloc((size_t)T * sizeof(int));
         for (int t = 0; t < T; t++)
-            ids[t] = (int)((t * 7919u + 13) % (unsigned)(c->vocab_size < 4000 ? c->vocab_size : 4000));
+            ids[t] =
+                (int)((t * 7919u + 13) %
+                      (unsigned)(c->vocab_size < 4000 ? c->vocab_size : 4000));
         hp_seq_t seq;
         hp_seq_init(&seq, &llm.model, &err);
         double a = now();

@@ -133,13 +133,13 @@ int main(int argc, char **argv)
            "recomputed\tcached\tprediction\tanswer\n");
     for (int n = 0; n < limit && fgets(line, (int)cap, f); n++) {
         cJSON *j = cJSON_Parse(line);
-        const char *prompt = cJSON_GetStringValue(
-            cJSON_GetObjectItem(j, "prompt"));
-        const char *answer = cJSON_GetStringValue(
-            cJSON_GetObjectItem(j, "answer"));
+        const char *prompt =
+            cJSON_GetStringValue(cJSON_GetObjectItem(j, "prompt"));
+        const char *answer =
+            cJSON_GetStringValue(cJSON_GetObjectItem(j, "answer"));
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(j, "id"));
-        const char *qtype = cJSON_GetStringValue(
-            cJSON_GetObjectItem(j, "qtype"));
+        const char *qtype =
+            cJSON_GetStringValue(cJSON_GetObjectItem(j, "qtype"));
         int nd = cJSON_GetObjectItem(j, "n_docs")
                      ? cJSON_GetObjectItem(j, "n_docs")->valueint
                      : 0;
@@ -170,13 +170,14 @@ int main(int argc, char **argv)
                 s += strcspn(s, ",");
                 s += *s == ',';
                 /* the seam matters to pic only: other modes run once */
-                if (mode != HP_MODE_PIC && s - seams > (long)strcspn(seams, ",") + 1)
+                if (mode != HP_MODE_PIC &&
+                    s - seams > (long)strcspn(seams, ",") + 1)
                     break;
                 hp_pool_clear(cache.pub);
                 hp_prefix_cache_clear(cache.prefix);
                 if (mode == HP_MODE_NAIVE || mode == HP_MODE_PIC)
-                    hp_assemble_warm(&llm, &cache, &ws, &p, (hp_mode_t)mode,
-                                     w, NULL, &err);
+                    hp_assemble_warm(&llm, &cache, &ws, &p, (hp_mode_t)mode, w,
+                                     NULL, &err);
                 if (mode == HP_MODE_PREFIX && p.n_segs > 2) {
                     /* the lead alone seen before */
                     hp_prompt_t lead = p;
@@ -192,14 +193,13 @@ int main(int argc, char **argv)
                 hp_assemble_stats_t st;
                 hp_seq_init(&seq, &llm.model, &err);
                 double t0 = now();
-                int rc = hp_assemble(&llm, &cache, &ws, &p, (hp_mode_t)mode,
-                                     w, &seq, lg, &st, &err);
+                int rc = hp_assemble(&llm, &cache, &ws, &p, (hp_mode_t)mode, w,
+                                     &seq, lg, &st, &err);
                 double ttft = (now() - t0) * 1e3;
                 text_t out = {{0}, 0};
                 hp_gen_result_t res = {0};
-                hp_gen_params_t gp = {.max_tokens = max_tokens,
-                                      .stop = {"\n"},
-                                      .n_stop = 1};
+                hp_gen_params_t gp = {
+                    .max_tokens = max_tokens, .stop = {"\n"}, .n_stop = 1};
                 if (rc == HP_OK)
                     rc = hp_generate(&llm, &seq, &ws, lg, &gp, collect, &out,
                                      &res, &err);
@@ -212,9 +212,8 @@ int main(int argc, char **argv)
                         *c = ' ';
                 printf("%s\t%s\t%d\t%d\t%d\t%s\t%d\t%.4f\t%.2f\t%d\t%d\t%s\t"
                        "%s\n",
-                       id, name, w, nd, hops, qtype ? qtype : "", em, f1,
-                       ttft, st.recomputed_tokens, st.cached_tokens, out.buf,
-                       answer);
+                       id, name, w, nd, hops, qtype ? qtype : "", em, f1, ttft,
+                       st.recomputed_tokens, st.cached_tokens, out.buf, answer);
                 fflush(stdout);
                 free(res.tokens);
                 hp_seq_free(&seq);

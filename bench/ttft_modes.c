@@ -50,13 +50,16 @@ static void make_prompt(hp_prompt_t *p, const hp_llm_t *llm, int **doc,
     p->n = 0;
     p->n_segs = 0;
     for (int s = 0; s < nd + 2; s++) {
-        const int *src = s == 0 ? lead : s == nd + 1 ? query : doc[order[s - 1]];
+        const int *src = s == 0        ? lead
+                         : s == nd + 1 ? query
+                                       : doc[order[s - 1]];
         int len = s == 0 ? nl : s == nd + 1 ? nq : dlen[order[s - 1]];
         hp_prompt_seg_t *g = &p->segs[p->n_segs++];
         g->start = p->n;
         g->len = len;
-        g->role = s == 0 ? HP_SEG_LEAD : s == nd + 1 ? HP_SEG_QUERY
-                                                      : HP_SEG_PIC;
+        g->role = s == 0        ? HP_SEG_LEAD
+                  : s == nd + 1 ? HP_SEG_QUERY
+                                : HP_SEG_PIC;
         hp_seg_id(g->id, llm->model.fingerprint, g->role, (const char *)src,
                   (size_t)len * sizeof(int));
         memcpy(p->ids + p->n, src, (size_t)len * sizeof(int));
@@ -167,8 +170,8 @@ int main(int argc, char **argv)
             hp_seq_t seq;
             hp_seq_init(&seq, &llm.model, &err);
             double t0 = now();
-            int rc = hp_assemble(&llm, &cache, &ws, &p, modes[k], w, &seq,
-                                 lg, &st[k], &err);
+            int rc = hp_assemble(&llm, &cache, &ws, &p, modes[k], w, &seq, lg,
+                                 &st[k], &err);
             double dt = now() - t0;
             if (rc != HP_OK) {
                 fprintf(stderr, "%s: %s\n", names[k], err.msg);
@@ -186,8 +189,7 @@ int main(int argc, char **argv)
            "tokens |\n|---|---|---|---|---|\n");
     for (int k = 0; k < 5; k++)
         printf("| %s | %.1f | %.2fx | %d | %d |\n", names[k], best[k] * 1e3,
-               best[0] / best[k], st[k].recomputed_tokens,
-               st[k].cached_tokens);
+               best[0] / best[k], st[k].recomputed_tokens, st[k].cached_tokens);
     double per_tok = best[0] / p.n;
     printf("# full prefill: %.3f ms/token (%.0f tokens/s)\n", per_tok * 1e3,
            1.0 / per_tok);

@@ -11,8 +11,8 @@
 #include "kernels/cpu/hk_cpu.h"
 
 /* Public pool variants: one key (segment id) holds one entry per use. */
-#define VAR_LEAD 1u
-#define VAR_NAIVE 2u
+#define VAR_LEAD   1u
+#define VAR_NAIVE  2u
 #define VAR_PIC(w) (3u | ((uint32_t)(w) << 8))
 
 static const char *mode_names[] = {"full", "prefix", "naive", "pic"};
@@ -52,9 +52,8 @@ static uint32_t variant_of(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
  * The caller releases it. */
 static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
                                       hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                                      const hp_prompt_seg_t *s,
-                                      hp_mode_t mode, int w,
-                                      hp_assemble_stats_t *st,
+                                      const hp_prompt_seg_t *s, hp_mode_t mode,
+                                      int w, hp_assemble_stats_t *st,
                                       hp_error_t *err)
 {
     const hp_model_t *m = &llm->model;
@@ -67,13 +66,13 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
     }
     st->miss_segments++;
     st->miss_tokens += pic ? s->len - 2 * w : s->len;
-    size_t bytes = hp_segc_bytes(&m->cfg, pic ? HP_SEGC_PIC : HP_SEGC_STATE,
-                                 s->len, w);
+    size_t bytes =
+        hp_segc_bytes(&m->cfg, pic ? HP_SEGC_PIC : HP_SEGC_STATE, s->len, w);
     e = hp_pool_alloc(cache->pub, s->id, var, bytes, err);
     if (!e)
         return NULL;
-    int rc = pic ? hp_segc_build_pic(e->data, m, ws, p->ids + s->start,
-                                     s->len, w, err)
+    int rc = pic ? hp_segc_build_pic(e->data, m, ws, p->ids + s->start, s->len,
+                                     w, err)
                  : hp_segc_build_state(e->data, m, ws, p->ids + s->start,
                                        s->len, err);
     if (rc != HP_OK) {
@@ -85,9 +84,8 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
 }
 
 int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
-                          hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                          hp_mode_t mode, int w, hp_assemble_stats_t *st,
-                          hp_error_t *err)
+                          hp_fwd_ws_t *ws, const hp_prompt_t *p, hp_mode_t mode,
+                          int w, hp_assemble_stats_t *st, hp_error_t *err)
 {
     hp_assemble_stats_t local = {0};
     if (!st)
@@ -147,8 +145,8 @@ static int splice_jump(void *ud, int l, int j, float *S, float *conv,
         hk_trans_compose(S, HK_TRANS_DENSE, hp_segc_T(c, e, l), S,
                          hp_segc_S(c, e, l), Hv, dk, dv, sp->scratch);
     }
-    hp_segc_conv_jump(conv, hp_segc_conv(c, e, l), h->n_int,
-                      hp_cfg_conv_dim(c), c->conv_kernel);
+    hp_segc_conv_jump(conv, hp_segc_conv(c, e, l), h->n_int, hp_cfg_conv_dim(c),
+                      c->conv_kernel);
     return HP_OK;
 }
 
@@ -174,9 +172,8 @@ static void splice_kv(hp_seq_t *seq, void *e, int at, int shift)
 
 static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
                             hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                            hp_mode_t mode, int w, hp_seq_t *seq,
-                            float *logits, hp_assemble_stats_t *st,
-                            hp_error_t *err)
+                            hp_mode_t mode, int w, hp_seq_t *seq, float *logits,
+                            hp_assemble_stats_t *st, hp_error_t *err)
 {
     const hp_model_t *m = &llm->model;
     const hp_model_config_t *c = &m->cfg;
@@ -197,10 +194,8 @@ static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
         goto done;
 
     /* the lead: a cached prefix at position 0 */
-    if (p->n_segs > 0 && p->segs[0].role == HP_SEG_LEAD &&
-        p->segs[0].len > 0) {
-        lead = segment_entry(llm, cache, ws, p, &p->segs[0], mode, w, st,
-                             err);
+    if (p->n_segs > 0 && p->segs[0].role == HP_SEG_LEAD && p->segs[0].len > 0) {
+        lead = segment_entry(llm, cache, ws, p, &p->segs[0], mode, w, st, err);
         if (!lead) {
             rc = err->code ? err->code : HP_ENOMEM;
             goto done;
@@ -246,8 +241,7 @@ static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
     hp_jumps_t jumps = {after, n_jump, -1, splice_jump, &sp};
     if (n_run > 0) {
         rc = hp_forward(m, seq, ws, ids, pos, n_run, &jumps,
-                        logits ? HP_LOGITS_LAST : HP_LOGITS_NONE, logits,
-                        err);
+                        logits ? HP_LOGITS_LAST : HP_LOGITS_NONE, logits, err);
     } else { /* everything cached: only the compositions remain */
         for (int l = 0; l < c->n_layers && rc == HP_OK; l++)
             for (int j = 0; j < n_jump && rc == HP_OK; j++)
@@ -281,18 +275,17 @@ done:
  * prompt resumes at its end. A caller that decodes can use
  * hp_prefix_cache_prefill / _finish with the output instead. */
 static int assemble_prefix(const hp_llm_t *llm, hp_cache_t *cache,
-                           hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                           hp_seq_t *seq, float *logits,
-                           hp_assemble_stats_t *st, hp_error_t *err)
+                           hp_fwd_ws_t *ws, const hp_prompt_t *p, hp_seq_t *seq,
+                           float *logits, hp_assemble_stats_t *st,
+                           hp_error_t *err)
 {
     hp_prefix_cache_req_t req;
     hp_error_t ferr = {0};
     if (!cache->prefix)
         return hp_error_set(err, HP_EBADINPUT,
                             "prefix mode needs a prefix cache");
-    int lead = p->n_segs > 1 && p->segs[0].role == HP_SEG_LEAD
-                   ? p->segs[0].len
-                   : -1;
+    int lead =
+        p->n_segs > 1 && p->segs[0].role == HP_SEG_LEAD ? p->segs[0].len : -1;
     int rc = hp_prefix_cache_prefill(cache->prefix, &llm->model, ws, p->ids,
                                      p->n, lead, seq, logits, &req, err);
     if (rc != HP_OK)
@@ -332,8 +325,8 @@ int hp_assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
         return assemble_prefix(llm, cache, ws, p, seq, logits, st, err);
     case HP_MODE_NAIVE:
     case HP_MODE_PIC: {
-        int rc = assemble_spliced(llm, cache, ws, p, mode, w, seq, logits, st,
-                                  err);
+        int rc =
+            assemble_spliced(llm, cache, ws, p, mode, w, seq, logits, st, err);
         st->cached_tokens -= st->miss_tokens; /* computed now, not reused */
         return rc;
     }

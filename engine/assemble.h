@@ -42,7 +42,7 @@ int hp_mode_parse(const char *s);
 const char *hp_mode_name(hp_mode_t m);
 
 typedef struct {
-    hp_pool_t *pub;  /* segment tuples, keyed by segment id */
+    hp_pool_t *pub;            /* segment tuples, keyed by segment id */
     hp_prefix_cache_t *prefix; /* `prefix` mode: radix tree, checkpoints */
 } hp_cache_t;
 
@@ -78,8 +78,7 @@ int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
  * prefills the first cacheable segment of p missing from the public pool
  * and returns 1, or returns 0 when none is missing (negative: an error). */
 int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
-                          hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                          hp_mode_t mode, int w, hp_assemble_stats_t *stats,
-                          hp_error_t *err);
+                          hp_fwd_ws_t *ws, const hp_prompt_t *p, hp_mode_t mode,
+                          int w, hp_assemble_stats_t *stats, hp_error_t *err);
 
 #endif

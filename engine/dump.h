@@ -16,7 +16,7 @@ int hp_dump_state(const char *path, const hp_seq_t *seq, hp_error_t *err);
 
 /* Tensor "logits": [vocab] when rows == 1 and !keep_rows, else
  * [rows, vocab]. */
-int hp_dump_logits(const char *path, const float *logits, int rows,
-                   int vocab, int keep_rows, hp_error_t *err);
+int hp_dump_logits(const char *path, const float *logits, int rows, int vocab,
+                   int keep_rows, hp_error_t *err);
 
 #endif

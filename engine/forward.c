@@ -17,9 +17,29 @@
 
 /* Named activation buffers of the workspace. */
 enum {
-    B_X, B_Y, B_QKV, B_CONV, B_Q, B_K, B_V, B_Z, B_BETA, B_G, B_O, B_P,
-    B_GATE, B_UP, B_SCRATCH, B_ROUTE, B_XG, B_EO, B_POS, B_ROWS, B_MOEIDX,
-    B_MOEW, B_TC,
+    B_X,
+    B_Y,
+    B_QKV,
+    B_CONV,
+    B_Q,
+    B_K,
+    B_V,
+    B_Z,
+    B_BETA,
+    B_G,
+    B_O,
+    B_P,
+    B_GATE,
+    B_UP,
+    B_SCRATCH,
+    B_ROUTE,
+    B_XG,
+    B_EO,
+    B_POS,
+    B_ROWS,
+    B_MOEIDX,
+    B_MOEW,
+    B_TC,
     B_COUNT
 };
 
@@ -130,11 +150,11 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
             const float *gs = g + (size_t)start * Hv;
             const float *bs = beta + (size_t)start * Hv;
             if (n == 1 && !run_tc)
-                hk_gdn_recurrent(os, sl->S, qs, ks, vs, gs, bs, 1, Hk, Hv,
-                                 dk, dv);
+                hk_gdn_recurrent(os, sl->S, qs, ks, vs, gs, bs, 1, Hk, Hv, dk,
+                                 dv);
             else
-                hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk,
-                             Hv, dk, dv, chunk, scr);
+                hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk, Hv,
+                             dk, dv, chunk, scr);
         }
         if (jumps && j < jumps->n) {
             int rc = jumps->fn(jumps->ud, l, j, sl->S, sl->conv, run_tc, err);
@@ -152,8 +172,8 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
 /* ---- gated full attention (reference §4) ------------------------------- */
 
 static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
-                      hp_fwd_ws_t *ws, const float *y, float *x,
-                      const int *pos, int T, int n_ctx, hp_error_t *err)
+                      hp_fwd_ws_t *ws, const float *y, float *x, const int *pos,
+                      int T, int n_ctx, hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
@@ -203,10 +223,9 @@ static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
 
 /* ---- MLP (reference §5.3, §5.4) ----------------------------------------- */
 
-static int dense_mlp(const hp_mat_t *gw, const hp_mat_t *uw,
-                     const hp_mat_t *dw, hp_fwd_ws_t *ws, const float *y,
-                     float *x, int T, int H, const float *row_scale,
-                     hp_error_t *err)
+static int dense_mlp(const hp_mat_t *gw, const hp_mat_t *uw, const hp_mat_t *dw,
+                     hp_fwd_ws_t *ws, const float *y, float *x, int T, int H,
+                     const float *row_scale, hp_error_t *err)
 {
     int I = gw->rows;
     float *g = ws_get(ws, B_GATE, (size_t)T * I);
@@ -224,8 +243,8 @@ static int dense_mlp(const hp_mat_t *gw, const hp_mat_t *uw,
     return HP_OK;
 }
 
-static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
-                   const float *y, float *x, int T, hp_error_t *err)
+static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
+                   float *x, int T, hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
@@ -260,8 +279,8 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
         if (n == 0)
             continue;
         memset(eo, 0, (size_t)n * H * sizeof(float));
-        int rc = dense_mlp(&w->exp_gate[e], &w->exp_up[e], &w->exp_down[e],
-                           ws, xg, eo, n, H, logits, err);
+        int rc = dense_mlp(&w->exp_gate[e], &w->exp_up[e], &w->exp_down[e], ws,
+                           xg, eo, n, H, logits, err);
         if (rc != HP_OK)
             return rc;
         for (int i = 0; i < n; i++) {
@@ -278,8 +297,8 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
         hk_matmul(sg, y, w->sh_expert_gate, T, H, 1);
         for (int t = 0; t < T; t++)
             sg[t] = hk_sigmoid(sg[t]);
-        return dense_mlp(&w->sh_gate, &w->sh_up, &w->sh_down, ws, y, x, T,
-                         H, sg, err);
+        return dense_mlp(&w->sh_gate, &w->sh_up, &w->sh_down, ws, y, x, T, H,
+                         sg, err);
     }
     return HP_OK;
 }
@@ -327,11 +346,11 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         const hp_layer_weights_t *w = &m->layers[l];
         hk_rmsnorm_zc(y, x, w->input_norm, T, H, c->rms_eps);
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
-            rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps,
-                              chunk, err);
+            rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps, chunk,
+                              err);
         else
-            rc = full_mixer(m, l, &seq->layers[l], ws, y, x, pos, T, n_ctx,
-                            err);
+            rc =
+                full_mixer(m, l, &seq->layers[l], ws, y, x, pos, T, n_ctx, err);
         if (rc != HP_OK)
             break;
         hk_rmsnorm_zc(y, x, w->post_norm, T, H, c->rms_eps);
@@ -349,15 +368,13 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         return HP_OK;
     int first = mode == HP_LOGITS_LAST ? T - 1 : 0;
     int rows = T - first;
-    hk_rmsnorm_zc(y, x + (size_t)first * H, m->final_norm, rows, H,
-                  c->rms_eps);
+    hk_rmsnorm_zc(y, x + (size_t)first * H, m->final_norm, rows, H, c->rms_eps);
     hk_matmul(logits, y, m->lm_head.w, rows, H, c->vocab_size);
     return HP_OK;
 }
 
 int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
-               const int *ids, int T, int piece, float *logits,
-               hp_error_t *err)
+               const int *ids, int T, int piece, float *logits, hp_error_t *err)
 {
     if (piece <= 0)
         piece = 1024;

@@ -33,8 +33,8 @@ void hp_fwd_ws_free(hp_fwd_ws_t *ws);
  * may read or update S [Hv,dk,dv] and conv [conv_dim, Kc-1] in place for
  * what is skipped before the next run. Tc [Hv,dk,dk] is the transition
  * over the run just finished when it was asked for (tc_run), else NULL. */
-typedef int (*hp_jump_fn)(void *ud, int layer, int jump, float *S,
-                          float *conv, const float *Tc, hp_error_t *err);
+typedef int (*hp_jump_fn)(void *ud, int layer, int jump, float *S, float *conv,
+                          const float *Tc, hp_error_t *err);
 
 typedef struct {
     const int *after; /* [n] token index (exclusive end of a run), rising */

@@ -91,8 +91,8 @@ int hp_generate(const hp_llm_t *llm, hp_seq_t *seq, hp_fwd_ws_t *ws,
             break;
         size_t from = before > maxstop ? before - maxstop : 0;
         long at = p->n_stop ? find_stop(text.data, text.len, from, p) : -1;
-        size_t safe = at >= 0 ? (size_t)at
-                              : text.len - holdback(text.data, text.len, p);
+        size_t safe =
+            at >= 0 ? (size_t)at : text.len - holdback(text.data, text.len, p);
         if (safe > emitted && emit &&
             emit(ud, text.data + emitted, safe - emitted, tok)) {
             res->finish = HP_FINISH_CANCEL;
@@ -108,8 +108,8 @@ int hp_generate(const hp_llm_t *llm, hp_seq_t *seq, hp_fwd_ws_t *ws,
         }
         if (res->n_tokens == p->max_tokens)
             break;
-        rc = hp_forward(m, seq, ws, &tok, NULL, 1, NULL, HP_LOGITS_LAST,
-                        logits, err);
+        rc = hp_forward(m, seq, ws, &tok, NULL, 1, NULL, HP_LOGITS_LAST, logits,
+                        err);
         if (rc != HP_OK)
             break;
     }

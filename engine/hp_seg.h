@@ -11,12 +11,12 @@
 #include <stdint.h>
 
 #define HP_SEG_DEFAULT_SEPARATOR "<|pic_sep|>"
-#define HP_SEG_ID_HEX_LEN 32
+#define HP_SEG_ID_HEX_LEN        32
 
 typedef enum {
-    HP_SEG_LEAD = 0,  /* s0: cached as a prefix at position 0, in full */
-    HP_SEG_PIC = 1,   /* s1 .. s(n-1): cached position-independently */
-    HP_SEG_QUERY = 2  /* sn (or a prompt without separator): recomputed */
+    HP_SEG_LEAD = 0, /* s0: cached as a prefix at position 0, in full */
+    HP_SEG_PIC = 1,  /* s1 .. s(n-1): cached position-independently */
+    HP_SEG_QUERY = 2 /* sn (or a prompt without separator): recomputed */
 } hp_seg_role_t;
 
 typedef struct {

@@ -17,8 +17,8 @@
 
 #include "engine/hp_seg.h"
 
-#define RING 4096          /* pending operations */
-#define BACKOFF_MIN_MS 100 /* first retry after a failure */
+#define RING           4096 /* pending operations */
+#define BACKOFF_MIN_MS 100  /* first retry after a failure */
 #define BACKOFF_MAX_MS 2000
 
 typedef struct {
@@ -146,8 +146,7 @@ static int send_seg(hp_index_t *ix, redisContext *c, const uint8_t id[16],
 static int heartbeat(hp_index_t *ix, redisContext *c, double load)
 {
     char key[512], lo[32], ts[32];
-    snprintf(key, sizeof(key), "hypic:%s:node:%s", ix->cfg.model,
-             ix->cfg.node);
+    snprintf(key, sizeof(key), "hypic:%s:node:%s", ix->cfg.model, ix->cfg.node);
     snprintf(lo, sizeof(lo), "%.3f", load);
     snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
     redisAppendCommand(c, "HSET %s addr %s load %s ts %s", key,
@@ -262,9 +261,8 @@ static void *run(void *arg)
                 double load = ix->load;
                 pthread_mutex_unlock(&ix->mu);
                 ok = heartbeat(ix, c, load);
-                next_hb.tv_sec = t.tv_sec + (ix->cfg.ttl_s / 3 > 0
-                                                 ? ix->cfg.ttl_s / 3
-                                                 : 1);
+                next_hb.tv_sec =
+                    t.tv_sec + (ix->cfg.ttl_s / 3 > 0 ? ix->cfg.ttl_s / 3 : 1);
             }
             if (!ok) {
                 logf_(ix, HP_LOG_WARN, "index: redis error (%s), reconnecting",

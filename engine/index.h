@@ -23,7 +23,6 @@
 
 typedef struct hp_index hp_index_t;
 
-
 typedef struct {
     const char *redis;     /* "host:port" */
     const char *model;     /* model id in key names */

@@ -40,21 +40,21 @@ typedef struct {
     hp_mat_t out_proj;    /* [H, Hv*dv] */
 
     /* gated full attention */
-    hp_mat_t q_proj;       /* [Hq*2*hd, H]: per head [query hd | gate hd] */
-    hp_mat_t k_proj;       /* [Hkv*hd, H] */
-    hp_mat_t v_proj;       /* [Hkv*hd, H] */
-    hp_mat_t o_proj;       /* [H, Hq*hd] */
-    const float *q_norm;   /* [hd], zero-centred */
-    const float *k_norm;   /* [hd], zero-centred */
+    hp_mat_t q_proj;     /* [Hq*2*hd, H]: per head [query hd | gate hd] */
+    hp_mat_t k_proj;     /* [Hkv*hd, H] */
+    hp_mat_t v_proj;     /* [Hkv*hd, H] */
+    hp_mat_t o_proj;     /* [H, Hq*hd] */
+    const float *q_norm; /* [hd], zero-centred */
+    const float *k_norm; /* [hd], zero-centred */
 
     /* dense SwiGLU */
     hp_mat_t gate, up, down; /* [I,H], [I,H], [H,I] */
 
     /* sparse MoE */
-    hp_mat_t router;        /* [E, H] */
-    hp_mat_t *exp_gate;     /* [E] of [Im, H] */
-    hp_mat_t *exp_up;       /* [E] of [Im, H] */
-    hp_mat_t *exp_down;     /* [E] of [H, Im] */
+    hp_mat_t router;                  /* [E, H] */
+    hp_mat_t *exp_gate;               /* [E] of [Im, H] */
+    hp_mat_t *exp_up;                 /* [E] of [Im, H] */
+    hp_mat_t *exp_down;               /* [E] of [H, Im] */
     hp_mat_t sh_gate, sh_up, sh_down; /* shared expert, rows 0 if none */
     const float *sh_expert_gate;      /* [H] (shared_expert_gate [1, H]) */
 } hp_layer_weights_t;
@@ -63,9 +63,9 @@ typedef struct {
     hp_model_config_t cfg;
     char dir[1024];
 
-    const float *embed;      /* [vocab, H] */
-    const float *final_norm; /* [H], zero-centred */
-    hp_mat_t lm_head;        /* [vocab, H]; the embedding when tied */
+    const float *embed;         /* [vocab, H] */
+    const float *final_norm;    /* [H], zero-centred */
+    hp_mat_t lm_head;           /* [vocab, H]; the embedding when tied */
     hp_layer_weights_t *layers; /* [L] */
 
     /* 128-bit model fingerprint: XXH3-128 of config.json ++ tokenizer.json

@@ -11,7 +11,7 @@
 #include "engine/hp_error.h"
 
 #define HP_MAX_LAYERS 256
-#define HP_MAX_EOS 8
+#define HP_MAX_EOS    8
 
 typedef enum {
     HP_ARCH_QWEN3_NEXT = 1, /* fused in_proj_qkvz / in_proj_ba */

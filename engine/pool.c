@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define ALIGN 64
+#define ALIGN    64
 #define NBUCKETS 4096
 
 typedef struct free_run {
@@ -26,7 +26,7 @@ struct hp_pool {
     pthread_mutex_t mu;
     uint8_t *arena;
     size_t budget;
-    free_run_t *free; /* address-ordered */
+    free_run_t *free;             /* address-ordered */
     hp_pool_entry_t *head, *tail; /* LRU: head = most recent */
     hp_pool_entry_t *buckets[NBUCKETS];
     uint64_t clock;
@@ -35,7 +35,10 @@ struct hp_pool {
     void *hook_ud;
 };
 
-static size_t round_up(size_t n) { return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1); }
+static size_t round_up(size_t n)
+{
+    return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
 
 static unsigned bucket(const uint8_t key[16], uint32_t variant)
 {
@@ -54,8 +57,7 @@ hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err)
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (!p || p->arena == MAP_FAILED) {
         free(p);
-        hp_error_set(err, HP_ENOMEM, "pool: cannot reserve %zu bytes",
-                     budget);
+        hp_error_set(err, HP_ENOMEM, "pool: cannot reserve %zu bytes", budget);
         return NULL;
     }
     p->free = malloc(sizeof(free_run_t));
@@ -224,8 +226,7 @@ int hp_pool_contains(hp_pool_t *p, const uint8_t key[16], uint32_t variant)
 }
 
 hp_pool_entry_t *hp_pool_alloc(hp_pool_t *p, const uint8_t key[16],
-                               uint32_t variant, size_t bytes,
-                               hp_error_t *err)
+                               uint32_t variant, size_t bytes, hp_error_t *err)
 {
     size_t len = round_up(bytes ? bytes : 1);
     hp_pool_entry_t *e = calloc(1, sizeof(*e));

@@ -52,8 +52,7 @@ int hp_pool_contains(hp_pool_t *p, const uint8_t key[16], uint32_t variant);
  * with HP_ENOMEM when even after eviction it does not fit (everything else
  * in use, or bytes > budget). */
 hp_pool_entry_t *hp_pool_alloc(hp_pool_t *p, const uint8_t key[16],
-                               uint32_t variant, size_t bytes,
-                               hp_error_t *err);
+                               uint32_t variant, size_t bytes, hp_error_t *err);
 
 /* Makes a filled entry visible to lookups. If an entry with the same key
  * was published meanwhile, the older one is dropped once unreferenced. */

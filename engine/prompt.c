@@ -14,8 +14,7 @@ int hp_prompt_build(hp_prompt_t *p, const hp_llm_t *llm, const char *text,
     memset(p, 0, sizeof(*p));
     if (!segs)
         return hp_error_set(err, HP_ENOMEM, "prompt: out of memory");
-    int n = hp_seg_split(segs, HP_PROMPT_MAX_SEGS, text, len, sep,
-                         strlen(sep));
+    int n = hp_seg_split(segs, HP_PROMPT_MAX_SEGS, text, len, sep, strlen(sep));
     if (n < 0) {
         free(segs);
         return hp_error_set(err, HP_EBADINPUT,
@@ -27,8 +26,8 @@ int hp_prompt_build(hp_prompt_t *p, const hp_llm_t *llm, const char *text,
         rc = hp_error_set(err, HP_ENOMEM, "prompt: out of memory");
     for (int i = 0; i < n && rc == HP_OK; i++) {
         size_t before = all.n;
-        rc = hp_tokenizer_encode(llm->tok, segs[i].data, segs[i].len, &all,
-                                 err);
+        rc =
+            hp_tokenizer_encode(llm->tok, segs[i].data, segs[i].len, &all, err);
         p->segs[i].start = (int)before;
         p->segs[i].len = (int)(all.n - before);
         p->segs[i].role = segs[i].role;

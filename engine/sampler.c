@@ -11,7 +11,10 @@ typedef struct {
     int i;
 } pair_t;
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 static uint64_t splitmix64(uint64_t *x)
 {
@@ -70,7 +73,6 @@ int hp_argmax(const float *logits, int V)
             best = i;
     return best;
 }
-
 
 static int pair_desc(const void *a, const void *b)
 {

@@ -676,10 +676,10 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     r->ops = *req->ops;
     r->ud = req->ud;
     /* without pools every request runs full, and says so */
-    r->mode = s->cfg.cache && req->mode >= HP_MODE_FULL &&
-                      req->mode <= HP_MODE_PIC
-                  ? req->mode
-                  : HP_MODE_FULL;
+    r->mode =
+        s->cfg.cache && req->mode >= HP_MODE_FULL && req->mode <= HP_MODE_PIC
+            ? req->mode
+            : HP_MODE_FULL;
     r->seam = req->seam >= 0 ? req->seam : s->cfg.seam;
     r->phase = R_QUEUED;
     r->t_submit = now_us();

@@ -14,8 +14,8 @@
  * Modes (assemble.h): `full` prefills in chunks; `naive`/`pic` first
  * prefill each missing segment on its own, one segment per step, then
  * assemble from the pool in one step; `prefix` resumes from the prefix
- * cache (radix tree) in one step. Without a cache every request runs `full`, and the
- * mode reported back is always the one that ran.
+ * cache (radix tree) in one step. Without a cache every request runs `full`,
+ * and the mode reported back is always the one that ran.
  *
  * Not here: the IPC (ipc_server.c adapts slots to the callbacks below).
  */
@@ -149,7 +149,7 @@ typedef struct {
     const char *separator; /* NULL or "": the prompt is one segment */
     int mode;              /* hp_mode_t */
     int seam;              /* < 0: the scheduler's default */
-    hp_gen_params_t gen; /* stop strings are copied */
+    hp_gen_params_t gen;   /* stop strings are copied */
     const hp_sched_ops_t *ops;
     void *ud;
 } hp_sched_req_t;

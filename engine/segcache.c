@@ -48,8 +48,8 @@ static size_t layout(const hp_model_config_t *c, uint32_t kind, size_t rows,
     return at;
 }
 
-size_t hp_segc_bytes(const hp_model_config_t *c, hp_segc_kind_t kind,
-                     int n_tok, int w)
+size_t hp_segc_bytes(const hp_model_config_t *c, hp_segc_kind_t kind, int n_tok,
+                     int w)
 {
     size_t rows = (size_t)(kind == HP_SEGC_PIC ? n_tok - 2 * w : n_tok);
     return sizeof(hp_segc_hdr_t) +
@@ -230,8 +230,8 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
     if (!cp.tmp)
         rc = hp_error_set(err, HP_ENOMEM, "segcache: out of memory");
     if (rc == HP_OK)
-        rc = hp_forward(m, &seq, ws, ids, NULL, n - w, &jumps,
-                        HP_LOGITS_NONE, NULL, err);
+        rc = hp_forward(m, &seq, ws, ids, NULL, n - w, &jumps, HP_LOGITS_NONE,
+                        NULL, err);
     if (rc == HP_OK) {
         size_t row = kv_row(c);
         for (int l = 0; l < c->n_layers; l++) {
@@ -248,8 +248,7 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
     return rc;
 }
 
-void hp_segc_conv_jump(float *conv, const float *tail, int n_int, int C,
-                       int Kc)
+void hp_segc_conv_jump(float *conv, const float *tail, int n_int, int C, int Kc)
 {
     int K1 = Kc - 1;
     if (n_int >= K1) {

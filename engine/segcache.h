@@ -40,8 +40,8 @@ typedef struct {
 } hp_segc_hdr_t;
 
 /* Bytes of an entry of the given kind for a segment of n_tok tokens. */
-size_t hp_segc_bytes(const hp_model_config_t *c, hp_segc_kind_t kind,
-                     int n_tok, int w);
+size_t hp_segc_bytes(const hp_model_config_t *c, hp_segc_kind_t kind, int n_tok,
+                     int w);
 
 /* Views into an entry (NULL where the layer has no such tensor). */
 float *hp_segc_T(const hp_model_config_t *c, void *e, int layer);

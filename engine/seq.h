@@ -22,8 +22,8 @@ typedef struct {
 
 typedef struct {
     const hp_model_t *model;
-    int n_pos;   /* positions filled: next token goes to n_pos */
-    int kv_cap;  /* positions allocated in every k/v cache */
+    int n_pos;              /* positions filled: next token goes to n_pos */
+    int kv_cap;             /* positions allocated in every k/v cache */
     hp_seq_layer_t *layers; /* [L] */
 } hp_seq_t;
 

@@ -31,7 +31,7 @@ typedef struct {
 
 /* One-shot runs reserve generous address space; pages are touched only
  * as entries are written. */
-#define CLI_PUBLIC_POOL (8ull << 30)
+#define CLI_PUBLIC_POOL  (8ull << 30)
 #define CLI_PRIVATE_POOL (2ull << 30)
 
 static void usage(const char *cmd)
@@ -45,7 +45,7 @@ static void usage(const char *cmd)
                  "[--seam W] [--separator S]"
                : " --out F.safetensors\n       [--mode M] [--seam W] "
                  "[--separator S] [--cold]"
-                 "" );
+                 "");
     if (!strcmp(cmd, "logits"))
         printf("       [--all]   all positions' logits [tokens, vocab]\n");
 }
@@ -85,8 +85,10 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     }
     hp_mode_t mode = (hp_mode_t)hp_mode_parse(r->o.mode);
     if (r->o.all && mode != HP_MODE_FULL) {
-        fprintf(stderr, "hypic-engine %s: --all needs --mode full (other "
-                "modes do not recompute every position)\n", cmd);
+        fprintf(stderr,
+                "hypic-engine %s: --all needs --mode full (other "
+                "modes do not recompute every position)\n",
+                cmd);
         return 2;
     }
     char *text = hp_cli_prompt(&r->o, cmd, &len);
@@ -95,8 +97,8 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     rc = hp_llm_load(&r->llm, r->o.model, &err);
     r->loaded = rc == HP_OK;
     if (rc == HP_OK)
-        rc = hp_prompt_build(&r->prompt, &r->llm, text, len,
-                             r->o.separator, &err);
+        rc = hp_prompt_build(&r->prompt, &r->llm, text, len, r->o.separator,
+                             &err);
     free(text);
     if (rc == HP_OK)
         rc = hp_seq_init(&r->seq, &r->llm.model, &err);
@@ -124,16 +126,16 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     if (r->o.all) {
         for (int off = 0; off < n && rc == HP_OK; off += PREFILL_PIECE) {
             int k = n - off < PREFILL_PIECE ? n - off : PREFILL_PIECE;
-            rc = hp_forward(&r->llm.model, &r->seq, &r->ws,
-                            r->prompt.ids + off, NULL, k, NULL,
-                            HP_LOGITS_ALL, r->logits + (size_t)off * V, &err);
+            rc = hp_forward(&r->llm.model, &r->seq, &r->ws, r->prompt.ids + off,
+                            NULL, k, NULL, HP_LOGITS_ALL,
+                            r->logits + (size_t)off * V, &err);
         }
     } else {
         /* naive/pic: each segment first warmed as its own request, so the
          * prompt runs with every segment hit; --cold skips that */
         if (!r->o.cold)
-            rc = hp_assemble_warm(&r->llm, &r->cache, &r->ws, &r->prompt,
-                                  mode, r->o.seam, NULL, &err);
+            rc = hp_assemble_warm(&r->llm, &r->cache, &r->ws, &r->prompt, mode,
+                                  r->o.seam, NULL, &err);
         if (rc == HP_OK)
             rc = hp_assemble(&r->llm, &r->cache, &r->ws, &r->prompt, mode,
                              r->o.seam, &r->seq, r->logits, &r->stats, &err);
@@ -195,12 +197,12 @@ int hp_cmd_generate(int argc, char **argv)
     if (rc == 0) {
         hp_gen_params_t p = {0};
         p.max_tokens = r.o.max_tokens;
-        p.sampling = (hp_sampling_t){r.o.temperature, r.o.top_k, r.o.top_p,
-                                     r.o.seed};
+        p.sampling =
+            (hp_sampling_t){r.o.temperature, r.o.top_k, r.o.top_p, r.o.seed};
         for (int i = 0; i < r.o.n_stop && i < HP_GEN_MAX_STOP; i++)
             p.stop[p.n_stop++] = r.o.stop[i];
-        if (hp_generate(&r.llm, &r.seq, &r.ws, r.logits, &p, print_text,
-                        NULL, &res, &err) != HP_OK) {
+        if (hp_generate(&r.llm, &r.seq, &r.ws, r.logits, &p, print_text, NULL,
+                        &res, &err) != HP_OK) {
             fprintf(stderr, "\nhypic-engine generate: %s\n", err.msg);
             rc = 1;
         } else {

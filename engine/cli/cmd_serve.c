@@ -17,9 +17,9 @@
 
 #include "engine/cli/cli.h"
 #include "engine/hp_ipc.h"
+#include "engine/index.h"
 #include "engine/ipc_server.h"
 #include "engine/llm.h"
-#include "engine/index.h"
 #include "engine/sched.h"
 
 enum { T_STR, T_INT, T_SIZE };
@@ -293,9 +293,9 @@ int hp_cmd_serve(int argc, char **argv)
     cache.pub = hp_pool_create((size_t)pub_bytes, &err);
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, (size_t)priv_bytes);
-    cache.prefix = cache.pub ? hp_prefix_cache_create(&llm.model.cfg, &pcp,
-                                                      1, &err)
-                             : NULL;
+    cache.prefix = cache.pub
+                       ? hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)
+                       : NULL;
     if (!cache.prefix) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;

@@ -28,8 +28,8 @@ static int want_float(const char *cmd, const char *flag, const char *v,
     errno = 0;
     float x = v ? strtof(v, &end) : 0;
     if (!v || errno || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "hypic-engine %s: %s needs a number in [%g, %g]\n",
-                cmd, flag, lo, hi);
+        fprintf(stderr, "hypic-engine %s: %s needs a number in [%g, %g]\n", cmd,
+                flag, lo, hi);
         return -1;
     }
     *out = x;
@@ -144,8 +144,8 @@ char *hp_cli_prompt(const hp_cli_opts_t *o, const char *cmd, size_t *len)
     }
     FILE *f = fopen(o->file, "rb");
     if (!f) {
-        fprintf(stderr, "hypic-engine %s: cannot open %s: %s\n", cmd,
-                o->file, strerror(errno));
+        fprintf(stderr, "hypic-engine %s: cannot open %s: %s\n", cmd, o->file,
+                strerror(errno));
         return NULL;
     }
     size_t cap = 1 << 16, n = 0, r;

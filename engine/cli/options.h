@@ -6,23 +6,23 @@
 #include <stdint.h>
 
 typedef struct {
-    const char *model;       /* --model DIR */
-    const char *text;        /* --prompt S / --text S */
-    const char *file;        /* --prompt-file F / --file F */
-    const char *out;         /* --out F.safetensors */
-    const char *mode;        /* --mode full|prefix|naive|pic */
-    const char *separator;   /* --separator S */
-    const char *decode;      /* --decode recurrent|chunkwise|auto */
-    int all;                 /* --all */
-    int cold;                /* --cold */
-    int seam;                /* --seam W */
-    int max_tokens;          /* --max-tokens N */
-    float temperature;       /* --temperature T */
-    float top_p;             /* --top-p P */
-    int top_k;               /* --top-k K */
-    uint64_t seed;           /* --seed S */
-    int speculative;         /* --speculative N */
-    const char *stop[8];     /* --stop S (repeatable) */
+    const char *model;     /* --model DIR */
+    const char *text;      /* --prompt S / --text S */
+    const char *file;      /* --prompt-file F / --file F */
+    const char *out;       /* --out F.safetensors */
+    const char *mode;      /* --mode full|prefix|naive|pic */
+    const char *separator; /* --separator S */
+    const char *decode;    /* --decode recurrent|chunkwise|auto */
+    int all;               /* --all */
+    int cold;              /* --cold */
+    int seam;              /* --seam W */
+    int max_tokens;        /* --max-tokens N */
+    float temperature;     /* --temperature T */
+    float top_p;           /* --top-p P */
+    int top_k;             /* --top-k K */
+    uint64_t seed;         /* --seed S */
+    int speculative;       /* --speculative N */
+    const char *stop[8];   /* --stop S (repeatable) */
     int n_stop;
     int help;
 } hp_cli_opts_t;

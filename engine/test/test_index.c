@@ -99,8 +99,8 @@ int main(void)
 
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
-    hp_index_config_t cfg = {addr, "m", "n1", "10.0.0.1:7000", 30, 200,
-                             NULL, NULL};
+    hp_index_config_t cfg = {addr, "m", "n1", "10.0.0.1:7000",
+                             30,   200, NULL, NULL};
     hp_error_t err = {0};
     hp_index_t *ix = hp_index_start(&cfg, &err);
     ok(ix != NULL, "index started");

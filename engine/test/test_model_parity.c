@@ -48,8 +48,8 @@ static double rel_err(const float *ref, const float *x, size_t n)
     return m > 0 ? e / m : e;
 }
 
-static const hp_st_tensor_t *want(const hp_st_file_t *g, const char *fmt,
-                                  int i, int l)
+static const hp_st_tensor_t *want(const hp_st_file_t *g, const char *fmt, int i,
+                                  int l)
 {
     char name[128];
     snprintf(name, sizeof(name), fmt, i, l);
@@ -92,8 +92,10 @@ static void check_model(const char *root, const char *name)
         if (!ok(rc == HP_OK, "%s prompt %d (%d tokens) runs", name, i, T))
             tap_diag("%s", err.msg);
         double e = rel_err(tl->data, logits, (size_t)T * V);
-        ok(e <= REL_TOL, "%s prompt %d: logits at all %d positions, rel err "
-           "%.2e", name, i, T, e);
+        ok(e <= REL_TOL,
+           "%s prompt %d: logits at all %d positions, rel err "
+           "%.2e",
+           name, i, T, e);
 
         /* states after prefill */
         double worst = 0;
@@ -101,8 +103,8 @@ static void check_model(const char *root, const char *name)
         for (int l = 0; l < c->n_layers; l++) {
             const hp_seq_layer_t *sl = &seq.layers[l];
             if (c->layer_kind[l] == HP_LAYER_LINEAR) {
-                const hp_st_tensor_t *ts = want(
-                    &g, "prompt.%d.layers.%d.linear_attn.state", i, l);
+                const hp_st_tensor_t *ts =
+                    want(&g, "prompt.%d.layers.%d.linear_attn.state", i, l);
                 const hp_st_tensor_t *tc = want(
                     &g, "prompt.%d.layers.%d.linear_attn.conv_state", i, l);
                 if (!ts || !tc) {
@@ -169,11 +171,11 @@ static void check_model(const char *root, const char *name)
                     same = 0;
                     break;
                 }
-                hp_forward(&m, &seq, &ws, &tok, NULL, 1, NULL,
-                           HP_LOGITS_LAST, lg, &err);
+                hp_forward(&m, &seq, &ws, &tok, NULL, 1, NULL, HP_LOGITS_LAST,
+                           lg, &err);
             }
-            ok(same, "%s prompt %d: %d greedy tokens equal transformers'",
-               name, i, n);
+            ok(same, "%s prompt %d: %d greedy tokens equal transformers'", name,
+               i, n);
             free(lg);
         }
         free(logits);

@@ -26,8 +26,8 @@ static const char *PROMPT =
     "The capital of Zorvia is Quellam. Zorvia exports copper and tea, and "
     "its population is 4812 people living mostly in the hills." SEP
     "Water boils at one hundred degrees at sea level; at altitude it boils "
-    "earlier because the air pressure is lower." SEP
-    "Short doc." SEP "What is the capital of Zorvia?";
+    "earlier because the air pressure is lower." SEP "Short doc." SEP
+    "What is the capital of Zorvia?";
 
 typedef struct {
     hp_llm_t llm;
@@ -43,8 +43,7 @@ static void cache_new(ctx_t *x, size_t pub, size_t priv)
     hp_prefix_cache_destroy(x->cache.prefix);
     x->cache.pub = hp_pool_create(pub, &err);
     hp_prefix_cache_params_default(&pcp, priv);
-    x->cache.prefix =
-        hp_prefix_cache_create(&x->llm.model.cfg, &pcp, 1, &err);
+    x->cache.prefix = hp_prefix_cache_create(&x->llm.model.cfg, &pcp, 1, &err);
 }
 
 /* Runs p in mode; returns logits (malloc'd) and the sequence in *seq. */
@@ -54,8 +53,8 @@ static float *run(ctx_t *x, const hp_prompt_t *p, hp_mode_t mode, int w,
     hp_error_t err = {0};
     float *lg = malloc((size_t)x->llm.model.cfg.vocab_size * 4);
     hp_seq_init(seq, &x->llm.model, &err);
-    *rc = hp_assemble(&x->llm, &x->cache, &x->ws, p, mode, w, seq, lg, st,
-                      &err);
+    *rc =
+        hp_assemble(&x->llm, &x->cache, &x->ws, p, mode, w, seq, lg, st, &err);
     if (*rc != HP_OK)
         tap_diag("assemble: %s", err.msg);
     return lg;
@@ -111,19 +110,18 @@ static void check_model(const char *root, const char *name)
        "interior (%d hit, %d miss)",
        name, st.hit_segments, st.miss_segments);
     ok(st.cached_tokens > 0 && st.recomputed_tokens < p.n,
-       "%s: pic recomputed %d of %d tokens", name, st.recomputed_tokens,
-       p.n);
+       "%s: pic recomputed %d of %d tokens", name, st.recomputed_tokens, p.n);
 
     double ep = rel(sf.layers[l0].S, sp.layers[l0].S, ssz);
     double en = rel(sf.layers[l0].S, sn.layers[l0].S, ssz);
     ok(ep <= COMPOSE_TOL,
        "%s: first linear layer's pic state equals full (rel %.2e)", name, ep);
     ok(en > 100 * COMPOSE_TOL,
-       "%s: naive addition shows the structural error there (rel %.2e)",
-       name, en);
+       "%s: naive addition shows the structural error there (rel %.2e)", name,
+       en);
     double lpe = rel(lf, lp, V), lne = rel(lf, ln, V);
-    ok(lpe < lne, "%s: pic logits nearer full than naive (%.3f < %.3f)",
-       name, lpe, lne);
+    ok(lpe < lne, "%s: pic logits nearer full than naive (%.3f < %.3f)", name,
+       lpe, lne);
 
     /* warm (segments first, one by one) then hit == cold, bit for bit */
     cache_new(&x, 64 << 20, 64 << 20);
@@ -163,8 +161,7 @@ static void check_model(const char *root, const char *name)
     hp_seq_t s3;
     float *l3 = run(&x, &p2, HP_MODE_PREFIX, 8, &s3, &st2, &rc);
     ok(rc == HP_OK && st2.cached_tokens == p2.segs[4].start + p2.segs[4].len,
-       "%s: next turn resumed after %d cached tokens", name,
-       st2.cached_tokens);
+       "%s: next turn resumed after %d cached tokens", name, st2.cached_tokens);
     ok(rel(l2f, l2, V) <= EXACT_TOL && rel(l2f, l3, V) <= EXACT_TOL,
        "%s: resumed logits equal full (rel %.2e)", name, rel(l2f, l3, V));
     hp_seq_free(&s3);

@@ -31,11 +31,11 @@ void hk_matmul_init(void);
 
 /* Zero-centred RMSNorm over rows of dim: y = x / sqrt(mean(x^2)+eps) * (1+w).
  * y may alias x. */
-void hk_rmsnorm_zc(float *y, const float *x, const float *w, int rows,
-                   int dim, float eps);
+void hk_rmsnorm_zc(float *y, const float *x, const float *w, int rows, int dim,
+                   float eps);
 /* Gated RMSNorm per vector of dim: y = w * rmsnorm(x) * silu(z). */
-void hk_rmsnorm_gated(float *y, const float *x, const float *z,
-                      const float *w, int rows, int dim, float eps);
+void hk_rmsnorm_gated(float *y, const float *x, const float *z, const float *w,
+                      int rows, int dim, float eps);
 /* x / sqrt(sum(x^2) + eps) per row of dim, then times scale. In place. */
 void hk_l2norm(float *x, int rows, int dim, float eps, float scale);
 /* y = silu(g) * u elementwise (SwiGLU); y may alias g or u. */
@@ -87,8 +87,8 @@ size_t hk_attention_scratch(int T, int N, int Hq);
 
 /* Token-by-token recurrence (decode, and the reference for the chunk form). */
 void hk_gdn_recurrent(float *o, float *S, const float *q, const float *k,
-                      const float *v, const float *g, const float *beta,
-                      int T, int Hk, int Hv, int dk, int dv);
+                      const float *v, const float *g, const float *beta, int T,
+                      int Hk, int Hv, int dk, int dv);
 
 /* Chunked (WY / UT) prefill with chunk size C (1..64), same o and S as the
  * recurrence. If Tc != NULL it also returns, per value head, the transition
@@ -101,10 +101,9 @@ void hk_gdn_recurrent(float *o, float *S, const float *q, const float *k,
  * not depend on the thread count). Heads run in parallel (OpenMP) with
  * OpenBLAS's OpenMP build, or its pthreads build made single-threaded by
  * hk_matmul_init(); else one by one. */
-void hk_gdn_chunk(float *o, float *S, float *Tc, const float *q,
-                  const float *k, const float *v, const float *g,
-                  const float *beta, int T, int Hk, int Hv, int dk, int dv,
-                  int C, float *scratch);
+void hk_gdn_chunk(float *o, float *S, float *Tc, const float *q, const float *k,
+                  const float *v, const float *g, const float *beta, int T,
+                  int Hk, int Hv, int dk, int dv, int C, float *scratch);
 size_t hk_gdn_chunk_scratch(int Hv, int dk, int dv, int C);
 
 /* ---- transition algebra, all three families (hk_transition.c) ----------
@@ -146,8 +145,17 @@ void hk_moe_route(int *idx, float *w, const float *logits, int E, int k,
 
 /* ---- inline scalar helpers: the math shared with the CUDA twins ------- */
 #include "kernels/common/hk_math.h"
-static inline float hk_sigmoid(float x) { return hk_math_sigmoid(x); }
-static inline float hk_silu(float x) { return hk_math_silu(x); }
-static inline float hk_softplus(float x) { return hk_math_softplus(x); }
+static inline float hk_sigmoid(float x)
+{
+    return hk_math_sigmoid(x);
+}
+static inline float hk_silu(float x)
+{
+    return hk_math_silu(x);
+}
+static inline float hk_softplus(float x)
+{
+    return hk_math_softplus(x);
+}
 
 #endif

@@ -16,8 +16,7 @@
 static int tap_n_;
 static int tap_failed_;
 
-static inline int
-tap_ok(int cond, const char *fmt, ...)
+static inline int tap_ok(int cond, const char *fmt, ...)
 {
     va_list ap;
     tap_n_++;
@@ -34,8 +33,7 @@ tap_ok(int cond, const char *fmt, ...)
 
 #define ok(cond, ...) tap_ok(!!(cond), __VA_ARGS__)
 
-static inline void
-tap_diag(const char *fmt, ...)
+static inline void tap_diag(const char *fmt, ...)
 {
     va_list ap;
     printf("# ");
@@ -46,17 +44,15 @@ tap_diag(const char *fmt, ...)
     fflush(stdout);
 }
 
-static inline void
-tap_skip(const char *why)
+static inline void tap_skip(const char *why)
 {
     tap_n_++;
     printf("ok %d # SKIP %s\n", tap_n_, why);
 }
 
 /* Largest |ref - x| / (atol + rtol |ref|) over n values; <= 1 passes. */
-static inline double
-tap_close_ratio_d(const double *ref, const float *x, size_t n, double atol,
-                  double rtol)
+static inline double tap_close_ratio_d(const double *ref, const float *x,
+                                       size_t n, double atol, double rtol)
 {
     double worst = 0.0;
     int shown = 0;
@@ -74,9 +70,8 @@ tap_close_ratio_d(const double *ref, const float *x, size_t n, double atol,
     return worst;
 }
 
-static inline double
-tap_close_ratio_f(const float *ref, const float *x, size_t n, double atol,
-                  double rtol)
+static inline double tap_close_ratio_f(const float *ref, const float *x,
+                                       size_t n, double atol, double rtol)
 {
     double worst = 0.0;
     int shown = 0;
@@ -96,8 +91,8 @@ tap_close_ratio_f(const float *ref, const float *x, size_t n, double atol,
 }
 
 /* Relative error in norm: ||ref - x|| / ||ref|| (0 when both are zero). */
-static inline double
-tap_rel_norm_err(const double *ref, const float *x, size_t n)
+static inline double tap_rel_norm_err(const double *ref, const float *x,
+                                      size_t n)
 {
     double num = 0.0, den = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -110,13 +105,12 @@ tap_rel_norm_err(const double *ref, const float *x, size_t n)
     return sqrt(num / den);
 }
 
-#define close_d(ref, x, n, atol, rtol, ...)                                  \
+#define close_d(ref, x, n, atol, rtol, ...)                                    \
     ok(tap_close_ratio_d((ref), (x), (n), (atol), (rtol)) <= 1.0, __VA_ARGS__)
-#define close_f(ref, x, n, atol, rtol, ...)                                  \
+#define close_f(ref, x, n, atol, rtol, ...)                                    \
     ok(tap_close_ratio_f((ref), (x), (n), (atol), (rtol)) <= 1.0, __VA_ARGS__)
 
-static inline int
-tap_done(void)
+static inline int tap_done(void)
 {
     printf("1..%d\n", tap_n_);
     if (tap_failed_)

@@ -174,7 +174,7 @@ test-asan: deps
 	    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    prove $(PROVE_FLAGS) $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BINS)) t/*.t
 
-FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v '^ngx_hypic_module/')
+FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v -e '^ngx_hypic_module/' -e '^kernels/cuda/emu/')
 format:
 	clang-format -i $(FORMAT_SRCS)
 lint:

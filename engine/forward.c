@@ -60,7 +60,7 @@ void hp_fwd_ws_free(hp_fwd_ws_t *ws)
 }
 
 /* Buffer `id` with room for n floats (64-byte aligned), or NULL. */
-static float *ws_get(hp_fwd_ws_t *ws, int id, size_t n)
+static void *ws_get(hp_fwd_ws_t *ws, int id, size_t n)
 {
     if (!ws->buf || !ws->cap)
         return NULL;
@@ -253,8 +253,8 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
     float *xg = ws_get(ws, B_XG, (size_t)T * H);
     float *eo = ws_get(ws, B_EO, (size_t)T * H);
     float *wsel = ws_get(ws, B_MOEW, (size_t)T * K);
-    int *isel = (int *)ws_get(ws, B_MOEIDX, (size_t)T * K);
-    int *rows = (int *)ws_get(ws, B_ROWS, (size_t)T);
+    int *isel = ws_get(ws, B_MOEIDX, (size_t)T * K);
+    int *rows = ws_get(ws, B_ROWS, (size_t)T);
     if (!logits || !xg || !eo || !wsel || !isel || !rows)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
@@ -321,7 +321,7 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                                 ids[t], c->vocab_size);
 
     /* positions: given, or continuing the sequence */
-    int *pos = (int *)ws_get(ws, B_POS, (size_t)T);
+    int *pos = ws_get(ws, B_POS, (size_t)T);
     float *x = ws_get(ws, B_X, (size_t)T * H);
     float *y = ws_get(ws, B_Y, (size_t)T * H);
     if (!pos || !x || !y)

@@ -22,9 +22,11 @@
  *   [hp_ipc_slot_t][input area: input_bytes][output ring: ring_bytes].
  *   The header carries magic, version, the struct sizes (checked by the
  *   reader against its own, and _Static_assert'ed here), the generation
- *   (incremented at every engine start), the node and model names and the
- *   health/load counters. The slot table is fixed: when every slot is
- *   taken nginx answers 429; nothing ever grows.
+ *   (incremented at every engine start), the node and model names, the
+ *   model fingerprint (the one hp_seg_id() takes: nginx names segments in
+ *   the Redis index exactly as the engine does) and the health/load
+ *   counters. The slot table is fixed: when every slot is taken nginx
+ *   answers 429; nothing ever grows.
  *
  * A slot's life (the state is the low byte of slot->word; the word also
  *   holds the owner's connection id and a claim sequence, so one CAS
@@ -63,7 +65,7 @@
 #include <stdint.h>
 
 #define HP_IPC_MAGIC   0x43495048u /* "HPIC" little-endian */
-#define HP_IPC_VERSION 1u
+#define HP_IPC_VERSION 2u
 
 #define HP_IPC_MAX_STOP    4  /* stop strings per request (OpenAI's 4) */
 #define HP_IPC_STOP_BYTES  64 /* each, at most */
@@ -206,7 +208,10 @@ typedef struct {
     _Atomic uint64_t served;
     /* FIFO admission: nginx takes a ticket at submit */
     _Atomic uint64_t submit_seq;
-    uint8_t reserved2[512 - 280];
+    /* XXH3-128 of config.json ++ tokenizer.json (engine/model.c), as
+     * hp_seg_id() takes it; all zero: not published */
+    uint8_t fingerprint[16];
+    uint8_t reserved2[512 - 296];
 } hp_ipc_header_t;
 
 typedef struct {
@@ -228,6 +233,8 @@ _Static_assert(sizeof(hp_ipc_final_t) == 336, "hp_ipc_final_t layout");
 _Static_assert(sizeof(hp_ipc_hello_t) == 96, "hp_ipc_hello_t layout");
 _Static_assert(sizeof(hp_ipc_header_t) == 512, "hp_ipc_header_t layout");
 _Static_assert(offsetof(hp_ipc_header_t, health) == 248,
+               "hp_ipc_header_t layout");
+_Static_assert(offsetof(hp_ipc_header_t, fingerprint) == 280,
                "hp_ipc_header_t layout");
 _Static_assert(sizeof(hp_ipc_slot_t) == 640, "hp_ipc_slot_t layout");
 _Static_assert(sizeof(hp_ipc_final_t) + HP_IPC_REC_HEADER <=

@@ -134,6 +134,9 @@ static int open_shm(hp_ipc_server_t *s, hp_error_t *err)
     if (hp_ipc_format(s->h, c->slots, c->input_bytes, c->ring_bytes,
                       s->generation, (int32_t)getpid(), s->node, s->model) != 0)
         return hp_error_set(err, HP_EBADINPUT, "bad slot geometry");
+    /* before the socket listens: every worker that maps it sees it */
+    if (c->fingerprint)
+        memcpy(s->h->fingerprint, c->fingerprint, sizeof(s->h->fingerprint));
     return HP_OK;
 }
 

@@ -31,6 +31,9 @@ typedef struct {
     uint32_t ring_bytes;     /* output ring per slot (power of two) */
     hp_log_fn log;
     void *log_ud;
+    /* [16] the model fingerprint for the header, so that nginx names
+     * segments as the engine does (NULL: not published) */
+    const uint8_t *fingerprint;
 } hp_ipc_server_cfg_t;
 
 typedef struct hp_ipc_server hp_ipc_server_t;

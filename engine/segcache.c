@@ -42,7 +42,8 @@ static size_t layout(const hp_model_config_t *c, uint32_t kind, size_t rows,
             x.V = at;
             at += kv;
         }
-        if (l == layer && o)
+        /* layer < 0 asks for the total only */
+        if (o && (unsigned)l == (unsigned)layer)
             *o = x;
     }
     return at;
@@ -68,7 +69,7 @@ static float *view(const hp_model_config_t *c, void *e, int layer, int which)
                               : o.V;
     if (off == (size_t)-1)
         return NULL;
-    return (float *)((char *)e + sizeof(*h)) + off;
+    return (float *)(void *)((char *)e + sizeof(*h)) + off;
 }
 
 float *hp_segc_T(const hp_model_config_t *c, void *e, int l)

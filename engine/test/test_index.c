@@ -22,7 +22,8 @@ static pid_t start_redis(int port, const char *dir)
     snprintf(p, sizeof(p), "%d", port);
     pid_t pid = fork();
     if (pid == 0) {
-        freopen("/dev/null", "w", stdout);
+        if (!freopen("/dev/null", "w", stdout))
+            _exit(126);
         execlp("redis-server", "redis-server", "--port", p, "--bind",
                "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir,
                (char *)NULL);

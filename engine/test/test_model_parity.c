@@ -52,6 +52,8 @@ static const hp_st_tensor_t *want(const hp_st_file_t *g, const char *fmt, int i,
                                   int l)
 {
     char name[128];
+    /* some names use only i: the extra argument is ignored (C11 7.21.6.1) */
+    // cppcheck-suppress wrongPrintfScanfArgNum
     snprintf(name, sizeof(name), fmt, i, l);
     return hp_st_find(g, name);
 }

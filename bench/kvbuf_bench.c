@@ -23,8 +23,8 @@
  *      bench/kvbuf_bench.c build/libhypic.a build/libhk_cpu.a \
  *      $(pkg-config --libs openblas) -lm -o build/kvbuf_bench
  * Run: build/kvbuf_bench [--model 0.8b|next|both] [--batch 1,8,64,256]
- *      [--B 8,16,32,64,128,256] [--kv 32,64,128 | 0] [--time SEC]
- *      [--no-recurrent 1] [--reps N (3)]
+ *      [--B 8,16,32,64,128,256 | 0] [--kv 32,64,128 | 0] [--time SEC]
+ *      [--no-recurrent 1] [--reps N (3)] [--bs tokens per block (16)]
  */
 #include <math.h>
 #include <omp.h>
@@ -54,6 +54,8 @@ static double now(void)
 }
 
 static uint64_t rng_s = 88172645463325252ull;
+/* --bs: tokens per block (0: the pool default). Set once by main. */
+static int g_bs = 0;
 static double urand(void)
 {
     rng_s ^= rng_s << 13;
@@ -193,6 +195,8 @@ static int kv_open(kv_t *kv, const shape_t *s, int R, int cap, int cap_kv,
     c.cap = cap;
     c.cap_kvonly = cap_kv;
     c.max_batch = R;
+    if (g_bs > 0)
+        c.block_tokens = g_bs;
     int lmax = (cap > cap_kv ? cap : cap_kv) - 1 + c.max_step;
     c.n_blocks = R * ((lmax + c.block_tokens - 1) / c.block_tokens);
     if (hp_kvbuf_pool_init(&kv->p, &c, &err) != HP_OK) {
@@ -242,8 +246,9 @@ static int kv_fill(kv_t *kv, const shape_t *s, int r, int n)
 /* Bytes one layer of R requests holds in the chunkwise form. */
 static double kv_layer_bytes(const shape_t *s, int R, int cap, int state)
 {
-    hk_kvbuf_geom_t g = {s->Hk, s->Hv, s->dk, s->dv, 16};
-    double e = hk_kvbuf_block_floats(&g) * 4.0 / 16;
+    const int bs = g_bs > 0 ? g_bs : 16;
+    hk_kvbuf_geom_t g = {s->Hk, s->Hv, s->dk, s->dv, bs};
+    double e = hk_kvbuf_block_floats(&g) * 4.0 / bs;
     return R * ((state ? (double)s->Hv * s->dk * s->dv * 4 : 0.0) + cap * e);
 }
 
@@ -362,6 +367,8 @@ int main(int argc, char **argv)
             nkv = parse_list(argv[i + 1], kvs, 8);
         else if (!strcmp(argv[i], "--no-recurrent"))
             do_rec = !atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--bs"))
+            g_bs = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps"))
             reps = atoi(argv[i + 1]) > 0 ? atoi(argv[i + 1]) : 1;
         else if (!strcmp(argv[i], "--time"))
@@ -398,7 +405,7 @@ int main(int argc, char **argv)
             for (int rep = 0; rep < reps; rep++) {
                 if (do_rec)
                     trec = fmin(trec, bench_recurrent(s, R, min_t));
-                for (int j = 0; j < nB; j++) {
+                for (int j = 0; j < nB && Bs[j] > 0; j++) {
                     double m1 = 0.0;
                     tc[j] =
                         fmin(tc[j], bench_chunkwise(s, R, Bs[j], min_t, &m1));
@@ -413,7 +420,7 @@ int main(int argc, char **argv)
                    "%7.2f\n",
                    s->name, R, "recurrent", "-", trec * 1e6, trec * 1e6 / R,
                    brec / 1024, brec * R / trec / 1e9, 1.0, 1.0);
-            for (int j = 0; j < nB; j++) {
+            for (int j = 0; j < nB && Bs[j] > 0; j++) {
                 double by =
                     hp_kvbuf_bytes_chunkwise(s->Hk, s->Hv, s->dk, s->dv, Bs[j]);
                 printf("%-13s %4d %-10s %5d %10.1f %10.2f %9.1f %7.2f %7.2f "

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kernels/cpu/hk_cpu.h"
+#include "kernels/cpu/hk_kvbuf.h"
 
 /* Measured best on AVX-512 (helper bench in test_gdn): C=16 beats 64 by
  * ~1.5x, the sgemms being small either way. */
@@ -40,6 +41,8 @@ enum {
     B_MOEIDX,
     B_MOEW,
     B_TC,
+    B_SPECQKV,
+    B_SPECCONV,
     B_COUNT
 };
 
@@ -77,9 +80,16 @@ static void *ws_get(hp_fwd_ws_t *ws, int id, size_t n)
 
 /* ---- Gated DeltaNet mixer (reference §3) ------------------------------- */
 
+/* kvp: the sequence's KVBuffer pool when its buffers are open (DESIGN §5):
+ * a decode step goes through hp_kvbuf_decode, a short prompt on a
+ * state-less buffer through hp_kvbuf_prefill (KV-only), anything else
+ * folds the buffer into S first and runs as before. verify: the T tokens
+ * are a draft verification (hp_forward_verify): buffered as pending
+ * entries, the conv run on a copy of the history, raw inputs kept. */
 static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                         hp_fwd_ws_t *ws, const float *y, float *x, int T,
-                        const hp_jumps_t *jumps, int chunk, hp_error_t *err)
+                        const hp_jumps_t *jumps, int chunk,
+                        hp_kvbuf_pool_t *kvp, int verify, hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
@@ -99,9 +109,21 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     float *scr = ws_get(ws, B_SCRATCH, hk_gdn_chunk_scratch(Hv, dk, dv, chunk));
     int want_tc = jumps && jumps->tc_run >= 0;
     float *tc = want_tc ? ws_get(ws, B_TC, (size_t)Hv * dk * dk) : NULL;
+    hp_kvbuf_t *kb = kvp && sl->kvb.blocks && !jumps ? &sl->kvb : NULL;
+    float *spec_qkv = NULL, *spec_conv = NULL;
+    if (verify) {
+        spec_qkv = ws_get(ws, B_SPECQKV, (size_t)c->n_layers * T * cd);
+        spec_conv = ws_get(ws, B_SPECCONV, (size_t)cd * (Kc - 1));
+    }
     if (!qkv || !cv || !q || !k || !v || !z || !beta || !g || !o || !scr ||
-        (want_tc && !tc))
+        (want_tc && !tc) || (verify && (!spec_qkv || !spec_conv)))
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    if (kvp && sl->kvb.blocks && jumps) {
+        /* PIC jumps read and write S: the buffer goes into it first. */
+        int rc = hp_kvbuf_fold(kvp, &sl->kvb, err);
+        if (rc != HP_OK)
+            return rc;
+    }
 
     hk_matmul(qkv, y, w->in_qkv.w, T, H, cd);
     hk_matmul(z, y, w->in_z.w, T, H, vd);
@@ -133,7 +155,17 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
         if (n > 0) {
             const float *src = qkv + (size_t)start * cd;
             float *dst = cv + (size_t)start * cd;
-            hk_conv1d_silu(dst, sl->conv, src, w->conv_w, n, cd, Kc);
+            float *hist = sl->conv;
+            if (verify) {
+                /* Drafts may be rejected: convolve on a copy of the history
+                 * and keep the raw inputs; hp_forward_accept commits the
+                 * accepted ones (hk_kvbuf_conv_commit). */
+                hist = spec_conv;
+                memcpy(hist, sl->conv, (size_t)cd * (Kc - 1) * sizeof(float));
+                memcpy(spec_qkv + (size_t)l * T * cd, qkv,
+                       (size_t)T * cd * sizeof(float));
+            }
+            hk_conv1d_silu(dst, hist, src, w->conv_w, n, cd, Kc);
             for (int t = start; t < end; t++) {
                 memcpy(q + (size_t)t * kd, cv + (size_t)t * cd,
                        kd * sizeof(float));
@@ -149,12 +181,27 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
             const float *vs = v + (size_t)start * vd;
             const float *gs = g + (size_t)start * Hv;
             const float *bs = beta + (size_t)start * Hv;
-            if (n == 1 && !run_tc)
-                hk_gdn_recurrent(os, sl->S, qs, ks, vs, gs, bs, 1, Hk, Hv, dk,
-                                 dv);
-            else
-                hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk, Hv,
-                             dk, dv, chunk, scr);
+            int rc = HP_OK;
+            if (kb && verify)
+                rc = hp_kvbuf_verify(kvp, &kb, 1, n, os, qs, ks, vs, gs, bs,
+                                     err);
+            else if (kb && n == 1)
+                rc = hp_kvbuf_decode(kvp, &kb, 1, os, qs, ks, vs, gs, bs, err);
+            else if (kb && !kb->S && n <= kvp->cfg.max_step &&
+                     kb->len + n <= kvp->cfg.cap_kvonly)
+                rc = hp_kvbuf_prefill(kvp, kb, n, os, qs, ks, vs, gs, bs, err);
+            else {
+                if (kb)
+                    rc = hp_kvbuf_fold(kvp, kb, err);
+                if (rc == HP_OK && n == 1 && !run_tc)
+                    hk_gdn_recurrent(os, sl->S, qs, ks, vs, gs, bs, 1, Hk, Hv,
+                                     dk, dv);
+                else if (rc == HP_OK)
+                    hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk,
+                                 Hv, dk, dv, chunk, scr);
+            }
+            if (rc != HP_OK)
+                return rc;
         }
         if (jumps && j < jumps->n) {
             int rc = jumps->fn(jumps->ud, l, j, sl->S, sl->conv, run_tc, err);
@@ -336,6 +383,17 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
     }
     if ((rc = hp_seq_reserve(seq, n_ctx, err)) != HP_OK)
         return rc;
+    /* KVBuffer blocks for every linear layer before any layer runs, so a
+     * full pool refuses the step (HP_EBUSY, the request waits) instead of
+     * leaving the layers half advanced. Blocks, once held, stay with the
+     * buffer, so a refusal after some layers reserved changes nothing. */
+    if (seq->kvpool && !jumps && T <= seq->kvpool->cfg.max_step)
+        for (int l = 0; l < c->n_layers; l++) {
+            hp_kvbuf_t *kb = &seq->layers[l].kvb;
+            if (kb->blocks &&
+                (rc = hp_kvbuf_reserve(seq->kvpool, &kb, 1, T, err)) != HP_OK)
+                return rc;
+        }
     for (int t = 0; t < T; t++)
         memcpy(x + (size_t)t * H, m->embed + (size_t)ids[t] * H,
                H * sizeof(float));
@@ -347,7 +405,7 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         hk_rmsnorm_zc(y, x, w->input_norm, T, H, c->rms_eps);
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps, chunk,
-                              err);
+                              seq->kvpool, seq->spec_T > 0, err);
         else
             rc =
                 full_mixer(m, l, &seq->layers[l], ws, y, x, pos, T, n_ctx, err);
@@ -387,5 +445,54 @@ int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         if (rc != HP_OK)
             return rc;
     }
+    return HP_OK;
+}
+
+int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+                      const int *ids, int T, float *logits, hp_error_t *err)
+{
+    if (!seq->kvpool || seq->spec_T || T < 1 || T > seq->kvpool->cfg.max_step)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "forward: verification needs open KVBuffers, no "
+                            "unresolved drafts and 1..%d tokens",
+                            seq->kvpool ? seq->kvpool->cfg.max_step : 0);
+    seq->spec_start = seq->n_pos;
+    seq->spec_T = T;
+    int rc =
+        hp_forward(m, seq, ws, ids, NULL, T, NULL, HP_LOGITS_ALL, logits, err);
+    if (rc != HP_OK) { /* drop whatever layers buffered; conv untouched */
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            if (seq->layers[l].kvb.pending)
+                hp_kvbuf_truncate(seq->kvpool, &seq->layers[l].kvb, 0, NULL);
+        seq->n_pos = seq->spec_start;
+        seq->spec_T = 0;
+    }
+    return rc;
+}
+
+int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+                      int keep, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int T = seq->spec_T, cd = hp_cfg_conv_dim(c), Kc = c->conv_kernel;
+    if (!T || keep < 0 || keep > T)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "forward: accept %d of %d verified tokens", keep,
+                            T);
+    /* Same size as in the verification: the same buffer, still filled. */
+    const float *raw = ws_get(ws, B_SPECQKV, (size_t)c->n_layers * T * cd);
+    if (!raw)
+        return hp_error_set(err, HP_EINTERNAL, "forward: drafts' inputs lost");
+    for (int l = 0; l < c->n_layers; l++) {
+        hp_seq_layer_t *sl = &seq->layers[l];
+        if (!sl->kvb.blocks)
+            continue;
+        hk_kvbuf_conv_commit(sl->conv, raw + (size_t)l * T * cd, keep, cd, Kc);
+        int rc = hp_kvbuf_truncate(seq->kvpool, &sl->kvb, keep, err);
+        if (rc != HP_OK)
+            return rc;
+    }
+    seq->n_pos = seq->spec_start + keep;
+    seq->spec_T = 0;
     return HP_OK;
 }

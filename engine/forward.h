@@ -61,6 +61,25 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                const int *ids, const int *pos, int T, const hp_jumps_t *jumps,
                hp_logits_mode_t mode, float *logits, hp_error_t *err);
 
+/*
+ * Speculative verification through the KVBuffer (seq's buffers open,
+ * hp_seq_kvbuf_open): runs ids[T] = [x0, d_1 .. d_{T-1}] (x0 the last
+ * token not yet fed, d the drafts; T <= the pool's max_step) and writes
+ * logits [T, vocab], row j the distribution after ids[j]. Nothing is
+ * final until hp_forward_accept: the linear layers hold the tokens as
+ * pending buffer entries and convolve on a copy of their history. On
+ * error the sequence is left as before. HP_EBADINPUT, HP_EBUSY, HP_ENOMEM.
+ */
+int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+                      const int *ids, int T, float *logits, hp_error_t *err);
+/* Keeps the first `keep` verified tokens (0..T; m accepted drafts: m + 1):
+ * the linear layers drop the other entries and roll their conv history
+ * over the kept raw inputs only; the sequence continues at position
+ * start + keep (K/V written at later positions are overwritten by the next
+ * tokens). Must follow hp_forward_verify with the same ws. */
+int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+                      int keep, hp_error_t *err);
+
 /* Prefill in pieces of at most `piece` tokens (bounds activation memory),
  * logits of the last token if logits != NULL. */
 int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,

@@ -2,16 +2,16 @@
  * kvbuf.c - the KVBuffer block pool and per-request buffers (kvbuf.h);
  * the math is in kernels/cpu/hk_kvbuf.c.
  *
- * Invariants between calls: 0 <= len < threshold unless drafts are
- * pending; len + pending-free room <= lmax = max(cap, cap_kvonly) - 1 +
- * max_step, so a call of up to max_step tokens always fits the block list;
- * blocks[0 .. n_blocks) are owned by the buffer and by nobody else.
+ * Invariants between calls: with no drafts pending, 0 <= len < threshold
+ * (a buffer flushes when it reaches it); a call appends at most max_step
+ * entries, so len never exceeds lmax = max(cap, cap_kvonly) - 1 +
+ * max_step, which max_blocks covers; blocks[0 .. n_blocks) belong to the
+ * buffer and to nobody else (kept across flushes, freed at close).
  * Every call that can fail takes what it needs from the free lists first
  * and puts it back on failure, so a refused call changes nothing.
  */
 #include "engine/kvbuf.h"
 
-#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>

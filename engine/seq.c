@@ -40,10 +40,70 @@ int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err)
     return HP_OK;
 }
 
+static void kvbuf_drop(hp_seq_t *s)
+{
+    for (int l = 0; s->kvpool && l < s->model->cfg.n_layers; l++)
+        if (s->layers[l].kvb.blocks)
+            hp_kvbuf_close(s->kvpool, &s->layers[l].kvb);
+    s->kvpool = NULL;
+    s->spec_T = 0;
+}
+
+int hp_seq_kvbuf_open(hp_seq_t *s, hp_kvbuf_pool_t *pool, hp_error_t *err)
+{
+    const hp_model_config_t *c = &s->model->cfg;
+    if (pool->cfg.Hk != c->lin_k_heads || pool->cfg.Hv != c->lin_v_heads ||
+        pool->cfg.dk != c->lin_k_dim || pool->cfg.dv != c->lin_v_dim)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "sequence: KVBuffer pool shaped for another model");
+    if (s->kvpool)
+        return HP_OK;
+    s->kvpool = pool;
+    for (int l = 0; l < c->n_layers; l++) {
+        hp_seq_layer_t *sl = &s->layers[l];
+        if (c->layer_kind[l] != HP_LAYER_LINEAR)
+            continue;
+        int rc = s->n_pos == 0
+                     ? hp_kvbuf_open(pool, &sl->kvb, NULL, sl->S, err)
+                     : hp_kvbuf_open(pool, &sl->kvb, sl->S, NULL, err);
+        if (rc != HP_OK) {
+            kvbuf_drop(s);
+            return rc;
+        }
+    }
+    return HP_OK;
+}
+
+int hp_seq_kvbuf_close(hp_seq_t *s, hp_error_t *err)
+{
+    if (!s->kvpool)
+        return HP_OK;
+    if (s->spec_T)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "sequence: close with an unresolved verification");
+    for (int l = 0; l < s->model->cfg.n_layers; l++) {
+        hp_seq_layer_t *sl = &s->layers[l];
+        if (!sl->kvb.blocks)
+            continue;
+        /* The storage is S itself, so folding cannot run out of slots;
+         * a KV-only buffer with no entries leaves S as the empty state. */
+        int rc = hp_kvbuf_fold(s->kvpool, &sl->kvb, err);
+        if (rc != HP_OK)
+            return rc;
+        if (!sl->kvb.S)
+            memset(sl->S, 0,
+                   (size_t)s->model->cfg.lin_v_heads * s->model->cfg.lin_k_dim *
+                       s->model->cfg.lin_v_dim * sizeof(float));
+    }
+    kvbuf_drop(s);
+    return HP_OK;
+}
+
 void hp_seq_free(hp_seq_t *s)
 {
     if (!s->layers)
         return;
+    kvbuf_drop(s);
     for (int l = 0; l < s->model->cfg.n_layers; l++) {
         free(s->layers[l].S);
         free(s->layers[l].conv);
@@ -83,6 +143,7 @@ int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err)
 void hp_seq_reset(hp_seq_t *s)
 {
     const hp_model_config_t *c = &s->model->cfg;
+    kvbuf_drop(s);
     for (int l = 0; l < c->n_layers; l++) {
         if (s->layers[l].S) {
             memset(s->layers[l].S, 0, state_floats(c) * sizeof(float));
@@ -95,6 +156,9 @@ void hp_seq_reset(hp_seq_t *s)
 int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err)
 {
     const hp_model_config_t *c = &src->model->cfg;
+    if (src->kvpool)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "sequence: copy with KVBuffers open");
     int rc = hp_seq_reserve(dst, src->n_pos, err);
     if (rc != HP_OK)
         return rc;

@@ -18,6 +18,12 @@ typedef struct {
     const char *stop[HP_GEN_MAX_STOP]; /* stop strings (not emitted) */
     int n_stop;
     int ignore_eos; /* keep going past the model's stop ids */
+    /* speculative decoding (needs the sequence's KVBuffers open): drafts
+     * of up to `speculative` tokens by prompt lookup over ctx (the prompt),
+     * verified in one pass; 0 = off */
+    int speculative;
+    const int *ctx; /* [n_ctx] prompt ids the drafter looks up in */
+    int n_ctx;
 } hp_gen_params_t;
 
 typedef enum {
@@ -35,6 +41,9 @@ typedef struct {
     hp_finish_t finish;
     int n_tokens; /* generated tokens, the stop id excluded */
     int *tokens;  /* [n_tokens], malloc'd, caller frees */
+    int drafted;  /* speculative tokens proposed */
+    int accepted; /* ... and accepted */
+    int passes;   /* forward passes of the decode (verifications count 1) */
 } hp_gen_result_t;
 
 /*

@@ -406,13 +406,21 @@ int hp_kvbuf_fold(hp_kvbuf_pool_t *p, hp_kvbuf_t *b, hp_error_t *err)
     if (b->pending)
         return hp_error_set(err, HP_EBADINPUT,
                             "kvbuf: fold with unresolved drafts");
-    if (b->len == 0)
-        return HP_OK;
     if (!b->S && !b->store) {
         if (p->n_free_st == 0)
             return hp_error_set(err, HP_EBUSY, "kvbuf: no free state slot");
         b->slot = p->free_st[--p->n_free_st];
         b->store = slot_ptr(p, b->slot);
+    }
+    if (b->len == 0) {
+        /* an empty KV-only buffer: its state is zero, and from now on it
+         * is a state the caller may update in place (the prefill path) */
+        if (!b->S) {
+            memset(b->store, 0, p->state_floats * sizeof(float));
+            b->S = b->store;
+            b->store = NULL;
+        }
+        return HP_OK;
     }
     return flush_full(p, &b, 1, 1, err);
 }

@@ -107,15 +107,12 @@ static int dec_end(hp_sched_dec_t *d, hp_finish_t finish, int flush,
     return HP_OK;
 }
 
-int hp_sched_dec_next(hp_sched_dec_t *d, hp_sampler_t *sm, const float *logits,
-                      int *tok, hp_error_t *err)
+int hp_sched_dec_push(hp_sched_dec_t *d, int t, hp_error_t *err)
 {
-    *tok = -1;
     if (d->done)
         return HP_OK;
     if (d->n_tokens >= d->max_tokens)
         return dec_end(d, HP_FINISH_LENGTH, 1, err);
-    int t = hp_sample(sm, logits, &d->sampling, &d->rng);
     if (!d->ignore_eos && is_stop_id(d->llm, t))
         return dec_end(d, HP_FINISH_STOP, 1, err);
     d->n_tokens++;
@@ -136,8 +133,22 @@ int hp_sched_dec_next(hp_sched_dec_t *d, hp_sampler_t *sm, const float *logits,
         d->safe = safe;
     if (d->n_tokens == d->max_tokens)
         return dec_end(d, HP_FINISH_LENGTH, 1, err);
-    *tok = t;
     return HP_OK;
+}
+
+int hp_sched_dec_next(hp_sched_dec_t *d, hp_sampler_t *sm, const float *logits,
+                      int *tok, hp_error_t *err)
+{
+    *tok = -1;
+    if (d->done)
+        return HP_OK;
+    if (d->n_tokens >= d->max_tokens)
+        return dec_end(d, HP_FINISH_LENGTH, 1, err);
+    int t = hp_sample(sm, logits, &d->sampling, &d->rng);
+    int rc = hp_sched_dec_push(d, t, err);
+    if (rc == HP_OK && !d->done)
+        *tok = t;
+    return rc;
 }
 
 size_t hp_sched_dec_ready(const hp_sched_dec_t *d, const char **text)

@@ -74,6 +74,11 @@ void hp_sched_dec_free(hp_sched_dec_t *d);
 int hp_sched_dec_next(hp_sched_dec_t *d, hp_sampler_t *sm, const float *logits,
                       int *tok, hp_error_t *err);
 
+/* One token chosen elsewhere (an accepted speculative draft, or the
+ * token drawn at a rejection): the same stops and text as for a sampled
+ * one. HP_OK or a tokenizer error; d->done says whether it ended. */
+int hp_sched_dec_push(hp_sched_dec_t *d, int t, hp_error_t *err);
+
 /* The text that is safe to show and not yet taken (*text, length). */
 size_t hp_sched_dec_ready(const hp_sched_dec_t *d, const char **text);
 /* Marks n bytes of the ready text as taken. */

@@ -12,6 +12,7 @@
 #include "engine/dump.h"
 #include "engine/forward.h"
 #include "engine/generate.h"
+#include "engine/kvbuf.h"
 #include "engine/llm.h"
 #include "engine/prompt.h"
 
@@ -26,6 +27,8 @@ typedef struct {
     float *logits; /* [vocab] or, with --all, [n, vocab] */
     hp_cache_t cache;
     hp_assemble_stats_t stats;
+    hp_kvbuf_pool_t kvpool; /* generate: KVBuffer decoding */
+    int kvb;                /* 1: pool made; 2: opened before the prefill */
     int loaded;
 } run_t;
 
@@ -52,6 +55,11 @@ static void usage(const char *cmd)
 
 static void run_free(run_t *r)
 {
+    hp_error_t err;
+    if (r->kvb && r->seq.layers)
+        hp_seq_kvbuf_close(&r->seq, &err);
+    if (r->kvb)
+        hp_kvbuf_pool_free(&r->kvpool);
     free(r->logits);
     hp_fwd_ws_free(&r->ws);
     hp_pool_destroy(r->cache.pub);
@@ -117,6 +125,38 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     }
     hp_fwd_ws_init(&r->ws);
     int V = r->llm.model.cfg.vocab_size, n = r->prompt.n;
+    if (!strcmp(cmd, "generate") &&
+        (strcmp(r->o.decode, "recurrent") || r->o.speculative)) {
+        const hp_model_config_t *c = &r->llm.model.cfg;
+        hp_kvbuf_config_t kc;
+        if (!strcmp(r->o.decode, "recurrent")) {
+            fprintf(stderr, "hypic-engine generate: --speculative needs "
+                            "--decode chunkwise or auto\n");
+            return 2;
+        }
+        hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads,
+                                c->lin_k_dim, c->lin_v_dim);
+        if (kc.max_step < r->o.speculative + 1)
+            kc.max_step = r->o.speculative + 1;
+        int most = (kc.cap > kc.cap_kvonly ? kc.cap : kc.cap_kvonly) +
+                   kc.max_step;
+        kc.n_blocks = c->n_layers * (most / kc.block_tokens + 2);
+        kc.n_states = c->n_layers;
+        if (hp_kvbuf_pool_init(&r->kvpool, &kc, &err) != HP_OK) {
+            fprintf(stderr, "hypic-engine generate: %s\n", err.msg);
+            return 1;
+        }
+        r->kvb = 1;
+        /* auto: a prompt that fits the KV-only limit never makes a state */
+        if (!strcmp(r->o.decode, "auto") && mode == HP_MODE_FULL &&
+            n <= kc.cap_kvonly) {
+            if (hp_seq_kvbuf_open(&r->seq, &r->kvpool, &err) != HP_OK) {
+                fprintf(stderr, "hypic-engine generate: %s\n", err.msg);
+                return 1;
+            }
+            r->kvb = 2;
+        }
+    }
     size_t rows = r->o.all ? (size_t)n : 1;
     r->logits = malloc(rows * V * sizeof(float));
     if (!r->logits) {
@@ -194,9 +234,18 @@ int hp_cmd_generate(int argc, char **argv)
     hp_error_t err = {0};
     hp_gen_result_t res = {0};
     int rc = run_prefill(&r, argc, argv, "generate", 0);
+    /* chunkwise: decoding continues from the prefill's state */
+    if (rc == 0 && r.kvb == 1 &&
+        hp_seq_kvbuf_open(&r.seq, &r.kvpool, &err) != HP_OK) {
+        fprintf(stderr, "hypic-engine generate: %s\n", err.msg);
+        rc = 1;
+    }
     if (rc == 0) {
         hp_gen_params_t p = {0};
         p.max_tokens = r.o.max_tokens;
+        p.speculative = r.o.speculative;
+        p.ctx = r.prompt.ids;
+        p.n_ctx = r.prompt.n;
         p.sampling =
             (hp_sampling_t){r.o.temperature, r.o.top_k, r.o.top_p, r.o.seed};
         for (int i = 0; i < r.o.n_stop && i < HP_GEN_MAX_STOP; i++)
@@ -207,6 +256,11 @@ int hp_cmd_generate(int argc, char **argv)
             rc = 1;
         } else {
             printf("\n");
+            if (r.o.speculative)
+                fprintf(stderr,
+                        "hypic-engine generate: %d tokens in %d passes, "
+                        "%d of %d drafted tokens accepted\n",
+                        res.n_tokens, res.passes, res.accepted, res.drafted);
         }
         free(res.tokens);
     }

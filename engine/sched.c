@@ -203,6 +203,8 @@ struct hp_sched {
     int n_running;
     hp_fwd_ws_t ws;
     hp_sampler_t sm;
+    hp_kvbuf_pool_t kvpool; /* chunkwise decode: blocks for every request */
+    int kvb;
 };
 
 static int64_t now_us(void)
@@ -332,6 +334,16 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
         started(r, produced);
 }
 
+/* The prefill is done: decoding continues from its state, chunkwise if
+ * the server says so (a pool with no room left decodes recurrent). */
+static void to_decode(hp_sched_t *s, req_t *r)
+{
+    hp_error_t err;
+    r->phase = R_DECODE;
+    if (s->kvb && r->seq.layers)
+        hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err);
+}
+
 /* naive/pic: one missing segment per step, then the assembly; prefix:
  * the resume in one step. */
 static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
@@ -374,7 +386,7 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
     r->ast.miss_segments = misses;
     r->ast.cached_tokens -= miss_tokens;
     r->prefilled = r->prompt.n;
-    r->phase = R_DECODE;
+    to_decode(s, r);
     started(r, produced);
 }
 
@@ -392,7 +404,7 @@ static void prefill_chunk(hp_sched_t *s, req_t *r)
     }
     r->prefilled += n;
     if (last)
-        r->phase = R_DECODE;
+        to_decode(s, r);
 }
 
 static void decode_one(hp_sched_t *s, req_t *r)
@@ -629,6 +641,23 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
                                                    : llm->model.cfg.vocab_size;
     s->running = calloc((size_t)s->cfg.batch, sizeof(*s->running));
     hp_fwd_ws_init(&s->ws);
+    if (s->cfg.decode == HP_SCHED_DECODE_CHUNKWISE) {
+        const hp_model_config_t *c = &llm->model.cfg;
+        hp_kvbuf_config_t kc;
+        hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads,
+                                c->lin_k_dim, c->lin_v_dim);
+        /* a request holds at most cap + max_step entries per layer */
+        kc.n_blocks = s->cfg.batch * c->n_layers *
+                      ((kc.cap + kc.max_step) / kc.block_tokens + 2);
+        kc.max_batch = s->cfg.batch;
+        if (hp_kvbuf_pool_init(&s->kvpool, &kc, err) != HP_OK) {
+            hp_fwd_ws_free(&s->ws);
+            free(s->running);
+            free(s);
+            return err->code;
+        }
+        s->kvb = 1;
+    }
     if (!s->running || !s->ws.buf || hp_sampler_init(&s->sm, V) != 0) {
         hp_sampler_free(&s->sm);
         hp_fwd_ws_free(&s->ws);
@@ -754,6 +783,8 @@ void hp_sched_destroy(hp_sched_t *s)
     pthread_mutex_destroy(&s->mu);
     hp_sampler_free(&s->sm);
     hp_fwd_ws_free(&s->ws);
+    if (s->kvb)
+        hp_kvbuf_pool_free(&s->kvpool);
     free(s->running);
     free(s);
 }

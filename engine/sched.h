@@ -31,6 +31,11 @@
 #include "engine/sampler.h"
 
 #include "engine/assemble.h"
+#include "engine/kvbuf.h"
+
+/* Decode forms (DESIGN §5): recurrent writes every state every step;
+ * chunkwise (KVBuffer) defers the writes, from the prefill's state. */
+enum { HP_SCHED_DECODE_RECURRENT = 0, HP_SCHED_DECODE_CHUNKWISE = 1 };
 
 /* ---- the step-wise decoder ------------------------------------------
  *
@@ -105,6 +110,7 @@ typedef struct {
     int threads;       /* compute threads (0: the OpenMP default) */
     int throttle_ms;   /* pause after every busy step (tests, demos) */
     hp_cache_t *cache; /* pools for prefix/naive/pic (NULL: full only) */
+    int decode;        /* HP_SCHED_DECODE_*: how the linear layers decode */
     int seam;          /* default seam width (HP_SEAM_DEFAULT) */
     /* Called in the scheduler thread after a step that produced output
      * (may be NULL): a place to send wake-ups in one go. */

@@ -53,6 +53,10 @@ struct ngx_http_hypic_link_s {
     uint32_t                    conn_id;
     u_char                      node[HP_IPC_NAME_BYTES];
     size_t                      node_len;
+    u_char                      model[HP_IPC_MODEL_BYTES];
+    size_t                      model_len;
+    u_char                      fingerprint[16];
+    unsigned                    has_fingerprint:1;
 
     hp_ipc_hello_t              hello;
     size_t                      hello_len;
@@ -313,6 +317,8 @@ ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
 
     hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
 
+    ctx->engine_error = 1;
+
     return ngx_http_hypic_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                      NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
                                      "engine_unavailable", NULL,
@@ -430,6 +436,36 @@ ngx_http_hypic_engine_read(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
             return;
         }
     }
+}
+
+
+ngx_int_t
+ngx_http_hypic_engine_identity(ngx_http_hypic_engine_t *engine,
+    ngx_http_hypic_identity_t *id)
+{
+    ngx_http_hypic_link_t  *link;
+
+    link = engine->link;
+
+    if (link == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if (link->state != NGX_HTTP_HYPIC_LINK_UP) {
+        return NGX_AGAIN;
+    }
+
+    if (!link->has_fingerprint) {
+        return NGX_DECLINED;
+    }
+
+    id->node.data = link->node;
+    id->node.len = link->node_len;
+    id->model.data = link->model;
+    id->model.len = link->model_len;
+    id->fingerprint = link->fingerprint;
+
+    return NGX_OK;
 }
 
 
@@ -671,6 +707,7 @@ ngx_http_hypic_link_up(ngx_http_hypic_link_t *link)
 {
     void                  *p;
     ngx_int_t              rc;
+    ngx_uint_t             i;
     const char            *why;
     ngx_queue_t           *q;
     hp_ipc_hello_t        *hello;
@@ -754,6 +791,26 @@ ngx_http_hypic_link_up(ngx_http_hypic_link_t *link)
     link->node_len = ngx_strnlen((u_char *) link->shm->node,
                                  HP_IPC_NAME_BYTES - 1);
     ngx_memcpy(link->node, link->shm->node, link->node_len);
+    link->model_len = ngx_strnlen((u_char *) link->shm->model,
+                                  HP_IPC_MODEL_BYTES - 1);
+    ngx_memcpy(link->model, link->shm->model, link->model_len);
+    ngx_memcpy(link->fingerprint, link->shm->fingerprint, 16);
+
+    link->has_fingerprint = 0;
+
+    for (i = 0; i < 16; i++) {
+        if (link->fingerprint[i]) {
+            link->has_fingerprint = 1;
+        }
+    }
+
+    if (!link->has_fingerprint) {
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "hypic: engine \"%V\" publishes no model fingerprint, "
+                      "its requests are routed locally",
+                      &link->engine->name);
+    }
+
     link->state = NGX_HTTP_HYPIC_LINK_UP;
 
     if (link->hello_timer.timer_set) {
@@ -777,7 +834,15 @@ ngx_http_hypic_link_up(ngx_http_hypic_link_t *link)
         r = ctx->timeout.data;
         c = r->connection;
 
-        rc = ngx_http_hypic_engine_send(r, ctx);
+        /* one that waited to learn who the engine is routes itself now */
+
+        if (ctx->await_link) {
+            ctx->await_link = 0;
+            rc = ngx_http_hypic_route_again(r);
+
+        } else {
+            rc = ngx_http_hypic_engine_send(r, ctx);
+        }
 
         if (rc != NGX_DONE) {
             ngx_http_hypic_engine_detach(ctx);

@@ -18,6 +18,15 @@
 #include "ngx_http_hypic_module.h"
 
 
+/* who the engine is, as its shared segment says (for the Redis index) */
+
+typedef struct {
+    ngx_str_t                   node;         /* node id */
+    ngx_str_t                   model;        /* model id in index keys */
+    u_char                     *fingerprint;  /* [16], as hp_seg_id takes */
+} ngx_http_hypic_identity_t;
+
+
 /* Builds this worker's links (not connected until the first request). */
 ngx_int_t ngx_http_hypic_engine_init_process(ngx_cycle_t *cycle);
 
@@ -41,5 +50,16 @@ ngx_int_t ngx_http_hypic_engine_submit(ngx_http_request_t *r,
  * Idempotent; also run by the request pool's cleanup.
  */
 void ngx_http_hypic_engine_detach(ngx_http_hypic_ctx_t *ctx);
+
+/*
+ * The identity of the engine behind this worker's link: NGX_OK; NGX_AGAIN
+ * while the link is not up (a request submitted with ctx->await_link set
+ * waits for it, then ngx_http_hypic_route_again() is called instead of
+ * sending it); NGX_DECLINED when the engine publishes no fingerprint.
+ * The strings live in the link until it closes: copy what must outlive
+ * the current event.
+ */
+ngx_int_t ngx_http_hypic_engine_identity(ngx_http_hypic_engine_t *engine,
+    ngx_http_hypic_identity_t *id);
 
 #endif /* _NGX_HTTP_HYPIC_ENGINE_H_INCLUDED_ */

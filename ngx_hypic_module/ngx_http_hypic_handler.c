@@ -22,6 +22,7 @@
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_json.h"
 #include "ngx_http_hypic_metrics.h"
+#include "ngx_http_hypic_redis.h"
 #include "ngx_http_hypic_sse.h"
 
 
@@ -90,12 +91,23 @@ static ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad,
     const char *fmt, ...);
 static ngx_uint_t ngx_http_hypic_eval_mode(ngx_http_request_t *r,
     ngx_http_hypic_loc_conf_t *hlcf);
+static ngx_int_t ngx_http_hypic_route(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_loc_conf_t *hlcf);
+static ngx_table_elt_t *ngx_http_hypic_hop(ngx_http_request_t *r);
+static ngx_int_t ngx_http_hypic_to_peer(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_loc_conf_t *hlcf);
+static void ngx_http_hypic_first_token(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+static void ngx_http_hypic_cleanup(void *data);
 static ngx_int_t ngx_http_hypic_request_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_hypic_log_handler(ngx_http_request_t *r);
 
 
 static ngx_http_request_body_filter_pt   ngx_http_next_request_body_filter;
+
+
+static ngx_str_t  ngx_http_hypic_hop_header = ngx_string("X-Hypic-Hop");
 
 
 static ngx_str_t  ngx_http_hypic_roles[] = {
@@ -113,7 +125,8 @@ ngx_http_hypic_pass_handler(ngx_http_request_t *r)
 {
     ngx_int_t                   rc;
     ngx_uint_t                  endpoint;
-    ngx_http_hypic_ctx_t       *ctx;
+    ngx_pool_cleanup_t         *cln;
+    ngx_http_hypic_ctx_t       *ctx, *before;
     ngx_http_hypic_loc_conf_t  *hlcf;
 
     hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
@@ -146,12 +159,27 @@ ngx_http_hypic_pass_handler(ngx_http_request_t *r)
         return ngx_http_hypic_too_large(r, hlcf);
     }
 
+    /* here again after an error_page: a peer we sent it to failed */
+
+    before = ngx_http_hypic_get_ctx(r);
+
     ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_hypic_ctx_t));
     if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     ctx->endpoint = endpoint;
+    ctx->peer_failed = (before && before->route == NGX_HTTP_HYPIC_ROUTE_PEER);
+
+    /* also how the ctx is found again after a redirect to hypic_peer */
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    cln->handler = ngx_http_hypic_cleanup;
+    cln->data = ctx;
 
     ngx_http_set_ctx(r, ctx, ngx_http_hypic_module);
 
@@ -400,6 +428,7 @@ ngx_http_hypic_process(ngx_http_request_t *r)
 
     if (rc == NGX_OK) {
         ctx->mode = ngx_http_hypic_eval_mode(r, hlcf);
+        ctx->mode_set = 1;
         rc = ngx_http_hypic_build(r, ctx, hlcf, json, &bad);
     }
 
@@ -433,7 +462,216 @@ ngx_http_hypic_process(ngx_http_request_t *r)
 
     r->read_event_handler = ngx_http_test_reading;
 
+    return ngx_http_hypic_route(r, ctx, hlcf);
+}
+
+
+/*
+ * Local engine or a peer (hypic_routing): NGX_DONE while Redis is asked
+ * (ngx_http_hypic_routed() goes on), or what the local submit returns.
+ */
+
+static ngx_int_t
+ngx_http_hypic_route(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    ngx_http_hypic_loc_conf_t *hlcf)
+{
+    ngx_int_t                  rc;
+    ngx_http_hypic_identity_t  id;
+
+    ctx->route = NGX_HTTP_HYPIC_ROUTE_LOCAL;
+
+    if (ctx->peer_failed) {
+        ctx->route = NGX_HTTP_HYPIC_ROUTE_FALLBACK;
+
+    } else if (ngx_http_hypic_hop(r)) {
+
+        /* a peer chose this node: never send it on again */
+
+        ctx->route = NGX_HTTP_HYPIC_ROUTE_HOP;
+
+    } else if (hlcf->routing == NGX_HTTP_HYPIC_ROUTING_AFFINITY
+               && hlcf->peer.len)
+    {
+        rc = ngx_http_hypic_engine_identity(hlcf->engine, &id);
+
+        if (rc == NGX_AGAIN) {
+
+            /* segment ids need the engine's fingerprint: wait for its hello */
+
+            ctx->await_link = 1;
+
+            return ngx_http_hypic_engine_submit(r, ctx);
+        }
+
+        rc = (rc == NGX_OK) ? ngx_http_hypic_redis_lookup(r, ctx, &id)
+                            : NGX_OK;
+
+        if (rc == NGX_AGAIN) {
+            return NGX_DONE;
+        }
+
+        if (rc == NGX_ERROR) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        if (rc == NGX_DECLINED) {
+            ctx->route = NGX_HTTP_HYPIC_ROUTE_FALLBACK;
+        }
+    }
+
+    ctx->routed = 1;
+
     return ngx_http_hypic_engine_submit(r, ctx);
+}
+
+
+ngx_int_t
+ngx_http_hypic_route_again(ngx_http_request_t *r)
+{
+    ngx_http_hypic_ctx_t       *ctx;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    return ngx_http_hypic_route(r, ctx, hlcf);
+}
+
+
+void
+ngx_http_hypic_routed(ngx_http_request_t *r)
+{
+    ngx_int_t                   rc;
+    ngx_http_hypic_ctx_t       *ctx;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    ctx->routed = 1;
+
+    if (ctx->route == NGX_HTTP_HYPIC_ROUTE_PEER) {
+        rc = ngx_http_hypic_to_peer(r, ctx, hlcf);
+
+    } else {
+        rc = ngx_http_hypic_engine_submit(r, ctx);
+    }
+
+    if (rc != NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
+    }
+}
+
+
+/* the X-Hypic-Hop header of a request a peer sent here, or NULL */
+
+static ngx_table_elt_t *
+ngx_http_hypic_hop(ngx_http_request_t *r)
+{
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                return NULL;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].key.len == ngx_http_hypic_hop_header.len
+            && ngx_strncasecmp(h[i].key.data, ngx_http_hypic_hop_header.data,
+                               h[i].key.len)
+               == 0)
+        {
+            return &h[i];
+        }
+    }
+}
+
+
+/*
+ * To the named location of hypic_peer, which proxies to
+ * $hypic_peer_addr. The request carries X-Hypic-Hop, so that the peer
+ * serves it itself. The module's ctx is cleared by the redirect; the
+ * variables find it again through its pool cleanup.
+ */
+
+static ngx_int_t
+ngx_http_hypic_to_peer(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    ngx_http_hypic_loc_conf_t *hlcf)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_in.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->key = ngx_http_hypic_hop_header;
+    h->value = ctx->local_node;
+    h->lowcase_key = (u_char *) "x-hypic-hop";
+    h->hash = ngx_hash_key(h->lowcase_key, h->key.len);
+#if (nginx_version >= 1023000)
+    h->next = NULL;
+#endif
+
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "hypic: %V goes to node \"%V\" at %V", &ctx->id,
+                   &ctx->peer->id, &ctx->peer->addr);
+
+    (void) ngx_http_named_location(r, &hlcf->peer);
+
+    /* the redirect holds the request now; this was the body's reference */
+
+    ngx_http_finalize_request(r, NGX_DONE);
+
+    return NGX_DONE;
+}
+
+
+/*
+ * The ctx of r, also after an internal redirect cleared r->ctx (to
+ * hypic_peer, or an error_page): found through the pool cleanup that
+ * every ctx registers, the newest first. NULL if r never had one.
+ */
+
+ngx_http_hypic_ctx_t *
+ngx_http_hypic_get_ctx(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t    *cln;
+    ngx_http_hypic_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
+
+    if (ctx || !r->internal) {
+        return ctx;
+    }
+
+    for (cln = r->pool->cleanup; cln; cln = cln->next) {
+        if (cln->handler == ngx_http_hypic_cleanup) {
+            return cln->data;
+        }
+    }
+
+    return NULL;
+}
+
+
+static void
+ngx_http_hypic_cleanup(void *data)
+{
+    ngx_http_hypic_ctx_t  *ctx = data;
+
+    ngx_http_hypic_redis_abandon(ctx);
 }
 
 
@@ -1351,6 +1589,10 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
             break;
         }
 
+        if (!ctx->ttft_set && len) {
+            ngx_http_hypic_first_token(r, ctx);
+        }
+
         rc = ctx->stream ? ngx_http_hypic_sse_text(r, ctx, data, len)
                          : ngx_http_hypic_append(r, ctx, data, len);
 
@@ -1371,6 +1613,16 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
         ngx_memcpy(&ctx->final, data, len);
         ctx->final.code[sizeof(ctx->final.code) - 1] = '\0';
         ctx->final.message[sizeof(ctx->final.message) - 1] = '\0';
+
+        ctx->finished = 1;
+        ctx->succeeded = (ctx->final.status == 0
+                          && ctx->final.finish != HP_IPC_FINISH_ERROR);
+
+        /* an answer without text has its first "token" at the end */
+
+        if (ctx->succeeded && !ctx->ttft_set) {
+            ngx_http_hypic_first_token(r, ctx);
+        }
 
         /* the slot is free again before the client has its last byte */
 
@@ -1441,6 +1693,10 @@ ngx_http_hypic_fail(ngx_http_request_t *r, ngx_uint_t status,
 
     ngx_http_hypic_engine_detach(ctx);
 
+    if (status >= NGX_HTTP_INTERNAL_SERVER_ERROR) {
+        ctx->engine_error = 1;
+    }
+
     va_start(args, fmt);
     last = ngx_vslprintf(msg, msg + sizeof(msg), fmt, args);
     va_end(args);
@@ -1503,6 +1759,22 @@ ngx_http_hypic_add_headers(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                    - p;
 
     return NGX_OK;
+}
+
+
+/* time to first token: from the request's first byte, as $request_time */
+
+static void
+ngx_http_hypic_first_token(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
+{
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    ctx->ttft = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
+                                  + (tp->msec - r->start_msec));
+    ctx->ttft = ngx_max(ctx->ttft, 0);
+    ctx->ttft_set = 1;
 }
 
 
@@ -1646,16 +1918,22 @@ ngx_http_hypic_error_status(const char *code, const char **type)
 static ngx_int_t
 ngx_http_hypic_log_handler(ngx_http_request_t *r)
 {
+    ngx_http_hypic_ctx_t       *ctx;
     ngx_http_hypic_loc_conf_t  *hlcf;
 
     hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
 
-    if (hlcf->engine == NULL) {
+    /* a request sent on to a peer ends in hypic_peer's location */
+
+    ctx = ngx_http_hypic_get_ctx(r);
+
+    if (hlcf->engine == NULL && ctx == NULL) {
         return NGX_OK;
     }
 
-    ngx_http_hypic_metrics_count(r, r->err_status ? r->err_status
-                                                  : r->headers_out.status);
+    ngx_http_hypic_metrics_count(r, ctx, r->err_status
+                                         ? r->err_status
+                                         : r->headers_out.status);
 
     return NGX_OK;
 }

@@ -25,6 +25,19 @@ ngx_int_t ngx_http_hypic_health_handler(ngx_http_request_t *r);
 ngx_int_t ngx_http_hypic_handler_init(ngx_conf_t *cf);
 
 /*
+ * Goes on with a request whose Redis lookup is over (ctx->route set): to
+ * the local engine, or to the hypic_peer location. Finalizes r as
+ * needed; the caller runs the posted requests.
+ */
+void ngx_http_hypic_routed(ngx_http_request_t *r);
+
+/*
+ * Routes a request that waited for its engine's link to come up, as if it
+ * had just been read: NGX_DONE, or what a content handler returns.
+ */
+ngx_int_t ngx_http_hypic_route_again(ngx_http_request_t *r);
+
+/*
  * One record from the engine for r (HP_IPC_REC_*). NGX_OK: more may come;
  * NGX_DONE: the request was finalized (its ctx is gone).
  */

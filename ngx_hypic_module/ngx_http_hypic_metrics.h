@@ -18,8 +18,16 @@
 /* Adds the zone at config time; NULL on failure (already logged). */
 ngx_shm_zone_t *ngx_http_hypic_metrics_add(ngx_conf_t *cf);
 
-/* Counts one answered API request under its status class. */
-void ngx_http_hypic_metrics_count(ngx_http_request_t *r, ngx_uint_t status);
+#include "ngx_http_hypic_module.h"
+
+
+/*
+ * Counts one answered API request under its status class, and, with its
+ * ctx (NULL before the body was read), under its mode and route, its
+ * tokens, segments, latencies and errors.
+ */
+void ngx_http_hypic_metrics_count(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_uint_t status);
 
 /* The hypic_metrics content handler: Prometheus text format. */
 ngx_int_t ngx_http_hypic_metrics_handler(ngx_http_request_t *r);

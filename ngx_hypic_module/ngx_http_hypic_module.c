@@ -18,8 +18,11 @@
 #include "ngx_http_hypic_engine.h"
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_metrics.h"
+#include "ngx_http_hypic_redis.h"
+#include "ngx_http_hypic_variables.h"
 
 
+static ngx_int_t ngx_http_hypic_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_hypic_init(ngx_conf_t *cf);
 static void *ngx_http_hypic_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_hypic_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -44,6 +47,8 @@ static char *ngx_http_hypic_set_handler(ngx_conf_t *cf,
     ngx_http_handler_pt handler);
 static char *ngx_http_hypic_check_separator(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_hypic_check_peer(ngx_conf_t *cf, void *post,
+    void *data);
 static char *ngx_http_hypic_check_bounds(ngx_conf_t *cf, void *post,
     void *data);
 static ngx_int_t ngx_http_hypic_init_process(ngx_cycle_t *cycle);
@@ -52,6 +57,9 @@ static void ngx_http_hypic_exit_process(ngx_cycle_t *cycle);
 
 static ngx_conf_post_t  ngx_http_hypic_separator_post =
     { ngx_http_hypic_check_separator };
+
+static ngx_conf_post_t  ngx_http_hypic_peer_post =
+    { ngx_http_hypic_check_peer };
 
 static ngx_conf_num_bounds_t  ngx_http_hypic_seam_bounds = {
     ngx_http_hypic_check_bounds, 0, 256
@@ -72,6 +80,15 @@ static ngx_str_t  ngx_http_hypic_modes[] = {
     ngx_string("prefix"),                  /* NGX_HTTP_HYPIC_MODE_PREFIX */
     ngx_string("naive"),                   /* NGX_HTTP_HYPIC_MODE_NAIVE */
     ngx_string("pic"),                     /* NGX_HTTP_HYPIC_MODE_PIC */
+    ngx_null_string
+};
+
+static ngx_str_t  ngx_http_hypic_routes[] = {
+    ngx_string("local"),                   /* NGX_HTTP_HYPIC_ROUTE_LOCAL */
+    ngx_string("cache-local"),             /* NGX_HTTP_HYPIC_ROUTE_CACHE */
+    ngx_string("cache-peer"),              /* NGX_HTTP_HYPIC_ROUTE_PEER */
+    ngx_string("local-fallback"),          /* NGX_HTTP_HYPIC_ROUTE_FALLBACK */
+    ngx_string("from-peer"),               /* NGX_HTTP_HYPIC_ROUTE_HOP */
     ngx_null_string
 };
 
@@ -134,6 +151,13 @@ static ngx_command_t  ngx_http_hypic_commands[] = {
       offsetof(ngx_http_hypic_loc_conf_t, routing),
       &ngx_http_hypic_routing },
 
+    { ngx_string("hypic_peer"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_hypic_loc_conf_t, peer),
+      &ngx_http_hypic_peer_post },
+
     { ngx_string("hypic_max_prompt_bytes"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
       ngx_conf_set_size_slot,
@@ -181,7 +205,7 @@ static ngx_command_t  ngx_http_hypic_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_hypic_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_hypic_preconfiguration,       /* preconfiguration */
     ngx_http_hypic_init,                   /* postconfiguration */
 
     ngx_http_hypic_create_main_conf,       /* create main configuration */
@@ -241,6 +265,24 @@ ngx_http_hypic_mode_name(ngx_uint_t mode)
 }
 
 
+ngx_str_t *
+ngx_http_hypic_route_name(ngx_uint_t route)
+{
+    if (route >= NGX_HTTP_HYPIC_ROUTE_N) {
+        route = NGX_HTTP_HYPIC_ROUTE_LOCAL;
+    }
+
+    return &ngx_http_hypic_routes[route];
+}
+
+
+static ngx_int_t
+ngx_http_hypic_preconfiguration(ngx_conf_t *cf)
+{
+    return ngx_http_hypic_add_variables(cf);
+}
+
+
 static ngx_int_t
 ngx_http_hypic_init(ngx_conf_t *cf)
 {
@@ -264,6 +306,7 @@ ngx_http_hypic_create_main_conf(ngx_conf_t *cf)
      *     hmcf->redis = { 0, NULL };
      *     hmcf->redis_host = { 0, NULL };
      *     hmcf->redis_port = 0;
+     *     hmcf->affinity = 0;
      *     hmcf->metrics_zone = NULL;
      */
 
@@ -315,6 +358,7 @@ ngx_http_hypic_create_loc_conf(ngx_conf_t *cf)
      *     hlcf->pass_file = NULL;
      *     hlcf->pass_line = 0;
      *     hlcf->separator = { 0, NULL };
+     *     hlcf->peer = { 0, NULL };
      */
 
     hlcf->mode = NGX_CONF_UNSET_PTR;
@@ -344,6 +388,7 @@ ngx_http_hypic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->seam, prev->seam, 8);
     ngx_conf_merge_uint_value(conf->routing, prev->routing,
                               NGX_HTTP_HYPIC_ROUTING_LOCAL);
+    ngx_conf_merge_str_value(conf->peer, prev->peer, "");
     ngx_conf_merge_size_value(conf->max_prompt_bytes, prev->max_prompt_bytes,
                               1024 * 1024);
     ngx_conf_merge_uint_value(conf->max_tokens, prev->max_tokens, 4096);
@@ -400,6 +445,24 @@ ngx_http_hypic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
     clcf->client_max_body_size = 0;
+
+    if (conf->routing != NGX_HTTP_HYPIC_ROUTING_AFFINITY) {
+        return NGX_CONF_OK;
+    }
+
+    if (hmcf->redis.len == 0) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "hypic_routing cache_affinity for hypic_pass \"%V\" "
+                      "in %s:%ui needs hypic_redis in the http block",
+                      &conf->engine_name, conf->pass_file, conf->pass_line);
+        return NGX_CONF_ERROR;
+    }
+
+    /* without hypic_peer every request stays here: nothing to look up */
+
+    if (conf->peer.len) {
+        hmcf->affinity = 1;
+    }
 
     return NGX_CONF_OK;
 }
@@ -701,6 +764,21 @@ ngx_http_hypic_check_separator(ngx_conf_t *cf, void *post, void *data)
 }
 
 
+/* hypic_peer names a location ("@name") that proxies to $hypic_peer_addr */
+
+static char *
+ngx_http_hypic_check_peer(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_str_t  *peer = data;
+
+    if (peer->len < 2 || peer->data[0] != '@') {
+        return "must name a named location, such as @hypic_peer";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 /* ngx_conf_check_num_bounds(), but the message names the directive */
 
 static char *
@@ -735,14 +813,17 @@ ngx_http_hypic_check_bounds(ngx_conf_t *cf, void *post, void *data)
 static ngx_int_t
 ngx_http_hypic_init_process(ngx_cycle_t *cycle)
 {
-    /* the per-worker Redis link will be set up here too */
+    if (ngx_http_hypic_engine_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
-    return ngx_http_hypic_engine_init_process(cycle);
+    return ngx_http_hypic_redis_init_process(cycle);
 }
 
 
 static void
 ngx_http_hypic_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_http_hypic_redis_exit_process(cycle);
     ngx_http_hypic_engine_exit_process(cycle);
 }

@@ -26,6 +26,19 @@
 #define NGX_HTTP_HYPIC_ROUTING_LOCAL    0
 #define NGX_HTTP_HYPIC_ROUTING_AFFINITY 1
 
+/*
+ * Where a request went ($hypic_route, hypic:routes_total): "local" (no
+ * lookup wanted or possible), "cache-local" (Redis chose this node),
+ * "cache-peer" (proxied to the node Redis chose), "local-fallback"
+ * (Redis down, slow or wrong) and "from-peer" (a peer sent it here).
+ */
+#define NGX_HTTP_HYPIC_ROUTE_LOCAL      0
+#define NGX_HTTP_HYPIC_ROUTE_CACHE      1
+#define NGX_HTTP_HYPIC_ROUTE_PEER       2
+#define NGX_HTTP_HYPIC_ROUTE_FALLBACK   3
+#define NGX_HTTP_HYPIC_ROUTE_HOP        4
+#define NGX_HTTP_HYPIC_ROUTE_N          5
+
 
 #define NGX_HTTP_HYPIC_UNKNOWN          0
 #define NGX_HTTP_HYPIC_MODELS           1
@@ -35,6 +48,19 @@
 
 /* a worker's connection to one engine (ngx_http_hypic_engine.c) */
 typedef struct ngx_http_hypic_link_s  ngx_http_hypic_link_t;
+
+/* one Redis lookup in flight (ngx_http_hypic_redis.c) */
+typedef struct ngx_http_hypic_lookup_s  ngx_http_hypic_lookup_t;
+
+/* a node that holds some of a request's segments */
+typedef struct {
+    ngx_str_t                   id;
+    ngx_str_t                   addr;         /* its nginx, HOST:PORT */
+    uint64_t                    bytes;        /* segment bytes it holds */
+    double                      load;
+    unsigned                    local:1;
+    unsigned                    live:1;       /* its node hash exists */
+} ngx_http_hypic_node_t;
 
 
 /* one hypic_engine directive: an engine endpoint serving one model */
@@ -57,6 +83,7 @@ typedef struct {
     ngx_str_t                   redis_host;   /* numeric, 0-terminated */
     in_port_t                   redis_port;
     ngx_msec_t                  redis_timeout;
+    ngx_flag_t                  affinity;     /* a location looks up */
 
     ngx_shm_zone_t             *metrics_zone;
     time_t                      created;      /* "created" in /v1/models */
@@ -73,6 +100,7 @@ typedef struct {
     ngx_http_complex_value_t   *mode;
     ngx_uint_t                  seam;
     ngx_uint_t                  routing;
+    ngx_str_t                   peer;         /* hypic_peer @NAME */
     size_t                      max_prompt_bytes;
     ngx_uint_t                  max_tokens;
     ngx_msec_t                  request_timeout;
@@ -85,6 +113,7 @@ typedef struct {
     ngx_uint_t                  endpoint;
     ngx_uint_t                  mode;
     unsigned                    too_large:1;
+    unsigned                    mode_set:1;   /* mode is evaluated */
 
     /* the request as the engine gets it (handler) */
     unsigned                    stream:1;
@@ -94,6 +123,21 @@ typedef struct {
     ngx_str_t                   id;           /* "cmpl-..." */
     ngx_str_t                   model;        /* model id, JSON-escaped */
     time_t                      created;
+
+    /* routing (handler, ngx_http_hypic_redis.c) */
+    ngx_uint_t                  route;        /* NGX_HTTP_HYPIC_ROUTE_* */
+    ngx_http_hypic_lookup_t    *lookup;       /* in flight, or NULL */
+    ngx_event_t                 redis_timer;
+    ngx_str_t                   local_node;   /* the engine's, for Redis */
+    ngx_str_t                   model_key;    /* "hypic:{model}:" */
+    uint64_t                   *seg_bytes;    /* [n_segs] */
+    ngx_str_t                  *seg_keys;     /* [n_segs] */
+    ngx_uint_t                  n_segs;
+    ngx_array_t                 nodes;        /* ngx_http_hypic_node_t */
+    ngx_http_hypic_node_t      *peer;         /* chosen, or NULL */
+    unsigned                    routed:1;     /* the route is decided */
+    unsigned                    peer_failed:1;  /* error_page came back */
+    unsigned                    await_link:1; /* for the engine's identity */
 
     /* the engine side (ngx_http_hypic_engine.c) */
     ngx_http_hypic_link_t      *link;
@@ -108,6 +152,11 @@ typedef struct {
 
     /* the answer (handler, sse) */
     unsigned                    started:1;    /* START arrived */
+    unsigned                    finished:1;   /* FINAL arrived */
+    unsigned                    succeeded:1;  /* ... without an error */
+    unsigned                    ttft_set:1;
+    unsigned                    engine_error:1; /* unavailable, failed */
+    ngx_msec_int_t              ttft;         /* ms: request to 1st token */
     hp_ipc_start_t              start;
     hp_ipc_final_t              final;
     ngx_str_t                   head;         /* JSON common to chunks */
@@ -120,6 +169,15 @@ typedef struct {
 
 
 ngx_int_t ngx_http_hypic_parse_mode(ngx_str_t *value);
+
+/* "local", "cache-local", "cache-peer", "local-fallback", "from-peer" */
+ngx_str_t *ngx_http_hypic_route_name(ngx_uint_t route);
+
+/*
+ * The ctx of r, also after an internal redirect cleared r->ctx (to the
+ * hypic_peer location, or an error_page); NULL if r never had one.
+ */
+ngx_http_hypic_ctx_t *ngx_http_hypic_get_ctx(ngx_http_request_t *r);
 
 /* "full", "prefix", "naive", "pic" */
 ngx_str_t *ngx_http_hypic_mode_name(ngx_uint_t mode);

@@ -32,7 +32,7 @@ redis-server --port "$HYPIC_REDIS_PORT" --bind 127.0.0.1 --save '' \
 pids+=($!)
 
 "$build/hypic-engine" serve --config conf/engine.conf --model "$model" \
-    --model-id default \
+    --model-id default --peer-addr "127.0.0.1:$HYPIC_HTTP_PORT" \
     --socket "$sock" --redis "127.0.0.1:$HYPIC_REDIS_PORT" \
     > >(sed -u 's/^/[engine] /') 2>&1 &
 pids+=($!)

@@ -38,6 +38,8 @@ static const opt_t opts[] = {
     {"socket", T_STR, 0, 0, "PATH", "unix socket nginx connects to"},
     {"redis", T_STR, 0, 0, "HOST:PORT", "global segment index"},
     {"node", T_STR, 0, 0, "ID", "this node's id (default node-1)"},
+    {"peer-addr", T_STR, 0, 0, "HOST:PORT",
+     "where this node's nginx listens, for routing (index addr)"},
     {"shm", T_STR, 0, 0, "/NAME", "shared segment (default /hypic-NODE)"},
     {"slots", T_INT, 1, 65536, "N",
      "requests in flight, running + queued (default 32)"},
@@ -58,6 +60,8 @@ static const opt_t opts[] = {
     {"private-pool", T_SIZE, 0, 1L << 40, "SIZE",
      "prefix cache (sessions, shared prompts) budget (default 1g)"},
     {"seam", T_INT, 0, 256, "N", "default seam width (default 8)"},
+    {"decode", T_STR, 0, 0, "FORM",
+     "recurrent | chunkwise | auto (KVBuffer; default auto)"},
 };
 
 #define N_OPTS (sizeof(opts) / sizeof(opts[0]))
@@ -306,7 +310,7 @@ int hp_cmd_serve(int argc, char **argv)
             .redis = OPT("redis"),
             .model = model_id,
             .node = node,
-            .node_addr = OPT("socket"),
+            .node_addr = OPT("peer-addr") ? OPT("peer-addr") : "",
             .ttl_s = 60,
             .timeout_ms = 200,
             .log = log_line,
@@ -320,6 +324,15 @@ int hp_cmd_serve(int argc, char **argv)
         hp_pool_set_hook(cache.pub, pool_to_index, index);
     }
 
+    const char *decode = OPT("decode") ? OPT("decode") : "auto";
+    if (strcmp(decode, "recurrent") && strcmp(decode, "chunkwise") &&
+        strcmp(decode, "auto")) {
+        fprintf(stderr, "hypic-engine serve: decode is recurrent, chunkwise "
+                        "or auto, not '%s'\n", decode);
+        rc = 2;
+        goto free_llm;
+    }
+
     hp_ipc_server_cfg_t icfg = {
         .socket_path = OPT("socket"),
         .shm_name = shm,
@@ -329,6 +342,7 @@ int hp_cmd_serve(int argc, char **argv)
         .input_bytes = (uint32_t)((prompt_bytes + 63) & ~63L),
         .ring_bytes = (uint32_t)ring,
         .log = log_line,
+        .fingerprint = llm.model.fingerprint,
     };
     hp_sched_cfg_t scfg = {
         .batch = (int)batch,
@@ -340,6 +354,8 @@ int hp_cmd_serve(int argc, char **argv)
         .flush = hp_ipc_server_flush,
         .cache = &cache,
         .seam = (int)seam,
+        .decode = strcmp(decode, "recurrent") ? HP_SCHED_DECODE_CHUNKWISE
+                                              : HP_SCHED_DECODE_RECURRENT,
     };
     /* no SA_RESTART: poll(2) returns on a signal and the loop ends */
     struct sigaction sa = {.sa_handler = on_signal};

@@ -30,7 +30,8 @@ sub import {
     no strict 'refs';
     *{"${caller}::$_"} = \&{$_}
         for qw(run_tests add_vars http_request blocks plan ok is isnt like
-               unlike is_deeply diag pass fail skip);
+               unlike is_deeply diag pass fail skip cmp_ok start_server
+               stop_server log_lines);
 }
 
 # Makes @NAME@ in every later block's config expand to the value.
@@ -117,6 +118,42 @@ sub http_request {
     my ($srv, $req, $headers, $timeout) = @_;
     $req = build_request($req, $headers) unless $req =~ /\r\n\r\n/;
     return exchange($srv->{port}, $req, $timeout // 10);
+}
+
+# A second nginx beside the block's (a peer node, a stub upstream), from
+# the same sections given as strings: http_config, config, main_config,
+# workers, log_level. @NAME@ expands as in blocks (PORT is its own port).
+# Returns { prefix, port, pid }; stop_server stops it (QUIT), and it is
+# stopped at exit anyway.
+sub start_server {
+    my (%o) = @_;
+    my $spec = Hypic::Nginx::Spec->new(%o);
+    my $srv = prepare($spec);
+    start_nginx($srv, $spec)
+        or die "the second nginx did not start:\n"
+               . slurp("$srv->{prefix}/logs/error.log")
+               . slurp("$srv->{prefix}/logs/stderr.log");
+    return $srv;
+}
+
+sub stop_server {
+    my ($srv) = @_;
+    return stop_pid(delete $srv->{pid}, 'QUIT', 15) if $srv->{pid};
+    return 0;
+}
+
+# The lines of a log file under a server's prefix, once there are at least
+# $n of them (nginx writes an access log line after the answer has gone,
+# so a client may look before it is there); at most $timeout seconds.
+sub log_lines {
+    my ($srv, $file, $n, $timeout) = @_;
+    my $path = "$srv->{prefix}/logs/$file";
+    my @lines;
+    wait_until(cond => sub {
+                   @lines = grep { length } split /\n/, slurp($path);
+                   @lines >= ($n // 1);
+               }, timeout => $timeout // 10);
+    return @lines;
 }
 
 # A private prefix with conf/nginx.conf written for the block.
@@ -512,5 +549,23 @@ sub check_log {
     ok(!@bad, "$name - no unexpected [alert], [crit] or [emerg]")
         or diag(join "\n", @bad);
 }
+
+
+
+# The sections of start_server, shaped like a Test::Base block.
+package Hypic::Nginx::Spec;
+
+sub new {
+    my ($class, %o) = @_;
+    return bless { name => 'second nginx', %o }, $class;
+}
+
+sub name           { $_[0]{name} }
+sub main_config    { $_[0]{main_config} }
+sub http_config    { $_[0]{http_config} }
+sub config         { $_[0]{config} }
+sub workers        { $_[0]{workers} }
+sub log_level      { $_[0]{log_level} }
+sub master_process { $_[0]{master_process} }
 
 1;

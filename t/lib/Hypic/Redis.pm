@@ -5,6 +5,8 @@ package Hypic::Redis;
 #
 #   my $redis = Hypic::Redis->start;
 #   $redis->port;  $redis->command(qw(SET k v));  $redis->stop;
+#   $redis->start_again;          # the same port and directory: Redis back
+#   my $hole = Hypic::Redis->blackhole;  # accepts, never answers
 
 use strict;
 use warnings;
@@ -15,18 +17,52 @@ use Hypic::Util qw(private_dir free_port spawn wait_until port_open
 
 sub start {
     my ($class, %o) = @_;
-    my $bin = $o{bin} // 'redis-server';
-    my $dir = private_dir('redis');
-    my $port = free_port();
-    my $pid = spawn(name => 'redis-server',
-                    cmd => [$bin, '--port', $port, '--bind', '127.0.0.1',
-                            '--dir', $dir, '--save', '', '--appendonly',
-                            'no', '--daemonize', 'no', '--logfile',
-                            "$dir/redis.log"]);
-    my $self = bless { pid => $pid, port => $port, dir => $dir }, $class;
-    wait_until(cond => sub { port_open($port) }, pid => $pid,
-               timeout => $o{timeout} // 10)
+    my $self = bless { bin => $o{bin} // 'redis-server',
+                       dir => private_dir('redis'),
+                       port => $o{port} // free_port(),
+                       timeout => $o{timeout} // 10 }, $class;
+    $self->_spawn;
+    return $self;
+}
+
+sub _spawn {
+    my ($self) = @_;
+    my ($port, $dir) = @$self{qw(port dir)};
+    $self->{pid} = spawn(name => 'redis-server',
+                         cmd => [$self->{bin}, '--port', $port, '--bind',
+                                 '127.0.0.1', '--dir', $dir, '--save', '',
+                                 '--appendonly', 'no', '--daemonize', 'no',
+                                 '--logfile', "$dir/redis.log"]);
+    wait_until(cond => sub { port_open($port) }, pid => $self->{pid},
+               timeout => $self->{timeout})
         or die "redis-server did not start on port $port, see $dir\n";
+}
+
+# A stopped server again, on the same port (empty: nothing is saved).
+sub start_again {
+    my ($self) = @_;
+    $self->stop;
+    $self->_spawn;
+    return $self;
+}
+
+# A server that accepts connections and never answers: a Redis that hangs.
+# It has ->port and ->stop like the real one, and no ->command.
+sub blackhole {
+    my ($class) = @_;
+    my $port = free_port();
+    my $code = <<'PERL';
+use IO::Socket::INET;
+my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => $ARGV[0],
+                              Proto => 'tcp', Listen => 64, ReuseAddr => 1)
+    or die "listen: $!";
+my @held;
+while (my $c = $l->accept) { push @held, $c }
+PERL
+    my $pid = spawn(name => 'redis blackhole', cmd => [$^X, '-e', $code, $port]);
+    my $self = bless { pid => $pid, port => $port, dir => '' }, $class;
+    wait_until(cond => sub { port_open($port) }, pid => $pid, timeout => 10)
+        or die "the blackhole did not listen on port $port\n";
     return $self;
 }
 

@@ -1,0 +1,149 @@
+# The official OpenAI Python client against nginx and a real engine
+# (models/test/qwen35-dense): models.list, a chat completion streamed and
+# not, whose texts must be equal (greedy), a streamed legacy completion,
+# usage with cached tokens, and an error the client raises as the right
+# exception. The client is installed with pip when missing; the suite is
+# skipped when that is not possible.
+
+use strict;
+use warnings;
+use lib 't/lib';
+
+use JSON::PP ();
+use Hypic::Nginx;
+use Hypic::Engine;
+use Hypic::Util qw(private_dir);
+
+our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
+our $PYTHON = $ENV{HYPIC_PYTHON} // 'python3';
+
+my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL")
+          || openai_client();
+plan(skip_all => $why) if $why;
+
+our $engine = Hypic::Engine->start(
+    args => ['--model', $MODEL, '--node', 't-node', '--slots', 4]);
+
+add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
+                   . ' model=tiny-1;');
+
+# '' when `import openai` works, installing it if needed; else why not
+sub openai_client {
+    return '' if system("$PYTHON -c 'import openai' >/dev/null 2>&1") == 0;
+    return "no $PYTHON" if system("$PYTHON -c 1 >/dev/null 2>&1") != 0;
+    system("timeout 300 $PYTHON -m pip install --quiet --disable-pip-version-check "
+           . "openai >/dev/null 2>&1");
+    return '' if system("$PYTHON -c 'import openai' >/dev/null 2>&1") == 0;
+    return 'the openai Python package is missing and pip could not '
+           . 'install it';
+}
+
+our $CLIENT = <<'PY';
+import json, sys
+import openai
+
+base, model = sys.argv[1], sys.argv[2]
+client = openai.OpenAI(base_url=base, api_key="dummy", max_retries=0,
+                       timeout=60)
+out = {"models": [m.id for m in client.models.list()]}
+
+sep = "<|pic_sep|>"
+doc = ("The old harbour of Vell has three piers. Fishing boats use the "
+       "north pier, ferries the middle one, and the south pier belongs "
+       "to the yacht club, whose members paint their boats blue.")
+msgs = [{"role": "system", "content": "Answer in one short sentence."},
+        {"role": "user",
+         "content": sep + doc + sep + "Which pier do the ferries use?"}]
+
+full = client.chat.completions.create(model=model, messages=msgs,
+                                      max_tokens=24, temperature=0)
+out["text"] = full.choices[0].message.content
+out["finish"] = full.choices[0].finish_reason
+out["object"] = full.object
+
+parts, n, finish, usage = [], 0, None, None
+stream = client.chat.completions.create(
+    model=model, messages=msgs, max_tokens=24, temperature=0, stream=True,
+    stream_options={"include_usage": True})
+for chunk in stream:
+    n += 1
+    if chunk.usage is not None:
+        usage = chunk.usage
+    for c in chunk.choices:
+        if c.delta is not None and c.delta.content:
+            parts.append(c.delta.content)
+        if c.finish_reason:
+            finish = c.finish_reason
+out["stream_text"] = "".join(parts)
+out["stream_chunks"] = n
+out["stream_finish"] = finish
+out["usage"] = {"prompt": usage.prompt_tokens,
+                "completion": usage.completion_tokens,
+                "cached": usage.prompt_tokens_details.cached_tokens}
+
+legacy = client.completions.create(model=model, prompt="Once upon a time",
+                                   max_tokens=12, temperature=0)
+pieces = client.completions.create(model=model, prompt="Once upon a time",
+                                   max_tokens=12, temperature=0,
+                                   stream=True)
+out["legacy_text"] = legacy.choices[0].text
+out["legacy_stream_text"] = "".join(p.choices[0].text for p in pieces
+                                    if p.choices)
+
+try:
+    client.chat.completions.create(model=model, messages=[],
+                                   max_tokens=4)
+    out["error"] = "none"
+except openai.BadRequestError as e:
+    out["error"] = {"status": e.status_code, "param": e.param,
+                    "type": e.type}
+
+try:
+    client.chat.completions.create(model="no-such-model", messages=msgs,
+                                   max_tokens=4)
+    out["missing"] = "none"
+except openai.NotFoundError as e:
+    out["missing"] = {"status": e.status_code, "code": e.code}
+
+print(json.dumps(out))
+PY
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: the OpenAI client streams a chat completion whose text equals the non-streamed one
+--- http_config
+    @ENGINE@
+--- config
+    location /v1/ { hypic_pass tiny; }
+--- response_check
+my ($res, $block, $srv) = @_;
+my $dir = private_dir('openai');
+open my $fh, '>', "$dir/client.py" or die "$dir: $!";
+print $fh $main::CLIENT;
+close $fh;
+my $out = `timeout 120 $main::PYTHON $dir/client.py http://127.0.0.1:$srv->{port}/v1 tiny-1 2>&1`;
+is($?, 0, 'the client ran') or diag($out);
+my $r = eval { JSON::PP->new->decode((split /\n/, $out)[-1]) } || {};
+is_deeply($r->{models}, ['tiny-1'], 'models.list');
+is($r->{object}, 'chat.completion', 'a chat completion');
+ok(length($r->{text} // ''), 'with text') or diag($out);
+is($r->{stream_text}, $r->{text},
+   'streamed, the same text (concatenated deltas)');
+cmp_ok($r->{stream_chunks}, '>', 2, 'in several chunks');
+is($r->{stream_finish}, $r->{finish}, 'the same finish reason');
+is($r->{usage}{completion}, 24, 'usage of the stream')
+    if $r->{finish} && $r->{finish} eq 'length';
+cmp_ok($r->{usage}{cached} // 0, '>', 0,
+       'the document was reused by the second request (cached_tokens)');
+is($r->{legacy_stream_text}, $r->{legacy_text},
+   'a legacy completion, streamed and not');
+is_deeply($r->{error}, { status => 400, param => 'messages',
+                         type => 'invalid_request_error' },
+          'a bad request raises BadRequestError');
+is_deeply($r->{missing}, { status => 404, code => 'model_not_found' },
+          'an unknown model raises NotFoundError');
+--- timeout: 60
+--- no_error_log
+[error]

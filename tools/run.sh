@@ -10,12 +10,6 @@ run=$HYPIC_RUN_DIR
 model=$(cd "$HYPIC_MODEL" && pwd)
 sock=$run/engine.sock
 
-# OpenBLAS 0.3.21 does not know recent AVX-512 cores and falls back to its
-# SSE3 kernels (4-5x slower GEMMs); it reads the core type at load time.
-if [ -z "${OPENBLAS_CORETYPE:-}" ] && grep -qw avx512f /proc/cpuinfo; then
-    export OPENBLAS_CORETYPE=SkylakeX
-fi
-
 mkdir -p "$run"/{logs,redis,nginx/logs,nginx/tmp}
 pids=()
 stop() {

@@ -67,9 +67,9 @@ int hp_generate(const hp_llm_t *llm, hp_seq_t *seq, hp_fwd_ws_t *ws,
     record(&d, gen, &n_gen);
     while (rc == HP_OK && !d.done && !(cancel = flush_text(&d, emit, ud))) {
         /* tok: sampled and counted, not yet fed to the model */
-        int n = spec ? hp_spec_lookup(ids + 1, spec, all, n_prompt + n_gen, 3,
-                                      1)
-                     : 0;
+        int n = spec
+                    ? hp_spec_lookup(ids + 1, spec, all, n_prompt + n_gen, 3, 1)
+                    : 0;
         res->passes++;
         if (n == 0) {
             rc = hp_forward(m, seq, ws, &tok, NULL, 1, NULL, HP_LOGITS_LAST,
@@ -87,12 +87,11 @@ int hp_generate(const hp_llm_t *llm, hp_seq_t *seq, hp_fwd_ws_t *ws,
         for (int j = 0; j <= n && V < Vm; j++) /* rows of stride V */
             memmove(rows + (size_t)j * V, rows + (size_t)j * Vm,
                     (size_t)V * sizeof(float));
-        int next, acc = p->sampling.temperature > 0.0f
-                            ? hp_spec_accept_sampled(&sm, prob, rows, ids + 1,
-                                                     n, &p->sampling, &d.rng,
-                                                     &next)
-                            : hp_spec_accept_greedy(rows, V, ids + 1, n,
-                                                    &next);
+        int next,
+            acc = p->sampling.temperature > 0.0f
+                      ? hp_spec_accept_sampled(&sm, prob, rows, ids + 1, n,
+                                               &p->sampling, &d.rng, &next)
+                      : hp_spec_accept_greedy(rows, V, ids + 1, n, &next);
         res->drafted += n;
         res->accepted += acc;
         int keep = 1; /* tok, then the accepted drafts while going on */

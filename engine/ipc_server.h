@@ -20,7 +20,6 @@
 #include "engine/llm.h"
 #include "engine/sched.h"
 
-
 typedef struct {
     const char *socket_path; /* unix socket nginx connects to */
     const char *shm_name;    /* "/name" of the POSIX shared segment */

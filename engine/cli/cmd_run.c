@@ -138,8 +138,8 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
                                 c->lin_k_dim, c->lin_v_dim);
         if (kc.max_step < r->o.speculative + 1)
             kc.max_step = r->o.speculative + 1;
-        int most = (kc.cap > kc.cap_kvonly ? kc.cap : kc.cap_kvonly) +
-                   kc.max_step;
+        int most =
+            (kc.cap > kc.cap_kvonly ? kc.cap : kc.cap_kvonly) + kc.max_step;
         kc.n_blocks = c->n_layers * (most / kc.block_tokens + 2);
         kc.n_states = c->n_layers;
         if (hp_kvbuf_pool_init(&r->kvpool, &kc, &err) != HP_OK) {

@@ -327,8 +327,10 @@ int hp_cmd_serve(int argc, char **argv)
     const char *decode = OPT("decode") ? OPT("decode") : "auto";
     if (strcmp(decode, "recurrent") && strcmp(decode, "chunkwise") &&
         strcmp(decode, "auto")) {
-        fprintf(stderr, "hypic-engine serve: decode is recurrent, chunkwise "
-                        "or auto, not '%s'\n", decode);
+        fprintf(stderr,
+                "hypic-engine serve: decode is recurrent, chunkwise "
+                "or auto, not '%s'\n",
+                decode);
         rc = 2;
         goto free_llm;
     }

@@ -47,8 +47,8 @@ static int run(const hp_llm_t *llm, const hp_prompt_t *p, int form, int spec,
     float *lg = malloc((size_t)c->vocab_size * 4);
     int rc;
 
-    hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads,
-                            c->lin_k_dim, c->lin_v_dim);
+    hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
+                            c->lin_v_dim);
     kc.max_step = 16;
     kc.n_blocks = c->n_layers * 32;
     kc.n_states = c->n_layers;
@@ -98,8 +98,10 @@ static void check(const char *root, const char *name)
     hp_gen_result_t ref, r;
     out_t o_ref, o;
     int rc = run(&llm, &p, RECURRENT, 0, 0.0f, NULL, &ref, &o_ref);
-    ok(rc == HP_OK && ref.n_tokens == N_TOK, "%s: recurrent greedy, %d "
-       "tokens", name, ref.n_tokens);
+    ok(rc == HP_OK && ref.n_tokens == N_TOK,
+       "%s: recurrent greedy, %d "
+       "tokens",
+       name, ref.n_tokens);
     const char *names[] = {"recurrent", "chunkwise", "kv-only"};
     for (int form = 0; form < 3; form++)
         for (int spec = 0; spec <= 6; spec += 6) {
@@ -109,8 +111,8 @@ static void check(const char *root, const char *name)
             ok(rc == HP_OK && r.n_tokens == ref.n_tokens &&
                    !memcmp(r.tokens, ref.tokens, sizeof(int) * N_TOK) &&
                    !strcmp(o.text, o_ref.text),
-               "%s: %s%s greedy equals recurrent greedy", name,
-               names[form], spec ? " + speculative" : "");
+               "%s: %s%s greedy equals recurrent greedy", name, names[form],
+               spec ? " + speculative" : "");
             if (spec)
                 ok(r.passes < r.n_tokens && r.accepted > 0,
                    "%s: %s speculative: %d tokens in %d passes (%d/%d "
@@ -144,8 +146,7 @@ static void check(const char *root, const char *name)
         ok(rc == HP_OK && r.finish == HP_FINISH_STOP &&
                o.len == (size_t)(at - o_ref.text) &&
                !memcmp(o.text, o_ref.text, o.len),
-           "%s: stop string ends the text before it (%zu bytes)", name,
-           o.len);
+           "%s: stop string ends the text before it (%zu bytes)", name, o.len);
         free(r.tokens);
     }
     free(ref.tokens);

@@ -22,7 +22,7 @@
 
 /* Same bound as test_model_parity's decode check: the same math in
  * another order, f32. */
-#define TOL 1e-4
+#define TOL   1e-4
 #define STEPS 40
 
 static const char *models[] = {"qwen35-dense", "qwen35-moe", "qwen3next"};
@@ -138,8 +138,8 @@ static void check(const char *root, const char *name)
     float *rows = malloc((size_t)9 * V * sizeof(float));
     int ctx[512], len = P, x0, steps = 0, acc = 0;
     memcpy(ctx, ids, (size_t)P * sizeof(int));
-    rc = hp_forward(&m, &D, &ws, ids, NULL, P, NULL, HP_LOGITS_LAST, rows,
-                    &err);
+    rc =
+        hp_forward(&m, &D, &ws, ids, NULL, P, NULL, HP_LOGITS_LAST, rows, &err);
     rc |= hp_seq_kvbuf_open(&D, &pool, &err);
     x0 = hp_argmax(rows, V);
     ctx[len++] = x0;

@@ -52,6 +52,8 @@ static void kvbuf_drop(hp_seq_t *s)
 int hp_seq_kvbuf_open(hp_seq_t *s, hp_kvbuf_pool_t *pool, hp_error_t *err)
 {
     const hp_model_config_t *c = &s->model->cfg;
+    if (!pool)
+        return hp_error_set(err, HP_EBADINPUT, "sequence: no KVBuffer pool");
     if (pool->cfg.Hk != c->lin_k_heads || pool->cfg.Hv != c->lin_v_heads ||
         pool->cfg.dk != c->lin_k_dim || pool->cfg.dv != c->lin_v_dim)
         return hp_error_set(err, HP_EBADINPUT,

@@ -128,8 +128,8 @@ is_deeply($before, { '1xx' => 0, '2xx' => 0, '3xx' => 0, '4xx' => 0,
 # other worker may serve the next /metrics first, so look again briefly
 my $want = { '1xx' => 0, '2xx' => 2, '3xx' => 0, '4xx' => 1, '5xx' => 1 };
 for (1 .. 40) {
-    last if join(',', map { "$_=$after->{$_}" } sort keys %$after)
-            eq join(',', map { "$_=$want->{$_}" } sort keys %$want);
+    last if CORE::join(',', map { "$_=$after->{$_}" } sort keys %$after)
+            eq CORE::join(',', map { "$_=$want->{$_}" } sort keys %$want);
     select(undef, undef, undef, 0.05);
     my $r = http_request($_[2], "GET /metrics");
     $after = +{ $r->{body} =~ /^hypic:requests_total\{code="(\dxx)"\} (\d+)$/mg };

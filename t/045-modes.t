@@ -151,7 +151,7 @@ is(main::text_of($r->[1]), $cli, 'equals full recompute (the CLI)');
 --- request eval
 my $w = main::body(prompt => "$main::SEP$main::DOCS[1]$main::SEP",
                    max_tokens => 0);
-my $q = main::body(prompt => join($main::SEP, 'Another lead.',
+my $q = main::body(prompt => CORE::join($main::SEP, 'Another lead.',
                                   $main::DOCS[1], 'When does water boil?'),
                    max_tokens => 3, temperature => 0);
 ["POST /v1/completions\n$w", "POST /v1/completions\n$q"]

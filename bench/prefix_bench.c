@@ -56,9 +56,14 @@
 
 /* ---- traces -------------------------------------------------------------- */
 
+#define MAX_SEGS 8
+
 typedef struct {
     int *ids; /* prompt then output */
     int n_prompt, n;
+    /* the prompt's cacheable segments (rag only): -1 the system prompt,
+     * else a document id; the query follows them */
+    int seg_doc[MAX_SEGS], seg_len[MAX_SEGS], n_segs;
 } req_t;
 
 typedef struct {
@@ -164,6 +169,7 @@ static void push(trace_t *t, const buf_t *prompt, gen_t *g, int n_out)
         t->r = realloc(t->r, (size_t)t->cap * sizeof(req_t));
     }
     req_t *r = &t->r[t->n++];
+    r->n_segs = 0;
     r->n_prompt = prompt->n;
     r->n = prompt->n + n_out;
     r->ids = malloc((size_t)r->n * sizeof(int));
@@ -271,6 +277,14 @@ static void gen_rag(trace_t *t, gen_t *g, int n_req)
             put(&b, doc[pick[i]], doc_n[pick[i]]);
         put_fresh(&b, g, uni(g, 20, 80));
         push(t, &b, g, uni(g, 30, 200));
+        req_t *r = &t->r[t->n - 1];
+        r->seg_doc[0] = -1;
+        r->seg_len[0] = 300;
+        for (int i = 0; i < K; i++) {
+            r->seg_doc[1 + i] = pick[i];
+            r->seg_len[1 + i] = doc_n[pick[i]];
+        }
+        r->n_segs = 1 + K;
     }
     free(b.a);
     for (int i = 0; i < DOCS; i++)
@@ -406,6 +420,95 @@ static result_t run_arm(const trace_t *t, const hp_model_config_t *cfg,
     res.alpha = st.alpha;
     res.admitted = st.states_admitted;
     res.evicted = st.states_evicted;
+    free(ttft);
+    hp_prefix_cache_destroy(pc);
+    return res;
+}
+
+/* ---- the PIC arm (modelled) ---------------------------------------------
+ * A segment cache keyed by document, LRU under the same byte budget: an
+ * entry holds T_C and S_C|0 per linear layer and the interior K/V; the
+ * system prompt is cached as a prefix (state + all K/V). A request
+ * recomputes its misses (prefilled on their own), the seams (2w per hit
+ * document) and the query; a hit costs restoring its bytes and one
+ * dk x dk by dk x dv product per linear layer and head. */
+#define PIC_SEAM 8
+
+static result_t run_pic(const trace_t *t, const hp_model_config_t *cfg,
+                        size_t budget)
+{
+    hp_prefix_cache_params_t p;
+    hp_error_t err = {0};
+    result_t res = {0};
+    hp_prefix_cache_params_default(&p, 0);
+    hp_prefix_cache_t *pc = hp_prefix_cache_create(cfg, &p, 0, &err);
+    int n_lin = 0;
+    for (int l = 0; l < cfg->n_layers; l++)
+        n_lin += cfg->layer_kind[l] == HP_LAYER_LINEAR;
+    double hk = cfg->lin_v_heads, dk = cfg->lin_k_dim, dv = cfg->lin_v_dim;
+    double tuple = n_lin * hk * (dk * dk + dk * dv) * 4;
+    double kvb = (double)hp_prefix_cache_kv_bytes(pc);
+    double compose = n_lin * hk * 2 * dk * dk * dv;
+    enum { SLOTS = 1024 };
+    long long stamp[SLOTS + 1] = {0}; /* [doc + 1] last use, 0 = absent */
+    double bytes_of[SLOTS + 1] = {0}, used = 0;
+    double *ttft = malloc((size_t)t->n * sizeof(double));
+    double hit = 0, total = 0, flops_all = 0, flops_saved = 0;
+    for (int i = 0; i < t->n; i++) {
+        const req_t *r = &t->r[i];
+        double rec = r->n_prompt, restored = 0, extra = 0;
+        for (int s2 = 0; s2 < r->n_segs; s2++) {
+            int key = r->seg_doc[s2] + 1, len = r->seg_len[s2];
+            int lead = key == 0;
+            double b = lead ? tuple / (dk * dk + dk * dv) * dk * dv +
+                                  len * kvb
+                            : tuple + (len - 2 * PIC_SEAM) * kvb;
+            int cached = lead ? len : len - 2 * PIC_SEAM;
+            if (stamp[key]) {
+                rec -= cached;
+                hit += cached;
+                restored += b;
+                extra += lead ? 0 : compose;
+            } else {
+                while (used + b > budget) { /* evict the least recent */
+                    int v = -1;
+                    for (int k = 0; k <= SLOTS; k++)
+                        if (stamp[k] && (v < 0 || stamp[k] < stamp[v]))
+                            v = k;
+                    if (v < 0)
+                        break;
+                    used -= bytes_of[v];
+                    bytes_of[v] = 0;
+                    stamp[v] = 0;
+                }
+                if (used + b <= budget) {
+                    used += b;
+                    bytes_of[key] = b;
+                }
+                /* a miss is prefilled on its own: attention over the
+                 * segment only (cold cost; with workers it runs in
+                 * parallel, modelled here as sequential) */
+                extra += hp_prefix_cache_flops(pc, 0, len);
+                rec -= len;
+            }
+            if (bytes_of[key] > 0) /* present: a hit, or inserted now */
+                stamp[key] = i + 1;
+        }
+        double full = hp_prefix_cache_flops(pc, 0, r->n_prompt);
+        double work = full * rec / r->n_prompt + extra;
+        total += r->n_prompt;
+        flops_all += full;
+        flops_saved += full - work > 0 ? full - work : 0;
+        ttft[i] = work / FLOP_RATE + restored / RESTORE_BW;
+    }
+    res.hit = total ? hit / total : 0;
+    res.flops_saved = flops_all > 0 ? flops_saved / flops_all : 0;
+    double sum = 0;
+    for (int i = 0; i < t->n; i++)
+        sum += ttft[i];
+    res.ttft_mean = sum / t->n;
+    qsort(ttft, (size_t)t->n, sizeof(double), cmp_dbl);
+    res.ttft_p95 = ttft[(int)(0.95 * (t->n - 1))];
     free(ttft);
     hp_prefix_cache_destroy(pc);
     return res;
@@ -637,6 +740,13 @@ int main(int argc, char **argv)
                    100 * r.flops_saved, r.ttft_mean * 1e3, r.ttft_p95 * 1e3,
                    r.admitted, r.evicted, a >= ARM_MARCONI ? "last " : "",
                    r.alpha, r.seconds);
+        }
+        if (tr[k].r[0].n_segs) { /* segmented prompts: the PIC arm too */
+            result_t r = run_pic(&tr[k], &cfg, budget);
+            printf("| %s | %.0f GB | pic (modelled, w=%d) | %.1f%% | %.1f%% "
+                   "| %.0f ms | %.0f ms | - | - | - | - |\n",
+                   tr[k].name, gb[k], PIC_SEAM, 100 * r.hit,
+                   100 * r.flops_saved, r.ttft_mean * 1e3, r.ttft_p95 * 1e3);
         }
     }
 

@@ -10,11 +10,6 @@
 #include "engine/segcache.h"
 #include "kernels/cpu/hk_cpu.h"
 
-/* Public pool variants: one key (segment id) holds one entry per use. */
-#define VAR_LEAD   1u
-#define VAR_NAIVE  2u
-#define VAR_PIC(w) (3u | ((uint32_t)(w) << 8))
-
 static const char *mode_names[] = {"full", "prefix", "naive", "pic"};
 
 int hp_mode_parse(const char *s)
@@ -32,7 +27,7 @@ const char *hp_mode_name(hp_mode_t m)
 
 /* A segment a mode caches: the lead (whole, STATE) and the PIC segments
  * (naive: whole, STATE; pic: interior tuple, only if it has an interior). */
-static int cacheable(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
+int hp_assemble_cacheable(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
 {
     if (s->len == 0 || s->role == HP_SEG_QUERY)
         return 0;
@@ -41,11 +36,11 @@ static int cacheable(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
     return s->len > 2 * w;
 }
 
-static uint32_t variant_of(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
+uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
 {
     if (s->role == HP_SEG_LEAD)
-        return VAR_LEAD;
-    return mode == HP_MODE_PIC ? VAR_PIC(w) : VAR_NAIVE;
+        return HP_VAR_LEAD;
+    return mode == HP_MODE_PIC ? HP_VAR_PIC(w) : HP_VAR_NAIVE;
 }
 
 /* The entry of segment s, from the pool or prefilled now and published.
@@ -58,7 +53,7 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
 {
     const hp_model_t *m = &llm->model;
     int pic = s->role != HP_SEG_LEAD && mode == HP_MODE_PIC;
-    uint32_t var = variant_of(s, mode, w);
+    uint32_t var = hp_assemble_variant(s, mode, w);
     hp_pool_entry_t *e = hp_pool_get(cache->pub, s->id, var);
     if (e) {
         st->hit_segments++;
@@ -94,8 +89,9 @@ int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
         return 0;
     for (int i = 0; i < p->n_segs; i++) {
         const hp_prompt_seg_t *s = &p->segs[i];
-        if (!cacheable(s, mode, w) ||
-            hp_pool_contains(cache->pub, s->id, variant_of(s, mode, w)))
+        if (!hp_assemble_cacheable(s, mode, w) ||
+            hp_pool_contains(cache->pub, s->id,
+                             hp_assemble_variant(s, mode, w)))
             continue;
         hp_pool_entry_t *e =
             segment_entry(llm, cache, ws, p, s, mode, w, st, err);
@@ -212,7 +208,7 @@ static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
     for (int i = first; i < p->n_segs; i++) {
         const hp_prompt_seg_t *s = &p->segs[i];
         int g = s->start, cut = naive ? 0 : w;
-        if (!cacheable(s, mode, w)) {
+        if (!hp_assemble_cacheable(s, mode, w)) {
             for (int t = 0; t < s->len; t++, n_run++) {
                 ids[n_run] = p->ids[g + t];
                 pos[n_run] = g + t;

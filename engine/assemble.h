@@ -37,6 +37,19 @@ typedef enum {
 
 #define HP_SEAM_DEFAULT 8
 
+/* The public pool's variants: one segment id holds one entry per use.
+ * Low byte: the kind; PIC entries carry their seam width above it. */
+#define HP_VAR_LEAD    1u /* the leading segment, a prefix STATE entry */
+#define HP_VAR_NAIVE   2u /* a whole-segment STATE entry */
+#define HP_VAR_PIC(w)  (3u | ((uint32_t)(w) << 8))
+#define HP_VAR_KIND(v) ((v)&0xffu)
+#define HP_VAR_SEAM(v) ((int)((v) >> 8))
+
+/* Whether `mode` at seam w caches segment s (lead and PIC segments; a
+ * PIC segment needs an interior), and the variant it is cached under. */
+int hp_assemble_cacheable(const hp_prompt_seg_t *s, hp_mode_t mode, int w);
+uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_mode_t mode, int w);
+
 /* "full" etc. to the enum; -1 if unknown. */
 int hp_mode_parse(const char *s);
 const char *hp_mode_name(hp_mode_t m);

@@ -176,6 +176,7 @@ typedef struct req {
     int seam;
     int phase;
     hp_assemble_stats_t ast;
+    hp_prefill_job_t *job; /* cold segments on the prefill workers */
     hp_prompt_t prompt;
     int prefilled; /* prompt tokens through the model */
     hp_seq_t seq;
@@ -228,6 +229,7 @@ static size_t req_bytes(const hp_sched_t *s, const req_t *r)
 
 static void req_free(req_t *r)
 {
+    hp_prefill_job_free(r->job); /* before the prompt it points into */
     hp_sched_dec_free(&r->dec);
     if (r->seq.layers)
         hp_seq_free(&r->seq);
@@ -344,18 +346,57 @@ static void to_decode(hp_sched_t *s, req_t *r)
         hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err);
 }
 
-/* naive/pic: one missing segment per step, then the assembly; prefix:
- * the resume in one step. */
+/* A prefill worker published a segment (called in its thread): a
+ * request may be ready to assemble. */
+static void segment_done(void *ud, const hp_prefill_done_t *d)
+{
+    (void)d;
+    hp_sched_kick(ud);
+}
+
+static int uses_workers(const hp_sched_t *s, const req_t *r)
+{
+    return s->cfg.prefill &&
+           (r->mode == HP_MODE_NAIVE || r->mode == HP_MODE_PIC);
+}
+
+/* Waiting for prefill workers: nothing to do in this thread. */
+static int waiting(const req_t *r)
+{
+    return r->job && !hp_prefill_job_done(r->job);
+}
+
+/* naive/pic: one missing segment per step (or all of them on the prefill
+ * workers), then the assembly; prefix: the resume in one step. */
 static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
 {
     hp_error_t err = {0};
     hp_assemble_stats_t warm = {0};
-    int rc = hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
+    hp_prefill_stats_t ps;
+    int rc;
+    if (uses_workers(s, r)) {
+        if (!r->job &&
+            (rc = hp_prefill_submit(s->cfg.prefill, s->llm, s->cfg.cache,
+                                    &r->prompt, (hp_mode_t)r->mode, r->seam,
+                                    segment_done, s, &r->job, &err)) != HP_OK) {
+            fail(r, &err);
+            return;
+        }
+        if (waiting(r))
+            return;
+        /* the job holds its entries until the request ends: nothing it
+         * published is evicted before the assembly */
+        rc = hp_prefill_job_wait(r->job, &ps, &err);
+        r->ast.miss_segments = ps.published;
+        r->ast.miss_tokens = (int)ps.miss_tokens;
+    } else {
+        rc = hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
                                    (hp_mode_t)r->mode, r->seam, &warm, &err);
-    if (rc == 1) {
-        r->ast.miss_segments += warm.miss_segments;
-        r->ast.miss_tokens += warm.miss_tokens;
-        return;
+        if (rc == 1) {
+            r->ast.miss_segments += warm.miss_segments;
+            r->ast.miss_tokens += warm.miss_tokens;
+            return;
+        }
     }
     int misses = r->ast.miss_segments, miss_tokens = r->ast.miss_tokens;
     if (rc == HP_OK && r->dec.max_tokens == 0) {
@@ -455,12 +496,16 @@ static int step(hp_sched_t *s)
         r->next = NULL;
         s->running[s->n_running++] = r;
         admit(s, r, &produced);
+        /* cold segments go to the workers at once: LPT sees the load */
+        if (r->phase == R_PREFILL && uses_workers(s, r))
+            prefill_cached(s, r, &produced);
     }
 
-    /* one prefill chunk, for the oldest request still prefilling */
+    /* one prefill chunk, for the oldest request still prefilling (one
+     * waiting for prefill workers lets the next go first) */
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
-        if (r->phase == R_PREFILL && !is_cancelled(r)) {
+        if (r->phase == R_PREFILL && !is_cancelled(r) && !waiting(r)) {
             if (r->mode == HP_MODE_FULL)
                 prefill_chunk(s, r);
             else
@@ -508,7 +553,12 @@ static int runnable(const hp_sched_t *s)
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
         const char *t;
-        if (r->phase == R_PREFILL || hp_sched_dec_ready(&r->dec, &t) == 0)
+        if (r->phase == R_PREFILL) {
+            if (!waiting(r))
+                return 1;
+            continue; /* segment_done kicks when a segment is out */
+        }
+        if (hp_sched_dec_ready(&r->dec, &t) == 0)
             return 1;
     }
     return 0;

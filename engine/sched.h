@@ -32,6 +32,7 @@
 
 #include "engine/assemble.h"
 #include "engine/kvbuf.h"
+#include "engine/prefill_pool.h"
 
 /* Decode forms (DESIGN §5): recurrent writes every state every step;
  * chunkwise (KVBuffer) defers the writes, from the prefill's state. */
@@ -110,8 +111,12 @@ typedef struct {
     int threads;       /* compute threads (0: the OpenMP default) */
     int throttle_ms;   /* pause after every busy step (tests, demos) */
     hp_cache_t *cache; /* pools for prefix/naive/pic (NULL: full only) */
-    int decode;        /* HP_SCHED_DECODE_*: how the linear layers decode */
-    int seam;          /* default seam width (HP_SEAM_DEFAULT) */
+    /* naive/pic: the cold segments go to these workers (LPT, all at once)
+     * and the request assembles once they are published; NULL: one
+     * segment per step in the scheduler thread */
+    hp_prefill_pool_t *prefill;
+    int decode; /* HP_SCHED_DECODE_*: how the linear layers decode */
+    int seam;   /* default seam width (HP_SEAM_DEFAULT) */
     /* Called in the scheduler thread after a step that produced output
      * (may be NULL): a place to send wake-ups in one go. */
     void (*flush)(void *ud, const hp_sched_stats_t *st);

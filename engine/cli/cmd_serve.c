@@ -20,6 +20,8 @@
 #include "engine/index.h"
 #include "engine/ipc_server.h"
 #include "engine/llm.h"
+#include "engine/peer.h"
+#include "engine/prefill_pool.h"
 #include "engine/sched.h"
 
 enum { T_STR, T_INT, T_SIZE };
@@ -60,6 +62,18 @@ static const opt_t opts[] = {
     {"private-pool", T_SIZE, 0, 1L << 40, "SIZE",
      "prefix cache (sessions, shared prompts) budget (default 1g)"},
     {"seam", T_INT, 0, 256, "N", "default seam width (default 8)"},
+    {"prefill-workers", T_INT, 0, 64, "N",
+     "segment prefill threads; 0: in the scheduler (default 0)"},
+    {"prefill-threads", T_INT, 0, 4096, "N",
+     "OpenMP threads of each prefill worker (default 1)"},
+    {"peer-listen", T_STR, 0, 0, "HOST:PORT",
+     "serve this node's segments (and prefills) to peers (TCP)"},
+    {"peers", T_STR, 0, 0, "A,B,..",
+     "peers' --peer-listen addresses: remote prefill workers"},
+    {"peer-timeout-ms", T_INT, 1, 1 << 30, "N",
+     "one remote prefill or fetch (default 30000)"},
+    {"peer-fetch", T_INT, 0, 1, "0|1",
+     "ask the peers for a cold segment before computing it (default 0)"},
     {"decode", T_STR, 0, 0, "FORM",
      "recurrent | chunkwise | auto (KVBuffer; default auto)"},
 };
@@ -216,7 +230,12 @@ int hp_cmd_serve(int argc, char **argv)
     hp_sched_t *sched = NULL;
     char shm[HP_IPC_NAME_BYTES], model_id[HP_IPC_MODEL_BYTES];
     long slots, batch, threads, chunk, prompt_bytes, ring, ctx, throttle;
-    long pub_bytes, priv_bytes, seam;
+    long pub_bytes, priv_bytes, seam, pworkers, pthreads, ptimeout, pfetch;
+    hp_prefill_pool_t *prefill = NULL;
+    hp_peer_server_t *peer = NULL;
+    char *peer_list = NULL;
+    const char *peers[HP_PREFILL_MAX_WORKERS];
+    int n_peers = 0;
     hp_cache_t cache = {NULL, NULL};
     hp_index_t *index = NULL;
     int rc = 0;
@@ -255,9 +274,22 @@ int hp_cmd_serve(int argc, char **argv)
         get_num(&o, find_opt("throttle-ms"), 0, &throttle) ||
         get_num(&o, find_opt("public-pool"), 2L << 30, &pub_bytes) ||
         get_num(&o, find_opt("private-pool"), 1L << 30, &priv_bytes) ||
-        get_num(&o, find_opt("seam"), HP_SEAM_DEFAULT, &seam)) {
+        get_num(&o, find_opt("seam"), HP_SEAM_DEFAULT, &seam) ||
+        get_num(&o, find_opt("prefill-workers"), 0, &pworkers) ||
+        get_num(&o, find_opt("prefill-threads"), 1, &pthreads) ||
+        get_num(&o, find_opt("peer-timeout-ms"), 30000, &ptimeout) ||
+        get_num(&o, find_opt("peer-fetch"), 0, &pfetch)) {
         rc = 2;
         goto out;
+    }
+    if (OPT("peers")) {
+        peer_list = strdup(OPT("peers"));
+        for (char *sv, *t = peer_list ? strtok_r(peer_list, ",", &sv) : NULL; t;
+             t = strtok_r(NULL, ",", &sv))
+            if (*t && n_peers < HP_PREFILL_MAX_WORKERS - 1)
+                peers[n_peers++] = t;
+        if (n_peers && !pworkers)
+            pworkers = 1; /* a local worker to fall back on */
     }
     if (ring & (ring - 1)) {
         fprintf(stderr, "hypic-engine serve: ring-bytes must be a power of "
@@ -335,6 +367,41 @@ int hp_cmd_serve(int argc, char **argv)
         goto free_llm;
     }
 
+    if (pworkers > 0) {
+        hp_prefill_pool_cfg_t pcfg = {
+            .workers = (int)pworkers,
+            .threads_per_worker = (int)pthreads,
+            .peers = peers,
+            .n_peers = n_peers,
+            .peer_timeout_ms = (int)ptimeout,
+            .peer_fetch = (int)pfetch,
+            .log = log_line,
+        };
+        if (hp_prefill_pool_create(&prefill, &pcfg, &err) != HP_OK) {
+            fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
+            rc = 2;
+            goto free_llm;
+        }
+    }
+    if (OPT("peer-listen")) {
+        hp_peer_server_cfg_t pscfg = {
+            .listen = OPT("peer-listen"),
+            .pub = cache.pub,
+            .llm = &llm,
+            .threads = (int)pthreads,
+            .log = log_line,
+        };
+        peer = hp_peer_server_start(&pscfg, &err);
+        if (!peer) {
+            fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
+            rc = 2;
+            goto free_llm;
+        }
+        snprintf(msg, sizeof(msg), "peers reach this node on %s (port %d)",
+                 OPT("peer-listen"), hp_peer_server_port(peer));
+        log_line(NULL, HP_LOG_INFO, msg);
+    }
+
     hp_ipc_server_cfg_t icfg = {
         .socket_path = OPT("socket"),
         .shm_name = shm,
@@ -356,6 +423,7 @@ int hp_cmd_serve(int argc, char **argv)
         .flush = hp_ipc_server_flush,
         .cache = &cache,
         .seam = (int)seam,
+        .prefill = prefill,
         .decode = strcmp(decode, "recurrent") ? HP_SCHED_DECODE_CHUNKWISE
                                               : HP_SCHED_DECODE_RECURRENT,
     };
@@ -379,10 +447,10 @@ int hp_cmd_serve(int argc, char **argv)
     snprintf(msg, sizeof(msg),
              "serving \"%s\" on %s (node %s, shm %s, generation %llu, "
              "%ld slots, batch %ld, prefill chunk %ld, seam %ld, pools "
-             "%ld+%ld MiB%s%s)",
+             "%ld+%ld MiB, %ld prefill workers, %d peers%s%s)",
              model_id, OPT("socket"), node, shm,
              (unsigned long long)hp_ipc_server_generation(srv), slots, batch,
-             chunk, seam, pub_bytes >> 20, priv_bytes >> 20,
+             chunk, seam, pub_bytes >> 20, priv_bytes >> 20, pworkers, n_peers,
              index ? ", redis index" : "", throttle ? ", throttled" : "");
     log_line(NULL, HP_LOG_INFO, msg);
 
@@ -395,6 +463,8 @@ int hp_cmd_serve(int argc, char **argv)
 close_srv:
     hp_ipc_server_close(srv);
 free_llm:
+    hp_peer_server_stop(peer); /* after the scheduler: its jobs are gone */
+    hp_prefill_pool_destroy(prefill);
     if (cache.pub)
         hp_pool_set_hook(cache.pub, NULL, NULL);
     hp_index_stop(index);
@@ -402,6 +472,7 @@ free_llm:
     hp_prefix_cache_destroy(cache.prefix);
     hp_llm_free(&llm);
 out:
+    free(peer_list);
     for (size_t i = 0; i < N_OPTS; i++)
         free(o.owned[i]);
     return rc;

@@ -1,0 +1,167 @@
+# Three engines on loopback ports (DESIGN §7, HYPIC §4.4): A serves nginx
+# and dispatches the cold segments of a pic request by LPT to its own
+# prefill worker and to peers B and C (remote prefill workers over the TCP
+# peer transport); the answer equals the CLI's one-shot pic. Then C is
+# frozen, gets its share of a new request, and is killed while A waits on
+# it: the request completes by local recompute, with the same text, and A
+# says which peer failed. No check measures time.
+
+use strict;
+use warnings;
+use lib 't/lib';
+
+use JSON::PP ();
+use Time::HiRes qw(sleep);
+use Hypic::Nginx;
+use Hypic::Engine;
+use Hypic::Util qw(free_port);
+
+Hypic::Engine::Client->import(qw(open_request finish_request sse_events
+                                 sse_text));
+
+our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
+
+my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL");
+unless ($why) {
+    my $bin = Hypic::Engine::binary();
+    my $help = `$bin serve --help 2>&1`;
+    $why = 'hypic-engine serve has no peer transport (--peer-listen)'
+        unless $help =~ /--peer-listen/;
+}
+plan(skip_all => $why) if $why;
+
+our ($PB, $PC) = (free_port(), free_port());
+my @common = ('--model', $MODEL, '--threads', 1, '--public-pool', '64m',
+              '--private-pool', '16m');
+our $B = Hypic::Engine->start(
+    args => [@common, '--node', 'mn-b', '--peer-listen', "127.0.0.1:$PB"]);
+our $C = Hypic::Engine->start(
+    args => [@common, '--node', 'mn-c', '--peer-listen', "127.0.0.1:$PC"]);
+our $A = Hypic::Engine->start(
+    args => [@common, '--node', 'mn-a', '--prefill-workers', 1,
+             '--peers', "127.0.0.1:$PB,127.0.0.1:$PC",
+             '--peer-timeout-ms', 600000]);
+
+add_vars(ENGINE => 'hypic_engine tiny unix:' . $A->socket . ' model=tiny-1;');
+
+our $SEP = '<|pic_sep|>';
+
+# a lead and four documents of different lengths, new for every call
+my $round = 0;
+sub prompt {
+    $round++;
+    my @docs = map {
+        "Document $round.$_: " . join(' ', ("the river $_ runs past the "
+                                             . "mill of round $round") x $_)
+    } 1 .. 4;
+    return join($SEP, 'You answer from the documents.', @docs,
+                'Which river runs past the mill?');
+}
+
+sub body {
+    my (%f) = @_;
+    return JSON::PP->new->canonical->encode(\%f);
+}
+
+sub cli_pic {
+    my ($p, $n) = @_;
+    return Hypic::Engine->generate(model => $MODEL, prompt => $p,
+                                   max_tokens => $n, args => ['--mode', 'pic']);
+}
+
+# pending connections in the accept queue of a listening loopback port
+sub backlog {
+    my ($port) = @_;
+    my $hex = sprintf ':%04X', $port;
+    open my $fh, '<', '/proc/net/tcp' or return -1;
+    while (my $l = <$fh>) {
+        my @f = split ' ', $l;
+        next unless $f[1] =~ /\Q$hex\E$/ && $f[3] eq '0A';
+        return hex((split /:/, $f[4])[1]);
+    }
+    return -1;
+}
+
+sub wait_for {
+    my ($cond, $secs) = @_;
+    for (1 .. $secs * 20) {
+        return 1 if $cond->();
+        sleep 0.05;
+    }
+    return 0;
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: all three nodes up: cold segments prefilled across them, the CLI's text
+--- http_config
+    @ENGINE@
+--- config
+    location /v1/ { hypic_pass tiny; hypic_mode pic; hypic_seam 8; }
+--- response_check
+my ($res, $block, $srv) = @_;
+my $p = main::prompt();
+my $r = http_request($srv, "POST /v1/completions\n"
+                     . main::body(prompt => $p, max_tokens => 8,
+                                  temperature => 0));
+is($r->{status}, 200, 'answered');
+my $text = eval { JSON::PP->new->utf8->decode($r->{body}) }
+           ->{choices}[0]{text} // '';
+utf8::encode($text);
+is($text, main::cli_pic($p, 8), 'equals the CLI in pic mode');
+unlike($main::A->log_text, qr/peer \S+ failed/, 'no peer failed');
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: C killed while A waits on it: the request completes by local recompute
+--- http_config
+    @ENGINE@
+--- config
+    location /v1/ { hypic_pass tiny; hypic_mode pic; hypic_seam 8; }
+--- timeout: 30
+--- response_check
+my ($res, $block, $srv) = @_;
+my $p = main::prompt();
+kill 'STOP', $main::C->pid;
+my $h = open_request($srv->{port}, "POST /v1/completions\n"
+                     . main::body(prompt => $p, max_tokens => 8,
+                                  temperature => 0,
+                                  stream => JSON::PP::true));
+ok(main::wait_for(sub { main::backlog($main::PC) > 0 }, 20),
+   'A dispatched a segment to the frozen C');
+$main::C->crash;
+my $r = finish_request($h, 30);
+is($r->{status}, 200, 'the request is answered');
+my @ev = sse_events($r->{body});
+ok((grep { !ref && $_ eq '[DONE]' } @ev), 'the stream ends with [DONE]');
+is(sse_text(@ev), main::cli_pic($p, 8), 'with the CLI\'s pic text');
+like($main::A->log_text, qr/peer 127\.0\.0\.1:$main::PC failed/,
+     'A logged which peer failed');
+ok($main::B->alive && $main::A->alive, 'A and B live on');
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: with C gone, the next request does not wait for it
+--- http_config
+    @ENGINE@
+--- config
+    location /v1/ { hypic_pass tiny; hypic_mode pic; hypic_seam 8; }
+--- response_check
+my ($res, $block, $srv) = @_;
+my $p = main::prompt();
+my $r = http_request($srv, "POST /v1/completions\n"
+                     . main::body(prompt => $p, max_tokens => 4,
+                                  temperature => 0));
+is($r->{status}, 200, 'answered');
+my $text = eval { JSON::PP->new->utf8->decode($r->{body}) }
+           ->{choices}[0]{text} // '';
+utf8::encode($text);
+is($text, main::cli_pic($p, 4), 'equals the CLI in pic mode');
+--- no_error_log
+[error]

@@ -16,6 +16,8 @@
 
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
+#define TEST_RNG_SEED 0x9e3779b97f4a7c15ull
+#include "t/lib/testrand.h"
 
 /* Scores are float dot products over hd terms (relative rounding ~1e-7 per
  * term, ~1e-6 over hd <= 256 with |s| <= ~10 in the default data) and the
@@ -30,24 +32,6 @@
 /* One probability alone: exp (~1 ulp), the float sum l (~1e-7 relative)
  * and one division; a wrong range reduction or cutoff errs by >= 1e-3. */
 #define EXP_RTOL 1e-6
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-
-static float *frand(size_t n, double amp)
-{
-    float *x = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(amp * urand());
-    return x;
-}
 
 /* Plain-loop float64 reference. */
 static void ref_attention(double *o, const float *q, const int *qpos,
@@ -111,9 +95,9 @@ static int run_attn(float *o, const float *q, const int *qpos, const float *k,
 static void check_case(const char *name, int T, int N, int Hq, int Hkv, int hd,
                        const int *pos_in, double qk_amp, double atol)
 {
-    float *q = frand((size_t)T * Hq * hd, qk_amp);
-    float *k = frand((size_t)N * Hkv * hd, qk_amp);
-    float *v = frand((size_t)N * Hkv * hd, 1.0);
+    float *q = frand_amp((size_t)T * Hq * hd, qk_amp);
+    float *k = frand_amp((size_t)N * Hkv * hd, qk_amp);
+    float *v = frand_amp((size_t)N * Hkv * hd, 1.0);
     int *qpos = malloc((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++)
         qpos[t] = pos_in ? pos_in[t] : t + (N - T);
@@ -140,9 +124,9 @@ static void check_case(const char *name, int T, int N, int Hq, int Hkv, int hd,
 static void check_threads(void)
 {
     int T = 150, N = 600, Hq = 8, Hkv = 2, hd = 64;
-    float *q = frand((size_t)T * Hq * hd, 1.0);
-    float *k = frand((size_t)N * Hkv * hd, 1.0);
-    float *v = frand((size_t)N * Hkv * hd, 1.0);
+    float *q = frand_amp((size_t)T * Hq * hd, 1.0);
+    float *k = frand_amp((size_t)N * Hkv * hd, 1.0);
+    float *v = frand_amp((size_t)N * Hkv * hd, 1.0);
     int *qpos = malloc((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++)
         qpos[t] = (t * 7919) % N;
@@ -208,9 +192,9 @@ static double now(void)
 
 static void bench(int T, int N, int Hq, int Hkv, int hd, int reps)
 {
-    float *q = frand((size_t)T * Hq * hd, 1.0);
-    float *k = frand((size_t)N * Hkv * hd, 1.0);
-    float *v = frand((size_t)N * Hkv * hd, 1.0);
+    float *q = frand_amp((size_t)T * Hq * hd, 1.0);
+    float *k = frand_amp((size_t)N * Hkv * hd, 1.0);
+    float *v = frand_amp((size_t)N * Hkv * hd, 1.0);
     int *qpos = malloc((size_t)T * sizeof(int));
     double flops = 0.0;
     for (int t = 0; t < T; t++) {

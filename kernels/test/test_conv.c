@@ -9,6 +9,8 @@
 
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
+#define TEST_RNG_SEED 0xa4093822299f31d0ull
+#include "t/lib/testrand.h"
 
 /* y = silu of a K-term float sum (K <= 8, |terms| <= 1): a few roundings of
  * 2^-24 on an O(1) value plus expf's ulp; 2e-6 relative, 1e-6 absolute
@@ -20,16 +22,6 @@
  * differ, by an ulp or two. */
 #define SPLIT_RTOL 3e-7
 #define SPLIT_ATOL 1e-7
-
-static uint64_t rng_state = 0xa4093822299f31d0ull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 
 static float *frand(size_t n)
 {

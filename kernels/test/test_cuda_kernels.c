@@ -22,6 +22,8 @@
 #include "kernels/common/hk_math.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
+#define TEST_RNG_SEED 0x6a09e667f3bcc909ull
+#include "t/lib/testrand.h"
 #ifdef HK_HAVE_CUDA
 #include "kernels/cuda/hk_cuda.h"
 #endif
@@ -105,16 +107,6 @@ static void cuda_check(int rc, const char *file, int line)
         CK(call);                                                              \
         CK(hk_cuda_stream_sync(NULL));                                         \
     } while (0)
-
-static uint64_t rng_state = 0x6a09e667f3bcc909ull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 
 static double nrand(void) /* standard normal */
 {

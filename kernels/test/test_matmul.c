@@ -15,22 +15,14 @@
 
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
+#define TEST_RNG_SEED 0x243f6a8885a308d3ull
+#include "t/lib/testrand.h"
 
 /* Data in [-1, 1): a float dot product of in <= 1024 terms has rounding
  * ~sqrt(in) * 2^-24 * (partial sums <= ~20) ~ 4e-5 at worst in practice;
  * a wrong layout or a dropped term errs by O(0.1). */
 #define ATOL 1e-4
 #define RTOL 1e-5
-
-static uint64_t rng_state = 0x243f6a8885a308d3ull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 
 static float *frand(size_t n)
 {

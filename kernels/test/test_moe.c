@@ -9,21 +9,13 @@
 
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
+#define TEST_RNG_SEED 0x452821e638d01377ull
+#include "t/lib/testrand.h"
 
 /* Weights are e^{l - max} (float expf, <= 1 ulp) over a double sum: ~2
  * roundings, so 5e-7 relative; renormalization adds one division. */
 #define RTOL 1e-6
 #define ATOL 1e-9
-
-static uint64_t rng_state = 0x452821e638d01377ull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 
 /* Reference: selection sort on (p desc, index asc), then weights. */
 static void ref_route(int *idx, double *w, const float *l, int E, int k,

@@ -8,6 +8,8 @@
 
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
+#define TEST_RNG_SEED 0x13198a2e03707344ull
+#include "t/lib/testrand.h"
 
 /* Each output is a product of a few correctly rounded factors (the
  * normalizer is summed in double and rounded once, then 2-3 float
@@ -19,24 +21,6 @@
 /* silu adds expf (<= 1 ulp) and a division: a few more roundings. */
 #define RTOL_SILU 1e-6
 #define ATOL_SILU 2e-7
-
-static uint64_t rng_state = 0x13198a2e03707344ull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
-
-static float *frand(size_t n, double amp)
-{
-    float *x = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(amp * urand());
-    return x;
-}
 
 static double dsilu(double z)
 {
@@ -56,7 +40,7 @@ static void check_rms(int rows, int dim, int inplace)
 {
     const double eps = 1e-6;
     size_t n = (size_t)rows * dim;
-    float *x = frand(n, 3.0), *w = frand((size_t)dim, 1.0);
+    float *x = frand_amp(n, 3.0), *w = frand_amp((size_t)dim, 1.0);
     float *y = malloc(n * sizeof(float));
     double *ref = malloc(n * sizeof(double));
     if (rows > 1) /* a zero row: y = 0, not NaN */
@@ -85,7 +69,8 @@ static void check_gated(int rows, int dim)
 {
     const double eps = 1e-6;
     size_t n = (size_t)rows * dim;
-    float *x = frand(n, 2.0), *z = frand(n, 6.0), *w = frand((size_t)dim, 1.5);
+    float *x = frand_amp(n, 2.0), *z = frand_amp(n, 6.0),
+          *w = frand_amp((size_t)dim, 1.5);
     float *y = malloc(n * sizeof(float));
     double *ref = malloc(n * sizeof(double));
     for (int r = 0; r < rows; r++) {
@@ -109,7 +94,7 @@ static void check_l2(int rows, int dim, double scale)
 {
     const double eps = 1e-6;
     size_t n = (size_t)rows * dim;
-    float *x = frand(n, 1.0);
+    float *x = frand_amp(n, 1.0);
     double *ref = malloc(n * sizeof(double));
     if (rows > 1)
         memset(x, 0, (size_t)dim * sizeof(float));
@@ -130,7 +115,7 @@ static void check_l2(int rows, int dim, double scale)
 
 static void check_swiglu(size_t n, int alias)
 {
-    float *g = frand(n, 12.0), *u = frand(n, 2.0);
+    float *g = frand_amp(n, 12.0), *u = frand_amp(n, 2.0);
     float *y = malloc(n * sizeof(float));
     double *ref = malloc(n * sizeof(double));
     if (n >= 4) { /* expf(-z) overflows / underflows here */

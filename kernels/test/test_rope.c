@@ -11,6 +11,8 @@
 
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
+#define TEST_RNG_SEED 0x082efa98ec4e6c89ull
+#include "t/lib/testrand.h"
 
 /* |x| <= 1. cos/sin are rounded to float once (2^-24 relative each), the
  * rotation x0 c - x1 s adds two products and a sum in float: error <=
@@ -19,16 +21,6 @@
 #define RTOL 1e-6
 /* rope then shift rotates twice: at most twice the error of one rope. */
 #define ATOL_SHIFT 1e-6
-
-static uint64_t rng_state = 0x082efa98ec4e6c89ull;
-static double urand(void) /* uniform in [-1, 1) */
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0;
-}
 
 static float *frand(size_t n)
 {

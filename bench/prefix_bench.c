@@ -460,8 +460,7 @@ static result_t run_pic(const trace_t *t, const hp_model_config_t *cfg,
         for (int s2 = 0; s2 < r->n_segs; s2++) {
             int key = r->seg_doc[s2] + 1, len = r->seg_len[s2];
             int lead = key == 0;
-            double b = lead ? tuple / (dk * dk + dk * dv) * dk * dv +
-                                  len * kvb
+            double b = lead ? tuple / (dk * dk + dk * dv) * dk * dv + len * kvb
                             : tuple + (len - 2 * PIC_SEAM) * kvb;
             int cached = lead ? len : len - 2 * PIC_SEAM;
             if (stamp[key]) {

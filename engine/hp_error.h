@@ -34,7 +34,4 @@ typedef struct {
 int hp_error_set(hp_error_t *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Short name of a status ("bad input", "model error", ...). */
-const char *hp_status_str(int code);
-
 #endif

@@ -51,7 +51,7 @@ void hp_ipc_server_flush(void *ud, const hp_sched_stats_t *st);
 
 /*
  * Serves until *stop becomes non-zero (a signal handler sets it; poll is
- * interrupted). sched must have been created with hp_ipc_server_flush.
+ * interrupted). sched's flush hook must call hp_ipc_server_flush.
  * Returns HP_OK, or HP_EIO if the loop itself failed.
  */
 int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,

@@ -1,4 +1,4 @@
-/* seq.c - allocation and copying of one sequence's running state. */
+/* seq.c - allocation and reset of one sequence's running state. */
 #include "engine/seq.h"
 
 #include <stdlib.h>
@@ -153,31 +153,6 @@ void hp_seq_reset(hp_seq_t *s)
         }
     }
     s->n_pos = 0;
-}
-
-int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err)
-{
-    const hp_model_config_t *c = &src->model->cfg;
-    if (src->kvpool)
-        return hp_error_set(err, HP_EBADINPUT,
-                            "sequence: copy with KVBuffers open");
-    int rc = hp_seq_reserve(dst, src->n_pos, err);
-    if (rc != HP_OK)
-        return rc;
-    for (int l = 0; l < c->n_layers; l++) {
-        if (src->layers[l].S) {
-            memcpy(dst->layers[l].S, src->layers[l].S,
-                   state_floats(c) * sizeof(float));
-            memcpy(dst->layers[l].conv, src->layers[l].conv,
-                   conv_floats(c) * sizeof(float));
-        } else if (src->n_pos > 0) {
-            size_t n = (size_t)src->n_pos * kv_row(c) * sizeof(float);
-            memcpy(dst->layers[l].k, src->layers[l].k, n);
-            memcpy(dst->layers[l].v, src->layers[l].v, n);
-        }
-    }
-    dst->n_pos = src->n_pos;
-    return HP_OK;
 }
 
 size_t hp_seq_bytes(const hp_model_t *m, int n)

@@ -44,9 +44,6 @@ int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err);
 /* Back to the empty state, keeping the allocations (KVBuffers are
  * closed, their entries dropped). */
 void hp_seq_reset(hp_seq_t *s);
-/* Deep copy of src into dst (dst initialised for the same model). src's
- * KVBuffers must be closed (HP_EBADINPUT). */
-int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err);
 /* Switches the linear layers to KVBuffer decoding over the states they
  * hold: after a prefill, chunkwise from S; on an empty sequence, KV-only
  * (a short prompt then runs through the buffer, and S is only the storage

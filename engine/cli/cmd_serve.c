@@ -118,6 +118,21 @@ static void pool_to_index(void *ud, const uint8_t key[16], uint32_t variant,
         hp_index_remove(ud, key);
 }
 
+/* After every productive scheduler step: wake nginx, and publish the
+ * node's load (requests held) with the next index heartbeat, which the
+ * module's routing breaks ties by. */
+typedef struct {
+    hp_ipc_server_t *srv;
+    hp_index_t *index;
+} step_hooks_t;
+
+static void after_step(void *ud, const hp_sched_stats_t *st)
+{
+    step_hooks_t *h = ud;
+    hp_ipc_server_flush(h->srv, st);
+    hp_index_set_load(h->index, st->live);
+}
+
 static int find_opt(const char *name)
 {
     char norm[64];
@@ -420,7 +435,7 @@ int hp_cmd_serve(int argc, char **argv)
         .max_context = (int)ctx,
         .threads = (int)threads,
         .throttle_ms = (int)throttle,
-        .flush = hp_ipc_server_flush,
+        .flush = after_step,
         .cache = &cache,
         .seam = (int)seam,
         .prefill = prefill,
@@ -438,7 +453,8 @@ int hp_cmd_serve(int argc, char **argv)
         rc = 1;
         goto free_llm;
     }
-    scfg.flush_ud = srv;
+    step_hooks_t hooks = {srv, index};
+    scfg.flush_ud = &hooks;
     if (hp_sched_create(&sched, &llm, &scfg, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;

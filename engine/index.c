@@ -43,6 +43,8 @@ struct hp_index {
     op_t ring[RING];
     unsigned head, tail; /* head: next to read */
     int resync;          /* register the whole set on next connect */
+    int leave;           /* 1: hp_index_leave asked, 2: done */
+    pthread_cond_t left; /* leave became 2 */
     idset_t held;
     double load;
     hp_index_stats_t st;
@@ -207,6 +209,34 @@ static int flush(hp_index_t *ix, redisContext *c)
     return ok;
 }
 
+/* hp_index_leave: SREM every held segment, DEL the heartbeat. */
+static int leave(hp_index_t *ix, redisContext *c)
+{
+    char key[512];
+    int replies = 1, ok = 1;
+    pthread_mutex_lock(&ix->mu);
+    for (size_t i = 0; i < ix->held.cap; i++)
+        if (ix->held.used[i] == 1)
+            replies += send_seg(ix, c, ix->held.ids[i], 0);
+    int n = (int)ix->held.n;
+    pthread_mutex_unlock(&ix->mu);
+    snprintf(key, sizeof(key), "hypic:%s:node:%s", ix->cfg.model, ix->cfg.node);
+    redisAppendCommand(c, "DEL %s", key);
+    for (int i = 0; i < replies; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
+            ok = 0;
+            break;
+        }
+        ok &= reply_ok(c, r);
+    }
+    if (ok)
+        logf_(ix, HP_LOG_INFO,
+              "index: node %s left the index (%d segment(s) removed)",
+              ix->cfg.node, n);
+    return ok;
+}
+
 static void *run(void *arg)
 {
     hp_index_t *ix = arg;
@@ -256,7 +286,17 @@ static void *run(void *arg)
             struct timespec t;
             clock_gettime(CLOCK_MONOTONIC, &t);
             int ok = flush(ix, c);
-            if (ok && t.tv_sec >= next_hb.tv_sec) {
+            pthread_mutex_lock(&ix->mu);
+            int leaving = ix->leave == 1;
+            pthread_mutex_unlock(&ix->mu);
+            if (ok && leaving && (ok = leave(ix, c))) {
+                pthread_mutex_lock(&ix->mu);
+                ix->leave = 2;
+                pthread_cond_broadcast(&ix->left);
+                pthread_mutex_unlock(&ix->mu);
+                break; /* nothing more to say to Redis */
+            }
+            if (ok && !leaving && t.tv_sec >= next_hb.tv_sec) {
                 pthread_mutex_lock(&ix->mu);
                 double load = ix->load;
                 pthread_mutex_unlock(&ix->mu);
@@ -293,7 +333,8 @@ static void *run(void *arg)
             while (!ix->stop &&
                    pthread_cond_timedwait(&ix->cv, &ix->mu, &until) == 0)
                 ;
-        } else if (!ix->stop && ix->head == ix->tail && !ix->resync) {
+        } else if (!ix->stop && ix->head == ix->tail && !ix->resync &&
+                   ix->leave != 1) {
             pthread_cond_timedwait(&ix->cv, &ix->mu, &until);
         }
         pthread_mutex_unlock(&ix->mu);
@@ -333,6 +374,7 @@ hp_index_t *hp_index_start(const hp_index_config_t *cfg, hp_error_t *err)
     ix->held = (idset_t){calloc(1024, 16), calloc(1024, 1), 1024, 0};
     pthread_mutex_init(&ix->mu, NULL);
     pthread_cond_init(&ix->cv, NULL);
+    pthread_cond_init(&ix->left, NULL);
     if (!ix->held.ids || !ix->held.used ||
         pthread_create(&ix->thread, NULL, run, ix) != 0) {
         free(ix->held.ids);
@@ -355,6 +397,7 @@ void hp_index_stop(hp_index_t *ix)
     pthread_join(ix->thread, NULL);
     pthread_mutex_destroy(&ix->mu);
     pthread_cond_destroy(&ix->cv);
+    pthread_cond_destroy(&ix->left);
     free(ix->held.ids);
     free(ix->held.used);
     free(ix);
@@ -363,6 +406,10 @@ void hp_index_stop(hp_index_t *ix)
 static void push(hp_index_t *ix, const uint8_t id[16], int add)
 {
     pthread_mutex_lock(&ix->mu);
+    if (ix->leave) { /* gone from the index: nothing to tell it */
+        pthread_mutex_unlock(&ix->mu);
+        return;
+    }
     set_put(&ix->held, id, add);
     if (ix->tail - ix->head == RING) { /* full: the set repairs it */
         ix->st.dropped++;
@@ -403,4 +450,28 @@ void hp_index_stats(hp_index_t *ix, hp_index_stats_t *out)
     *out = ix->st;
     out->held = (int)ix->held.n;
     pthread_mutex_unlock(&ix->mu);
+}
+
+int hp_index_leave(hp_index_t *ix, int timeout_ms)
+{
+    struct timespec until;
+    int rc = 0;
+    if (!ix)
+        return 0;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_ms / 1000;
+    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&ix->mu);
+    if (!ix->leave)
+        ix->leave = 1;
+    pthread_cond_signal(&ix->cv);
+    while (ix->leave != 2 && rc == 0)
+        rc = pthread_cond_timedwait(&ix->left, &ix->mu, &until);
+    int done = ix->leave == 2;
+    pthread_mutex_unlock(&ix->mu);
+    return done ? 0 : -1;
 }

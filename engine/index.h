@@ -59,4 +59,14 @@ void hp_index_set_load(hp_index_t *ix, double load);
 
 void hp_index_stats(hp_index_t *ix, hp_index_stats_t *out);
 
+/*
+ * Takes this node out of the index for good (a drained engine about to
+ * exit): pending operations go out, then every segment it holds is
+ * removed and its heartbeat key deleted; adds, removes and heartbeats
+ * after this call are ignored. Waits up to timeout_ms for Redis to
+ * confirm: 0 if it did, -1 if not (Redis down or slow: the entries expire
+ * after ttl_s by themselves).
+ */
+int hp_index_leave(hp_index_t *ix, int timeout_ms);
+
 #endif

@@ -21,7 +21,8 @@
 
 #include "engine/hp_ipc.h"
 
-#define SWEEP_MS 1000
+#define SWEEP_MS      1000
+#define DRAIN_LOOK_MS 50
 
 typedef struct {
     int fd;
@@ -34,8 +35,9 @@ typedef struct {
 typedef struct {
     hp_ipc_server_t *srv;
     hp_ipc_slot_t *slot;
-    uint64_t word;    /* the RUNNING word of the current request */
-    atomic_int dirty; /* new records since the last wake-up */
+    uint64_t word;      /* the RUNNING word of the current request */
+    atomic_int dirty;   /* new records since the last wake-up */
+    atomic_int aborted; /* hp_ipc_server_abort: end it with an error */
     char id[HP_IPC_ID_BYTES];
 } job_t;
 
@@ -51,9 +53,13 @@ struct hp_ipc_server {
     uint32_t next_conn;
     job_t *jobs; /* [slots] */
     int64_t last_sweep;
+    int seam; /* for requests that leave it to us; < 0: the scheduler's */
+    int draining;
+    int64_t deadline; /* of the drain, hp_ipc_server_now_ms */
+    char abort_msg[256];
 };
 
-static int64_t now_ms(void)
+int64_t hp_ipc_server_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -220,6 +226,7 @@ int hp_ipc_server_open(hp_ipc_server_t **out, const hp_ipc_server_cfg_t *cfg,
     s->model = strdup(cfg->model ? cfg->model : "");
     s->jobs = calloc(cfg->slots, sizeof(*s->jobs));
     s->next_conn = 1;
+    s->seam = -1;
     if (!s->socket_path || !s->shm_name || !s->node || !s->model || !s->jobs) {
         hp_ipc_server_close(s);
         return hp_error_set(err, HP_ENOMEM, "ipc: out of memory");
@@ -239,6 +246,7 @@ int hp_ipc_server_open(hp_ipc_server_t **out, const hp_ipc_server_cfg_t *cfg,
         s->jobs[i].srv = s;
         s->jobs[i].slot = hp_ipc_slot(s->h, i);
         atomic_init(&s->jobs[i].dirty, 0);
+        atomic_init(&s->jobs[i].aborted, 0);
     }
     *out = s;
     return HP_OK;
@@ -253,6 +261,8 @@ void hp_ipc_server_close(hp_ipc_server_t *s)
 {
     if (!s)
         return;
+    if (s->h)
+        atomic_store(&s->h->health, HP_IPC_HEALTH_DRAINING);
     for (int i = 0; i < s->n_conns; i++)
         close(s->conns[i].fd);
     if (s->listen_fd >= 0) {
@@ -321,7 +331,8 @@ static size_t job_text(void *ud, const char *text, size_t len)
 static int job_cancelled(void *ud)
 {
     job_t *j = ud;
-    return atomic_load_explicit(&j->slot->cancel, memory_order_acquire) != 0;
+    return atomic_load_explicit(&j->slot->cancel, memory_order_acquire) ||
+           atomic_load(&j->aborted);
 }
 
 static const char *error_code(int status)
@@ -372,6 +383,11 @@ static void job_final(job_t *j, const hp_sched_final_t *f, int status,
     }
     /* TEXT writers leave HP_IPC_RING_RESERVE free: FINAL always fits */
     hp_ipc_ring_put(j->srv->h, j->slot, HP_IPC_REC_FINAL, &rec, sizeof(rec), 0);
+    logf_(j->srv, HP_LOG_DEBUG, "request %s done: %s, %u tokens", j->id,
+          status != HP_OK                    ? rec.code
+          : rec.finish == HP_IPC_FINISH_STOP ? "stop"
+                                             : "length",
+          rec.completion_tokens);
     atomic_fetch_add(&j->srv->h->served, 1);
     atomic_store(&j->dirty, 1);
     hp_ipc_finish(j->slot);
@@ -380,6 +396,12 @@ static void job_final(job_t *j, const hp_sched_final_t *f, int status,
 static void job_done(void *ud, const hp_sched_final_t *f)
 {
     job_t *j = ud;
+    if (f->finish == HP_FINISH_CANCEL && atomic_load(&j->aborted) &&
+        !atomic_load(&j->slot->cancel)) {
+        /* ended by the engine while its reader waits: say why */
+        job_final(j, f, HP_EUNAVAIL, j->srv->abort_msg);
+        return;
+    }
     if (f->finish == HP_FINISH_CANCEL) {
         /* nobody reads any more: just give the slot back */
         hp_ipc_finish(j->slot);
@@ -577,10 +599,19 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
 
     if (hp_ipc_take(sl, &j->word) != 0)
         return;
+    atomic_store(&j->aborted, 0);
     /* our copy: what we check is what we use */
     memcpy(&rq, &sl->req, sizeof(rq));
     memcpy(j->id, rq.id, sizeof(j->id));
     j->id[sizeof(j->id) - 1] = '\0';
+    if (s->draining) {
+        refuse(s, j, HP_EUNAVAIL,
+               "the engine is draining before it shuts down and takes no "
+               "new requests");
+        return;
+    }
+    logf_(s, HP_LOG_DEBUG, "request %s: slot %u, mode %u, %u prompt bytes",
+          j->id, index, rq.mode, rq.prompt_len);
     if (rq.prompt_len > s->cfg.input_bytes || rq.n_stop > HP_IPC_MAX_STOP ||
         rq.sep_len > HP_IPC_SEP_BYTES || !(rq.temperature >= 0.0f) ||
         !isfinite(rq.temperature) || !(rq.top_p > 0.0f && rq.top_p <= 1.0f) ||
@@ -592,7 +623,7 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
         .prompt = hp_ipc_input(s->h, sl),
         .prompt_len = rq.prompt_len,
         .mode = (int)rq.mode,
-        .seam = rq.seam <= 256 ? (int)rq.seam : -1,
+        .seam = rq.seam <= 256 ? (int)rq.seam : s->seam,
         .ops = &job_ops,
         .ud = j,
     };
@@ -660,18 +691,72 @@ static void notify(hp_ipc_server_t *s)
     }
 }
 
+/* ---- draining -------------------------------------------------------- */
+
+void hp_ipc_server_drain(hp_ipc_server_t *s, int64_t deadline_ms)
+{
+    s->draining = 1;
+    s->deadline = deadline_ms;
+    atomic_store(&s->h->health, HP_IPC_HEALTH_DRAINING);
+}
+
+int hp_ipc_server_busy(const hp_ipc_server_t *s)
+{
+    int n = 0;
+    for (uint32_t i = 0; i < s->cfg.slots; i++) {
+        uint32_t st = HP_IPC_STATE(atomic_load(&hp_ipc_slot(s->h, i)->word));
+        /* CLAIMED: nginx is still writing it; we would refuse it */
+        n +=
+            st == HP_IPC_SUBMITTED || st == HP_IPC_RUNNING || st == HP_IPC_DONE;
+    }
+    return n;
+}
+
+void hp_ipc_server_abort(hp_ipc_server_t *s, const char *msg)
+{
+    int n = 0;
+    snprintf(s->abort_msg, sizeof(s->abort_msg), "%s", msg);
+    for (uint32_t i = 0; i < s->cfg.slots; i++) {
+        job_t *j = &s->jobs[i];
+        if (HP_IPC_STATE(atomic_load(&j->slot->word)) == HP_IPC_RUNNING &&
+            !atomic_exchange(&j->aborted, 1))
+            n++;
+    }
+    if (n) {
+        logf_(s, HP_LOG_WARN, "ending %d request(s) in flight: %s", n, msg);
+        if (s->sched)
+            hp_sched_kick(s->sched);
+    }
+}
+
+void hp_ipc_server_set_seam(hp_ipc_server_t *s, int seam)
+{
+    s->seam = seam;
+}
+
+/* ---- the loop ------------------------------------------------------- */
+
 int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,
-                      volatile sig_atomic_t *stop, hp_error_t *err)
+                      volatile sig_atomic_t *wake, hp_error_t *err)
 {
     struct pollfd *fds = NULL;
     pending_t *pend = calloc(s->cfg.slots, sizeof(*pend));
     int cap = 0, rc = HP_OK;
 
     s->sched = sched;
-    s->last_sweep = now_ms();
+    s->last_sweep = hp_ipc_server_now_ms();
     if (!pend)
         return hp_error_set(err, HP_ENOMEM, "ipc: out of memory");
-    while (!*stop) {
+    while (!*wake) {
+        int64_t now = hp_ipc_server_now_ms(), wait = SWEEP_MS;
+        if (s->draining) {
+            if (now >= s->deadline || hp_ipc_server_busy(s) == 0)
+                break;
+            /* a reader frees its slot without a wake-up: look again soon,
+             * only while draining */
+            wait = s->deadline - now < DRAIN_LOOK_MS ? s->deadline - now
+                                                     : DRAIN_LOOK_MS;
+        }
         if (cap < s->n_conns + 2) {
             cap = s->n_conns + 18;
             struct pollfd *f = realloc(fds, (size_t)cap * sizeof(*f));
@@ -687,7 +772,8 @@ int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,
         for (int i = 0; i < n_conns; i++)
             fds[2 + i] =
                 (struct pollfd){.fd = s->conns[i].fd, .events = POLLIN};
-        int n = poll(fds, (nfds_t)(2 + n_conns), SWEEP_MS);
+        struct timespec ts = {wait / 1000, (wait % 1000) * 1000000};
+        int n = ppoll(fds, (nfds_t)(2 + n_conns), &ts, s->cfg.wait_mask);
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -724,12 +810,11 @@ int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,
         }
         /* refusals above made slots dirty too */
         notify(s);
-        if (now_ms() - s->last_sweep >= SWEEP_MS) {
-            s->last_sweep = now_ms();
+        if (hp_ipc_server_now_ms() - s->last_sweep >= SWEEP_MS) {
+            s->last_sweep = hp_ipc_server_now_ms();
             sweep(s);
         }
     }
-    atomic_store(&s->h->health, HP_IPC_HEALTH_DRAINING);
     free(fds);
     free(pend);
     return rc;

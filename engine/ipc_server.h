@@ -33,6 +33,10 @@ typedef struct {
     /* [16] the model fingerprint for the header, so that nginx names
      * segments as the engine does (NULL: not published) */
     const uint8_t *fingerprint;
+    /* the signal mask the loop waits with (ppoll); NULL: the thread's.
+     * serve blocks its signals everywhere but here, so that a signal
+     * never lands between the loop's look at its flags and the wait */
+    const sigset_t *wait_mask;
 } hp_ipc_server_cfg_t;
 
 typedef struct hp_ipc_server hp_ipc_server_t;
@@ -50,12 +54,42 @@ int hp_ipc_server_open(hp_ipc_server_t **out, const hp_ipc_server_cfg_t *cfg,
 void hp_ipc_server_flush(void *ud, const hp_sched_stats_t *st);
 
 /*
- * Serves until *stop becomes non-zero (a signal handler sets it; poll is
- * interrupted). sched's flush hook must call hp_ipc_server_flush.
- * Returns HP_OK, or HP_EIO if the loop itself failed.
+ * Serves until *wake becomes non-zero (a signal handler sets it; the wait
+ * is interrupted) or, once draining, until no request is left or the
+ * drain deadline has passed; the caller looks at which and may call it
+ * again. sched's flush hook must call hp_ipc_server_flush.
+ * Returns HP_OK, or HP_EIO/HP_ENOMEM if the loop itself failed.
  */
 int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,
-                      volatile sig_atomic_t *stop, hp_error_t *err);
+                      volatile sig_atomic_t *wake, hp_error_t *err);
+
+/*
+ * Stops admitting (SIGTERM): the header says HP_IPC_HEALTH_DRAINING and
+ * every request submitted from now on is refused with engine_unavailable
+ * (nginx answers 503); those already taken run on. hp_ipc_server_run
+ * returns once none is left or at deadline_ms (CLOCK_MONOTONIC ms, as
+ * hp_ipc_server_now_ms; may be moved by calling this again).
+ */
+void hp_ipc_server_drain(hp_ipc_server_t *s, int64_t deadline_ms);
+
+/* Requests not yet done with: submitted, running, or finished but not
+ * yet collected by their nginx worker. */
+int hp_ipc_server_busy(const hp_ipc_server_t *s);
+
+/*
+ * Ends every request the scheduler runs with an error record (code
+ * engine_unavailable, message msg) instead of its remaining tokens: the
+ * scheduler cancels them at its next step. For the drain timeout and an
+ * immediate stop.
+ */
+void hp_ipc_server_abort(hp_ipc_server_t *s, const char *msg);
+
+/* The seam width for requests that leave it to the engine (seam > 256
+ * in the slot); < 0: the scheduler's. Call from the loop's thread. */
+void hp_ipc_server_set_seam(hp_ipc_server_t *s, int seam);
+
+/* The clock of drain deadlines. */
+int64_t hp_ipc_server_now_ms(void);
 
 /* The generation this engine runs as. */
 uint64_t hp_ipc_server_generation(const hp_ipc_server_t *s);

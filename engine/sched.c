@@ -342,7 +342,10 @@ static void to_decode(hp_sched_t *s, req_t *r)
 {
     hp_error_t err;
     r->phase = R_DECODE;
-    if (s->kvb && r->seq.layers)
+    pthread_mutex_lock(&s->mu); /* hp_sched_tune may change it */
+    int chunkwise = s->cfg.decode == HP_SCHED_DECODE_CHUNKWISE;
+    pthread_mutex_unlock(&s->mu);
+    if (s->kvb && chunkwise && r->seq.layers)
         hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err);
 }
 
@@ -837,4 +840,19 @@ void hp_sched_destroy(hp_sched_t *s)
         hp_kvbuf_pool_free(&s->kvpool);
     free(s->running);
     free(s);
+}
+
+int hp_sched_tune(hp_sched_t *s, const hp_sched_tune_t *t, hp_error_t *err)
+{
+    if (t->decode == HP_SCHED_DECODE_CHUNKWISE && !s->kvb)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "chunkwise decode needs a scheduler started "
+                            "with it");
+    pthread_mutex_lock(&s->mu);
+    if (t->max_queue > 0)
+        s->cfg.max_queue = t->max_queue;
+    s->cfg.throttle_ms = t->throttle_ms > 0 ? t->throttle_ms : 0;
+    s->cfg.decode = t->decode;
+    pthread_mutex_unlock(&s->mu);
+    return HP_OK;
 }

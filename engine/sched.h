@@ -192,4 +192,20 @@ void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st);
 /* Stops the thread; every request still held gets done(CANCEL). */
 void hp_sched_destroy(hp_sched_t *s);
 
+/* ---- run-time settings (serve's SIGHUP) ------------------------------ */
+
+typedef struct {
+    int max_queue;   /* as hp_sched_cfg_t; <= 0: unchanged */
+    int throttle_ms; /* as hp_sched_cfg_t */
+    int decode;      /* HP_SCHED_DECODE_*, for requests not yet decoding */
+} hp_sched_tune_t;
+
+/*
+ * Changes these settings of a running scheduler; submissions and steps
+ * from now on use them. HP_OK, or HP_EBADINPUT (nothing changed) for
+ * chunkwise decode on a scheduler created recurrent: its KVBuffer pool
+ * is sized at creation. Thread-safe.
+ */
+int hp_sched_tune(hp_sched_t *s, const hp_sched_tune_t *t, hp_error_t *err);
+
 #endif

@@ -385,7 +385,8 @@ ngx_http_hypic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_str_value(conf->separator, prev->separator,
                              "<|pic_sep|>");
     ngx_conf_merge_ptr_value(conf->mode, prev->mode, NULL);
-    ngx_conf_merge_uint_value(conf->seam, prev->seam, 8);
+    /* unset: the engine's own default (its "seam" setting) applies */
+    ngx_conf_merge_uint_value(conf->seam, prev->seam, NGX_CONF_UNSET_UINT);
     ngx_conf_merge_uint_value(conf->routing, prev->routing,
                               NGX_HTTP_HYPIC_ROUTING_LOCAL);
     ngx_conf_merge_str_value(conf->peer, prev->peer, "");

@@ -2,13 +2,20 @@
  * cmd_serve.c - `hypic-engine serve`: loads the model once, then serves
  * nginx workers through the shared-memory interface (engine/hp_ipc.h):
  * the IPC loop runs in this thread, the scheduler in one of its own.
+ * Settings: serve_config.h.
  *
- * Settings come from flags and from a config file of "key value" lines
- * (conf/engine.conf); a key is a flag's name without "--" ('_' and '-'
- * alike), and flags win over the file.
+ * Signals only set flags; this thread acts on them between waits (and is
+ * the only one that takes them: the others block them).
+ *   SIGTERM  drain: refuse new requests (nginx answers 503), let the ones
+ *            in flight finish, leave the Redis index, exit 0; after
+ *            drain-timeout-ms the rest end with an error record
+ *   SIGINT, or a second SIGTERM: stop at once (requests end in an error)
+ *   SIGHUP   re-read --config; apply what can change while running
  */
-#include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +23,7 @@
 #include <unistd.h>
 
 #include "engine/cli/cli.h"
+#include "engine/cli/serve_config.h"
 #include "engine/hp_ipc.h"
 #include "engine/index.h"
 #include "engine/ipc_server.h"
@@ -24,87 +32,60 @@
 #include "engine/prefill_pool.h"
 #include "engine/sched.h"
 
-enum { T_STR, T_INT, T_SIZE };
+/* How long a stop waits for Redis to confirm the node left the index,
+ * and for nginx to collect the error records of requests ended by the
+ * drain timeout. */
+#define LEAVE_MS       2000
+#define ABORT_GRACE_MS 2000
 
-typedef struct {
-    const char *name; /* flag without "--", also the config key */
-    int type;
-    long lo, hi;
-    const char *arg, *help;
-} opt_t;
-
-static const opt_t opts[] = {
-    {"config", T_STR, 0, 0, "F", "config file (key value lines)"},
-    {"model", T_STR, 0, 0, "DIR", "Hugging Face model directory"},
-    {"model-id", T_STR, 0, 0, "ID", "model id (default: DIR's last part)"},
-    {"socket", T_STR, 0, 0, "PATH", "unix socket nginx connects to"},
-    {"redis", T_STR, 0, 0, "HOST:PORT", "global segment index"},
-    {"node", T_STR, 0, 0, "ID", "this node's id (default node-1)"},
-    {"peer-addr", T_STR, 0, 0, "HOST:PORT",
-     "where this node's nginx listens, for routing (index addr)"},
-    {"shm", T_STR, 0, 0, "/NAME", "shared segment (default /hypic-NODE)"},
-    {"slots", T_INT, 1, 65536, "N",
-     "requests in flight, running + queued (default 32)"},
-    {"batch", T_INT, 1, 4096, "N", "requests decoding at once (default 8)"},
-    {"threads", T_INT, 0, 4096, "N", "compute threads (default: all)"},
-    {"prefill-chunk", T_INT, 1, 1 << 20, "N",
-     "prompt tokens per scheduler step (default 256)"},
-    {"max-prompt-bytes", T_SIZE, 64, 1L << 30, "SIZE",
-     "largest prompt, k/m suffix (default 1m)"},
-    {"ring-bytes", T_SIZE, HP_IPC_RING_MIN, 1L << 26, "SIZE",
-     "output ring per request (default 64k)"},
-    {"max-context", T_INT, 0, 1 << 30, "N",
-     "prompt + output tokens (default: the model's)"},
-    {"throttle-ms", T_INT, 0, 60000, "N",
-     "pause after every busy step: tests, demos (default 0)"},
-    {"public-pool", T_SIZE, 0, 1L << 40, "SIZE",
-     "segment cache budget, k/m/g suffix (default 2g)"},
-    {"private-pool", T_SIZE, 0, 1L << 40, "SIZE",
-     "prefix cache (sessions, shared prompts) budget (default 1g)"},
-    {"seam", T_INT, 0, 256, "N", "default seam width (default 8)"},
-    {"prefill-workers", T_INT, 0, 64, "N",
-     "segment prefill threads; 0: in the scheduler (default 0)"},
-    {"prefill-threads", T_INT, 0, 4096, "N",
-     "OpenMP threads of each prefill worker (default 1)"},
-    {"peer-listen", T_STR, 0, 0, "HOST:PORT",
-     "serve this node's segments (and prefills) to peers (TCP)"},
-    {"peers", T_STR, 0, 0, "A,B,..",
-     "peers' --peer-listen addresses: remote prefill workers"},
-    {"peer-timeout-ms", T_INT, 1, 1 << 30, "N",
-     "one remote prefill or fetch (default 30000)"},
-    {"peer-fetch", T_INT, 0, 1, "0|1",
-     "ask the peers for a cold segment before computing it (default 0)"},
-    {"decode", T_STR, 0, 0, "FORM",
-     "recurrent | chunkwise | auto (KVBuffer; default auto)"},
-};
-
-#define N_OPTS (sizeof(opts) / sizeof(opts[0]))
-
-typedef struct {
-    const char *val[N_OPTS]; /* as given */
-    char *owned[N_OPTS];     /* values read from the config file */
-} serve_opts_t;
-
-static volatile sig_atomic_t stop_flag;
+/* Set by the handler, taken by the loop (the only thread not blocking
+ * these signals, and only while it waits). */
+static volatile sig_atomic_t sig_wake, sig_term, sig_int, sig_hup;
 
 static void on_signal(int sig)
 {
-    (void)sig;
-    stop_flag = 1;
+    if (sig == SIGTERM)
+        sig_term = 1;
+    else if (sig == SIGINT)
+        sig_int = 1;
+    else
+        sig_hup = 1;
+    sig_wake = 1;
 }
+
+/* The logger every subsystem gets (ud): lines above the level are
+ * dropped; SIGHUP may change the level while other threads log. */
+typedef struct {
+    atomic_int level;
+} serve_log_t;
 
 static void log_line(void *ud, int level, const char *msg)
 {
     static const char *names[] = {"error", "warn", "info", "debug"};
+    const serve_log_t *lg = ud;
     char ts[32];
     struct timespec now;
     struct tm tm;
-    (void)ud;
+    if (lg && level > atomic_load(&lg->level))
+        return;
     clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&now.tv_sec, &tm);
     strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
     fprintf(stderr, "%s.%03ldZ [%s] %s\n", ts, now.tv_nsec / 1000000,
             names[level < 0 || level > 3 ? 0 : level], msg);
+}
+
+static void logf_(serve_log_t *lg, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void logf_(serve_log_t *lg, int level, const char *fmt, ...)
+{
+    char msg[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    log_line(lg, level, msg);
 }
 
 /* The public pool tells the index what this node holds. */
@@ -133,119 +114,191 @@ static void after_step(void *ud, const hp_sched_stats_t *st)
     hp_index_set_load(h->index, st->live);
 }
 
-static int find_opt(const char *name)
+/* What runs, and what SIGHUP needs to change it. */
+typedef struct {
+    int argc;
+    char **argv;
+    hp_serve_cfg_t cfg; /* the settings in force */
+    serve_log_t log;
+    hp_ipc_server_t *srv;
+    hp_sched_t *sched;
+    int started_chunkwise; /* the scheduler has a KVBuffer pool */
+} serve_t;
+
+static int decode_form(const hp_serve_cfg_t *c)
 {
-    char norm[64];
-    size_t n = strlen(name);
-    if (n >= sizeof(norm))
-        return -1;
-    for (size_t i = 0; i <= n; i++)
-        norm[i] = name[i] == '_' ? '-' : name[i];
-    for (size_t i = 0; i < N_OPTS; i++)
-        if (!strcmp(opts[i].name, norm))
-            return (int)i;
-    return -1;
+    const char *d = c->str[HP_SO_DECODE];
+    return d && !strcmp(d, "recurrent") ? HP_SCHED_DECODE_RECURRENT
+                                        : HP_SCHED_DECODE_CHUNKWISE;
 }
 
-static char *trim(char *s)
+/* The reloadable settings of sv->cfg, into the running parts. */
+static void apply(serve_t *sv)
 {
-    while (*s == ' ' || *s == '\t')
-        s++;
-    char *e = s + strlen(s);
-    while (e > s &&
-           (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
-        *--e = '\0';
-    return s;
+    const hp_serve_cfg_t *c = &sv->cfg;
+    hp_error_t err;
+    hp_sched_tune_t t = {
+        .max_queue = (int)c->num[HP_SO_MAX_QUEUE],
+        .throttle_ms = (int)c->num[HP_SO_THROTTLE_MS],
+        .decode = decode_form(c),
+    };
+    atomic_store(&sv->log.level, c->log_level);
+    hp_ipc_server_set_seam(sv->srv, (int)c->num[HP_SO_SEAM]);
+    if (hp_sched_tune(sv->sched, &t, &err) != HP_OK)
+        logf_(&sv->log, HP_LOG_ERROR, "reload: %s", err.msg);
 }
 
-static int read_config(const char *path, serve_opts_t *o)
+/* SIGHUP: the flags and the file again, as at start; the changes that
+ * can apply do, the others are logged and wait for a restart. */
+static void reload(serve_t *sv)
 {
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    int lineno = 0;
-    if (!f) {
-        fprintf(stderr, "hypic-engine serve: cannot open %s: %s\n", path,
-                strerror(errno));
-        return -1;
+    hp_serve_cfg_t nc;
+    char msg[600], was[300], now[300];
+    const char *file = sv->cfg.str[HP_SO_CONFIG];
+    int applied = 0, restart = 0;
+
+    if (!file) {
+        logf_(&sv->log, HP_LOG_WARN,
+              "SIGHUP: no --config file to re-read, nothing changes");
+        return;
     }
-    while (fgets(line, sizeof(line), f)) {
-        lineno++;
-        char *s = trim(line);
-        if (!*s || *s == '#')
+    logf_(&sv->log, HP_LOG_INFO, "SIGHUP: re-reading %s", file);
+    if (hp_serve_cfg_load(&nc, sv->argc, sv->argv, msg, sizeof(msg)) != 0) {
+        logf_(&sv->log, HP_LOG_ERROR,
+              "reload failed, the running configuration stays: %s", msg);
+        hp_serve_cfg_free(&nc);
+        return;
+    }
+    for (int k = 0; k < HP_SO_N; k++) {
+        if (nc.file_ignored[k])
+            logf_(&sv->log, HP_LOG_INFO,
+                  "reload: %s in %s is ignored: the flag --%s %s wins",
+                  hp_serve_opt_name(k), file, hp_serve_opt_name(k), nc.str[k]);
+        if (k == HP_SO_CONFIG || !hp_serve_cfg_differs(&sv->cfg, &nc, k))
             continue;
-        char *v = s + strcspn(s, " \t");
-        if (*v)
-            *v++ = '\0';
-        v = trim(v);
-        int k = find_opt(s);
-        if (k < 0 || k == 0 || !*v) {
-            fprintf(stderr, "hypic-engine serve: %s:%d: %s '%s'\n", path,
-                    lineno, k > 0 ? "missing value for" : "unknown setting", s);
-            fclose(f);
-            return -1;
+        const char *name = hp_serve_opt_name(k);
+        hp_serve_cfg_text(&sv->cfg, k, was, sizeof(was));
+        hp_serve_cfg_text(&nc, k, now, sizeof(now));
+        if (!hp_serve_opt_reloadable(k) ||
+            (k == HP_SO_DECODE && !sv->started_chunkwise &&
+             decode_form(&nc) == HP_SCHED_DECODE_CHUNKWISE)) {
+            logf_(&sv->log, HP_LOG_WARN,
+                  "reload: %s %s -> %s needs a restart; it stays %s", name, was,
+                  now, was);
+            restart++;
+            continue;
         }
-        if (!o->val[k]) {
-            o->owned[k] = strdup(v);
-            o->val[k] = o->owned[k];
-        }
+        logf_(&sv->log, HP_LOG_INFO, "reload: %s %s -> %s", name, was, now);
+        hp_serve_cfg_take(&sv->cfg, &nc, k);
+        applied++;
     }
-    fclose(f);
-    return 0;
+    if (applied)
+        apply(sv);
+    logf_(&sv->log, HP_LOG_INFO,
+          "reload done: %d setting(s) applied, %d need a restart", applied,
+          restart);
+    hp_serve_cfg_free(&nc);
 }
 
-/* An integer (with k/m/g for sizes) within the option's bounds. */
-static int get_num(const serve_opts_t *o, int k, long dflt, long *out)
+/* Serves until a stop; 0 for a clean one (drained, drain timeout, or
+ * stopped at once), 1 if the loop failed. */
+static int serve_loop(serve_t *sv)
 {
-    const char *v = o->val[k];
-    char *end;
-    if (!v) {
-        *out = dflt;
-        return 0;
-    }
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (opts[k].type == T_SIZE && end != v) {
-        long mul = *end == 'k' || *end == 'K'   ? 1024
-                   : *end == 'm' || *end == 'M' ? 1024 * 1024
-                   : *end == 'g' || *end == 'G' ? 1024L * 1024 * 1024
-                                                : 1;
-        if (mul > 1) {
-            end++;
-            x = x > opts[k].hi / mul ? opts[k].hi + 1 : x * mul;
+    hp_error_t err = {0};
+    int64_t deadline = 0;
+    int draining = 0, aborted = 0;
+
+    for (;;) {
+        if (hp_ipc_server_run(sv->srv, sv->sched, &sig_wake, &err) != HP_OK) {
+            log_line(&sv->log, HP_LOG_ERROR, err.msg);
+            return 1;
         }
+        /* the signals are blocked here: nothing changes under us */
+        int term = sig_term, intr = sig_int, hup = sig_hup;
+        sig_wake = sig_term = sig_int = sig_hup = 0;
+        int64_t now = hp_ipc_server_now_ms();
+        int busy = hp_ipc_server_busy(sv->srv);
+
+        if (hup)
+            reload(sv);
+        if (intr || (term && draining)) {
+            logf_(&sv->log, HP_LOG_WARN,
+                  "%s: stopping now, %d request(s) in flight end",
+                  intr ? "SIGINT" : "second SIGTERM", busy);
+            hp_ipc_server_abort(sv->srv, "the engine was stopped before "
+                                         "the request finished");
+            return 0;
+        }
+        if (term) {
+            long ms = sv->cfg.num[HP_SO_DRAIN_TIMEOUT_MS];
+            logf_(&sv->log, HP_LOG_INFO,
+                  "SIGTERM: draining: no new requests, %d in flight may "
+                  "finish (drain timeout %ld ms; SIGTERM again or SIGINT "
+                  "stops at once)",
+                  busy, ms);
+            draining = 1;
+            deadline = now + ms;
+            hp_ipc_server_drain(sv->srv, deadline);
+            continue;
+        }
+        if (!draining)
+            continue;
+        if (busy == 0) {
+            logf_(&sv->log, HP_LOG_INFO, "drained: %s",
+                  aborted ? "the requests ended by the timeout are collected"
+                          : "every request in flight finished");
+            return 0;
+        }
+        if (now < deadline)
+            continue;
+        if (aborted) {
+            logf_(&sv->log, HP_LOG_WARN,
+                  "%d request(s) not collected by nginx; stopping anyway",
+                  busy);
+            return 0;
+        }
+        logf_(&sv->log, HP_LOG_WARN,
+              "drain timeout (%ld ms): %d request(s) still in flight",
+              sv->cfg.num[HP_SO_DRAIN_TIMEOUT_MS], busy);
+        char why[200];
+        snprintf(why, sizeof(why),
+                 "the engine shut down before the request finished (drain "
+                 "timeout, %ld ms)",
+                 sv->cfg.num[HP_SO_DRAIN_TIMEOUT_MS]);
+        hp_ipc_server_abort(sv->srv, why);
+        aborted = 1;
+        deadline = now + ABORT_GRACE_MS;
+        hp_ipc_server_drain(sv->srv, deadline);
     }
-    if (errno || end == v || *end || x < opts[k].lo || x > opts[k].hi) {
-        fprintf(stderr,
-                "hypic-engine serve: %s needs %s in [%ld, %ld], not "
-                "'%s'\n",
-                opts[k].name, opts[k].type == T_SIZE ? "a size" : "an integer",
-                opts[k].lo, opts[k].hi, v);
-        return -1;
-    }
-    *out = x;
-    return 0;
 }
 
-static void usage(void)
+/* SIGTERM, SIGINT and SIGHUP: handled, and blocked in every thread but
+ * this one's waits (*wait gets the mask to wait with). */
+static void take_signals(sigset_t *wait)
 {
-    printf("usage: hypic-engine serve [--config F] --model DIR --socket PATH "
-           "[options]\n\n");
-    for (size_t i = 0; i < N_OPTS; i++)
-        printf("  --%-17s %-10s %s\n", opts[i].name, opts[i].arg, opts[i].help);
+    sigset_t mine;
+    struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART */
+    sigemptyset(&mine);
+    sigaddset(&mine, SIGTERM);
+    sigaddset(&mine, SIGINT);
+    sigaddset(&mine, SIGHUP);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    pthread_sigmask(SIG_BLOCK, &mine, wait);
+    sigdelset(wait, SIGTERM);
+    sigdelset(wait, SIGINT);
+    sigdelset(wait, SIGHUP);
 }
-
-#define OPT(name) (o.val[find_opt(name)])
 
 int hp_cmd_serve(int argc, char **argv)
 {
-    serve_opts_t o;
+    serve_t sv = {.argc = argc, .argv = argv};
+    hp_serve_cfg_t *c = &sv.cfg;
     hp_llm_t llm;
     hp_error_t err = {0};
-    hp_ipc_server_t *srv = NULL;
-    hp_sched_t *sched = NULL;
-    char shm[HP_IPC_NAME_BYTES], model_id[HP_IPC_MODEL_BYTES];
-    long slots, batch, threads, chunk, prompt_bytes, ring, ctx, throttle;
-    long pub_bytes, priv_bytes, seam, pworkers, pthreads, ptimeout, pfetch;
+    char shm[HP_IPC_NAME_BYTES], model_id[HP_IPC_MODEL_BYTES], msg[600];
     hp_prefill_pool_t *prefill = NULL;
     hp_peer_server_t *peer = NULL;
     char *peer_list = NULL;
@@ -253,74 +306,43 @@ int hp_cmd_serve(int argc, char **argv)
     int n_peers = 0;
     hp_cache_t cache = {NULL, NULL};
     hp_index_t *index = NULL;
-    int rc = 0;
+    sigset_t wait_mask;
+    int rc = hp_serve_cfg_load(c, argc, argv, msg, sizeof(msg));
 
-    memset(&o, 0, sizeof(o));
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage();
-            return 0;
-        }
-        int k = strncmp(argv[i], "--", 2) ? -1 : find_opt(argv[i] + 2);
-        if (k < 0 || i + 1 >= argc) {
-            fprintf(stderr, "hypic-engine serve: %s '%s' (see --help)\n",
-                    k < 0 ? "unknown option" : "missing value for", argv[i]);
-            return 2;
-        }
-        o.val[k] = argv[++i];
+    if (rc != 0) {
+        if (rc < 0)
+            fprintf(stderr, "hypic-engine serve: %s\n", msg);
+        hp_serve_cfg_free(c);
+        return rc < 0 ? 2 : 0;
     }
-    if (o.val[0] && read_config(o.val[0], &o) != 0) {
-        rc = 2;
-        goto out;
-    }
-    if (!OPT("model") || !OPT("socket")) {
-        fprintf(stderr, "hypic-engine serve: model and socket are required "
-                        "(flags or config file)\n");
-        rc = 2;
-        goto out;
-    }
-    if (get_num(&o, find_opt("slots"), 32, &slots) ||
-        get_num(&o, find_opt("batch"), 8, &batch) ||
-        get_num(&o, find_opt("threads"), 0, &threads) ||
-        get_num(&o, find_opt("prefill-chunk"), 256, &chunk) ||
-        get_num(&o, find_opt("max-prompt-bytes"), 1024 * 1024, &prompt_bytes) ||
-        get_num(&o, find_opt("ring-bytes"), 65536, &ring) ||
-        get_num(&o, find_opt("max-context"), 0, &ctx) ||
-        get_num(&o, find_opt("throttle-ms"), 0, &throttle) ||
-        get_num(&o, find_opt("public-pool"), 2L << 30, &pub_bytes) ||
-        get_num(&o, find_opt("private-pool"), 1L << 30, &priv_bytes) ||
-        get_num(&o, find_opt("seam"), HP_SEAM_DEFAULT, &seam) ||
-        get_num(&o, find_opt("prefill-workers"), 0, &pworkers) ||
-        get_num(&o, find_opt("prefill-threads"), 1, &pthreads) ||
-        get_num(&o, find_opt("peer-timeout-ms"), 30000, &ptimeout) ||
-        get_num(&o, find_opt("peer-fetch"), 0, &pfetch)) {
-        rc = 2;
-        goto out;
-    }
-    if (OPT("peers")) {
-        peer_list = strdup(OPT("peers"));
-        for (char *sv, *t = peer_list ? strtok_r(peer_list, ",", &sv) : NULL; t;
-             t = strtok_r(NULL, ",", &sv))
+    atomic_init(&sv.log.level, c->log_level);
+    for (int k = 0; k < HP_SO_N; k++)
+        if (c->file_ignored[k])
+            logf_(&sv.log, HP_LOG_INFO, "%s in %s is ignored: the flag wins",
+                  hp_serve_opt_name(k), c->str[HP_SO_CONFIG]);
+    /* before any thread starts: they all inherit the blocked mask */
+    take_signals(&wait_mask);
+
+    long pworkers = c->num[HP_SO_PREFILL_WORKERS];
+    if (c->str[HP_SO_PEERS]) {
+        peer_list = strdup(c->str[HP_SO_PEERS]);
+        for (char *save,
+             *t = peer_list ? strtok_r(peer_list, ",", &save) : NULL;
+             t; t = strtok_r(NULL, ",", &save))
             if (*t && n_peers < HP_PREFILL_MAX_WORKERS - 1)
                 peers[n_peers++] = t;
         if (n_peers && !pworkers)
             pworkers = 1; /* a local worker to fall back on */
     }
-    if (ring & (ring - 1)) {
-        fprintf(stderr, "hypic-engine serve: ring-bytes must be a power of "
-                        "two\n");
-        rc = 2;
-        goto out;
-    }
-    const char *node = OPT("node") ? OPT("node") : "node-1";
-    if (OPT("shm"))
-        snprintf(shm, sizeof(shm), "%s", OPT("shm"));
+    const char *node = c->str[HP_SO_NODE] ? c->str[HP_SO_NODE] : "node-1";
+    if (c->str[HP_SO_SHM])
+        snprintf(shm, sizeof(shm), "%s", c->str[HP_SO_SHM]);
     else
         snprintf(shm, sizeof(shm), "/hypic-%s", node);
     /* the model id defaults to the directory's last component */
-    const char *dir = OPT("model");
-    if (OPT("model-id")) {
-        snprintf(model_id, sizeof(model_id), "%s", OPT("model-id"));
+    const char *dir = c->str[HP_SO_MODEL];
+    if (c->str[HP_SO_MODEL_ID]) {
+        snprintf(model_id, sizeof(model_id), "%s", c->str[HP_SO_MODEL_ID]);
     } else {
         size_t n = strlen(dir);
         while (n > 1 && dir[n - 1] == '/')
@@ -336,14 +358,12 @@ int hp_cmd_serve(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    char msg[1400];
-    snprintf(msg, sizeof(msg), "model %s loaded (%d layers, hidden %d)", dir,
-             llm.model.cfg.n_layers, llm.model.cfg.hidden);
-    log_line(NULL, HP_LOG_INFO, msg);
+    logf_(&sv.log, HP_LOG_INFO, "model %s loaded (%d layers, hidden %d)", dir,
+          llm.model.cfg.n_layers, llm.model.cfg.hidden);
 
-    cache.pub = hp_pool_create((size_t)pub_bytes, &err);
+    cache.pub = hp_pool_create((size_t)c->num[HP_SO_PUBLIC_POOL], &err);
     hp_prefix_cache_params_t pcp;
-    hp_prefix_cache_params_default(&pcp, (size_t)priv_bytes);
+    hp_prefix_cache_params_default(&pcp, (size_t)c->num[HP_SO_PRIVATE_POOL]);
     cache.prefix = cache.pub
                        ? hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)
                        : NULL;
@@ -352,15 +372,16 @@ int hp_cmd_serve(int argc, char **argv)
         rc = 1;
         goto free_llm;
     }
-    if (OPT("redis")) {
+    if (c->str[HP_SO_REDIS]) {
         hp_index_config_t xcfg = {
-            .redis = OPT("redis"),
+            .redis = c->str[HP_SO_REDIS],
             .model = model_id,
             .node = node,
-            .node_addr = OPT("peer-addr") ? OPT("peer-addr") : "",
+            .node_addr = c->str[HP_SO_PEER_ADDR] ? c->str[HP_SO_PEER_ADDR] : "",
             .ttl_s = 60,
             .timeout_ms = 200,
             .log = log_line,
+            .log_ud = &sv.log,
         };
         index = hp_index_start(&xcfg, &err);
         if (!index) {
@@ -371,26 +392,16 @@ int hp_cmd_serve(int argc, char **argv)
         hp_pool_set_hook(cache.pub, pool_to_index, index);
     }
 
-    const char *decode = OPT("decode") ? OPT("decode") : "auto";
-    if (strcmp(decode, "recurrent") && strcmp(decode, "chunkwise") &&
-        strcmp(decode, "auto")) {
-        fprintf(stderr,
-                "hypic-engine serve: decode is recurrent, chunkwise "
-                "or auto, not '%s'\n",
-                decode);
-        rc = 2;
-        goto free_llm;
-    }
-
     if (pworkers > 0) {
         hp_prefill_pool_cfg_t pcfg = {
             .workers = (int)pworkers,
-            .threads_per_worker = (int)pthreads,
+            .threads_per_worker = (int)c->num[HP_SO_PREFILL_THREADS],
             .peers = peers,
             .n_peers = n_peers,
-            .peer_timeout_ms = (int)ptimeout,
-            .peer_fetch = (int)pfetch,
+            .peer_timeout_ms = (int)c->num[HP_SO_PEER_TIMEOUT_MS],
+            .peer_fetch = (int)c->num[HP_SO_PEER_FETCH],
             .log = log_line,
+            .log_ud = &sv.log,
         };
         if (hp_prefill_pool_create(&prefill, &pcfg, &err) != HP_OK) {
             fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
@@ -398,13 +409,14 @@ int hp_cmd_serve(int argc, char **argv)
             goto free_llm;
         }
     }
-    if (OPT("peer-listen")) {
+    if (c->str[HP_SO_PEER_LISTEN]) {
         hp_peer_server_cfg_t pscfg = {
-            .listen = OPT("peer-listen"),
+            .listen = c->str[HP_SO_PEER_LISTEN],
             .pub = cache.pub,
             .llm = &llm,
-            .threads = (int)pthreads,
+            .threads = (int)c->num[HP_SO_PREFILL_THREADS],
             .log = log_line,
+            .log_ud = &sv.log,
         };
         peer = hp_peer_server_start(&pscfg, &err);
         if (!peer) {
@@ -412,72 +424,77 @@ int hp_cmd_serve(int argc, char **argv)
             rc = 2;
             goto free_llm;
         }
-        snprintf(msg, sizeof(msg), "peers reach this node on %s (port %d)",
-                 OPT("peer-listen"), hp_peer_server_port(peer));
-        log_line(NULL, HP_LOG_INFO, msg);
+        logf_(&sv.log, HP_LOG_INFO, "peers reach this node on %s (port %d)",
+              c->str[HP_SO_PEER_LISTEN], hp_peer_server_port(peer));
     }
 
     hp_ipc_server_cfg_t icfg = {
-        .socket_path = OPT("socket"),
+        .socket_path = c->str[HP_SO_SOCKET],
         .shm_name = shm,
         .node = node,
         .model = model_id,
-        .slots = (uint32_t)slots,
-        .input_bytes = (uint32_t)((prompt_bytes + 63) & ~63L),
-        .ring_bytes = (uint32_t)ring,
+        .slots = (uint32_t)c->num[HP_SO_SLOTS],
+        .input_bytes = (uint32_t)((c->num[HP_SO_MAX_PROMPT_BYTES] + 63) & ~63L),
+        .ring_bytes = (uint32_t)c->num[HP_SO_RING_BYTES],
         .log = log_line,
+        .log_ud = &sv.log,
         .fingerprint = llm.model.fingerprint,
+        .wait_mask = &wait_mask,
     };
+    sv.started_chunkwise = decode_form(c) == HP_SCHED_DECODE_CHUNKWISE;
     hp_sched_cfg_t scfg = {
-        .batch = (int)batch,
-        .prefill_chunk = (int)chunk,
-        .max_queue = (int)slots,
-        .max_context = (int)ctx,
-        .threads = (int)threads,
-        .throttle_ms = (int)throttle,
+        .batch = (int)c->num[HP_SO_BATCH],
+        .prefill_chunk = (int)c->num[HP_SO_PREFILL_CHUNK],
+        .max_queue = (int)c->num[HP_SO_MAX_QUEUE],
+        .max_context = (int)c->num[HP_SO_MAX_CONTEXT],
+        .threads = (int)c->num[HP_SO_THREADS],
+        .throttle_ms = (int)c->num[HP_SO_THROTTLE_MS],
         .flush = after_step,
         .cache = &cache,
-        .seam = (int)seam,
+        .seam = (int)c->num[HP_SO_SEAM],
         .prefill = prefill,
-        .decode = strcmp(decode, "recurrent") ? HP_SCHED_DECODE_CHUNKWISE
-                                              : HP_SCHED_DECODE_RECURRENT,
+        .decode = decode_form(c),
     };
-    /* no SA_RESTART: poll(2) returns on a signal and the loop ends */
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
 
-    if (hp_ipc_server_open(&srv, &icfg, &err) != HP_OK) {
+    if (hp_ipc_server_open(&sv.srv, &icfg, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;
         goto free_llm;
     }
-    step_hooks_t hooks = {srv, index};
+    step_hooks_t hooks = {sv.srv, index};
     scfg.flush_ud = &hooks;
-    if (hp_sched_create(&sched, &llm, &scfg, &err) != HP_OK) {
+    if (hp_sched_create(&sv.sched, &llm, &scfg, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;
         goto close_srv;
     }
-    snprintf(msg, sizeof(msg),
-             "serving \"%s\" on %s (node %s, shm %s, generation %llu, "
-             "%ld slots, batch %ld, prefill chunk %ld, seam %ld, pools "
-             "%ld+%ld MiB, %ld prefill workers, %d peers%s%s)",
-             model_id, OPT("socket"), node, shm,
-             (unsigned long long)hp_ipc_server_generation(srv), slots, batch,
-             chunk, seam, pub_bytes >> 20, priv_bytes >> 20, pworkers, n_peers,
-             index ? ", redis index" : "", throttle ? ", throttled" : "");
-    log_line(NULL, HP_LOG_INFO, msg);
+    hp_ipc_server_set_seam(sv.srv, (int)c->num[HP_SO_SEAM]);
+    logf_(&sv.log, HP_LOG_INFO,
+          "serving \"%s\" on %s (node %s, shm %s, generation %llu, pid %d, "
+          "%ld slots, max queue %ld, batch %ld, prefill chunk %ld, seam "
+          "%ld, decode %s, pools %ld+%ld MiB, %ld prefill workers, %d "
+          "peers%s%s)",
+          model_id, c->str[HP_SO_SOCKET], node, shm,
+          (unsigned long long)hp_ipc_server_generation(sv.srv), (int)getpid(),
+          c->num[HP_SO_SLOTS], c->num[HP_SO_MAX_QUEUE], c->num[HP_SO_BATCH],
+          c->num[HP_SO_PREFILL_CHUNK], c->num[HP_SO_SEAM],
+          c->str[HP_SO_DECODE] ? c->str[HP_SO_DECODE] : "auto",
+          c->num[HP_SO_PUBLIC_POOL] >> 20, c->num[HP_SO_PRIVATE_POOL] >> 20,
+          pworkers, n_peers, index ? ", redis index" : "",
+          c->num[HP_SO_THROTTLE_MS] ? ", throttled" : "");
 
-    if (hp_ipc_server_run(srv, sched, &stop_flag, &err) != HP_OK) {
-        log_line(NULL, HP_LOG_ERROR, err.msg);
-        rc = 1;
+    rc = serve_loop(&sv);
+    if (index) {
+        int left = hp_index_leave(index, LEAVE_MS);
+        logf_(&sv.log, left == 0 ? HP_LOG_INFO : HP_LOG_WARN, "%s",
+              left == 0 ? "left the Redis index"
+                        : "Redis did not confirm leaving the index; its "
+                          "entries expire by themselves");
     }
-    log_line(NULL, HP_LOG_INFO, "shutting down");
-    hp_sched_destroy(sched);
+    log_line(&sv.log, HP_LOG_INFO, "shutting down");
+    hp_sched_destroy(sv.sched);
 close_srv:
-    hp_ipc_server_close(srv);
+    hp_ipc_server_close(sv.srv);
 free_llm:
     hp_peer_server_stop(peer); /* after the scheduler: its jobs are gone */
     hp_prefill_pool_destroy(prefill);
@@ -487,9 +504,10 @@ free_llm:
     hp_pool_destroy(cache.pub);
     hp_prefix_cache_destroy(cache.prefix);
     hp_llm_free(&llm);
+    if (rc == 0)
+        log_line(&sv.log, HP_LOG_INFO, "exit 0");
 out:
     free(peer_list);
-    for (size_t i = 0; i < N_OPTS; i++)
-        free(o.owned[i]);
+    hp_serve_cfg_free(c);
     return rc;
 }

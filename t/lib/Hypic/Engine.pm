@@ -31,6 +31,8 @@ sub why_not {
 # socket_flag (default --socket) unless args already name one, and a
 # private --shm name unless args name one (so that suites never share a
 # segment name, nor the generation counter that goes with it).
+# wrap => [...] goes before the binary (e.g. ip netns exec NAME: a
+# command that execs it, so that pid stays the engine's).
 sub start {
     my ($class, %o) = @_;
     my $dir = private_dir('engine');
@@ -45,6 +47,7 @@ sub start {
     }
     my $self = bless { socket => $sock, dir => $dir, args => \@args,
                        env => $o{env}, shm => $shm,
+                       wrap => $o{wrap} || [],
                        timeout => $o{timeout} // 30 }, $class;
     $self->_spawn;
     return $self;
@@ -54,7 +57,8 @@ sub _spawn {
     my ($self) = @_;
     my $log = "$self->{dir}/engine.log";
     $self->{pid} = spawn(name => 'hypic-engine', env => $self->{env},
-                         cmd => [binary(), 'serve', @{ $self->{args} }],
+                         cmd => [@{ $self->{wrap} }, binary(), 'serve',
+                                 @{ $self->{args} }],
                          stdout => $log, stderr => $log);
     wait_until(cond => sub { -S $self->{socket} }, pid => $self->{pid},
                timeout => $self->{timeout})
@@ -90,6 +94,34 @@ sub restart {
 sub stop {
     my ($self) = @_;
     stop_pid(delete $self->{pid}, 'TERM', 10) if $self->{pid};
+}
+
+# Sends a signal ('HUP', 'TERM', ...) to the running engine.
+sub signal {
+    my ($self, $sig) = @_;
+    return $self->{pid} && kill($sig, $self->{pid});
+}
+
+# Waits up to $timeout seconds for the engine to exit by itself (after a
+# signal); returns its wait status ($?: 0 is exit 0), or undef if it was
+# still running and had to be killed.
+sub wait_exit {
+    my ($self, $timeout) = @_;
+    return undef unless $self->{pid};
+    return Hypic::Util::wait_exit(delete $self->{pid}, $timeout // 30);
+}
+
+# Waits up to $timeout seconds (default 20) for the log to match $re
+# $count times (default once); returns whether it did. A bound for
+# failures: the engine says when it got somewhere.
+sub log_wait {
+    my ($self, $re, $timeout, $count) = @_;
+    $count //= 1;
+    return wait_until(cond => sub {
+                          my ($text, $n) = ($self->log_text, 0);
+                          $n++ while $text =~ /$re/g;
+                          $n >= $count;
+                      }, timeout => $timeout // 20);
 }
 
 # The reference answer: what `hypic-engine generate` prints for a prompt

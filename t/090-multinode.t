@@ -4,7 +4,9 @@
 # peer transport); the answer equals the CLI's one-shot pic. Then C is
 # frozen, gets its share of a new request, and is killed while A waits on
 # it: the request completes by local recompute, with the same text, and A
-# says which peer failed. No check measures time.
+# says which peer failed. No check measures time. The nodes are
+# Hypic::Multinode's; t/091-multinode-netns.t runs these blocks again with
+# B and C in network namespaces of their own.
 
 use strict;
 use warnings;
@@ -14,33 +16,33 @@ use JSON::PP ();
 use Time::HiRes qw(sleep);
 use Hypic::Nginx;
 use Hypic::Engine;
-use Hypic::Util qw(free_port);
+use Hypic::Multinode;
 
 Hypic::Engine::Client->import(qw(open_request finish_request sse_events
                                  sse_text));
 
 our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
 
-my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL");
-unless ($why) {
+# '' when the nodes can run here (t/091 asks the same)
+sub why_not {
+    my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL");
+    return $why if $why;
     my $bin = Hypic::Engine::binary();
     my $help = `$bin serve --help 2>&1`;
-    $why = 'hypic-engine serve has no peer transport (--peer-listen)'
-        unless $help =~ /--peer-listen/;
+    return $help =~ /--peer-listen/ ? ''
+        : 'hypic-engine serve has no peer transport (--peer-listen)';
 }
+
+# t/091 sets $NETNS and runs this file's blocks (do FILE)
+our $NETNS //= 0;
+my $why = why_not();
 plan(skip_all => $why) if $why;
 
-our ($PB, $PC) = (free_port(), free_port());
-my @common = ('--model', $MODEL, '--threads', 1, '--public-pool', '64m',
-              '--private-pool', '16m');
-our $B = Hypic::Engine->start(
-    args => [@common, '--node', 'mn-b', '--peer-listen', "127.0.0.1:$PB"]);
-our $C = Hypic::Engine->start(
-    args => [@common, '--node', 'mn-c', '--peer-listen', "127.0.0.1:$PC"]);
-our $A = Hypic::Engine->start(
-    args => [@common, '--node', 'mn-a', '--prefill-workers', 1,
-             '--peers', "127.0.0.1:$PB,127.0.0.1:$PC",
-             '--peer-timeout-ms', 600000]);
+our $MN = Hypic::Multinode->start(model => $MODEL, netns => $NETNS);
+our ($A, $B, $C) = $MN->engines;
+Test::More::note("network namespaces unavailable ($MN->{why}): the "
+                 . "loopback-port variant instead")
+    if $NETNS && $MN->{mode} ne 'netns';
 
 add_vars(ENGINE => 'hypic_engine tiny unix:' . $A->socket . ' model=tiny-1;');
 
@@ -67,19 +69,6 @@ sub cli_pic {
     my ($p, $n) = @_;
     return Hypic::Engine->generate(model => $MODEL, prompt => $p,
                                    max_tokens => $n, args => ['--mode', 'pic']);
-}
-
-# pending connections in the accept queue of a listening loopback port
-sub backlog {
-    my ($port) = @_;
-    my $hex = sprintf ':%04X', $port;
-    open my $fh, '<', '/proc/net/tcp' or return -1;
-    while (my $l = <$fh>) {
-        my @f = split ' ', $l;
-        next unless $f[1] =~ /\Q$hex\E$/ && $f[3] eq '0A';
-        return hex((split /:/, $f[4])[1]);
-    }
-    return -1;
 }
 
 sub wait_for {
@@ -112,6 +101,14 @@ my $text = eval { JSON::PP->new->utf8->decode($r->{body}) }
 utf8::encode($text);
 is($text, main::cli_pic($p, 8), 'equals the CLI in pic mode');
 unlike($main::A->log_text, qr/peer \S+ failed/, 'no peer failed');
+if ($main::MN->{mode} eq 'netns') {
+    my $mn = $main::MN;
+    is($mn->netns_of($main::B->pid), $mn->{ns_b},
+       "B ran in namespace $mn->{ns_b}, at $mn->{b_peer}");
+    is($mn->netns_of($main::C->pid), $mn->{ns_c},
+       "C ran in namespace $mn->{ns_c}, at $mn->{c_peer}");
+    is($mn->netns_of($main::A->pid), '', 'A ran in the root namespace');
+}
 --- no_error_log
 [error]
 
@@ -131,7 +128,7 @@ my $h = open_request($srv->{port}, "POST /v1/completions\n"
                      . main::body(prompt => $p, max_tokens => 8,
                                   temperature => 0,
                                   stream => JSON::PP::true));
-ok(main::wait_for(sub { main::backlog($main::PC) > 0 }, 20),
+ok(main::wait_for(sub { $main::MN->c_backlog > 0 }, 20),
    'A dispatched a segment to the frozen C');
 $main::C->crash;
 my $r = finish_request($h, 30);
@@ -139,7 +136,7 @@ is($r->{status}, 200, 'the request is answered');
 my @ev = sse_events($r->{body});
 ok((grep { !ref && $_ eq '[DONE]' } @ev), 'the stream ends with [DONE]');
 is(sse_text(@ev), main::cli_pic($p, 8), 'with the CLI\'s pic text');
-like($main::A->log_text, qr/peer 127\.0\.0\.1:$main::PC failed/,
+like($main::A->log_text, qr/peer \Q$main::MN->{c_peer}\E failed/,
      'A logged which peer failed');
 ok($main::B->alive && $main::A->alive, 'A and B live on');
 --- no_error_log

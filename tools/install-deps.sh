@@ -2,6 +2,7 @@
 # Installs the Debian packages HYPIC serve builds and tests with, only the
 # ones missing, so `make run` and `make test` are the only set-up needed.
 # Idempotent: a second run with everything present touches nothing.
+# iproute2 gives `ip`, which t/091 needs for its network namespaces.
 set -euo pipefail
 
 pkgs=(
@@ -10,6 +11,7 @@ pkgs=(
     libhiredis-dev redis-server
     libcjson-dev libxxhash-dev libutf8proc-dev libopenblas-openmp-dev
     libtest-base-perl
+    iproute2
 )
 
 missing=()

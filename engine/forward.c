@@ -1,7 +1,8 @@
 /*
  * forward.c - one forward pass of the hybrid decoder (reference §5.2, §9):
  * embed; per layer pre-norm mixer (Gated DeltaNet or gated attention) and
- * pre-norm MLP (SwiGLU or MoE) with residuals; final norm; LM head.
+ * pre-norm MLP (SwiGLU or MoE) with residuals; final norm; LM head. The
+ * layer pieces are shared with the batched decode step (forward_batch.c).
  */
 #include "engine/forward.h"
 
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/forward_impl.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "kernels/cpu/hk_kvbuf.h"
 
@@ -16,38 +18,9 @@
  * ~1.5x, the sgemms being small either way. */
 #define GDN_CHUNK_DEFAULT 16
 
-/* Named activation buffers of the workspace. */
-enum {
-    B_X,
-    B_Y,
-    B_QKV,
-    B_CONV,
-    B_Q,
-    B_K,
-    B_V,
-    B_Z,
-    B_BETA,
-    B_G,
-    B_O,
-    B_P,
-    B_GATE,
-    B_UP,
-    B_SCRATCH,
-    B_ROUTE,
-    B_XG,
-    B_EO,
-    B_POS,
-    B_ROWS,
-    B_MOEIDX,
-    B_MOEW,
-    B_TC,
-    B_SPECQKV,
-    B_SPECCONV,
-    B_COUNT
-};
-
 void hp_fwd_ws_init(hp_fwd_ws_t *ws)
 {
+    memset(ws, 0, sizeof(*ws));
     ws->n = B_COUNT;
     ws->buf = calloc(B_COUNT, sizeof(*ws->buf));
     ws->cap = calloc(B_COUNT, sizeof(*ws->cap));
@@ -59,11 +32,11 @@ void hp_fwd_ws_free(hp_fwd_ws_t *ws)
         free(ws->buf[i]);
     free(ws->buf);
     free(ws->cap);
+    free(ws->spec);
     memset(ws, 0, sizeof(*ws));
 }
 
-/* Buffer `id` with room for n floats (64-byte aligned), or NULL. */
-static void *ws_get(hp_fwd_ws_t *ws, int id, size_t n)
+void *hp_fwd_buf(hp_fwd_ws_t *ws, int id, size_t n)
 {
     if (!ws->buf || !ws->cap)
         return NULL;
@@ -80,43 +53,95 @@ static void *ws_get(hp_fwd_ws_t *ws, int id, size_t n)
 
 /* ---- Gated DeltaNet mixer (reference §3) ------------------------------- */
 
-/* kvp: the sequence's KVBuffer pool when its buffers are open (DESIGN §5):
- * a decode step goes through hp_kvbuf_decode, a short prompt on a
- * state-less buffer through hp_kvbuf_prefill (KV-only), anything else
- * folds the buffer into S first and runs as before. verify: the T tokens
- * are a draft verification (hp_forward_verify): buffered as pending
- * entries, the conv run on a copy of the history, raw inputs kept. */
-static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
-                        hp_fwd_ws_t *ws, const float *y, float *x, int T,
-                        const hp_jumps_t *jumps, int chunk,
-                        hp_kvbuf_pool_t *kvp, int verify, hp_error_t *err)
+int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
+                     const float *y, int T, hp_fwd_lin_t *b, hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
-    int H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads;
-    int dk = c->lin_k_dim, dv = c->lin_v_dim, Kc = c->conv_kernel;
-    int kd = Hk * dk, vd = Hv * dv, cd = hp_cfg_conv_dim(c);
+    int H = c->hidden, Hv = c->lin_v_heads, cd = hp_cfg_conv_dim(c);
+    size_t kd = (size_t)c->lin_k_heads * c->lin_k_dim, vd = hp_cfg_value_dim(c);
 
-    float *qkv = ws_get(ws, B_QKV, (size_t)T * cd);
-    float *cv = ws_get(ws, B_CONV, (size_t)T * cd);
-    float *q = ws_get(ws, B_Q, (size_t)T * kd);
-    float *k = ws_get(ws, B_K, (size_t)T * kd);
-    float *v = ws_get(ws, B_V, (size_t)T * vd);
-    float *z = ws_get(ws, B_Z, (size_t)T * vd);
-    float *beta = ws_get(ws, B_BETA, (size_t)T * Hv);
-    float *g = ws_get(ws, B_G, (size_t)T * Hv);
-    float *o = ws_get(ws, B_O, (size_t)T * vd);
-    float *scr = ws_get(ws, B_SCRATCH, hk_gdn_chunk_scratch(Hv, dk, dv, chunk));
-    int want_tc = jumps && jumps->tc_run >= 0;
-    float *tc = want_tc ? ws_get(ws, B_TC, (size_t)Hv * dk * dk) : NULL;
-    hp_kvbuf_t *kb = kvp && sl->kvb.blocks && !jumps ? &sl->kvb : NULL;
-    float *spec_qkv = NULL, *spec_conv = NULL;
-    if (verify) {
-        spec_qkv = ws_get(ws, B_SPECQKV, (size_t)c->n_layers * T * cd);
-        spec_conv = ws_get(ws, B_SPECCONV, (size_t)cd * (Kc - 1));
+    b->qkv = hp_fwd_buf(ws, B_QKV, (size_t)T * cd);
+    b->cv = hp_fwd_buf(ws, B_CONV, (size_t)T * cd);
+    b->q = hp_fwd_buf(ws, B_Q, T * kd);
+    b->k = hp_fwd_buf(ws, B_K, T * kd);
+    b->v = hp_fwd_buf(ws, B_V, T * vd);
+    b->z = hp_fwd_buf(ws, B_Z, T * vd);
+    b->beta = hp_fwd_buf(ws, B_BETA, (size_t)T * Hv);
+    b->g = hp_fwd_buf(ws, B_G, (size_t)T * Hv);
+    b->o = hp_fwd_buf(ws, B_O, T * vd);
+    if (!b->qkv || !b->cv || !b->q || !b->k || !b->v || !b->z || !b->beta ||
+        !b->g || !b->o)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+
+    hk_matmul(b->qkv, y, w->in_qkv.w, T, H, cd);
+    hk_matmul(b->z, y, w->in_z.w, T, H, (int)vd);
+    hk_matmul(b->beta, y, w->in_b.w, T, H, Hv);
+    hk_matmul(b->g, y, w->in_a.w, T, H, Hv);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < Hv; h++) {
+            float *bt = &b->beta[(size_t)t * Hv + h];
+            float *gt = &b->g[(size_t)t * Hv + h];
+            *bt = hk_sigmoid(*bt);
+            *gt = hk_math_gdn_gate(*gt, w->A_log[h], w->dt_bias[h]);
+        }
     }
-    if (!qkv || !cv || !q || !k || !v || !z || !beta || !g || !o || !scr ||
-        (want_tc && !tc) || (verify && (!spec_qkv || !spec_conv)))
+    return HP_OK;
+}
+
+void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                     float *hist, int start, int end)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
+    int kd = Hk * dk, vd = hp_cfg_value_dim(c), n = end - start;
+
+    hk_conv1d_silu(b->cv + (size_t)start * cd, hist,
+                   b->qkv + (size_t)start * cd, m->layers[l].conv_w, n, cd,
+                   c->conv_kernel);
+    for (int t = start; t < end; t++) {
+        const float *row = b->cv + (size_t)t * cd;
+        memcpy(b->q + (size_t)t * kd, row, kd * sizeof(float));
+        memcpy(b->k + (size_t)t * kd, row + kd, kd * sizeof(float));
+        memcpy(b->v + (size_t)t * vd, row + 2 * kd, vd * sizeof(float));
+    }
+    hk_l2norm(b->q + (size_t)start * kd, n * Hk, dk, 1e-6f,
+              1.0f / sqrtf((float)dk));
+    hk_l2norm(b->k + (size_t)start * kd, n * Hk, dk, 1e-6f, 1.0f);
+}
+
+void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
+                    int T)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
+    hk_rmsnorm_gated(b->o, b->o, b->z, w->gnorm, T * c->lin_v_heads,
+                     c->lin_v_dim, c->rms_eps);
+    hk_matmul_acc(x, b->o, w->out_proj.w, T, hp_cfg_value_dim(c), c->hidden);
+}
+
+/* kvp: the sequence's KVBuffer pool when its buffers are open (DESIGN §5):
+ * a decode step goes through hp_kvbuf_decode, a short prompt on a
+ * state-less buffer through hp_kvbuf_prefill (KV-only), anything else
+ * folds the buffer into S first and runs as before. (Draft verification
+ * is forward_batch.c's.) */
+static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
+                        hp_fwd_ws_t *ws, const float *y, float *x, int T,
+                        const hp_jumps_t *jumps, int chunk,
+                        hp_kvbuf_pool_t *kvp, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int Hk = c->lin_k_heads, Hv = c->lin_v_heads;
+    int dk = c->lin_k_dim, dv = c->lin_v_dim;
+    int kd = Hk * dk, vd = Hv * dv;
+    hp_fwd_lin_t b;
+
+    float *scr =
+        hp_fwd_buf(ws, B_SCRATCH, hk_gdn_chunk_scratch(Hv, dk, dv, chunk));
+    int want_tc = jumps && jumps->tc_run >= 0;
+    float *tc = want_tc ? hp_fwd_buf(ws, B_TC, (size_t)Hv * dk * dk) : NULL;
+    hp_kvbuf_t *kb = kvp && sl->kvb.blocks && !jumps ? &sl->kvb : NULL;
+    if (!scr || (want_tc && !tc))
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
     if (kvp && sl->kvb.blocks && jumps) {
         /* PIC jumps read and write S: the buffer goes into it first. */
@@ -124,20 +149,9 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
         if (rc != HP_OK)
             return rc;
     }
-
-    hk_matmul(qkv, y, w->in_qkv.w, T, H, cd);
-    hk_matmul(z, y, w->in_z.w, T, H, vd);
-    hk_matmul(beta, y, w->in_b.w, T, H, Hv);
-    hk_matmul(g, y, w->in_a.w, T, H, Hv);
-
-    for (int t = 0; t < T; t++) {
-        for (int h = 0; h < Hv; h++) {
-            float *bt = &beta[(size_t)t * Hv + h];
-            float *gt = &g[(size_t)t * Hv + h];
-            *bt = hk_sigmoid(*bt);
-            *gt = hk_math_gdn_gate(*gt, w->A_log[h], w->dt_bias[h]);
-        }
-    }
+    int rc = hp_fwd_lin_begin(m, l, ws, y, T, &b, err);
+    if (rc != HP_OK)
+        return rc;
 
     /* Runs between jumps: conv and recurrence continue from the state the
      * previous run (or the jump) left. */
@@ -153,39 +167,14 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                     run_tc[((size_t)h * dk + i) * dk + i] = 1.0f;
         }
         if (n > 0) {
-            const float *src = qkv + (size_t)start * cd;
-            float *dst = cv + (size_t)start * cd;
-            float *hist = sl->conv;
-            if (verify) {
-                /* Drafts may be rejected: convolve on a copy of the history
-                 * and keep the raw inputs; hp_forward_accept commits the
-                 * accepted ones (hk_kvbuf_conv_commit). */
-                hist = spec_conv;
-                memcpy(hist, sl->conv, (size_t)cd * (Kc - 1) * sizeof(float));
-                memcpy(spec_qkv + (size_t)l * T * cd, qkv,
-                       (size_t)T * cd * sizeof(float));
-            }
-            hk_conv1d_silu(dst, hist, src, w->conv_w, n, cd, Kc);
-            for (int t = start; t < end; t++) {
-                memcpy(q + (size_t)t * kd, cv + (size_t)t * cd,
-                       kd * sizeof(float));
-                memcpy(k + (size_t)t * kd, cv + (size_t)t * cd + kd,
-                       kd * sizeof(float));
-                memcpy(v + (size_t)t * vd, cv + (size_t)t * cd + 2 * kd,
-                       vd * sizeof(float));
-            }
-            float *qs = q + (size_t)start * kd, *ks = k + (size_t)start * kd;
-            hk_l2norm(qs, n * Hk, dk, 1e-6f, 1.0f / sqrtf((float)dk));
-            hk_l2norm(ks, n * Hk, dk, 1e-6f, 1.0f);
-            float *os = o + (size_t)start * vd;
-            const float *vs = v + (size_t)start * vd;
-            const float *gs = g + (size_t)start * Hv;
-            const float *bs = beta + (size_t)start * Hv;
-            int rc = HP_OK;
-            if (kb && verify)
-                rc = hp_kvbuf_verify(kvp, &kb, 1, n, os, qs, ks, vs, gs, bs,
-                                     err);
-            else if (kb && n == 1)
+            hp_fwd_lin_conv(m, l, &b, sl->conv, start, end);
+            float *qs = b.q + (size_t)start * kd,
+                  *ks = b.k + (size_t)start * kd;
+            float *os = b.o + (size_t)start * vd;
+            const float *vs = b.v + (size_t)start * vd;
+            const float *gs = b.g + (size_t)start * Hv;
+            const float *bs = b.beta + (size_t)start * Hv;
+            if (kb && n == 1)
                 rc = hp_kvbuf_decode(kvp, &kb, 1, os, qs, ks, vs, gs, bs, err);
             else if (kb && !kb->S && n <= kvp->cfg.max_step &&
                      kb->len + n <= kvp->cfg.cap_kvonly)
@@ -204,23 +193,21 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                 return rc;
         }
         if (jumps && j < jumps->n) {
-            int rc = jumps->fn(jumps->ud, l, j, sl->S, sl->conv, run_tc, err);
+            rc = jumps->fn(jumps->ud, l, j, sl->S, sl->conv, run_tc, err);
             if (rc != HP_OK)
                 return rc;
         }
         start = end;
     }
-
-    hk_rmsnorm_gated(o, o, z, w->gnorm, T * Hv, dv, c->rms_eps);
-    hk_matmul_acc(x, o, w->out_proj.w, T, vd, H);
+    hp_fwd_lin_end(m, l, &b, x, T);
     return HP_OK;
 }
 
 /* ---- gated full attention (reference §4) ------------------------------- */
 
-static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
-                      hp_fwd_ws_t *ws, const float *y, float *x, const int *pos,
-                      int T, int n_ctx, hp_error_t *err)
+int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
+                     const float *y, const int *pos, int T, hp_fwd_att_t *b,
+                     hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
@@ -228,43 +215,76 @@ static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     int hd = c->head_dim;
     size_t qd = (size_t)Hq * hd, kvd = (size_t)Hkv * hd;
 
-    float *P = ws_get(ws, B_P, (size_t)T * 2 * qd);
-    float *q = ws_get(ws, B_Q, (size_t)T * qd);
-    float *gate = ws_get(ws, B_Z, (size_t)T * qd);
-    float *k = ws_get(ws, B_K, (size_t)T * kvd);
-    float *v = ws_get(ws, B_V, (size_t)T * kvd);
-    float *o = ws_get(ws, B_O, (size_t)T * qd);
-    float *scr = ws_get(ws, B_SCRATCH, hk_attention_scratch(T, n_ctx, Hq));
-    if (!P || !q || !gate || !k || !v || !o || !scr)
+    float *P = hp_fwd_buf(ws, B_P, (size_t)T * 2 * qd);
+    b->q = hp_fwd_buf(ws, B_Q, (size_t)T * qd);
+    b->gate = hp_fwd_buf(ws, B_Z, (size_t)T * qd);
+    b->k = hp_fwd_buf(ws, B_K, (size_t)T * kvd);
+    b->v = hp_fwd_buf(ws, B_V, (size_t)T * kvd);
+    b->o = hp_fwd_buf(ws, B_O, (size_t)T * qd);
+    if (!P || !b->q || !b->gate || !b->k || !b->v || !b->o)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
     hk_matmul(P, y, w->q_proj.w, T, H, 2 * (int)qd);
-    hk_matmul(k, y, w->k_proj.w, T, H, (int)kvd);
-    hk_matmul(v, y, w->v_proj.w, T, H, (int)kvd);
+    hk_matmul(b->k, y, w->k_proj.w, T, H, (int)kvd);
+    hk_matmul(b->v, y, w->v_proj.w, T, H, (int)kvd);
     /* q_proj rows are per head [query hd | gate hd] (reference §2.4). */
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hq; h++) {
             const float *src = P + (size_t)t * 2 * qd + (size_t)h * 2 * hd;
-            memcpy(q + (size_t)t * qd + (size_t)h * hd, src,
+            memcpy(b->q + (size_t)t * qd + (size_t)h * hd, src,
                    hd * sizeof(float));
-            memcpy(gate + (size_t)t * qd + (size_t)h * hd, src + hd,
+            memcpy(b->gate + (size_t)t * qd + (size_t)h * hd, src + hd,
                    hd * sizeof(float));
         }
-    hk_rmsnorm_zc(q, q, w->q_norm, T * Hq, hd, c->rms_eps);
-    hk_rmsnorm_zc(k, k, w->k_norm, T * Hkv, hd, c->rms_eps);
-    hk_rope(q, pos, T, Hq, hd, c->rotary_dim, c->rope_theta);
-    hk_rope(k, pos, T, Hkv, hd, c->rotary_dim, c->rope_theta);
-    for (int t = 0; t < T; t++) {
-        memcpy(sl->k + (size_t)pos[t] * kvd, k + (size_t)t * kvd,
+    hk_rmsnorm_zc(b->q, b->q, w->q_norm, T * Hq, hd, c->rms_eps);
+    hk_rmsnorm_zc(b->k, b->k, w->k_norm, T * Hkv, hd, c->rms_eps);
+    hk_rope(b->q, pos, T, Hq, hd, c->rotary_dim, c->rope_theta);
+    hk_rope(b->k, pos, T, Hkv, hd, c->rotary_dim, c->rope_theta);
+    return HP_OK;
+}
+
+void hp_fwd_att_seq(const hp_model_t *m, hp_seq_layer_t *sl,
+                    const hp_fwd_att_t *b, const int *pos, int row0, int T,
+                    int n_ctx, float *scratch)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int Hq = c->n_heads, hd = c->head_dim;
+    size_t qd = (size_t)Hq * hd, kvd = (size_t)c->n_kv_heads * hd;
+    for (int t = row0; t < row0 + T; t++) {
+        memcpy(sl->k + (size_t)pos[t] * kvd, b->k + (size_t)t * kvd,
                kvd * sizeof(float));
-        memcpy(sl->v + (size_t)pos[t] * kvd, v + (size_t)t * kvd,
+        memcpy(sl->v + (size_t)pos[t] * kvd, b->v + (size_t)t * kvd,
                kvd * sizeof(float));
     }
-    hk_attention(o, q, pos, sl->k, sl->v, T, n_ctx, Hq, Hkv, hd,
-                 1.0f / sqrtf((float)hd), scr);
+    hk_attention(b->o + (size_t)row0 * qd, b->q + (size_t)row0 * qd, pos + row0,
+                 sl->k, sl->v, T, n_ctx, Hq, c->n_kv_heads, hd,
+                 1.0f / sqrtf((float)hd), scratch);
+}
+
+void hp_fwd_att_end(const hp_model_t *m, int l, const hp_fwd_att_t *b, float *x,
+                    int T)
+{
+    const hp_model_config_t *c = &m->cfg;
+    size_t qd = (size_t)c->n_heads * c->head_dim;
     for (size_t i = 0; i < (size_t)T * qd; i++)
-        o[i] *= hk_sigmoid(gate[i]);
-    hk_matmul_acc(x, o, w->o_proj.w, T, (int)qd, H);
+        b->o[i] *= hk_sigmoid(b->gate[i]);
+    hk_matmul_acc(x, b->o, m->layers[l].o_proj.w, T, (int)qd, c->hidden);
+}
+
+static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
+                      hp_fwd_ws_t *ws, const float *y, float *x, const int *pos,
+                      int T, int n_ctx, hp_error_t *err)
+{
+    hp_fwd_att_t b;
+    int rc = hp_fwd_att_begin(m, l, ws, y, pos, T, &b, err);
+    float *scr = hp_fwd_buf(ws, B_SCRATCH,
+                            hk_attention_scratch(T, n_ctx, m->cfg.n_heads));
+    if (rc != HP_OK)
+        return rc;
+    if (!scr)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    hp_fwd_att_seq(m, sl, &b, pos, 0, T, n_ctx, scr);
+    hp_fwd_att_end(m, l, &b, x, T);
     return HP_OK;
 }
 
@@ -275,8 +295,8 @@ static int dense_mlp(const hp_mat_t *gw, const hp_mat_t *uw, const hp_mat_t *dw,
                      const float *row_scale, hp_error_t *err)
 {
     int I = gw->rows;
-    float *g = ws_get(ws, B_GATE, (size_t)T * I);
-    float *u = ws_get(ws, B_UP, (size_t)T * I);
+    float *g = hp_fwd_buf(ws, B_GATE, (size_t)T * I);
+    float *u = hp_fwd_buf(ws, B_UP, (size_t)T * I);
     if (!g || !u)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
     hk_matmul(g, y, gw->w, T, H, I);
@@ -296,12 +316,12 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
     int H = c->hidden, E = c->n_experts, K = c->n_experts_per_tok;
-    float *logits = ws_get(ws, B_ROUTE, (size_t)T * E);
-    float *xg = ws_get(ws, B_XG, (size_t)T * H);
-    float *eo = ws_get(ws, B_EO, (size_t)T * H);
-    float *wsel = ws_get(ws, B_MOEW, (size_t)T * K);
-    int *isel = ws_get(ws, B_MOEIDX, (size_t)T * K);
-    int *rows = ws_get(ws, B_ROWS, (size_t)T);
+    float *logits = hp_fwd_buf(ws, B_ROUTE, (size_t)T * E);
+    float *xg = hp_fwd_buf(ws, B_XG, (size_t)T * H);
+    float *eo = hp_fwd_buf(ws, B_EO, (size_t)T * H);
+    float *wsel = hp_fwd_buf(ws, B_MOEW, (size_t)T * K);
+    int *isel = hp_fwd_buf(ws, B_MOEIDX, (size_t)T * K);
+    int *rows = hp_fwd_buf(ws, B_ROWS, (size_t)T);
     if (!logits || !xg || !eo || !wsel || !isel || !rows)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
@@ -350,6 +370,18 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
     return HP_OK;
 }
 
+int hp_fwd_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y, float *x,
+               int T, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
+    hk_rmsnorm_zc(y, x, w->post_norm, T, c->hidden, c->rms_eps);
+    if (c->layer_moe[l])
+        return moe_mlp(m, l, ws, y, x, T, err);
+    return dense_mlp(&w->gate, &w->up, &w->down, ws, y, x, T, c->hidden, NULL,
+                     err);
+}
+
 /* ---- the whole model --------------------------------------------------- */
 
 int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
@@ -361,6 +393,10 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
     int H = c->hidden, rc;
     if (T <= 0)
         return hp_error_set(err, HP_EBADINPUT, "forward: no tokens");
+    if (seq->spec_T)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "forward: a verification awaits "
+                            "hp_forward_accept");
     for (int t = 0; t < T; t++)
         if (ids[t] < 0 || ids[t] >= c->vocab_size)
             return hp_error_set(err, HP_EBADINPUT,
@@ -368,9 +404,9 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                                 ids[t], c->vocab_size);
 
     /* positions: given, or continuing the sequence */
-    int *pos = ws_get(ws, B_POS, (size_t)T);
-    float *x = ws_get(ws, B_X, (size_t)T * H);
-    float *y = ws_get(ws, B_Y, (size_t)T * H);
+    int *pos = hp_fwd_buf(ws, B_POS, (size_t)T);
+    float *x = hp_fwd_buf(ws, B_X, (size_t)T * H);
+    float *y = hp_fwd_buf(ws, B_Y, (size_t)T * H);
     if (!pos || !x || !y)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
     int n_ctx = seq->n_pos;
@@ -405,18 +441,12 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         hk_rmsnorm_zc(y, x, w->input_norm, T, H, c->rms_eps);
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps, chunk,
-                              seq->kvpool, seq->spec_T > 0, err);
+                              seq->kvpool, err);
         else
             rc =
                 full_mixer(m, l, &seq->layers[l], ws, y, x, pos, T, n_ctx, err);
-        if (rc != HP_OK)
-            break;
-        hk_rmsnorm_zc(y, x, w->post_norm, T, H, c->rms_eps);
-        if (c->layer_moe[l])
-            rc = moe_mlp(m, l, ws, y, x, T, err);
-        else
-            rc = dense_mlp(&w->gate, &w->up, &w->down, ws, y, x, T, H, NULL,
-                           err);
+        if (rc == HP_OK)
+            rc = hp_fwd_mlp(m, l, ws, y, x, T, err);
     }
     if (rc != HP_OK)
         return rc;
@@ -445,54 +475,5 @@ int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         if (rc != HP_OK)
             return rc;
     }
-    return HP_OK;
-}
-
-int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
-                      const int *ids, int T, float *logits, hp_error_t *err)
-{
-    if (!seq->kvpool || seq->spec_T || T < 1 || T > seq->kvpool->cfg.max_step)
-        return hp_error_set(err, HP_EBADINPUT,
-                            "forward: verification needs open KVBuffers, no "
-                            "unresolved drafts and 1..%d tokens",
-                            seq->kvpool ? seq->kvpool->cfg.max_step : 0);
-    seq->spec_start = seq->n_pos;
-    seq->spec_T = T;
-    int rc =
-        hp_forward(m, seq, ws, ids, NULL, T, NULL, HP_LOGITS_ALL, logits, err);
-    if (rc != HP_OK) { /* drop whatever layers buffered; conv untouched */
-        for (int l = 0; l < m->cfg.n_layers; l++)
-            if (seq->layers[l].kvb.pending)
-                hp_kvbuf_truncate(seq->kvpool, &seq->layers[l].kvb, 0, NULL);
-        seq->n_pos = seq->spec_start;
-        seq->spec_T = 0;
-    }
-    return rc;
-}
-
-int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
-                      int keep, hp_error_t *err)
-{
-    const hp_model_config_t *c = &m->cfg;
-    int T = seq->spec_T, cd = hp_cfg_conv_dim(c), Kc = c->conv_kernel;
-    if (!T || keep < 0 || keep > T)
-        return hp_error_set(err, HP_EBADINPUT,
-                            "forward: accept %d of %d verified tokens", keep,
-                            T);
-    /* Same size as in the verification: the same buffer, still filled. */
-    const float *raw = ws_get(ws, B_SPECQKV, (size_t)c->n_layers * T * cd);
-    if (!raw)
-        return hp_error_set(err, HP_EINTERNAL, "forward: drafts' inputs lost");
-    for (int l = 0; l < c->n_layers; l++) {
-        hp_seq_layer_t *sl = &seq->layers[l];
-        if (!sl->kvb.blocks)
-            continue;
-        hk_kvbuf_conv_commit(sl->conv, raw + (size_t)l * T * cd, keep, cd, Kc);
-        int rc = hp_kvbuf_truncate(seq->kvpool, &sl->kvb, keep, err);
-        if (rc != HP_OK)
-            return rc;
-    }
-    seq->n_pos = seq->spec_start + keep;
-    seq->spec_T = 0;
     return HP_OK;
 }

@@ -1,7 +1,8 @@
 /*
  * forward.h - the model's forward pass over a batch of tokens of one
  * sequence: prefill (many tokens, chunked GDN) and decode (one token,
- * recurrent GDN), on the CPU kernels.
+ * recurrent GDN), on the CPU kernels; and one decode step of many
+ * sequences at once (hp_forward_batch: each weight read once per step).
  *
  * Tokens carry explicit positions (RoPE and the causal mask use them) and
  * their K/V go to those positions of the sequence's cache; linear layers
@@ -18,12 +19,22 @@
 #include "engine/model.h"
 #include "engine/seq.h"
 
+/* Where a verification's raw conv inputs wait for hp_forward_accept. */
+typedef struct {
+    const void *seq; /* the hp_seq_t verified */
+    int row;         /* its first row in the saved inputs */
+} hp_fwd_spec_t;
+
 /* Activation buffers, grown on demand and reused across calls so the
- * decode loop never allocates. */
+ * decode loop never allocates. Also remembers the last batch's
+ * verifications (hp_forward_accept reads them). */
 typedef struct {
     float **buf;
     size_t *cap;
     int n;
+    hp_fwd_spec_t *spec; /* [n_spec] */
+    int n_spec, cap_spec;
+    int spec_rows; /* rows of every saved layer */
 } hp_fwd_ws_t;
 
 void hp_fwd_ws_init(hp_fwd_ws_t *ws);
@@ -61,6 +72,35 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                const int *ids, const int *pos, int T, const hp_jumps_t *jumps,
                hp_logits_mode_t mode, float *logits, hp_error_t *err);
 
+/* One sequence's part of a batched step (hp_forward_batch). */
+typedef struct {
+    hp_seq_t *seq;
+    const int *ids; /* [T] tokens, continuing at seq->n_pos */
+    int T;          /* 1, or with verify 1..the pool's max_step */
+    int verify;     /* ids = [x0, drafts]: hp_forward_accept must follow */
+    /* out */
+    float *logits;  /* [T, vocab] in ws (the caller may overwrite them),
+                       valid until ws's next use */
+    int status;     /* HP_OK, or why this sequence did not run */
+    hp_error_t err; /* status != HP_OK: the message */
+} hp_fwd_item_t;
+
+/*
+ * One step of n sequences as one pass: the projections, MLPs and LM head
+ * run as one GEMM over every row (each weight read once per step); conv,
+ * recurrence and attention run per sequence, the KVBuffer decode steps of
+ * sequences sharing a pool in one hp_kvbuf_decode call. A sequence's
+ * results equal its own hp_forward's to f32 rounding (GEMM vs GEMV sums).
+ *
+ * Each item is checked first (tokens, positions, KVBuffer room for every
+ * layer): one that fails gets status/err and is left out, unchanged. An
+ * error once layers run (HP_ENOMEM) ends the step for all: the return value,
+ * verifications rolled back, other sequences left half advanced. Returns HP_OK
+ * otherwise.
+ */
+int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *items, int n,
+                     hp_fwd_ws_t *ws, hp_error_t *err);
+
 /*
  * Speculative verification through the KVBuffer (seq's buffers open,
  * hp_seq_kvbuf_open): runs ids[T] = [x0, d_1 .. d_{T-1}] (x0 the last
@@ -69,6 +109,7 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
  * final until hp_forward_accept: the linear layers hold the tokens as
  * pending buffer entries and convolve on a copy of their history. On
  * error the sequence is left as before. HP_EBADINPUT, HP_EBUSY, HP_ENOMEM.
+ * (A batch of one verify item.)
  */
 int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                       const int *ids, int T, float *logits, hp_error_t *err);
@@ -76,7 +117,8 @@ int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
  * the linear layers drop the other entries and roll their conv history
  * over the kept raw inputs only; the sequence continues at position
  * start + keep (K/V written at later positions are overwritten by the next
- * tokens). Must follow hp_forward_verify with the same ws. */
+ * tokens). Must follow the verification (hp_forward_verify, or a verify
+ * item of hp_forward_batch) with the same ws, before ws's next batch. */
 int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                       int keep, hp_error_t *err);
 

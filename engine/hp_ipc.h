@@ -65,7 +65,7 @@
 #include <stdint.h>
 
 #define HP_IPC_MAGIC   0x43495048u /* "HPIC" little-endian */
-#define HP_IPC_VERSION 2u
+#define HP_IPC_VERSION 3u
 
 #define HP_IPC_MAX_STOP    4  /* stop strings per request (OpenAI's 4) */
 #define HP_IPC_STOP_BYTES  64 /* each, at most */
@@ -103,6 +103,20 @@ enum {
 };
 
 enum { HP_IPC_EP_COMPLETIONS = 0, HP_IPC_EP_CHAT = 1 };
+
+/* decode forms (DESIGN §5): asked for in a request (SERVER: the engine's
+ * setting), reported in START and FINAL (KVONLY: what auto ran) */
+enum {
+    HP_IPC_DECODE_SERVER = 0,
+    HP_IPC_DECODE_RECURRENT = 1,
+    HP_IPC_DECODE_CHUNKWISE = 2,
+    HP_IPC_DECODE_AUTO = 3,
+    HP_IPC_DECODE_KVONLY = 4
+};
+
+/* speculative decoding asked for: the engine's setting, on, off */
+enum { HP_IPC_SPEC_SERVER = 0, HP_IPC_SPEC_ON = 1, HP_IPC_SPEC_OFF = 2 };
+#define HP_IPC_MAX_DRAFT 16 /* most drafted tokens per pass a request asks */
 
 /* finish reasons in FINAL */
 enum {
@@ -144,6 +158,10 @@ typedef struct {
     uint32_t sep_len; /* 0: do not split */
     uint32_t reserved;
     char separator[HP_IPC_SEP_BYTES];
+    uint32_t decode;      /* HP_IPC_DECODE_* asked for */
+    uint32_t speculative; /* HP_IPC_SPEC_* */
+    uint32_t max_draft;   /* 1..HP_IPC_MAX_DRAFT; 0: the engine's */
+    uint32_t reserved2;
 } hp_ipc_request_t;
 
 /* START record: the prompt is accepted and its prefill begins. */
@@ -153,7 +171,7 @@ typedef struct {
     uint32_t mode; /* the mode the engine runs */
     uint32_t segs_hit;
     uint32_t segs_total;
-    uint32_t reserved;
+    uint32_t decode;   /* HP_IPC_DECODE_* the engine runs */
     uint64_t queue_us; /* from take to admission */
 } hp_ipc_start_t;
 
@@ -171,6 +189,12 @@ typedef struct {
     uint64_t total_us; /* take to FINAL */
     char code[32];     /* error code for the client, "" if none */
     char message[256]; /* error message, NUL-terminated */
+    uint32_t decode;   /* HP_IPC_DECODE_* that ran */
+    /* speculative decoding: tokens drafted, and of those accepted (they
+     * are part of completion_tokens) */
+    uint32_t draft_tokens;
+    uint32_t accepted_tokens;
+    uint32_t reserved;
 } hp_ipc_final_t;
 
 /* Sent by the engine on every accepted connection, with the segment's fd
@@ -227,9 +251,9 @@ typedef struct {
 } hp_ipc_slot_t;
 
 /* The layout is the contract: any change here is a version bump. */
-_Static_assert(sizeof(hp_ipc_request_t) == 456, "hp_ipc_request_t layout");
+_Static_assert(sizeof(hp_ipc_request_t) == 472, "hp_ipc_request_t layout");
 _Static_assert(sizeof(hp_ipc_start_t) == 32, "hp_ipc_start_t layout");
-_Static_assert(sizeof(hp_ipc_final_t) == 336, "hp_ipc_final_t layout");
+_Static_assert(sizeof(hp_ipc_final_t) == 352, "hp_ipc_final_t layout");
 _Static_assert(sizeof(hp_ipc_hello_t) == 96, "hp_ipc_hello_t layout");
 _Static_assert(sizeof(hp_ipc_header_t) == 512, "hp_ipc_header_t layout");
 _Static_assert(offsetof(hp_ipc_header_t, health) == 248,
@@ -237,6 +261,9 @@ _Static_assert(offsetof(hp_ipc_header_t, health) == 248,
 _Static_assert(offsetof(hp_ipc_header_t, fingerprint) == 280,
                "hp_ipc_header_t layout");
 _Static_assert(sizeof(hp_ipc_slot_t) == 640, "hp_ipc_slot_t layout");
+_Static_assert(offsetof(hp_ipc_slot_t, req) + sizeof(hp_ipc_request_t) <=
+                   offsetof(hp_ipc_slot_t, head),
+               "the request stays before the ring counters");
 _Static_assert(sizeof(hp_ipc_final_t) + HP_IPC_REC_HEADER <=
                    HP_IPC_RING_RESERVE / 2,
                "FINAL fits the reserve");

@@ -288,6 +288,18 @@ void hp_ipc_server_close(hp_ipc_server_t *s)
 
 /* ---- the scheduler's callbacks (scheduler thread) -------------------- */
 
+/* Decode forms and speculation pass between the contract and the
+ * scheduler as they are. */
+_Static_assert((int)HP_IPC_DECODE_SERVER == HP_SCHED_DECODE_SERVER &&
+                   (int)HP_IPC_DECODE_RECURRENT == HP_SCHED_DECODE_RECURRENT &&
+                   (int)HP_IPC_DECODE_CHUNKWISE == HP_SCHED_DECODE_CHUNKWISE &&
+                   (int)HP_IPC_DECODE_AUTO == HP_SCHED_DECODE_AUTO &&
+                   (int)HP_IPC_DECODE_KVONLY == HP_SCHED_DECODE_KVONLY &&
+                   (int)HP_IPC_SPEC_ON == HP_SCHED_SPEC_ON &&
+                   (int)HP_IPC_SPEC_OFF == HP_SCHED_SPEC_OFF &&
+                   HP_IPC_MAX_DRAFT == HP_SCHED_MAX_DRAFT,
+               "hp_ipc.h and sched.h agree");
+
 static void job_start(void *ud, const hp_sched_start_t *st)
 {
     job_t *j = ud;
@@ -297,6 +309,7 @@ static void job_start(void *ud, const hp_sched_start_t *st)
         .mode = (uint32_t)st->mode,
         .segs_hit = (uint32_t)st->segs_hit,
         .segs_total = (uint32_t)st->segs_total,
+        .decode = (uint32_t)st->decode,
         .queue_us = st->queue_us > 0 ? (uint64_t)st->queue_us : 0,
     };
     /* the ring is empty at admission: START always fits */
@@ -378,6 +391,9 @@ static void job_final(job_t *j, const hp_sched_final_t *f, int status,
         rec.mode = (uint32_t)f->mode;
         rec.segs_hit = (uint32_t)f->segs_hit;
         rec.segs_total = (uint32_t)f->segs_total;
+        rec.decode = (uint32_t)f->decode;
+        rec.draft_tokens = (uint32_t)f->draft_tokens;
+        rec.accepted_tokens = (uint32_t)f->accepted_tokens;
         rec.ttft_us = f->ttft_us > 0 ? (uint64_t)f->ttft_us : 0;
         rec.total_us = f->total_us > 0 ? (uint64_t)f->total_us : 0;
     }
@@ -615,7 +631,8 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
     if (rq.prompt_len > s->cfg.input_bytes || rq.n_stop > HP_IPC_MAX_STOP ||
         rq.sep_len > HP_IPC_SEP_BYTES || !(rq.temperature >= 0.0f) ||
         !isfinite(rq.temperature) || !(rq.top_p > 0.0f && rq.top_p <= 1.0f) ||
-        rq.top_k < 0) {
+        rq.top_k < 0 || rq.decode > HP_IPC_DECODE_AUTO ||
+        rq.speculative > HP_IPC_SPEC_OFF || rq.max_draft > HP_IPC_MAX_DRAFT) {
         refuse(s, j, HP_EBADINPUT, "malformed request in shared memory");
         return;
     }
@@ -624,6 +641,9 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
         .prompt_len = rq.prompt_len,
         .mode = (int)rq.mode,
         .seam = rq.seam <= 256 ? (int)rq.seam : s->seam,
+        .decode = (int)rq.decode, /* same numbers (asserted above) */
+        .speculative = (int)rq.speculative,
+        .max_draft = (int)rq.max_draft,
         .ops = &job_ops,
         .ud = j,
     };

@@ -1,4 +1,5 @@
-/* sched.c - continuous batching and the step-wise decoder (see sched.h). */
+/* sched.c - continuous batching (see sched.h; the step-wise decoder is
+ * sched_dec.c). */
 #include "engine/sched.h"
 
 #include <errno.h>
@@ -12,159 +13,6 @@
 #include "engine/forward.h"
 #include "engine/prompt.h"
 #include "engine/seq.h"
-
-/* ---- the step-wise decoder ------------------------------------------ */
-
-/* Length of the longest suffix of text[0..len) that is a proper prefix of
- * a stop string: that much is held back, it may still become one. */
-static size_t holdback(const hp_sched_dec_t *d, const char *text, size_t len)
-{
-    size_t best = 0;
-    for (int s = 0; s < d->n_stop; s++) {
-        size_t sl = strlen(d->stop[s]);
-        for (size_t k = sl > 1 ? sl - 1 : 0; k > best; k--)
-            if (k <= len && !memcmp(text + len - k, d->stop[s], k)) {
-                best = k;
-                break;
-            }
-    }
-    return best;
-}
-
-/* Earliest stop-string match starting at or after `from`, or -1. */
-static long find_stop(const hp_sched_dec_t *d, const char *text, size_t len,
-                      size_t from)
-{
-    long best = -1;
-    for (int s = 0; s < d->n_stop; s++) {
-        size_t sl = strlen(d->stop[s]);
-        for (size_t i = from; i + sl <= len; i++)
-            if (!memcmp(text + i, d->stop[s], sl)) {
-                if (best < 0 || (long)i < best)
-                    best = (long)i;
-                break;
-            }
-    }
-    return best;
-}
-
-static int is_stop_id(const hp_llm_t *llm, int id)
-{
-    for (int i = 0; i < llm->n_stop_ids; i++)
-        if (llm->stop_ids[i] == id)
-            return 1;
-    return 0;
-}
-
-int hp_sched_dec_init(hp_sched_dec_t *d, const hp_llm_t *llm,
-                      const hp_gen_params_t *p, hp_error_t *err)
-{
-    memset(d, 0, sizeof(*d));
-    d->llm = llm;
-    d->max_tokens = p->max_tokens < 0 ? 0 : p->max_tokens;
-    d->sampling = p->sampling;
-    d->ignore_eos = p->ignore_eos;
-    for (int i = 0; i < p->n_stop && i < HP_GEN_MAX_STOP; i++) {
-        if (!p->stop[i] || !*p->stop[i])
-            continue; /* an empty stop string would match at once */
-        d->stop[d->n_stop] = strdup(p->stop[i]);
-        if (!d->stop[d->n_stop]) {
-            hp_sched_dec_free(d);
-            return hp_error_set(err, HP_ENOMEM, "decoder: out of memory");
-        }
-        if (strlen(p->stop[i]) > d->max_stop)
-            d->max_stop = strlen(p->stop[i]);
-        d->n_stop++;
-    }
-    hp_rng_seed(&d->rng, p->sampling.seed);
-    hp_tokenizer_stream_init(&d->st);
-    d->finish = HP_FINISH_LENGTH;
-    d->last = -1;
-    return HP_OK;
-}
-
-void hp_sched_dec_free(hp_sched_dec_t *d)
-{
-    for (int i = 0; i < d->n_stop; i++)
-        free(d->stop[i]);
-    hp_tokenizer_text_free(&d->text);
-    memset(d, 0, sizeof(*d));
-}
-
-/* Ends the generation; unless a stop string ended it, a character still
- * incomplete comes out as U+FFFD and everything becomes safe. */
-static int dec_end(hp_sched_dec_t *d, hp_finish_t finish, int flush,
-                   hp_error_t *err)
-{
-    d->done = 1;
-    d->finish = finish;
-    if (flush) {
-        int rc = hp_tokenizer_stream_flush(&d->st, &d->text, err);
-        if (rc != HP_OK)
-            return rc;
-        d->safe = d->text.len;
-    }
-    return HP_OK;
-}
-
-int hp_sched_dec_push(hp_sched_dec_t *d, int t, hp_error_t *err)
-{
-    if (d->done)
-        return HP_OK;
-    if (d->n_tokens >= d->max_tokens)
-        return dec_end(d, HP_FINISH_LENGTH, 1, err);
-    if (!d->ignore_eos && is_stop_id(d->llm, t))
-        return dec_end(d, HP_FINISH_STOP, 1, err);
-    d->n_tokens++;
-    d->last = t;
-    size_t before = d->text.len;
-    int rc = hp_tokenizer_stream_push(d->llm->tok, &d->st, t, &d->text, err);
-    if (rc != HP_OK)
-        return rc;
-    size_t from = before > d->max_stop ? before - d->max_stop : 0;
-    long at = d->n_stop ? find_stop(d, d->text.data, d->text.len, from) : -1;
-    if (at >= 0) {
-        /* the stop string and whatever follows it are dropped */
-        d->safe = (size_t)at > d->shown ? (size_t)at : d->shown;
-        return dec_end(d, HP_FINISH_STOP, 0, err);
-    }
-    size_t safe = d->text.len - holdback(d, d->text.data, d->text.len);
-    if (safe > d->safe)
-        d->safe = safe;
-    if (d->n_tokens == d->max_tokens)
-        return dec_end(d, HP_FINISH_LENGTH, 1, err);
-    return HP_OK;
-}
-
-int hp_sched_dec_next(hp_sched_dec_t *d, hp_sampler_t *sm, const float *logits,
-                      int *tok, hp_error_t *err)
-{
-    *tok = -1;
-    if (d->done)
-        return HP_OK;
-    if (d->n_tokens >= d->max_tokens)
-        return dec_end(d, HP_FINISH_LENGTH, 1, err);
-    int t = hp_sample(sm, logits, &d->sampling, &d->rng);
-    int rc = hp_sched_dec_push(d, t, err);
-    if (rc == HP_OK && !d->done)
-        *tok = t;
-    return rc;
-}
-
-size_t hp_sched_dec_ready(const hp_sched_dec_t *d, const char **text)
-{
-    *text = d->text.data ? d->text.data + d->shown : "";
-    return d->safe - d->shown;
-}
-
-void hp_sched_dec_take(hp_sched_dec_t *d, size_t n)
-{
-    d->shown += n;
-    if (d->shown > d->safe)
-        d->shown = d->safe;
-}
-
-/* ---- the scheduler --------------------------------------------------- */
 
 enum { R_QUEUED, R_PREFILL, R_DECODE, R_FINISH };
 
@@ -180,8 +28,13 @@ typedef struct req {
     hp_prompt_t prompt;
     int prefilled; /* prompt tokens through the model */
     hp_seq_t seq;
-    float *logits; /* [vocab] */
+    float *logits; /* [vocab] the prompt's last */
     hp_sched_dec_t dec;
+    int ask_decode; /* HP_SCHED_DECODE_* asked for */
+    int decode;     /* the form that runs (resolved at admission) */
+    int feed;       /* token to run next, -1: sample it from logits first */
+    int ids[HP_SCHED_MAX_DRAFT + 1]; /* this step's: feed, then drafts */
+    int n_ids;
     int status;
     hp_error_t err;
     int cancelled;
@@ -204,7 +57,10 @@ struct hp_sched {
     int n_running;
     hp_fwd_ws_t ws;
     hp_sampler_t sm;
-    hp_kvbuf_pool_t kvpool; /* chunkwise decode: blocks for every request */
+    float *prob;            /* [V] scratch of sampled draft acceptance */
+    hp_fwd_item_t *items;   /* [batch] a decode step's sequences */
+    req_t **item_req;       /* [batch] ... and their requests */
+    hp_kvbuf_pool_t kvpool; /* KVBuffer decode: blocks for every request */
     int kvb;
 };
 
@@ -250,6 +106,9 @@ static void req_done(hp_sched_t *s, req_t *r)
     f.prompt_tokens = r->prompt.n;
     f.completion_tokens = r->dec.n_tokens;
     f.mode = r->mode;
+    f.decode = r->decode;
+    f.draft_tokens = r->dec.drafted;
+    f.accepted_tokens = r->dec.accepted;
     f.cached_tokens = r->ast.cached_tokens;
     f.segs_hit = r->ast.hit_segments;
     f.segs_total = r->prompt.n_segs;
@@ -304,12 +163,36 @@ static void started(req_t *r, int *produced)
         .prompt_tokens = r->prompt.n,
         .cached_tokens = r->ast.cached_tokens,
         .mode = r->mode,
+        .decode = r->decode,
         .segs_hit = r->ast.hit_segments,
         .segs_total = r->prompt.n_segs,
         .queue_us = r->t_admit - r->t_submit,
     };
     r->ops.start(r->ud, &st);
     *produced = 1;
+}
+
+/* The decode form a request runs, fixed at its admission: its own or
+ * the server's (hp_sched_tune may change that one). Speculation needs the
+ * KVBuffer, so recurrent becomes chunkwise then; auto is KV-only for a
+ * full-mode prompt within the buffer's KV-only limit. */
+static int decode_form(hp_sched_t *s, const req_t *r)
+{
+    int f = r->ask_decode;
+    if (!s->kvb)
+        return HP_SCHED_DECODE_RECURRENT;
+    if (f == HP_SCHED_DECODE_SERVER) {
+        pthread_mutex_lock(&s->mu);
+        f = s->cfg.decode;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (f != HP_SCHED_DECODE_CHUNKWISE && f != HP_SCHED_DECODE_AUTO)
+        f = r->dec.spec ? HP_SCHED_DECODE_CHUNKWISE : HP_SCHED_DECODE_RECURRENT;
+    if (f == HP_SCHED_DECODE_AUTO)
+        f = r->mode == HP_MODE_FULL && r->prompt.n <= s->kvpool.cfg.cap_kvonly
+                ? HP_SCHED_DECODE_KVONLY
+                : HP_SCHED_DECODE_CHUNKWISE;
+    return f;
 }
 
 static void admit(hp_sched_t *s, req_t *r, int *produced)
@@ -330,6 +213,14 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
         fail(r, &err);
         return;
     }
+    /* KV-only: the prompt itself goes through the buffers (opened on the
+     * empty sequence); failing that, chunkwise after the prefill */
+    r->decode = decode_form(s, r);
+    if (r->decode == HP_SCHED_DECODE_KVONLY &&
+        hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err) != HP_OK)
+        r->decode = HP_SCHED_DECODE_CHUNKWISE;
+    if (!s->kvb)
+        r->dec.spec = 0;
     /* full mode streams from the first chunk on: tell the client now;
      * the other modes know their hits only once assembled */
     if (r->mode == HP_MODE_FULL)
@@ -337,16 +228,18 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
 }
 
 /* The prefill is done: decoding continues from its state, chunkwise if
- * the server says so (a pool with no room left decodes recurrent). */
+ * the request's form says so (buffers that cannot open: recurrent, and no
+ * speculation). */
 static void to_decode(hp_sched_t *s, req_t *r)
 {
     hp_error_t err;
     r->phase = R_DECODE;
-    pthread_mutex_lock(&s->mu); /* hp_sched_tune may change it */
-    int chunkwise = s->cfg.decode == HP_SCHED_DECODE_CHUNKWISE;
-    pthread_mutex_unlock(&s->mu);
-    if (s->kvb && chunkwise && r->seq.layers)
-        hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err);
+    if (r->decode == HP_SCHED_DECODE_CHUNKWISE && r->seq.layers &&
+        !r->seq.kvpool &&
+        hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err) != HP_OK) {
+        r->decode = HP_SCHED_DECODE_RECURRENT;
+        r->dec.spec = 0;
+    }
 }
 
 /* A prefill worker published a segment (called in its thread): a
@@ -439,32 +332,105 @@ static void prefill_chunk(hp_sched_t *s, req_t *r)
     hp_error_t err = {0};
     int chunk = s->cfg.prefill_chunk, left = r->prompt.n - r->prefilled;
     int n = left < chunk ? left : chunk, last = n == left;
-    int rc = hp_forward(
-        &s->llm->model, &r->seq, &s->ws, r->prompt.ids + r->prefilled, NULL, n,
-        NULL, last ? HP_LOGITS_LAST : HP_LOGITS_NONE, r->logits, &err);
-    if (rc != HP_OK) {
-        fail(r, &err);
-        return;
+    /* a KV-only prompt goes through the buffers in pieces they take */
+    int piece = r->seq.kvpool ? s->kvpool.cfg.max_step : n;
+    for (int off = 0; off < n; off += piece) {
+        int k = n - off < piece ? n - off : piece;
+        int rc = hp_forward(
+            &s->llm->model, &r->seq, &s->ws, r->prompt.ids + r->prefilled, NULL,
+            k, NULL, last && off + k == n ? HP_LOGITS_LAST : HP_LOGITS_NONE,
+            r->logits, &err);
+        if (rc != HP_OK) {
+            fail(r, &err);
+            return;
+        }
+        r->prefilled += k;
     }
-    r->prefilled += n;
     if (last)
         to_decode(s, r);
 }
 
-static void decode_one(hp_sched_t *s, req_t *r)
+static void note_first(req_t *r)
+{
+    if (!r->t_first && r->dec.n_tokens > 0)
+        r->t_first = now_us();
+}
+
+/* What a decoding request runs this step: the token to feed (the first
+ * one sampled from the prompt's logits here) and, speculating, drafts
+ * after it. 0: nothing to run (it finished, or failed). */
+static int plan(hp_sched_t *s, req_t *r)
 {
     hp_error_t err = {0};
-    int tok;
-    int rc = hp_sched_dec_next(&r->dec, &s->sm, r->logits, &tok, &err);
-    if (rc == HP_OK && !r->t_first && r->dec.n_tokens > 0)
-        r->t_first = now_us();
-    if (rc == HP_OK && !r->dec.done)
-        rc = hp_forward(&s->llm->model, &r->seq, &s->ws, &tok, NULL, 1, NULL,
-                        HP_LOGITS_LAST, r->logits, &err);
+    int rc = HP_OK;
+    if (r->feed < 0) {
+        rc = hp_sched_dec_next(&r->dec, &s->sm, r->logits, &r->feed, &err);
+        note_first(r);
+    }
+    if (rc != HP_OK) {
+        fail(r, &err);
+        return 0;
+    }
+    if (r->dec.done || r->feed < 0) {
+        r->phase = R_FINISH;
+        return 0;
+    }
+    r->ids[0] = r->feed;
+    r->n_ids = 1;
+    if (r->seq.kvpool)
+        r->n_ids += hp_sched_dec_draft(&r->dec, r->ids + 1);
+    return 1;
+}
+
+/* After the pass: the next token, sampled now (the logits live in the
+ * workspace only until the next pass), or the drafts resolved. */
+static void resolve(hp_sched_t *s, req_t *r, hp_fwd_item_t *it)
+{
+    hp_error_t err = {0};
+    int rc = HP_OK, keep;
+    if (it->status != HP_OK) {
+        fail(r, &it->err);
+        return;
+    }
+    if (!it->verify) {
+        rc = hp_sched_dec_next(&r->dec, &s->sm, it->logits, &r->feed, &err);
+    } else {
+        rc = hp_sched_dec_accept(&r->dec, &s->sm, s->prob, it->logits,
+                                 s->llm->model.cfg.vocab_size, r->ids + 1,
+                                 it->T - 1, &keep, &r->feed, &err);
+        if (rc == HP_OK)
+            rc = hp_forward_accept(&s->llm->model, &r->seq, &s->ws, keep, &err);
+    }
+    note_first(r);
     if (rc != HP_OK)
         fail(r, &err);
     else if (r->dec.done)
         r->phase = R_FINISH;
+}
+
+/* The step of every decoding request in rs[n]: one forward pass (or, with
+ * solo_decode, one per request, as before batching). */
+static void decode_step(hp_sched_t *s, req_t **rs, int n)
+{
+    int per = s->cfg.solo_decode ? 1 : n;
+    for (int i0 = 0; i0 < n; i0 += per) {
+        hp_error_t err = {0};
+        int k = n - i0 < per ? n - i0 : per;
+        for (int i = 0; i < k; i++) {
+            req_t *r = rs[i0 + i];
+            s->items[i] = (hp_fwd_item_t){.seq = &r->seq,
+                                          .ids = r->ids,
+                                          .T = r->n_ids,
+                                          .verify = r->n_ids > 1};
+        }
+        int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
+        for (int i = 0; i < k; i++) {
+            if (rc != HP_OK)
+                fail(rs[i0 + i], &err);
+            else
+                resolve(s, rs[i0 + i], &s->items[i]);
+        }
+    }
 }
 
 /* One iteration; returns 1 if it produced output. */
@@ -517,19 +483,23 @@ static int step(hp_sched_t *s)
         }
     }
 
-    /* one token for every request past its prefill */
+    /* one token (or a verified draft run) for every request past its
+     * prefill, in one pass */
+    int n_dec = 0;
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
         if (is_cancelled(r) || r->phase == R_PREFILL)
             continue;
         if (!deliver(r, &produced))
             continue; /* its reader is behind: wait for it */
-        if (r->phase == R_DECODE) {
-            decode_one(s, r);
-            if (r->status == HP_OK)
-                deliver(r, &produced);
-        }
+        if (r->phase == R_DECODE && plan(s, r))
+            s->item_req[n_dec++] = r;
     }
+    if (n_dec)
+        decode_step(s, s->item_req, n_dec);
+    for (int i = 0; i < n_dec; i++)
+        if (s->item_req[i]->status == HP_OK)
+            deliver(s->item_req[i], &produced);
 
     /* retire the finished (text all taken), the failed and the cancelled */
     int k = 0;
@@ -666,6 +636,44 @@ static void *sched_main(void *arg)
     return NULL;
 }
 
+static void free_parts(hp_sched_t *s)
+{
+    hp_sampler_free(&s->sm);
+    hp_fwd_ws_free(&s->ws);
+    if (s->kvb)
+        hp_kvbuf_pool_free(&s->kvpool);
+    free(s->prob);
+    free(s->items);
+    free(s->item_req);
+    free(s->running);
+    free(s);
+}
+
+/* The KVBuffer pool every request's buffers come from (whatever the
+ * server's form: a request may ask for another), sized so that `batch`
+ * requests at their largest always fit: admission never waits for it. */
+static int kvbuf_pool(hp_sched_t *s, hp_error_t *err)
+{
+    const hp_model_config_t *c = &s->llm->model.cfg;
+    hp_kvbuf_config_t kc;
+    int n_lin = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        n_lin += c->layer_kind[l] == HP_LAYER_LINEAR;
+    if (n_lin == 0)
+        return HP_OK; /* nothing to buffer: every request is recurrent */
+    hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
+                            c->lin_v_dim);
+    if (kc.max_step < HP_SCHED_MAX_DRAFT + 1)
+        kc.max_step = HP_SCHED_MAX_DRAFT + 1;
+    int most = (kc.cap > kc.cap_kvonly ? kc.cap : kc.cap_kvonly) + kc.max_step;
+    kc.n_blocks = s->cfg.batch * n_lin * ((most - 1) / kc.block_tokens + 1);
+    kc.max_batch = s->cfg.batch;
+    if (hp_kvbuf_pool_init(&s->kvpool, &kc, err) != HP_OK)
+        return err->code;
+    s->kvb = 1;
+    return HP_OK;
+}
+
 int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
                     const hp_sched_cfg_t *cfg, hp_error_t *err)
 {
@@ -692,31 +700,23 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
     size_t tv = hp_tokenizer_vocab_size(llm->tok);
     int V = tv < (size_t)llm->model.cfg.vocab_size ? (int)tv
                                                    : llm->model.cfg.vocab_size;
+    if (s->cfg.max_draft <= 0)
+        s->cfg.max_draft = HP_SCHED_DRAFT_DEFAULT;
+    if (s->cfg.max_draft > HP_SCHED_MAX_DRAFT)
+        s->cfg.max_draft = HP_SCHED_MAX_DRAFT;
     s->running = calloc((size_t)s->cfg.batch, sizeof(*s->running));
+    s->items = calloc((size_t)s->cfg.batch, sizeof(*s->items));
+    s->item_req = calloc((size_t)s->cfg.batch, sizeof(*s->item_req));
+    s->prob = malloc((size_t)V * sizeof(float));
     hp_fwd_ws_init(&s->ws);
-    if (s->cfg.decode == HP_SCHED_DECODE_CHUNKWISE) {
-        const hp_model_config_t *c = &llm->model.cfg;
-        hp_kvbuf_config_t kc;
-        hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads,
-                                c->lin_k_dim, c->lin_v_dim);
-        /* a request holds at most cap + max_step entries per layer */
-        kc.n_blocks = s->cfg.batch * c->n_layers *
-                      ((kc.cap + kc.max_step) / kc.block_tokens + 2);
-        kc.max_batch = s->cfg.batch;
-        if (hp_kvbuf_pool_init(&s->kvpool, &kc, err) != HP_OK) {
-            hp_fwd_ws_free(&s->ws);
-            free(s->running);
-            free(s);
-            return err->code;
-        }
-        s->kvb = 1;
-    }
-    if (!s->running || !s->ws.buf || hp_sampler_init(&s->sm, V) != 0) {
-        hp_sampler_free(&s->sm);
-        hp_fwd_ws_free(&s->ws);
-        free(s->running);
-        free(s);
+    if (!s->running || !s->items || !s->item_req || !s->prob || !s->ws.buf ||
+        hp_sampler_init(&s->sm, V) != 0) {
+        free_parts(s);
         return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    }
+    if (kvbuf_pool(s, err) != HP_OK) {
+        free_parts(s);
+        return err->code;
     }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -725,10 +725,7 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
         pthread_cond_destroy(&s->stop_cv);
         pthread_cond_destroy(&s->cv);
         pthread_mutex_destroy(&s->mu);
-        hp_sampler_free(&s->sm);
-        hp_fwd_ws_free(&s->ws);
-        free(s->running);
-        free(s);
+        free_parts(s);
         return hp_error_set(err, HP_ENOMEM,
                             "scheduler: cannot start its thread");
     }
@@ -761,6 +758,14 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     /* generation stops at the end of the context: finish "length" */
     if (gen.max_tokens > s->cfg.max_context - r->prompt.n)
         gen.max_tokens = s->cfg.max_context - r->prompt.n;
+    /* speculative decoding: drafts from the prompt's tokens */
+    int spec = req->speculative == HP_SCHED_SPEC_ON ||
+               (req->speculative == HP_SCHED_SPEC_SERVER && s->cfg.speculative);
+    int draft = req->max_draft > 0 ? req->max_draft : s->cfg.max_draft;
+    gen.speculative =
+        spec ? (draft < HP_SCHED_MAX_DRAFT ? draft : HP_SCHED_MAX_DRAFT) : 0;
+    gen.ctx = r->prompt.ids;
+    gen.n_ctx = r->prompt.n;
     if ((rc = hp_sched_dec_init(&r->dec, s->llm, &gen, err)) != HP_OK) {
         hp_prompt_free(&r->prompt);
         free(r);
@@ -774,6 +779,9 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
             ? req->mode
             : HP_MODE_FULL;
     r->seam = req->seam >= 0 ? req->seam : s->cfg.seam;
+    r->ask_decode = req->decode;
+    r->decode = HP_SCHED_DECODE_RECURRENT;
+    r->feed = -1;
     r->phase = R_QUEUED;
     r->t_submit = now_us();
 
@@ -834,12 +842,7 @@ void hp_sched_destroy(hp_sched_t *s)
     pthread_cond_destroy(&s->stop_cv);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
-    hp_sampler_free(&s->sm);
-    hp_fwd_ws_free(&s->ws);
-    if (s->kvb)
-        hp_kvbuf_pool_free(&s->kvpool);
-    free(s->running);
-    free(s);
+    free_parts(s);
 }
 
 int hp_sched_tune(hp_sched_t *s, const hp_sched_tune_t *t, hp_error_t *err)

@@ -9,8 +9,10 @@
  * prompt therefore never freezes the streams of others: it costs them one
  * chunk per token. Requests are tokenized in the submitting thread.
  *
- * Decoding runs one hp_forward per sequence, one after the other; batching
- * the sequences of a step into one forward pass is a later optimisation.
+ * The decode tokens of a step run as one forward pass over all decoding
+ * requests (hp_forward_batch: each weight read once per step), each in its
+ * own decode form (recurrent, chunkwise, KV-only) and, speculating, as a
+ * verification of its prompt-lookup drafts.
  * Modes (assemble.h): `full` prefills in chunks; `naive`/`pic` first
  * prefill each missing segment on its own, one segment per step, then
  * assemble from the pool in one step; `prefix` resumes from the prefix
@@ -35,8 +37,25 @@
 #include "engine/prefill_pool.h"
 
 /* Decode forms (DESIGN §5): recurrent writes every state every step;
- * chunkwise (KVBuffer) defers the writes, from the prefill's state. */
-enum { HP_SCHED_DECODE_RECURRENT = 0, HP_SCHED_DECODE_CHUNKWISE = 1 };
+ * chunkwise (KVBuffer) defers the writes, from the prefill's state; auto
+ * runs a `full` prompt that fits the buffer's KV-only limit through the
+ * buffer with no state at all (reported as kv-only), else chunkwise.
+ * SERVER (0): a request takes the server's form; a server: recurrent. */
+enum {
+    HP_SCHED_DECODE_SERVER = 0,
+    HP_SCHED_DECODE_RECURRENT = 1,
+    HP_SCHED_DECODE_CHUNKWISE = 2,
+    HP_SCHED_DECODE_AUTO = 3,
+    HP_SCHED_DECODE_KVONLY = 4 /* reported only: what auto ran */
+};
+
+/* Speculative decoding per request: the server's setting, on or off. */
+enum { HP_SCHED_SPEC_SERVER = 0, HP_SCHED_SPEC_ON = 1, HP_SCHED_SPEC_OFF = 2 };
+
+/* Most tokens one speculative pass drafts (the KVBuffer pool's max_step
+ * is this + 1), and the server's default. */
+#define HP_SCHED_MAX_DRAFT     16
+#define HP_SCHED_DRAFT_DEFAULT 8
 
 /* ---- the step-wise decoder ------------------------------------------
  *
@@ -44,7 +63,8 @@ enum { HP_SCHED_DECODE_RECURRENT = 0, HP_SCHED_DECODE_CHUNKWISE = 1 };
  * many: sample from logits, stop on stop ids, stop strings or the token
  * budget, and keep the text that is safe to show (whole UTF-8 characters
  * that can no longer become part of a stop string). hp_generate's loop is
- * this decoder plus one hp_forward per token.
+ * this decoder plus one hp_forward per token (or one verification per
+ * speculative draft: hp_sched_dec_draft, hp_sched_dec_accept).
  */
 typedef struct {
     const hp_llm_t *llm;
@@ -63,9 +83,18 @@ typedef struct {
     int last;                 /* the last token counted in n_tokens, -1 */
     int done;
     hp_finish_t finish;
+    /* ids[n_prompt..n_ids): the tokens counted in n_tokens; with
+     * speculative decoding ids[0..n_prompt) is the prompt (p->ctx), the
+     * drafter looks up in all of it */
+    int *ids;
+    int n_ids, cap_ids, n_prompt;
+    int spec;     /* most drafted tokens per pass, 0: off */
+    int drafted;  /* tokens proposed by the drafter */
+    int accepted; /* ... of which accepted */
 } hp_sched_dec_t;
 
-/* Copies p (stop strings included). HP_OK or HP_ENOMEM. */
+/* Copies p (stop strings and, speculating, the prompt ids included).
+ * HP_OK or HP_ENOMEM. */
 int hp_sched_dec_init(hp_sched_dec_t *d, const hp_llm_t *llm,
                       const hp_gen_params_t *p, hp_error_t *err);
 void hp_sched_dec_free(hp_sched_dec_t *d);
@@ -84,6 +113,25 @@ int hp_sched_dec_next(hp_sched_dec_t *d, hp_sampler_t *sm, const float *logits,
  * token drawn at a rejection): the same stops and text as for a sampled
  * one. HP_OK or a tokenizer error; d->done says whether it ended. */
 int hp_sched_dec_push(hp_sched_dec_t *d, int t, hp_error_t *err);
+
+/* Speculative decoding (d->spec > 0): drafts for the pass that feeds
+ * the token just chosen, by prompt lookup (spec.h) over the prompt and the
+ * output so far; at most d->spec tokens and no more than the budget can
+ * still take. Returns the count into draft[] (0: feed the token alone). */
+int hp_sched_dec_draft(const hp_sched_dec_t *d, int *draft);
+
+/*
+ * After verifying [tok, draft[0..n)] (hp_forward_verify or a verify item
+ * of hp_forward_batch): rows [n+1] of logits with row stride `stride`
+ * (compacted in place to the sampler's V). Accepts drafts by the greedy
+ * rule (temperature 0) or the rejection rule, pushes the accepted ones and
+ * then the model's own next token. *keep: the verified tokens the sequence
+ * keeps (hp_forward_accept); *tok: the next token to feed, -1 if the
+ * generation ended. prob: scratch [V]. HP_OK or a tokenizer error.
+ */
+int hp_sched_dec_accept(hp_sched_dec_t *d, hp_sampler_t *sm, float *prob,
+                        float *rows, int stride, const int *draft, int n,
+                        int *keep, int *tok, hp_error_t *err);
 
 /* The text that is safe to show and not yet taken (*text, length). */
 size_t hp_sched_dec_ready(const hp_sched_dec_t *d, const char **text);
@@ -117,6 +165,13 @@ typedef struct {
     hp_prefill_pool_t *prefill;
     int decode; /* HP_SCHED_DECODE_*: how the linear layers decode */
     int seam;   /* default seam width (HP_SEAM_DEFAULT) */
+    /* speculative decoding (prompt-lookup drafts, spec.h) for requests
+     * that do not say: 1 on; max_draft tokens per pass (0: 8) */
+    int speculative;
+    int max_draft;
+    /* 1: one forward pass per decoding request, as before batching
+     * (benches compare); 0: one pass for all of a step's requests */
+    int solo_decode;
     /* Called in the scheduler thread after a step that produced output
      * (may be NULL): a place to send wake-ups in one go. */
     void (*flush)(void *ud, const hp_sched_stats_t *st);
@@ -126,7 +181,8 @@ typedef struct {
 typedef struct {
     int prompt_tokens;
     int cached_tokens;
-    int mode; /* the mode that runs */
+    int mode;   /* the mode that runs */
+    int decode; /* the decode form that runs (HP_SCHED_DECODE_*) */
     int segs_hit;
     int segs_total;
     int64_t queue_us;
@@ -139,6 +195,9 @@ typedef struct {
     int completion_tokens;
     int cached_tokens;
     int mode;
+    int decode;          /* the form that ran */
+    int draft_tokens;    /* speculative tokens proposed */
+    int accepted_tokens; /* ... and accepted (<= completion_tokens) */
     int segs_hit;
     int segs_total;
     int64_t ttft_us;  /* submit to first token (-1: none) */
@@ -165,7 +224,11 @@ typedef struct {
     const char *separator; /* NULL or "": the prompt is one segment */
     int mode;              /* hp_mode_t */
     int seam;              /* < 0: the scheduler's default */
-    hp_gen_params_t gen;   /* stop strings are copied */
+    int decode;            /* HP_SCHED_DECODE_* (0: the server's) */
+    int speculative;       /* HP_SCHED_SPEC_* (0: the server's) */
+    int max_draft;         /* 1..HP_SCHED_MAX_DRAFT (0: the server's) */
+    hp_gen_params_t gen;   /* stop strings are copied; speculative and
+                              ctx come from the fields above */
     const hp_sched_ops_t *ops;
     void *ud;
 } hp_sched_req_t;

@@ -66,6 +66,11 @@ static ngx_int_t ngx_http_hypic_check_completion(cJSON *json,
     ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_chat(cJSON *json,
     ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_decode(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_decode_form(cJSON *item);
+static ngx_str_t *ngx_http_hypic_decode_name(ngx_uint_t form);
+static void ngx_http_hypic_build_decode(hp_ipc_request_t *req, cJSON *json);
 static ngx_int_t ngx_http_hypic_check_extras(cJSON *json,
     ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_build(ngx_http_request_t *r,
@@ -1042,6 +1047,10 @@ ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
                                   NULL, "'ignore_eos' must be a boolean");
     }
 
+    if (ngx_http_hypic_check_decode(json, bad) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     item = cJSON_GetObjectItemCaseSensitive(json, "stream_options");
 
     if (item && !cJSON_IsNull(item)) {
@@ -1099,6 +1108,161 @@ ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * The extension object "hypic": {"decode": "recurrent"|"chunkwise"|"auto",
+ * "speculative": true|false, "max_draft": 1..16}, each optional (absent:
+ * the engine's setting). Speculative drafts are verified in the KVBuffer,
+ * so they cannot go with recurrent decoding.
+ */
+
+static ngx_int_t
+ngx_http_hypic_check_decode(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON      *opts, *item;
+    ngx_int_t   form;
+
+    opts = cJSON_GetObjectItemCaseSensitive(json, "hypic");
+
+    if (opts == NULL || cJSON_IsNull(opts)) {
+        return NGX_OK;
+    }
+
+    if (!cJSON_IsObject(opts)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "hypic", NULL,
+                                  "'hypic' must be an object with any of "
+                                  "decode, speculative, max_draft");
+    }
+
+    cJSON_ArrayForEach(item, opts) {
+        if (ngx_strcmp(item->string, "decode") != 0
+            && ngx_strcmp(item->string, "speculative") != 0
+            && ngx_strcmp(item->string, "max_draft") != 0)
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "hypic",
+                                      NULL, "'hypic.%s' is not an option: "
+                                      "'hypic' takes decode, speculative "
+                                      "and max_draft", item->string);
+        }
+    }
+
+    form = ngx_http_hypic_decode_form(
+               cJSON_GetObjectItemCaseSensitive(opts, "decode"));
+
+    if (form == NGX_ERROR) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "hypic.decode",
+                                  NULL, "'hypic.decode' must be "
+                                  "\"recurrent\", \"chunkwise\" or "
+                                  "\"auto\"");
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(opts, "speculative");
+
+    if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                  "hypic.speculative", NULL,
+                                  "'hypic.speculative' must be a boolean");
+    }
+
+    if (cJSON_IsTrue(item) && form == HP_IPC_DECODE_RECURRENT) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                  "hypic.speculative", NULL,
+                                  "'hypic.speculative' needs 'hypic.decode' "
+                                  "chunkwise or auto (drafts are verified "
+                                  "in the KVBuffer), not recurrent");
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(opts, "max_draft");
+
+    if (item && !cJSON_IsNull(item)
+        && !(cJSON_IsNumber(item) && item->valuedouble >= 1
+             && item->valuedouble <= HP_IPC_MAX_DRAFT
+             && item->valuedouble == (double) (int) item->valuedouble))
+    {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                  "hypic.max_draft", NULL,
+                                  "'hypic.max_draft' must be an integer "
+                                  "from 1 to %d", HP_IPC_MAX_DRAFT);
+    }
+
+    return NGX_OK;
+}
+
+
+/* HP_IPC_DECODE_* of a "decode" value (absent: the engine's), or
+ * NGX_ERROR */
+
+static ngx_int_t
+ngx_http_hypic_decode_form(cJSON *item)
+{
+    if (item == NULL || cJSON_IsNull(item)) {
+        return HP_IPC_DECODE_SERVER;
+    }
+
+    if (!cJSON_IsString(item)) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_strcmp(item->valuestring, "recurrent") == 0) {
+        return HP_IPC_DECODE_RECURRENT;
+    }
+
+    if (ngx_strcmp(item->valuestring, "chunkwise") == 0) {
+        return HP_IPC_DECODE_CHUNKWISE;
+    }
+
+    if (ngx_strcmp(item->valuestring, "auto") == 0) {
+        return HP_IPC_DECODE_AUTO;
+    }
+
+    return NGX_ERROR;
+}
+
+
+/* the X-Hypic-Decode value of a form the engine reports (HP_IPC_DECODE_*) */
+
+static ngx_str_t *
+ngx_http_hypic_decode_name(ngx_uint_t form)
+{
+    static ngx_str_t  names[] = {
+        ngx_string("recurrent"),           /* (none reported) */
+        ngx_string("recurrent"),           /* HP_IPC_DECODE_RECURRENT */
+        ngx_string("chunkwise"),           /* HP_IPC_DECODE_CHUNKWISE */
+        ngx_string("auto"),                /* HP_IPC_DECODE_AUTO */
+        ngx_string("kv-only")              /* HP_IPC_DECODE_KVONLY */
+    };
+
+    return &names[form <= HP_IPC_DECODE_KVONLY ? form : 0];
+}
+
+
+static void
+ngx_http_hypic_build_decode(hp_ipc_request_t *req, cJSON *json)
+{
+    cJSON  *opts, *item;
+
+    opts = cJSON_GetObjectItemCaseSensitive(json, "hypic");
+
+    if (!cJSON_IsObject(opts)) {
+        return;
+    }
+
+    req->decode = (uint32_t) ngx_http_hypic_decode_form(
+                      cJSON_GetObjectItemCaseSensitive(opts, "decode"));
+
+    item = cJSON_GetObjectItemCaseSensitive(opts, "speculative");
+
+    req->speculative = cJSON_IsTrue(item) ? HP_IPC_SPEC_ON
+                       : cJSON_IsFalse(item) ? HP_IPC_SPEC_OFF
+                                             : HP_IPC_SPEC_SERVER;
+
+    item = cJSON_GetObjectItemCaseSensitive(opts, "max_draft");
+
+    if (cJSON_IsNumber(item)) {
+        req->max_draft = (uint32_t) item->valuedouble;
+    }
 }
 
 
@@ -1182,6 +1346,8 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     }
 
     req->n_stop = (uint32_t) n;
+
+    ngx_http_hypic_build_decode(req, json);
 
     req->sep_len = (uint32_t) hlcf->separator.len;
     ngx_memcpy(req->separator, hlcf->separator.data, hlcf->separator.len);
@@ -1653,6 +1819,7 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
 
         if (!r->header_sent) {
             ctx->start.mode = ctx->final.mode;
+            ctx->start.decode = ctx->final.decode;
             ctx->start.segs_hit = ctx->final.segs_hit;
             ctx->start.segs_total = ctx->final.segs_total;
 
@@ -1737,6 +1904,16 @@ ngx_http_hypic_add_headers(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     h->hash = 1;
     ngx_str_set(&h->key, "X-Hypic-Node");
     h->value = ctx->node;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "X-Hypic-Decode");
+    h->value = *ngx_http_hypic_decode_name(ctx->started ? ctx->start.decode
+                                                        : ctx->final.decode);
 
     p = ngx_pnalloc(r->pool, 2 * NGX_INT32_LEN + 1);
     if (p == NULL) {

@@ -205,13 +205,27 @@ ngx_http_hypic_sse_error(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 u_char *
 ngx_http_hypic_usage(u_char *p, hp_ipc_final_t *final)
 {
-    return ngx_sprintf(p, "\"usage\":{\"prompt_tokens\":%uD,"
-                       "\"completion_tokens\":%uD,\"total_tokens\":%uL,"
-                       "\"prompt_tokens_details\":{\"cached_tokens\":%uD}}",
-                       final->prompt_tokens, final->completion_tokens,
-                       (uint64_t) final->prompt_tokens
-                       + final->completion_tokens,
-                       final->cached_tokens);
+    p = ngx_sprintf(p, "\"usage\":{\"prompt_tokens\":%uD,"
+                    "\"completion_tokens\":%uD,\"total_tokens\":%uL,"
+                    "\"prompt_tokens_details\":{\"cached_tokens\":%uD}",
+                    final->prompt_tokens, final->completion_tokens,
+                    (uint64_t) final->prompt_tokens + final->completion_tokens,
+                    final->cached_tokens);
+
+    /* speculative decoding, in the fields OpenAI gives predicted outputs:
+     * drafted tokens that were accepted, and those that were not */
+
+    if (final->draft_tokens) {
+        p = ngx_sprintf(p, ",\"completion_tokens_details\":"
+                        "{\"accepted_prediction_tokens\":%uD,"
+                        "\"rejected_prediction_tokens\":%uD}",
+                        final->accepted_tokens,
+                        final->draft_tokens - final->accepted_tokens);
+    }
+
+    *p++ = '}';
+
+    return p;
 }
 
 

@@ -27,7 +27,9 @@
 #define NGX_HTTP_HYPIC_USAGE_LEN                                              \
     (sizeof("\"usage\":{\"prompt_tokens\":,\"completion_tokens\":,"           \
             "\"total_tokens\":,\"prompt_tokens_details\":"                     \
-            "{\"cached_tokens\":}}") - 1 + 4 * NGX_INT64_LEN)
+            "{\"cached_tokens\":},\"completion_tokens_details\":"            \
+            "{\"accepted_prediction_tokens\":,"                               \
+            "\"rejected_prediction_tokens\":}}") - 1 + 6 * NGX_INT64_LEN)
 
 
 /*

@@ -128,8 +128,9 @@ typedef struct {
 static int decode_form(const hp_serve_cfg_t *c)
 {
     const char *d = c->str[HP_SO_DECODE];
-    return d && !strcmp(d, "recurrent") ? HP_SCHED_DECODE_RECURRENT
-                                        : HP_SCHED_DECODE_CHUNKWISE;
+    return !d || !strcmp(d, "auto")  ? HP_SCHED_DECODE_AUTO
+           : !strcmp(d, "recurrent") ? HP_SCHED_DECODE_RECURRENT
+                                     : HP_SCHED_DECODE_CHUNKWISE;
 }
 
 /* The reloadable settings of sv->cfg, into the running parts. */
@@ -441,7 +442,7 @@ int hp_cmd_serve(int argc, char **argv)
         .fingerprint = llm.model.fingerprint,
         .wait_mask = &wait_mask,
     };
-    sv.started_chunkwise = decode_form(c) == HP_SCHED_DECODE_CHUNKWISE;
+    sv.started_chunkwise = 1; /* the scheduler always has its pool */
     hp_sched_cfg_t scfg = {
         .batch = (int)c->num[HP_SO_BATCH],
         .prefill_chunk = (int)c->num[HP_SO_PREFILL_CHUNK],
@@ -454,6 +455,8 @@ int hp_cmd_serve(int argc, char **argv)
         .seam = (int)c->num[HP_SO_SEAM],
         .prefill = prefill,
         .decode = decode_form(c),
+        .speculative = (int)c->num[HP_SO_SPECULATIVE],
+        .max_draft = (int)c->num[HP_SO_MAX_DRAFT],
     };
 
     if (hp_ipc_server_open(&sv.srv, &icfg, &err) != HP_OK) {

@@ -14,6 +14,8 @@
 #include "engine/forward.h"
 #include "engine/generate.h"
 #include "engine/llm.h"
+#include "engine/pool.h"
+#include "engine/prefix_cache.h"
 #include "engine/sched.h"
 #include "t/lib/tap.h"
 
@@ -562,6 +564,168 @@ static void test_limits(void)
     hp_sched_destroy(s);
 }
 
+/* ---- decode forms, speculation and batched decode -------------------- */
+
+typedef struct {
+    const char *prompt;
+    int mode, decode, spec;
+    float temp;
+} form_req_t;
+
+/* A scheduler over fresh caches (every mode runs), with solo_decode. */
+static hp_sched_t *make_cached(int batch, int solo, hp_cache_t *cache)
+{
+    hp_sched_t *s;
+    hp_error_t err = {0};
+    hp_prefix_cache_params_t pcp;
+    hp_prefix_cache_params_default(&pcp, 64u << 20);
+    cache->pub = hp_pool_create(64u << 20, &err);
+    cache->prefix = hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err);
+    hp_sched_cfg_t cfg = {.batch = batch,
+                          .prefill_chunk = 16,
+                          .max_queue = 64,
+                          .cache = cache,
+                          .seam = -1,
+                          .max_draft = 6,
+                          .solo_decode = solo};
+    if (!cache->pub || !cache->prefix ||
+        hp_sched_create(&s, &llm, &cfg, &err) != HP_OK) {
+        tap_diag("%s", err.msg);
+        exit(1);
+    }
+    return s;
+}
+
+static void unmake_cached(hp_sched_t *s, hp_cache_t *cache)
+{
+    hp_sched_destroy(s);
+    hp_pool_destroy(cache->pub);
+    hp_prefix_cache_destroy(cache->prefix);
+}
+
+static int submit_form(hp_sched_t *s, col_t *c, const form_req_t *f, int i)
+{
+    hp_error_t err = {0};
+    hp_sched_req_t r = {.prompt = f->prompt,
+                        .prompt_len = strlen(f->prompt),
+                        .separator = "<|pic_sep|>",
+                        .mode = f->mode,
+                        .seam = -1,
+                        .decode = f->decode,
+                        .speculative = f->spec,
+                        .ops = &ops,
+                        .ud = c};
+    r.gen.max_tokens = 30;
+    r.gen.ignore_eos = 1;
+    r.gen.sampling = (hp_sampling_t){f->temp, 0, 1.0f, 500 + (uint64_t)i};
+    int rc = hp_sched_submit(s, &r, &err);
+    if (rc != HP_OK)
+        tap_diag("submit: %s", err.msg);
+    return rc;
+}
+
+/* Requests of every mode, decode form and length, with and without
+ * speculation, batched together (batch 4), against each one alone. */
+static void test_forms(void)
+{
+    static char longp[1400];
+    for (int i = 0; i < 1300; i += 13)
+        memcpy(longp + i, "a story told ", 13);
+    enum { F = HP_MODE_FULL, X = HP_MODE_PREFIX, N = HP_MODE_NAIVE };
+    enum {
+        REC = HP_SCHED_DECODE_RECURRENT,
+        CHW = HP_SCHED_DECODE_CHUNKWISE,
+        AUT = HP_SCHED_DECODE_AUTO,
+        ON = HP_SCHED_SPEC_ON
+    };
+    const char *rep = "the cat sat on the mat. the cat sat on the mat. the "
+                      "cat sat on the";
+    const char *rag = "You answer.<|pic_sep|>The cat sat on the mat; the mat "
+                      "was red.<|pic_sep|>Dogs bark at night, cats do "
+                      "not.<|pic_sep|>Where did the cat sit? the cat sat on";
+    const form_req_t reqs[] = {
+        {rep, F, REC, 0, 0},
+        {rep, F, CHW, ON, 0},
+        {rep, F, AUT, 0, 0},
+        {"the cat sat.", F, AUT, ON, 0},
+        {rag, HP_MODE_PIC, AUT, ON, 0},
+        {rag, N, CHW, 0, 0},
+        {rag, X, REC, ON, 0},
+        {longp, F, CHW, ON, 0},
+        {longp, F, REC, 0, 0},
+        {rep, F, CHW, ON, 0.8f},
+        {"the cat sat.", F, AUT, 0, 0},
+        {rag, HP_MODE_PIC, REC, 0, 0},
+    };
+    enum { NR = sizeof(reqs) / sizeof(reqs[0]) };
+    static col_t alone_c[NR];
+    hp_cache_t cache;
+
+    for (int i = 0; i < NR; i++) {
+        reset();
+        hp_sched_t *s = make_cached(1, 0, &cache);
+        submit_form(s, &cols[0], &reqs[i], i);
+        wait_for(&cols[0], is_done);
+        alone_c[i] = cols[0];
+        unmake_cached(s, &cache);
+    }
+    /* speculation and the decode form never change a greedy answer */
+    int same = 1;
+    for (int i = 0; i < NR; i++)
+        for (int j = 0; j < NR; j++)
+            if (reqs[i].prompt == reqs[j].prompt &&
+                reqs[i].mode == reqs[j].mode && !reqs[i].temp &&
+                !reqs[j].temp && strcmp(alone_c[i].text, alone_c[j].text)) {
+                same = 0;
+                tap_diag("requests %d and %d differ: \"%s\" / \"%s\"", i, j,
+                         alone_c[i].text, alone_c[j].text);
+            }
+    ok(same, "greedy text is the same in every decode form, speculative "
+             "or not");
+    int drafted = 0, acc = 0, forms = 1;
+    static const int want[NR] = {
+        REC, CHW, CHW, HP_SCHED_DECODE_KVONLY, CHW, CHW, CHW,
+        CHW, REC, CHW, HP_SCHED_DECODE_KVONLY, REC};
+    for (int i = 0; i < NR; i++) {
+        drafted += alone_c[i].fin.draft_tokens;
+        acc += alone_c[i].fin.accepted_tokens;
+        forms &= alone_c[i].fin.decode == want[i] &&
+                 (alone_c[i].fin.draft_tokens > 0) == (reqs[i].spec == ON);
+    }
+    ok(forms && acc > 0,
+       "each request reports its form; the speculative ones drafted %d "
+       "tokens, %d accepted",
+       drafted, acc);
+
+    for (int solo = 0; solo <= 1; solo++) {
+        reset();
+        hp_sched_t *s = make_cached(4, solo, &cache);
+        int bad = 0;
+        for (int i = 0; i < NR; i++)
+            bad |= submit_form(s, &cols[i], &reqs[i], i);
+        int match = !bad;
+        for (int i = 0; i < NR; i++) {
+            match &= wait_for(&cols[i], is_done);
+            if (strcmp(cols[i].text, alone_c[i].text) ||
+                cols[i].fin.completion_tokens !=
+                    alone_c[i].fin.completion_tokens ||
+                cols[i].fin.accepted_tokens != alone_c[i].fin.accepted_tokens) {
+                match = 0;
+                tap_diag("request %d: \"%s\" (%d accepted), alone \"%s\" "
+                         "(%d)",
+                         i, cols[i].text, cols[i].fin.accepted_tokens,
+                         alone_c[i].text, alone_c[i].fin.accepted_tokens);
+            }
+        }
+        ok(match, "%d requests %s give exactly their texts alone", NR,
+           solo ? "one pass each (solo_decode)" : "batched (4 per pass)");
+        hp_sched_stats_t st;
+        settled(s, &st);
+        ok(st.live == 0 && st.bytes == 0, "their memory is gone");
+        unmake_cached(s, &cache);
+    }
+}
+
 int main(void)
 {
     hp_error_t err = {0};
@@ -575,6 +739,7 @@ int main(void)
     test_backpressure();
     test_cancel();
     test_limits();
+    test_forms();
     hp_llm_free(&llm);
     return tap_done();
 }

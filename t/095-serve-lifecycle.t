@@ -239,13 +239,14 @@ ok(main::segs_of('t-life') > 0,
    'before: the index lists segments on the node (' . main::segs_of('t-life')
    . ')');
 my $h = open_request($srv->{port}, "POST /v1/completions\n"
-                     . main::body(prompt => 'Hello', max_tokens => 60,
+                     . main::body(prompt => 'Hello', max_tokens => 200,
                                   temperature => 0,
                                   ignore_eos => JSON::PP::true,
                                   stream => JSON::PP::true,
                                   stream_options => { include_usage =>
                                                       JSON::PP::true }));
-is(first_event($h)->{status}, 200, 'a 60-token stream is under way');
+# 200 throttled steps: the stream outlasts the checks below by far
+is(first_event($h)->{status}, 200, 'a 200-token stream is under way');
 ok($main::L->signal('TERM'), 'SIGTERM sent');
 ok($main::L->log_wait(qr/SIGTERM: draining: no new requests, 1 in flight may finish/),
    'the engine drains, with 1 request in flight')
@@ -265,7 +266,7 @@ my ($fin) = grep { ref && @{ $_->{choices} || [] }
 is($fin && $fin->{choices}[0]{finish_reason}, 'length',
    'finish_reason length');
 my ($usage) = grep { ref && $_->{usage} } @ev;
-is($usage && $usage->{usage}{completion_tokens}, 60, 'with all 60 tokens');
+is($usage && $usage->{usage}{completion_tokens}, 200, 'with all 200 tokens');
 is($main::L->wait_exit(30), 0, 'the engine exits 0');
 my $log = $main::L->log_text;
 like($log, qr/drained: every request in flight finished/, 'logged: drained');

@@ -11,6 +11,8 @@
  *            drain-timeout-ms the rest end with an error record
  *   SIGINT, or a second SIGTERM: stop at once (requests end in an error)
  *   SIGHUP   re-read --config; apply what can change while running
+ * While the model loads they keep their default actions (nothing to
+ * drain yet).
  */
 #include <pthread.h>
 #include <signal.h>
@@ -273,20 +275,42 @@ static int serve_loop(serve_t *sv)
     }
 }
 
-/* SIGTERM, SIGINT and SIGHUP: handled, and blocked in every thread but
- * this one's waits (*wait gets the mask to wait with). */
+static void our_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGHUP);
+}
+
+/*
+ * OpenMP's worker threads of this thread start here, with our signals
+ * blocked like every thread started later; this thread keeps them while
+ * the model loads, where the default actions (end the process) are right:
+ * there is nothing to drain yet.
+ */
+static void start_omp_blocked(void)
+{
+    sigset_t mine, old;
+    our_signals(&mine);
+    pthread_sigmask(SIG_BLOCK, &mine, &old);
+#pragma omp parallel
+    {
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
+/* From now on SIGTERM, SIGINT and SIGHUP set flags, and only this
+ * thread's waits take them (*wait: the mask to wait with). Before the
+ * other threads start: they inherit the blocked mask. */
 static void take_signals(sigset_t *wait)
 {
     sigset_t mine;
     struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART */
-    sigemptyset(&mine);
-    sigaddset(&mine, SIGTERM);
-    sigaddset(&mine, SIGINT);
-    sigaddset(&mine, SIGHUP);
+    our_signals(&mine);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
     pthread_sigmask(SIG_BLOCK, &mine, wait);
     sigdelset(wait, SIGTERM);
     sigdelset(wait, SIGINT);
@@ -321,8 +345,8 @@ int hp_cmd_serve(int argc, char **argv)
         if (c->file_ignored[k])
             logf_(&sv.log, HP_LOG_INFO, "%s in %s is ignored: the flag wins",
                   hp_serve_opt_name(k), c->str[HP_SO_CONFIG]);
-    /* before any thread starts: they all inherit the blocked mask */
-    take_signals(&wait_mask);
+    signal(SIGPIPE, SIG_IGN);
+    start_omp_blocked();
 
     long pworkers = c->num[HP_SO_PREFILL_WORKERS];
     if (c->str[HP_SO_PEERS]) {
@@ -361,6 +385,7 @@ int hp_cmd_serve(int argc, char **argv)
     }
     logf_(&sv.log, HP_LOG_INFO, "model %s loaded (%d layers, hidden %d)", dir,
           llm.model.cfg.n_layers, llm.model.cfg.hidden);
+    take_signals(&wait_mask);
 
     cache.pub = hp_pool_create((size_t)c->num[HP_SO_PUBLIC_POOL], &err);
     hp_prefix_cache_params_t pcp;

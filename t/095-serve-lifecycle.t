@@ -63,10 +63,11 @@ our $T = Hypic::Engine->start(
     args => [@common, '--node', 't-timeout', '--config', $CONF_T,
              '--slots', 4]);
 
-# U: a drain that only a second signal ends
+# U: a drain that only a second signal ends; its Redis is down
 our $U = Hypic::Engine->start(
     args => [@common, '--node', 't-stop', '--slots', 2, '--throttle-ms', 20,
-             '--drain-timeout-ms', 600000]);
+             '--drain-timeout-ms', 600000,
+             '--redis', '127.0.0.1:' . Hypic::Util::free_port()]);
 
 add_vars(map { ("ENGINE_$_->[0]" => "hypic_engine $_->[0] unix:"
                                     . $_->[1]->socket . ' model=tiny-1;') }
@@ -324,7 +325,7 @@ like($main::T->log_text,
 
 
 
-=== TEST 5: a second SIGTERM stops at once
+=== TEST 5: a second SIGTERM stops at once, also with Redis down
 --- http_config
     @ENGINE_U@
 --- config
@@ -341,6 +342,8 @@ is($main::U->wait_exit(30), 0, 'a second SIGTERM: the engine exits 0');
 like($main::U->log_text,
      qr/second SIGTERM: stopping now, 1 request\(s\) in flight end/,
      'logged: stopping now');
+like($main::U->log_text, qr/Redis did not confirm leaving the index/,
+     'Redis down: leaving the index is not confirmed, the stop goes on');
 my $r = finish_request($h, 20);
 ok($r->{complete}, 'the stream ends');
 my @ev = sse_events($r->{body});

@@ -34,11 +34,12 @@
 #include "engine/prefill_pool.h"
 #include "engine/sched.h"
 
-/* How long a stop waits for Redis to confirm the node left the index,
- * and for nginx to collect the error records of requests ended by the
- * drain timeout. */
-#define LEAVE_MS       2000
-#define ABORT_GRACE_MS 2000
+/* How long a stop waits for Redis to confirm the node left the index
+ * (a drained stop, one at once), and for nginx to collect the error
+ * records of requests ended by the drain timeout. */
+#define LEAVE_MS         2000
+#define LEAVE_AT_ONCE_MS 500
+#define ABORT_GRACE_MS   2000
 
 /* Set by the handler, taken by the loop (the only thread not blocking
  * these signals, and only while it waits). */
@@ -125,6 +126,7 @@ typedef struct {
     hp_ipc_server_t *srv;
     hp_sched_t *sched;
     int started_chunkwise; /* the scheduler has a KVBuffer pool */
+    int at_once;           /* stopped by SIGINT or a second SIGTERM */
 } serve_t;
 
 static int decode_form(const hp_serve_cfg_t *c)
@@ -230,6 +232,7 @@ static int serve_loop(serve_t *sv)
                   intr ? "SIGINT" : "second SIGTERM", busy);
             hp_ipc_server_abort(sv->srv, "the engine was stopped before "
                                          "the request finished");
+            sv->at_once = 1;
             return 0;
         }
         if (term) {
@@ -513,7 +516,8 @@ int hp_cmd_serve(int argc, char **argv)
 
     rc = serve_loop(&sv);
     if (index) {
-        int left = hp_index_leave(index, LEAVE_MS);
+        int left =
+            hp_index_leave(index, sv.at_once ? LEAVE_AT_ONCE_MS : LEAVE_MS);
         logf_(&sv.log, left == 0 ? HP_LOG_INFO : HP_LOG_WARN, "%s",
               left == 0 ? "left the Redis index"
                         : "Redis did not confirm leaving the index; its "

@@ -130,6 +130,24 @@ static int reply_ok(redisContext *c, redisReply *r)
     return ok && c->err == 0;
 }
 
+/* The replies of n pipelined commands: 1 if every one came back fine. */
+static int get_replies(redisContext *c, int n)
+{
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        redisReply *r = NULL;
+        if (redisGetReply(c, (void **)&r) != REDIS_OK)
+            return 0;
+        ok &= reply_ok(c, r);
+    }
+    return ok;
+}
+
+static void node_key(const hp_index_t *ix, char *key, size_t cap)
+{
+    snprintf(key, cap, "hypic:%s:node:%s", ix->cfg.model, ix->cfg.node);
+}
+
 static int send_seg(hp_index_t *ix, redisContext *c, const uint8_t id[16],
                     int add)
 {
@@ -148,20 +166,13 @@ static int send_seg(hp_index_t *ix, redisContext *c, const uint8_t id[16],
 static int heartbeat(hp_index_t *ix, redisContext *c, double load)
 {
     char key[512], lo[32], ts[32];
-    snprintf(key, sizeof(key), "hypic:%s:node:%s", ix->cfg.model, ix->cfg.node);
+    node_key(ix, key, sizeof(key));
     snprintf(lo, sizeof(lo), "%.3f", load);
     snprintf(ts, sizeof(ts), "%lld", (long long)time(NULL));
     redisAppendCommand(c, "HSET %s addr %s load %s ts %s", key,
                        ix->cfg.node_addr ? ix->cfg.node_addr : "", lo, ts);
     redisAppendCommand(c, "EXPIRE %s %d", key, ix->cfg.ttl_s);
-    int ok = 1;
-    for (int i = 0; i < 2; i++) {
-        redisReply *r = NULL;
-        if (redisGetReply(c, (void **)&r) != REDIS_OK)
-            return 0;
-        ok &= reply_ok(c, r);
-    }
-    return ok;
+    return get_replies(c, 2);
 }
 
 /* Sends a batch (all pending ops, or the whole held set on resync),
@@ -169,7 +180,7 @@ static int heartbeat(hp_index_t *ix, redisContext *c, double load)
 static int flush(hp_index_t *ix, redisContext *c)
 {
     op_t batch[256];
-    int n = 0, replies = 0, ok = 1, adds = 0, rems = 0;
+    int n = 0, replies = 0, adds = 0, rems = 0;
     pthread_mutex_lock(&ix->mu);
     if (ix->resync) {
         ix->resync = 0;
@@ -190,14 +201,7 @@ static int flush(hp_index_t *ix, redisContext *c)
         adds += batch[i].add;
         rems += !batch[i].add;
     }
-    for (int i = 0; i < replies; i++) {
-        redisReply *r = NULL;
-        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-            ok = 0;
-            break;
-        }
-        ok &= reply_ok(c, r);
-    }
+    int ok = get_replies(c, replies);
     pthread_mutex_lock(&ix->mu);
     if (ok) {
         ix->st.registered += adds;
@@ -209,27 +213,32 @@ static int flush(hp_index_t *ix, redisContext *c)
     return ok;
 }
 
+/* A pthread_cond_timedwait deadline ms from now. */
+static void in_ms(struct timespec *t, long ms)
+{
+    clock_gettime(CLOCK_REALTIME, t);
+    t->tv_sec += ms / 1000;
+    t->tv_nsec += (ms % 1000) * 1000000L;
+    if (t->tv_nsec >= 1000000000L) {
+        t->tv_sec++;
+        t->tv_nsec -= 1000000000L;
+    }
+}
+
 /* hp_index_leave: SREM every held segment, DEL the heartbeat. */
 static int leave(hp_index_t *ix, redisContext *c)
 {
     char key[512];
-    int replies = 1, ok = 1;
+    int replies = 1;
     pthread_mutex_lock(&ix->mu);
     for (size_t i = 0; i < ix->held.cap; i++)
         if (ix->held.used[i] == 1)
             replies += send_seg(ix, c, ix->held.ids[i], 0);
     int n = (int)ix->held.n;
     pthread_mutex_unlock(&ix->mu);
-    snprintf(key, sizeof(key), "hypic:%s:node:%s", ix->cfg.model, ix->cfg.node);
+    node_key(ix, key, sizeof(key));
     redisAppendCommand(c, "DEL %s", key);
-    for (int i = 0; i < replies; i++) {
-        redisReply *r = NULL;
-        if (redisGetReply(c, (void **)&r) != REDIS_OK) {
-            ok = 0;
-            break;
-        }
-        ok &= reply_ok(c, r);
-    }
+    int ok = get_replies(c, replies);
     if (ok)
         logf_(ix, HP_LOG_INFO,
               "index: node %s left the index (%d segment(s) removed)",
@@ -319,14 +328,7 @@ static void *run(void *arg)
         /* sleep until work arrives, the heartbeat is due, or the back-off
          * ends */
         struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        long ms = c ? 1000 : backoff;
-        until.tv_sec += ms / 1000;
-        until.tv_nsec += (ms % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        in_ms(&until, c ? 1000 : backoff);
         pthread_mutex_lock(&ix->mu);
         if (!c) { /* down: only the back-off (or stop) ends the wait, so
                    * a burst of registrations is no burst of connects */
@@ -458,13 +460,7 @@ int hp_index_leave(hp_index_t *ix, int timeout_ms)
     int rc = 0;
     if (!ix)
         return 0;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    in_ms(&until, timeout_ms);
     pthread_mutex_lock(&ix->mu);
     if (!ix->leave)
         ix->leave = 1;

@@ -19,7 +19,7 @@ use Hypic::Engine;
 use Hypic::Multinode;
 
 Hypic::Engine::Client->import(qw(open_request finish_request sse_events
-                                 sse_text));
+                                 sse_text json_body));
 
 our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
 
@@ -60,10 +60,7 @@ sub prompt {
                 'Which river runs past the mill?');
 }
 
-sub body {
-    my (%f) = @_;
-    return JSON::PP->new->canonical->encode(\%f);
-}
+sub body { json_body(@_) }
 
 sub cli_pic {
     my ($p, $n) = @_;

@@ -20,7 +20,8 @@ use Hypic::Redis;
 use Hypic::Util qw(private_dir);
 
 Hypic::Engine::Client->import(qw(open_request read_until finish_request
-                                 sse_events sse_text));
+                                 sse_events json_body json_of text_of
+                                 cached_of));
 
 our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
 
@@ -81,25 +82,7 @@ our $PIC = join($SEP, 'You answer from the documents.',
                 . 'earlier at altitude, because the air pressure is lower.',
                 'What is the capital of Zorvia?');
 
-sub body {
-    my (%f) = @_;
-    return JSON::PP->new->canonical->encode(\%f);
-}
-
-sub json_of {
-    my ($r) = @_;
-    return eval { JSON::PP->new->utf8->decode($r->{body}) } || {};
-}
-
-sub text_of {
-    my $t = json_of($_[0])->{choices}[0]{text} // '';
-    utf8::encode($t);
-    return $t;
-}
-
-sub cached_of {
-    json_of($_[0])->{usage}{prompt_tokens_details}{cached_tokens} // -1;
-}
+sub body { json_body(@_) }
 
 # a stream that lasts as long as the test needs (4000 tokens, throttled)
 sub endless {

@@ -180,7 +180,8 @@ use JSON::PP ();
 use Time::HiRes qw(time);
 
 our @EXPORT_OK = qw(open_request read_until finish_request concurrently
-                    sse_events sse_text);
+                    sse_events sse_text json_body json_of text_of
+                    cached_of);
 
 # Sends "METHOD URI\nBODY" on a new connection and returns a handle to
 # read the answer with read_until / finish_request.
@@ -241,6 +242,31 @@ sub concurrently {
     my ($port, @reqs) = @_;
     my @h = map { open_request($port, $_) } @reqs;
     return map { finish_request($_, 30) } @h;
+}
+
+# A request body: the fields as JSON, keys sorted.
+sub json_body {
+    my (%f) = @_;
+    return JSON::PP->new->canonical->encode(\%f);
+}
+
+# A response's body decoded ({} if it is not JSON); the completion's text
+# as UTF-8 bytes (as the CLI prints it); its usage's cached tokens (-1:
+# none reported).
+sub json_of {
+    my ($res) = @_;
+    return eval { JSON::PP->new->utf8->decode($res->{body}) } || {};
+}
+
+sub text_of {
+    my $t = json_of($_[0])->{choices}[0]{text} // '';
+    utf8::encode($t);
+    return $t;
+}
+
+sub cached_of {
+    return json_of($_[0])->{usage}{prompt_tokens_details}{cached_tokens}
+        // -1;
 }
 
 # The events of an SSE body: decoded JSON objects, '[DONE]', or a string

@@ -194,7 +194,8 @@ typedef struct {
      * are part of completion_tokens) */
     uint32_t draft_tokens;
     uint32_t accepted_tokens;
-    uint32_t reserved;
+    /* of cached_tokens: pulled from peers that held them (peer fetch) */
+    uint32_t fetched_tokens;
 } hp_ipc_final_t;
 
 /* Sent by the engine on every accepted connection, with the segment's fd

@@ -388,6 +388,7 @@ static void job_final(job_t *j, const hp_sched_final_t *f, int status,
         rec.prompt_tokens = (uint32_t)f->prompt_tokens;
         rec.completion_tokens = (uint32_t)f->completion_tokens;
         rec.cached_tokens = (uint32_t)f->cached_tokens;
+        rec.fetched_tokens = (uint32_t)f->fetched_tokens;
         rec.mode = (uint32_t)f->mode;
         rec.segs_hit = (uint32_t)f->segs_hit;
         rec.segs_total = (uint32_t)f->segs_total;

@@ -148,6 +148,9 @@ static int build(hp_prefill_job_t *j, int k, worker_t *wk, hp_fwd_ws_t *ws,
         if (rc == HP_OK) {
             d->fetched = 1;
             d->entry = j->ent[k] = e;
+            pp_log(pp, HP_LOG_DEBUG,
+                   "prefill: segment %d (%d tokens) fetched from peer %s",
+                   j->seg[k], s->len, pp->peers[i]);
             return HP_OK;
         }
         if (rc != HP_PEER_NOT_FOUND_RC && rc != HP_ENOMEM)
@@ -248,13 +251,14 @@ static void *worker_main(void *arg)
         } else if (d.reused) {
             j->st.reused++;
         } else {
+            long covered = s->role != HP_SEG_LEAD && j->mode == HP_MODE_PIC
+                               ? s->len - 2 * j->w
+                               : s->len;
             j->st.published++;
-            j->st.miss_tokens +=
-                s->role != HP_SEG_LEAD && j->mode == HP_MODE_PIC
-                    ? s->len - 2 * j->w
-                    : s->len;
+            j->st.miss_tokens += covered;
             j->st.remote += d.remote;
             j->st.fetched += d.fetched;
+            j->st.fetched_tokens += d.fetched ? covered : 0;
             j->st.fallbacks += d.fallback;
         }
         if (--j->pending == 0)

@@ -93,7 +93,8 @@ typedef struct {
     long miss_tokens; /* tokens the published segments cover in the
                          cache (pic: len - 2w, else len), as
                          hp_assemble_stats_t counts them */
-    double planned;   /* LPT makespan in tokens, queued work included */
+    long fetched_tokens; /* of miss_tokens: those of fetched segments */
+    double planned;      /* LPT makespan in tokens, queued work included */
     int per_worker[HP_PREFILL_MAX_WORKERS]; /* segments each got */
     int64_t wall_us; /* submit to the last segment done */
 } hp_prefill_stats_t;

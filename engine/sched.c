@@ -24,6 +24,7 @@ typedef struct req {
     int seam;
     int phase;
     hp_assemble_stats_t ast;
+    int fetched_tokens;    /* of ast.cached_tokens: pulled from peers */
     hp_prefill_job_t *job; /* cold segments on the prefill workers */
     hp_prompt_t prompt;
     int prefilled; /* prompt tokens through the model */
@@ -110,6 +111,7 @@ static void req_done(hp_sched_t *s, req_t *r)
     f.draft_tokens = r->dec.drafted;
     f.accepted_tokens = r->dec.accepted;
     f.cached_tokens = r->ast.cached_tokens;
+    f.fetched_tokens = r->fetched_tokens;
     f.segs_hit = r->ast.hit_segments;
     f.segs_total = r->prompt.n_segs;
     f.ttft_us = r->t_first ? r->t_first - r->t_submit : -1;
@@ -283,8 +285,10 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
         /* the job holds its entries until the request ends: nothing it
          * published is evicted before the assembly */
         rc = hp_prefill_job_wait(r->job, &ps, &err);
-        r->ast.miss_segments = ps.published;
-        r->ast.miss_tokens = (int)ps.miss_tokens;
+        /* a segment fetched from a peer was reused, not computed: a hit */
+        r->ast.miss_segments = ps.published - ps.fetched;
+        r->ast.miss_tokens = (int)(ps.miss_tokens - ps.fetched_tokens);
+        r->fetched_tokens = (int)ps.fetched_tokens;
     } else {
         rc = hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
                                    (hp_mode_t)r->mode, r->seam, &warm, &err);

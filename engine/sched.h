@@ -194,6 +194,7 @@ typedef struct {
     int prompt_tokens;
     int completion_tokens;
     int cached_tokens;
+    int fetched_tokens; /* of cached_tokens: pulled from peers (peer fetch) */
     int mode;
     int decode;          /* the form that ran */
     int draft_tokens;    /* speculative tokens proposed */

@@ -207,10 +207,19 @@ ngx_http_hypic_usage(u_char *p, hp_ipc_final_t *final)
 {
     p = ngx_sprintf(p, "\"usage\":{\"prompt_tokens\":%uD,"
                     "\"completion_tokens\":%uD,\"total_tokens\":%uL,"
-                    "\"prompt_tokens_details\":{\"cached_tokens\":%uD}",
+                    "\"prompt_tokens_details\":{\"cached_tokens\":%uD",
                     final->prompt_tokens, final->completion_tokens,
                     (uint64_t) final->prompt_tokens + final->completion_tokens,
                     final->cached_tokens);
+
+    /* of the cached tokens, those the engine pulled from a peer's cache
+     * (another node prefilled them): not OpenAI's, so only when there are */
+
+    if (final->fetched_tokens) {
+        p = ngx_sprintf(p, ",\"fetched_tokens\":%uD", final->fetched_tokens);
+    }
+
+    *p++ = '}';
 
     /* speculative decoding, in the fields OpenAI gives predicted outputs:
      * drafted tokens that were accepted, and those that were not */

@@ -26,10 +26,11 @@
 /* the longest "usage":{...} object ngx_http_hypic_usage() writes */
 #define NGX_HTTP_HYPIC_USAGE_LEN                                              \
     (sizeof("\"usage\":{\"prompt_tokens\":,\"completion_tokens\":,"           \
-            "\"total_tokens\":,\"prompt_tokens_details\":"                     \
-            "{\"cached_tokens\":},\"completion_tokens_details\":"            \
+            "\"total_tokens\":,\"prompt_tokens_details\":"                    \
+            "{\"cached_tokens\":,\"fetched_tokens\":},"                       \
+            "\"completion_tokens_details\":"                                  \
             "{\"accepted_prediction_tokens\":,"                               \
-            "\"rejected_prediction_tokens\":}}") - 1 + 6 * NGX_INT64_LEN)
+            "\"rejected_prediction_tokens\":}}") - 1 + 7 * NGX_INT64_LEN)
 
 
 /*

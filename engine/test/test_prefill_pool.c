@@ -250,6 +250,9 @@ static void check_peers(ctx_t *x, const hp_prompt_t *p, const float *ls)
     ok(rc == HP_OK && ps.fetched == 5 && st.miss_segments == 0 &&
            !memcmp(l2, ls, x->V * 4),
        "peer_fetch: all 5 pulled from the peer that held them, same bits");
+    ok(ps.miss_tokens > 0 && ps.fetched_tokens == ps.miss_tokens,
+       "peer_fetch: their %ld cached tokens counted as fetched",
+       ps.fetched_tokens);
     hp_prefill_pool_destroy(pp);
     hp_peer_server_stop(srv);
 

@@ -2,15 +2,19 @@ package Hypic::Multinode;
 
 # The three nodes of the multi-node suites (DESIGN §7): engines B and C
 # serve their segments and prefills to peers (--peer-listen), engine A
-# serves nginx and sends its cold segments to them (--peers). Either on
+# serves nginx and sends its cold segments to them (--peers). B also asks
+# C for a cold segment before it computes one (--peers C --peer-fetch 1,
+# fetches logged at debug): a segment C prefilled is reused on B. All
+# three take requests from nginx (engines_conf). Either on
 # loopback ports (t/090), or with B and C each in a network namespace of
 # its own, joined to A by a bridge with addresses of their own (t/091):
 #
 #   root namespace: nginx --unix--> A (bridge hpbrPID, 10.77.N.1)
 #   hptPID-b: B on 10.77.N.2  hptPID-c: C on 10.77.N.3  (veth pairs)
 #
-# A's unix socket and shared memory stay local; only peer TCP crosses
-# namespaces. Without namespaces (not root, no `ip`, EPERM) the fixture
+# Unix sockets and shared memory belong to the file system, not to a
+# network namespace: nginx reaches B and C as it reaches A; only peer TCP
+# crosses namespaces. Without namespaces (not root, no `ip`, EPERM) the fixture
 # falls back to loopback ports and says why. Namespaces and links are
 # removed at exit, even after a failure, and leftovers of runs that died
 # (their pid is gone) before a new set-up.
@@ -18,6 +22,7 @@ package Hypic::Multinode;
 #   my $mn = Hypic::Multinode->start(model => $dir, netns => 1);
 #   $mn->{mode};  $mn->{why};  my ($A, $B, $C) = $mn->engines;
 #   $mn->{b_peer};  $mn->{c_peer};  $mn->c_backlog;
+#   add_vars(ENGINES => $mn->engines_conf);  # hypic_engine mn_a, mn_b, mn_c
 
 use strict;
 use warnings;
@@ -49,7 +54,9 @@ sub start {
     @$self{qw(b_peer c_peer)} = ("$hb:$pb", "$hc:$pc");
     $self->{B} = Hypic::Engine->start(
         wrap => \@wb,
-        args => [@common, '--node', 'mn-b', '--peer-listen', "$hb:$pb"]);
+        args => [@common, '--node', 'mn-b', '--peer-listen', "$hb:$pb",
+                 '--peers', $self->{c_peer}, '--peer-fetch', 1,
+                 '--peer-timeout-ms', 600000, '--log-level', 'debug']);
     $self->{C} = Hypic::Engine->start(
         wrap => \@wc,
         args => [@common, '--node', 'mn-c', '--peer-listen', "$hc:$pc"]);
@@ -61,6 +68,15 @@ sub start {
 }
 
 sub engines { @{ $_[0] }{qw(A B C)} }
+
+# nginx's hypic_engine lines for the three: mn_a, mn_b, mn_c.
+sub engines_conf {
+    my ($self) = @_;
+    return join ' ', map {
+        "hypic_engine mn_\L$_\E unix:" . $self->{$_}->socket
+            . ' model=tiny-1;'
+    } qw(A B C);
+}
 
 # The namespace a pid runs in ('' for the root one), from `ip`.
 sub netns_of {

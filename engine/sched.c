@@ -36,6 +36,7 @@ typedef struct req {
     int feed;       /* token to run next, -1: sample it from logits first */
     int ids[HP_SCHED_MAX_DRAFT + 1]; /* this step's: feed, then drafts */
     int n_ids;
+    int counted; /* tokens already in the stats */
     int status;
     hp_error_t err;
     int cancelled;
@@ -63,6 +64,7 @@ struct hp_sched {
     req_t **item_req;       /* [batch] ... and their requests */
     hp_kvbuf_pool_t kvpool; /* KVBuffer decode: blocks for every request */
     int kvb;
+    uint64_t passes; /* decode passes so far */
 };
 
 static int64_t now_us(void)
@@ -119,10 +121,12 @@ static void req_done(hp_sched_t *s, req_t *r)
     if (r->status != HP_OK)
         f.err = r->err;
     r->ops.done(r->ud, &f);
+    int tokens = r->dec.n_tokens - r->counted;
     req_free(r);
     pthread_mutex_lock(&s->mu);
     s->st.live--;
     s->st.served++;
+    s->st.tokens += (uint64_t)tokens;
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -428,6 +432,7 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
                                           .verify = r->n_ids > 1};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
+        s->passes++;
         for (int i = 0; i < k; i++) {
             if (rc != HP_OK)
                 fail(rs[i0 + i], &err);
@@ -553,8 +558,15 @@ static void update_stats(hp_sched_t *s)
         queued++;
         bytes += req_bytes(s, r);
     }
-    for (int i = 0; i < s->n_running; i++)
-        bytes += req_bytes(s, s->running[i]);
+    s->st.decoding = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        bytes += req_bytes(s, r);
+        s->st.decoding += r->phase == R_DECODE;
+        s->st.tokens += (uint64_t)(r->dec.n_tokens - r->counted);
+        r->counted = r->dec.n_tokens;
+    }
+    s->st.passes = s->passes;
     s->st.queued = queued;
     s->st.running = s->n_running;
     s->st.bytes = bytes;

@@ -149,6 +149,9 @@ typedef struct {
     size_t bytes;    /* memory those requests hold */
     uint64_t served; /* requests finished since start */
     uint64_t steps;  /* scheduler iterations */
+    int decoding;    /* requests decoding (prefill done, not finished) */
+    uint64_t tokens; /* tokens generated since start */
+    uint64_t passes; /* decode passes (forward calls) since start */
 } hp_sched_stats_t;
 
 typedef struct {

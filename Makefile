@@ -97,7 +97,8 @@ $(ENGINE): $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(LIBHYPIC) $(LIBKCPU)
 	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL)
 
 vpath test_%.c engine/test kernels/test
-$(BUILD)/test/%: %.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
+$(BUILD)/test/%: %.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS) \
+                 $(wildcard engine/test/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \
@@ -118,9 +119,11 @@ $(BUILD)/test/test_cuda_%: test_cuda_%.c $(LIBHYPIC) $(LIBKCPU) $(CUDA_TARGET) \
 	    $(LDFLAGS_ALL) -o $@ $< $(CUDA_TARGET) $(LIBHYPIC) $(LIBKCPU) \
 	    $(LIBS_ALL) $(if $(CUDA_TARGET),$(CUDA_LIBS))
 
-# Benchmarks: built by `make bench`, run by hand (bench/README.md).
+# Benchmarks: built by `make bench`, run by hand (bench/README.md); one
+# program per bench/*.c, sharing only bench/*.h (static inline helpers).
 bench: $(BENCH_BINS)
-$(BUILD)/bench/%: bench/%.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS)
+$(BUILD)/bench/%: bench/%.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS) \
+                  $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \

@@ -13,18 +13,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/forward.h"
 #include "engine/llm.h"
 #include "engine/sampler.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* sgemm of [M,K] x [N,K]^T, best of 3 */
 static double sgemm_gflops(int M, int N, int K)
@@ -37,10 +30,10 @@ static double sgemm_gflops(int M, int N, int K)
         b[i] = (float)(i % 89) * 0.01f;
     double best = 1e30;
     for (int r = 0; r < 4; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a,
                     K, b, K, 0.0f, c, N);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         if (r > 0 && dt < best)
             best = dt;
     }
@@ -94,14 +87,12 @@ int main(int argc, char **argv)
     }
     hp_llm_t llm;
     hp_error_t err = {0};
-    double t0 = now();
-    if (hp_llm_load(&llm, model, &err) != HP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    double t0 = bench_now();
+    if (hp_llm_load(&llm, model, &err) != HP_OK)
+        return bench_fail(&err);
     const hp_model_config_t *c = &llm.model.cfg;
     printf("# %s: %d layers, hidden %d, vocab %d, loaded in %.1f s\n", model,
-           c->n_layers, c->hidden, c->vocab_size, now() - t0);
+           c->n_layers, c->hidden, c->vocab_size, bench_now() - t0);
     double peak =
         sgemm_gflops(piece < 2048 ? piece : 2048,
                      c->intermediate ? c->intermediate : 2048, c->hidden);
@@ -126,20 +117,17 @@ int main(int argc, char **argv)
                       (unsigned)(c->vocab_size < 4000 ? c->vocab_size : 4000));
         hp_seq_t seq;
         hp_seq_init(&seq, &llm.model, &err);
-        double a = now();
-        if (hp_prefill(&llm.model, &seq, &ws, ids, T, piece, lg, &err) !=
-            HP_OK) {
-            fprintf(stderr, "%s\n", err.msg);
-            return 1;
-        }
-        double dt = now() - a;
-        double b = now();
+        double a = bench_now();
+        if (hp_prefill(&llm.model, &seq, &ws, ids, T, piece, lg, &err) != HP_OK)
+            return bench_fail(&err);
+        double dt = bench_now() - a;
+        double b = bench_now();
         for (int k = 0; k < n_dec; k++) {
             int tok = hp_argmax(lg, c->vocab_size);
             hp_forward(&llm.model, &seq, &ws, &tok, NULL, 1, NULL,
                        HP_LOGITS_LAST, lg, &err);
         }
-        double dd = now() - b;
+        double dd = bench_now() - b;
         double gf = fpt * T / dt / 1e9;
         printf("| %d | %.1f | %.1f | %.0f%% | %.2f |\n", T, T / dt, gf,
                100 * gf / peak, n_dec / dd);

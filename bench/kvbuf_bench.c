@@ -32,8 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/kvbuf.h"
 #include "kernels/cpu/hk_cpu.h"
 
@@ -46,22 +46,12 @@ typedef struct {
     float *q, *k, *v, *g, *beta, *o; /* one decode step of R requests */
 } step_in_t;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static uint64_t rng_s = 88172645463325252ull;
+static uint64_t rng_s = BENCH_SEED;
 /* --bs: tokens per block (0: the pool default). Set once by main. */
 static int g_bs = 0;
 static double urand(void)
 {
-    rng_s ^= rng_s << 13;
-    rng_s ^= rng_s >> 7;
-    rng_s ^= rng_s << 17;
-    return (double)(rng_s >> 11) * 0x1.0p-53;
+    return bench_unif(&rng_s);
 }
 
 static void fill_unit(float *x, int rows, int d, float scale)
@@ -165,11 +155,11 @@ static double bench_recurrent(const shape_t *s, int R, double min_t)
     const int window = R >= 8 ? 1 : 4;
     double best = INFINITY, tot = 0.0;
     for (int n = 0; n < MIN_WINDOWS || tot < min_t; n++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < window; i++)
             for (int l = 0; l < nl; l++)
                 rec_step(S + l * ns, &x, s, R);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         tot += dt;
         best = dt / (window * nl) < best ? dt / (window * nl) : best;
     }
@@ -276,16 +266,16 @@ static double bench_chunkwise(const shape_t *s, int R, int B, double min_t,
     double best = INFINITY, tot = 0.0;
     *maxstep = 0.0;
     for (int n = 0; n < MIN_WINDOWS || tot < min_t; n++) {
-        double w0 = now();
+        double w0 = bench_now();
         for (int i = 0; i < window; i++)
             for (int l = 0; l < nl; l++) {
-                double t0 = now();
+                double t0 = bench_now();
                 hp_kvbuf_decode(&kv[l].p, kv[l].bp, R, x.o, x.q, x.k, x.v, x.g,
                                 x.beta, &err);
-                double dt = now() - t0;
+                double dt = bench_now() - t0;
                 *maxstep = dt > *maxstep ? dt : *maxstep;
             }
-        double dw = (now() - w0) / nl;
+        double dw = (bench_now() - w0) / nl;
         tot += dw * nl;
         best = dw / window < best ? dw / window : best;
     }
@@ -317,12 +307,12 @@ static double bench_kvonly(const shape_t *s, int R, int t, double min_t)
     /* The buffers cannot grow past cap_kvonly: rewind len after each
      * window of steps (the entries stay valid). */
     for (int n = 0; n < MIN_WINDOWS || tot < min_t; n++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (int i = 0; i < steps; i++)
             for (int l = 0; l < nl; l++)
                 hp_kvbuf_decode(&kv[l].p, kv[l].bp, R, x.o, x.q, x.k, x.v, x.g,
                                 x.beta, &err);
-        double dt = now() - t0;
+        double dt = bench_now() - t0;
         tot += dt;
         best = dt / (steps * nl) < best ? dt / (steps * nl) : best;
         for (int l = 0; l < nl; l++)
@@ -339,13 +329,8 @@ static double bench_kvonly(const shape_t *s, int R, int t, double min_t)
 static int parse_list(const char *s, int *out, int max)
 {
     int n = 0;
-    while (*s && n < max) {
-        out[n++] = atoi(s);
-        s = strchr(s, ',');
-        if (!s)
-            break;
-        s++;
-    }
+    while (*s && n < max)
+        out[n++] = bench_next_int(&s);
     return n;
 }
 

@@ -20,18 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_util.h"
 #include "engine/lpt.h"
 
 #define MAXN 256
 
-static uint64_t rng = 88172645463325252ull;
-static double unif(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) / 9007199254740992.0;
-}
+static uint64_t rng = BENCH_SEED;
 
 /* One "tokens ms [...]" line (further columns ignored). */
 static int next_point(FILE *f, double *n, double *t)
@@ -182,7 +176,7 @@ int main(int argc, char **argv)
             int have_opt = 1;
             for (int t = 0; t < mixes; t++) {
                 for (int i = 0; i < n; i++) {
-                    double u = unif();
+                    double u = bench_unif(&rng);
                     tok[i] = mix[x].lo == 128
                                  ? floor(mix[x].lo *
                                          pow((double)mix[x].hi / mix[x].lo, u))

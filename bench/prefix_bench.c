@@ -45,6 +45,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/ckpt_dp.h"
 #include "engine/generate.h"
 #include "engine/llm.h"
@@ -73,16 +74,13 @@ typedef struct {
 } trace_t;
 
 typedef struct {
-    unsigned long long s;
+    uint64_t s;
     int fresh; /* next never-seen token id */
 } gen_t;
 
-static unsigned long long rnd64(gen_t *g)
+static uint64_t rnd64(gen_t *g)
 {
-    g->s ^= g->s << 13;
-    g->s ^= g->s >> 7;
-    g->s ^= g->s << 17;
-    return g->s;
+    return bench_xorshift(&g->s);
 }
 
 static unsigned rnd(gen_t *g)
@@ -119,16 +117,7 @@ static void zipf_init(zipf_t *z, int n, double s)
 
 static int zipf(zipf_t *z, gen_t *g)
 {
-    double u = unif01(g);
-    int lo = 0, hi = z->n - 1;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (z->cdf[mid] < u)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return bench_cdf_pick(z->cdf, z->n, unif01(g));
 }
 
 /* Fresh content: token ids never used before (no accidental sharing). */
@@ -583,13 +572,6 @@ static void placement_table(const trace_t *t)
 
 /* ---- a measured run on a real checkpoint --------------------------------- */
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Multi-turn chat scaled to the test model (ids < 400): 6 sessions, 5
  * turns, real greedy answers of 24 tokens. Each prompt runs through the
  * cache and as a full prefill; logits compared, prefill times summed. */
@@ -633,15 +615,15 @@ static int measured(const char *dir, unsigned long long seed)
             hp_prefix_cache_req_t req;
             hp_seq_init(&sf, m, &err);
             hp_seq_init(&sc, m, &err);
-            double t0 = now();
+            double t0 = bench_now();
             hp_prefill(m, &sf, &ws, hist[s], n, 1024, lf, &err);
-            double t1 = now();
+            double t1 = bench_now();
             if (hp_prefix_cache_prefill(pc, m, &ws, hist[s], n, -1, &sc, lc,
                                         &req, &err) != HP_OK) {
                 fprintf(stderr, "prefix_bench: %s\n", err.msg);
                 return 1;
             }
-            double t2 = now();
+            double t2 = bench_now();
             t_full += t1 - t0;
             t_cache += t2 - t1;
             tok += n;

@@ -18,17 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/assemble.h"
 #include "engine/generate.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* Lowercased words of s without punctuation (SQuAD-style normalization). */
 static int words(const char *s, char out[][64], int max)
@@ -116,10 +109,8 @@ int main(int argc, char **argv)
     }
     hp_llm_t llm;
     hp_error_t err = {0};
-    if (hp_llm_load(&llm, model, &err) != HP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (hp_llm_load(&llm, model, &err) != HP_OK)
+        return bench_fail(&err);
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, 8ull << 30);
     hp_cache_t cache = {hp_pool_create(8ull << 30, &err),
@@ -166,9 +157,7 @@ int main(int argc, char **argv)
                 return 2;
             }
             for (const char *s = seams; *s;) {
-                int w = atoi(s);
-                s += strcspn(s, ",");
-                s += *s == ',';
+                int w = bench_next_int(&s);
                 /* the seam matters to pic only: other modes run once */
                 if (mode != HP_MODE_PIC &&
                     s - seams > (long)strcspn(seams, ",") + 1)
@@ -192,10 +181,10 @@ int main(int argc, char **argv)
                 hp_seq_t seq;
                 hp_assemble_stats_t st;
                 hp_seq_init(&seq, &llm.model, &err);
-                double t0 = now();
+                double t0 = bench_now();
                 int rc = hp_assemble(&llm, &cache, &ws, &p, (hp_mode_t)mode, w,
                                      &seq, lg, &st, &err);
-                double ttft = (now() - t0) * 1e3;
+                double ttft = (bench_now() - t0) * 1e3;
                 text_t out = {{0}, 0};
                 hp_gen_result_t res = {0};
                 hp_gen_params_t gp = {

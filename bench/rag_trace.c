@@ -48,6 +48,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/assemble.h"
 #include "engine/llm.h"
 #include "engine/sampler.h"
@@ -182,16 +183,7 @@ static void corpus_build(corpus_t *c, const hp_llm_t *llm)
 
 static int popular(const corpus_t *c, hp_rng_t *r)
 {
-    double u = hp_rng_uniform(r);
-    int lo = 0, hi = c->n_docs - 1;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (c->cdf[mid] < u)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
+    return bench_cdf_pick(c->cdf, c->n_docs, hp_rng_uniform(r));
 }
 
 /* Request i's prompt: a function of (seed, i) alone. */
@@ -285,13 +277,6 @@ struct run {
     int held;
 };
 
-static size_t on_text(void *ud, const char *text, size_t len)
-{
-    (void)ud;
-    (void)text;
-    return len;
-}
-
 static void on_done(void *ud, const hp_sched_final_t *f)
 {
     rec_t *q = ud;
@@ -311,7 +296,7 @@ static void on_done(void *ud, const hp_sched_final_t *f)
     pthread_mutex_unlock(&q->run->mu);
 }
 
-static const hp_sched_ops_t rec_ops = {NULL, on_text, NULL, on_done};
+static const hp_sched_ops_t rec_ops = {NULL, bench_drop_text, NULL, on_done};
 
 typedef struct {
     hp_sched_cfg_t sched;
@@ -605,12 +590,6 @@ static int parse_opts(int argc, char **argv, const opt_t *o, int n)
     return 0;
 }
 
-static int die(const hp_error_t *err)
-{
-    fprintf(stderr, "%s\n", err->msg);
-    return 1;
-}
-
 int main(int argc, char **argv)
 {
     const char *model = NULL, *modes = "full,prefix,pic", *csv_path = NULL;
@@ -683,7 +662,7 @@ int main(int argc, char **argv)
     hp_llm_t llm;
     hp_error_t err = {0};
     if (hp_llm_load(&llm, model, &err) != HP_OK)
-        return die(&err);
+        return bench_fail(&err);
     corpus_build(&c, &llm);
     long doc_sum = 0;
     int longest[64] = {0}, worst = c.lead_n + c.q_tokens + 4;
@@ -718,11 +697,9 @@ int main(int argc, char **argv)
     hp_prefill_pool_t *prefill = NULL;
     hp_prefill_pool_cfg_t pfc = {.workers = pworkers,
                                  .threads_per_worker = pthreads};
-    if (!cache.prefix || (pworkers > 0 && hp_prefill_pool_create(
-                                              &prefill, &pfc, &err) != HP_OK)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (!cache.prefix ||
+        (pworkers > 0 && hp_prefill_pool_create(&prefill, &pfc, &err) != HP_OK))
+        return bench_fail(&err);
     setup_t su = {
         .sched =
             {

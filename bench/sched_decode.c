@@ -20,18 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench/bench_util.h"
 #include "engine/llm.h"
 #include "engine/sched.h"
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 /* ---- prompts ------------------------------------------------------------ */
 
@@ -94,13 +87,6 @@ typedef struct {
     hp_sched_final_t fin;
 } req_t;
 
-static size_t on_text(void *ud, const char *t, size_t len)
-{
-    (void)ud;
-    (void)t;
-    return len;
-}
-
 static void on_done(void *ud, const hp_sched_final_t *f)
 {
     req_t *r = ud;
@@ -108,7 +94,7 @@ static void on_done(void *ud, const hp_sched_final_t *f)
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
 }
 
-static const hp_sched_ops_t ops = {NULL, on_text, NULL, on_done};
+static const hp_sched_ops_t ops = {NULL, bench_drop_text, NULL, on_done};
 
 typedef struct {
     double rate; /* tokens/s while all B decode */
@@ -129,13 +115,11 @@ static int run(const hp_llm_t *llm, int B, int solo, int spec, int draft,
                           .speculative = spec,
                           .max_draft = draft,
                           .solo_decode = solo};
-    if (hp_sched_create(&s, llm, &cfg, &err) != HP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (hp_sched_create(&s, llm, &cfg, &err) != HP_OK)
+        return bench_fail(&err);
     req_t *rs = calloc((size_t)B, sizeof(*rs));
     char **ps = calloc((size_t)B, sizeof(*ps));
-    double t0 = now();
+    double t0 = bench_now();
     for (int i = 0; i < B; i++) {
         ps[i] = prompt((unsigned)i, words, quote);
         hp_sched_req_t r = {.prompt = ps[i],
@@ -144,10 +128,8 @@ static int run(const hp_llm_t *llm, int B, int solo, int spec, int draft,
                             .ud = &rs[i]};
         r.gen.max_tokens = tokens;
         r.gen.ignore_eos = 1;
-        if (hp_sched_submit(s, &r, &err) != HP_OK) {
-            fprintf(stderr, "%s\n", err.msg);
-            return 1;
-        }
+        if (hp_sched_submit(s, &r, &err) != HP_OK)
+            return bench_fail(&err);
     }
     /* the window in which every request decodes */
     double w0 = 0, w1 = 0;
@@ -157,11 +139,11 @@ static int run(const hp_llm_t *llm, int B, int solo, int spec, int draft,
         hp_sched_stats(s, &st);
         if (st.decoding == B && st.queued == 0) {
             if (!w0) {
-                w0 = now();
+                w0 = bench_now();
                 d0 = st.tokens;
                 p0 = st.passes;
             } else if (st.tokens > d1) {
-                w1 = now();
+                w1 = bench_now();
                 d1 = st.tokens;
                 p1 = st.passes;
             }
@@ -171,7 +153,7 @@ static int run(const hp_llm_t *llm, int B, int solo, int spec, int draft,
         for (int i = 0; i < B; i++)
             left += !__atomic_load_n(&rs[i].done, __ATOMIC_ACQUIRE);
     }
-    double t1 = now();
+    double t1 = bench_now();
     memset(out, 0, sizeof(*out));
     for (int i = 0; i < B; i++) {
         out->tokens += rs[i].fin.completion_tokens;
@@ -188,14 +170,6 @@ static int run(const hp_llm_t *llm, int B, int solo, int spec, int draft,
     free(rs);
     free(ps);
     return 0;
-}
-
-static int next_int(const char **s)
-{
-    int v = atoi(*s);
-    *s += strcspn(*s, ",");
-    *s += **s == ',';
-    return v;
 }
 
 int main(int argc, char **argv)
@@ -227,10 +201,8 @@ int main(int argc, char **argv)
     }
     hp_llm_t llm;
     hp_error_t err = {0};
-    if (hp_llm_load(&llm, model, &err) != HP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (hp_llm_load(&llm, model, &err) != HP_OK)
+        return bench_fail(&err);
     char *p = prompt(0, words, 0);
     int *ids, n;
     hp_llm_tokenize(&llm, p, strlen(p), &ids, &n, &err);
@@ -244,7 +216,7 @@ int main(int argc, char **argv)
            "end-to-end tok/s batched | solo | TTFT s batched |\n"
            "|---|---|---|---|---|---|---|\n");
     for (const char *s = batches; *s;) {
-        int B = next_int(&s);
+        int B = bench_next_int(&s);
         run_t a, b = {0};
         if (run(&llm, B, 0, 0, draft, tokens, words, 0, &a) ||
             (solo && B > 1 && run(&llm, B, 1, 0, draft, tokens, words, 0, &b)))
@@ -261,7 +233,7 @@ int main(int argc, char **argv)
            "|---|---|---|---|---|---|---|---|---|\n");
     for (int quote = 1; quote >= 0; quote--)
         for (const char *s = spec_batches; *s;) {
-            int B = next_int(&s);
+            int B = bench_next_int(&s);
             run_t a, b;
             if (run(&llm, B, 0, 0, draft, tokens, words, quote, &a) ||
                 run(&llm, B, 0, 1, draft, tokens, words, quote, &b))

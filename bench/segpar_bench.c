@@ -27,32 +27,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/assemble.h"
 #include "engine/prefill_pool.h"
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static double cpu(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 88172645463325252ull;
+static uint64_t rng = BENCH_SEED;
 static uint64_t next(void)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
+    return bench_xorshift(&rng);
 }
 
 /* lead (32) + n documents of random lengths + query (16), random ids;
@@ -104,13 +87,6 @@ static void on_done(void *ud, const hp_prefill_done_t *d)
     pthread_mutex_unlock(&t->mu);
 }
 
-static double thread_cpu(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv)
 {
     const char *model = NULL, *segs = "4,6,8,11", *times = NULL;
@@ -138,7 +114,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--seam"))
             w = atoi(v);
         else if (!strcmp(a, "--seed"))
-            rng = 88172645463325252ull ^ (uint64_t)atoll(v) * 0x9e37;
+            rng = BENCH_SEED ^ (uint64_t)atoll(v) * 0x9e37;
         else if (!strcmp(a, "--times"))
             times = v;
         else {
@@ -155,20 +131,16 @@ int main(int argc, char **argv)
     }
     hp_llm_t llm;
     hp_error_t err = {0};
-    if (hp_llm_load(&llm, model, &err) != HP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (hp_llm_load(&llm, model, &err) != HP_OK)
+        return bench_fail(&err);
     const hp_model_config_t *c = &llm.model.cfg;
     size_t V = (size_t)c->vocab_size;
     times_t tf = {.f = times ? fopen(times, "a") : NULL};
     pthread_mutex_init(&tf.mu, NULL);
     hp_prefill_pool_t *pp;
     hp_prefill_pool_cfg_t pcfg = {.workers = workers, .threads_per_worker = 1};
-    if (hp_prefill_pool_create(&pp, &pcfg, &err) != HP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (hp_prefill_pool_create(&pp, &pcfg, &err) != HP_OK)
+        return bench_fail(&err);
     hp_fwd_ws_t ws;
     hp_fwd_ws_init(&ws);
     omp_set_num_threads(seq_threads);
@@ -189,7 +161,7 @@ int main(int argc, char **argv)
            "\n");
 
     for (const char *s = segs; *s;) {
-        int n = atoi(s);
+        int n = bench_next_int(&s);
         if (n < 1 || n > HP_PROMPT_MAX_SEGS - 2) {
             fprintf(stderr, "--segs: %d segments out of range\n", n);
             return 2;
@@ -210,14 +182,17 @@ int main(int argc, char **argv)
                 hp_prefill_stats_t pst;
                 omp_set_num_threads(k == 0 ? 1 : seq_threads);
                 memset(tf.cpu_ms, 0, sizeof(tf.cpu_ms));
-                double t0 = now(), c0 = cpu(), tc0 = thread_cpu();
+                double t0 = bench_now();
+                double c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
+                double tc0 = bench_clock(CLOCK_THREAD_CPUTIME_ID);
                 int rc = k == 2 ? hp_prefill_pool_run(pp, &llm, &cache, &p,
                                                       HP_MODE_PIC, w, on_done,
                                                       &tf, &pst, &err)
                                 : hp_assemble_warm(&llm, &cache, &ws, &p,
                                                    HP_MODE_PIC, w, &ast, &err);
-                double dt = now() - t0, dc = cpu() - c0;
-                double dtc = thread_cpu() - tc0;
+                double dt = bench_now() - t0;
+                double dc = bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
+                double dtc = bench_clock(CLOCK_THREAD_CPUTIME_ID) - tc0;
                 if (rc != HP_OK) {
                     fprintf(stderr, "warm: %s\n", err.msg);
                     return 1;
@@ -239,10 +214,10 @@ int main(int argc, char **argv)
                 omp_set_num_threads(seq_threads);
                 hp_seq_t seq;
                 hp_seq_init(&seq, &llm.model, &err);
-                t0 = now();
+                t0 = bench_now();
                 rc = hp_assemble(&llm, &cache, &ws, &p, HP_MODE_PIC, w, &seq,
                                  lg[k], &ast, &err);
-                dt = now() - t0;
+                dt = bench_now() - t0;
                 if (rc != HP_OK || ast.miss_segments) {
                     fprintf(stderr, "combine: %s (%d misses)\n", err.msg,
                             ast.miss_segments);
@@ -266,10 +241,6 @@ int main(int argc, char **argv)
             free(lg[k]);
         free(p.ids);
         free(p.segs);
-        while (*s && *s != ',')
-            s++;
-        if (*s == ',')
-            s++;
     }
     if (tf.f)
         fclose(tf.f);

@@ -17,24 +17,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench/bench_util.h"
 #include "engine/assemble.h"
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static uint64_t rng = 88172645463325252ull;
+static uint64_t rng = BENCH_SEED;
 static int next_id(int V)
 {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (int)(rng % (uint64_t)V);
+    return (int)(bench_xorshift(&rng) % (uint64_t)V);
 }
 
 /* A prompt of lead + docs (in the given order) + query. */
@@ -104,18 +94,13 @@ int main(int argc, char **argv)
     }
     hp_llm_t llm;
     hp_error_t err = {0};
-    if (hp_llm_load(&llm, model, &err) != HP_OK) {
-        fprintf(stderr, "%s\n", err.msg);
-        return 1;
-    }
+    if (hp_llm_load(&llm, model, &err) != HP_OK)
+        return bench_fail(&err);
     const hp_model_config_t *c = &llm.model.cfg;
     int V = c->vocab_size < 4096 ? c->vocab_size : 4096;
     int nd = 0, dlen[64];
-    for (const char *s = segs; *s && nd < 64; nd++) {
-        dlen[nd] = atoi(s);
-        s += strcspn(s, ",");
-        s += *s == ',';
-    }
+    for (const char *s = segs; *s && nd < 64; nd++)
+        dlen[nd] = bench_next_int(&s);
     int *doc[64], *lead = malloc(nl * sizeof(int)), *query = malloc(nq * 4);
     for (int i = 0; i < nd; i++) {
         doc[i] = malloc((size_t)dlen[i] * sizeof(int));
@@ -169,10 +154,10 @@ int main(int argc, char **argv)
             hp_seq_free(&warm);
             hp_seq_t seq;
             hp_seq_init(&seq, &llm.model, &err);
-            double t0 = now();
+            double t0 = bench_now();
             int rc = hp_assemble(&llm, &cache, &ws, &p, modes[k], w, &seq, lg,
                                  &st[k], &err);
-            double dt = now() - t0;
+            double dt = bench_now() - t0;
             if (rc != HP_OK) {
                 fprintf(stderr, "%s: %s\n", names[k], err.msg);
                 return 1;

@@ -17,6 +17,7 @@
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/seq.h"
+#include "engine/test/test_util.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
 #include "t/lib/testrand.h"
@@ -35,25 +36,6 @@
 #define DRAFT  5
 
 enum { RECURRENT, CHUNKWISE, KVONLY };
-
-static const char *models[] = {"qwen35-dense", "qwen35-moe", "qwen3next"};
-
-/* The two measures of x against ref: the largest difference over the
- * largest |ref| (*max), and the L2 norm of the difference over ref's. */
-static void rel_errs(const float *ref, const float *x, size_t n, double *max,
-                     double *l2)
-{
-    double top = 0, dmax = 0, r = 0, e = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)ref[i] - x[i]);
-        top = fmax(top, fabs(ref[i]));
-        dmax = fmax(dmax, d);
-        r += (double)ref[i] * ref[i];
-        e += d * d;
-    }
-    *max = top > 0 ? dmax / top : dmax;
-    *l2 = r > 0 ? sqrt(e / r) : sqrt(e);
-}
 
 typedef struct {
     hp_seq_t a, b;   /* batched, alone */
@@ -160,7 +142,7 @@ static void check(const char *root, const char *name)
             if (rc != HP_OK)
                 break;
             double e, e2;
-            rel_errs(q->lb, it[i].logits, (size_t)it[i].T * V, &e, &e2);
+            test_rel_errs(q->lb, it[i].logits, (size_t)it[i].T * V, &e, &e2);
             worst = fmax(worst, e);
             worst2 = fmax(worst2, e2);
             /* greedy: accept drafts while they are the argmax (from the
@@ -211,7 +193,7 @@ static void check(const char *root, const char *name)
                          HP_LOGITS_LAST, p[2].lb, &err);
     double e1 = 1, e2 = 1;
     if (rc == HP_OK && it[1].status == HP_OK)
-        rel_errs(p[2].lb, it[1].logits, V, &e1, &e2);
+        test_rel_errs(p[2].lb, it[1].logits, V, &e1, &e2);
     ok(rc == HP_OK && it[0].status == HP_EBADINPUT &&
            it[2].status == HP_EBADINPUT && it[1].status == HP_OK &&
            p[1].a.n_pos == n1 && p[0].a.n_pos == n0 && rc2 == HP_OK &&
@@ -231,7 +213,8 @@ static void check(const char *root, const char *name)
         for (int l = 0; l < c->n_layers; l++)
             if (p[i].a.layers[l].S) {
                 double e, el2;
-                rel_errs(p[i].b.layers[l].S, p[i].a.layers[l].S, ns, &e, &el2);
+                test_rel_errs(p[i].b.layers[l].S, p[i].a.layers[l].S, ns, &e,
+                              &el2);
                 es = fmax(es, e);
             }
     }
@@ -252,9 +235,6 @@ static void check(const char *root, const char *name)
 
 int main(void)
 {
-    const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     hk_matmul_init();
-    for (size_t k = 0; k < sizeof(models) / sizeof(models[0]); k++)
-        check(root, models[k]);
-    return tap_done();
+    return test_each_model(check);
 }

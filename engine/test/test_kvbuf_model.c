@@ -5,7 +5,6 @@
  * buffer), speculative greedy with prompt-lookup drafts (same tokens as
  * plain greedy), and the folded state equal to the recurrent state.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include "engine/sampler.h"
 #include "engine/seq.h"
 #include "engine/spec.h"
+#include "engine/test/test_util.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
 
@@ -24,19 +24,6 @@
  * another order, f32. */
 #define TOL   1e-4
 #define STEPS 40
-
-static const char *models[] = {"qwen35-dense", "qwen35-moe", "qwen3next"};
-
-static double rel_err(const float *ref, const float *x, size_t n)
-{
-    double m = 0, e = 0;
-    for (size_t i = 0; i < n; i++) {
-        m = fabs(ref[i]) > m ? fabs(ref[i]) : m;
-        double d = fabs((double)ref[i] - x[i]);
-        e = d > e ? d : e;
-    }
-    return m > 0 ? e / m : e;
-}
 
 /* Greedy decode of n tokens after prefilling ids[P]; logits of every step
  * into lg [n, V], tokens into out [n]. kv: KV-only (open before the
@@ -102,13 +89,13 @@ static void check(const char *root, const char *name)
     hp_seq_t A, B, C;
     int rc = run(&m, NULL, 0, ids, P, STEPS, ta, la, &A, &ws, &err);
     rc |= run(&m, &pool, 2, ids, P, STEPS, tb, lb, &B, &ws, &err);
-    double eb = rel_err(la, lb, (size_t)STEPS * V);
+    double eb = test_rel_err(la, lb, (size_t)STEPS * V);
     ok(rc == HP_OK && eb <= TOL && !memcmp(ta, tb, sizeof(ta)),
        "%s: chunkwise decode (B 8) = recurrent, %d steps (logits rel err "
        "%.2e)",
        name, STEPS, eb);
     rc = run(&m, &pool, 1, ids, P, STEPS, tcn, lc, &C, &ws, &err);
-    double ec = rel_err(la, lc, (size_t)STEPS * V);
+    double ec = test_rel_err(la, lc, (size_t)STEPS * V);
     int first_S = -1;
     for (int l = 0; l < c->n_layers; l++)
         if (C.layers[l].kvb.blocks && first_S < 0)
@@ -124,8 +111,8 @@ static void check(const char *root, const char *name)
     size_t ns = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
     for (int l = 0; l < c->n_layers; l++)
         if (A.layers[l].S) {
-            double e1 = rel_err(A.layers[l].S, B.layers[l].S, ns);
-            double e2 = rel_err(A.layers[l].S, C.layers[l].S, ns);
+            double e1 = test_rel_err(A.layers[l].S, B.layers[l].S, ns);
+            double e2 = test_rel_err(A.layers[l].S, C.layers[l].S, ns);
             es = e1 > es ? e1 : es;
             es = e2 > es ? e2 : es;
         }
@@ -183,9 +170,6 @@ static void check(const char *root, const char *name)
 
 int main(void)
 {
-    const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     hk_matmul_init();
-    for (size_t k = 0; k < sizeof(models) / sizeof(models[0]); k++)
-        check(root, models[k]);
-    return tap_done();
+    return test_each_model(check);
 }

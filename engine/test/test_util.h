@@ -1,0 +1,54 @@
+/*
+ * test_util.h - what the engine tests on the committed test models share:
+ * running a check on each of them, and the relative errors their
+ * tolerances are stated in.
+ */
+#ifndef HYPIC_ENGINE_TEST_UTIL_H
+#define HYPIC_ENGINE_TEST_UTIL_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "t/lib/tap.h"
+
+/* Runs check(root, name) on every model under ROOT/models/test (one per
+ * architecture the engine serves); ROOT is $HYPIC_ROOT, else the working
+ * directory (make test runs from the repo). Returns the TAP exit status. */
+static inline int test_each_model(void (*check)(const char *root,
+                                                const char *name))
+{
+    static const char *const models[] = {"qwen35-dense", "qwen35-moe",
+                                         "qwen3next"};
+    const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
+    for (size_t k = 0; k < sizeof(models) / sizeof(models[0]); k++)
+        check(root, models[k]);
+    return tap_done();
+}
+
+/* x against ref: the largest difference over the largest |ref| (*max),
+ * and the L2 norm of the difference over ref's (*l2). */
+static inline void test_rel_errs(const float *ref, const float *x, size_t n,
+                                 double *max, double *l2)
+{
+    double top = 0, dmax = 0, r = 0, e = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)ref[i] - x[i]);
+        top = fmax(top, fabs(ref[i]));
+        dmax = fmax(dmax, d);
+        r += (double)ref[i] * ref[i];
+        e += d * d;
+    }
+    *max = top > 0 ? dmax / top : dmax;
+    *l2 = r > 0 ? sqrt(e / r) : sqrt(e);
+}
+
+/* The first of the two: the largest difference over the largest |ref|. */
+static inline double test_rel_err(const float *ref, const float *x, size_t n)
+{
+    double max, l2;
+    test_rel_errs(ref, x, n, &max, &l2);
+    return max;
+}
+
+#endif

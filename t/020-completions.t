@@ -9,41 +9,25 @@ use strict;
 use warnings;
 use lib 't/lib';
 
-use JSON::PP ();
 use Hypic::Nginx;
 use Hypic::Engine;
 
-Hypic::Engine::Client->import(qw(concurrently));
+Hypic::Engine::Client->import(qw(concurrently json_body json_of text_of
+                                 chatml));
 
-our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
-
-my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL");
-plan(skip_all => $why) if $why;
-
-our $engine = Hypic::Engine->start(
-    args => ['--model', $MODEL, '--node', 't-node', '--slots', 8,
-             '--batch', 3, '--max-context', 256, '--max-prompt-bytes',
-             '64k']);
-
-add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
-                   . ' model=tiny-1;');
+our $MODEL = Hypic::Engine->test_model;
+our $engine = Hypic::Engine->start_suite(
+    args => ['--node', 't-node', '--slots', 8, '--batch', 3,
+             '--max-context', 256, '--max-prompt-bytes', '64k']);
 
 # the CLI's answer for a prompt, as bytes
-sub cli {
-    my (%o) = @_;
-    return Hypic::Engine->generate(model => $MODEL, %o);
-}
+sub cli { Hypic::Engine->generate(model => $MODEL, @_) }
 
 # how many tokens the model sees for a text
 sub tokens {
     my ($text) = @_;
     return scalar(() = Hypic::Engine->tokenize(model => $MODEL,
                                                text => $text));
-}
-
-sub decode {
-    my ($body) = @_;
-    return eval { JSON::PP->new->utf8->decode($body) } || {};
 }
 
 # a JSON string (characters) as UTF-8 bytes
@@ -54,18 +38,7 @@ sub bytes {
     return $s;
 }
 
-sub chatml {
-    my $p = '';
-    while (my ($role, $content) = splice @_, 0, 2) {
-        $p .= "<|im_start|>$role\n$content<|im_end|>\n";
-    }
-    return $p . "<|im_start|>assistant\n";
-}
-
-sub body {
-    my (%f) = @_;
-    return JSON::PP->new->canonical->encode(\%f);
-}
+sub body { json_body(@_) }
 
 run_tests();
 
@@ -95,7 +68,7 @@ X-Hypic-Segments: 0/1
              prompt_tokens_details => { cached_tokens => 0 } } }
 --- response_check
 my ($res) = @_;
-my $j = decode($res->[0]{body});
+my $j = json_of($res->[0]);
 is(bytes($j->{choices}[0]{text}),
    cli(prompt => 'Hello world', max_tokens => 12),
    'greedy text equals hypic-engine generate');
@@ -130,7 +103,7 @@ X-Hypic-Mode: pic
   usage => { prompt_tokens_details => { cached_tokens => 0 } } }
 --- response_check
 my ($res) = @_;
-my $j = decode($res->[0]{body});
+my $j = json_of($res->[0]);
 my $prompt = chatml(system => 'Be brief.', user => 'Hi there');
 is(bytes($j->{choices}[0]{message}{content}),
    cli(prompt => $prompt, max_tokens => 10),
@@ -183,7 +156,7 @@ my $want = substr($full, 0, index($full, $stop));
 my $r = http_request($srv, "POST /v1/completions\n"
     . body(prompt => 'Once upon a time', max_tokens => 40, temperature => 0,
            stop => $stop));
-my $j = decode($r->{body});
+my $j = json_of($r);
 is(bytes($j->{choices}[0]{text}), $want, "text ends before \"$stop\"");
 is($j->{choices}[0]{finish_reason}, 'stop', 'finish_reason is "stop"');
 is($want, cli(prompt => 'Once upon a time', max_tokens => 40,
@@ -191,7 +164,7 @@ is($want, cli(prompt => 'Once upon a time', max_tokens => 40,
 $r = http_request($srv, "POST /v1/completions\n"
     . body(prompt => 'Once upon a time', max_tokens => 40, temperature => 0,
            stop => ['never there', $stop]));
-is(bytes(decode($r->{body})->{choices}[0]{text}), $want,
+is(text_of($r), $want,
    'any of an array of stop strings ends it');
 --- no_error_log
 [error]
@@ -209,7 +182,7 @@ is(bytes(decode($r->{body})->{choices}[0]{text}), $want,
 --- error_code: 200
 --- response_check
 my ($res) = @_;
-my @t = map { bytes(decode($_->{body})->{choices}[0]{text}) } @$res;
+my @t = map { text_of($_) } @$res;
 is($t[0], $t[1], 'the same seed gives the same text');
 is($t[0], cli(prompt => 'Hello', max_tokens => 20,
               args => ['--temperature', '0.9', '--seed', '42']),
@@ -233,10 +206,10 @@ is($t[0], cli(prompt => 'Hello', max_tokens => 20,
 ["X-Hypic-Segments: 0/3", "X-Hypic-Segments: 0/2"]
 --- response_check
 my ($res) = @_;
-is(bytes(decode($res->[0]{body})->{choices}[0]{text}),
+is(text_of($res->[0]),
    cli(prompt => 'sys<|pic_sep|>doc<|pic_sep|>question', max_tokens => 8),
    'three segments: the CLI splits alike');
-is(bytes(decode($res->[1]{body})->{choices}[0]{text}),
+is(text_of($res->[1]),
    cli(prompt => 'Hello|||world', max_tokens => 8,
        args => ['--separator', '|||']),
    'hypic_separator "|||" is what the engine splits on');
@@ -266,14 +239,14 @@ my @r = concurrently($srv->{port}, @reqs);
 is(scalar(grep { ($_->{status} // 0) == 200 } @r), scalar @reqs,
    'all ' . @reqs . ' concurrent requests succeed');
 for my $i (0 .. $#prompts) {
-    is(bytes(decode($r[$i]{body})->{choices}[0]{text}),
+    is(text_of($r[$i]),
        cli(prompt => $prompts[$i], max_tokens => $max[$i]),
        "request $i equals its CLI reference");
 }
-is(bytes(decode($r[-1]{body})->{choices}[0]{message}{content}),
+is(bytes(json_of($r[-1])->{choices}[0]{message}{content}),
    cli(prompt => chatml(user => 'Hi'), max_tokens => 18),
    'the chat request too');
-my %ids = map { decode($_->{body})->{id} => 1 } @r;
+my %ids = map { json_of($_)->{id} => 1 } @r;
 is(scalar keys %ids, scalar @r, 'every answer has its own id');
 --- no_error_log
 [error]
@@ -329,7 +302,7 @@ hypic: engine refused
 { choices => [{ finish_reason => "length" }] }
 --- response_check
 my ($res) = @_;
-my $u = decode($res->[0]{body})->{usage};
+my $u = json_of($res->[0])->{usage};
 is($u->{total_tokens}, 256, 'prompt + completion fill the context');
 --- no_error_log
 [error]

@@ -16,38 +16,17 @@ use Hypic::Nginx;
 use Hypic::Engine;
 
 Hypic::Engine::Client->import(qw(open_request read_until finish_request
-                                 concurrently sse_events sse_text));
+                                 concurrently sse_events sse_text json_body
+                                 chatml));
 
-our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
+our $MODEL = Hypic::Engine->test_model;
+our $engine = Hypic::Engine->start_suite(
+    args => ['--node', 't-node', '--slots', 2, '--batch', 4,
+             '--throttle-ms', 20, '--max-prompt-bytes', '64k']);
 
-my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL");
-plan(skip_all => $why) if $why;
+sub cli { Hypic::Engine->generate(model => $MODEL, @_) }
 
-our $engine = Hypic::Engine->start(
-    args => ['--model', $MODEL, '--node', 't-node', '--slots', 2,
-             '--batch', 4, '--throttle-ms', 20, '--max-prompt-bytes',
-             '64k']);
-
-add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
-                   . ' model=tiny-1;');
-
-sub cli {
-    my (%o) = @_;
-    return Hypic::Engine->generate(model => $MODEL, %o);
-}
-
-sub body {
-    my (%f) = @_;
-    return JSON::PP->new->canonical->encode(\%f);
-}
-
-sub chatml {
-    my $p = '';
-    while (my ($role, $content) = splice @_, 0, 2) {
-        $p .= "<|im_start|>$role\n$content<|im_end|>\n";
-    }
-    return $p . "<|im_start|>assistant\n";
-}
+sub body { json_body(@_) }
 
 # the events that are not '[DONE]'
 sub json_events {

@@ -17,16 +17,11 @@ use Hypic::Engine;
 use Hypic::Util qw(private_dir);
 
 Hypic::Engine::Client->import(qw(open_request read_until finish_request
-                                 sse_events sse_text));
+                                 sse_events sse_text json_body json_of));
 
-our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
-
-my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL");
-plan(skip_all => $why) if $why;
-
-our $engine = Hypic::Engine->start(
-    args => ['--model', $MODEL, '--node', 't-node', '--slots', 2,
-             '--throttle-ms', 20, '--max-prompt-bytes', '4k']);
+our $engine = Hypic::Engine->start_suite(
+    args => ['--node', 't-node', '--slots', 2, '--throttle-ms', 20,
+             '--max-prompt-bytes', '4k']);
 
 # a socket file nobody listens on: what a crashed engine leaves behind
 my $dir = private_dir('stale');
@@ -36,19 +31,9 @@ my $dir = private_dir('stale');
     close $s;
 }
 
-add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
-                   . ' model=tiny-1;',
-         STALE => "$dir/s");
+add_vars(STALE => "$dir/s");
 
-sub body {
-    my (%f) = @_;
-    return JSON::PP->new->canonical->encode(\%f);
-}
-
-sub decode {
-    my ($body) = @_;
-    return eval { JSON::PP->new->utf8->decode($body) } || {};
-}
+sub body { json_body(@_) }
 
 # a request that streams for as long as the test needs (4000 tokens)
 sub endless {
@@ -139,7 +124,7 @@ is($last->{error}{code}, 'engine_unavailable', 'code engine_unavailable');
 ok(!grep({ !ref && $_ eq '[DONE]' } @ev), 'and no [DONE]');
 $r = finish_request($w, 10);
 is($r->{status}, 503, 'a request not yet answered gets 503');
-is(decode($r->{body})->{error}{type}, 'engine_unavailable', 'in JSON');
+is(json_of($r)->{error}{type}, 'engine_unavailable', 'in JSON');
 $r = http_request($srv, "GET /health");
 is($r->{status}, 200, 'nginx still answers');
 $r = http_request($srv, "POST /v1/completions\n{\"prompt\": \"Hello\"}");
@@ -193,7 +178,7 @@ is(scalar(grep { ($_->{status} // 0) == 200 } @r), 2,
    'two streams hold both slots');
 my $r = http_request($srv, "POST /v1/completions\n{\"prompt\": \"x\"}");
 is($r->{status}, 429, 'the next request is refused');
-is_deeply(decode($r->{body})->{error},
+is_deeply(json_of($r)->{error},
           { type => 'rate_limit_error', code => 'engine_at_capacity',
             param => undef,
             message => 'The engine for model "tiny-1" has 2 requests in '
@@ -217,7 +202,7 @@ engine "tiny" has all 2 slots in flight
 my ($res, $block, $srv) = @_;
 my $r = http_request($srv, endless());
 is($r->{status}, 504, 'a request that does not finish in time: 504');
-is(decode($r->{body})->{error}{type}, 'timeout', 'type timeout');
+is(json_of($r)->{error}{type}, 'timeout', 'type timeout');
 $r = http_request($srv, endless(stream => JSON::PP::true));
 is($r->{status}, 200, 'a stream that does not finish in time');
 my @ev = sse_events($r->{body});

@@ -10,21 +10,15 @@ use strict;
 use warnings;
 use lib 't/lib';
 
-use JSON::PP ();
 use Hypic::Nginx;
 use Hypic::Engine;
 
-our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
+Hypic::Engine::Client->import(qw(json_body text_of cached_of));
 
-my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL");
-plan(skip_all => $why) if $why;
-
-our $engine = Hypic::Engine->start(
-    args => ['--model', $MODEL, '--node', 'm-node', '--slots', 8,
-             '--batch', 2, '--public-pool', '64m', '--private-pool', '64m']);
-
-add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
-                   . ' model=tiny-1;');
+our $MODEL = Hypic::Engine->test_model;
+our $engine = Hypic::Engine->start_suite(
+    args => ['--node', 'm-node', '--slots', 8, '--batch', 2,
+             '--public-pool', '64m', '--private-pool', '64m']);
 
 our $SEP = '<|pic_sep|>';
 our @DOCS = (
@@ -36,26 +30,7 @@ our @DOCS = (
 our $PROMPT = join($SEP, 'You answer from the documents.', @DOCS,
                    'What is the capital of Zorvia?');
 
-sub body {
-    my (%f) = @_;
-    return JSON::PP->new->canonical->encode(\%f);
-}
-
-sub json_of {
-    my ($r) = @_;
-    return eval { JSON::PP->new->utf8->decode($r->{body}) } || {};
-}
-
-# the completion's text as UTF-8 bytes, as the CLI prints it
-sub text_of {
-    my $t = json_of($_[0])->{choices}[0]{text} // '';
-    utf8::encode($t);
-    return $t;
-}
-
-sub cached_of {
-    json_of($_[0])->{usage}{prompt_tokens_details}{cached_tokens} // -1;
-}
+sub body { json_body(@_) }
 
 run_tests();
 

@@ -27,6 +27,32 @@ sub why_not {
     return '';
 }
 
+# The model the suites serve: models/test/qwen35-dense.
+sub test_model {
+    require Hypic::Nginx;
+    no warnings 'once';
+    return "$Hypic::Nginx::REPO/models/test/qwen35-dense";
+}
+
+# How a suite that serves the test model through one engine starts: it
+# skips the whole suite (plan skip_all) where no engine can run or the
+# model is missing; else it starts `serve --model MODEL` with args and the
+# other options of start, makes @ENGINE@ the nginx line for it (upstream
+# "tiny", model "tiny-1"), and returns the engine.
+#   our $engine = Hypic::Engine->start_suite(args => ['--slots', 2]);
+sub start_suite {
+    my ($class, %o) = @_;
+    require Hypic::Nginx;
+    my $model = test_model();
+    my $why = $class->why_not || (-d $model ? '' : "no $model");
+    Hypic::Nginx::plan(skip_all => $why) if $why;
+    my $engine = $class->start(%o, args => ['--model', $model,
+                                            @{ $o{args} || [] }]);
+    Hypic::Nginx::add_vars(ENGINE => 'hypic_engine tiny unix:'
+                                     . $engine->socket . ' model=tiny-1;');
+    return $engine;
+}
+
 # args => [...] are passed after `serve`; the socket is added with
 # socket_flag (default --socket) unless args already name one, and a
 # private --shm name unless args name one (so that suites never share a
@@ -181,7 +207,7 @@ use Time::HiRes qw(time);
 
 our @EXPORT_OK = qw(open_request read_until finish_request concurrently
                     sse_events sse_text json_body json_of text_of
-                    cached_of);
+                    cached_of chatml);
 
 # Sends "METHOD URI\nBODY" on a new connection and returns a handle to
 # read the answer with read_until / finish_request.
@@ -248,6 +274,16 @@ sub concurrently {
 sub json_body {
     my (%f) = @_;
     return JSON::PP->new->canonical->encode(\%f);
+}
+
+# Messages (role, content pairs) as the module renders a chat request
+# for the engine: ChatML, open for the assistant's turn.
+sub chatml {
+    my $p = '';
+    while (my ($role, $content) = splice @_, 0, 2) {
+        $p .= "<|im_start|>$role\n$content<|im_end|>\n";
+    }
+    return $p . "<|im_start|>assistant\n";
 }
 
 # A response's body decoded ({} if it is not JSON); the completion's text

@@ -18,6 +18,13 @@ def load(path):
         return list(csv.DictReader(f, delimiter="\t"))
 
 
+def agreement(rows, full):
+    """% of rows whose greedy answer is the full-attention answer of the same
+    example: fidelity to the exact computation, whatever the model's skill."""
+    same = [r["prediction"] == full[r["id"]] for r in rows if r["id"] in full]
+    return 100 * statistics.mean(same) if same else float("nan")
+
+
 def agg(rows):
     em = 100 * statistics.mean(int(r["em"]) for r in rows)
     f1 = 100 * statistics.mean(float(r["f1"]) for r in rows)
@@ -35,11 +42,12 @@ def main():
         by[label].append(r)
     order = sorted(by, key=lambda k: (k.startswith("pic"), k.startswith("naive"),
                                       int(k.split("=")[1]) if "=" in k else 0, k))
-    lines = ["| mode | exact match % | token F1 % | TTFT p50 ms | recomputed tokens | n |",
-             "|---|---|---|---|---|---|"]
+    full = {r["id"]: r["prediction"] for r in by.get("full", [])}
+    lines = ["| mode | exact match % | token F1 % | same answer as full % | TTFT p50 ms | recomputed tokens | n |",
+             "|---|---|---|---|---|---|---|"]
     for k in order:
         em, f1, t, rec, n = agg(by[k])
-        lines.append(f"| {k} | {em:.1f} | {f1:.1f} | {t:.1f} | {rec:.0f} | {n} |")
+        lines.append(f"| {k} | {em:.1f} | {f1:.1f} | {agreement(by[k], full):.1f} | {t:.1f} | {rec:.0f} | {n} |")
     docs = sorted({int(r["n_docs"]) for r in rows})
     lines += ["", "Exact match % by document count:", "",
               "| mode | " + " | ".join(str(d) for d in docs) + " |",
@@ -49,6 +57,15 @@ def main():
         for d in docs:
             sub = [r for r in by[k] if int(r["n_docs"]) == d]
             cells.append(f"{agg(sub)[0]:.0f}" if sub else "-")
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines += ["", "Same answer as full % by document count:", "",
+              "| mode | " + " | ".join(str(d) for d in docs) + " |",
+              "|---|" + "---|" * len(docs)]
+    for k in order:
+        cells = []
+        for d in docs:
+            sub = [r for r in by[k] if int(r["n_docs"]) == d]
+            cells.append(f"{agreement(sub, full):.0f}" if sub else "-")
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -80,9 +97,12 @@ def main():
             if ref in by:
                 ax.axhline(agg(by[ref])[0], linestyle="--", label=ref,
                            color="gray" if ref == "full" else "red")
+        ax.plot(ws, [agreement(by[k], full) for k in pics], marker="s", label="pic: same answer as full")
+        if "naive" in by:
+            ax.axhline(agreement(by["naive"], full), linestyle=":", color="red", label="naive: same answer as full")
         ax.set_xlabel("seam width w")
-        ax.set_ylabel("exact match (%)")
-        ax.legend()
+        ax.set_ylabel("%")
+        ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(os.path.join(out, "seam_sweep.png"), dpi=120)
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -12,7 +12,7 @@ Prompt layout (plain text, no ChatML; SEP = "<|pic_sep|>"):
   SYSTEM    "Answer the question with the documents.\\n"
   doc_i     "Document about Zorvia, a country. The capital of Zorvia is Quellam. ...\\n"
             a country profile, a person profile or a filler passage
-  question  "Question: What is the capital of Zorvia?\\nAnswer:"
+  question  "Question: What is the capital of Zorvia?\\nAnswer: The capital of Zorvia is" (a cloze)
   answer    " Quellam" (the model emits it, then <|im_end|>); the JSONL field
             `answer` holds the stripped text "Quellam".
 
@@ -88,6 +88,33 @@ TWOHOP_XDOC_Q = {
     "city": "Where does the leader of {e} live?",
     "job": "What is the job of the leader of {e}?",
 }
+
+# The answer line is a cloze: the question is followed by "Answer:" and the
+# start of the statement whose next words are the answer, e.g.
+#   Question: What is the capital of Zorvia?\nAnswer: The capital of Zorvia is
+# The one-hop clozes repeat the documents' main phrasing (FIRST_PHRASING of the
+# facts), so the answer is read by matching the statement in the right
+# document; the reverse and two-hop clozes do not occur in any document.
+FIRST_PHRASING = 0.8
+COUNTRY_CLOZE = {a: t[0][0].split(" {v}")[0] for a, t in COUNTRY_ATTRS.items()}
+PERSON_CLOZE = {a: t[0][0].split(" {v}")[0] for a, t in PERSON_ATTRS.items()}
+REVERSE_CLOZE = "The country with the capital {v} is"
+TWOHOP_DOC_CLOZE = {
+    "population": "The population of the country whose capital is {v} is",
+    "leader": "The leader of the country whose capital is {v} is",
+    "founded": "The country whose capital is {v} was founded in",
+}
+TWOHOP_XDOC_CLOZE = {
+    "born": "The leader of {e} was born in",
+    "city": "The leader of {e} lives in",
+    "job": "The leader of {e} works as a",
+}
+
+
+def qa_text(question, cloze, **kw):
+    """The question segment's text after "Question: "."""
+    return f"{question.format(**kw)}\nAnswer: {cloze.format(**kw)}"
+
 
 QTYPE_WEIGHTS = {"country_attr": 40, "person_attr": 20, "reverse": 10, "twohop_doc": 15, "twohop_xdoc": 15}
 
@@ -180,7 +207,8 @@ class World:
         table = COUNTRY_ATTRS if d["kind"] == "country" else PERSON_ATTRS
         sents = [head]
         for a in d["order"]:
-            sents.append(self.rng.choice(table[a][0]).format(e=d["name"], v=d["facts"][a]))
+            t = table[a][0][0] if self.rng.random() < FIRST_PHRASING else table[a][0][1]
+            sents.append(t.format(e=d["name"], v=d["facts"][a]))
         return " ".join(sents) + "\n"
 
     def distractors(self):
@@ -200,23 +228,23 @@ def ask(world, qtype):
     if qtype == "country_attr":
         attr = rng.choice(list(COUNTRY_ATTRS))
         d = world.country(need=[attr])
-        return COUNTRY_ATTRS[attr][1].format(e=d["name"]), d["facts"][attr], [d]
+        return qa_text(COUNTRY_ATTRS[attr][1], COUNTRY_CLOZE[attr], e=d["name"]), d["facts"][attr], [d]
     if qtype == "person_attr":
         attr = rng.choice(list(PERSON_ATTRS))
         d = world.person(need=[attr])
-        return PERSON_ATTRS[attr][1].format(e=d["name"]), d["facts"][attr], [d]
+        return qa_text(PERSON_ATTRS[attr][1], PERSON_CLOZE[attr], e=d["name"]), d["facts"][attr], [d]
     if qtype == "reverse":
         d = world.country(need=["capital"])
-        return REVERSE_Q.format(v=d["facts"]["capital"]), d["name"], [d]
+        return qa_text(REVERSE_Q, REVERSE_CLOZE, v=d["facts"]["capital"]), d["name"], [d]
     if qtype == "twohop_doc":
         attr = rng.choice(list(TWOHOP_DOC_Q))
         d = world.country(need=["capital", attr])
-        return TWOHOP_DOC_Q[attr].format(v=d["facts"]["capital"]), d["facts"][attr], [d]
+        return qa_text(TWOHOP_DOC_Q[attr], TWOHOP_DOC_CLOZE[attr], v=d["facts"]["capital"]), d["facts"][attr], [d]
     if qtype == "twohop_xdoc":
         attr = rng.choice(list(TWOHOP_XDOC_Q))
         p = world.person(need=[attr])
         d = world.country(need=["leader"], leader=p["name"])
-        return TWOHOP_XDOC_Q[attr].format(e=d["name"]), p["facts"][attr], [d, p]
+        return qa_text(TWOHOP_XDOC_Q[attr], TWOHOP_XDOC_CLOZE[attr], e=d["name"]), p["facts"][attr], [d, p]
     raise KeyError(qtype)
 
 
@@ -228,7 +256,7 @@ def ask_existing(world):
     d = rng.choice(docs)
     if d["kind"] == "person":
         attr = rng.choice(d["order"])
-        return "person_attr", PERSON_ATTRS[attr][1].format(e=d["name"]), d["facts"][attr], [d]
+        return "person_attr", qa_text(PERSON_ATTRS[attr][1], PERSON_CLOZE[attr], e=d["name"]), d["facts"][attr], [d]
     f = d["facts"]
     opts = [("country_attr", a) for a in f]
     if "capital" in f:
@@ -240,13 +268,13 @@ def ask_existing(world):
         opts += [("twohop_xdoc", a) for a in TWOHOP_XDOC_Q if a in p["facts"]]
     qt, a = rng.choice(opts)
     if qt == "country_attr":
-        return qt, COUNTRY_ATTRS[a][1].format(e=d["name"]), f[a], [d]
+        return qt, qa_text(COUNTRY_ATTRS[a][1], COUNTRY_CLOZE[a], e=d["name"]), f[a], [d]
     if qt == "reverse":
-        return qt, REVERSE_Q.format(v=f["capital"]), d["name"], [d]
+        return qt, qa_text(REVERSE_Q, REVERSE_CLOZE, v=f["capital"]), d["name"], [d]
     if qt == "twohop_doc":
-        return qt, TWOHOP_DOC_Q[a].format(v=f["capital"]), f[a], [d]
+        return qt, qa_text(TWOHOP_DOC_Q[a], TWOHOP_DOC_CLOZE[a], v=f["capital"]), f[a], [d]
     p = people[f["leader"]]
-    return qt, TWOHOP_XDOC_Q[a].format(e=d["name"]), p["facts"][a], [d, p]
+    return qt, qa_text(TWOHOP_XDOC_Q[a], TWOHOP_XDOC_CLOZE[a], e=d["name"]), p["facts"][a], [d, p]
 
 
 def pick_qtype(rng, allowed=None):
@@ -288,7 +316,7 @@ def make_example(rng, stage=FINAL_STAGE, n_questions=1, n_docs=None):
     qas = []
     for qt, q, a, gold in asked:
         hops = 2 if qt == "twohop_xdoc" else 1
-        qas.append((f"Question: {q}\nAnswer:", a, qt, hops, sorted(pos[id(g)] for g in gold)))
+        qas.append((f"Question: {q}", a, qt, hops, sorted(pos[id(g)] for g in gold)))
     return dict(segments=[SYSTEM] + texts, qas=qas, n_docs=len(texts), max_attrs=w.max_attrs)
 
 

@@ -15,6 +15,20 @@ Loss: cross-entropy on the answer tokens and <|im_end|> (weight 1), plus an
 LM loss of weight --lm-weight on the document tokens and --q-weight on the
 question tokens (names recur in docs and questions: copy / induction signal).
 
+Retrieval needs copy (induction) heads, and this hybrid at this size does
+not form them on its own within a CPU budget (TRAINING.md). So:
+  - residual branches start at zero (--zero-init-out), so untrained layers are
+    exact identities;
+  - phase 1 (--attn-steps): only the two full-attention layers (with the
+    embeddings) train: an attention-only model inside the hybrid, which forms
+    induction heads in a few hundred steps; then the GDN layers join with their
+    lr ramped up over --unfreeze-ramp steps;
+  - copy rows (a random token run shown twice, with a random length and gap)
+    fill --copy-frac of each batch for --copy-steps steps, then
+    --copy-frac-late of it to the end, so the copy heads do not decay.
+Learning rate: warm-up, held at the peak, cosine decay over the last
+--decay-frac of the steps.
+
 Curriculum: rag_data.STAGES (1 doc, then 2-3 docs x <= 3 facts, then up to
 6, 10 and 16 documents). A stage is left when the running teacher-forced exact match of
 the training answers reaches --advance-em, or at its step limit.
@@ -72,6 +86,19 @@ def parse_args(argv=None):
     a("--warmup", type=int, default=60)
     a("--wd", type=float, default=0.05)
     a("--clip", type=float, default=1.0)
+    a("--decay-frac", type=float, default=1.0,
+      help="the lr is held at its peak after warm-up and decays (cosine) over this last fraction of --steps")
+    a("--zero-init-out", type=int, default=1,
+      help="start every residual branch at zero (out_proj, o_proj, down_proj): see build_model")
+    a("--attn-steps", type=int, default=0,
+      help="phase 1: only the full-attention layers (with embeddings and final norm) train; the GDN layers "
+           "stay exact identities (zero-initialised outputs) until then")
+    a("--unfreeze-ramp", type=int, default=200, help="steps over which the GDN layers' lr ramps up after phase 1")
+    a("--copy-steps", type=int, default=0, help="copy warm-up: steps that mix copy rows into the batches")
+    a("--copy-frac", type=float, default=0.5, help="share of a warm-up batch's tokens that are copy rows")
+    a("--copy-frac-late", type=float, default=0.0,
+      help="share of copy rows after the warm-up (keeps the copy heads alive: without them they decay)")
+    a("--copy-len", type=int, default=32, help="length of the random sequence a copy row repeats")
     a("--lm-weight", type=float, default=0.2)
     a("--q-weight", type=float, default=0.2, help="LM loss weight of question tokens")
     a("--max-questions", type=int, default=6)
@@ -129,7 +156,7 @@ def rag_data_special():
     return hflib.SPECIAL_TOKENS
 
 
-def build_model(cfg_dict, seed):
+def build_model(cfg_dict, seed, zero_init_out=False):
     from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
 
     c = {k: v for k, v in cfg_dict.items() if k not in ("architectures", "model_type")}
@@ -151,6 +178,14 @@ def build_model(cfg_dict, seed):
             la.A_log.copy_(torch.empty(n).uniform_(1, 16, generator=g).log())
             dt = torch.exp(torch.rand(n, generator=g) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
             la.dt_bias.copy_(dt + torch.log(-torch.expm1(-dt)))  # inverse softplus
+        # Residual branches start at zero (as modded-nanogpt does): at this width
+        # the random outputs of six GDN layers otherwise bury the token identity
+        # the two attention layers must match on, and copying never starts
+        # (measured with tools/train/copy_probe.py; see TRAINING.md).
+        if zero_init_out:
+            for name, p in model.named_parameters():
+                if name.endswith(("out_proj.weight", "o_proj.weight", "down_proj.weight")):
+                    p.zero_()
     return model
 
 
@@ -162,6 +197,7 @@ class Encoder:
         self.cache = {}
         self.eos = tok.token_to_id(EOS)
         self.pad = tok.token_to_id(PAD)
+        self.n_plain = min(tok.token_to_id(t) for t in rag_data_special())  # ids below are byte/merge tokens
 
     def enc(self, s):
         ids = self.cache.get(s)
@@ -191,10 +227,27 @@ def encode_example(enc, segments, qas, lm_weight, q_weight=0.0):
     return ids, w, spans
 
 
-def make_batch(enc, rng, stage, args):
+def copy_row(enc, rng, n):
+    """A random token sequence shown twice with a random gap, LM loss on all:
+    only copying lowers the second copy's loss (the induction warm-up). The
+    length and the gap vary per row so that the only way to copy is by content
+    (induction); with a fixed period the model learns to copy from a fixed
+    offset instead, which does not transfer to documents (measured)."""
+    k = rng.randint(max(4, n // 4), n)
+    a = [rng.randrange(enc.n_plain) for _ in range(k)]
+    gap = [rng.randrange(enc.n_plain) for _ in range(rng.randint(0, n // 2))]
+    x = a + gap + a
+    return x, [1.0] * len(x), []
+
+
+def make_batch(enc, rng, stage, args, copy_frac=0.0):
     lo, hi, _ = rag_data.STAGES[stage]
     n_docs = rng.randint(lo, hi)
     seqs, total = [], 0
+    if copy_frac > 0:
+        while total < args.batch_tokens * copy_frac and len(seqs) < args.max_batch // 2:
+            seqs.append(copy_row(enc, rng, args.copy_len))
+            total += len(seqs[-1][0])
     while total < args.batch_tokens and len(seqs) < args.max_batch:
         nq = rng.randint(max(1, args.max_questions // 2), args.max_questions)
         ex = rag_data.make_example(rng, stage, nq, n_docs)
@@ -278,9 +331,15 @@ def evaluate(model, enc, records, max_tokens=3072):
 
 
 def lr_at(step, args):
+    """Linear warm-up, then the peak held (retrieval is learned in a late
+    phase transition: decaying during the plateau starves it), then a cosine
+    decay over the last --decay-frac of the steps."""
     if step < args.warmup:
         return args.lr * (step + 1) / args.warmup
-    t = min(1.0, (step - args.warmup) / max(1, args.steps - args.warmup))
+    start = max(args.warmup, int(args.steps * (1 - args.decay_frac)))
+    if step < start:
+        return args.lr
+    t = min(1.0, (step - start) / max(1, args.steps - start))
     return args.lr * (args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
@@ -292,13 +351,31 @@ def save_ckpt(path, **state):
 
 # ---- main ----
 
+def gdn_layer_params(model):
+    """Every parameter of the decoder layers whose mixer is Gated DeltaNet."""
+    return [p for layer in model.model.layers if hasattr(layer, "linear_attn") for p in layer.parameters()]
+
+
+def set_phase(model, step, args):
+    """Phase 1 (step < --attn-steps): the GDN layers are frozen. Why: a 2-layer
+    attention-only model of this width forms copy (induction) heads in ~250
+    steps, the hybrid never did in 2000 (TRAINING.md); with zero-initialised
+    residual outputs the frozen GDN layers are exact identities, so phase 1
+    trains the attention-only model inside the hybrid, and phase 2 lets the
+    GDN layers join once retrieval works."""
+    on = step >= args.attn_steps
+    for p in gdn_layer_params(model):
+        p.requires_grad_(on)
+
+
 def train(args, model, enc, cfg_dict):
     os.makedirs(args.ckpt, exist_ok=True)
-    decay, no_decay = [], []
+    gdn = {id(p) for p in gdn_layer_params(model)}
+    groups = {}
     for n, p in model.named_parameters():
-        (no_decay if p.ndim < 2 or "norm" in n or "A_log" in n or "dt_bias" in n else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
-                             {"params": no_decay, "weight_decay": 0.0}],
+        wd = 0.0 if p.ndim < 2 or "norm" in n or "A_log" in n or "dt_bias" in n else args.wd
+        groups.setdefault((wd, id(p) in gdn), []).append(p)
+    opt = torch.optim.AdamW([{"params": ps, "weight_decay": wd, "gdn": g} for (wd, g), ps in groups.items()],
                             lr=args.lr, betas=(0.9, 0.98), eps=1e-8)
     val = load_records(os.path.join(args.data, "val.jsonl"), args.val_n)
     log_path = os.path.join(args.out, "training_log.tsv")
@@ -335,10 +412,13 @@ def train(args, model, enc, cfg_dict):
                 st["em_hist"] = []
                 print(f"step {step}: -> stage {st['stage']} {rag_data.STAGES[st['stage']]}", flush=True)
         rng = random.Random(args.seed * 1_000_003 + step)
-        x, w, spans = make_batch(enc, rng, st["stage"], args)
+        x, w, spans = make_batch(enc, rng, st["stage"], args,
+                                 args.copy_frac if step < args.copy_steps else args.copy_frac_late)
         lr = lr_at(step, args)
+        set_phase(model, step, args)
+        ramp = min(1.0, max(0.0, (step - args.attn_steps + 1) / max(1, args.unfreeze_ramp)))
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = lr * (ramp if g["gdn"] else 1.0)
         loss, aloss, hits, n = losses(model, x, w, spans)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -385,7 +465,7 @@ def main(argv=None):
     tok = Tokenizer.from_file(os.path.join(args.out, "tokenizer.json"))
     enc = Encoder(tok)
     cfg_dict, ids, _ = model_config_dict(args, tok)
-    model = build_model(cfg_dict, args.seed)
+    model = build_model(cfg_dict, args.seed, bool(args.zero_init_out))
     n_par = sum(p.numel() for p in model.parameters())
     print(f"model: {n_par} parameters, layer_types {cfg_dict['layer_types']}", flush=True)
     if not args.export_only:

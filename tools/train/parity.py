@@ -9,6 +9,11 @@ like transformers does, on rag_data test prompts.
      separators dropped), stopping at <|im_end|> / <|endoftext|>
 
     python3 tools/train/parity.py --model models/default --n 8 [--mode full]
+        [--write-golden models/default/golden_answers.json]
+
+--write-golden records the prompts with transformers' greedy answers (text
+and ids) for t/026-default-model.t, which checks the engine against them
+without torch.
 """
 
 import argparse
@@ -34,6 +39,7 @@ def main():
     p.add_argument("--max-tokens", type=int, default=8)
     p.add_argument("--mode", default="full")
     p.add_argument("--tok-records", type=int, default=200)
+    p.add_argument("--write-golden", help="write the prompts and transformers' greedy answers here")
     args = p.parse_args()
     torch.set_num_threads(1)
 
@@ -73,6 +79,7 @@ def main():
     eos = {tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")}
     n_same = n_ok = 0
     worst = 0.0
+    golden = []
     for r in picks:
         ids = []
         for s in r["segments"]:
@@ -107,11 +114,18 @@ def main():
         ok = hf_text.strip() == r["answer"]
         n_same += same
         n_ok += ok
+        golden.append({"id": r["id"], "n_docs": r["n_docs"], "qtype": r["qtype"], "prompt": r["prompt"],
+                       "answer": r["answer"], "hf_text": hf_text, "hf_ids": gen})
         print(f"{r['id']:>9} n_docs {r['n_docs']:>2} {r['qtype']:<12} tokens {len(ids):>3} "
               f"gold {r['answer']!r:<12} hf {hf_text!r:<14} engine {eng_text!r:<14} "
               f"same {same} correct {ok} max|dlogit| {d:.2e}")
     print(f"greedy: engine == transformers on {n_same}/{len(picks)} prompts; "
           f"correct {n_ok}/{len(picks)}; worst last-logit diff {worst:.2e} (mode {args.mode})")
+    if args.write_golden:
+        with open(args.write_golden, "w", encoding="utf-8") as f:
+            json.dump({"max_tokens": args.max_tokens, "records": golden}, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        print(f"wrote {args.write_golden}: {len(golden)} records")
 
 
 if __name__ == "__main__":

@@ -192,8 +192,14 @@ int main(int argc, char **argv)
                 if (rc == HP_OK)
                     rc = hp_generate(&llm, &seq, &ws, lg, &gp, collect, &out,
                                      &res, &err);
-                if (rc != HP_OK)
-                    fprintf(stderr, "%s %s: %s\n", id, name, err.msg);
+                if (rc != HP_OK) {
+                    /* no row: a failed run is not an answer (e.g. a seam
+                     * narrower than the conv window is refused) */
+                    fprintf(stderr, "%s %s w=%d: %s\n", id, name, w, err.msg);
+                    free(res.tokens);
+                    hp_seq_free(&seq);
+                    continue;
+                }
                 int em = 0;
                 double f1 = token_f1(out.buf, answer, &em);
                 for (char *c = out.buf; *c; c++)

@@ -1,24 +1,67 @@
-"""copy_probe.py - how many steps the default-model architecture needs to learn
-plain copying (random 48-token sequence repeated twice, loss on both halves).
-Diagnostic for the retrieval plateau; see models/default/TRAINING.md."""
-import sys, torch, time, math
-sys.path.insert(0,'tools'); torch.set_num_threads(1)
-import train_model as tm
-from tokenizers import Tokenizer
+"""copy_probe.py - how many steps a model of the default architecture needs to
+learn plain copying: a random run of --L tokens (from --vocab ids) shown twice,
+loss on both halves, "second" = the loss on the second copy (uniform = ln vocab).
+Diagnostic for the retrieval plateau; figures in models/default/TRAINING.md.
+
+    python3 tools/train/copy_probe.py --lr 5e-3 --vocab 256 --secs 400 \\
+        [--layer-types full_attention,full_attention --extra "--layers 2"] [--zero-init] [--freeze-gdn]
+
+Threads: TH (default 1). Note the copies have a fixed period (--L), so a model
+may learn a positional copy here; tools/train_model.py's copy rows vary it.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
 import torch.nn.functional as F
-args = tm.parse_args(["--out","models/default"] + sys.argv[1:])
-tok = Tokenizer.from_file("models/default/tokenizer.json")
-cfg,ids,_ = tm.model_config_dict(args, tok)
-m = tm.build_model(cfg, 1)
-opt = torch.optim.AdamW(m.parameters(), lr=float(args.lr))
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import train_model as tm  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--std", type=float, default=0.02, help="initializer_range")
+ap.add_argument("--lr", type=float, default=3e-3)
+ap.add_argument("--B", type=int, default=32)
+ap.add_argument("--L", type=int, default=24)
+ap.add_argument("--secs", type=float, default=150)
+ap.add_argument("--vocab", type=int, default=700)
+ap.add_argument("--layer-types", default="", help="comma list overriding the config's layer_types")
+ap.add_argument("--zero-init", action="store_true", help="zero the residual branch outputs")
+ap.add_argument("--freeze-gdn", action="store_true", help="train only the non-GDN layers")
+ap.add_argument("--extra", default="", help="train_model.py model flags, e.g. '--layers 2'")
+a = ap.parse_args()
+torch.set_num_threads(int(os.environ.get("TH", "1")))
+root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+from tokenizers import Tokenizer  # noqa: E402
+
+args = tm.parse_args(["--out", os.path.join(root, "models/default")] + a.extra.split())
+tok = Tokenizer.from_file(os.path.join(root, "models/default/tokenizer.json"))
+cfg, _, _ = tm.model_config_dict(args, tok)
+cfg["initializer_range"] = a.std
+if a.layer_types:
+    cfg["layer_types"] = a.layer_types.split(",")
+m = tm.build_model(cfg, 1, a.zero_init)
+if a.freeze_gdn:
+    for p in tm.gdn_layer_params(m):
+        p.requires_grad_(False)
+print(cfg["layer_types"], flush=True)
+opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=a.lr, betas=(0.9, 0.98))
 g = torch.Generator().manual_seed(0)
-t0=time.time()
-for step in range(1001):
-    a = torch.randint(0, 700, (8, 48), generator=g)
-    x = torch.cat([a, a], 1)
+t0, step = time.time(), 0
+while time.time() - t0 < a.secs:
+    x = torch.randint(0, a.vocab, (a.B, a.L), generator=g)
+    x = torch.cat([x, x], 1)
+    for pg in opt.param_groups:
+        pg["lr"] = a.lr * min(1, (step + 1) / 30)
     lg = m(input_ids=x).logits
-    nll = F.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1), reduction='none').view(8, -1)
-    loss = nll.mean()
-    opt.zero_grad(); loss.backward(); opt.step()
+    nll = F.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
+    nll = nll.view(a.B, -1)
+    opt.zero_grad()
+    nll.mean().backward()
+    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+    opt.step()
     if step % 25 == 0:
-        print(step, f"first {nll[:, :47].mean():.2f} second {nll[:, 48:].mean():.2f}", f"{time.time()-t0:.0f}s", flush=True)
+        print(step, f"second {nll[:, a.L:].mean():.2f}", f"{time.time() - t0:.0f}s", flush=True)
+    step += 1

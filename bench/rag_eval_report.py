@@ -92,10 +92,10 @@ def main():
     if len(pics) > 1:
         fig, ax = plt.subplots(figsize=(6, 4))
         ws = [int(k.split("=")[1]) for k in pics]
-        ax.plot(ws, [agg(by[k])[0] for k in pics], marker="o", label="pic")
+        ax.plot(ws, [agg(by[k])[0] for k in pics], marker="o", label="pic: exact match")
         for ref in ("full", "naive"):
             if ref in by:
-                ax.axhline(agg(by[ref])[0], linestyle="--", label=ref,
+                ax.axhline(agg(by[ref])[0], linestyle="--", label=f"{ref}: exact match",
                            color="gray" if ref == "full" else "red")
         ax.plot(ws, [agreement(by[k], full) for k in pics], marker="s", label="pic: same answer as full")
         if "naive" in by:

@@ -119,6 +119,8 @@ def parse_args(argv=None):
     a("--lin-k-dim", type=int, default=32)
     a("--lin-v-dim", type=int, default=32)
     a("--intermediate", type=int, default=256)
+    a("--rope-theta", type=float, default=1e7)
+    a("--partial-rotary", type=float, default=0.25)
     a("--export-only", action="store_true", help="export best.pt and evaluate on test; no training")
     a("--eval-test", type=int, default=1000, help="test records to evaluate at the end")
     return p.parse_args(argv)
@@ -135,6 +137,7 @@ def gen_model_args(args, vocab):
         "--lin-k-heads", str(args.lin_k_heads), "--lin-v-heads", str(args.lin_v_heads),
         "--lin-k-dim", str(args.lin_k_dim), "--lin-v-dim", str(args.lin_v_dim),
         "--intermediate", str(args.intermediate), "--tied", "--dtype", "f32",
+        "--rope-theta", str(args.rope_theta), "--partial-rotary", str(args.partial_rotary),
         "--vocab", str(vocab), "--out", args.out,
     ])
 

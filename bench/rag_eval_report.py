@@ -25,6 +25,20 @@ def agreement(rows, full):
     return 100 * statistics.mean(same) if same else float("nan")
 
 
+def docs_table(title, by, order, docs, metric):
+    """Markdown rows: metric (a %) per mode and document count."""
+    lines = ["", f"{title} % by document count:", "",
+             "| mode | " + " | ".join(str(d) for d in docs) + " |",
+             "|---|" + "---|" * len(docs)]
+    for k in order:
+        cells = []
+        for d in docs:
+            sub = [r for r in by[k] if int(r["n_docs"]) == d]
+            cells.append(f"{metric(sub):.0f}" if sub else "-")
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def agg(rows):
     em = 100 * statistics.mean(int(r["em"]) for r in rows)
     f1 = 100 * statistics.mean(float(r["f1"]) for r in rows)
@@ -49,24 +63,8 @@ def main():
         em, f1, t, rec, n = agg(by[k])
         lines.append(f"| {k} | {em:.1f} | {f1:.1f} | {agreement(by[k], full):.1f} | {t:.1f} | {rec:.0f} | {n} |")
     docs = sorted({int(r["n_docs"]) for r in rows})
-    lines += ["", "Exact match % by document count:", "",
-              "| mode | " + " | ".join(str(d) for d in docs) + " |",
-              "|---|" + "---|" * len(docs)]
-    for k in order:
-        cells = []
-        for d in docs:
-            sub = [r for r in by[k] if int(r["n_docs"]) == d]
-            cells.append(f"{agg(sub)[0]:.0f}" if sub else "-")
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    lines += ["", "Same answer as full % by document count:", "",
-              "| mode | " + " | ".join(str(d) for d in docs) + " |",
-              "|---|" + "---|" * len(docs)]
-    for k in order:
-        cells = []
-        for d in docs:
-            sub = [r for r in by[k] if int(r["n_docs"]) == d]
-            cells.append(f"{agreement(sub, full):.0f}" if sub else "-")
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines += docs_table("Exact match", by, order, docs, lambda sub: agg(sub)[0])
+    lines += docs_table("Same answer as full", by, order, docs, lambda sub: agreement(sub, full))
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -343,6 +343,14 @@ int main(int argc, char **argv)
     int kvs[8] = {32, 64, 128}, nkv = 3;
     int s0 = 0, s1 = 2, do_rec = 1, reps = 3;
     double min_t = 0.15;
+    if (argc % 2 == 0) { /* every option takes a value: --help lands here */
+        fprintf(
+            stderr,
+            "usage: kvbuf_bench [--batch 1,8,64,256] [--B 8,16,32,64,128,256] "
+            "[--kv 32,64] [--model 0.8b|next] [--bs N] [--reps R] "
+            "[--time S] [--no-recurrent 0|1]\n");
+        return 2;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--batch"))
             nb = parse_list(argv[i + 1], batches, 8);

@@ -101,6 +101,12 @@ int main(int argc, char **argv)
     const char *times = NULL;
     double a = -1, b = -1, r2 = 1, combine = 0;
     int mixes = 1000, npts = 0;
+    if (argc % 2 == 0) { /* every option takes a value: --help lands here */
+        fprintf(stderr,
+                "usage: lpt_sim [--times FILE | --a MS --b MS_PER_TOKEN] "
+                "[--combine MS] [--mixes N] [--seed S]\n");
+        return 2;
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--times"))
             times = argv[i + 1];

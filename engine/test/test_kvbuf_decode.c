@@ -15,6 +15,7 @@
 #include "engine/kvbuf.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
+#include "t/lib/testrand.h"
 
 /* Tolerances as in kernels/test/test_kvbuf.c: f32 sums of <= lmax + 1
  * terms against f64, measured ~1e-7..2e-6; the state contracts, so 1000
@@ -28,24 +29,6 @@
  * hk_gdn_recurrent itself shows up to ~1.5e-6 here over 1000 steps. */
 #define STATE_ATOL 5e-6
 
-typedef struct {
-    uint64_t s;
-} rng_t;
-
-static double urand(rng_t *r)
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
-
-static double nrand(rng_t *r)
-{
-    double a = urand(r), b = urand(r);
-    return sqrt(-2.0 * log(1.0 - a)) * cos(6.283185307179586 * b);
-}
-
 /* ---- token source and f64 reference -------------------------------------- */
 
 typedef struct {
@@ -58,7 +41,7 @@ typedef struct {
 typedef struct {
     dims_t d;
     double sc[64];
-    rng_t r;
+    test_rng_t r;
 } gen_t;
 
 static void gen_init(gen_t *G, dims_t d, uint64_t seed)
@@ -66,18 +49,8 @@ static void gen_init(gen_t *G, dims_t d, uint64_t seed)
     G->d = d;
     G->r.s = seed * 0x100000001B3ull + 17;
     for (int h = 0; h < d.Hv; h++)
-        G->sc[h] = exp(log(1e-3) + urand(&G->r) * (log(8.0) - log(1e-3)));
-}
-
-static void unit(rng_t *r, float *x, int n, double scale)
-{
-    double t[512], ss = 0.0;
-    for (int i = 0; i < n; i++) {
-        t[i] = nrand(r);
-        ss += t[i] * t[i];
-    }
-    for (int i = 0; i < n; i++)
-        x[i] = (float)(t[i] / sqrt(ss + 1e-6) * scale);
+        G->sc[h] =
+            exp(log(1e-3) + test_rng_unif(&G->r) * (log(8.0) - log(1e-3)));
 }
 
 /* Token rows in the kernels' layout, one token. */
@@ -108,18 +81,18 @@ static void gen_row(gen_t *G, rows_t *x, int i)
 {
     dims_t d = G->d;
     for (int h = 0; h < d.Hk; h++) {
-        unit(&G->r, x->q + ((size_t)i * d.Hk + h) * d.dk, d.dk,
-             1.0 / sqrt(d.dk));
-        unit(&G->r, x->k + ((size_t)i * d.Hk + h) * d.dk, d.dk, 1.0);
+        test_rng_unit(&G->r, x->q + ((size_t)i * d.Hk + h) * d.dk, d.dk,
+                      1.0 / sqrt(d.dk));
+        test_rng_unit(&G->r, x->k + ((size_t)i * d.Hk + h) * d.dk, d.dk, 1.0);
     }
     for (int e = 0; e < d.Hv * d.dv; e++)
-        x->v[(size_t)i * d.Hv * d.dv + e] = (float)nrand(&G->r);
+        x->v[(size_t)i * d.Hv * d.dv + e] = (float)test_rng_normal(&G->r);
     for (int h = 0; h < d.Hv; h++) {
-        double a = nrand(&G->r);
+        double a = test_rng_normal(&G->r);
         x->g[(size_t)i * d.Hv + h] =
             (float)(-G->sc[h] * (a > 20 ? a : log1p(exp(a))));
         x->beta[(size_t)i * d.Hv + h] =
-            (float)(1.0 / (1.0 + exp(-2.0 * nrand(&G->r))));
+            (float)(1.0 / (1.0 + exp(-2.0 * test_rng_normal(&G->r))));
     }
 }
 
@@ -223,7 +196,7 @@ static void req_open(req_t *q, hp_kvbuf_pool_t *p, dims_t d, uint64_t seed,
         /* A prefilled state: random, as a prompt leaves it. */
         q->S = malloc(ns * sizeof(float));
         for (size_t e = 0; e < ns; e++) {
-            q->S[e] = (float)(0.3 * nrand(&q->gen.r));
+            q->S[e] = (float)(0.3 * test_rng_normal(&q->gen.r));
             q->Sr[e] = q->S[e];
         }
     }
@@ -365,14 +338,14 @@ static void test_verify(int with_state, int cap, uint64_t seed)
     int rc = hp_kvbuf_pool_init(&p, &cfg, &err);
     req_t q;
     req_open(&q, &p, d, seed, with_state, 8);
-    rng_t pick = {seed};
+    test_rng_t pick = {seed};
     size_t ns = (size_t)d.Hv * d.dk * d.dv;
     double *Stry = malloc(ns * sizeof(double));
     chk_t ck = {0};
     int kept = 0, offered = 0;
     hp_kvbuf_t *bp = &q.b;
     for (int it = 0; it < 250 && rc == HP_OK; it++) {
-        int T = 1 + (int)(urand(&pick) * 8);
+        int T = 1 + (int)(test_rng_unif(&pick) * 8);
         for (int i = 0; i < T; i++)
             gen_row(&q.gen, &q.x, i);
         rc = hp_kvbuf_verify(&p, &bp, 1, T, q.o, q.x.q, q.x.k, q.x.v, q.x.g,
@@ -381,7 +354,7 @@ static void test_verify(int with_state, int cap, uint64_t seed)
         memcpy(Stry, q.Sr, ns * sizeof(double));
         ref_rows(q.or, Stry, &q.x, 0, T, d);
         chk_out(&ck, q.or, q.o, (size_t)T * d.Hv * d.dv);
-        int keep = (int)(urand(&pick) * (T + 1));
+        int keep = (int)(test_rng_unif(&pick) * (T + 1));
         if (rc == HP_OK)
             rc = hp_kvbuf_truncate(&p, &q.b, keep, &err);
         ref_rows(q.or, q.Sr, &q.x, 0, keep, d);

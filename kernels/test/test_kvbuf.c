@@ -15,6 +15,7 @@
 #include "kernels/cpu/hk_cpu.h"
 #include "kernels/cpu/hk_kvbuf.h"
 #include "t/lib/tap.h"
+#include "t/lib/testrand.h"
 
 /* f32 kernel vs the f64 recurrence, relative error in norm per call (o)
  * and per state. A buffered output is a sum of <= lmax + 1 terms of f32
@@ -34,47 +35,18 @@
 #define STATE_ATOL 5e-6
 
 typedef struct {
-    uint64_t s;
-} rng_t;
-
-static double urand(rng_t *r) /* [0, 1), splitmix64 */
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return (double)((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
-}
-
-static double nrand(rng_t *r)
-{
-    double a = urand(r), b = urand(r);
-    return sqrt(-2.0 * log(1.0 - a)) * cos(6.283185307179586 * b);
-}
-
-typedef struct {
     int Hk, Hv, dk, dv, T;
     float *q, *k, *v, *g, *beta; /* [T,Hk,dk] x2, [T,Hv,dv], [T,Hv] x2 */
 } toks_t;
 
 /* Unit vector (eps 1e-6 inside the sqrt, as the model), times scale. */
-static void unit(rng_t *r, float *x, int n, double scale)
-{
-    double t[512], ss = 0.0;
-    for (int i = 0; i < n; i++) {
-        t[i] = nrand(r);
-        ss += t[i] * t[i];
-    }
-    for (int i = 0; i < n; i++)
-        x[i] = (float)(t[i] / sqrt(ss + 1e-6) * scale);
-}
-
 /* Per value head a decay scale log-uniform in [1e-3, 8] (weak heads keep
  * hundreds of tokens, strong ones a handful), g = -scale * softplus(N),
  * beta = sigmoid(2N). gmin < 0: g uniform in [gmin, 0] instead. */
 static void toks_make(toks_t *p, int T, int Hk, int Hv, int dk, int dv,
                       uint64_t seed, double gmin)
 {
-    rng_t r = {seed};
+    test_rng_t r = {seed};
     p->T = T, p->Hk = Hk, p->Hv = Hv, p->dk = dk, p->dv = dv;
     p->q = malloc((size_t)T * Hk * dk * sizeof(float));
     p->k = malloc((size_t)T * Hk * dk * sizeof(float));
@@ -83,21 +55,22 @@ static void toks_make(toks_t *p, int T, int Hk, int Hv, int dk, int dv,
     p->beta = malloc((size_t)T * Hv * sizeof(float));
     double sc[64];
     for (int h = 0; h < Hv; h++)
-        sc[h] = exp(log(1e-3) + urand(&r) * (log(8.0) - log(1e-3)));
+        sc[h] = exp(log(1e-3) + test_rng_unif(&r) * (log(8.0) - log(1e-3)));
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < Hk; h++) {
-            unit(&r, p->q + ((size_t)t * Hk + h) * dk, dk, 1.0 / sqrt(dk));
-            unit(&r, p->k + ((size_t)t * Hk + h) * dk, dk, 1.0);
+            test_rng_unit(&r, p->q + ((size_t)t * Hk + h) * dk, dk,
+                          1.0 / sqrt(dk));
+            test_rng_unit(&r, p->k + ((size_t)t * Hk + h) * dk, dk, 1.0);
         }
         for (int e = 0; e < Hv * dv; e++)
-            p->v[(size_t)t * Hv * dv + e] = (float)nrand(&r);
+            p->v[(size_t)t * Hv * dv + e] = (float)test_rng_normal(&r);
         for (int h = 0; h < Hv; h++) {
-            double a = nrand(&r), gg;
-            gg = gmin < 0.0 ? gmin * urand(&r)
+            double a = test_rng_normal(&r), gg;
+            gg = gmin < 0.0 ? gmin * test_rng_unif(&r)
                             : -sc[h] * (a > 20 ? a : log1p(exp(a)));
             p->g[(size_t)t * Hv + h] = (float)gg;
             p->beta[(size_t)t * Hv + h] =
-                (float)(1.0 / (1.0 + exp(-2.0 * nrand(&r))));
+                (float)(1.0 / (1.0 + exp(-2.0 * test_rng_normal(&r))));
         }
     }
 }
@@ -287,10 +260,10 @@ static double run_case(const toks_t *p, int bs, const float *S0,
 
 static float *rand_state(int Hv, int dk, int dv, uint64_t seed)
 {
-    rng_t r = {seed};
+    test_rng_t r = {seed};
     float *S = malloc((size_t)Hv * dk * dv * sizeof(float));
     for (size_t e = 0; e < (size_t)Hv * dk * dv; e++)
-        S[e] = (float)(0.5 * nrand(&r));
+        S[e] = (float)(0.5 * test_rng_normal(&r));
     return S;
 }
 
@@ -429,16 +402,16 @@ static void test_batch_bits(int dk, int dv, int bs, int T)
 static void test_conv_commit(void)
 {
     const int C = 7, K = 4;
-    rng_t r = {77};
+    test_rng_t r = {77};
     int good = 1;
     for (int n = 1; n <= 6; n++) {
         float st0[7 * 3], x[6 * 7], y[6 * 7], w[7 * 4];
         for (int i = 0; i < C * (K - 1); i++)
-            st0[i] = (float)nrand(&r);
+            st0[i] = (float)test_rng_normal(&r);
         for (int i = 0; i < n * C; i++)
-            x[i] = (float)nrand(&r);
+            x[i] = (float)test_rng_normal(&r);
         for (int i = 0; i < C * K; i++)
-            w[i] = (float)nrand(&r);
+            w[i] = (float)test_rng_normal(&r);
         for (int m = 0; m <= n; m++) {
             float ref[7 * 3], scratch[7 * 3], st[7 * 3];
             memcpy(ref, st0, sizeof(st0));

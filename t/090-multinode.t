@@ -71,12 +71,14 @@ sub question {
     return join $SEP, @parts;
 }
 
-# A pic completion from one node's location (/b/, /c/): the response
-# with its text, usage and X-Hypic-Segments taken out.
+# A greedy pic completion of $n tokens (8 by default) from one node's
+# location (/b/, /c/; '' for A's /v1/): the response with its text, usage
+# and X-Hypic-Segments taken out.
 sub ask {
-    my ($srv, $node, $p) = @_;
-    my $r = http_request($srv, "POST /$node/v1/completions\n"
-                         . body(prompt => $p, max_tokens => 8,
+    my ($srv, $node, $p, $n) = @_;
+    my $path = $node eq '' ? '/v1/completions' : "/$node/v1/completions";
+    my $r = http_request($srv, "POST $path\n"
+                         . body(prompt => $p, max_tokens => $n // 8,
                                 temperature => 0), undef, 120);
     $r->{text} = text_of($r);
     $r->{usage} = json_of($r)->{usage} // {};
@@ -113,14 +115,9 @@ __DATA__
 --- response_check
 my ($res, $block, $srv) = @_;
 my $p = main::prompt();
-my $r = http_request($srv, "POST /v1/completions\n"
-                     . main::body(prompt => $p, max_tokens => 8,
-                                  temperature => 0), undef, 120);
+my $r = main::ask($srv, '', $p, 8);
 is($r->{status}, 200, 'answered');
-my $text = eval { JSON::PP->new->utf8->decode($r->{body}) }
-           ->{choices}[0]{text} // '';
-utf8::encode($text);
-is($text, main::cli_pic($p, 8), 'equals the CLI in pic mode');
+is($r->{text}, main::cli_pic($p, 8), 'equals the CLI in pic mode');
 unlike($main::A->log_text, qr/peer \S+ failed/, 'no peer failed');
 if ($main::MN->{mode} eq 'netns') {
     my $mn = $main::MN;
@@ -228,13 +225,8 @@ ok($main::B->alive && $main::A->alive, 'A and B live on');
 --- response_check
 my ($res, $block, $srv) = @_;
 my $p = main::prompt();
-my $r = http_request($srv, "POST /v1/completions\n"
-                     . main::body(prompt => $p, max_tokens => 4,
-                                  temperature => 0), undef, 120);
+my $r = main::ask($srv, '', $p, 4);
 is($r->{status}, 200, 'answered');
-my $text = eval { JSON::PP->new->utf8->decode($r->{body}) }
-           ->{choices}[0]{text} // '';
-utf8::encode($text);
-is($text, main::cli_pic($p, 4), 'equals the CLI in pic mode');
+is($r->{text}, main::cli_pic($p, 4), 'equals the CLI in pic mode');
 --- no_error_log
 [error]

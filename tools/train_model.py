@@ -99,6 +99,10 @@ def parse_args(argv=None):
     a("--copy-frac-late", type=float, default=0.0,
       help="share of copy rows after the warm-up (keeps the copy heads alive: without them they decay)")
     a("--copy-len", type=int, default=32, help="length of the random sequence a copy row repeats")
+    a("--copy-pool", type=int, default=0,
+      help="copy rows draw from the K most frequent answer tokens (0: every plain token). The steps before "
+           "induction forms grow with the number of distinct tokens copied (measured: TRAINING.md), and the "
+           "answers are the tokens retrieval must copy")
     a("--lm-weight", type=float, default=0.2)
     a("--q-weight", type=float, default=0.2, help="LM loss weight of question tokens")
     a("--max-questions", type=int, default=6)
@@ -201,6 +205,20 @@ class Encoder:
         self.eos = tok.token_to_id(EOS)
         self.pad = tok.token_to_id(PAD)
         self.n_plain = min(tok.token_to_id(t) for t in rag_data_special())  # ids below are byte/merge tokens
+        self.pool = list(range(self.n_plain))
+
+    def set_copy_pool(self, k, seed):
+        """Restrict copy rows to the k most frequent tokens of answers (0: all)."""
+        if k <= 0:
+            return
+        rng = random.Random(seed)
+        freq = {}
+        for _ in range(400):
+            ex = rag_data.make_example(rng, rag_data.FINAL_STAGE, 4)
+            for _, a, *_ in ex["qas"]:
+                for t in self.enc(" " + a):
+                    freq[t] = freq.get(t, 0) + 1
+        self.pool = sorted(freq, key=lambda t: -freq[t])[:k]
 
     def enc(self, s):
         ids = self.cache.get(s)
@@ -237,8 +255,8 @@ def copy_row(enc, rng, n):
     (induction); with a fixed period the model learns to copy from a fixed
     offset instead, which does not transfer to documents (measured)."""
     k = rng.randint(max(4, n // 4), n)
-    a = [rng.randrange(enc.n_plain) for _ in range(k)]
-    gap = [rng.randrange(enc.n_plain) for _ in range(rng.randint(0, n // 2))]
+    a = [rng.choice(enc.pool) for _ in range(k)]
+    gap = [rng.choice(enc.pool) for _ in range(rng.randint(0, n // 2))]
     x = a + gap + a
     return x, [1.0] * len(x), []
 
@@ -467,6 +485,8 @@ def main(argv=None):
 
     tok = Tokenizer.from_file(os.path.join(args.out, "tokenizer.json"))
     enc = Encoder(tok)
+    enc.set_copy_pool(args.copy_pool, args.seed + 11)
+    print(f"copy rows draw from {len(enc.pool)} tokens", flush=True)
     cfg_dict, ids, _ = model_config_dict(args, tok)
     model = build_model(cfg_dict, args.seed, bool(args.zero_init_out))
     n_par = sum(p.numel() for p in model.parameters())

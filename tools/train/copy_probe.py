@@ -6,8 +6,9 @@ Diagnostic for the retrieval plateau; figures in models/default/TRAINING.md.
     python3 tools/train/copy_probe.py --lr 5e-3 --vocab 256 --secs 400 \\
         [--layer-types full_attention,full_attention --extra "--layers 2"] [--zero-init] [--freeze-gdn]
 
-Threads: TH (default 1). Note the copies have a fixed period (--L), so a model
-may learn a positional copy here; tools/train_model.py's copy rows vary it.
+Threads: TH (default 1). Without --var the copies have a fixed period (--L), so
+a model may learn a positional copy; --var varies length and offsets (content
+copy, as tools/train_model.py's copy rows do).
 """
 import argparse
 import os
@@ -30,6 +31,9 @@ ap.add_argument("--vocab", type=int, default=700)
 ap.add_argument("--layer-types", default="", help="comma list overriding the config's layer_types")
 ap.add_argument("--zero-init", action="store_true", help="zero the residual branch outputs")
 ap.add_argument("--freeze-gdn", action="store_true", help="train only the non-GDN layers")
+ap.add_argument("--var", action="store_true",
+                help="content copy: run length U(L/2, L) at a random offset, random filler around it, so "
+                     "only matching by content (induction) predicts the second copy")
 ap.add_argument("--extra", default="", help="train_model.py model flags, e.g. '--layers 2'")
 a = ap.parse_args()
 torch.set_num_threads(int(os.environ.get("TH", "1")))
@@ -51,11 +55,24 @@ opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=a.lr,
 g = torch.Generator().manual_seed(0)
 t0, step = time.time(), 0
 while time.time() - t0 < a.secs:
-    x = torch.randint(0, a.vocab, (a.B, a.L), generator=g)
-    x = torch.cat([x, x], 1)
+    if a.var:
+        x = torch.randint(0, a.vocab, (a.B, 3 * a.L), generator=g)
+        mask = torch.zeros(a.B, 3 * a.L - 1, dtype=torch.bool)
+        for b in range(a.B):
+            n = int(torch.randint(a.L // 2, a.L + 1, (1,), generator=g))
+            s0 = int(torch.randint(0, a.L - n + 1, (1,), generator=g))
+            s1 = int(torch.randint(s0 + n, 2 * a.L + 1 + (a.L - n), (1,), generator=g))
+            s1 = min(s1, 3 * a.L - n)
+            x[b, s1:s1 + n] = x[b, s0:s0 + n]
+            mask[b, s1:s1 + n - 1] = True  # targets x[s1+1 .. s1+n-1]
+    else:
+        x = torch.randint(0, a.vocab, (a.B, a.L), generator=g)
+        x = torch.cat([x, x], 1)
+        mask = torch.zeros(a.B, 2 * a.L - 1, dtype=torch.bool)
+        mask[:, a.L:] = True
     for pg in opt.param_groups:
         pg["lr"] = a.lr * min(1, (step + 1) / 30)
-    lg = m(input_ids=x).logits
+    lg = m(input_ids=x, use_cache=False).logits
     nll = F.cross_entropy(lg[:, :-1].reshape(-1, lg.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
     nll = nll.view(a.B, -1)
     opt.zero_grad()
@@ -63,5 +80,5 @@ while time.time() - t0 < a.secs:
     torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
     opt.step()
     if step % 25 == 0:
-        print(step, f"second {nll[:, a.L:].mean():.2f}", f"{time.time() - t0:.0f}s", flush=True)
+        print(step, f"second {nll[mask].mean():.2f}", f"{time.time() - t0:.0f}s", flush=True)
     step += 1

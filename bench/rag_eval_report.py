@@ -25,15 +25,23 @@ def agreement(rows, full):
     return 100 * statistics.mean(same) if same else float("nan")
 
 
-def docs_table(title, by, order, docs, metric):
-    """Markdown rows: metric (a %) per mode and document count."""
-    lines = ["", f"{title} % by document count:", "",
+def kept(rows, full_em):
+    """% of the examples full answers correctly that this mode also answers
+    correctly: the answers an approximation loses, apart from the ones it gets
+    right by luck (which exact match alone nets against them)."""
+    k = [int(r["em"]) for r in rows if full_em.get(r["id"]) == "1"]
+    return 100 * statistics.mean(k) if k else float("nan")
+
+
+def docs_table(title, by, order, docs, metric, field="n_docs", label="document count"):
+    """Markdown rows: metric (a %) per mode and value of field."""
+    lines = ["", f"{title} % by {label}:", "",
              "| mode | " + " | ".join(str(d) for d in docs) + " |",
              "|---|" + "---|" * len(docs)]
     for k in order:
         cells = []
         for d in docs:
-            sub = [r for r in by[k] if int(r["n_docs"]) == d]
+            sub = [r for r in by[k] if (int(r[field]) if field == "n_docs" else r[field]) == d]
             cells.append(f"{metric(sub):.0f}" if sub else "-")
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return lines
@@ -57,14 +65,19 @@ def main():
     order = sorted(by, key=lambda k: (k.startswith("pic"), k.startswith("naive"),
                                       int(k.split("=")[1]) if "=" in k else 0, k))
     full = {r["id"]: r["prediction"] for r in by.get("full", [])}
-    lines = ["| mode | exact match % | token F1 % | same answer as full % | TTFT p50 ms | recomputed tokens | n |",
-             "|---|---|---|---|---|---|---|"]
+    full_em = {r["id"]: r["em"] for r in by.get("full", [])}
+    lines = ["| mode | exact match % | token F1 % | same answer as full % | full's correct kept % | TTFT p50 ms "
+             "| recomputed tokens | n |",
+             "|---|---|---|---|---|---|---|---|"]
     for k in order:
         em, f1, t, rec, n = agg(by[k])
-        lines.append(f"| {k} | {em:.1f} | {f1:.1f} | {agreement(by[k], full):.1f} | {t:.1f} | {rec:.0f} | {n} |")
+        lines.append(f"| {k} | {em:.1f} | {f1:.1f} | {agreement(by[k], full):.1f} | {kept(by[k], full_em):.1f} "
+                     f"| {t:.1f} | {rec:.0f} | {n} |")
     docs = sorted({int(r["n_docs"]) for r in rows})
     lines += docs_table("Exact match", by, order, docs, lambda sub: agg(sub)[0])
     lines += docs_table("Same answer as full", by, order, docs, lambda sub: agreement(sub, full))
+    qtypes = sorted({r["qtype"] for r in rows})
+    lines += docs_table("Exact match", by, order, qtypes, lambda sub: agg(sub)[0], "qtype", "question type")
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

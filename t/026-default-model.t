@@ -3,7 +3,8 @@
 # like the PyTorch model it was exported from: for each prompt in
 # models/default/golden_answers.json (written by tools/train/parity.py
 # --write-golden from transformers' greedy decoding) the engine's greedy
-# answer, in full mode, is the same text. No torch needed here.
+# answer, in full mode, is the same text, and enough of them are right to
+# show the model retrieves. No torch needed here.
 use strict;
 use warnings;
 use Encode ();
@@ -47,6 +48,8 @@ for my $r (@recs) {
     (my $a = $out) =~ s/^\s+|\s+$//g;
     $correct++ if $a eq $r->{answer};
 }
-diag "the engine answered $correct of $n golden prompts correctly";
+# The shipped model retrieves (models/default/TRAINING.md): a model at chance
+# would answer none of these made-up facts.
+cmp_ok($correct, '>=', 4, "the default model retrieves: $correct of $n answers correct");
 done_testing;
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import train_model as tm  # noqa: E402
+from induction_mini import content_copy_rows  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--std", type=float, default=0.02, help="initializer_range")
@@ -56,15 +57,7 @@ g = torch.Generator().manual_seed(0)
 t0, step = time.time(), 0
 while time.time() - t0 < a.secs:
     if a.var:
-        x = torch.randint(0, a.vocab, (a.B, 3 * a.L), generator=g)
-        mask = torch.zeros(a.B, 3 * a.L - 1, dtype=torch.bool)
-        for b in range(a.B):
-            n = int(torch.randint(a.L // 2, a.L + 1, (1,), generator=g))
-            s0 = int(torch.randint(0, a.L - n + 1, (1,), generator=g))
-            s1 = int(torch.randint(s0 + n, 2 * a.L + 1 + (a.L - n), (1,), generator=g))
-            s1 = min(s1, 3 * a.L - n)
-            x[b, s1:s1 + n] = x[b, s0:s0 + n]
-            mask[b, s1:s1 + n - 1] = True  # targets x[s1+1 .. s1+n-1]
+        x, mask = content_copy_rows(a.B, a.L, a.vocab, g)
     else:
         x = torch.randint(0, a.vocab, (a.B, a.L), generator=g)
         x = torch.cat([x, x], 1)

@@ -19,16 +19,23 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-ap.add_argument("--vocab", type=int, default=700)
-ap.add_argument("--batch", type=int, default=16)
-ap.add_argument("--lr", type=float, default=1e-3)
-ap.add_argument("--secs", type=float, default=240)
-ap.add_argument("--conv", action="store_true")
-a = ap.parse_args()
-torch.set_num_threads(1)
-V, D, H, L, B = a.vocab, 128, 4, 32, a.batch
+D, H = 128, 4
 HD = D // H
+
+
+def content_copy_rows(batch, n, vocab, g):
+    """Rows of 3n random tokens in which a run of n/2..n tokens appears twice at
+    random offsets -> (ids, mask of the next-token targets inside the second
+    copy after its first token: predictable only by copying by content)."""
+    x = torch.randint(0, vocab, (batch, 3 * n), generator=g)
+    mask = torch.zeros(batch, 3 * n - 1, dtype=torch.bool)
+    for b in range(batch):
+        k = int(torch.randint(n // 2, n + 1, (1,), generator=g))
+        s0 = int(torch.randint(0, n - k + 1, (1,), generator=g))
+        s1 = min(int(torch.randint(s0 + k, 2 * n + 1 + (n - k), (1,), generator=g)), 3 * n - k)
+        x[b, s1:s1 + k] = x[b, s0:s0 + k]
+        mask[b, s1:s1 + k - 1] = True
+    return x, mask
 
 
 def rope(x, T):
@@ -55,13 +62,13 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    def __init__(self):
+    def __init__(self, vocab, conv):
         super().__init__()
-        self.emb = nn.Embedding(V, D)
+        self.emb = nn.Embedding(vocab, D)
         self.blocks = nn.ModuleList([Block(), Block()])
         self.norm = nn.LayerNorm(D)
-        self.head = nn.Linear(D, V, bias=False)
-        self.conv = nn.Conv1d(D, D, 4, groups=D, padding=3) if a.conv else None
+        self.head = nn.Linear(D, vocab, bias=False)
+        self.conv = nn.Conv1d(D, D, 4, groups=D, padding=3) if conv else None
 
     def forward(self, x):
         h = self.emb(x)
@@ -72,24 +79,31 @@ class Model(nn.Module):
         return self.head(self.norm(h))
 
 
-torch.manual_seed(0)
-m = Model()
-opt = torch.optim.AdamW(m.parameters(), lr=a.lr)
-g = torch.Generator().manual_seed(0)
-t0, step = time.time(), 0
-while time.time() - t0 < a.secs:
-    x = torch.randint(0, V, (B, 3 * L), generator=g)
-    mask = torch.zeros(B, 3 * L - 1, dtype=torch.bool)
-    for b in range(B):
-        n = int(torch.randint(L // 2, L + 1, (1,), generator=g))
-        s0 = int(torch.randint(0, L - n + 1, (1,), generator=g))
-        s1 = min(int(torch.randint(s0 + n, 2 * L + 1 + (L - n), (1,), generator=g)), 3 * L - n)
-        x[b, s1:s1 + n] = x[b, s0:s0 + n]
-        mask[b, s1:s1 + n - 1] = True  # targets x[s1+1 .. s1+n-1]: predictable only by copying
-    nll = F.cross_entropy(m(x)[:, :-1].reshape(-1, V), x[:, 1:].reshape(-1), reduction="none").view(B, -1)
-    opt.zero_grad()
-    nll.mean().backward()
-    opt.step()
-    if step % 100 == 0:
-        print(step, f"second copy {nll[mask].mean():.2f}", f"{time.time() - t0:.0f}s", flush=True)
-    step += 1
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--vocab", type=int, default=700)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--secs", type=float, default=240)
+    ap.add_argument("--conv", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    V, B, L = a.vocab, a.batch, 32
+    torch.manual_seed(0)
+    m = Model(V, a.conv)
+    opt = torch.optim.AdamW(m.parameters(), lr=a.lr)
+    g = torch.Generator().manual_seed(0)
+    t0, step = time.time(), 0
+    while time.time() - t0 < a.secs:
+        x, mask = content_copy_rows(B, L, V, g)
+        nll = F.cross_entropy(m(x)[:, :-1].reshape(-1, V), x[:, 1:].reshape(-1), reduction="none").view(B, -1)
+        opt.zero_grad()
+        nll.mean().backward()
+        opt.step()
+        if step % 100 == 0:
+            print(step, f"second copy {nll[mask].mean():.2f}", f"{time.time() - t0:.0f}s", flush=True)
+        step += 1
+
+
+if __name__ == "__main__":
+    main()

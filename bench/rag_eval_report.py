@@ -33,15 +33,15 @@ def kept(rows, full_em):
     return 100 * statistics.mean(k) if k else float("nan")
 
 
-def docs_table(title, by, order, docs, metric, field="n_docs", label="document count"):
-    """Markdown rows: metric (a %) per mode and value of field."""
+def docs_table(title, by, order, docs, metric, key=lambda r: int(r["n_docs"]), label="document count"):
+    """Markdown rows: metric (a %) per mode and value of key(row)."""
     lines = ["", f"{title} % by {label}:", "",
              "| mode | " + " | ".join(str(d) for d in docs) + " |",
              "|---|" + "---|" * len(docs)]
     for k in order:
         cells = []
         for d in docs:
-            sub = [r for r in by[k] if (int(r[field]) if field == "n_docs" else r[field]) == d]
+            sub = [r for r in by[k] if key(r) == d]
             cells.append(f"{metric(sub):.0f}" if sub else "-")
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     return lines
@@ -77,7 +77,8 @@ def main():
     lines += docs_table("Exact match", by, order, docs, lambda sub: agg(sub)[0])
     lines += docs_table("Same answer as full", by, order, docs, lambda sub: agreement(sub, full))
     qtypes = sorted({r["qtype"] for r in rows})
-    lines += docs_table("Exact match", by, order, qtypes, lambda sub: agg(sub)[0], "qtype", "question type")
+    lines += docs_table("Exact match", by, order, qtypes, lambda sub: agg(sub)[0], lambda r: r["qtype"],
+                       "question type")
     with open(os.path.join(out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -485,13 +485,13 @@ def main(argv=None):
 
     tok = Tokenizer.from_file(os.path.join(args.out, "tokenizer.json"))
     enc = Encoder(tok)
-    enc.set_copy_pool(args.copy_pool, args.seed + 11)
-    print(f"copy rows draw from {len(enc.pool)} tokens", flush=True)
     cfg_dict, ids, _ = model_config_dict(args, tok)
     model = build_model(cfg_dict, args.seed, bool(args.zero_init_out))
     n_par = sum(p.numel() for p in model.parameters())
     print(f"model: {n_par} parameters, layer_types {cfg_dict['layer_types']}", flush=True)
     if not args.export_only:
+        enc.set_copy_pool(args.copy_pool, args.seed + 11)  # only training makes copy rows
+        print(f"copy rows draw from {len(enc.pool)} tokens", flush=True)
         st = train(args, model, enc, cfg_dict)
         print(f"trained {st['step']} steps in {st['elapsed']:.0f} s, best val EM {st['best_val']:.4f}", flush=True)
     import export_hf

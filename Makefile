@@ -9,7 +9,8 @@
 #   make format     clang-format our sources in place;  make lint  checks them
 #
 # Sources are found by globbing, so a new file needs no Makefile edit:
-#   engine/*.c                   -> libhypic.a;  engine/cli/*.c -> hypic-engine
+#   engine/<box>/*.c             -> libhypic.a;  engine/cli/*.c -> hypic-engine
+#   (one folder per box of DESIGN.md; cli/ and test/ are not boxes of the library)
 #   kernels/cpu/*.c              -> libhk_cpu.a
 #   kernels/cuda/*.cu            -> libhk_cuda.a (only with nvcc)
 #   engine/test/test_*.c, kernels/test/test_*.c -> one TAP binary each
@@ -43,12 +44,13 @@ CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -g -fPIC -fopenmp $(OPT_FLAGS) \
 LDFLAGS_ALL := -fopenmp $(SANITIZE) $(LDFLAGS)
 LIBS_ALL    := $(PKG_LIBS) -lm -lpthread -lrt
 
-ENGINE_SRCS := $(wildcard engine/*.c)
+ENGINE_BOXES := $(filter-out engine/cli/ engine/test/,$(wildcard engine/*/))
+ENGINE_SRCS := $(wildcard $(addsuffix *.c,$(ENGINE_BOXES)))
 CLI_SRCS    := $(wildcard engine/cli/*.c)
 KCPU_SRCS   := $(wildcard kernels/cpu/*.c)
 KCUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
 TEST_SRCS   := $(wildcard engine/test/test_*.c kernels/test/test_*.c)
-HEADERS     := $(wildcard engine/*.h engine/cli/*.h kernels/*.h kernels/*/*.h t/lib/*.h)
+HEADERS     := $(wildcard engine/*/*.h kernels/*.h kernels/*/*.h t/lib/*.h)
 
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(BUILD)/obj/%.o)
 KCPU_OBJS   := $(KCPU_SRCS:%.c=$(BUILD)/obj/%.o)
@@ -150,7 +152,7 @@ $(BUILD)/nginx/Makefile: config
 	    "$${NGX_CONF_FLAGS[@]}" --add-dynamic-module=$(CURDIR) \
 	    --builddir=$(CURDIR)/$(BUILD)/nginx > $(CURDIR)/$(BUILD)/nginx/configure.log
 $(MODULE): $(BUILD)/nginx/Makefile $(MODULE_SRCS) $(HEADERS) \
-           $(wildcard engine/hp_seg*.c engine/hp_ipc*.c)
+           $(wildcard engine/contract/hp_seg*.c engine/contract/hp_ipc*.c)
 	$(MAKE) -f $(CURDIR)/$(BUILD)/nginx/Makefile -C $(NGX_SRC) modules \
 	    > $(BUILD)/nginx/make.log || { cat $(BUILD)/nginx/make.log; exit 1; }
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "engine/hp_error.h"
+#include "engine/contract/hp_error.h"
 
 /* Seconds on a clock: CLOCK_MONOTONIC for wall time,
  * CLOCK_PROCESS_CPUTIME_ID or CLOCK_THREAD_CPUTIME_ID for CPU time. */

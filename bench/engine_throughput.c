@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "engine/forward.h"
-#include "engine/llm.h"
-#include "engine/sampler.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/sampler.h"
+#include "engine/model/llm.h"
 
 /* sgemm of [M,K] x [N,K]^T, best of 3 */
 static double sgemm_gflops(int M, int N, int K)

@@ -5,7 +5,7 @@
  * KV-only, at batch 1, 8, 64, 256, for Qwen3.5-0.8B heads (Hk = Hv = 16,
  * dk = dv = 128) and Qwen3-Next heads (Hk = 16, Hv = 32).
  *
- * Bytes per request and step follow the traffic model in engine/kvbuf.h
+ * Bytes per request and step follow the traffic model in engine/forward/kvbuf.h
  * (recurrent: read + write S; chunkwise: S once, the buffer, S written
  * once per B steps; KV-only: the buffer). The "model" column is the
  * speedup that model predicts over recurrent, "meas" the measured one.
@@ -34,7 +34,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "engine/kvbuf.h"
+#include "engine/forward/kvbuf.h"
 #include "kernels/cpu/hk_cpu.h"
 
 typedef struct {

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "engine/lpt.h"
+#include "engine/serve/lpt.h"
 
 #define MAXN 256
 

@@ -1,6 +1,6 @@
 /*
- * prefix_bench.c - the hybrid prefix cache (engine/prefix_cache.h) on three
- * synthetic traces, four policies, at simulator speed: token-level
+ * prefix_bench.c - the hybrid prefix cache (engine/cache/prefix_cache.h) on
+ * three synthetic traces, four policies, at simulator speed: token-level
  * bookkeeping, byte budget, FLOPs from a Qwen3.5-9B-shaped config (32
  * layers, 8 full; fp32 states as the engine keeps them: 52.7 MB per
  * checkpoint, 64 KiB of K/V per token).
@@ -46,11 +46,11 @@
 #include <time.h>
 
 #include "bench/bench_util.h"
-#include "engine/ckpt_dp.h"
-#include "engine/generate.h"
-#include "engine/llm.h"
-#include "engine/prefix_cache.h"
-#include "engine/radix.h"
+#include "engine/cache/ckpt_dp.h"
+#include "engine/cache/prefix_cache.h"
+#include "engine/cache/radix.h"
+#include "engine/forward/generate.h"
+#include "engine/model/llm.h"
 
 #define FLOP_RATE  200e12 /* effective prefill FLOP/s */
 #define RESTORE_BW 50e9   /* bytes/s for restoring K/V + state */

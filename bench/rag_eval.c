@@ -20,8 +20,8 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "engine/assemble.h"
-#include "engine/generate.h"
+#include "engine/cache/assemble.h"
+#include "engine/forward/generate.h"
 
 /* Lowercased words of s without punctuation (SQuAD-style normalization). */
 static int words(const char *s, char out[][64], int max)

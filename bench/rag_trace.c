@@ -26,7 +26,7 @@
  * the offered load. The trace (arrival times, documents, questions) is a
  * function of --seed alone; request i has the same content at every load.
  *
- * Each (mode, load) runs on a fresh scheduler (engine/sched.h, the path
+ * Each (mode, load) runs on a fresh scheduler (engine/serve/sched.h, the path
  * `hypic-engine serve` drives) with empty pools made as serve makes them.
  * --prewarm 1: naive and pic first ingest the whole corpus (one warm-up
  * request per document, untimed, reported below the table) and keep it
@@ -49,10 +49,10 @@
 #include <time.h>
 
 #include "bench/bench_util.h"
-#include "engine/assemble.h"
-#include "engine/llm.h"
-#include "engine/sampler.h"
-#include "engine/sched.h"
+#include "engine/cache/assemble.h"
+#include "engine/forward/sampler.h"
+#include "engine/model/llm.h"
+#include "engine/serve/sched.h"
 
 #define MAX_LOADS 16
 

@@ -23,8 +23,8 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
-#include "engine/llm.h"
-#include "engine/sched.h"
+#include "engine/model/llm.h"
+#include "engine/serve/sched.h"
 
 /* ---- prompts ------------------------------------------------------------ */
 

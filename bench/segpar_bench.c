@@ -29,8 +29,8 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "engine/assemble.h"
-#include "engine/prefill_pool.h"
+#include "engine/cache/assemble.h"
+#include "engine/serve/prefill_pool.h"
 
 static uint64_t rng = BENCH_SEED;
 static uint64_t next(void)

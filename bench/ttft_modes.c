@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
-#include "engine/assemble.h"
+#include "engine/cache/assemble.h"
 
 static uint64_t rng = BENCH_SEED;
 static int next_id(int V)

@@ -1,6 +1,6 @@
 
 /*
- * HYPIC serve: the engine client (the protocol is in engine/hp_ipc.h).
+ * HYPIC serve: the engine client (the protocol is in engine/contract/hp_ipc.h).
  *
  * A link is one worker's unix-socket connection to one engine. It is
  * opened by the first request that needs it: connect(2) on a unix socket

@@ -3,7 +3,8 @@
  * HYPIC serve: the engine client. Each worker keeps one unix-socket link
  * per engine, maps the engine's shared segment from the descriptor the
  * engine sends on connect, and moves requests through its slots
- * (engine/hp_ipc.h): submit, read the records the engine streams, cancel.
+ * (engine/contract/hp_ipc.h): submit, read the records the engine
+ * streams, cancel.
  */
 
 

@@ -15,7 +15,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include "engine/hp_ipc.h"
+#include "engine/contract/hp_ipc.h"
 
 
 #define NGX_HTTP_HYPIC_MODE_FULL        0

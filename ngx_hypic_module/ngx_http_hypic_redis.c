@@ -17,7 +17,7 @@
  * request's pool cleanup clears lookup->request; the block is freed by
  * whoever is last, the request or the last reply.
  *
- * Keys (DESIGN section 7; the engine's side is engine/index.c):
+ * Keys (DESIGN section 7; the engine's side is engine/cluster/index.c):
  *
  *   hypic:{model}:seg:{32 hex id}   set of node ids holding the segment
  *   hypic:{model}:node:{node}       hash {addr, load, ts}, expiring
@@ -36,7 +36,7 @@
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_redis.h"
 
-#include "engine/hp_seg.h"
+#include "engine/contract/hp_seg.h"
 
 
 #define NGX_HTTP_HYPIC_REDIS_DOWN        0

@@ -33,7 +33,7 @@ our $engine = Hypic::Engine->start(
              '--redis', '127.0.0.1:' . $redis->port]);
 
 # nginx names segments with the fingerprint the engine publishes in its
-# shared segment (engine/hp_ipc.h); without it nothing is looked up
+# shared segment (engine/contract/hp_ipc.h); without it nothing is looked up
 if (open my $fh, '<:raw', '/dev/shm' . $engine->shm) {
     my $n = sysread($fh, my $head, 296);
     my $fp = substr($head // '', 280, 16);

@@ -6,12 +6,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fail=0
 if grep -rn 'ngx_' engine kernels --include='*.[ch]' --include='*.cu' \
-        | grep -v '^engine/hp_ipc' ; then
+        | grep -v '^engine/contract/hp_ipc' ; then
     echo "layering: nginx symbols in engine/ or kernels/" >&2; fail=1
 fi
 if grep -rn '#include "engine/' kernels; then
     echo "layering: kernels include engine headers" >&2; fail=1
 fi
+# engine/ is one folder per box, stacked (DESIGN §2, README "Layout"): a
+# box includes only boxes on its own floor or below, never one above.
+floors=(contract tokenizer model forward cache cluster serve cli)
+for i in "${!floors[@]}"; do
+    for above in "${floors[@]:$((i + 1))}"; do
+        if grep -rn "#include \"engine/$above/" "engine/${floors[$i]}"; then
+            echo "layering: engine/${floors[$i]} includes engine/$above" >&2
+            fail=1
+        fi
+    done
+done
 if grep -rn '//' ngx_hypic_module/*.[ch] | grep -v 'http://\|https://'; then
     echo "style: // comment in ngx_hypic_module/" >&2; fail=1
 fi

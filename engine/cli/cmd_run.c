@@ -6,15 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/assemble.h"
+#include "engine/cache/assemble.h"
+#include "engine/cache/prompt.h"
 #include "engine/cli/cli.h"
 #include "engine/cli/options.h"
-#include "engine/dump.h"
-#include "engine/forward.h"
-#include "engine/generate.h"
-#include "engine/kvbuf.h"
-#include "engine/llm.h"
-#include "engine/prompt.h"
+#include "engine/forward/dump.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/generate.h"
+#include "engine/forward/kvbuf.h"
+#include "engine/model/llm.h"
 
 #define PREFILL_PIECE 1024
 

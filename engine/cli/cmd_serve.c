@@ -1,6 +1,6 @@
 /*
  * cmd_serve.c - `hypic-engine serve`: loads the model once, then serves
- * nginx workers through the shared-memory interface (engine/hp_ipc.h):
+ * nginx workers through the shared-memory interface (engine/contract/hp_ipc.h):
  * the IPC loop runs in this thread, the scheduler in one of its own.
  * Settings: serve_config.h.
  *
@@ -26,13 +26,13 @@
 
 #include "engine/cli/cli.h"
 #include "engine/cli/serve_config.h"
-#include "engine/hp_ipc.h"
-#include "engine/index.h"
-#include "engine/ipc_server.h"
-#include "engine/llm.h"
-#include "engine/peer.h"
-#include "engine/prefill_pool.h"
-#include "engine/sched.h"
+#include "engine/cluster/index.h"
+#include "engine/cluster/peer.h"
+#include "engine/contract/hp_ipc.h"
+#include "engine/model/llm.h"
+#include "engine/serve/ipc_server.h"
+#include "engine/serve/prefill_pool.h"
+#include "engine/serve/sched.h"
 
 /* How long a stop waits for Redis to confirm the node left the index
  * (a drained stop, one at once), and for nginx to collect the error

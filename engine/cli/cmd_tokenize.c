@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "engine/cli/cli.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 static const char usage_text[] =
     "usage: hypic-engine tokenize --model DIR (--text S | --file F)\n"

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/assemble.h"
-#include "engine/hp_ipc.h"
-#include "engine/hp_log.h"
+#include "engine/cache/assemble.h"
+#include "engine/contract/hp_ipc.h"
+#include "engine/contract/hp_log.h"
 
 enum { T_STR, T_INT, T_SIZE };
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/ckpt_dp.h"
+#include "engine/cache/ckpt_dp.h"
 #include "t/lib/tap.h"
 
 /* Integer weights keep every cost an exact integer in a double, so the

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/generate.h"
-#include "engine/kvbuf.h"
-#include "engine/prompt.h"
+#include "engine/cache/prompt.h"
+#include "engine/forward/generate.h"
+#include "engine/forward/kvbuf.h"
 #include "t/lib/tap.h"
 
 #define N_TOK 40

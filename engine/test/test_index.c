@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/hp_seg.h"
-#include "engine/index.h"
+#include "engine/cluster/index.h"
+#include "engine/contract/hp_seg.h"
 #include "t/lib/tap.h"
 
 static pid_t start_redis(int port, const char *dir)

@@ -1,7 +1,7 @@
 /*
- * test_ipc.c - the shared-memory request interface (engine/hp_ipc.h) and
- * the engine's server end (engine/ipc_server.h): layout checks, the slot
- * life cycle, a full table, ring semantics (wrap-around, no room, corrupt
+ * test_ipc.c - the shared-memory request interface (engine/contract/hp_ipc.h)
+ * and the engine's server end (engine/serve/ipc_server.h): layout checks, the
+ * slot life cycle, a full table, ring semantics (wrap-around, no room, corrupt
  * input, two threads), the generation counter, and reclaiming the slots
  * of a client process that dies.
  */
@@ -19,12 +19,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/forward.h"
-#include "engine/generate.h"
-#include "engine/hp_ipc.h"
-#include "engine/ipc_server.h"
-#include "engine/llm.h"
-#include "engine/sched.h"
+#include "engine/contract/hp_ipc.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/generate.h"
+#include "engine/model/llm.h"
+#include "engine/serve/ipc_server.h"
+#include "engine/serve/sched.h"
 #include "t/lib/tap.h"
 
 #define MODEL "models/test/qwen35-dense"

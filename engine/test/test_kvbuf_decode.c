@@ -1,10 +1,10 @@
 /*
- * test_kvbuf_decode.c - KVBuffer decoding through the pool (engine/kvbuf.c)
- * against a float64 recurrent decode: long chunkwise runs (1000 steps,
- * B = 8, 64, 100, 128) checking outputs and the effective state at every
- * step; KV-only (prompt through the buffer, no state until cap_kvonly);
- * draft verification with random acceptance = recurrent decode of the
- * accepted tokens only; pool exhaustion refused cleanly; a batch of mixed
+ * test_kvbuf_decode.c - KVBuffer decoding through the pool
+ * (engine/forward/kvbuf.c) against a float64 recurrent decode: long chunkwise
+ * runs (1000 steps, B = 8, 64, 100, 128) checking outputs and the effective
+ * state at every step; KV-only (prompt through the buffer, no state until
+ * cap_kvonly); draft verification with random acceptance = recurrent decode of
+ * the accepted tokens only; pool exhaustion refused cleanly; a batch of mixed
  * requests = each one's solo run, bit for bit; model-sized heads.
  */
 #include <math.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/kvbuf.h"
+#include "engine/forward/kvbuf.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
 #include "t/lib/testrand.h"

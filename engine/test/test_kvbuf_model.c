@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/forward.h"
-#include "engine/kvbuf.h"
-#include "engine/model.h"
-#include "engine/safetensors.h"
-#include "engine/sampler.h"
-#include "engine/seq.h"
-#include "engine/spec.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/kvbuf.h"
+#include "engine/forward/sampler.h"
+#include "engine/forward/seq.h"
+#include "engine/forward/spec.h"
+#include "engine/model/model.h"
+#include "engine/model/safetensors.h"
 #include "engine/test/test_util.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "engine/lpt.h"
+#include "engine/serve/lpt.h"
 #include "t/lib/tap.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;

@@ -14,7 +14,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "t/lib/tap.h"
 
 static char repo_root[1024] = ".";

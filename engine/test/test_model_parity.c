@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/forward.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
-#include "engine/seq.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/sampler.h"
+#include "engine/forward/seq.h"
+#include "engine/model/model.h"
 #include "t/lib/tap.h"
 
 /* Logits and states are compared relative to the tensor's largest

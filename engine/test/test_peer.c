@@ -20,10 +20,10 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
-#include "engine/assemble.h"
-#include "engine/peer.h"
-#include "engine/prompt.h"
-#include "engine/segcache.h"
+#include "engine/cache/assemble.h"
+#include "engine/cache/prompt.h"
+#include "engine/cache/segcache.h"
+#include "engine/cluster/peer.h"
 #include "t/lib/tap.h"
 
 #define SEP        "<|pic_sep|>"

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/assemble.h"
-#include "engine/prompt.h"
-#include "engine/segcache.h"
+#include "engine/cache/assemble.h"
+#include "engine/cache/prompt.h"
+#include "engine/cache/segcache.h"
 #include "t/lib/tap.h"
 
 /* f32 composition vs one pass: rounding of T_C S (dk-term sums) and of

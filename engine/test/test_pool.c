@@ -1,7 +1,7 @@
 /* test_pool.c - the pools: budget, LRU, reference counts, counters. */
 #include <string.h>
 
-#include "engine/pool.h"
+#include "engine/cache/pool.h"
 #include "t/lib/tap.h"
 
 static void key(uint8_t k[16], int i)

@@ -15,12 +15,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine/assemble.h"
-#include "engine/lpt.h"
-#include "engine/peer.h"
-#include "engine/prefill_pool.h"
-#include "engine/prompt.h"
-#include "engine/segcache.h"
+#include "engine/cache/assemble.h"
+#include "engine/cache/prompt.h"
+#include "engine/cache/segcache.h"
+#include "engine/cluster/peer.h"
+#include "engine/serve/lpt.h"
+#include "engine/serve/prefill_pool.h"
 #include "t/lib/tap.h"
 
 #define SEP "<|pic_sep|>"

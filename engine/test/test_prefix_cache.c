@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/generate.h"
-#include "engine/llm.h"
-#include "engine/model_config.h"
-#include "engine/prefix_cache.h"
+#include "engine/cache/prefix_cache.h"
+#include "engine/forward/generate.h"
+#include "engine/model/llm.h"
+#include "engine/model/model_config.h"
 #include "t/lib/tap.h"
 
 /* Resume + recompute vs one pass: the same tokens through different run

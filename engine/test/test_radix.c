@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/radix.h"
+#include "engine/cache/radix.h"
 #include "t/lib/tap.h"
 
 #define MAXSEQ 400

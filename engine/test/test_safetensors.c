@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "engine/safetensors.h"
+#include "engine/model/safetensors.h"
 #include "t/lib/tap.h"
 
 static char tmpdir[64];

@@ -1,5 +1,5 @@
 /*
- * test_sched.c - the scheduler (engine/sched.h): the step-wise decoder's
+ * test_sched.c - the scheduler (engine/serve/sched.h): the step-wise decoder's
  * stop strings and budgets, many concurrent requests giving exactly the
  * text each gives alone, FIFO admission, back-pressure from a slow
  * reader, cancellation (queued and running) freeing all memory, and the
@@ -11,12 +11,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "engine/forward.h"
-#include "engine/generate.h"
-#include "engine/llm.h"
-#include "engine/pool.h"
-#include "engine/prefix_cache.h"
-#include "engine/sched.h"
+#include "engine/cache/pool.h"
+#include "engine/cache/prefix_cache.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/generate.h"
+#include "engine/model/llm.h"
+#include "engine/serve/sched.h"
 #include "t/lib/tap.h"
 
 #define MODEL "models/test/qwen35-dense"
@@ -42,24 +42,24 @@ static int tok_of(const char *s)
 
 /* Pushes the tokens of the strings (one token each) through a decoder;
  * returns the text taken so far. */
-static const char *feed(hp_sched_dec_t *d, hp_sampler_t *sm,
+static const char *feed(hp_decoder_t *d, hp_sampler_t *sm,
                         const char *const *toks, int n, char *out)
 {
     hp_error_t err = {0};
     int V = llm.model.cfg.vocab_size, t;
     for (int i = 0; i < n && !d->done; i++)
-        hp_sched_dec_next(d, sm, forced(V, tok_of(toks[i])), &t, &err);
+        hp_decoder_next(d, sm, forced(V, tok_of(toks[i])), &t, &err);
     const char *r;
-    size_t len = hp_sched_dec_ready(d, &r);
+    size_t len = hp_decoder_ready(d, &r);
     strncat(out, r, len);
-    hp_sched_dec_take(d, len);
+    hp_decoder_take(d, len);
     return out;
 }
 
 static void test_decoder(void)
 {
     hp_sampler_t sm;
-    hp_sched_dec_t d;
+    hp_decoder_t d;
     hp_error_t err = {0};
     char out[256] = "";
     int t;
@@ -69,7 +69,7 @@ static void test_decoder(void)
     p.stop[0] = "STOP";
     p.stop[1] = "";
     p.n_stop = 2;
-    hp_sched_dec_init(&d, &llm, &p, &err);
+    hp_decoder_init(&d, &llm, &p, &err);
     ok(d.n_stop == 1, "an empty stop string is ignored");
 
     const char *a[] = {"x", "S", "T"};
@@ -83,41 +83,41 @@ static void test_decoder(void)
     feed(&d, &sm, c, 5, out);
     ok(d.done && d.finish == HP_FINISH_STOP && !strcmp(out, "xSTy"),
        "a stop string ends it and is never shown (\"%s\")", out);
-    ok(hp_sched_dec_next(&d, &sm, forced(llm.model.cfg.vocab_size, 1), &t,
-                         &err) == HP_OK &&
+    ok(hp_decoder_next(&d, &sm, forced(llm.model.cfg.vocab_size, 1), &t,
+                       &err) == HP_OK &&
            t == -1,
        "a finished decoder asks for nothing more");
-    hp_sched_dec_free(&d);
+    hp_decoder_free(&d);
 
     /* budget: held-back text comes out at the end */
     p.max_tokens = 3;
-    hp_sched_dec_init(&d, &llm, &p, &err);
+    hp_decoder_init(&d, &llm, &p, &err);
     out[0] = '\0';
     const char *e[] = {"a", "b", "S"};
     feed(&d, &sm, e, 3, out);
     ok(d.done && d.finish == HP_FINISH_LENGTH && d.n_tokens == 3 &&
            !strcmp(out, "abS"),
        "the budget ends it and flushes the held-back text (\"%s\")", out);
-    hp_sched_dec_free(&d);
+    hp_decoder_free(&d);
 
     /* a stop token */
     p.max_tokens = 10;
     p.n_stop = 0;
-    hp_sched_dec_init(&d, &llm, &p, &err);
-    hp_sched_dec_next(&d, &sm, forced(llm.model.cfg.vocab_size, tok_of("q")),
-                      &t, &err);
-    hp_sched_dec_next(
-        &d, &sm, forced(llm.model.cfg.vocab_size, llm.stop_ids[0]), &t, &err);
+    hp_decoder_init(&d, &llm, &p, &err);
+    hp_decoder_next(&d, &sm, forced(llm.model.cfg.vocab_size, tok_of("q")), &t,
+                    &err);
+    hp_decoder_next(&d, &sm, forced(llm.model.cfg.vocab_size, llm.stop_ids[0]),
+                    &t, &err);
     ok(d.done && d.finish == HP_FINISH_STOP && d.n_tokens == 1,
        "a stop token ends it and is not counted");
-    hp_sched_dec_free(&d);
+    hp_decoder_free(&d);
 
     /* a budget of 0: no sampling at all */
     p.max_tokens = 0;
-    hp_sched_dec_init(&d, &llm, &p, &err);
-    hp_sched_dec_next(&d, &sm, forced(llm.model.cfg.vocab_size, 1), &t, &err);
+    hp_decoder_init(&d, &llm, &p, &err);
+    hp_decoder_next(&d, &sm, forced(llm.model.cfg.vocab_size, 1), &t, &err);
     ok(d.done && d.n_tokens == 0 && t == -1, "max_tokens 0 samples nothing");
-    hp_sched_dec_free(&d);
+    hp_decoder_free(&d);
     hp_sampler_free(&sm);
 }
 

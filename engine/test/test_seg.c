@@ -1,7 +1,7 @@
 /* test_seg.c - the segment contract: splitting and ids (DESIGN §3). */
 #include <string.h>
 
-#include "engine/hp_seg.h"
+#include "engine/contract/hp_seg.h"
 #include "t/lib/tap.h"
 
 #define SEP "<|pic_sep|>"

@@ -1,6 +1,6 @@
 /*
  * test_spec.c - prompt-lookup drafting and the acceptance rules
- * (engine/spec.c): lookup cases; greedy speculative decoding of a toy
+ * (engine/forward/spec.c): lookup cases; greedy speculative decoding of a toy
  * deterministic model gives exactly plain greedy's tokens (lookup drafts
  * and random drafts); the sampled rule's emitted tokens follow the target
  * distribution (chi-square over many seeds, first token and second token
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/sampler.h"
-#include "engine/spec.h"
+#include "engine/forward/sampler.h"
+#include "engine/forward/spec.h"
 #include "t/lib/tap.h"
 
 /* Chi-square tests reject at alpha = 1e-4 (z = 3.719): with the fixed

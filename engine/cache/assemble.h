@@ -1,0 +1,97 @@
+/*
+ * assemble.h - prefill of a segmented prompt in one of the four modes
+ * (DESIGN §4), reusing what the pools hold:
+ *
+ *   full    no reuse: prefill every token.
+ *   prefix  exact: resume from the prefix cache's deepest checkpoint at
+ *           or before where the prompt leaves its radix tree (hybrid
+ *           Marconi admission and eviction, prefix_cache.h), prefill the
+ *           rest; the prompt's end is checkpointed for the next turn.
+ *   naive   the strawman: each PIC segment's zero-start state over the
+ *           whole segment added to the running state (no T_C), its K/V
+ *           spliced (re-rotated), no seam; only the query is recomputed.
+ *   pic     HYPIC: compose S <- T_C S + S_C|0 over each interior, splice
+ *           re-rotated interior K/V, recompute the seam windows (last w of
+ *           C_i ++ first w of C_i+1) and the query in one prefill.
+ *
+ * The leading segment is cached in full as a prefix at position 0 (naive
+ * and pic). Missing segments are prefilled on their own and published
+ * (the cold path); a warm-up request does the same without a query.
+ */
+#ifndef HP_ASSEMBLE_H
+#define HP_ASSEMBLE_H
+
+#include "engine/cache/pool.h"
+#include "engine/cache/prefix_cache.h"
+#include "engine/cache/prompt.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/seq.h"
+#include "engine/model/llm.h"
+
+typedef enum {
+    HP_MODE_FULL = 0,
+    HP_MODE_PREFIX,
+    HP_MODE_NAIVE,
+    HP_MODE_PIC
+} hp_mode_t;
+
+#define HP_SEAM_DEFAULT 8
+
+/* The public pool's variants: one segment id holds one entry per use.
+ * Low byte: the kind; PIC entries carry their seam width above it. */
+#define HP_VAR_LEAD    1u /* the leading segment, a prefix STATE entry */
+#define HP_VAR_NAIVE   2u /* a whole-segment STATE entry */
+#define HP_VAR_PIC(w)  (3u | ((uint32_t)(w) << 8))
+#define HP_VAR_KIND(v) ((v)&0xffu)
+#define HP_VAR_SEAM(v) ((int)((v) >> 8))
+
+/* Whether `mode` at seam w caches segment s (lead and PIC segments; a
+ * PIC segment needs an interior), and the variant it is cached under. */
+int hp_assemble_cacheable(const hp_prompt_seg_t *s, hp_mode_t mode, int w);
+uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_mode_t mode, int w);
+
+/* "full" etc. to the enum; -1 if unknown. */
+int hp_mode_parse(const char *s);
+const char *hp_mode_name(hp_mode_t m);
+
+typedef struct {
+    hp_pool_t *pub;            /* segment tuples, keyed by segment id */
+    hp_prefix_cache_t *prefix; /* `prefix` mode: radix tree, checkpoints */
+} hp_cache_t;
+
+typedef struct {
+    int prompt_tokens;
+    int cached_tokens;     /* tokens whose prefill a cache hit skipped */
+    int recomputed_tokens; /* tokens run in the (final) prefill */
+    int hit_segments;      /* cacheable segments found in a pool */
+    int miss_segments;     /* cacheable segments prefilled now */
+    int miss_tokens;       /* tokens those misses cover in the cache */
+} hp_assemble_stats_t;
+
+/*
+ * Prefills prompt p into seq (fresh, from hp_seq_init) in `mode` with seam
+ * width w, and writes the last token's logits (if logits != NULL; a prompt
+ * whose every token is cached in naive mode has none: then *logits is left
+ * and HP_OK returned with stats->recomputed_tokens == 0).
+ * Errors: HP_EBADINPUT (seam < 0; prefix mode without cache->prefix),
+ * HP_ENOMEM (pools full of entries in use), forward errors.
+ */
+int hp_assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
+                const hp_prompt_t *p, hp_mode_t mode, int w, hp_seq_t *seq,
+                float *logits, hp_assemble_stats_t *stats, hp_error_t *err);
+
+/* Makes sure every cacheable segment of p is in the public pool for
+ * `mode` (naive or pic) at seam w, prefilling each on its own: the warm
+ * pass of the one-shot commands and of warm-up requests. */
+int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
+                     const hp_prompt_t *p, hp_mode_t mode, int w,
+                     hp_assemble_stats_t *stats, hp_error_t *err);
+
+/* One unit of the warm pass, for a scheduler that interleaves work:
+ * prefills the first cacheable segment of p missing from the public pool
+ * and returns 1, or returns 0 when none is missing (negative: an error). */
+int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
+                          hp_fwd_ws_t *ws, const hp_prompt_t *p, hp_mode_t mode,
+                          int w, hp_assemble_stats_t *stats, hp_error_t *err);
+
+#endif

@@ -1,0 +1,331 @@
+/*
+ * pool.c - arena allocator + LRU cache (see pool.h).
+ *
+ * The arena is one anonymous mapping of the budget. Blocks are carved
+ * first-fit from an address-ordered free list and coalesced with both
+ * neighbours on free, so a pool that churns entries of mixed sizes keeps
+ * its free space in few large runs. Eviction walks the LRU list from the
+ * cold end, skipping entries in use, until the allocation fits.
+ */
+#include "engine/cache/pool.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define ALIGN    64
+#define NBUCKETS 4096
+
+typedef struct free_run {
+    size_t off, len;
+    struct free_run *next; /* address order */
+} free_run_t;
+
+struct hp_pool {
+    pthread_mutex_t mu;
+    uint8_t *arena;
+    size_t budget;
+    free_run_t *free;             /* address-ordered */
+    hp_pool_entry_t *head, *tail; /* LRU: head = most recent */
+    hp_pool_entry_t *buckets[NBUCKETS];
+    uint64_t clock;
+    hp_pool_stats_t st;
+    hp_pool_hook_fn hook;
+    void *hook_ud;
+};
+
+static size_t round_up(size_t n)
+{
+    return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+static unsigned bucket(const uint8_t key[16], uint32_t variant)
+{
+    uint64_t h;
+    memcpy(&h, key, 8);
+    h ^= (uint64_t)variant * 0x9e3779b97f4a7c15ULL;
+    return (unsigned)((h ^ (h >> 29)) % NBUCKETS);
+}
+
+hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err)
+{
+    hp_pool_t *p = calloc(1, sizeof(*p));
+    budget = round_up(budget ? budget : ALIGN);
+    if (p)
+        p->arena = mmap(NULL, budget, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (!p || p->arena == MAP_FAILED) {
+        free(p);
+        hp_error_set(err, HP_ENOMEM, "pool: cannot reserve %zu bytes", budget);
+        return NULL;
+    }
+    p->free = malloc(sizeof(free_run_t));
+    if (!p->free) {
+        munmap(p->arena, budget);
+        free(p);
+        hp_error_set(err, HP_ENOMEM, "pool: out of memory");
+        return NULL;
+    }
+    *p->free = (free_run_t){0, budget, NULL};
+    p->budget = p->st.budget = budget;
+    pthread_mutex_init(&p->mu, NULL);
+    return p;
+}
+
+static void free_runs(free_run_t *r)
+{
+    while (r) {
+        free_run_t *n = r->next;
+        free(r);
+        r = n;
+    }
+}
+
+static void lru_unlink(hp_pool_t *p, hp_pool_entry_t *e)
+{
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        p->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        p->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void lru_front(hp_pool_t *p, hp_pool_entry_t *e)
+{
+    e->prev = NULL;
+    e->next = p->head;
+    if (p->head)
+        p->head->prev = e;
+    p->head = e;
+    if (!p->tail)
+        p->tail = e;
+}
+
+static void hash_unlink(hp_pool_t *p, hp_pool_entry_t *e)
+{
+    hp_pool_entry_t **pp = &p->buckets[bucket(e->key, e->variant)];
+    while (*pp && *pp != e)
+        pp = &(*pp)->chain;
+    if (*pp)
+        *pp = e->chain;
+    e->chain = NULL;
+}
+
+/* Returns [off, off+len) to the free list, merging with neighbours. */
+static void arena_free(hp_pool_t *p, size_t off, size_t len)
+{
+    free_run_t **pp = &p->free, *prev = NULL;
+    while (*pp && (*pp)->off < off) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    free_run_t *next = *pp;
+    if (prev && prev->off + prev->len == off) {
+        prev->len += len;
+        if (next && prev->off + prev->len == next->off) {
+            prev->len += next->len;
+            prev->next = next->next;
+            free(next);
+        }
+        return;
+    }
+    if (next && off + len == next->off) {
+        next->off = off;
+        next->len += len;
+        return;
+    }
+    free_run_t *r = malloc(sizeof(*r));
+    if (!r)
+        return; /* the bytes leak from the arena until destroy; no UB */
+    *r = (free_run_t){off, len, next};
+    *pp = r;
+}
+
+/* First fit; returns the offset or (size_t)-1. */
+static size_t arena_alloc(hp_pool_t *p, size_t len)
+{
+    for (free_run_t **pp = &p->free; *pp; pp = &(*pp)->next) {
+        free_run_t *r = *pp;
+        if (r->len < len)
+            continue;
+        size_t off = r->off;
+        r->off += len;
+        r->len -= len;
+        if (r->len == 0) {
+            *pp = r->next;
+            free(r);
+        }
+        return off;
+    }
+    return (size_t)-1;
+}
+
+static void entry_free(hp_pool_t *p, hp_pool_entry_t *e)
+{
+    if (e->published) {
+        lru_unlink(p, e);
+        hash_unlink(p, e);
+        p->st.entries--;
+        if (p->hook)
+            p->hook(p->hook_ud, e->key, e->variant, 0);
+    }
+    arena_free(p, (size_t)((uint8_t *)e->data - p->arena), round_up(e->bytes));
+    p->st.bytes_used -= round_up(e->bytes);
+    free(e);
+}
+
+void hp_pool_destroy(hp_pool_t *p)
+{
+    if (!p)
+        return;
+    hp_pool_entry_t *e = p->head;
+    while (e) {
+        hp_pool_entry_t *n = e->next;
+        free(e);
+        e = n;
+    }
+    free_runs(p->free);
+    munmap(p->arena, p->budget);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+hp_pool_entry_t *hp_pool_get(hp_pool_t *p, const uint8_t key[16],
+                             uint32_t variant)
+{
+    pthread_mutex_lock(&p->mu);
+    hp_pool_entry_t *e = p->buckets[bucket(key, variant)];
+    while (e && (e->variant != variant || memcmp(e->key, key, 16)))
+        e = e->chain;
+    if (e) {
+        e->refs++;
+        e->stamp = ++p->clock;
+        lru_unlink(p, e);
+        lru_front(p, e);
+        p->st.hits++;
+    } else {
+        p->st.misses++;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return e;
+}
+
+int hp_pool_contains(hp_pool_t *p, const uint8_t key[16], uint32_t variant)
+{
+    pthread_mutex_lock(&p->mu);
+    hp_pool_entry_t *e = p->buckets[bucket(key, variant)];
+    while (e && (e->variant != variant || memcmp(e->key, key, 16)))
+        e = e->chain;
+    pthread_mutex_unlock(&p->mu);
+    return e != NULL;
+}
+
+hp_pool_entry_t *hp_pool_alloc(hp_pool_t *p, const uint8_t key[16],
+                               uint32_t variant, size_t bytes, hp_error_t *err)
+{
+    size_t len = round_up(bytes ? bytes : 1);
+    hp_pool_entry_t *e = calloc(1, sizeof(*e));
+    if (!e) {
+        hp_error_set(err, HP_ENOMEM, "pool: out of memory");
+        return NULL;
+    }
+    pthread_mutex_lock(&p->mu);
+    size_t off = len <= p->budget ? arena_alloc(p, len) : (size_t)-1;
+    hp_pool_entry_t *victim = p->tail;
+    while (off == (size_t)-1 && victim && len <= p->budget) {
+        hp_pool_entry_t *prev = victim->prev;
+        if (victim->refs == 0) {
+            entry_free(p, victim);
+            p->st.evictions++;
+            off = arena_alloc(p, len);
+        }
+        victim = prev;
+    }
+    if (off == (size_t)-1) {
+        p->st.failed++;
+        pthread_mutex_unlock(&p->mu);
+        free(e);
+        hp_error_set(err, HP_ENOMEM,
+                     "pool: no room for %zu bytes (budget %zu, %zu in use)",
+                     bytes, p->budget, p->st.bytes_used);
+        return NULL;
+    }
+    memcpy(e->key, key, 16);
+    e->variant = variant;
+    e->data = p->arena + off;
+    e->bytes = bytes;
+    e->refs = 1;
+    p->st.bytes_used += len;
+    pthread_mutex_unlock(&p->mu);
+    return e;
+}
+
+void hp_pool_publish(hp_pool_t *p, hp_pool_entry_t *e)
+{
+    pthread_mutex_lock(&p->mu);
+    unsigned b = bucket(e->key, e->variant);
+    hp_pool_entry_t *old = p->buckets[b];
+    while (old && (old->variant != e->variant || memcmp(old->key, e->key, 16)))
+        old = old->chain;
+    if (old) { /* a concurrent filler won: retire the older copy */
+        lru_unlink(p, old);
+        hash_unlink(p, old);
+        old->published = 0;
+        p->st.entries--;
+        if (old->refs == 0)
+            entry_free(p, old);
+    }
+    e->published = 1;
+    if (p->hook && !old)
+        p->hook(p->hook_ud, e->key, e->variant, 1);
+    e->stamp = ++p->clock;
+    e->chain = p->buckets[b];
+    p->buckets[b] = e;
+    lru_front(p, e);
+    p->st.entries++;
+    p->st.inserts++;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void hp_pool_release(hp_pool_t *p, hp_pool_entry_t *e)
+{
+    if (!e)
+        return;
+    pthread_mutex_lock(&p->mu);
+    if (--e->refs == 0 && !e->published)
+        entry_free(p, e);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void hp_pool_clear(hp_pool_t *p)
+{
+    pthread_mutex_lock(&p->mu);
+    hp_pool_entry_t *e = p->head;
+    while (e) {
+        hp_pool_entry_t *n = e->next;
+        if (e->refs == 0)
+            entry_free(p, e);
+        e = n;
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+void hp_pool_set_hook(hp_pool_t *p, hp_pool_hook_fn fn, void *ud)
+{
+    pthread_mutex_lock(&p->mu);
+    p->hook = fn;
+    p->hook_ud = ud;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void hp_pool_stats(hp_pool_t *p, hp_pool_stats_t *out)
+{
+    pthread_mutex_lock(&p->mu);
+    *out = p->st;
+    pthread_mutex_unlock(&p->mu);
+}

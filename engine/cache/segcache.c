@@ -1,0 +1,265 @@
+/* segcache.c - segment cache entries: layout, capture, load (segcache.h). */
+#include "engine/cache/segcache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/hk_cpu.h"
+
+typedef struct {
+    size_t T, S, conv, K, V; /* float offsets after the header, or -1 */
+} layer_off_t;
+
+static size_t kv_rows(const hp_segc_hdr_t *h)
+{
+    return (size_t)(h->kind == HP_SEGC_PIC ? h->n_int : h->n_tok);
+}
+
+/* Walks the layers up to `layer` (or all when layer < 0); returns the
+ * total float count and fills *o for `layer`. */
+static size_t layout(const hp_model_config_t *c, uint32_t kind, size_t rows,
+                     int layer, layer_off_t *o)
+{
+    size_t at = 0, none = (size_t)-1;
+    size_t st = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    size_t tr = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_k_dim;
+    size_t cv = (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
+    size_t kv = rows * c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_off_t x = {none, none, none, none, none};
+        if (c->layer_kind[l] == HP_LAYER_LINEAR) {
+            if (kind == HP_SEGC_PIC) {
+                x.T = at;
+                at += tr;
+            }
+            x.S = at;
+            at += st;
+            x.conv = at;
+            at += cv;
+        } else {
+            x.K = at;
+            at += kv;
+            x.V = at;
+            at += kv;
+        }
+        /* layer < 0 asks for the total only */
+        if (o && (unsigned)l == (unsigned)layer)
+            *o = x;
+    }
+    return at;
+}
+
+size_t hp_segc_bytes(const hp_model_config_t *c, hp_segc_kind_t kind, int n_tok,
+                     int w)
+{
+    size_t rows = (size_t)(kind == HP_SEGC_PIC ? n_tok - 2 * w : n_tok);
+    return sizeof(hp_segc_hdr_t) +
+           layout(c, kind, rows, -1, NULL) * sizeof(float);
+}
+
+static float *view(const hp_model_config_t *c, void *e, int layer, int which)
+{
+    hp_segc_hdr_t *h = e;
+    layer_off_t o;
+    layout(c, h->kind, kv_rows(h), layer, &o);
+    size_t off = which == 0   ? o.T
+                 : which == 1 ? o.S
+                 : which == 2 ? o.conv
+                 : which == 3 ? o.K
+                              : o.V;
+    if (off == (size_t)-1)
+        return NULL;
+    return (float *)(void *)((char *)e + sizeof(*h)) + off;
+}
+
+float *hp_segc_T(const hp_model_config_t *c, void *e, int l)
+{
+    return view(c, e, l, 0);
+}
+float *hp_segc_S(const hp_model_config_t *c, void *e, int l)
+{
+    return view(c, e, l, 1);
+}
+float *hp_segc_conv(const hp_model_config_t *c, void *e, int l)
+{
+    return view(c, e, l, 2);
+}
+float *hp_segc_K(const hp_model_config_t *c, void *e, int l)
+{
+    return view(c, e, l, 3);
+}
+float *hp_segc_V(const hp_model_config_t *c, void *e, int l)
+{
+    return view(c, e, l, 4);
+}
+
+static size_t state_floats(const hp_model_config_t *c)
+{
+    return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+}
+
+static size_t conv_floats(const hp_model_config_t *c)
+{
+    return (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
+}
+
+static size_t kv_row(const hp_model_config_t *c)
+{
+    return (size_t)c->n_kv_heads * c->head_dim;
+}
+
+void hp_segc_capture_state(void *e, const hp_seq_t *seq)
+{
+    const hp_model_config_t *c = &seq->model->cfg;
+    hp_segc_hdr_t *h = e;
+    *h = (hp_segc_hdr_t){.magic = HP_SEGC_MAGIC,
+                         .kind = HP_SEGC_STATE,
+                         .n_tok = seq->n_pos,
+                         .n_int = seq->n_pos};
+    for (int l = 0; l < c->n_layers; l++) {
+        const hp_seq_layer_t *sl = &seq->layers[l];
+        if (c->layer_kind[l] == HP_LAYER_LINEAR) {
+            memcpy(hp_segc_S(c, e, l), sl->S, state_floats(c) * 4);
+            memcpy(hp_segc_conv(c, e, l), sl->conv, conv_floats(c) * 4);
+        } else if (seq->n_pos > 0) {
+            size_t n = (size_t)seq->n_pos * kv_row(c) * 4;
+            memcpy(hp_segc_K(c, e, l), sl->k, n);
+            memcpy(hp_segc_V(c, e, l), sl->v, n);
+        }
+    }
+}
+
+int hp_segc_load_state(hp_seq_t *seq, const void *ce, hp_error_t *err)
+{
+    const hp_model_config_t *c = &seq->model->cfg;
+    const hp_segc_hdr_t *h = ce;
+    void *e = (void *)ce; /* views are read-only here */
+    if (h->magic != HP_SEGC_MAGIC || h->kind != HP_SEGC_STATE)
+        return hp_error_set(err, HP_EINTERNAL, "segcache: not a state");
+    int rc = hp_seq_reserve(seq, h->n_tok, err);
+    if (rc != HP_OK)
+        return rc;
+    for (int l = 0; l < c->n_layers; l++) {
+        hp_seq_layer_t *sl = &seq->layers[l];
+        if (c->layer_kind[l] == HP_LAYER_LINEAR) {
+            memcpy(sl->S, hp_segc_S(c, e, l), state_floats(c) * 4);
+            memcpy(sl->conv, hp_segc_conv(c, e, l), conv_floats(c) * 4);
+        } else if (h->n_tok > 0) {
+            size_t n = (size_t)h->n_tok * kv_row(c) * 4;
+            memcpy(sl->k, hp_segc_K(c, e, l), n);
+            memcpy(sl->v, hp_segc_V(c, e, l), n);
+        }
+    }
+    seq->n_pos = h->n_tok;
+    return HP_OK;
+}
+
+int hp_segc_build_state(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
+                        const int *ids, int n, hp_error_t *err)
+{
+    hp_seq_t seq;
+    int rc = hp_seq_init(&seq, m, err);
+    if (rc != HP_OK)
+        return rc;
+    if (n > 0)
+        rc = hp_prefill(m, &seq, ws, ids, n, 1024, NULL, err);
+    if (rc == HP_OK)
+        hp_segc_capture_state(e, &seq);
+    hp_seq_free(&seq);
+    return rc;
+}
+
+/* The capture pass: jump 0 (after the head) parks S_head in the entry's S
+ * slot; jump 1 (after the interior) turns S_end into S_C|0. */
+typedef struct {
+    const hp_model_config_t *c;
+    void *e;
+    float *tmp; /* [2, dk, dv]: T S_head, and the kernel's scratch */
+} capture_t;
+
+static int capture_jump(void *ud, int l, int j, float *S, float *conv,
+                        const float *Tc, hp_error_t *err)
+{
+    capture_t *cp = ud;
+    const hp_model_config_t *c = cp->c;
+    float *S0 = hp_segc_S(c, cp->e, l);
+    if (j == 0) {
+        memcpy(S0, S, state_floats(c) * 4);
+        return HP_OK;
+    }
+    if (!Tc)
+        return hp_error_set(err, HP_EINTERNAL, "segcache: no transition");
+    int Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
+    float *T = hp_segc_T(c, cp->e, l);
+    memcpy(T, Tc, (size_t)Hv * dk * dk * 4);
+    /* S_C|0 = S_end - T_C S_head, per head */
+    for (int h = 0; h < Hv; h++) {
+        const float *Th = T + (size_t)h * dk * dk;
+        float *Sh = S0 + (size_t)h * dk * dv;
+        const float *Eh = S + (size_t)h * dk * dv;
+        hk_trans_compose(cp->tmp, HK_TRANS_DENSE, Th, Sh, NULL, 1, dk, dv,
+                         cp->tmp + (size_t)dk * dv);
+        for (size_t i = 0; i < (size_t)dk * dv; i++)
+            Sh[i] = Eh[i] - cp->tmp[i];
+    }
+    memcpy(hp_segc_conv(c, cp->e, l), conv, conv_floats(c) * 4);
+    return HP_OK;
+}
+
+int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
+                      const int *ids, int n, int w, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int n_int = n - 2 * w;
+    if (n_int <= 0)
+        return hp_error_set(err, HP_EINTERNAL,
+                            "segcache: %d tokens have no interior at seam %d",
+                            n, w);
+    hp_segc_hdr_t *h = e;
+    *h = (hp_segc_hdr_t){.magic = HP_SEGC_MAGIC,
+                         .kind = HP_SEGC_PIC,
+                         .n_tok = n,
+                         .w = w,
+                         .n_int = n_int};
+    hp_seq_t seq;
+    int rc = hp_seq_init(&seq, m, err);
+    if (rc != HP_OK)
+        return rc;
+    capture_t cp = {c, e, malloc((size_t)2 * c->lin_k_dim * c->lin_v_dim * 4)};
+    int after[2] = {w, n - w};
+    hp_jumps_t jumps = {after, 2, 1, capture_jump, &cp};
+    if (!cp.tmp)
+        rc = hp_error_set(err, HP_ENOMEM, "segcache: out of memory");
+    if (rc == HP_OK)
+        rc = hp_forward(m, &seq, ws, ids, NULL, n - w, &jumps, HP_LOGITS_NONE,
+                        NULL, err);
+    if (rc == HP_OK) {
+        size_t row = kv_row(c);
+        for (int l = 0; l < c->n_layers; l++) {
+            if (c->layer_kind[l] != HP_LAYER_FULL)
+                continue;
+            memcpy(hp_segc_K(c, e, l), seq.layers[l].k + (size_t)w * row,
+                   (size_t)n_int * row * 4);
+            memcpy(hp_segc_V(c, e, l), seq.layers[l].v + (size_t)w * row,
+                   (size_t)n_int * row * 4);
+        }
+    }
+    free(cp.tmp);
+    hp_seq_free(&seq);
+    return rc;
+}
+
+void hp_segc_conv_jump(float *conv, const float *tail, int n_int, int C, int Kc)
+{
+    int K1 = Kc - 1;
+    if (n_int >= K1) {
+        memcpy(conv, tail, (size_t)C * K1 * 4);
+        return;
+    }
+    for (int ch = 0; ch < C; ch++) {
+        float *r = conv + (size_t)ch * K1;
+        const float *t = tail + (size_t)ch * K1;
+        memmove(r, r + n_int, (size_t)(K1 - n_int) * 4);
+        memcpy(r + K1 - n_int, t + K1 - n_int, (size_t)n_int * 4);
+    }
+}

@@ -1,0 +1,223 @@
+/*
+ * decoder.c - the step-wise decoder (decoder.h): one sequence's sampling,
+ * stops and safe text, and its speculative decoding (prompt-lookup drafts,
+ * acceptance by spec.h's rules). Used by the scheduler for every request
+ * and by hp_generate for one.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward/decoder.h"
+#include "engine/forward/spec.h"
+
+/* Length of the longest suffix of text[0..len) that is a proper prefix of
+ * a stop string: that much is held back, it may still become one. */
+static size_t holdback(const hp_decoder_t *d, const char *text, size_t len)
+{
+    size_t best = 0;
+    for (int s = 0; s < d->n_stop; s++) {
+        size_t sl = strlen(d->stop[s]);
+        for (size_t k = sl > 1 ? sl - 1 : 0; k > best; k--)
+            if (k <= len && !memcmp(text + len - k, d->stop[s], k)) {
+                best = k;
+                break;
+            }
+    }
+    return best;
+}
+
+/* Earliest stop-string match starting at or after `from`, or -1. */
+static long find_stop(const hp_decoder_t *d, const char *text, size_t len,
+                      size_t from)
+{
+    long best = -1;
+    for (int s = 0; s < d->n_stop; s++) {
+        size_t sl = strlen(d->stop[s]);
+        for (size_t i = from; i + sl <= len; i++)
+            if (!memcmp(text + i, d->stop[s], sl)) {
+                if (best < 0 || (long)i < best)
+                    best = (long)i;
+                break;
+            }
+    }
+    return best;
+}
+
+static int is_stop_id(const hp_llm_t *llm, int id)
+{
+    for (int i = 0; i < llm->n_stop_ids; i++)
+        if (llm->stop_ids[i] == id)
+            return 1;
+    return 0;
+}
+
+int hp_decoder_init(hp_decoder_t *d, const hp_llm_t *llm,
+                    const hp_gen_params_t *p, hp_error_t *err)
+{
+    memset(d, 0, sizeof(*d));
+    d->llm = llm;
+    d->max_tokens = p->max_tokens < 0 ? 0 : p->max_tokens;
+    d->sampling = p->sampling;
+    d->ignore_eos = p->ignore_eos;
+    for (int i = 0; i < p->n_stop && i < HP_GEN_MAX_STOP; i++) {
+        if (!p->stop[i] || !*p->stop[i])
+            continue; /* an empty stop string would match at once */
+        d->stop[d->n_stop] = strdup(p->stop[i]);
+        if (!d->stop[d->n_stop]) {
+            hp_decoder_free(d);
+            return hp_error_set(err, HP_ENOMEM, "decoder: out of memory");
+        }
+        if (strlen(p->stop[i]) > d->max_stop)
+            d->max_stop = strlen(p->stop[i]);
+        d->n_stop++;
+    }
+    d->spec = p->speculative > 0 ? p->speculative : 0;
+    if (d->spec && p->n_ctx > 0) {
+        /* the drafter looks up in the prompt, then in the output */
+        d->cap_ids = p->n_ctx + 64;
+        d->ids = malloc((size_t)d->cap_ids * sizeof(int));
+        if (!d->ids) {
+            hp_decoder_free(d);
+            return hp_error_set(err, HP_ENOMEM, "decoder: out of memory");
+        }
+        memcpy(d->ids, p->ctx, (size_t)p->n_ctx * sizeof(int));
+        d->n_ids = d->n_prompt = p->n_ctx;
+    }
+    hp_rng_seed(&d->rng, p->sampling.seed);
+    hp_tokenizer_stream_init(&d->st);
+    d->finish = HP_FINISH_LENGTH;
+    d->last = -1;
+    return HP_OK;
+}
+
+void hp_decoder_free(hp_decoder_t *d)
+{
+    for (int i = 0; i < d->n_stop; i++)
+        free(d->stop[i]);
+    free(d->ids);
+    hp_tokenizer_text_free(&d->text);
+    memset(d, 0, sizeof(*d));
+}
+
+/* Ends the generation; unless a stop string ended it, a character still
+ * incomplete comes out as U+FFFD and everything becomes safe. */
+static int dec_end(hp_decoder_t *d, hp_finish_t finish, int flush,
+                   hp_error_t *err)
+{
+    d->done = 1;
+    d->finish = finish;
+    if (flush) {
+        int rc = hp_tokenizer_stream_flush(&d->st, &d->text, err);
+        if (rc != HP_OK)
+            return rc;
+        d->safe = d->text.len;
+    }
+    return HP_OK;
+}
+
+int hp_decoder_push(hp_decoder_t *d, int t, hp_error_t *err)
+{
+    if (d->done)
+        return HP_OK;
+    if (d->n_tokens >= d->max_tokens)
+        return dec_end(d, HP_FINISH_LENGTH, 1, err);
+    if (!d->ignore_eos && is_stop_id(d->llm, t))
+        return dec_end(d, HP_FINISH_STOP, 1, err);
+    if (d->n_ids == d->cap_ids) {
+        int cap = d->cap_ids ? 2 * d->cap_ids : 64;
+        int *ids = realloc(d->ids, (size_t)cap * sizeof(int));
+        if (!ids)
+            return hp_error_set(err, HP_ENOMEM, "decoder: out of memory");
+        d->ids = ids;
+        d->cap_ids = cap;
+    }
+    d->ids[d->n_ids++] = t;
+    d->n_tokens++;
+    d->last = t;
+    size_t before = d->text.len;
+    int rc = hp_tokenizer_stream_push(d->llm->tok, &d->st, t, &d->text, err);
+    if (rc != HP_OK)
+        return rc;
+    size_t from = before > d->max_stop ? before - d->max_stop : 0;
+    long at = d->n_stop ? find_stop(d, d->text.data, d->text.len, from) : -1;
+    if (at >= 0) {
+        /* the stop string and whatever follows it are dropped */
+        d->safe = (size_t)at > d->shown ? (size_t)at : d->shown;
+        return dec_end(d, HP_FINISH_STOP, 0, err);
+    }
+    size_t safe = d->text.len - holdback(d, d->text.data, d->text.len);
+    if (safe > d->safe)
+        d->safe = safe;
+    if (d->n_tokens == d->max_tokens)
+        return dec_end(d, HP_FINISH_LENGTH, 1, err);
+    return HP_OK;
+}
+
+int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
+                    int *tok, hp_error_t *err)
+{
+    *tok = -1;
+    if (d->done)
+        return HP_OK;
+    if (d->n_tokens >= d->max_tokens)
+        return dec_end(d, HP_FINISH_LENGTH, 1, err);
+    int t = hp_sample(sm, logits, &d->sampling, &d->rng);
+    int rc = hp_decoder_push(d, t, err);
+    if (rc == HP_OK && !d->done)
+        *tok = t;
+    return rc;
+}
+
+size_t hp_decoder_ready(const hp_decoder_t *d, const char **text)
+{
+    *text = d->text.data ? d->text.data + d->shown : "";
+    return d->safe - d->shown;
+}
+
+void hp_decoder_take(hp_decoder_t *d, size_t n)
+{
+    d->shown += n;
+    if (d->shown > d->safe)
+        d->shown = d->safe;
+}
+
+int hp_decoder_draft(const hp_decoder_t *d, int *draft)
+{
+    /* drafts past the budget would only be thrown away */
+    int left = d->max_tokens - d->n_tokens;
+    int most = d->spec < left ? d->spec : left;
+    if (d->done || most <= 0)
+        return 0;
+    return hp_spec_lookup(draft, most, d->ids, d->n_ids, 3, 1);
+}
+
+int hp_decoder_accept(hp_decoder_t *d, hp_sampler_t *sm, float *prob,
+                      float *rows, int stride, const int *draft, int n,
+                      int *keep, int *tok, hp_error_t *err)
+{
+    const int V = sm->V;
+    int next, acc, rc = HP_OK;
+    for (int j = 0; j <= n && V < stride; j++) /* rows of stride V */
+        memmove(rows + (size_t)j * V, rows + (size_t)j * stride,
+                (size_t)V * sizeof(float));
+    acc = d->sampling.temperature > 0.0f
+              ? hp_spec_accept_sampled(sm, prob, rows, draft, n, &d->sampling,
+                                       &d->rng, &next)
+              : hp_spec_accept_greedy(rows, V, draft, n, &next);
+    d->drafted += n;
+    d->accepted += acc;
+    *keep = 1; /* the token fed before the drafts */
+    *tok = -1;
+    for (int j = 0; j < acc && rc == HP_OK && !d->done; j++) {
+        rc = hp_decoder_push(d, draft[j], err);
+        if (rc == HP_OK && !d->done)
+            (*keep)++;
+    }
+    /* the model's own token where the drafts stopped: the next one to
+     * feed, chosen without a fresh forward pass */
+    if (rc == HP_OK && !d->done)
+        rc = hp_decoder_push(d, next, err);
+    if (rc == HP_OK && !d->done)
+        *tok = next;
+    return rc;
+}

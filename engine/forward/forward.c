@@ -1,0 +1,479 @@
+/*
+ * forward.c - one forward pass of the hybrid decoder (reference §5.2, §9):
+ * embed; per layer pre-norm mixer (Gated DeltaNet or gated attention) and
+ * pre-norm MLP (SwiGLU or MoE) with residuals; final norm; LM head. The
+ * layer pieces are shared with the batched decode step (forward_batch.c).
+ */
+#include "engine/forward/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward/forward_impl.h"
+#include "kernels/cpu/hk_cpu.h"
+#include "kernels/cpu/hk_kvbuf.h"
+
+/* Measured best on AVX-512 (helper bench in test_gdn): C=16 beats 64 by
+ * ~1.5x, the sgemms being small either way. */
+#define GDN_CHUNK_DEFAULT 16
+
+void hp_fwd_ws_init(hp_fwd_ws_t *ws)
+{
+    memset(ws, 0, sizeof(*ws));
+    ws->n = B_COUNT;
+    ws->buf = calloc(B_COUNT, sizeof(*ws->buf));
+    ws->cap = calloc(B_COUNT, sizeof(*ws->cap));
+}
+
+void hp_fwd_ws_free(hp_fwd_ws_t *ws)
+{
+    for (int i = 0; i < ws->n && ws->buf; i++)
+        free(ws->buf[i]);
+    free(ws->buf);
+    free(ws->cap);
+    free(ws->spec);
+    memset(ws, 0, sizeof(*ws));
+}
+
+void *hp_fwd_buf(hp_fwd_ws_t *ws, int id, size_t n)
+{
+    if (!ws->buf || !ws->cap)
+        return NULL;
+    if (n == 0)
+        n = 1;
+    if (ws->cap[id] < n) {
+        free(ws->buf[id]);
+        size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+        ws->buf[id] = aligned_alloc(64, bytes);
+        ws->cap[id] = ws->buf[id] ? n : 0;
+    }
+    return ws->buf[id];
+}
+
+/* ---- Gated DeltaNet mixer (reference §3) ------------------------------- */
+
+int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
+                     const float *y, int T, hp_fwd_lin_t *b, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
+    int H = c->hidden, Hv = c->lin_v_heads, cd = hp_cfg_conv_dim(c);
+    size_t kd = (size_t)c->lin_k_heads * c->lin_k_dim, vd = hp_cfg_value_dim(c);
+
+    b->qkv = hp_fwd_buf(ws, B_QKV, (size_t)T * cd);
+    b->cv = hp_fwd_buf(ws, B_CONV, (size_t)T * cd);
+    b->q = hp_fwd_buf(ws, B_Q, T * kd);
+    b->k = hp_fwd_buf(ws, B_K, T * kd);
+    b->v = hp_fwd_buf(ws, B_V, T * vd);
+    b->z = hp_fwd_buf(ws, B_Z, T * vd);
+    b->beta = hp_fwd_buf(ws, B_BETA, (size_t)T * Hv);
+    b->g = hp_fwd_buf(ws, B_G, (size_t)T * Hv);
+    b->o = hp_fwd_buf(ws, B_O, T * vd);
+    if (!b->qkv || !b->cv || !b->q || !b->k || !b->v || !b->z || !b->beta ||
+        !b->g || !b->o)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+
+    hk_matmul(b->qkv, y, w->in_qkv.w, T, H, cd);
+    hk_matmul(b->z, y, w->in_z.w, T, H, (int)vd);
+    hk_matmul(b->beta, y, w->in_b.w, T, H, Hv);
+    hk_matmul(b->g, y, w->in_a.w, T, H, Hv);
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < Hv; h++) {
+            float *bt = &b->beta[(size_t)t * Hv + h];
+            float *gt = &b->g[(size_t)t * Hv + h];
+            *bt = hk_sigmoid(*bt);
+            *gt = hk_math_gdn_gate(*gt, w->A_log[h], w->dt_bias[h]);
+        }
+    }
+    return HP_OK;
+}
+
+void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                     float *hist, int start, int end)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
+    int kd = Hk * dk, vd = hp_cfg_value_dim(c), n = end - start;
+
+    hk_conv1d_silu(b->cv + (size_t)start * cd, hist,
+                   b->qkv + (size_t)start * cd, m->layers[l].conv_w, n, cd,
+                   c->conv_kernel);
+    for (int t = start; t < end; t++) {
+        const float *row = b->cv + (size_t)t * cd;
+        memcpy(b->q + (size_t)t * kd, row, kd * sizeof(float));
+        memcpy(b->k + (size_t)t * kd, row + kd, kd * sizeof(float));
+        memcpy(b->v + (size_t)t * vd, row + 2 * kd, vd * sizeof(float));
+    }
+    hk_l2norm(b->q + (size_t)start * kd, n * Hk, dk, 1e-6f,
+              1.0f / sqrtf((float)dk));
+    hk_l2norm(b->k + (size_t)start * kd, n * Hk, dk, 1e-6f, 1.0f);
+}
+
+void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
+                    int T)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
+    hk_rmsnorm_gated(b->o, b->o, b->z, w->gnorm, T * c->lin_v_heads,
+                     c->lin_v_dim, c->rms_eps);
+    hk_matmul_acc(x, b->o, w->out_proj.w, T, hp_cfg_value_dim(c), c->hidden);
+}
+
+/* kvp: the sequence's KVBuffer pool when its buffers are open (DESIGN §5):
+ * a decode step goes through hp_kvbuf_decode, a short prompt on a
+ * state-less buffer through hp_kvbuf_prefill (KV-only), anything else
+ * folds the buffer into S first and runs as before. (Draft verification
+ * is forward_batch.c's.) */
+static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
+                        hp_fwd_ws_t *ws, const float *y, float *x, int T,
+                        const hp_jumps_t *jumps, int chunk,
+                        hp_kvbuf_pool_t *kvp, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int Hk = c->lin_k_heads, Hv = c->lin_v_heads;
+    int dk = c->lin_k_dim, dv = c->lin_v_dim;
+    int kd = Hk * dk, vd = Hv * dv;
+    hp_fwd_lin_t b;
+
+    float *scr =
+        hp_fwd_buf(ws, B_SCRATCH, hk_gdn_chunk_scratch(Hv, dk, dv, chunk));
+    int want_tc = jumps && jumps->tc_run >= 0;
+    float *tc = want_tc ? hp_fwd_buf(ws, B_TC, (size_t)Hv * dk * dk) : NULL;
+    hp_kvbuf_t *kb = kvp && sl->kvb.blocks && !jumps ? &sl->kvb : NULL;
+    if (!scr || (want_tc && !tc))
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    if (kvp && sl->kvb.blocks && jumps) {
+        /* PIC jumps read and write S: the buffer goes into it first. */
+        int rc = hp_kvbuf_fold(kvp, &sl->kvb, err);
+        if (rc != HP_OK)
+            return rc;
+    }
+    int rc = hp_fwd_lin_begin(m, l, ws, y, T, &b, err);
+    if (rc != HP_OK)
+        return rc;
+
+    /* Runs between jumps: conv and recurrence continue from the state the
+     * previous run (or the jump) left. */
+    int start = 0;
+    for (int j = 0; j <= (jumps ? jumps->n : 0); j++) {
+        int end = (jumps && j < jumps->n) ? jumps->after[j] : T;
+        int n = end - start;
+        float *run_tc = want_tc && j == jumps->tc_run ? tc : NULL;
+        if (run_tc && n == 0) { /* an empty run's transition is I */
+            memset(run_tc, 0, (size_t)Hv * dk * dk * sizeof(float));
+            for (int h = 0; h < Hv; h++)
+                for (int i = 0; i < dk; i++)
+                    run_tc[((size_t)h * dk + i) * dk + i] = 1.0f;
+        }
+        if (n > 0) {
+            hp_fwd_lin_conv(m, l, &b, sl->conv, start, end);
+            float *qs = b.q + (size_t)start * kd,
+                  *ks = b.k + (size_t)start * kd;
+            float *os = b.o + (size_t)start * vd;
+            const float *vs = b.v + (size_t)start * vd;
+            const float *gs = b.g + (size_t)start * Hv;
+            const float *bs = b.beta + (size_t)start * Hv;
+            if (kb && n == 1)
+                rc = hp_kvbuf_decode(kvp, &kb, 1, os, qs, ks, vs, gs, bs, err);
+            else if (kb && !kb->S && n <= kvp->cfg.max_step &&
+                     kb->len + n <= kvp->cfg.cap_kvonly)
+                rc = hp_kvbuf_prefill(kvp, kb, n, os, qs, ks, vs, gs, bs, err);
+            else {
+                if (kb)
+                    rc = hp_kvbuf_fold(kvp, kb, err);
+                if (rc == HP_OK && n == 1 && !run_tc)
+                    hk_gdn_recurrent(os, sl->S, qs, ks, vs, gs, bs, 1, Hk, Hv,
+                                     dk, dv);
+                else if (rc == HP_OK)
+                    hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk,
+                                 Hv, dk, dv, chunk, scr);
+            }
+            if (rc != HP_OK)
+                return rc;
+        }
+        if (jumps && j < jumps->n) {
+            rc = jumps->fn(jumps->ud, l, j, sl->S, sl->conv, run_tc, err);
+            if (rc != HP_OK)
+                return rc;
+        }
+        start = end;
+    }
+    hp_fwd_lin_end(m, l, &b, x, T);
+    return HP_OK;
+}
+
+/* ---- gated full attention (reference §4) ------------------------------- */
+
+int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
+                     const float *y, const int *pos, int T, hp_fwd_att_t *b,
+                     hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
+    int H = c->hidden, Hq = c->n_heads, Hkv = c->n_kv_heads;
+    int hd = c->head_dim;
+    size_t qd = (size_t)Hq * hd, kvd = (size_t)Hkv * hd;
+
+    float *P = hp_fwd_buf(ws, B_P, (size_t)T * 2 * qd);
+    b->q = hp_fwd_buf(ws, B_Q, (size_t)T * qd);
+    b->gate = hp_fwd_buf(ws, B_Z, (size_t)T * qd);
+    b->k = hp_fwd_buf(ws, B_K, (size_t)T * kvd);
+    b->v = hp_fwd_buf(ws, B_V, (size_t)T * kvd);
+    b->o = hp_fwd_buf(ws, B_O, (size_t)T * qd);
+    if (!P || !b->q || !b->gate || !b->k || !b->v || !b->o)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+
+    hk_matmul(P, y, w->q_proj.w, T, H, 2 * (int)qd);
+    hk_matmul(b->k, y, w->k_proj.w, T, H, (int)kvd);
+    hk_matmul(b->v, y, w->v_proj.w, T, H, (int)kvd);
+    /* q_proj rows are per head [query hd | gate hd] (reference §2.4). */
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < Hq; h++) {
+            const float *src = P + (size_t)t * 2 * qd + (size_t)h * 2 * hd;
+            memcpy(b->q + (size_t)t * qd + (size_t)h * hd, src,
+                   hd * sizeof(float));
+            memcpy(b->gate + (size_t)t * qd + (size_t)h * hd, src + hd,
+                   hd * sizeof(float));
+        }
+    hk_rmsnorm_zc(b->q, b->q, w->q_norm, T * Hq, hd, c->rms_eps);
+    hk_rmsnorm_zc(b->k, b->k, w->k_norm, T * Hkv, hd, c->rms_eps);
+    hk_rope(b->q, pos, T, Hq, hd, c->rotary_dim, c->rope_theta);
+    hk_rope(b->k, pos, T, Hkv, hd, c->rotary_dim, c->rope_theta);
+    return HP_OK;
+}
+
+void hp_fwd_att_seq(const hp_model_t *m, hp_seq_layer_t *sl,
+                    const hp_fwd_att_t *b, const int *pos, int row0, int T,
+                    int n_ctx, float *scratch)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int Hq = c->n_heads, hd = c->head_dim;
+    size_t qd = (size_t)Hq * hd, kvd = (size_t)c->n_kv_heads * hd;
+    for (int t = row0; t < row0 + T; t++) {
+        memcpy(sl->k + (size_t)pos[t] * kvd, b->k + (size_t)t * kvd,
+               kvd * sizeof(float));
+        memcpy(sl->v + (size_t)pos[t] * kvd, b->v + (size_t)t * kvd,
+               kvd * sizeof(float));
+    }
+    hk_attention(b->o + (size_t)row0 * qd, b->q + (size_t)row0 * qd, pos + row0,
+                 sl->k, sl->v, T, n_ctx, Hq, c->n_kv_heads, hd,
+                 1.0f / sqrtf((float)hd), scratch);
+}
+
+void hp_fwd_att_end(const hp_model_t *m, int l, const hp_fwd_att_t *b, float *x,
+                    int T)
+{
+    const hp_model_config_t *c = &m->cfg;
+    size_t qd = (size_t)c->n_heads * c->head_dim;
+    for (size_t i = 0; i < (size_t)T * qd; i++)
+        b->o[i] *= hk_sigmoid(b->gate[i]);
+    hk_matmul_acc(x, b->o, m->layers[l].o_proj.w, T, (int)qd, c->hidden);
+}
+
+static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
+                      hp_fwd_ws_t *ws, const float *y, float *x, const int *pos,
+                      int T, int n_ctx, hp_error_t *err)
+{
+    hp_fwd_att_t b;
+    int rc = hp_fwd_att_begin(m, l, ws, y, pos, T, &b, err);
+    float *scr = hp_fwd_buf(ws, B_SCRATCH,
+                            hk_attention_scratch(T, n_ctx, m->cfg.n_heads));
+    if (rc != HP_OK)
+        return rc;
+    if (!scr)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    hp_fwd_att_seq(m, sl, &b, pos, 0, T, n_ctx, scr);
+    hp_fwd_att_end(m, l, &b, x, T);
+    return HP_OK;
+}
+
+/* ---- MLP (reference §5.3, §5.4) ----------------------------------------- */
+
+static int dense_mlp(const hp_mat_t *gw, const hp_mat_t *uw, const hp_mat_t *dw,
+                     hp_fwd_ws_t *ws, const float *y, float *x, int T, int H,
+                     const float *row_scale, hp_error_t *err)
+{
+    int I = gw->rows;
+    float *g = hp_fwd_buf(ws, B_GATE, (size_t)T * I);
+    float *u = hp_fwd_buf(ws, B_UP, (size_t)T * I);
+    if (!g || !u)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    hk_matmul(g, y, gw->w, T, H, I);
+    hk_matmul(u, y, uw->w, T, H, I);
+    hk_swiglu(g, g, u, (size_t)T * I);
+    if (row_scale)
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < I; i++)
+                g[(size_t)t * I + i] *= row_scale[t];
+    hk_matmul_acc(x, g, dw->w, T, I, H);
+    return HP_OK;
+}
+
+static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
+                   float *x, int T, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
+    int H = c->hidden, E = c->n_experts, K = c->n_experts_per_tok;
+    float *logits = hp_fwd_buf(ws, B_ROUTE, (size_t)T * E);
+    float *xg = hp_fwd_buf(ws, B_XG, (size_t)T * H);
+    float *eo = hp_fwd_buf(ws, B_EO, (size_t)T * H);
+    float *wsel = hp_fwd_buf(ws, B_MOEW, (size_t)T * K);
+    int *isel = hp_fwd_buf(ws, B_MOEIDX, (size_t)T * K);
+    int *rows = hp_fwd_buf(ws, B_ROWS, (size_t)T);
+    if (!logits || !xg || !eo || !wsel || !isel || !rows)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+
+    hk_matmul(logits, y, w->router.w, T, H, E);
+    for (int t = 0; t < T; t++)
+        hk_moe_route(isel + (size_t)t * K, wsel + (size_t)t * K,
+                     logits + (size_t)t * E, E, K, c->norm_topk_prob);
+
+    /* Gather the tokens routed to each expert, run it once over them,
+     * scatter-add the weighted result. */
+    for (int e = 0; e < E; e++) {
+        int n = 0;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < K; j++)
+                if (isel[(size_t)t * K + j] == e) {
+                    rows[n] = t;
+                    logits[n] = wsel[(size_t)t * K + j]; /* reuse as scale */
+                    memcpy(xg + (size_t)n * H, y + (size_t)t * H,
+                           H * sizeof(float));
+                    n++;
+                }
+        if (n == 0)
+            continue;
+        memset(eo, 0, (size_t)n * H * sizeof(float));
+        int rc = dense_mlp(&w->exp_gate[e], &w->exp_up[e], &w->exp_down[e], ws,
+                           xg, eo, n, H, logits, err);
+        if (rc != HP_OK)
+            return rc;
+        for (int i = 0; i < n; i++) {
+            float *dst = x + (size_t)rows[i] * H;
+            const float *src = eo + (size_t)i * H;
+            for (int h = 0; h < H; h++)
+                dst[h] += src[h];
+        }
+    }
+
+    if (w->sh_gate.rows > 0) {
+        /* shared expert with a per-token scalar sigmoid gate */
+        float *sg = wsel; /* T floats needed, T*K available */
+        hk_matmul(sg, y, w->sh_expert_gate, T, H, 1);
+        for (int t = 0; t < T; t++)
+            sg[t] = hk_sigmoid(sg[t]);
+        return dense_mlp(&w->sh_gate, &w->sh_up, &w->sh_down, ws, y, x, T, H,
+                         sg, err);
+    }
+    return HP_OK;
+}
+
+int hp_fwd_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y, float *x,
+               int T, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
+    hk_rmsnorm_zc(y, x, w->post_norm, T, c->hidden, c->rms_eps);
+    if (c->layer_moe[l])
+        return moe_mlp(m, l, ws, y, x, T, err);
+    return dense_mlp(&w->gate, &w->up, &w->down, ws, y, x, T, c->hidden, NULL,
+                     err);
+}
+
+/* ---- the whole model --------------------------------------------------- */
+
+int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+               const int *ids, const int *pos_in, int T,
+               const hp_jumps_t *jumps, hp_logits_mode_t mode, float *logits,
+               hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int H = c->hidden, rc;
+    if (T <= 0)
+        return hp_error_set(err, HP_EBADINPUT, "forward: no tokens");
+    if (seq->spec_T)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "forward: a verification awaits "
+                            "hp_forward_accept");
+    for (int t = 0; t < T; t++)
+        if (ids[t] < 0 || ids[t] >= c->vocab_size)
+            return hp_error_set(err, HP_EBADINPUT,
+                                "token id %d outside the vocabulary (%d)",
+                                ids[t], c->vocab_size);
+
+    /* positions: given, or continuing the sequence */
+    int *pos = hp_fwd_buf(ws, B_POS, (size_t)T);
+    float *x = hp_fwd_buf(ws, B_X, (size_t)T * H);
+    float *y = hp_fwd_buf(ws, B_Y, (size_t)T * H);
+    if (!pos || !x || !y)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    int n_ctx = seq->n_pos;
+    for (int t = 0; t < T; t++) {
+        pos[t] = pos_in ? pos_in[t] : seq->n_pos + t;
+        if (pos[t] < 0)
+            return hp_error_set(err, HP_EBADINPUT, "negative position");
+        if (pos[t] + 1 > n_ctx)
+            n_ctx = pos[t] + 1;
+    }
+    if ((rc = hp_seq_reserve(seq, n_ctx, err)) != HP_OK)
+        return rc;
+    /* KVBuffer blocks for every linear layer before any layer runs, so a
+     * full pool refuses the step (HP_EBUSY, the request waits) instead of
+     * leaving the layers half advanced. Blocks, once held, stay with the
+     * buffer, so a refusal after some layers reserved changes nothing. */
+    if (seq->kvpool && !jumps && T <= seq->kvpool->cfg.max_step)
+        for (int l = 0; l < c->n_layers; l++) {
+            hp_kvbuf_t *kb = &seq->layers[l].kvb;
+            if (kb->blocks &&
+                (rc = hp_kvbuf_reserve(seq->kvpool, &kb, 1, T, err)) != HP_OK)
+                return rc;
+        }
+    for (int t = 0; t < T; t++)
+        memcpy(x + (size_t)t * H, m->embed + (size_t)ids[t] * H,
+               H * sizeof(float));
+
+    int chunk = GDN_CHUNK_DEFAULT;
+    rc = HP_OK;
+    for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
+        const hp_layer_weights_t *w = &m->layers[l];
+        hk_rmsnorm_zc(y, x, w->input_norm, T, H, c->rms_eps);
+        if (c->layer_kind[l] == HP_LAYER_LINEAR)
+            rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps, chunk,
+                              seq->kvpool, err);
+        else
+            rc =
+                full_mixer(m, l, &seq->layers[l], ws, y, x, pos, T, n_ctx, err);
+        if (rc == HP_OK)
+            rc = hp_fwd_mlp(m, l, ws, y, x, T, err);
+    }
+    if (rc != HP_OK)
+        return rc;
+    seq->n_pos = n_ctx;
+
+    if (mode == HP_LOGITS_NONE)
+        return HP_OK;
+    int first = mode == HP_LOGITS_LAST ? T - 1 : 0;
+    int rows = T - first;
+    hk_rmsnorm_zc(y, x + (size_t)first * H, m->final_norm, rows, H, c->rms_eps);
+    hk_matmul(logits, y, m->lm_head.w, rows, H, c->vocab_size);
+    return HP_OK;
+}
+
+int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+               const int *ids, int T, int piece, float *logits, hp_error_t *err)
+{
+    if (piece <= 0)
+        piece = 1024;
+    for (int off = 0; off < T; off += piece) {
+        int n = T - off < piece ? T - off : piece;
+        int last = off + n == T;
+        int rc = hp_forward(m, seq, ws, ids + off, NULL, n, NULL,
+                            last && logits ? HP_LOGITS_LAST : HP_LOGITS_NONE,
+                            logits, err);
+        if (rc != HP_OK)
+            return rc;
+    }
+    return HP_OK;
+}

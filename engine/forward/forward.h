@@ -1,0 +1,131 @@
+/*
+ * forward.h - the model's forward pass over a batch of tokens of one
+ * sequence: prefill (many tokens, chunked GDN) and decode (one token,
+ * recurrent GDN), on the CPU kernels; and one decode step of many
+ * sequences at once (hp_forward_batch: each weight read once per step).
+ *
+ * Tokens carry explicit positions (RoPE and the causal mask use them) and
+ * their K/V go to those positions of the sequence's cache; linear layers
+ * read them in order. A prefill may be split into jumps: after token
+ * index `after` every linear layer hands its state and conv history to a
+ * callback (the PIC assembler composes a cached segment there, DESIGN §4),
+ * and the full layers see whatever K/V the caller pre-filled at the
+ * positions that were jumped over.
+ */
+#ifndef HP_FORWARD_H
+#define HP_FORWARD_H
+
+#include "engine/contract/hp_error.h"
+#include "engine/forward/seq.h"
+#include "engine/model/model.h"
+
+/* Where a verification's raw conv inputs wait for hp_forward_accept. */
+typedef struct {
+    const void *seq; /* the hp_seq_t verified */
+    int row;         /* its first row in the saved inputs */
+} hp_fwd_spec_t;
+
+/* Activation buffers, grown on demand and reused across calls so the
+ * decode loop never allocates. Also remembers the last batch's
+ * verifications (hp_forward_accept reads them). */
+typedef struct {
+    float **buf;
+    size_t *cap;
+    int n;
+    hp_fwd_spec_t *spec; /* [n_spec] */
+    int n_spec, cap_spec;
+    int spec_rows; /* rows of every saved layer */
+} hp_fwd_ws_t;
+
+void hp_fwd_ws_init(hp_fwd_ws_t *ws);
+void hp_fwd_ws_free(hp_fwd_ws_t *ws);
+
+/* Called at a linear layer after run `jump` (tokens up to after[jump]):
+ * may read or update S [Hv,dk,dv] and conv [conv_dim, Kc-1] in place for
+ * what is skipped before the next run. Tc [Hv,dk,dk] is the transition
+ * over the run just finished when it was asked for (tc_run), else NULL. */
+typedef int (*hp_jump_fn)(void *ud, int layer, int jump, float *S, float *conv,
+                          const float *Tc, hp_error_t *err);
+
+typedef struct {
+    const int *after; /* [n] token index (exclusive end of a run), rising */
+    int n;
+    int tc_run; /* run whose transition the callback gets, -1 for none */
+    hp_jump_fn fn;
+    void *ud;
+} hp_jumps_t;
+
+typedef enum {
+    HP_LOGITS_NONE = 0,
+    HP_LOGITS_LAST, /* logits [vocab] of the last token */
+    HP_LOGITS_ALL   /* logits [T, vocab] */
+} hp_logits_mode_t;
+
+/*
+ * Runs T tokens ids[T] at positions pos[T] (NULL: seq->n_pos .. + T-1)
+ * through the model, updating seq (states, K/V; n_pos becomes
+ * max(n_pos, last pos + 1)). jumps may be NULL. Writes logits per mode
+ * into `logits` (caller-sized). gdn_chunk: chunk size for T > 1 (0 = 64).
+ * Returns HP_OK, HP_EBADINPUT (token id out of range) or HP_ENOMEM.
+ */
+int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+               const int *ids, const int *pos, int T, const hp_jumps_t *jumps,
+               hp_logits_mode_t mode, float *logits, hp_error_t *err);
+
+/* One sequence's part of a batched step (hp_forward_batch). */
+typedef struct {
+    hp_seq_t *seq;
+    const int *ids; /* [T] tokens, continuing at seq->n_pos */
+    int T;          /* 1, or with verify 1..the pool's max_step */
+    int verify;     /* ids = [x0, drafts]: hp_forward_accept must follow */
+    /* out */
+    float *logits;  /* [T, vocab] in ws (the caller may overwrite them),
+                       valid until ws's next use */
+    int status;     /* HP_OK, or why this sequence did not run */
+    hp_error_t err; /* status != HP_OK: the message */
+} hp_fwd_item_t;
+
+/*
+ * One step of n sequences as one pass: the projections, MLPs and LM head
+ * run as one GEMM over every row (each weight read once per step); conv,
+ * recurrence and attention run per sequence, the KVBuffer decode steps of
+ * sequences sharing a pool in one hp_kvbuf_decode call. A sequence's
+ * results equal its own hp_forward's to f32 rounding (GEMM vs GEMV sums).
+ *
+ * Each item is checked first (tokens, positions, KVBuffer room for every
+ * layer): one that fails gets status/err and is left out, unchanged. An
+ * error once layers run (HP_ENOMEM) ends the step for all: the return value,
+ * verifications rolled back, other sequences left half advanced. Returns HP_OK
+ * otherwise.
+ */
+int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *items, int n,
+                     hp_fwd_ws_t *ws, hp_error_t *err);
+
+/*
+ * Speculative verification through the KVBuffer (seq's buffers open,
+ * hp_seq_kvbuf_open): runs ids[T] = [x0, d_1 .. d_{T-1}] (x0 the last
+ * token not yet fed, d the drafts; T <= the pool's max_step) and writes
+ * logits [T, vocab], row j the distribution after ids[j]. Nothing is
+ * final until hp_forward_accept: the linear layers hold the tokens as
+ * pending buffer entries and convolve on a copy of their history. On
+ * error the sequence is left as before. HP_EBADINPUT, HP_EBUSY, HP_ENOMEM.
+ * (A batch of one verify item.)
+ */
+int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+                      const int *ids, int T, float *logits, hp_error_t *err);
+/* Keeps the first `keep` verified tokens (0..T; m accepted drafts: m + 1):
+ * the linear layers drop the other entries and roll their conv history
+ * over the kept raw inputs only; the sequence continues at position
+ * start + keep (K/V written at later positions are overwritten by the next
+ * tokens). Must follow the verification (hp_forward_verify, or a verify
+ * item of hp_forward_batch) with the same ws, before ws's next batch. */
+int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+                      int keep, hp_error_t *err);
+
+/* Prefill in pieces of at most `piece` tokens (bounds activation memory),
+ * logits of the last token if logits != NULL. */
+int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+               const int *ids, int T, int piece, float *logits,
+               hp_error_t *err);
+
+#endif

@@ -1,0 +1,351 @@
+/*
+ * forward_batch.c - one decode step of many sequences as one pass
+ * (forward.h, hp_forward_batch). Rows are laid out sequence after
+ * sequence; the projections, MLPs and LM head run over all rows at once,
+ * conv, recurrence and attention over each sequence's own rows. A
+ * speculative verification is a sequence with several rows; its raw conv
+ * inputs wait in the workspace for hp_forward_accept.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward/forward.h"
+#include "engine/forward/forward_impl.h"
+#include "kernels/cpu/hk_cpu.h"
+#include "kernels/cpu/hk_kvbuf.h"
+
+/* Per-item ints of the step, in the workspace (B_ITEMS). */
+typedef struct {
+    int *order; /* [live] items in row order */
+    int *row;   /* [n] first row, -1 while unplaced */
+    int *ctx;   /* [n] context after the step */
+    int *vrow;  /* [n] first row among the verified (saved inputs) */
+    int live, rows, vrows;
+} plan_t;
+
+/* A decode step through the KVBuffer (batched with its pool's others). */
+static int is_kvdec(const hp_fwd_item_t *it)
+{
+    return it->status == HP_OK && !it->verify && it->seq->kvpool;
+}
+
+/* Checks an item and makes room for it: positions in the K/V caches and
+ * KVBuffer entries in every linear layer, so no layer can refuse later.
+ * Blocks once held stay with the buffer: a refusal changes nothing. */
+static int admit(const hp_model_t *m, hp_fwd_item_t *it)
+{
+    const hp_model_config_t *c = &m->cfg;
+    hp_seq_t *s = it->seq;
+    hp_error_t *err = &it->err;
+    int rc;
+    if (it->T < 1 || (!it->verify && it->T != 1))
+        return hp_error_set(err, HP_EBADINPUT,
+                            "forward: a batched step takes one token of a "
+                            "sequence, or a verification (%d tokens)",
+                            it->T);
+    if (s->spec_T)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "forward: a verification awaits "
+                            "hp_forward_accept");
+    if (it->verify && (!s->kvpool || it->T > s->kvpool->cfg.max_step))
+        return hp_error_set(err, HP_EBADINPUT,
+                            "forward: verification needs open KVBuffers "
+                            "and 1..%d tokens",
+                            s->kvpool ? s->kvpool->cfg.max_step : 0);
+    for (int t = 0; t < it->T; t++)
+        if (it->ids[t] < 0 || it->ids[t] >= c->vocab_size)
+            return hp_error_set(err, HP_EBADINPUT,
+                                "token id %d outside the vocabulary (%d)",
+                                it->ids[t], c->vocab_size);
+    if ((rc = hp_seq_reserve(s, s->n_pos + it->T, err)) != HP_OK)
+        return rc;
+    for (int l = 0; s->kvpool && l < c->n_layers; l++) {
+        hp_kvbuf_t *kb = &s->layers[l].kvb;
+        if (kb->blocks &&
+            (rc = hp_kvbuf_reserve(s->kvpool, &kb, 1, it->T, err)) != HP_OK)
+            return rc;
+    }
+    return HP_OK;
+}
+
+/* Row order: the KVBuffer decode steps first, grouped by pool (each group
+ * one hp_kvbuf_decode call over contiguous rows), then the rest. */
+static void place(hp_fwd_item_t *it, int n, plan_t *p)
+{
+    p->live = p->rows = p->vrows = 0;
+    for (int i = 0; i < n; i++)
+        p->row[i] = -1;
+    for (int i = 0; i < n; i++) {
+        if (!is_kvdec(&it[i]) || p->row[i] >= 0)
+            continue;
+        for (int j = i; j < n; j++)
+            if (is_kvdec(&it[j]) && p->row[j] < 0 &&
+                it[j].seq->kvpool == it[i].seq->kvpool) {
+                p->order[p->live++] = j;
+                p->row[j] = 0; /* placed; the row comes below */
+            }
+    }
+    for (int i = 0; i < n; i++)
+        if (it[i].status == HP_OK && !is_kvdec(&it[i]))
+            p->order[p->live++] = i;
+    for (int k = 0; k < p->live; k++) {
+        hp_fwd_item_t *x = &it[p->order[k]];
+        p->row[p->order[k]] = p->rows;
+        p->ctx[p->order[k]] = x->seq->n_pos + x->T;
+        p->rows += x->T;
+        p->vrow[p->order[k]] = x->verify ? p->vrows : -1;
+        p->vrows += x->verify ? x->T : 0;
+    }
+}
+
+/* Remembers where each verification's raw inputs go (hp_forward_accept
+ * finds them by sequence). HP_ENOMEM. */
+static int note_specs(hp_fwd_ws_t *ws, const hp_fwd_item_t *it, const plan_t *p,
+                      hp_error_t *err)
+{
+    ws->n_spec = 0;
+    ws->spec_rows = p->vrows;
+    for (int k = 0; k < p->live; k++) {
+        const hp_fwd_item_t *x = &it[p->order[k]];
+        if (!x->verify)
+            continue;
+        if (ws->n_spec == ws->cap_spec) {
+            int cap = ws->cap_spec ? 2 * ws->cap_spec : 8;
+            hp_fwd_spec_t *s = realloc(ws->spec, (size_t)cap * sizeof(*s));
+            if (!s)
+                return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+            ws->spec = s;
+            ws->cap_spec = cap;
+        }
+        ws->spec[ws->n_spec++] = (hp_fwd_spec_t){x->seq, p->vrow[p->order[k]]};
+    }
+    return HP_OK;
+}
+
+/* A Gated DeltaNet layer over every row. */
+static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
+                       hp_fwd_item_t *it, const plan_t *p, float *y, float *x,
+                       hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_k_dim;
+    int dv = c->lin_v_dim, Kc = c->conv_kernel, cd = hp_cfg_conv_dim(c);
+    size_t kd = (size_t)Hk * dk, vd = (size_t)Hv * dv;
+    hp_kvbuf_t **bufs = hp_fwd_buf(ws, B_KVBUFS, 2 * (size_t)p->live);
+    float *raw = p->vrows ? ws->buf[B_SPECQKV] : NULL;
+    float *hcopy = p->vrows ? ws->buf[B_SPECCONV] : NULL;
+    hp_fwd_lin_t b;
+    int rc = hp_fwd_lin_begin(m, l, ws, y, p->rows, &b, err);
+    if (rc != HP_OK)
+        return rc;
+    if (!bufs)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+
+    for (int k = 0; k < p->live; k++) {
+        int i = p->order[k], r0 = p->row[i], T = it[i].T;
+        hp_seq_layer_t *sl = &it[i].seq->layers[l];
+        float *hist = sl->conv;
+        if (it[i].verify) {
+            /* Drafts may be rejected: convolve on a copy of the history
+             * and keep the raw inputs; hp_forward_accept commits the
+             * accepted ones (hk_kvbuf_conv_commit). */
+            memcpy(raw + ((size_t)l * p->vrows + p->vrow[i]) * cd,
+                   b.qkv + (size_t)r0 * cd, (size_t)T * cd * sizeof(float));
+            memcpy(hcopy, sl->conv, (size_t)cd * (Kc - 1) * sizeof(float));
+            hist = hcopy;
+        }
+        hp_fwd_lin_conv(m, l, &b, hist, r0, r0 + T);
+    }
+
+    for (int k = 0; k < p->live && rc == HP_OK;) {
+        int i = p->order[k], r0 = p->row[i], R = 1;
+        hp_seq_t *s = it[i].seq;
+        float *o = b.o + (size_t)r0 * vd;
+        const float *q = b.q + (size_t)r0 * kd, *kk = b.k + (size_t)r0 * kd;
+        const float *v = b.v + (size_t)r0 * vd, *g = b.g + (size_t)r0 * Hv;
+        const float *be = b.beta + (size_t)r0 * Hv;
+        if (is_kvdec(&it[i])) {
+            /* the run of steps sharing this pool: contiguous rows */
+            bufs[0] = &s->layers[l].kvb;
+            while (k + R < p->live && R < s->kvpool->cfg.max_batch &&
+                   is_kvdec(&it[p->order[k + R]]) &&
+                   it[p->order[k + R]].seq->kvpool == s->kvpool) {
+                bufs[R] = &it[p->order[k + R]].seq->layers[l].kvb;
+                R++;
+            }
+            rc = hp_kvbuf_decode(s->kvpool, bufs, R, o, q, kk, v, g, be, err);
+        } else if (it[i].verify) {
+            bufs[0] = &s->layers[l].kvb;
+            rc = hp_kvbuf_verify(s->kvpool, bufs, 1, it[i].T, o, q, kk, v, g,
+                                 be, err);
+        } else {
+            hk_gdn_recurrent(o, s->layers[l].S, q, kk, v, g, be, 1, Hk, Hv, dk,
+                             dv);
+        }
+        k += R;
+    }
+    if (rc == HP_OK)
+        hp_fwd_lin_end(m, l, &b, x, p->rows);
+    return rc;
+}
+
+/* A gated attention layer over every row. */
+static int full_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
+                     hp_fwd_item_t *it, const plan_t *p, const int *pos,
+                     float *y, float *x, float *scratch, hp_error_t *err)
+{
+    hp_fwd_att_t b;
+    int rc = hp_fwd_att_begin(m, l, ws, y, pos, p->rows, &b, err);
+    if (rc != HP_OK)
+        return rc;
+    for (int k = 0; k < p->live; k++) {
+        int i = p->order[k];
+        hp_fwd_att_seq(m, &it[i].seq->layers[l], &b, pos, p->row[i], it[i].T,
+                       p->ctx[i], scratch);
+    }
+    hp_fwd_att_end(m, l, &b, x, p->rows);
+    return HP_OK;
+}
+
+/* A failed step leaves the verified sequences as they were: their
+ * pending buffer entries go (conv histories and n_pos were not touched). */
+static void unverify(const hp_model_t *m, hp_fwd_item_t *it, const plan_t *p)
+{
+    for (int k = 0; k < p->live; k++) {
+        hp_seq_t *s = it[p->order[k]].seq;
+        if (!it[p->order[k]].verify)
+            continue;
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            if (s->layers[l].kvb.pending)
+                hp_kvbuf_truncate(s->kvpool, &s->layers[l].kvb, 0, NULL);
+    }
+}
+
+int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
+                     hp_fwd_ws_t *ws, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int H = c->hidden, V = c->vocab_size, cd = hp_cfg_conv_dim(c), rc;
+    int *ints = hp_fwd_buf(ws, B_ITEMS, 4 * (size_t)(n > 0 ? n : 1));
+    if (!ints)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    plan_t p = {ints, ints + n, ints + 2 * n, ints + 3 * n, 0, 0, 0};
+
+    for (int i = 0; i < n; i++) {
+        it[i].logits = NULL;
+        it[i].err.code = HP_OK;
+        it[i].status = admit(m, &it[i]);
+    }
+    place(it, n, &p);
+    ws->n_spec = 0;
+    if (p.live == 0)
+        return HP_OK;
+
+    size_t ascr = 1;
+    for (int k = 0; k < p.live; k++) {
+        int i = p.order[k];
+        size_t a = hk_attention_scratch(it[i].T, p.ctx[i], c->n_heads);
+        ascr = a > ascr ? a : ascr;
+    }
+    int *pos = hp_fwd_buf(ws, B_POS, (size_t)p.rows);
+    float *x = hp_fwd_buf(ws, B_X, (size_t)p.rows * H);
+    float *y = hp_fwd_buf(ws, B_Y, (size_t)p.rows * H);
+    float *scr = hp_fwd_buf(ws, B_SCRATCH, ascr);
+    int vr = p.vrows;
+    if (!pos || !x || !y || !scr ||
+        (vr &&
+         (!hp_fwd_buf(ws, B_SPECQKV, (size_t)c->n_layers * vr * cd) ||
+          !hp_fwd_buf(ws, B_SPECCONV, (size_t)cd * (c->conv_kernel - 1)))))
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    if ((rc = note_specs(ws, it, &p, err)) != HP_OK)
+        return rc;
+
+    for (int k = 0; k < p.live; k++) {
+        const hp_fwd_item_t *a = &it[p.order[k]];
+        int r0 = p.row[p.order[k]];
+        for (int t = 0; t < a->T; t++) {
+            pos[r0 + t] = a->seq->n_pos + t;
+            memcpy(x + (size_t)(r0 + t) * H, m->embed + (size_t)a->ids[t] * H,
+                   H * sizeof(float));
+        }
+    }
+
+    rc = HP_OK;
+    for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
+        hk_rmsnorm_zc(y, x, m->layers[l].input_norm, p.rows, H, c->rms_eps);
+        if (c->layer_kind[l] == HP_LAYER_LINEAR)
+            rc = linear_step(m, l, ws, it, &p, y, x, err);
+        else
+            rc = full_step(m, l, ws, it, &p, pos, y, x, scr, err);
+        if (rc == HP_OK)
+            rc = hp_fwd_mlp(m, l, ws, y, x, p.rows, err);
+    }
+    float *lg =
+        rc == HP_OK ? hp_fwd_buf(ws, B_LOGITS, (size_t)p.rows * V) : NULL;
+    if (rc == HP_OK && !lg)
+        rc = hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    if (rc != HP_OK) {
+        unverify(m, it, &p);
+        ws->n_spec = 0;
+        return rc;
+    }
+    for (int k = 0; k < p.live; k++) {
+        hp_fwd_item_t *a = &it[p.order[k]];
+        if (a->verify) {
+            a->seq->spec_start = a->seq->n_pos;
+            a->seq->spec_T = a->T;
+        }
+        a->seq->n_pos = p.ctx[p.order[k]];
+        a->logits = lg + (size_t)p.row[p.order[k]] * V;
+    }
+    hk_rmsnorm_zc(y, x, m->final_norm, p.rows, H, c->rms_eps);
+    hk_matmul(lg, y, m->lm_head.w, p.rows, H, V);
+    return HP_OK;
+}
+
+int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+                      const int *ids, int T, float *logits, hp_error_t *err)
+{
+    hp_fwd_item_t it = {.seq = seq, .ids = ids, .T = T, .verify = 1};
+    int rc = hp_forward_batch(m, &it, 1, ws, err);
+    if (rc == HP_OK && it.status != HP_OK) {
+        *err = it.err;
+        rc = it.status;
+    }
+    if (rc == HP_OK)
+        memcpy(logits, it.logits,
+               (size_t)T * m->cfg.vocab_size * sizeof(float));
+    return rc;
+}
+
+int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+                      int keep, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int T = seq->spec_T, cd = hp_cfg_conv_dim(c), Kc = c->conv_kernel;
+    const hp_fwd_spec_t *sp = NULL;
+    if (!T || keep < 0 || keep > T)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "forward: accept %d of %d verified tokens", keep,
+                            T);
+    for (int i = 0; i < ws->n_spec && !sp; i++)
+        if (ws->spec[i].seq == seq)
+            sp = &ws->spec[i];
+    if (!sp)
+        return hp_error_set(err, HP_EINTERNAL, "forward: drafts' inputs lost");
+    const float *raw = ws->buf[B_SPECQKV];
+    for (int l = 0; l < c->n_layers; l++) {
+        hp_seq_layer_t *sl = &seq->layers[l];
+        if (!sl->kvb.blocks)
+            continue;
+        hk_kvbuf_conv_commit(sl->conv,
+                             raw + ((size_t)l * ws->spec_rows + sp->row) * cd,
+                             keep, cd, Kc);
+        int rc = hp_kvbuf_truncate(seq->kvpool, &sl->kvb, keep, err);
+        if (rc != HP_OK)
+            return rc;
+    }
+    seq->n_pos = seq->spec_start + keep;
+    seq->spec_T = 0;
+    return HP_OK;
+}

@@ -1,0 +1,108 @@
+/*
+ * forward_impl.h - what forward.c (the rows of one sequence) and
+ * forward_batch.c (one decode step of many sequences) share: the
+ * workspace's named buffers and the layer pieces that do not care which
+ * sequence a row belongs to. Internal to the forward pass, not an API.
+ *
+ * A layer runs as begin (projections over all rows: each weight read
+ * once), the per-sequence middle (conv and recurrence, or K/V store and
+ * attention), end (output projection over all rows).
+ */
+#ifndef HP_FORWARD_IMPL_H
+#define HP_FORWARD_IMPL_H
+
+#include "engine/forward/forward.h"
+
+/* Named activation buffers of the workspace. */
+enum {
+    B_X,
+    B_Y,
+    B_QKV,
+    B_CONV,
+    B_Q,
+    B_K,
+    B_V,
+    B_Z,
+    B_BETA,
+    B_G,
+    B_O,
+    B_P,
+    B_GATE,
+    B_UP,
+    B_SCRATCH,
+    B_ROUTE,
+    B_XG,
+    B_EO,
+    B_POS,
+    B_ROWS,
+    B_MOEIDX,
+    B_MOEW,
+    B_TC,
+    B_SPECQKV,
+    B_SPECCONV,
+    B_LOGITS,
+    B_ITEMS,  /* hp_forward_batch: ints per item (order, rows, context) */
+    B_KVBUFS, /* hp_forward_batch: hp_kvbuf_t * per item */
+    B_COUNT
+};
+
+/* Buffer `id` with room for n floats (64-byte aligned, grown on demand,
+ * contents kept only while the size does not grow), or NULL. */
+void *hp_fwd_buf(hp_fwd_ws_t *ws, int id, size_t n);
+
+/* A Gated DeltaNet layer's per-row tensors (reference §3), T rows. */
+typedef struct {
+    float *qkv;  /* [T, conv_dim] projection, raw conv input */
+    float *cv;   /* [T, conv_dim] after the conv */
+    float *q;    /* [T, Hk, dk] */
+    float *k;    /* [T, Hk, dk] */
+    float *v;    /* [T, Hv, dv] */
+    float *z;    /* [T, Hv, dv] output gate */
+    float *beta; /* [T, Hv] sigmoid'ed */
+    float *g;    /* [T, Hv] log decay */
+    float *o;    /* [T, Hv, dv] */
+} hp_fwd_lin_t;
+
+/* Buffers for T rows, the four projections of y [T, hidden] and the
+ * gates. HP_ENOMEM. */
+int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
+                     const float *y, int T, hp_fwd_lin_t *b, hp_error_t *err);
+/* Rows [start, end) of one sequence: causal conv continuing from hist
+ * [conv_dim, Kc-1] (updated), split into q, k, v, q and k L2-normalized
+ * (q scaled by dk^-1/2). */
+void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                     float *hist, int start, int end);
+/* Gated RMSNorm of o by z, then x [T, hidden] += o out_proj^T. */
+void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
+                    int T);
+
+/* A gated attention layer's per-row tensors (reference §4), T rows. */
+typedef struct {
+    float *q;    /* [T, Hq, hd] normed, rotated */
+    float *gate; /* [T, Hq, hd] */
+    float *k;    /* [T, Hkv, hd] normed, rotated */
+    float *v;    /* [T, Hkv, hd] */
+    float *o;    /* [T, Hq, hd] */
+} hp_fwd_att_t;
+
+/* Buffers, projections of y, q/gate split, q/k norms, RoPE at pos[T].
+ * HP_ENOMEM. */
+int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
+                     const float *y, const int *pos, int T, hp_fwd_att_t *b,
+                     hp_error_t *err);
+/* Rows [row0, row0+T) of one sequence: K/V into its cache at their
+ * positions, then attention over its n_ctx positions. scratch:
+ * hk_attention_scratch(T, n_ctx, Hq). */
+void hp_fwd_att_seq(const hp_model_t *m, hp_seq_layer_t *sl,
+                    const hp_fwd_att_t *b, const int *pos, int row0, int T,
+                    int n_ctx, float *scratch);
+/* Output gate, then x [T, hidden] += o o_proj^T. */
+void hp_fwd_att_end(const hp_model_t *m, int l, const hp_fwd_att_t *b, float *x,
+                    int T);
+
+/* Post-attention norm of x into y, then x += MLP(y) (SwiGLU or MoE) over
+ * T rows. HP_ENOMEM. */
+int hp_fwd_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y, float *x,
+               int T, hp_error_t *err);
+
+#endif

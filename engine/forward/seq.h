@@ -1,0 +1,61 @@
+/*
+ * seq.h - the running state of one sequence: per linear layer the recurrent
+ * state and conv history, per full-attention layer the K/V cache indexed by
+ * absolute position. This is what prefill produces and decode consumes.
+ */
+#ifndef HP_SEQ_H
+#define HP_SEQ_H
+
+#include <stddef.h>
+
+#include "engine/contract/hp_error.h"
+#include "engine/forward/kvbuf.h"
+#include "engine/model/model.h"
+
+typedef struct {
+    /* linear layers (NULL for full layers) */
+    float *S;    /* [Hv, dk, dv], layout [key][value] */
+    float *conv; /* [conv_dim, Kc-1], raw inputs, oldest first */
+    /* full-attention layers (NULL for linear layers) */
+    float *k; /* [cap, Hkv, hd], post-norm post-RoPE */
+    float *v; /* [cap, Hkv, hd] */
+    /* KVBuffer decoding (DESIGN §5), open when kvb.blocks != NULL: S is
+     * then the state of the last flush only (or unused while the buffer is
+     * KV-only); the running state is hp_kvbuf_state(), and
+     * hp_seq_kvbuf_close() folds it back into S. */
+    hp_kvbuf_t kvb;
+} hp_seq_layer_t;
+
+typedef struct {
+    const hp_model_t *model;
+    int n_pos;               /* positions filled: next token goes to n_pos */
+    int kv_cap;              /* positions allocated in every k/v cache */
+    hp_seq_layer_t *layers;  /* [L] */
+    hp_kvbuf_pool_t *kvpool; /* non-NULL: linear layers use the KVBuffer */
+    int spec_T;     /* tokens of an unresolved hp_forward_verify, else 0 */
+    int spec_start; /* n_pos before that verification */
+} hp_seq_t;
+
+/* Creates an empty sequence (zero states). Returns HP_OK or HP_ENOMEM. */
+int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err);
+void hp_seq_free(hp_seq_t *s);
+/* Makes room for positions [0, n) in every K/V cache (doubling). */
+int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err);
+/* Back to the empty state, keeping the allocations (KVBuffers are
+ * closed, their entries dropped). */
+void hp_seq_reset(hp_seq_t *s);
+/* Switches the linear layers to KVBuffer decoding over the states they
+ * hold: after a prefill, chunkwise from S; on an empty sequence, KV-only
+ * (a short prompt then runs through the buffer, and S is only the storage
+ * the state is created in when the context reaches cap_kvonly). The pool
+ * must match the model's linear heads. HP_EBADINPUT, HP_ENOMEM. */
+int hp_seq_kvbuf_open(hp_seq_t *s, hp_kvbuf_pool_t *pool, hp_error_t *err);
+/* Folds every buffer into S (the running state: before S is read, saved
+ * or copied) and closes them: back to recurrent decoding. HP_EBADINPUT
+ * with a verification unresolved. No-op when not open. */
+int hp_seq_kvbuf_close(hp_seq_t *s, hp_error_t *err);
+
+/* Bytes a sequence of n positions holds (states + KV). */
+size_t hp_seq_bytes(const hp_model_t *m, int n);
+
+#endif

@@ -1,0 +1,94 @@
+/*
+ * model.h - a loaded hybrid model: config, f32 weight views, tokenizer-free.
+ *
+ * Every weight is exposed as f32 in one canonical layout whatever the
+ * checkpoint form: F32 tensors point straight into the mmapped safetensors;
+ * BF16/F16 tensors and the Qwen3-Next fused projections (de-interleaved to
+ * the Qwen3.5 split order) are converted once into one arena at load time.
+ * Spec: shared/reference/qwen3-hybrid-architecture.md §2.
+ */
+#ifndef HP_MODEL_H
+#define HP_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/contract/hp_error.h"
+#include "engine/model/model_config.h"
+#include "engine/model/safetensors.h"
+
+/* A row-major [rows, cols] matrix, PyTorch nn.Linear layout: y = W x. */
+typedef struct {
+    const float *w;
+    int rows; /* out features */
+    int cols; /* in features */
+} hp_mat_t;
+
+typedef struct {
+    const float *input_norm; /* [H], zero-centred: scale by (1 + w) */
+    const float *post_norm;  /* [H], zero-centred */
+
+    /* Gated DeltaNet, split layout (Qwen3.5 order) */
+    hp_mat_t in_qkv;      /* [conv_dim, H]: q (Hk*dk) | k (Hk*dk) | v (Hv*dv) */
+    hp_mat_t in_z;        /* [Hv*dv, H] */
+    hp_mat_t in_b;        /* [Hv, H] -> beta = sigmoid(b) */
+    hp_mat_t in_a;        /* [Hv, H] -> g = -exp(A_log) softplus(a + dt_bias) */
+    const float *conv_w;  /* [conv_dim, Kc], w[., Kc-1] multiplies newest */
+    const float *A_log;   /* [Hv] */
+    const float *dt_bias; /* [Hv] */
+    const float *gnorm;   /* [dv], plain weight (not zero-centred) */
+    hp_mat_t out_proj;    /* [H, Hv*dv] */
+
+    /* gated full attention */
+    hp_mat_t q_proj;     /* [Hq*2*hd, H]: per head [query hd | gate hd] */
+    hp_mat_t k_proj;     /* [Hkv*hd, H] */
+    hp_mat_t v_proj;     /* [Hkv*hd, H] */
+    hp_mat_t o_proj;     /* [H, Hq*hd] */
+    const float *q_norm; /* [hd], zero-centred */
+    const float *k_norm; /* [hd], zero-centred */
+
+    /* dense SwiGLU */
+    hp_mat_t gate, up, down; /* [I,H], [I,H], [H,I] */
+
+    /* sparse MoE */
+    hp_mat_t router;                  /* [E, H] */
+    hp_mat_t *exp_gate;               /* [E] of [Im, H] */
+    hp_mat_t *exp_up;                 /* [E] of [Im, H] */
+    hp_mat_t *exp_down;               /* [E] of [H, Im] */
+    hp_mat_t sh_gate, sh_up, sh_down; /* shared expert, rows 0 if none */
+    const float *sh_expert_gate;      /* [H] (shared_expert_gate [1, H]) */
+} hp_layer_weights_t;
+
+typedef struct {
+    hp_model_config_t cfg;
+    char dir[1024];
+
+    const float *embed;         /* [vocab, H] */
+    const float *final_norm;    /* [H], zero-centred */
+    hp_mat_t lm_head;           /* [vocab, H]; the embedding when tied */
+    hp_layer_weights_t *layers; /* [L] */
+
+    /* 128-bit model fingerprint: XXH3-128 of config.json ++ tokenizer.json
+     * bytes (DESIGN §3), the namespace of every segment id. */
+    uint8_t fingerprint[16];
+
+    /* owned storage */
+    hp_st_file_t *files;
+    int n_files;
+    float *arena; /* converted tensors */
+    size_t arena_floats;
+    hp_mat_t *expert_mats; /* backing store of exp_gate/up/down */
+} hp_model_t;
+
+/*
+ * Loads DIR/config.json and every safetensors shard (DIR/model.safetensors,
+ * or the shards named by DIR/model.safetensors.index.json). Accepts the
+ * "model." and "model.language_model." prefixes, skips mtp.* and visual
+ * tensors, checks every shape against the config. On error returns
+ * HP_EMODEL/HP_EIO with a message naming the file and tensor; *m is then
+ * left freed.
+ */
+int hp_model_load(hp_model_t *m, const char *dir, hp_error_t *err);
+void hp_model_free(hp_model_t *m);
+
+#endif

@@ -1,0 +1,877 @@
+/* sched.c - continuous batching (see sched.h; the step-wise decoder is
+ * decoder.c). */
+#include "engine/serve/sched.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "engine/cache/prompt.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/seq.h"
+
+enum { R_QUEUED, R_PREFILL, R_DECODE, R_FINISH };
+
+typedef struct req {
+    struct req *next; /* incoming list, then queue */
+    hp_sched_ops_t ops;
+    void *ud;
+    int mode; /* the mode that runs */
+    int seam;
+    int phase;
+    hp_assemble_stats_t ast;
+    int fetched_tokens;    /* of ast.cached_tokens: pulled from peers */
+    hp_prefill_job_t *job; /* cold segments on the prefill workers */
+    hp_prompt_t prompt;
+    int prefilled; /* prompt tokens through the model */
+    hp_seq_t seq;
+    float *logits; /* [vocab] the prompt's last */
+    hp_decoder_t dec;
+    int ask_decode; /* HP_SCHED_DECODE_* asked for */
+    int decode;     /* the form that runs (resolved at admission) */
+    int feed;       /* token to run next, -1: sample it from logits first */
+    int ids[HP_SCHED_MAX_DRAFT + 1]; /* this step's: feed, then drafts */
+    int n_ids;
+    int counted; /* tokens already in the stats */
+    int status;
+    hp_error_t err;
+    int cancelled;
+    int64_t t_submit, t_admit, t_first;
+} req_t;
+
+struct hp_sched {
+    const hp_llm_t *llm;
+    hp_sched_cfg_t cfg;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;      /* work arrived, kicked, stopping */
+    pthread_cond_t stop_cv; /* stopping only (throttle sleeps on it) */
+    int stopping, kicked;
+    req_t *in_head, *in_tail; /* submitted, not yet seen by the thread */
+    hp_sched_stats_t st;      /* under mu */
+    /* the thread's own */
+    req_t *q_head, *q_tail;
+    req_t **running; /* [batch], in admission order */
+    int n_running;
+    hp_fwd_ws_t ws;
+    hp_sampler_t sm;
+    float *prob;            /* [V] scratch of sampled draft acceptance */
+    hp_fwd_item_t *items;   /* [batch] a decode step's sequences */
+    req_t **item_req;       /* [batch] ... and their requests */
+    hp_kvbuf_pool_t kvpool; /* KVBuffer decode: blocks for every request */
+    int kvb;
+    uint64_t passes; /* decode passes so far */
+};
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static size_t req_bytes(const hp_sched_t *s, const req_t *r)
+{
+    size_t b = sizeof(*r) + (size_t)r->prompt.n * sizeof(int) +
+               (size_t)r->prompt.n_segs * sizeof(hp_prompt_seg_t) +
+               r->dec.text.cap;
+    if (r->logits)
+        b += (size_t)s->llm->model.cfg.vocab_size * sizeof(float);
+    if (r->seq.layers)
+        b += hp_seq_bytes(&s->llm->model, r->seq.kv_cap);
+    return b;
+}
+
+static void req_free(req_t *r)
+{
+    hp_prefill_job_free(r->job); /* before the prompt it points into */
+    hp_decoder_free(&r->dec);
+    if (r->seq.layers)
+        hp_seq_free(&r->seq);
+    free(r->logits);
+    hp_prompt_free(&r->prompt);
+    free(r);
+}
+
+/* The last callback, then the memory goes. */
+static void req_done(hp_sched_t *s, req_t *r)
+{
+    hp_sched_final_t f;
+    int64_t t = now_us();
+
+    memset(&f, 0, sizeof(f));
+    f.status = r->status;
+    f.finish = r->cancelled ? HP_FINISH_CANCEL : r->dec.finish;
+    f.prompt_tokens = r->prompt.n;
+    f.completion_tokens = r->dec.n_tokens;
+    f.mode = r->mode;
+    f.decode = r->decode;
+    f.draft_tokens = r->dec.drafted;
+    f.accepted_tokens = r->dec.accepted;
+    f.cached_tokens = r->ast.cached_tokens;
+    f.fetched_tokens = r->fetched_tokens;
+    f.segs_hit = r->ast.hit_segments;
+    f.segs_total = r->prompt.n_segs;
+    f.ttft_us = r->t_first ? r->t_first - r->t_submit : -1;
+    f.total_us = t - r->t_submit;
+    if (r->status != HP_OK)
+        f.err = r->err;
+    r->ops.done(r->ud, &f);
+    int tokens = r->dec.n_tokens - r->counted;
+    req_free(r);
+    pthread_mutex_lock(&s->mu);
+    s->st.live--;
+    s->st.served++;
+    s->st.tokens += (uint64_t)tokens;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int is_cancelled(req_t *r)
+{
+    if (!r->cancelled && r->ops.cancelled && r->ops.cancelled(r->ud))
+        r->cancelled = 1;
+    return r->cancelled;
+}
+
+/* Offers the ready text; 1 when none is left over. */
+static int deliver(req_t *r, int *produced)
+{
+    const char *text;
+    size_t len = hp_decoder_ready(&r->dec, &text);
+    if (len == 0)
+        return 1;
+    size_t n = r->ops.text(r->ud, text, len);
+    if (n > len)
+        n = len;
+    if (n) {
+        hp_decoder_take(&r->dec, n);
+        *produced = 1;
+    }
+    return n == len;
+}
+
+static void fail(req_t *r, const hp_error_t *err)
+{
+    r->status = err->code ? err->code : HP_EINTERNAL;
+    r->err = *err;
+    r->phase = R_FINISH;
+}
+
+static void started(req_t *r, int *produced)
+{
+    if (!r->ops.start)
+        return;
+    hp_sched_start_t st = {
+        .prompt_tokens = r->prompt.n,
+        .cached_tokens = r->ast.cached_tokens,
+        .mode = r->mode,
+        .decode = r->decode,
+        .segs_hit = r->ast.hit_segments,
+        .segs_total = r->prompt.n_segs,
+        .queue_us = r->t_admit - r->t_submit,
+    };
+    r->ops.start(r->ud, &st);
+    *produced = 1;
+}
+
+/* The decode form a request runs, fixed at its admission: its own or
+ * the server's (hp_sched_tune may change that one). Speculation needs the
+ * KVBuffer, so recurrent becomes chunkwise then; auto is KV-only for a
+ * full-mode prompt within the buffer's KV-only limit. */
+static int decode_form(hp_sched_t *s, const req_t *r)
+{
+    int f = r->ask_decode;
+    if (!s->kvb)
+        return HP_SCHED_DECODE_RECURRENT;
+    if (f == HP_SCHED_DECODE_SERVER) {
+        pthread_mutex_lock(&s->mu);
+        f = s->cfg.decode;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (f != HP_SCHED_DECODE_CHUNKWISE && f != HP_SCHED_DECODE_AUTO)
+        f = r->dec.spec ? HP_SCHED_DECODE_CHUNKWISE : HP_SCHED_DECODE_RECURRENT;
+    if (f == HP_SCHED_DECODE_AUTO)
+        f = r->mode == HP_MODE_FULL && r->prompt.n <= s->kvpool.cfg.cap_kvonly
+                ? HP_SCHED_DECODE_KVONLY
+                : HP_SCHED_DECODE_CHUNKWISE;
+    return f;
+}
+
+static void admit(hp_sched_t *s, req_t *r, int *produced)
+{
+    hp_error_t err = {0};
+    int V = s->llm->model.cfg.vocab_size;
+
+    r->t_admit = now_us();
+    r->phase = R_PREFILL;
+    if (hp_seq_init(&r->seq, &s->llm->model, &err) != HP_OK ||
+        hp_seq_reserve(&r->seq, r->prompt.n + 1, &err) != HP_OK) {
+        fail(r, &err);
+        return;
+    }
+    r->logits = malloc((size_t)V * sizeof(float));
+    if (!r->logits) {
+        hp_error_set(&err, HP_ENOMEM, "no memory for a request's logits");
+        fail(r, &err);
+        return;
+    }
+    /* KV-only: the prompt itself goes through the buffers (opened on the
+     * empty sequence); failing that, chunkwise after the prefill */
+    r->decode = decode_form(s, r);
+    if (r->decode == HP_SCHED_DECODE_KVONLY &&
+        hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err) != HP_OK)
+        r->decode = HP_SCHED_DECODE_CHUNKWISE;
+    if (!s->kvb)
+        r->dec.spec = 0;
+    /* full mode streams from the first chunk on: tell the client now;
+     * the other modes know their hits only once assembled */
+    if (r->mode == HP_MODE_FULL)
+        started(r, produced);
+}
+
+/* The prefill is done: decoding continues from its state, chunkwise if
+ * the request's form says so (buffers that cannot open: recurrent, and no
+ * speculation). */
+static void to_decode(hp_sched_t *s, req_t *r)
+{
+    hp_error_t err;
+    r->phase = R_DECODE;
+    if (r->decode == HP_SCHED_DECODE_CHUNKWISE && r->seq.layers &&
+        !r->seq.kvpool &&
+        hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err) != HP_OK) {
+        r->decode = HP_SCHED_DECODE_RECURRENT;
+        r->dec.spec = 0;
+    }
+}
+
+/* A prefill worker published a segment (called in its thread): a
+ * request may be ready to assemble. */
+static void segment_done(void *ud, const hp_prefill_done_t *d)
+{
+    (void)d;
+    hp_sched_kick(ud);
+}
+
+static int uses_workers(const hp_sched_t *s, const req_t *r)
+{
+    return s->cfg.prefill &&
+           (r->mode == HP_MODE_NAIVE || r->mode == HP_MODE_PIC);
+}
+
+/* Waiting for prefill workers: nothing to do in this thread. */
+static int waiting(const req_t *r)
+{
+    return r->job && !hp_prefill_job_done(r->job);
+}
+
+/* naive/pic: one missing segment per step (or all of them on the prefill
+ * workers), then the assembly; prefix: the resume in one step. */
+static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
+{
+    hp_error_t err = {0};
+    hp_assemble_stats_t warm = {0};
+    hp_prefill_stats_t ps;
+    int rc;
+    if (uses_workers(s, r)) {
+        if (!r->job &&
+            (rc = hp_prefill_submit(s->cfg.prefill, s->llm, s->cfg.cache,
+                                    &r->prompt, (hp_mode_t)r->mode, r->seam,
+                                    segment_done, s, &r->job, &err)) != HP_OK) {
+            fail(r, &err);
+            return;
+        }
+        if (waiting(r))
+            return;
+        /* the job holds its entries until the request ends: nothing it
+         * published is evicted before the assembly */
+        rc = hp_prefill_job_wait(r->job, &ps, &err);
+        /* a segment fetched from a peer was reused, not computed: a hit */
+        r->ast.miss_segments = ps.published - ps.fetched;
+        r->ast.miss_tokens = (int)(ps.miss_tokens - ps.fetched_tokens);
+        r->fetched_tokens = (int)ps.fetched_tokens;
+    } else {
+        rc = hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
+                                   (hp_mode_t)r->mode, r->seam, &warm, &err);
+        if (rc == 1) {
+            r->ast.miss_segments += warm.miss_segments;
+            r->ast.miss_tokens += warm.miss_tokens;
+            return;
+        }
+    }
+    int misses = r->ast.miss_segments, miss_tokens = r->ast.miss_tokens;
+    if (rc == HP_OK && r->dec.max_tokens == 0) {
+        /* a warm-up request (DESIGN §3): the segments are cached now;
+         * nothing to generate, so no assembly either */
+        r->ast.hit_segments = 0;
+        r->prefilled = r->prompt.n;
+        r->phase = R_DECODE;
+        started(r, produced);
+        return;
+    }
+    if (rc == HP_OK)
+        rc = hp_assemble(s->llm, s->cfg.cache, &s->ws, &r->prompt,
+                         (hp_mode_t)r->mode, r->seam, &r->seq, r->logits,
+                         &r->ast, &err);
+    if (rc == HP_OK && r->ast.recomputed_tokens == 0)
+        rc = hp_error_set(&err, HP_EBADINPUT,
+                          "nothing to generate from: the prompt ends with "
+                          "a separator (a warm-up request wants "
+                          "max_tokens 0)");
+    if (rc != HP_OK) {
+        fail(r, &err);
+        return;
+    }
+    /* segments prefilled by this request were misses, not hits, and
+     * their tokens were computed, not reused */
+    r->ast.hit_segments -= misses;
+    r->ast.miss_segments = misses;
+    r->ast.cached_tokens -= miss_tokens;
+    r->prefilled = r->prompt.n;
+    to_decode(s, r);
+    started(r, produced);
+}
+
+static void prefill_chunk(hp_sched_t *s, req_t *r)
+{
+    hp_error_t err = {0};
+    int chunk = s->cfg.prefill_chunk, left = r->prompt.n - r->prefilled;
+    int n = left < chunk ? left : chunk, last = n == left;
+    /* a KV-only prompt goes through the buffers in pieces they take */
+    int piece = r->seq.kvpool ? s->kvpool.cfg.max_step : n;
+    for (int off = 0; off < n; off += piece) {
+        int k = n - off < piece ? n - off : piece;
+        int rc = hp_forward(
+            &s->llm->model, &r->seq, &s->ws, r->prompt.ids + r->prefilled, NULL,
+            k, NULL, last && off + k == n ? HP_LOGITS_LAST : HP_LOGITS_NONE,
+            r->logits, &err);
+        if (rc != HP_OK) {
+            fail(r, &err);
+            return;
+        }
+        r->prefilled += k;
+    }
+    if (last)
+        to_decode(s, r);
+}
+
+static void note_first(req_t *r)
+{
+    if (!r->t_first && r->dec.n_tokens > 0)
+        r->t_first = now_us();
+}
+
+/* What a decoding request runs this step: the token to feed (the first
+ * one sampled from the prompt's logits here) and, speculating, drafts
+ * after it. 0: nothing to run (it finished, or failed). */
+static int plan(hp_sched_t *s, req_t *r)
+{
+    hp_error_t err = {0};
+    int rc = HP_OK;
+    if (r->feed < 0) {
+        rc = hp_decoder_next(&r->dec, &s->sm, r->logits, &r->feed, &err);
+        note_first(r);
+    }
+    if (rc != HP_OK) {
+        fail(r, &err);
+        return 0;
+    }
+    if (r->dec.done || r->feed < 0) {
+        r->phase = R_FINISH;
+        return 0;
+    }
+    r->ids[0] = r->feed;
+    r->n_ids = 1;
+    if (r->seq.kvpool)
+        r->n_ids += hp_decoder_draft(&r->dec, r->ids + 1);
+    return 1;
+}
+
+/* After the pass: the next token, sampled now (the logits live in the
+ * workspace only until the next pass), or the drafts resolved. */
+static void resolve(hp_sched_t *s, req_t *r, hp_fwd_item_t *it)
+{
+    hp_error_t err = {0};
+    int rc = HP_OK, keep;
+    if (it->status != HP_OK) {
+        fail(r, &it->err);
+        return;
+    }
+    if (!it->verify) {
+        rc = hp_decoder_next(&r->dec, &s->sm, it->logits, &r->feed, &err);
+    } else {
+        rc = hp_decoder_accept(&r->dec, &s->sm, s->prob, it->logits,
+                               s->llm->model.cfg.vocab_size, r->ids + 1,
+                               it->T - 1, &keep, &r->feed, &err);
+        if (rc == HP_OK)
+            rc = hp_forward_accept(&s->llm->model, &r->seq, &s->ws, keep, &err);
+    }
+    note_first(r);
+    if (rc != HP_OK)
+        fail(r, &err);
+    else if (r->dec.done)
+        r->phase = R_FINISH;
+}
+
+/* The step of every decoding request in rs[n]: one forward pass (or, with
+ * solo_decode, one per request, as before batching). */
+static void decode_step(hp_sched_t *s, req_t **rs, int n)
+{
+    int per = s->cfg.solo_decode ? 1 : n;
+    for (int i0 = 0; i0 < n; i0 += per) {
+        hp_error_t err = {0};
+        int k = n - i0 < per ? n - i0 : per;
+        for (int i = 0; i < k; i++) {
+            req_t *r = rs[i0 + i];
+            s->items[i] = (hp_fwd_item_t){.seq = &r->seq,
+                                          .ids = r->ids,
+                                          .T = r->n_ids,
+                                          .verify = r->n_ids > 1};
+        }
+        int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
+        s->passes++;
+        for (int i = 0; i < k; i++) {
+            if (rc != HP_OK)
+                fail(rs[i0 + i], &err);
+            else
+                resolve(s, rs[i0 + i], &s->items[i]);
+        }
+    }
+}
+
+/* One iteration; returns 1 if it produced output. */
+static int step(hp_sched_t *s)
+{
+    int produced = 0;
+
+    /* cancelled while waiting: gone before they cost anything */
+    for (req_t **pp = &s->q_head; *pp;) {
+        req_t *r = *pp;
+        if (!is_cancelled(r)) {
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
+        if (s->q_tail == r)
+            s->q_tail = NULL;
+        req_done(s, r);
+    }
+    if (!s->q_head)
+        s->q_tail = NULL;
+    else if (!s->q_tail)
+        for (s->q_tail = s->q_head; s->q_tail->next;)
+            s->q_tail = s->q_tail->next;
+
+    /* FIFO admission */
+    while (s->n_running < s->cfg.batch && s->q_head) {
+        req_t *r = s->q_head;
+        s->q_head = r->next;
+        if (!s->q_head)
+            s->q_tail = NULL;
+        r->next = NULL;
+        s->running[s->n_running++] = r;
+        admit(s, r, &produced);
+        /* cold segments go to the workers at once: LPT sees the load */
+        if (r->phase == R_PREFILL && uses_workers(s, r))
+            prefill_cached(s, r, &produced);
+    }
+
+    /* one prefill chunk, for the oldest request still prefilling (one
+     * waiting for prefill workers lets the next go first) */
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        if (r->phase == R_PREFILL && !is_cancelled(r) && !waiting(r)) {
+            if (r->mode == HP_MODE_FULL)
+                prefill_chunk(s, r);
+            else
+                prefill_cached(s, r, &produced);
+            break;
+        }
+    }
+
+    /* one token (or a verified draft run) for every request past its
+     * prefill, in one pass */
+    int n_dec = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        if (is_cancelled(r) || r->phase == R_PREFILL)
+            continue;
+        if (!deliver(r, &produced))
+            continue; /* its reader is behind: wait for it */
+        if (r->phase == R_DECODE && plan(s, r))
+            s->item_req[n_dec++] = r;
+    }
+    if (n_dec)
+        decode_step(s, s->item_req, n_dec);
+    for (int i = 0; i < n_dec; i++)
+        if (s->item_req[i]->status == HP_OK)
+            deliver(s->item_req[i], &produced);
+
+    /* retire the finished (text all taken), the failed and the cancelled */
+    int k = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        int gone = r->cancelled || r->status != HP_OK ||
+                   (r->phase == R_FINISH && deliver(r, &produced));
+        if (gone) {
+            req_done(s, r);
+            produced = 1;
+        } else {
+            s->running[k++] = r;
+        }
+    }
+    s->n_running = k;
+    return produced;
+}
+
+/* Can a step make progress now? (called with mu held) */
+static int runnable(const hp_sched_t *s)
+{
+    if (s->q_head && s->n_running < s->cfg.batch)
+        return 1;
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        const char *t;
+        if (r->phase == R_PREFILL) {
+            if (!waiting(r))
+                return 1;
+            continue; /* segment_done kicks when a segment is out */
+        }
+        if (hp_decoder_ready(&r->dec, &t) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static void update_stats(hp_sched_t *s)
+{
+    int queued = 0;
+    size_t bytes = 0;
+    for (req_t *r = s->q_head; r; r = r->next) {
+        queued++;
+        bytes += req_bytes(s, r);
+    }
+    for (req_t *r = s->in_head; r; r = r->next) {
+        queued++;
+        bytes += req_bytes(s, r);
+    }
+    s->st.decoding = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        bytes += req_bytes(s, r);
+        s->st.decoding += r->phase == R_DECODE;
+        s->st.tokens += (uint64_t)(r->dec.n_tokens - r->counted);
+        r->counted = r->dec.n_tokens;
+    }
+    s->st.passes = s->passes;
+    s->st.queued = queued;
+    s->st.running = s->n_running;
+    s->st.bytes = bytes;
+}
+
+static void deadline_after(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000;
+    if (ts->tv_nsec >= 1000000000) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000;
+    }
+}
+
+static void *sched_main(void *arg)
+{
+    hp_sched_t *s = arg;
+    struct timespec ts;
+
+    if (s->cfg.threads > 0)
+        omp_set_num_threads(s->cfg.threads);
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        /* the newly submitted join the queue, in submission order */
+        if (s->in_head) {
+            if (s->q_tail)
+                s->q_tail->next = s->in_head;
+            else
+                s->q_head = s->in_head;
+            s->q_tail = s->in_tail;
+            s->in_head = s->in_tail = NULL;
+        }
+        if (s->stopping)
+            break;
+        if (!s->kicked && !runnable(s)) {
+            /* only stalled readers (or nothing) left: sleep until kicked;
+             * the timeout is a safety net, never the wake-up path */
+            if (s->n_running) {
+                deadline_after(&ts, 200);
+                pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+                s->kicked = 1;
+            } else {
+                pthread_cond_wait(&s->cv, &s->mu);
+            }
+            continue;
+        }
+        s->kicked = 0;
+        pthread_mutex_unlock(&s->mu);
+        int produced = step(s);
+        pthread_mutex_lock(&s->mu);
+        s->st.steps++;
+        update_stats(s);
+        hp_sched_stats_t st = s->st;
+        pthread_mutex_unlock(&s->mu);
+        if (produced && s->cfg.flush)
+            s->cfg.flush(s->cfg.flush_ud, &st);
+        pthread_mutex_lock(&s->mu);
+        if (s->cfg.throttle_ms > 0 && !s->stopping &&
+            (s->n_running || s->q_head)) {
+            deadline_after(&ts, s->cfg.throttle_ms);
+            while (!s->stopping && pthread_cond_timedwait(&s->stop_cv, &s->mu,
+                                                          &ts) != ETIMEDOUT)
+                ;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+
+    /* stopping: everything still held is cancelled */
+    for (int i = 0; i < s->n_running; i++) {
+        s->running[i]->cancelled = 1;
+        req_done(s, s->running[i]);
+    }
+    s->n_running = 0;
+    while (s->q_head) {
+        req_t *r = s->q_head;
+        s->q_head = r->next;
+        r->cancelled = 1;
+        req_done(s, r);
+    }
+    s->q_tail = NULL;
+    return NULL;
+}
+
+static void free_parts(hp_sched_t *s)
+{
+    hp_sampler_free(&s->sm);
+    hp_fwd_ws_free(&s->ws);
+    if (s->kvb)
+        hp_kvbuf_pool_free(&s->kvpool);
+    free(s->prob);
+    free(s->items);
+    free(s->item_req);
+    free(s->running);
+    free(s);
+}
+
+/* The KVBuffer pool every request's buffers come from (whatever the
+ * server's form: a request may ask for another), sized so that `batch`
+ * requests at their largest always fit: admission never waits for it. */
+static int kvbuf_pool(hp_sched_t *s, hp_error_t *err)
+{
+    const hp_model_config_t *c = &s->llm->model.cfg;
+    hp_kvbuf_config_t kc;
+    int n_lin = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        n_lin += c->layer_kind[l] == HP_LAYER_LINEAR;
+    if (n_lin == 0)
+        return HP_OK; /* nothing to buffer: every request is recurrent */
+    hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
+                            c->lin_v_dim);
+    if (kc.max_step < HP_SCHED_MAX_DRAFT + 1)
+        kc.max_step = HP_SCHED_MAX_DRAFT + 1;
+    int most = (kc.cap > kc.cap_kvonly ? kc.cap : kc.cap_kvonly) + kc.max_step;
+    kc.n_blocks = s->cfg.batch * n_lin * ((most - 1) / kc.block_tokens + 1);
+    kc.max_batch = s->cfg.batch;
+    if (hp_kvbuf_pool_init(&s->kvpool, &kc, err) != HP_OK)
+        return err->code;
+    s->kvb = 1;
+    return HP_OK;
+}
+
+int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
+                    const hp_sched_cfg_t *cfg, hp_error_t *err)
+{
+    hp_sched_t *s = calloc(1, sizeof(*s));
+    *out = NULL;
+    if (!s)
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    s->llm = llm;
+    s->cfg = *cfg;
+    if (s->cfg.batch <= 0)
+        s->cfg.batch = 8;
+    if (s->cfg.prefill_chunk <= 0)
+        s->cfg.prefill_chunk = 256;
+    if (s->cfg.seam < 0)
+        s->cfg.seam = HP_SEAM_DEFAULT;
+    if (s->cfg.max_queue <= 0)
+        s->cfg.max_queue = 1024;
+    if (s->cfg.max_context <= 0)
+        s->cfg.max_context = llm->model.cfg.max_positions > 0
+                                 ? llm->model.cfg.max_positions
+                                 : INT_MAX;
+    /* as hp_generate: ids past the tokenizer (padding rows of the
+     * embedding table) are never sampled */
+    size_t tv = hp_tokenizer_vocab_size(llm->tok);
+    int V = tv < (size_t)llm->model.cfg.vocab_size ? (int)tv
+                                                   : llm->model.cfg.vocab_size;
+    if (s->cfg.max_draft <= 0)
+        s->cfg.max_draft = HP_SCHED_DRAFT_DEFAULT;
+    if (s->cfg.max_draft > HP_SCHED_MAX_DRAFT)
+        s->cfg.max_draft = HP_SCHED_MAX_DRAFT;
+    s->running = calloc((size_t)s->cfg.batch, sizeof(*s->running));
+    s->items = calloc((size_t)s->cfg.batch, sizeof(*s->items));
+    s->item_req = calloc((size_t)s->cfg.batch, sizeof(*s->item_req));
+    s->prob = malloc((size_t)V * sizeof(float));
+    hp_fwd_ws_init(&s->ws);
+    if (!s->running || !s->items || !s->item_req || !s->prob || !s->ws.buf ||
+        hp_sampler_init(&s->sm, V) != 0) {
+        free_parts(s);
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    }
+    if (kvbuf_pool(s, err) != HP_OK) {
+        free_parts(s);
+        return err->code;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_cond_init(&s->stop_cv, NULL);
+    if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        pthread_cond_destroy(&s->stop_cv);
+        pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->mu);
+        free_parts(s);
+        return hp_error_set(err, HP_ENOMEM,
+                            "scheduler: cannot start its thread");
+    }
+    *out = s;
+    return HP_OK;
+}
+
+int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
+{
+    hp_gen_params_t gen = req->gen;
+    req_t *r = calloc(1, sizeof(*r));
+    int rc;
+
+    if (!r)
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    rc = hp_prompt_build(&r->prompt, s->llm, req->prompt, req->prompt_len,
+                         req->separator ? req->separator : "", err);
+    if (rc != HP_OK) {
+        free(r);
+        return rc;
+    }
+    if (r->prompt.n > s->cfg.max_context) {
+        rc = hp_error_set(err, HP_ETOOLARGE,
+                          "the prompt is %d tokens, the model's context is "
+                          "%d",
+                          r->prompt.n, s->cfg.max_context);
+        req_free(r);
+        return rc;
+    }
+    /* generation stops at the end of the context: finish "length" */
+    if (gen.max_tokens > s->cfg.max_context - r->prompt.n)
+        gen.max_tokens = s->cfg.max_context - r->prompt.n;
+    /* speculative decoding: drafts from the prompt's tokens */
+    int spec = req->speculative == HP_SCHED_SPEC_ON ||
+               (req->speculative == HP_SCHED_SPEC_SERVER && s->cfg.speculative);
+    int draft = req->max_draft > 0 ? req->max_draft : s->cfg.max_draft;
+    gen.speculative =
+        spec ? (draft < HP_SCHED_MAX_DRAFT ? draft : HP_SCHED_MAX_DRAFT) : 0;
+    gen.ctx = r->prompt.ids;
+    gen.n_ctx = r->prompt.n;
+    if ((rc = hp_decoder_init(&r->dec, s->llm, &gen, err)) != HP_OK) {
+        hp_prompt_free(&r->prompt);
+        free(r);
+        return rc;
+    }
+    r->ops = *req->ops;
+    r->ud = req->ud;
+    /* without pools every request runs full, and says so */
+    r->mode =
+        s->cfg.cache && req->mode >= HP_MODE_FULL && req->mode <= HP_MODE_PIC
+            ? req->mode
+            : HP_MODE_FULL;
+    r->seam = req->seam >= 0 ? req->seam : s->cfg.seam;
+    r->ask_decode = req->decode;
+    r->decode = HP_SCHED_DECODE_RECURRENT;
+    r->feed = -1;
+    r->phase = R_QUEUED;
+    r->t_submit = now_us();
+
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping || s->st.live >= s->cfg.max_queue) {
+        int stopping = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        req_free(r);
+        return hp_error_set(err, stopping ? HP_EUNAVAIL : HP_EBUSY,
+                            stopping ? "the engine is shutting down"
+                                     : "the engine has %d requests in "
+                                       "flight, its limit",
+                            s->cfg.max_queue);
+    }
+    if (s->in_tail)
+        s->in_tail->next = r;
+    else
+        s->in_head = r;
+    s->in_tail = r;
+    s->st.live++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return HP_OK;
+}
+
+void hp_sched_kick(hp_sched_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->kicked = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st)
+{
+    pthread_mutex_lock(&s->mu);
+    *st = s->st;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void hp_sched_destroy(hp_sched_t *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_cond_broadcast(&s->stop_cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    /* submitted after the thread's last look */
+    while (s->in_head) {
+        req_t *r = s->in_head;
+        s->in_head = r->next;
+        r->cancelled = 1;
+        req_done(s, r);
+    }
+    pthread_cond_destroy(&s->stop_cv);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    free_parts(s);
+}
+
+int hp_sched_tune(hp_sched_t *s, const hp_sched_tune_t *t, hp_error_t *err)
+{
+    if (t->decode == HP_SCHED_DECODE_CHUNKWISE && !s->kvb)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "chunkwise decode needs a scheduler started "
+                            "with it");
+    pthread_mutex_lock(&s->mu);
+    if (t->max_queue > 0)
+        s->cfg.max_queue = t->max_queue;
+    s->cfg.throttle_ms = t->throttle_ms > 0 ? t->throttle_ms : 0;
+    s->cfg.decode = t->decode;
+    pthread_mutex_unlock(&s->mu);
+    return HP_OK;
+}

@@ -1,0 +1,198 @@
+/*
+ * sched.h - the engine's scheduler: continuous batching of many requests
+ * on one model, in one thread of its own.
+ *
+ * Every iteration (a "step") admits waiting requests in FIFO order while
+ * fewer than `batch` run, runs ONE prefill chunk (at most prefill_chunk
+ * prompt tokens of the oldest request still prefilling), then decodes one
+ * token for every running request that has finished its prefill. A long
+ * prompt therefore never freezes the streams of others: it costs them one
+ * chunk per token. Requests are tokenized in the submitting thread.
+ *
+ * The decode tokens of a step run as one forward pass over all decoding
+ * requests (hp_forward_batch: each weight read once per step), each in its
+ * own decode form (recurrent, chunkwise, KV-only) and, speculating, as a
+ * verification of its prompt-lookup drafts.
+ * Modes (assemble.h): `full` prefills in chunks; `naive`/`pic` first
+ * prefill each missing segment on its own, one segment per step, then
+ * assemble from the pool in one step; `prefix` resumes from the prefix
+ * cache (radix tree) in one step. Without a cache every request runs `full`,
+ * and the mode reported back is always the one that ran.
+ *
+ * Not here: the IPC (ipc_server.c adapts slots to the callbacks below).
+ */
+#ifndef HP_SCHED_H
+#define HP_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/contract/hp_error.h"
+#include "engine/forward/decoder.h"
+#include "engine/forward/generate.h"
+#include "engine/forward/sampler.h"
+#include "engine/model/llm.h"
+
+#include "engine/cache/assemble.h"
+#include "engine/forward/kvbuf.h"
+#include "engine/serve/prefill_pool.h"
+
+/* Decode forms (DESIGN §5): recurrent writes every state every step;
+ * chunkwise (KVBuffer) defers the writes, from the prefill's state; auto
+ * runs a `full` prompt that fits the buffer's KV-only limit through the
+ * buffer with no state at all (reported as kv-only), else chunkwise.
+ * SERVER (0): a request takes the server's form; a server: recurrent. */
+enum {
+    HP_SCHED_DECODE_SERVER = 0,
+    HP_SCHED_DECODE_RECURRENT = 1,
+    HP_SCHED_DECODE_CHUNKWISE = 2,
+    HP_SCHED_DECODE_AUTO = 3,
+    HP_SCHED_DECODE_KVONLY = 4 /* reported only: what auto ran */
+};
+
+/* Speculative decoding per request: the server's setting, on or off. */
+enum { HP_SCHED_SPEC_SERVER = 0, HP_SCHED_SPEC_ON = 1, HP_SCHED_SPEC_OFF = 2 };
+
+/* Most tokens one speculative pass drafts (the KVBuffer pool's max_step
+ * is this + 1), and the server's default. */
+#define HP_SCHED_MAX_DRAFT     16
+#define HP_SCHED_DRAFT_DEFAULT 8
+
+/* ---- the scheduler --------------------------------------------------- */
+
+typedef struct hp_sched hp_sched_t;
+
+typedef struct {
+    int queued;      /* admitted to the queue, not yet running */
+    int running;     /* prefilling or decoding */
+    int live;        /* requests holding memory (queued + running) */
+    size_t bytes;    /* memory those requests hold */
+    uint64_t served; /* requests finished since start */
+    uint64_t steps;  /* scheduler iterations */
+    int decoding;    /* requests decoding (prefill done, not finished) */
+    uint64_t tokens; /* tokens generated since start */
+    uint64_t passes; /* decode passes (forward calls) since start */
+} hp_sched_stats_t;
+
+typedef struct {
+    int batch;         /* requests running at once (default 8) */
+    int prefill_chunk; /* prompt tokens per prefill step (default 256) */
+    int max_queue;     /* requests waiting + running; beyond: HP_EBUSY */
+    int max_context;   /* prompt + generated tokens (0: the model's) */
+    int threads;       /* compute threads (0: the OpenMP default) */
+    int throttle_ms;   /* pause after every busy step (tests, demos) */
+    hp_cache_t *cache; /* pools for prefix/naive/pic (NULL: full only) */
+    /* naive/pic: the cold segments go to these workers (LPT, all at once)
+     * and the request assembles once they are published; NULL: one
+     * segment per step in the scheduler thread */
+    hp_prefill_pool_t *prefill;
+    int decode; /* HP_SCHED_DECODE_*: how the linear layers decode */
+    int seam;   /* default seam width (HP_SEAM_DEFAULT) */
+    /* speculative decoding (prompt-lookup drafts, spec.h) for requests
+     * that do not say: 1 on; max_draft tokens per pass (0: 8) */
+    int speculative;
+    int max_draft;
+    /* 1: one forward pass per decoding request, as before batching
+     * (benches compare); 0: one pass for all of a step's requests */
+    int solo_decode;
+    /* Called in the scheduler thread after a step that produced output
+     * (may be NULL): a place to send wake-ups in one go. */
+    void (*flush)(void *ud, const hp_sched_stats_t *st);
+    void *flush_ud;
+} hp_sched_cfg_t;
+
+typedef struct {
+    int prompt_tokens;
+    int cached_tokens;
+    int mode;   /* the mode that runs */
+    int decode; /* the decode form that runs (HP_SCHED_DECODE_*) */
+    int segs_hit;
+    int segs_total;
+    int64_t queue_us;
+} hp_sched_start_t;
+
+typedef struct {
+    int status; /* HP_OK or the error that ended the request */
+    hp_finish_t finish;
+    int prompt_tokens;
+    int completion_tokens;
+    int cached_tokens;
+    int fetched_tokens; /* of cached_tokens: pulled from peers (peer fetch) */
+    int mode;
+    int decode;          /* the form that ran */
+    int draft_tokens;    /* speculative tokens proposed */
+    int accepted_tokens; /* ... and accepted (<= completion_tokens) */
+    int segs_hit;
+    int segs_total;
+    int64_t ttft_us;  /* submit to first token (-1: none) */
+    int64_t total_us; /* submit to done */
+    hp_error_t err;   /* status != HP_OK: why */
+} hp_sched_final_t;
+
+/* How a request talks back; every call comes from the scheduler thread. */
+typedef struct {
+    /* admitted: prefill begins (may be NULL) */
+    void (*start)(void *ud, const hp_sched_start_t *s);
+    /* text ready: returns the bytes taken (the rest is offered again
+     * after the next hp_sched_kick, and the request waits for it) */
+    size_t (*text)(void *ud, const char *text, size_t len);
+    /* polled every step: non-zero ends the request (may be NULL) */
+    int (*cancelled)(void *ud);
+    /* the last call: the request's memory is gone after it */
+    void (*done)(void *ud, const hp_sched_final_t *f);
+} hp_sched_ops_t;
+
+typedef struct {
+    const char *prompt; /* only read during hp_sched_submit */
+    size_t prompt_len;
+    const char *separator; /* NULL or "": the prompt is one segment */
+    int mode;              /* hp_mode_t */
+    int seam;              /* < 0: the scheduler's default */
+    int decode;            /* HP_SCHED_DECODE_* (0: the server's) */
+    int speculative;       /* HP_SCHED_SPEC_* (0: the server's) */
+    int max_draft;         /* 1..HP_SCHED_MAX_DRAFT (0: the server's) */
+    hp_gen_params_t gen;   /* stop strings are copied; speculative and
+                              ctx come from the fields above */
+    const hp_sched_ops_t *ops;
+    void *ud;
+} hp_sched_req_t;
+
+/* Starts the scheduler thread for llm (which must outlive it). */
+int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
+                    const hp_sched_cfg_t *cfg, hp_error_t *err);
+
+/*
+ * Tokenizes the prompt (in the calling thread) and queues the request.
+ * HP_OK: ops->done will be called exactly once. Otherwise no callback is
+ * ever made: HP_EBADINPUT (no tokens, too many segments), HP_ETOOLARGE
+ * (longer than the context; err->msg says so), HP_EBUSY (queue full),
+ * HP_ENOMEM. Thread-safe.
+ */
+int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err);
+
+/* Wakes the scheduler: a cancel flag was set, or a stalled request's
+ * reader made room. Thread-safe, cheap. */
+void hp_sched_kick(hp_sched_t *s);
+
+void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st);
+
+/* Stops the thread; every request still held gets done(CANCEL). */
+void hp_sched_destroy(hp_sched_t *s);
+
+/* ---- run-time settings (serve's SIGHUP) ------------------------------ */
+
+typedef struct {
+    int max_queue;   /* as hp_sched_cfg_t; <= 0: unchanged */
+    int throttle_ms; /* as hp_sched_cfg_t */
+    int decode;      /* HP_SCHED_DECODE_*, for requests not yet decoding */
+} hp_sched_tune_t;
+
+/*
+ * Changes these settings of a running scheduler; submissions and steps
+ * from now on use them. HP_OK, or HP_EBADINPUT (nothing changed) for
+ * chunkwise decode on a scheduler created recurrent: its KVBuffer pool
+ * is sized at creation. Thread-safe.
+ */
+int hp_sched_tune(hp_sched_t *s, const hp_sched_tune_t *t, hp_error_t *err);
+
+#endif

@@ -683,40 +683,52 @@ ngx_http_hypic_cleanup(void *data)
 /*
  * The body as one piece of memory: zero-copy when nginx kept it in one
  * buffer; otherwise copied, reading the part nginx wrote to its temp file
- * (a local file, at most hypic_max_prompt_bytes).
+ * (a local file, at most hypic_max_prompt_bytes). Empty buffers are
+ * skipped: a chunked body ends with one whose pos is NULL, and a chain
+ * may hold others (an empty chunk, a trailer).
  */
 
 static ngx_int_t
 ngx_http_hypic_read_body(ngx_http_request_t *r, ngx_str_t *body)
 {
-    off_t         len;
+    off_t         len, size;
     u_char       *p;
-    size_t        size;
     ssize_t       n;
-    ngx_buf_t    *b;
+    ngx_buf_t    *b, *one;
+    ngx_uint_t    nbufs;
     ngx_chain_t  *cl;
 
     ngx_str_null(body);
 
-    if (r->request_body == NULL || r->request_body->bufs == NULL) {
-        return NGX_OK;
-    }
-
-    cl = r->request_body->bufs;
-
-    if (cl->next == NULL && !cl->buf->in_file) {
-        body->data = cl->buf->pos;
-        body->len = cl->buf->last - cl->buf->pos;
+    if (r->request_body == NULL) {
         return NGX_OK;
     }
 
     len = 0;
+    nbufs = 0;
+    one = NULL;
 
     for (cl = r->request_body->bufs; cl; cl = cl->next) {
-        len += ngx_buf_size(cl->buf);
+        size = ngx_buf_size(cl->buf);
+
+        if (size > 0) {
+            len += size;
+            nbufs++;
+            one = cl->buf;
+        }
     }
 
-    p = ngx_pnalloc(r->pool, (size_t) len + 1);
+    if (len == 0) {
+        return NGX_OK;
+    }
+
+    if (nbufs == 1 && ngx_buf_in_memory(one)) {
+        body->data = one->pos;
+        body->len = one->last - one->pos;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, (size_t) len);
     if (p == NULL) {
         return NGX_ERROR;
     }
@@ -725,23 +737,28 @@ ngx_http_hypic_read_body(ngx_http_request_t *r, ngx_str_t *body)
 
     for (cl = r->request_body->bufs; cl; cl = cl->next) {
         b = cl->buf;
+        size = ngx_buf_size(b);
 
-        if (!b->in_file) {
-            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+        if (size == 0) {
             continue;
         }
 
-        size = (size_t) (b->file_last - b->file_pos);
+        /* as ngx_buf_size() counts it: memory first, then the file */
 
-        n = ngx_read_file(b->file, p, size, b->file_pos);
+        if (ngx_buf_in_memory(b)) {
+            p = ngx_cpymem(p, b->pos, (size_t) size);
+            continue;
+        }
+
+        n = ngx_read_file(b->file, p, (size_t) size, b->file_pos);
 
         if (n == NGX_ERROR) {
             return NGX_ERROR;
         }
 
-        if ((size_t) n != size) {
+        if (n != (ssize_t) size) {
             ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                          "hypic: read only %z of %uz bytes of the body "
+                          "hypic: read only %z of %O bytes of the body "
                           "from \"%V\"", n, size, &b->file->name);
             return NGX_ERROR;
         }

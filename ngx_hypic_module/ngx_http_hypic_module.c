@@ -16,6 +16,7 @@
 
 #include "ngx_http_hypic_module.h"
 #include "ngx_http_hypic_engine.h"
+#include "ngx_http_hypic_error.h"
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_metrics.h"
 #include "ngx_http_hypic_redis.h"
@@ -42,6 +43,8 @@ static char *ngx_http_hypic_mode(ngx_conf_t *cf, ngx_command_t *cmd,
 static char *ngx_http_hypic_health(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_hypic_metrics(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_hypic_error(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_hypic_set_handler(ngx_conf_t *cf,
     ngx_http_handler_pt handler);
@@ -184,6 +187,13 @@ static ngx_command_t  ngx_http_hypic_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_hypic_loc_conf_t, heartbeat),
+      NULL },
+
+    { ngx_string("hypic_error"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_hypic_error,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
       NULL },
 
     { ngx_string("hypic_health"),
@@ -722,6 +732,13 @@ static char *
 ngx_http_hypic_metrics(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     return ngx_http_hypic_set_handler(cf, ngx_http_hypic_metrics_handler);
+}
+
+
+static char *
+ngx_http_hypic_error(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    return ngx_http_hypic_set_handler(cf, ngx_http_hypic_error_handler);
 }
 
 

@@ -1,9 +1,10 @@
 # The official OpenAI Python client against nginx and a real engine
 # (models/test/qwen35-dense): models.list, a chat completion streamed and
 # not, whose texts must be equal (greedy), a streamed legacy completion,
-# usage with cached tokens, and an error the client raises as the right
-# exception. The client is installed with pip when missing; the suite is
-# skipped when that is not possible.
+# usage with cached tokens, and errors the client raises as the right
+# exception, with their code, also those nginx itself answers (through
+# the shipped error pages). The client is installed with pip when
+# missing; the suite is skipped when that is not possible.
 
 use strict;
 use warnings;
@@ -105,6 +106,23 @@ try:
 except openai.NotFoundError as e:
     out["missing"] = {"status": e.status_code, "code": e.code}
 
+# what nginx itself refuses, answered by the shipped error pages: the
+# client finds the code in the body, as for the module's own errors
+def refused(**opts):
+    other = openai.OpenAI(api_key="dummy", max_retries=0, timeout=60,
+                          **opts)
+    try:
+        other.models.list()
+        return "none"
+    except openai.APIStatusError as e:
+        return {"status": e.status_code, "code": e.code, "type": e.type,
+                "class": type(e).__name__}
+
+out["elsewhere"] = refused(base_url=base.replace("/v1", "/nowhere/v1"))
+out["long_uri"] = refused(base_url=base + "/" + "a" * 20000)
+out["big_header"] = refused(base_url=base,
+                            default_headers={"X-Big": "b" * 10000})
+
 print(json.dumps(out))
 PY
 
@@ -116,6 +134,8 @@ __DATA__
 --- http_config
     @ENGINE@
 --- config
+    @ERROR_PAGES@
+    log_not_found off;
     location /v1/ { hypic_pass tiny; }
 --- response_check
 my ($res, $block, $srv) = @_;
@@ -144,6 +164,18 @@ is_deeply($r->{error}, { status => 400, param => 'messages',
           'a bad request raises BadRequestError');
 is_deeply($r->{missing}, { status => 404, code => 'model_not_found' },
           'an unknown model raises NotFoundError');
+is_deeply($r->{elsewhere},
+          { status => 404, code => 'unknown_url', class => 'NotFoundError',
+            type => 'invalid_request_error' },
+          'a URL nginx has nothing for: NotFoundError with its code');
+is_deeply($r->{long_uri},
+          { status => 414, code => 'uri_too_long', class => 'APIStatusError',
+            type => 'invalid_request_error' },
+          'a 20 KB URI: 414 with its code');
+is_deeply($r->{big_header},
+          { status => 400, code => 'request_header_too_large',
+            class => 'BadRequestError', type => 'invalid_request_error' },
+          'a 10 KB header: BadRequestError with its code');
 --- timeout: 60
 --- no_error_log
 [error]

@@ -167,11 +167,22 @@ sub prepare {
     mkdir "$prefix/$_" for qw(conf logs tmp html);
     my $port = free_port();
     my %v = (%vars, PORT => $port, SERVER_PORT => $port, PREFIX => $prefix,
-             BUILD => build_dir(), REPO => $REPO);
+             BUILD => build_dir(), REPO => $REPO,
+             ERROR_PAGES => shipped_error_pages());
     open my $fh, '>', "$prefix/conf/nginx.conf" or die "$prefix: $!";
     print $fh subst(conf_text($block, $port), \%v);
     close $fh;
     return { prefix => $prefix, port => $port };
+}
+
+# The server-level lines of conf/nginx.conf.in that answer nginx's own
+# refusals in OpenAI's error shape: its error_page lines for /hypic_error
+# and that location ('' when the file has none).
+sub shipped_error_pages {
+    my $conf = slurp("$REPO/conf/nginx.conf.in");
+    my @pages = $conf =~ /^\s*(error_page\s[^;]*\/hypic_error;)/mg;
+    my ($loc) = $conf =~ /^\s*(location = \/hypic_error \{[^}]*\})/m;
+    return @pages && $loc ? join("\n", @pages, $loc) : '';
 }
 
 sub subst {

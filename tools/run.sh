@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make run`: Redis, the engine and nginx on loopback, in the foreground
-# with their logs; Ctrl-C stops all three. Ports: conf/run.env.
+# with their logs; Ctrl-C stops all three. Ports: conf/run.env. Redis
+# only shares the segment index: when it exits the other two serve on;
+# when the engine or nginx exits, everything stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -12,6 +14,7 @@ sock=$run/engine.sock
 
 mkdir -p "$run"/{logs,redis,nginx/logs,nginx/tmp}
 pids=()
+declare -A names
 stop() {
     trap - INT TERM EXIT
     echo; echo "hypic: stopping"
@@ -23,13 +26,14 @@ trap stop INT TERM EXIT
 redis-server --port "$HYPIC_REDIS_PORT" --bind 127.0.0.1 --save '' \
     --appendonly no --dir "$run/redis" --logfile '' \
     > >(sed -u 's/^/[redis] /') 2>&1 &
-pids+=($!)
+pids+=($!); names[$!]=redis
 
+# shellcheck disable=SC2086 # HYPIC_ENGINE_FLAGS: words, as on a command line
 "$build/hypic-engine" serve --config conf/engine.conf --model "$model" \
     --model-id default --peer-addr "127.0.0.1:$HYPIC_HTTP_PORT" \
     --socket "$sock" --redis "127.0.0.1:$HYPIC_REDIS_PORT" \
-    > >(sed -u 's/^/[engine] /') 2>&1 &
-pids+=($!)
+    $HYPIC_ENGINE_FLAGS > >(sed -u 's/^/[engine] /') 2>&1 &
+pids+=($!); names[$!]=engine
 
 sed -e "s|@PREFIX@|$run/nginx|g" -e "s|@PORT@|$HYPIC_HTTP_PORT|g" \
     -e "s|@ENGINE_SOCKET@|$sock|g" -e "s|@REDIS_PORT@|$HYPIC_REDIS_PORT|g" \
@@ -38,7 +42,7 @@ sed -e "s|@PREFIX@|$run/nginx|g" -e "s|@PORT@|$HYPIC_HTTP_PORT|g" \
 /usr/sbin/nginx -p "$run/nginx" -c "$run/nginx/nginx.conf" -t -q
 /usr/sbin/nginx -p "$run/nginx" -c "$run/nginx/nginx.conf" \
     -g 'daemon off;' > >(sed -u 's/^/[nginx] /') 2>&1 &
-pids+=($!)
+pids+=($!); names[$!]=nginx
 
 for _ in $(seq 50); do
     curl -sf "http://127.0.0.1:$HYPIC_HTTP_PORT/health" >/dev/null && break
@@ -57,5 +61,18 @@ model: $model
 
 Ctrl-C stops all three.
 MSG
-wait -n "${pids[@]}" || true
-echo "hypic: a service exited; stopping the others" >&2
+while :; do
+    gone='' status=0
+    wait -n -p gone "${pids[@]}" || status=$?
+    [ -n "${gone:-}" ] || break            # a signal: the trap stops all
+    if [ "${names[$gone]}" != redis ]; then
+        echo "hypic: ${names[$gone]} exited (status $status); stopping" \
+             "the others" >&2
+        break
+    fi
+    echo "hypic: redis exited (status $status); still serving without it:" \
+         "requests are served on this node, no segment index is shared" >&2
+    left=()
+    for p in "${pids[@]}"; do [ "$p" = "$gone" ] || left+=("$p"); done
+    pids=("${left[@]}")
+done

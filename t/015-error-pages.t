@@ -222,7 +222,8 @@ A HEAD request gets the status and headers only.
     @ERROR_PAGES@
     location /v1/ { hypic_pass tiny; }
 --- raw_request eval
-[main::raw('GET /nowhere?x=1 HTTP/1.1'), main::raw('GET /hypic_error HTTP/1.1'),
+[main::raw('GET /nowhere?x=1 HTTP/1.1'),
+ main::raw('GET /hypic_error HTTP/1.1'),
  main::raw('POST /v2/completions HTTP/1.1', ['Content-Length: 2'], '{}'),
  main::raw('HEAD /nowhere HTTP/1.1')]
 --- error_code: 404

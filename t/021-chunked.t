@@ -28,6 +28,21 @@ our $engine = Hypic::Engine->start_suite(
 
 sub cli { Hypic::Engine->generate(model => $MODEL, @_) }
 
+# the CLI's texts for $CHAT and $COMPLETION, and a chat answer's text
+my %want;
+sub want_chat {
+    return $want{chat} //= cli(prompt => $main::CHAT_PROMPT, max_tokens => 4);
+}
+sub want_completion {
+    return $want{completion} //= cli(prompt => 'Hello world',
+                                     max_tokens => 6);
+}
+sub chat_text {
+    my $c = json_of($_[0])->{choices}[0]{message}{content} // '';
+    utf8::encode($c);
+    return $c;
+}
+
 # the chat body of the issue's curl, and its prompt as the engine sees it
 our $CHAT = '{"messages":[{"role":"user","content":"Hello"}],'
             . '"max_tokens":4,"temperature":0}';
@@ -92,9 +107,7 @@ Content-Type: application/json
   choices => [{ index => 0, message => { role => "assistant" } }] }
 --- response_check
 my ($res) = @_;
-my $c = json_of($res->[0])->{choices}[0]{message}{content} // '';
-utf8::encode($c);
-is($c, cli(prompt => $main::CHAT_PROMPT, max_tokens => 4),
+is(chat_text($res->[0]), want_chat(),
    'the chat text is the CLI\'s, as for a Content-Length body');
 --- no_error_log
 [error]
@@ -112,11 +125,9 @@ is($c, cli(prompt => $main::CHAT_PROMPT, max_tokens => 4),
 --- error_code: 200
 --- response_check
 my ($res) = @_;
-is(text_of($res->[0]), cli(prompt => 'Hello world', max_tokens => 6),
+is(text_of($res->[0]), want_completion(),
    'completion from 1-byte chunks: the CLI\'s text');
-my $c = json_of($res->[1])->{choices}[0]{message}{content} // '';
-utf8::encode($c);
-is($c, cli(prompt => $main::CHAT_PROMPT, max_tokens => 4),
+is(chat_text($res->[1]), want_chat(),
    'chat from 1-byte chunks: the CLI\'s text');
 --- no_error_log
 [error]
@@ -136,7 +147,7 @@ is($c, cli(prompt => $main::CHAT_PROMPT, max_tokens => 4),
 --- error_code: 200
 --- response_check
 my ($res) = @_;
-my $want = cli(prompt => 'Hello world', max_tokens => 6);
+my $want = want_completion();
 is(text_of($res->[$_]), $want, "extensions $_: the CLI's text") for 0, 1;
 --- no_error_log
 [error]
@@ -156,11 +167,9 @@ is(text_of($res->[$_]), $want, "extensions $_: the CLI's text") for 0, 1;
 --- error_code: 200
 --- response_check
 my ($res) = @_;
-is(text_of($res->[0]), cli(prompt => 'Hello world', max_tokens => 6),
+is(text_of($res->[0]), want_completion(),
    'completion with trailers: the CLI\'s text');
-my $c = json_of($res->[1])->{choices}[0]{message}{content} // '';
-utf8::encode($c);
-is($c, cli(prompt => $main::CHAT_PROMPT, max_tokens => 4),
+is(chat_text($res->[1]), want_chat(),
    'chat with a trailer: the CLI\'s text');
 --- no_error_log
 [error]
@@ -230,12 +239,10 @@ bodies take the same paths.
 --- error_code: 200
 --- response_check
 my ($res) = @_;
-my $want = cli(prompt => 'Hello world', max_tokens => 6);
+my $want = want_completion();
 is(text_of($res->[$_]), $want, "in-file body $_: the CLI's text")
     for 0, 1, 3;
-my $c = json_of($res->[2])->{choices}[0]{message}{content} // '';
-utf8::encode($c);
-is($c, cli(prompt => $main::CHAT_PROMPT, max_tokens => 4),
+is(chat_text($res->[2]), want_chat(),
    'in-file chat: the CLI\'s text');
 --- error_log
 a client request body is buffered to a temporary file
@@ -256,7 +263,7 @@ later, a chunk header split from its data, the last chunk alone.
     }
 --- response_check
 my ($res, $block, $srv) = @_;
-my $want = cli(prompt => 'Hello world', max_tokens => 6);
+my $want = want_completion();
 my $req = chunked('/v1/completions', pieces($main::COMPLETION, 11));
 my $head = index($req, "\r\n\r\n") + 4;
 my $r = send_parts($srv->{port}, substr($req, 0, $head + 20),
@@ -268,8 +275,9 @@ is(text_of($r), $want, 'chunked body in pieces: the CLI\'s text');
 my $cl = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
          . "Connection: close\r\nContent-Length: " . length($main::COMPLETION)
          . "\r\n\r\n";
-$r = send_parts($srv->{port}, $cl . substr($main::COMPLETION, 0, 10),
-                substr($main::COMPLETION, 10, 10), substr($main::COMPLETION, 20));
+my $c = $main::COMPLETION;
+$r = send_parts($srv->{port}, $cl . substr($c, 0, 10), substr($c, 10, 10),
+                substr($c, 20));
 is($r->{status}, 200, 'Content-Length body in pieces: 200')
     or diag($r->{body});
 is(text_of($r), $want, 'Content-Length body in pieces: the CLI\'s text');

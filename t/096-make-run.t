@@ -29,6 +29,20 @@ my $dir = private_dir('make-run');
 my ($http, $rport) = (free_port(), free_port());
 my $log = "$dir/run.log";
 
+# under HYPIC_ASAN=1, nginx as the harness starts it (libasan preloaded
+# for the module), through a wrapper run.sh takes for its nginx
+my %asan;
+my $env = Hypic::Nginx::nginx_env();
+if (%$env) {
+    open my $fh, '>', "$dir/nginx" or die "$dir/nginx: $!";
+    print $fh "#!/bin/sh\n",
+        (map { "export $_='$env->{$_}'\n" } sort keys %$env),
+        "exec $Hypic::Nginx::NGINX \"\$@\"\n";
+    close $fh;
+    chmod 0755, "$dir/nginx";
+    %asan = (HYPIC_NGINX => "$dir/nginx");
+}
+
 # its own process group, so that whatever is left can be found by it
 my $run = spawn(
     name => 'run.sh', stdout => $log, stderr => $log,
@@ -38,7 +52,7 @@ my $run = spawn(
              HYPIC_BUILD => Hypic::Util::build_dir(),
              HYPIC_ENGINE_FLAGS => "--node t-run --shm /hypic-t-run-$$ "
                                    . '--slots 4 --public-pool 64m '
-                                   . '--private-pool 16m' });
+                                   . '--private-pool 16m', %asan });
 
 END {
     # run.sh's trap stops its three; the group is only for a run.sh that
@@ -126,5 +140,9 @@ SKIP: {
     ok(wait_until(cond => sub { !port_open($http) }, timeout => 20),
        'nginx is stopped');
 }
+
+my @reports = grep { /AddressSanitizer|LeakSanitizer|runtime error:/ }
+              split /\n/, slurp($log) . slurp("$dir/run/nginx/logs/error.log");
+ok(!@reports, 'no sanitizer report') or diag(join "\n", @reports);
 
 Test::More::done_testing();

@@ -39,8 +39,8 @@ sed -e "s|@PREFIX@|$run/nginx|g" -e "s|@PORT@|$HYPIC_HTTP_PORT|g" \
     -e "s|@ENGINE_SOCKET@|$sock|g" -e "s|@REDIS_PORT@|$HYPIC_REDIS_PORT|g" \
     -e "s|@REPO@|$repo|g" -e "s|@BUILD@|$build|g" -e "s|@USER@|$(id -un)|g" \
     conf/nginx.conf.in > "$run/nginx/nginx.conf"
-/usr/sbin/nginx -p "$run/nginx" -c "$run/nginx/nginx.conf" -t -q
-/usr/sbin/nginx -p "$run/nginx" -c "$run/nginx/nginx.conf" \
+"$HYPIC_NGINX" -p "$run/nginx" -c "$run/nginx/nginx.conf" -t -q
+"$HYPIC_NGINX" -p "$run/nginx" -c "$run/nginx/nginx.conf" \
     -g 'daemon off;' > >(sed -u 's/^/[nginx] /') 2>&1 &
 pids+=($!); names[$!]=nginx
 

@@ -563,9 +563,9 @@ static u_char *
 ngx_http_hypic_engine_gauges(u_char *p, u_char *last,
     ngx_http_hypic_main_conf_t *hmcf, ngx_http_hypic_engine_state_t *st)
 {
-    uint64_t                 v;
-    ngx_uint_t               i, k, n, g;
-    ngx_http_hypic_gauge_t  *gauge;
+    uint64_t                  v;
+    ngx_uint_t                i, k, n, g;
+    ngx_http_hypic_gauge_t   *gauge;
     ngx_http_hypic_engine_t  *engine;
 
     engine = hmcf->engines.elts;

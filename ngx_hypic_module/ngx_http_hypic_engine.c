@@ -96,7 +96,7 @@ static void ngx_http_hypic_link_wake(ngx_http_hypic_link_t *link);
 static ngx_int_t ngx_http_hypic_engine_send(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
 static ngx_int_t ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx);
+    ngx_http_hypic_ctx_t *ctx, const char *what);
 static void ngx_http_hypic_engine_read(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
 static void ngx_http_hypic_engine_timeout(ngx_event_t *ev);
@@ -206,7 +206,7 @@ ngx_http_hypic_engine_submit(ngx_http_request_t *r,
     if (link->state == NGX_HTTP_HYPIC_LINK_DOWN
         && ngx_http_hypic_link_connect(link, NGX_LOG_ERR) != NGX_OK)
     {
-        return ngx_http_hypic_engine_unavailable(r, ctx);
+        return ngx_http_hypic_engine_unavailable(r, ctx, "unavailable");
     }
 
     if (!ctx->cleanup) {
@@ -264,14 +264,7 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     shm = link->shm;
 
     if (ngx_http_hypic_link_stalled(link)) {
-        ctx->engine_error = 1;
-
-        return ngx_http_hypic_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
-                                         NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
-                                         "engine_unavailable", NULL,
-                                         "The engine for model \"%V\" is "
-                                         "not responding, try again later",
-                                         &link->engine->model);
+        return ngx_http_hypic_engine_unavailable(r, ctx, "not responding");
     }
 
     ctx->node.len = link->node_len;
@@ -330,7 +323,7 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                       "hypic: engine \"%V\" took back slot %uD before "
                       "submit", &link->engine->name, index);
         ctx->slot = NULL;
-        return ngx_http_hypic_engine_unavailable(r, ctx);
+        return ngx_http_hypic_engine_unavailable(r, ctx, "unavailable");
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -347,9 +340,11 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 }
 
 
+/* what: "unavailable", "not responding" */
+
 static ngx_int_t
 ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx)
+    ngx_http_hypic_ctx_t *ctx, const char *what)
 {
     ngx_http_hypic_loc_conf_t  *hlcf;
 
@@ -360,9 +355,9 @@ ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
     return ngx_http_hypic_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                      NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
                                      "engine_unavailable", NULL,
-                                     "The engine for model \"%V\" is "
-                                     "unavailable, try again later",
-                                     &hlcf->engine->model);
+                                     "The engine for model \"%V\" is %s, "
+                                     "try again later",
+                                     &hlcf->engine->model, what);
 }
 
 
@@ -554,11 +549,13 @@ ngx_http_hypic_engine_state(ngx_http_hypic_engine_t *engine,
         }
     }
 
-    if (ngx_http_hypic_link_stalled(link)) {
-        st->state = NGX_HTTP_HYPIC_STATE_STALLED;
+    /* draining first: an engine past its drain stops beating as it exits */
 
-    } else if (atomic_load(&shm->health) == HP_IPC_HEALTH_DRAINING) {
+    if (atomic_load(&shm->health) == HP_IPC_HEALTH_DRAINING) {
         st->state = NGX_HTTP_HYPIC_STATE_DRAINING;
+
+    } else if (ngx_http_hypic_link_stalled(link)) {
+        st->state = NGX_HTTP_HYPIC_STATE_STALLED;
 
     } else {
         st->state = NGX_HTTP_HYPIC_STATE_UP;

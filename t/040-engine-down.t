@@ -31,7 +31,12 @@ my $dir = private_dir('stale');
     close $s;
 }
 
-add_vars(STALE => "$dir/s");
+# a socket that accepts (the kernel's backlog) but never says hello: an
+# engine that hangs at start
+our $mute = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => "$dir/m",
+                                  Listen => 8) or die "mute socket: $!";
+
+add_vars(STALE => "$dir/s", MUTE => "$dir/m");
 
 sub body { json_body(@_) }
 
@@ -334,3 +339,17 @@ ok(served($srv), 'and the engine serves');
 --- error_log eval
 [qr/hypic: engine "tiny" at "unix:\S+" is stalled: no heartbeat for \d+ ms \(hypic_stall_timeout 1500\)/,
  qr/hypic: engine "tiny" responds again/]
+
+
+
+=== TEST 9: an engine that accepts but never says hello: /health waits a moment, then says starting (503)
+--- http_config
+    hypic_engine mute unix:@MUTE@ model=m3;
+--- config
+    location = /health { hypic_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_json eval
+{ status => 'unavailable',
+  engines => [{ name => 'mute', model => 'm3', state => 'starting' }] }

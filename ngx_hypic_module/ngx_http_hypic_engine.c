@@ -17,6 +17,12 @@
  * A request holds its slot from claim to release; the pool cleanup
  * releases it whatever ends the request (client gone, timeout, error),
  * which cancels it in the engine if it is still running.
+ *
+ * An engine that keeps its socket but stops working (SIGSTOP, a hung
+ * main loop) closes nothing: its heartbeat in the shared header goes
+ * stale instead. Once it is hypic_stall_timeout old, a new request gets
+ * 503 at once and a watchdog, armed while the link has requests, fails
+ * those in flight; the link stays, so an engine that resumes serves on.
  */
 
 
@@ -45,7 +51,10 @@ struct ngx_http_hypic_link_s {
     ngx_http_hypic_engine_t    *engine;
     ngx_connection_t           *connection;
     ngx_event_t                 hello_timer;
+    ngx_event_t                 watchdog;     /* stall checks, while busy */
+    ngx_msec_t                  stall_timeout;
     ngx_uint_t                  state;
+    unsigned                    stalled:1;    /* as last seen, for the log */
 
     hp_ipc_header_t            *shm;
     size_t                      shm_size;
@@ -64,10 +73,12 @@ struct ngx_http_hypic_link_s {
 
     ngx_queue_t                 waiting;      /* ctx: before the hello */
     ngx_queue_t                 active;       /* ctx: holding a slot */
+    ngx_queue_t                 watchers;     /* ngx_http_hypic_watch_t */
 };
 
 
-static ngx_int_t ngx_http_hypic_link_connect(ngx_http_hypic_link_t *link);
+static ngx_int_t ngx_http_hypic_link_connect(ngx_http_hypic_link_t *link,
+    ngx_uint_t level);
 static void ngx_http_hypic_link_read(ngx_event_t *rev);
 static ngx_int_t ngx_http_hypic_link_hello(ngx_http_hypic_link_t *link);
 static ngx_int_t ngx_http_hypic_link_up(ngx_http_hypic_link_t *link);
@@ -75,12 +86,17 @@ static void ngx_http_hypic_link_hello_timeout(ngx_event_t *ev);
 static void ngx_http_hypic_link_dummy(ngx_event_t *ev);
 static void ngx_http_hypic_link_fail(ngx_http_hypic_link_t *link,
     const char *why, ngx_err_t err);
+static void ngx_http_hypic_link_fail_requests(ngx_http_hypic_link_t *link,
+    ngx_queue_t *list, const char *what);
+static ngx_uint_t ngx_http_hypic_link_stalled(ngx_http_hypic_link_t *link);
+static void ngx_http_hypic_link_watchdog(ngx_event_t *ev);
+static void ngx_http_hypic_link_notify(ngx_http_hypic_link_t *link);
 static void ngx_http_hypic_link_close(ngx_http_hypic_link_t *link);
 static void ngx_http_hypic_link_wake(ngx_http_hypic_link_t *link);
 static ngx_int_t ngx_http_hypic_engine_send(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
 static ngx_int_t ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx);
+    ngx_http_hypic_ctx_t *ctx, const char *what);
 static void ngx_http_hypic_engine_read(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
 static void ngx_http_hypic_engine_timeout(ngx_event_t *ev);
@@ -125,8 +141,15 @@ ngx_http_hypic_engine_init_process(ngx_cycle_t *cycle)
         link->hello_timer.log = cycle->log;
         link->hello_timer.cancelable = 1;
 
+        link->watchdog.handler = ngx_http_hypic_link_watchdog;
+        link->watchdog.data = link;
+        link->watchdog.log = cycle->log;
+        link->watchdog.cancelable = 1;
+        link->stall_timeout = hmcf->stall_timeout;
+
         ngx_queue_init(&link->waiting);
         ngx_queue_init(&link->active);
+        ngx_queue_init(&link->watchers);
 
         engine[i].link = link;
     }
@@ -181,9 +204,9 @@ ngx_http_hypic_engine_submit(ngx_http_request_t *r,
     }
 
     if (link->state == NGX_HTTP_HYPIC_LINK_DOWN
-        && ngx_http_hypic_link_connect(link) != NGX_OK)
+        && ngx_http_hypic_link_connect(link, NGX_LOG_ERR) != NGX_OK)
     {
-        return ngx_http_hypic_engine_unavailable(r, ctx);
+        return ngx_http_hypic_engine_unavailable(r, ctx, "unavailable");
     }
 
     if (!ctx->cleanup) {
@@ -239,6 +262,10 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     link = ctx->link;
     shm = link->shm;
+
+    if (ngx_http_hypic_link_stalled(link)) {
+        return ngx_http_hypic_engine_unavailable(r, ctx, "not responding");
+    }
 
     ctx->node.len = link->node_len;
     ctx->node.data = ngx_pnalloc(r->pool, link->node_len + 1);
@@ -296,12 +323,16 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                       "hypic: engine \"%V\" took back slot %uD before "
                       "submit", &link->engine->name, index);
         ctx->slot = NULL;
-        return ngx_http_hypic_engine_unavailable(r, ctx);
+        return ngx_http_hypic_engine_unavailable(r, ctx, "unavailable");
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "hypic: %V in slot %uD of engine \"%V\"",
                    &ctx->id, index, &link->engine->name);
+
+    if (!link->watchdog.timer_set) {
+        ngx_add_timer(&link->watchdog, link->stall_timeout / 2);
+    }
 
     ngx_http_hypic_link_wake(link);
 
@@ -309,9 +340,11 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 }
 
 
+/* what: "unavailable", "not responding" */
+
 static ngx_int_t
 ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx)
+    ngx_http_hypic_ctx_t *ctx, const char *what)
 {
     ngx_http_hypic_loc_conf_t  *hlcf;
 
@@ -322,9 +355,9 @@ ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
     return ngx_http_hypic_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                      NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
                                      "engine_unavailable", NULL,
-                                     "The engine for model \"%V\" is "
-                                     "unavailable, try again later",
-                                     &hlcf->engine->model);
+                                     "The engine for model \"%V\" is %s, "
+                                     "try again later",
+                                     &hlcf->engine->model, what);
 }
 
 
@@ -469,11 +502,110 @@ ngx_http_hypic_engine_identity(ngx_http_hypic_engine_t *engine,
 }
 
 
+void
+ngx_http_hypic_engine_state(ngx_http_hypic_engine_t *engine,
+    ngx_uint_t connect, ngx_http_hypic_engine_state_t *st)
+{
+    uint32_t                i;
+    hp_ipc_header_t        *shm;
+    ngx_http_hypic_link_t  *link;
+
+    ngx_memzero(st, sizeof(ngx_http_hypic_engine_state_t));
+
+    st->state = NGX_HTTP_HYPIC_STATE_DOWN;
+
+    link = engine->link;
+
+    if (link == NULL) {
+        return;
+    }
+
+    /* a look is no request: an engine that is not there is no error */
+
+    if (link->state == NGX_HTTP_HYPIC_LINK_DOWN && connect) {
+        (void) ngx_http_hypic_link_connect(link, NGX_LOG_INFO);
+    }
+
+    if (link->state == NGX_HTTP_HYPIC_LINK_DOWN) {
+        return;
+    }
+
+    if (link->state == NGX_HTTP_HYPIC_LINK_HELLO) {
+        st->state = NGX_HTTP_HYPIC_STATE_STARTING;
+        return;
+    }
+
+    shm = link->shm;
+
+    st->shm = shm;
+    st->generation = link->generation;
+    st->heartbeat_age = hp_ipc_heartbeat_age(shm, hp_ipc_now_ms());
+
+    for (i = 0; i < shm->n_slots; i++) {
+        if (HP_IPC_STATE(atomic_load(&hp_ipc_slot(shm, i)->word))
+            == HP_IPC_FREE)
+        {
+            st->free_slots++;
+        }
+    }
+
+    /* draining first: an engine past its drain stops beating as it exits */
+
+    if (atomic_load(&shm->health) == HP_IPC_HEALTH_DRAINING) {
+        st->state = NGX_HTTP_HYPIC_STATE_DRAINING;
+
+    } else if (ngx_http_hypic_link_stalled(link)) {
+        st->state = NGX_HTTP_HYPIC_STATE_STALLED;
+
+    } else {
+        st->state = NGX_HTTP_HYPIC_STATE_UP;
+    }
+}
+
+
+void
+ngx_http_hypic_engine_watch(ngx_http_hypic_engine_t *engine,
+    ngx_http_hypic_watch_t *w)
+{
+    ngx_http_hypic_link_t  *link;
+
+    link = engine->link;
+
+    if (w->queued || link == NULL) {
+        return;
+    }
+
+    if (link->state != NGX_HTTP_HYPIC_LINK_HELLO) {
+        ngx_post_event(&w->event, &ngx_posted_events);
+        return;
+    }
+
+    ngx_queue_insert_tail(&link->watchers, &w->queue);
+    w->queued = 1;
+}
+
+
+void
+ngx_http_hypic_engine_unwatch(ngx_http_hypic_watch_t *w)
+{
+    if (w->queued) {
+        ngx_queue_remove(&w->queue);
+        w->queued = 0;
+    }
+
+    if (w->event.posted) {
+        ngx_delete_posted_event(&w->event);
+    }
+}
+
+
 /* ---- the link ------------------------------------------------------ */
 
 
+/* level: of the message that the engine is not there */
+
 static ngx_int_t
-ngx_http_hypic_link_connect(ngx_http_hypic_link_t *link)
+ngx_http_hypic_link_connect(ngx_http_hypic_link_t *link, ngx_uint_t level)
 {
     int                   rc;
     ngx_err_t             err;
@@ -515,7 +647,7 @@ ngx_http_hypic_link_connect(ngx_http_hypic_link_t *link)
     if (rc == -1) {
         err = ngx_socket_errno;
 
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, err,
+        ngx_log_error(level, ngx_cycle->log, err,
                       "hypic: engine \"%V\" at \"%V\" is unavailable",
                       &link->engine->name, &link->engine->address);
 
@@ -812,10 +944,13 @@ ngx_http_hypic_link_up(ngx_http_hypic_link_t *link)
     }
 
     link->state = NGX_HTTP_HYPIC_LINK_UP;
+    link->stalled = 0;
 
     if (link->hello_timer.timer_set) {
         ngx_del_timer(&link->hello_timer);
     }
+
+    ngx_http_hypic_link_notify(link);
 
     ngx_log_error(NGX_LOG_INFO, ngx_cycle->log, 0,
                   "hypic: connected to engine \"%V\" (generation %uL, "
@@ -879,11 +1014,9 @@ static void
 ngx_http_hypic_link_fail(ngx_http_hypic_link_t *link, const char *why,
     ngx_err_t err)
 {
-    ngx_queue_t           *q;
-    ngx_queue_t            waiting, active;
-    ngx_connection_t      *c;
-    ngx_http_request_t    *r;
-    ngx_http_hypic_ctx_t  *ctx;
+    ngx_queue_t            *q;
+    ngx_queue_t             waiting, active;
+    ngx_http_hypic_ctx_t   *ctx;
 
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, err,
                   "hypic: engine \"%V\" at \"%V\" %s", &link->engine->name,
@@ -912,13 +1045,27 @@ ngx_http_hypic_link_fail(ngx_http_hypic_link_t *link, const char *why,
 
     ngx_queue_add(&waiting, &active);
 
-    while (!ngx_queue_empty(&waiting)) {
-        q = ngx_queue_head(&waiting);
+    ngx_http_hypic_link_fail_requests(link, &waiting, "unavailable");
+}
+
+
+/* Answers 503 (or an SSE error event) to every request of list. */
+
+static void
+ngx_http_hypic_link_fail_requests(ngx_http_hypic_link_t *link,
+    ngx_queue_t *list, const char *what)
+{
+    ngx_queue_t           *q;
+    ngx_connection_t      *c;
+    ngx_http_request_t    *r;
+    ngx_http_hypic_ctx_t  *ctx;
+
+    while (!ngx_queue_empty(list)) {
+        q = ngx_queue_head(list);
         ngx_queue_remove(q);
 
         ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
         ctx->queued = 0;
-        ctx->link = NULL;
 
         r = ctx->timeout.data;
         c = r->connection;
@@ -926,10 +1073,97 @@ ngx_http_hypic_link_fail(ngx_http_hypic_link_t *link, const char *why,
         ngx_http_hypic_fail(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                             NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
                             "engine_unavailable",
-                            "The engine for model \"%V\" is unavailable, "
-                            "try again later", &link->engine->model);
+                            "The engine for model \"%V\" is %s, try again "
+                            "later", &link->engine->model, what);
 
         ngx_http_run_posted_requests(c);
+    }
+}
+
+
+/*
+ * Whether the engine's heartbeat is hypic_stall_timeout old; logs when
+ * that changes. The link must be up.
+ */
+
+static ngx_uint_t
+ngx_http_hypic_link_stalled(ngx_http_hypic_link_t *link)
+{
+    uint64_t  age;
+
+    age = hp_ipc_heartbeat_age(link->shm, hp_ipc_now_ms());
+
+    if (age < link->stall_timeout) {
+        if (link->stalled) {
+            ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                          "hypic: engine \"%V\" responds again",
+                          &link->engine->name);
+            link->stalled = 0;
+        }
+
+        return 0;
+    }
+
+    if (!link->stalled) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "hypic: engine \"%V\" at \"%V\" is stalled: no "
+                      "heartbeat for %uL ms (hypic_stall_timeout %M)",
+                      &link->engine->name, &link->engine->address, age,
+                      link->stall_timeout);
+        link->stalled = 1;
+    }
+
+    return 1;
+}
+
+
+/* While the link has requests: fails them once the engine stalls. */
+
+static void
+ngx_http_hypic_link_watchdog(ngx_event_t *ev)
+{
+    ngx_queue_t             active;
+    ngx_http_hypic_link_t  *link;
+
+    link = ev->data;
+
+    if (link->state != NGX_HTTP_HYPIC_LINK_UP
+        || ngx_queue_empty(&link->active))
+    {
+        return;
+    }
+
+    if (!ngx_http_hypic_link_stalled(link)) {
+        ngx_add_timer(&link->watchdog, link->stall_timeout / 2);
+        return;
+    }
+
+    /* the link stays: an engine that resumes (SIGCONT) serves on */
+
+    ngx_queue_init(&active);
+    ngx_queue_add(&active, &link->active);
+    ngx_queue_init(&link->active);
+
+    ngx_http_hypic_link_fail_requests(link, &active, "not responding");
+}
+
+
+/* Those waiting for the link to leave the hello look again. */
+
+static void
+ngx_http_hypic_link_notify(ngx_http_hypic_link_t *link)
+{
+    ngx_queue_t             *q;
+    ngx_http_hypic_watch_t  *w;
+
+    while (!ngx_queue_empty(&link->watchers)) {
+        q = ngx_queue_head(&link->watchers);
+        ngx_queue_remove(q);
+
+        w = ngx_queue_data(q, ngx_http_hypic_watch_t, queue);
+        w->queued = 0;
+
+        ngx_post_event(&w->event, &ngx_posted_events);
     }
 }
 
@@ -939,6 +1173,10 @@ ngx_http_hypic_link_close(ngx_http_hypic_link_t *link)
 {
     if (link->hello_timer.timer_set) {
         ngx_del_timer(&link->hello_timer);
+    }
+
+    if (link->watchdog.timer_set) {
+        ngx_del_timer(&link->watchdog);
     }
 
     if (link->connection) {
@@ -957,6 +1195,9 @@ ngx_http_hypic_link_close(ngx_http_hypic_link_t *link)
     }
 
     link->state = NGX_HTTP_HYPIC_LINK_DOWN;
+    link->stalled = 0;
+
+    ngx_http_hypic_link_notify(link);
 }
 
 

@@ -28,6 +28,35 @@ typedef struct {
 } ngx_http_hypic_identity_t;
 
 
+/* an engine's state, as this worker sees it (/health, /metrics) */
+
+#define NGX_HTTP_HYPIC_STATE_DOWN      0  /* nobody on the socket */
+#define NGX_HTTP_HYPIC_STATE_STARTING  1  /* connected, no hello yet */
+#define NGX_HTTP_HYPIC_STATE_UP        2
+#define NGX_HTTP_HYPIC_STATE_DRAINING  3  /* SIGTERM: refuses new requests */
+#define NGX_HTTP_HYPIC_STATE_STALLED   4  /* heartbeat stall_timeout old */
+#define NGX_HTTP_HYPIC_STATE_N         5
+
+typedef struct {
+    ngx_uint_t                  state;
+    /* up, draining or stalled: the engine's shared header, valid for
+     * the current event only */
+    hp_ipc_header_t            *shm;
+    uint64_t                    generation;
+    uint64_t                    heartbeat_age;  /* ms */
+    uint32_t                    free_slots;
+} ngx_http_hypic_engine_state_t;
+
+
+/* a wait for an engine's link to leave STARTING */
+
+typedef struct {
+    ngx_queue_t                 queue;        /* link->watchers */
+    ngx_event_t                 event;        /* posted: look again */
+    unsigned                    queued:1;
+} ngx_http_hypic_watch_t;
+
+
 /* Builds this worker's links (not connected until the first request). */
 ngx_int_t ngx_http_hypic_engine_init_process(ngx_cycle_t *cycle);
 
@@ -62,5 +91,23 @@ void ngx_http_hypic_engine_detach(ngx_http_hypic_ctx_t *ctx);
  */
 ngx_int_t ngx_http_hypic_engine_identity(ngx_http_hypic_engine_t *engine,
     ngx_http_hypic_identity_t *id);
+
+/*
+ * The state of engine as this worker sees it. With connect set, a link
+ * that is down connects first (a refused or missing socket is DOWN, and
+ * logged at info only); it is STARTING until the engine's hello.
+ */
+void ngx_http_hypic_engine_state(ngx_http_hypic_engine_t *engine,
+    ngx_uint_t connect, ngx_http_hypic_engine_state_t *st);
+
+/*
+ * Posts w->event (its handler and data set by the caller) once engine's
+ * link leaves STARTING, up or down: at once if it is not STARTING now.
+ * ngx_http_hypic_engine_unwatch() takes a wait back (idempotent; for the
+ * caller's pool cleanup).
+ */
+void ngx_http_hypic_engine_watch(ngx_http_hypic_engine_t *engine,
+    ngx_http_hypic_watch_t *w);
+void ngx_http_hypic_engine_unwatch(ngx_http_hypic_watch_t *w);
 
 #endif /* _NGX_HTTP_HYPIC_ENGINE_H_INCLUDED_ */

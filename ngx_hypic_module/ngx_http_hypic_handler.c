@@ -1,7 +1,7 @@
 
 /*
- * HYPIC serve: the content handlers (hypic_pass, hypic_health), the
- * request body limit and the log phase counter.
+ * HYPIC serve: the hypic_pass content handler, the request body limit
+ * and the log phase counter.
  *
  * A hypic_pass request reads its body without blocking, checks the JSON,
  * renders the prompt (chat messages in ChatML) and hands it to the engine
@@ -48,8 +48,6 @@ typedef struct {
 static ngx_uint_t ngx_http_hypic_endpoint(ngx_str_t *uri);
 static ngx_int_t ngx_http_hypic_models(ngx_http_request_t *r,
     ngx_http_hypic_loc_conf_t *hlcf);
-static ngx_int_t ngx_http_hypic_not_allowed(ngx_http_request_t *r,
-    char *allow);
 static ngx_int_t ngx_http_hypic_too_large(ngx_http_request_t *r,
     ngx_http_hypic_loc_conf_t *hlcf);
 static void ngx_http_hypic_body_handler(ngx_http_request_t *r);
@@ -269,71 +267,6 @@ ngx_http_hypic_models(ngx_http_request_t *r, ngx_http_hypic_loc_conf_t *hlcf)
 
 
 ngx_int_t
-ngx_http_hypic_health_handler(ngx_http_request_t *r)
-{
-    u_char                      *p;
-    size_t                       len;
-    ngx_str_t                    body;
-    ngx_uint_t                   i;
-    ngx_http_hypic_engine_t     *engine;
-    ngx_http_hypic_main_conf_t  *hmcf;
-
-    if (!(r->method & (NGX_HTTP_GET|NGX_HTTP_HEAD))) {
-        return ngx_http_hypic_not_allowed(r, "GET, HEAD");
-    }
-
-    hmcf = ngx_http_get_module_main_conf(r, ngx_http_hypic_module);
-
-    engine = hmcf->engines.elts;
-
-    len = sizeof("{\"status\":\"ok\",\"engines\":[]}") - 1;
-
-    for (i = 0; i < hmcf->engines.nelts; i++) {
-        len += sizeof(",{\"name\":\"\",\"address\":\"\",\"model\":\"\"}") - 1
-               + ngx_http_hypic_json_escape_len(engine[i].name.data,
-                                                engine[i].name.len)
-               + ngx_http_hypic_json_escape_len(engine[i].address.data,
-                                                engine[i].address.len)
-               + ngx_http_hypic_json_escape_len(engine[i].model.data,
-                                                engine[i].model.len);
-    }
-
-    p = ngx_pnalloc(r->pool, len);
-    if (p == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    body.data = p;
-
-    p = ngx_cpymem(p, "{\"status\":\"ok\",\"engines\":[",
-                   sizeof("{\"status\":\"ok\",\"engines\":[") - 1);
-
-    for (i = 0; i < hmcf->engines.nelts; i++) {
-        if (i) {
-            *p++ = ',';
-        }
-
-        p = ngx_cpymem(p, "{\"name\":\"", sizeof("{\"name\":\"") - 1);
-        p = ngx_http_hypic_json_escape(p, engine[i].name.data,
-                                       engine[i].name.len);
-        p = ngx_cpymem(p, "\",\"address\":\"", sizeof("\",\"address\":\"") - 1);
-        p = ngx_http_hypic_json_escape(p, engine[i].address.data,
-                                       engine[i].address.len);
-        p = ngx_cpymem(p, "\",\"model\":\"", sizeof("\",\"model\":\"") - 1);
-        p = ngx_http_hypic_json_escape(p, engine[i].model.data,
-                                       engine[i].model.len);
-        p = ngx_cpymem(p, "\"}", sizeof("\"}") - 1);
-    }
-
-    p = ngx_cpymem(p, "]}", sizeof("]}") - 1);
-
-    body.len = p - body.data;
-
-    return ngx_http_hypic_send_json(r, NGX_HTTP_OK, &body);
-}
-
-
-static ngx_int_t
 ngx_http_hypic_not_allowed(ngx_http_request_t *r, char *allow)
 {
     ngx_table_elt_t  *h;

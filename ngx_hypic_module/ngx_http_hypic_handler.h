@@ -18,8 +18,8 @@
 /* hypic_pass: the OpenAI API (completions, chat completions, models) */
 ngx_int_t ngx_http_hypic_pass_handler(ngx_http_request_t *r);
 
-/* hypic_health: {"status":"ok","engines":[...]} */
-ngx_int_t ngx_http_hypic_health_handler(ngx_http_request_t *r);
+/* A 405 in JSON with "Allow: allow"; what a content handler returns. */
+ngx_int_t ngx_http_hypic_not_allowed(ngx_http_request_t *r, char *allow);
 
 /* Postconfiguration: the log phase counter and the request body filter. */
 ngx_int_t ngx_http_hypic_handler_init(ngx_conf_t *cf);

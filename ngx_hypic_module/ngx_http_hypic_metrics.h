@@ -1,8 +1,9 @@
 
 /*
- * HYPIC serve: Prometheus metrics. The counters live in one shared memory
- * zone, so every worker adds to the same numbers and a scrape of any
- * worker sees the sum; they survive a reload (HUP), not a restart.
+ * HYPIC serve: Prometheus metrics and /health. The counters live in one
+ * shared memory zone, so every worker adds to the same numbers and a
+ * scrape of any worker sees the sum; they survive a reload (HUP), not a
+ * restart. The gauges and /health read each engine's shared header.
  */
 
 
@@ -31,6 +32,14 @@ void ngx_http_hypic_metrics_count(ngx_http_request_t *r,
 
 /* The hypic_metrics content handler: Prometheus text format. */
 ngx_int_t ngx_http_hypic_metrics_handler(ngx_http_request_t *r);
+
+/*
+ * The hypic_health content handler: {"status":"ok"|"unavailable",
+ * "engines":[{"name","address","model","state", and with a mapped
+ * header "node","generation","pid","slots","free_slots","running",
+ * "queued","heartbeat_age_ms"}]}; 200 while an engine is up, else 503.
+ */
+ngx_int_t ngx_http_hypic_health_handler(ngx_http_request_t *r);
 
 
 #endif /* _NGX_HTTP_HYPIC_METRICS_H_INCLUDED_ */

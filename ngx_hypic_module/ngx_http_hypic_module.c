@@ -54,6 +54,8 @@ static char *ngx_http_hypic_check_peer(ngx_conf_t *cf, void *post,
     void *data);
 static char *ngx_http_hypic_check_bounds(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_hypic_check_stall(ngx_conf_t *cf, void *post,
+    void *data);
 static ngx_int_t ngx_http_hypic_init_process(ngx_cycle_t *cycle);
 static void ngx_http_hypic_exit_process(ngx_cycle_t *cycle);
 
@@ -63,6 +65,9 @@ static ngx_conf_post_t  ngx_http_hypic_separator_post =
 
 static ngx_conf_post_t  ngx_http_hypic_peer_post =
     { ngx_http_hypic_check_peer };
+
+static ngx_conf_post_t  ngx_http_hypic_stall_post =
+    { ngx_http_hypic_check_stall };
 
 static ngx_conf_num_bounds_t  ngx_http_hypic_seam_bounds = {
     ngx_http_hypic_check_bounds, 0, 256
@@ -118,6 +123,13 @@ static ngx_command_t  ngx_http_hypic_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_hypic_main_conf_t, redis_timeout),
       NULL },
+
+    { ngx_string("hypic_stall_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_hypic_main_conf_t, stall_timeout),
+      &ngx_http_hypic_stall_post },
 
     { ngx_string("hypic_pass"),
       NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -328,6 +340,7 @@ ngx_http_hypic_create_main_conf(ngx_conf_t *cf)
     }
 
     hmcf->redis_timeout = NGX_CONF_UNSET_MSEC;
+    hmcf->stall_timeout = NGX_CONF_UNSET_MSEC;
     hmcf->created = ngx_time();
 
     return hmcf;
@@ -340,6 +353,7 @@ ngx_http_hypic_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_http_hypic_main_conf_t  *hmcf = conf;
 
     ngx_conf_init_msec_value(hmcf->redis_timeout, 50);
+    ngx_conf_init_msec_value(hmcf->stall_timeout, 5000);
 
     hmcf->metrics_zone = ngx_http_hypic_metrics_add(cf);
     if (hmcf->metrics_zone == NULL) {
@@ -791,6 +805,21 @@ ngx_http_hypic_check_peer(ngx_conf_t *cf, void *post, void *data)
 
     if (peer->len < 2 || peer->data[0] != '@') {
         return "must name a named location, such as @hypic_peer";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+/* the engine beats every HP_IPC_HEARTBEAT_MS: leave room for a late one */
+
+static char *
+ngx_http_hypic_check_stall(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_msec_t  *ms = data;
+
+    if (*ms < 4 * HP_IPC_HEARTBEAT_MS) {
+        return "must be at least 1s";
     }
 
     return NGX_CONF_OK;

@@ -87,6 +87,8 @@ typedef struct {
 
     ngx_shm_zone_t             *metrics_zone;
     time_t                      created;      /* "created" in /v1/models */
+    ngx_msec_t                  stall_timeout;  /* heartbeat this old: */
+                                                /* the engine is stalled */
 } ngx_http_hypic_main_conf_t;
 
 

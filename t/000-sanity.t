@@ -37,7 +37,7 @@ run_tests();
 
 __DATA__
 
-=== TEST 1: health lists the configured engines
+=== TEST 1: health lists the configured engines, down: 503 (a look is no error)
 --- http_config
     @ENGINE@
     hypic_engine big unix:/tmp/hypic-t-big.sock;
@@ -45,11 +45,13 @@ __DATA__
     location = /health { hypic_health; }
 --- request
 GET /health
---- error_code: 200
+--- error_code: 503
 --- response_headers
 Content-Type: application/json
 --- response_body chomp
-{"status":"ok","engines":[{"name":"tiny","address":"unix:/tmp/hypic-t-tiny.sock","model":"tiny-1"},{"name":"big","address":"unix:/tmp/hypic-t-big.sock","model":"big"}]}
+{"status":"unavailable","engines":[{"name":"tiny","address":"unix:/tmp/hypic-t-tiny.sock","model":"tiny-1","state":"down"},{"name":"big","address":"unix:/tmp/hypic-t-big.sock","model":"big","state":"down"}]}
+--- error_log
+hypic: engine "big" at "unix:/tmp/hypic-t-big.sock" is unavailable
 --- no_error_log
 [error]
 
@@ -63,7 +65,7 @@ Content-Type: application/json
 --- request eval
 ["HEAD /health", "POST /health\n{}"]
 --- error_code eval
-[200, 405]
+[503, 405]
 --- response_body eval
 ["", undef]
 --- response_headers eval
@@ -112,7 +114,7 @@ Content-Type: application/json
  "GET /health",
  "GET /metrics"]
 --- error_code eval
-[200, 400, 503, 200, 200, 200, 200]
+[200, 400, 503, 200, 200, 503, 200]
 --- response_headers eval
 ["Content-Type: text/plain; version=0.0.4; charset=utf-8"]
 --- response_body_like eval

@@ -28,6 +28,7 @@ __DATA__
     hypic_max_prompt_bytes 2m;
     hypic_max_tokens 1024;
     hypic_request_timeout 60s;
+    hypic_stall_timeout 3s;
     split_clients "${remote_addr}${msec}" $hypic_arm {
         50%     pic;
         *       prefix;
@@ -79,7 +80,7 @@ __DATA__
 --- request eval
 ["GET /health", "POST /v1/completions\n{\"prompt\": \"hi\"}"]
 --- error_code eval
-[200, 503]
+[503, 503]
 --- error_log
 is unavailable
 --- no_error_log
@@ -155,7 +156,28 @@ qr/"hypic_seam" must be between 0 and 256, not "257" in \S+nginx\.conf:\d+/
 
 
 
-=== TEST 9: hypic_max_tokens must be positive
+=== TEST 9: hypic_stall_timeout must leave room for the heartbeat
+--- http_config
+    @ENGINE@
+    hypic_stall_timeout 500ms;
+--- must_die
+--- error_log eval
+qr/"hypic_stall_timeout" directive must be at least 1s in \S+nginx\.conf:\d+/
+
+
+
+=== TEST 10: hypic_stall_timeout is for the http block
+--- http_config
+    @ENGINE@
+--- config
+    location /v1/ { hypic_pass tiny; hypic_stall_timeout 2s; }
+--- must_die
+--- error_log
+"hypic_stall_timeout" directive is not allowed here
+
+
+
+=== TEST 11: hypic_max_tokens must be positive
 --- http_config
     @ENGINE@
     hypic_max_tokens 0;
@@ -165,7 +187,7 @@ qr/"hypic_seam" must be between 0 and 256, not "257" in \S+nginx\.conf:\d+/
 
 
 
-=== TEST 10: duplicate engine names
+=== TEST 12: duplicate engine names
 --- http_config
     hypic_engine tiny unix:/tmp/a.sock;
     hypic_engine tiny unix:/tmp/b.sock;
@@ -175,7 +197,7 @@ duplicate hypic_engine "tiny"
 
 
 
-=== TEST 11: a Redis address with a bad port
+=== TEST 13: a Redis address with a bad port
 --- http_config
     hypic_redis 127.0.0.1:99999;
 --- must_die
@@ -184,7 +206,7 @@ invalid port in hypic_redis "127.0.0.1:99999"
 
 
 
-=== TEST 12: a Redis address without a port, or a unix socket
+=== TEST 14: a Redis address without a port, or a unix socket
 --- http_config
     hypic_redis 127.0.0.1;
 --- must_die
@@ -193,7 +215,7 @@ invalid hypic_redis "127.0.0.1", expected HOST:PORT
 
 
 
-=== TEST 13: a Redis host that does not resolve
+=== TEST 15: a Redis host that does not resolve
 --- http_config
     hypic_redis no-such-host.invalid:6379;
 --- must_die
@@ -202,7 +224,7 @@ host not found in hypic_redis "no-such-host.invalid:6379"
 
 
 
-=== TEST 14: hypic_redis twice
+=== TEST 16: hypic_redis twice
 --- http_config
     hypic_redis 127.0.0.1:6379;
     hypic_redis 127.0.0.1:6380;
@@ -212,7 +234,7 @@ host not found in hypic_redis "no-such-host.invalid:6379"
 
 
 
-=== TEST 15: an engine address that is not unix:
+=== TEST 17: an engine address that is not unix:
 --- http_config
     hypic_engine tiny 127.0.0.1:7000;
 --- must_die
@@ -221,7 +243,7 @@ invalid address "127.0.0.1:7000" in hypic_engine "tiny", expected unix:/path
 
 
 
-=== TEST 16: an unknown hypic_engine parameter
+=== TEST 18: an unknown hypic_engine parameter
 --- http_config
     hypic_engine tiny unix:/tmp/a.sock gpu=0;
 --- must_die
@@ -230,7 +252,7 @@ invalid parameter "gpu=0" in hypic_engine "tiny", expected model=ID or shm=NAME
 
 
 
-=== TEST 17: an engine name with characters that do not belong in keys
+=== TEST 19: an engine name with characters that do not belong in keys
 --- http_config
     hypic_engine "a b" unix:/tmp/a.sock;
 --- must_die
@@ -239,7 +261,7 @@ invalid hypic_engine name "a b"
 
 
 
-=== TEST 18: hypic_engine is an http-level directive only
+=== TEST 20: hypic_engine is an http-level directive only
 --- http_config
     @ENGINE@
 --- config
@@ -250,7 +272,7 @@ invalid hypic_engine name "a b"
 
 
 
-=== TEST 19: an empty separator
+=== TEST 21: an empty separator
 --- http_config
     @ENGINE@
 --- config
@@ -261,7 +283,7 @@ invalid hypic_engine name "a b"
 
 
 
-=== TEST 20: an unknown routing
+=== TEST 22: an unknown routing
 --- http_config
     @ENGINE@
     hypic_routing nearest;
@@ -271,7 +293,7 @@ invalid value "nearest"
 
 
 
-=== TEST 21: two content handlers in one location
+=== TEST 23: two content handlers in one location
 --- http_config
     @ENGINE@
 --- config
@@ -282,7 +304,7 @@ invalid value "nearest"
 
 
 
-=== TEST 22: hypic_pass twice in one location
+=== TEST 24: hypic_pass twice in one location
 --- http_config
     @ENGINE@
 --- config
@@ -293,7 +315,7 @@ invalid value "nearest"
 
 
 
-=== TEST 23: two locations, two models, side by side
+=== TEST 25: two locations, two models, side by side
 --- http_config
     hypic_engine small unix:/tmp/hypic-t-small.sock model=qwen-small;
     hypic_engine large unix:/tmp/hypic-t-large.sock model=qwen-large;
@@ -319,7 +341,7 @@ engine "small"
 
 
 
-=== TEST 24: hypic_mode from a variable that is not a mode: logged, "full"
+=== TEST 26: hypic_mode from a variable that is not a mode: logged, "full"
 --- http_config
     @ENGINE@
     map $http_x_arm $hypic_arm {

@@ -1,7 +1,7 @@
-# When the engine is not there, dies, restarts, is full or slow, and when
-# nginx reloads or loses a worker: every request gets a clean answer (503,
-# an SSE error event, 413, 429, 504), nothing hangs, and nginx keeps
-# serving. One engine on models/test/qwen35-dense with 2 slots, 4k prompts
+# When the engine is not there, dies, restarts, is full, slow or stalled
+# (SIGSTOP), and when nginx reloads or loses a worker: every request gets
+# a clean answer (503, an SSE error event, 413, 429, 504), nothing hangs,
+# nginx keeps serving, and /health says what the engine's state is. One engine on models/test/qwen35-dense with 2 slots, 4k prompts
 # and a throttle (--throttle-ms: a floor under every stream's length, so
 # that "mid-stream" exists; no check measures time).
 
@@ -31,7 +31,12 @@ my $dir = private_dir('stale');
     close $s;
 }
 
-add_vars(STALE => "$dir/s");
+# a socket that accepts (the kernel's backlog) but never says hello: an
+# engine that hangs at start
+our $mute = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Local => "$dir/m",
+                                  Listen => 8) or die "mute socket: $!";
+
+add_vars(STALE => "$dir/s", MUTE => "$dir/m");
 
 sub body { json_body(@_) }
 
@@ -98,7 +103,7 @@ Content-Type: application/json
 
 
 
-=== TEST 2: the engine killed mid-stream: an SSE error event, 503 for the waiting, nginx serves on, and a restarted engine is used
+=== TEST 2: the engine killed mid-stream: an SSE error event, 503 for the waiting, /health says down, nginx serves on, and a restarted engine is used
 --- http_config
     @ENGINE@
 --- config
@@ -106,8 +111,20 @@ Content-Type: application/json
     location = /health { hypic_health; }
 --- response_check
 my ($res, $block, $srv) = @_;
+my $r = http_request($srv, "GET /health");
+is($r->{status}, 200, 'a healthy engine: /health is 200');
+my $j = json_of($r);
+is($j->{status}, 'ok', 'status ok');
+my $e = $j->{engines}[0] || {};
+is($e->{state}, 'up', 'the engine is up');
+is($e->{node}, 't-node', 'its node, from the shared header');
+is($e->{slots}, 2, 'its slots');
+is($e->{free_slots}, 2, 'all free');
+is($e->{running} + $e->{queued}, 0, 'nothing running or queued');
+my $gen = $e->{generation};
+ok($gen > 0, "its generation ($gen)");
 my $h = open_request($srv->{port}, endless(stream => JSON::PP::true));
-my $r = first_event($h);
+$r = first_event($h);
 is($r->{status}, 200, 'a stream is under way');
 my $w = open_request($srv->{port}, endless());
 ok(engine_logged(qr/worker \d+ connected/), 'the worker is connected');
@@ -126,13 +143,24 @@ $r = finish_request($w, 10);
 is($r->{status}, 503, 'a request not yet answered gets 503');
 is(json_of($r)->{error}{type}, 'engine_unavailable', 'in JSON');
 $r = http_request($srv, "GET /health");
-is($r->{status}, 200, 'nginx still answers');
+is($r->{status}, 503, 'nginx still answers /health: 503, the engine is down');
+is_deeply(json_of($r), { status => 'unavailable',
+                         engines => [{ name => 'tiny',
+                                       address => 'unix:'
+                                                  . $main::engine->socket,
+                                       model => 'tiny-1',
+                                       state => 'down' }] },
+          'the killed engine is down');
 $r = http_request($srv, "POST /v1/completions\n{\"prompt\": \"Hello\"}");
 is($r->{status}, 503, 'with the engine down: 503, not a hang');
 $main::engine->restart;
 $r = http_request($srv, "POST /v1/completions\n"
                   . "{\"prompt\": \"Hello\", \"max_tokens\": 4}");
 is($r->{status}, 200, 'the restarted engine serves the next request');
+$r = http_request($srv, "GET /health");
+is($r->{status}, 200, '/health is 200 again');
+cmp_ok(json_of($r)->{engines}[0]{generation}, '>', $gen,
+       'with the new generation');
 --- error_log eval
 [qr/hypic: engine "tiny" at "unix:\S+" closed the connection/,
  qr/hypic: engine "tiny" restarted, generation (\d+) after (\d+)/]
@@ -262,3 +290,66 @@ ok(engine_logged(qr/worker $pid disconnected \(connection \d+\), 2 request\(s\) 
 ok(served($srv), 'and the new worker gets slots');
 --- error_log eval
 [qr/worker process \d+ exited on signal 9/]
+
+
+
+=== TEST 8: a stalled engine (SIGSTOP): the stream in flight and new requests get 503 long before the request timeout, /health says stalled; SIGCONT and it serves again
+--- http_config
+    @ENGINE@
+    hypic_stall_timeout 1500ms;
+--- config
+    location /v1/ { hypic_pass tiny; hypic_request_timeout 300s; }
+    location = /health { hypic_health; }
+--- timeout: 60
+--- response_check
+my ($res, $block, $srv) = @_;
+is(http_request($srv, "GET /health")->{status}, 200, 'up: 200');
+my $h = open_request($srv->{port}, endless(stream => JSON::PP::true));
+is(first_event($h)->{status}, 200, 'a stream is under way');
+ok($main::engine->signal('STOP'), 'the engine is stopped (SIGSTOP)');
+# the bound (30 s) is far below hypic_request_timeout (300 s)
+my $r = finish_request($h, 30);
+ok($r->{complete}, 'the stream in flight ends');
+my @ev = sse_events($r->{body});
+my $last = $ev[-1];
+is(ref $last && $last->{error} && $last->{error}{code},
+   'engine_unavailable', 'with an error event')
+    or diag($r->{body});
+like(ref $last && $last->{error}{message} // '', qr/is not responding/,
+     'saying the engine is not responding');
+$r = http_request($srv, "GET /health", undef, 10);
+is($r->{status}, 503, '/health: 503');
+is(json_of($r)->{status}, 'unavailable', 'status unavailable');
+is(json_of($r)->{engines}[0]{state}, 'stalled', 'the engine is stalled');
+cmp_ok(json_of($r)->{engines}[0]{heartbeat_age_ms}, '>=', 1500,
+       'its heartbeat is older than hypic_stall_timeout');
+$r = http_request($srv, "POST /v1/completions\n"
+                  . body(prompt => 'x', max_tokens => 1), undef, 10);
+is($r->{status}, 503, 'a new request: 503 at once');
+is(json_of($r)->{error}{code}, 'engine_unavailable',
+   'code engine_unavailable');
+like(json_of($r)->{error}{message}, qr/"tiny-1" is not responding/,
+     'the engine is not responding');
+ok($main::engine->signal('CONT'), 'SIGCONT');
+ok(Hypic::Util::wait_until(
+       cond => sub { http_request($srv, "GET /health")->{status} == 200 },
+       timeout => 20),
+   '/health is 200 again');
+ok(served($srv), 'and the engine serves');
+--- error_log eval
+[qr/hypic: engine "tiny" at "unix:\S+" is stalled: no heartbeat for \d+ ms \(hypic_stall_timeout 1500\)/,
+ qr/hypic: engine "tiny" responds again/]
+
+
+
+=== TEST 9: an engine that accepts but never says hello: /health waits a moment, then says starting (503)
+--- http_config
+    hypic_engine mute unix:@MUTE@ model=m3;
+--- config
+    location = /health { hypic_health; }
+--- request
+GET /health
+--- error_code: 503
+--- response_body_json eval
+{ status => 'unavailable',
+  engines => [{ name => 'mute', model => 'm3', state => 'starting' }] }

@@ -3,7 +3,10 @@
 # the answers themselves report (usage, X-Hypic-Segments); every answer
 # the engine completed is one TTFT and one end-to-end observation; and
 # with two workers taking the requests (reuseport spreads them), one
-# scrape shows the sum.
+# scrape shows the sum. The engine gauges (state, running, waiting, free
+# slots, pool bytes, entries and evictions) follow what a second engine
+# holds: streams kept open, a queue behind a batch of 2, a small public
+# pool filled until it evicts.
 
 use strict;
 use warnings;
@@ -25,10 +28,18 @@ plan(skip_all => $why) if $why;
 our $engine = Hypic::Engine->start(
     args => ['--model', $MODEL, '--node', 't-node', '--slots', 8]);
 
+# G: 2 requests run at once, streams last (throttled), a small public pool
+our $POOL = 128 * 1024;
+our $G = Hypic::Engine->start(
+    args => ['--model', $MODEL, '--node', 't-gauge', '--slots', 6,
+             '--batch', 2, '--throttle-ms', 20, '--max-prompt-bytes', '4k',
+             '--public-pool', $POOL, '--private-pool', '4m']);
+
 our $MPORT = free_port();
 
 add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
                    . ' model=tiny-1;',
+         ENGINE_G => 'hypic_engine g unix:' . $G->socket . ' model=tiny-1;',
          MPORT => $MPORT);
 
 our $DOC = 'The lighthouse keeper climbs one hundred and twelve steps '
@@ -159,3 +170,109 @@ like(http_request($m, 'GET /metrics')->{body},
      'typed as a histogram');
 --- error_log
 hypic: engine "dead" at "unix:/tmp/hypic-t-no-such-engine.sock" is unavailable
+
+
+
+=== TEST 2: engine gauges: state, running and waiting requests, free slots, pool bytes, entries and evictions
+--- http_config
+    @ENGINE_G@
+    hypic_engine dead unix:/tmp/hypic-t-no-such-engine.sock model=m0;
+--- config
+    location /v1/ { hypic_pass g; }
+    location = /metrics { hypic_metrics; }
+--- timeout: 60
+--- response_check
+my ($res, $block, $srv) = @_;
+my $m;
+# a worker's first scrape connects to the engine and does not wait
+ok(Hypic::Util::wait_until(
+       cond => sub { $m = scrape($srv);
+                     ($m->{'hypic:engine_state{engine="g",state="up"}'}
+                      // 0) == 1 },
+       timeout => 20),
+   'engine g is up');
+is($m->{'hypic:engine_state{engine="dead",state="down"}'}, 1,
+   'engine dead is down');
+is($m->{'hypic:engine_state{engine="dead",state="up"}'}, 0, 'not up');
+ok(!exists $m->{'hypic:num_requests_running{engine="dead"}'},
+   'an engine that is down has no load gauges');
+ok($m->{'hypic:engine_generation{engine="g"}'} >= 1, 'a generation');
+like($m->{'hypic:engine_heartbeat_age_seconds{engine="g"}'},
+     qr/^\d+\.\d{3}$/, 'a heartbeat age');
+is($m->{'hypic:slots{engine="g"}'}, 6, '6 slots');
+is($m->{'hypic:slots_free{engine="g"}'}, 6, 'all free');
+is($m->{'hypic:num_requests_running{engine="g"}'}, 0, 'none running');
+is($m->{'hypic:num_requests_waiting{engine="g"}'}, 0, 'none waiting');
+is($m->{'hypic:pool_budget_bytes{engine="g",pool="public"}'}, $main::POOL,
+   'the public pool\'s budget');
+is($m->{'hypic:pool_budget_bytes{engine="g",pool="private"}'}, 4 << 20,
+   'the private pool\'s budget');
+is($m->{'hypic:pool_used_bytes{engine="g",pool="public"}'}, 0,
+   'the public pool is empty');
+my $text = http_request($srv, 'GET /metrics')->{body};
+for my $g (qw(engine_state engine_generation num_requests_running
+              num_requests_waiting slots_free pool_used_bytes
+              pool_entries)) {
+    like($text, qr/^# HELP hypic:$g \S.*\n# TYPE hypic:$g gauge$/m,
+         "hypic:$g has HELP and TYPE gauge");
+}
+like($text, qr/^# TYPE hypic:pool_evictions_total counter$/m,
+     'evictions are a counter');
+
+# two streams run (batch 2), a third waits
+my $stream = "POST /v1/completions\n"
+    . body(prompt => 'Hello', max_tokens => 4000, temperature => 0,
+           ignore_eos => JSON::PP::true, stream => JSON::PP::true);
+my @h = map { Hypic::Engine::Client::open_request($srv->{port}, $stream) }
+        1 .. 3;
+my $want = sub {
+    my ($run, $wait, $free) = @_;
+    return Hypic::Util::wait_until(
+        cond => sub {
+            $m = scrape($srv);
+            $m->{'hypic:num_requests_running{engine="g"}'} == $run
+                && $m->{'hypic:num_requests_waiting{engine="g"}'} == $wait
+                && $m->{'hypic:slots_free{engine="g"}'} == $free;
+        }, timeout => 20);
+};
+ok($want->(2, 1, 3), 'three streams: 2 running, 1 waiting, 3 slots free')
+    or diag(join ' ', map { "$_=$m->{$_}" }
+                      grep { /engine="g"/ && /requests|slots_free/ }
+                      sort keys %$m);
+close $_->{sock} for @h;
+ok($want->(0, 0, 6), 'closed: none running or waiting, 6 slots free')
+    or diag(join ' ', map { "$_=$m->{$_}" }
+                      grep { /engine="g"/ && /requests|slots_free/ }
+                      sort keys %$m);
+
+# a pic request fills the public pool; distinct documents overflow it
+my $pic = sub {
+    my ($i) = @_;
+    my $doc = "Document $i: the harbour of town $i keeps $i boats, and "
+              . "every boat of town $i carries nets for herring and cod.";
+    return http_request($srv, "POST /v1/completions\n"
+                        . body(prompt => "${main::SEP}$doc${main::SEP}"
+                                         . "How many boats?",
+                               max_tokens => 1), undef, 20);
+};
+is($pic->(0)->{status}, 200, 'a pic request');
+$m = scrape($srv);
+my $used = $m->{'hypic:pool_used_bytes{engine="g",pool="public"}'};
+ok($used > 0, "the public pool holds $used bytes");
+ok($m->{'hypic:pool_entries{engine="g",pool="public"}'} > 0,
+   'in ' . $m->{'hypic:pool_entries{engine="g",pool="public"}'}
+   . ' entries');
+is($m->{'hypic:pool_evictions_total{engine="g",pool="public"}'}, 0,
+   'nothing evicted yet');
+my $i = 0;
+while (++$i <= 40) {
+    $pic->($i);
+    $m = scrape($srv);
+    last if $m->{'hypic:pool_evictions_total{engine="g",pool="public"}'};
+}
+ok($m->{'hypic:pool_evictions_total{engine="g",pool="public"}'} > 0,
+   "evictions once the pool is full ($i more documents, "
+   . $m->{'hypic:pool_evictions_total{engine="g",pool="public"}'}
+   . ' evicted)');
+cmp_ok($m->{'hypic:pool_used_bytes{engine="g",pool="public"}'}, '<=',
+       $main::POOL, 'within the budget');

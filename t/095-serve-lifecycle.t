@@ -2,9 +2,10 @@
 # file and applies what can change while serving (seam, log level,
 # max_queue, ...), reports what needs a restart, keeps flags first and
 # survives a broken file; SIGTERM drains (the stream in flight completes,
-# a new request gets 503, the node leaves the Redis index, exit 0); the
-# drain timeout ends what is left with an error event; a second SIGTERM
-# stops at once. Engines on models/test/qwen35-dense with --throttle-ms
+# a new request and one queued but not started get 503 at once, /health
+# says draining, the node leaves the Redis index, exit 0); the drain
+# timeout ends what is left with an error event; a second SIGTERM stops
+# at once. Engines on models/test/qwen35-dense with --throttle-ms
 # (a floor under every stream's length, so that "in flight" exists; no
 # check measures time: every wait is for a condition, with a bound).
 
@@ -70,9 +71,14 @@ our $U = Hypic::Engine->start(
              '--drain-timeout-ms', 600000,
              '--redis', '127.0.0.1:' . Hypic::Util::free_port()]);
 
+# Q: one request runs at a time, the next waits in the queue
+our $Q = Hypic::Engine->start(
+    args => [@common, '--node', 't-queue', '--slots', 4, '--batch', 1,
+             '--throttle-ms', 20, '--drain-timeout-ms', 120000]);
+
 add_vars(map { ("ENGINE_$_->[0]" => "hypic_engine $_->[0] unix:"
                                     . $_->[1]->socket . ' model=tiny-1;') }
-         ['L', $L], ['T', $T], ['U', $U]);
+         ['L', $L], ['T', $T], ['U', $U], ['Q', $Q]);
 
 our $SEP = '<|pic_sep|>';
 our $PIC = join($SEP, 'You answer from the documents.',
@@ -206,11 +212,12 @@ unlike($main::L->log_text, qr/reload: log-level debug -> info/,
 
 
 
-=== TEST 3: SIGTERM drains: the stream in flight completes, a new request gets 503, the node leaves the index, exit 0
+=== TEST 3: SIGTERM drains: the stream in flight completes, a new request gets 503, /health says draining, the node leaves the index, exit 0
 --- http_config
     @ENGINE_L@
 --- config
     location /v1/ { hypic_pass L; }
+    location = /health { hypic_health; }
 --- timeout: 60
 --- response_check
 my ($res, $block, $srv) = @_;
@@ -241,6 +248,10 @@ my $e = main::json_of($r)->{error} || {};
 is($e->{code}, 'engine_unavailable', 'code engine_unavailable');
 like($e->{message} // '', qr/draining before it shuts down/,
      'the message says the engine is draining');
+$r = http_request($srv, "GET /health");
+is($r->{status}, 503, '/health while draining: 503');
+is(main::json_of($r)->{engines}[0]{state}, 'draining',
+   'the engine is draining');
 $r = finish_request($h, 40);
 my @ev = sse_events($r->{body});
 is($ev[-1], '[DONE]', 'the stream in flight ends with [DONE]')
@@ -335,3 +346,50 @@ is(ref $ev[-1] && $ev[-1]{error} && $ev[-1]{error}{code},
     or diag($r->{body});
 --- error_log eval
 [qr/hypic: engine "U" at "unix:\S+" closed the connection/]
+
+
+
+=== TEST 6: SIGTERM: a request queued but not started gets 503 at once, while the one running finishes
+--- http_config
+    @ENGINE_Q@
+--- config
+    location /v1/ { hypic_pass Q; }
+    location = /health { hypic_health; }
+--- timeout: 60
+--- response_check
+my ($res, $block, $srv) = @_;
+my $h = open_request($srv->{port}, "POST /v1/completions\n"
+                     . main::body(prompt => 'Hello', max_tokens => 300,
+                                  temperature => 0,
+                                  ignore_eos => JSON::PP::true,
+                                  stream => JSON::PP::true,
+                                  stream_options => { include_usage =>
+                                                      JSON::PP::true }));
+is(first_event($h)->{status}, 200, 'a 300-token stream runs (batch 1)');
+my $w = open_request($srv->{port}, "POST /v1/completions\n"
+                     . main::body(prompt => 'x', max_tokens => 1));
+ok(Hypic::Util::wait_until(
+       cond => sub {
+           my $e = main::json_of(http_request($srv, "GET /health"))
+                   ->{engines}[0];
+           $e->{running} == 1 && $e->{queued} == 1;
+       }, timeout => 20),
+   'a second request waits in the queue (/health: running 1, queued 1)');
+ok($main::Q->signal('TERM'), 'SIGTERM sent');
+my $r = finish_request($w, 20);
+is($r->{status}, 503, 'the queued request gets 503');
+unlike($main::Q->log_text, qr/drained:/,
+       'before the running one finished: at once, not after the drain');
+my $e = main::json_of($r)->{error} || {};
+is($e->{code}, 'engine_unavailable', 'code engine_unavailable');
+like($e->{message} // '', qr/draining before it shuts down/,
+     'the message says the engine is draining');
+$r = finish_request($h, 40);
+my @ev = sse_events($r->{body});
+is($ev[-1], '[DONE]', 'the running stream ends with [DONE]')
+    or diag($r->{body});
+my ($usage) = grep { ref && $_->{usage} } @ev;
+is($usage && $usage->{usage}{completion_tokens}, 300, 'with all 300 tokens');
+is($main::Q->wait_exit(30), 0, 'the engine exits 0');
+--- error_log eval
+[qr/hypic: engine refused \S+: the engine is draining before it shuts down and takes no new requests \(engine_unavailable\)/]

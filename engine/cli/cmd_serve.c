@@ -6,8 +6,9 @@
  *
  * Signals only set flags; this thread acts on them between waits (and is
  * the only one that takes them: the others block them).
- *   SIGTERM  drain: refuse new requests (nginx answers 503), let the ones
- *            in flight finish, leave the Redis index, exit 0; after
+ *   SIGTERM  drain: refuse new requests and the queued ones not yet
+ *            started (nginx answers 503 at once), let the running ones
+ *            finish, leave the Redis index, exit 0; after
  *            drain-timeout-ms the rest end with an error record
  *   SIGINT, or a second SIGTERM: stop at once (requests end in an error)
  *   SIGHUP   re-read --config; apply what can change while running
@@ -102,17 +103,33 @@ static void pool_to_index(void *ud, const uint8_t key[16], uint32_t variant,
         hp_index_remove(ud, key);
 }
 
-/* After every productive scheduler step: wake nginx, and publish the
- * node's load (requests held) with the next index heartbeat, which the
- * module's routing breaks ties by. */
+/* The pools' gauges into the shared header, for nginx's /metrics. */
+static void publish_pools(hp_ipc_server_t *srv, const hp_cache_t *cache)
+{
+    hp_pool_stats_t ps;
+    hp_prefix_cache_stats_t pc;
+    hp_pool_stats(cache->pub, &ps);
+    hp_ipc_server_pool(srv, HP_IPC_POOL_PUBLIC, ps.bytes_used, ps.budget,
+                       (uint64_t)ps.entries, ps.evictions);
+    hp_prefix_cache_stats(cache->prefix, &pc);
+    hp_ipc_server_pool(srv, HP_IPC_POOL_PRIVATE, pc.bytes_used, pc.budget,
+                       (uint64_t)pc.nodes,
+                       pc.nodes_evicted + pc.states_evicted);
+}
+
+/* After every productive scheduler step: the pools' gauges, wake nginx,
+ * and publish the node's load (requests held) with the next index
+ * heartbeat, which the module's routing breaks ties by. */
 typedef struct {
     hp_ipc_server_t *srv;
     hp_index_t *index;
+    const hp_cache_t *cache;
 } step_hooks_t;
 
 static void after_step(void *ud, const hp_sched_stats_t *st)
 {
     step_hooks_t *h = ud;
+    publish_pools(h->srv, h->cache);
     hp_ipc_server_flush(h->srv, st);
     hp_index_set_load(h->index, st->live);
 }
@@ -492,7 +509,8 @@ int hp_cmd_serve(int argc, char **argv)
         rc = 1;
         goto free_llm;
     }
-    step_hooks_t hooks = {sv.srv, index};
+    step_hooks_t hooks = {sv.srv, index, &cache};
+    publish_pools(sv.srv, &cache);
     scfg.flush_ud = &hooks;
     if (hp_sched_create(&sv.sched, &llm, &scfg, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);

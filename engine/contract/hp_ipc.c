@@ -1,7 +1,11 @@
 /* hp_ipc.c - the shared-memory request interface (see hp_ipc.h). */
+#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, also under -std=c11 */
+#endif
 #include "hp_ipc.h"
 
 #include <string.h>
+#include <time.h>
 
 uint32_t hp_ipc_slot_stride(uint32_t input_bytes, uint32_t ring_bytes)
 {
@@ -58,6 +62,13 @@ int hp_ipc_format(void *base, uint32_t n_slots, uint32_t input_bytes,
     atomic_init(&h->queued, 0);
     atomic_init(&h->served, 0);
     atomic_init(&h->submit_seq, 0);
+    atomic_init(&h->heartbeat_ms, hp_ipc_now_ms());
+    for (int k = 0; k < HP_IPC_POOLS; k++) {
+        atomic_init(&h->pools[k].bytes_used, 0);
+        atomic_init(&h->pools[k].budget, 0);
+        atomic_init(&h->pools[k].entries, 0);
+        atomic_init(&h->pools[k].evictions, 0);
+    }
     for (uint32_t i = 0; i < n_slots; i++) {
         hp_ipc_slot_t *s = hp_ipc_slot(h, i);
         atomic_init(&s->word, HP_IPC_WORD(0, 0, HP_IPC_FREE));
@@ -99,6 +110,25 @@ hp_ipc_slot_t *hp_ipc_slot(hp_ipc_header_t *h, uint32_t i)
 {
     return (hp_ipc_slot_t *)((char *)h + sizeof(hp_ipc_header_t) +
                              (uint64_t)i * h->slot_stride);
+}
+
+uint64_t hp_ipc_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+void hp_ipc_beat(hp_ipc_header_t *h, uint64_t now_ms)
+{
+    atomic_store_explicit(&h->heartbeat_ms, now_ms, memory_order_relaxed);
+}
+
+uint64_t hp_ipc_heartbeat_age(const hp_ipc_header_t *h, uint64_t now_ms)
+{
+    uint64_t beat =
+        atomic_load_explicit(&h->heartbeat_ms, memory_order_relaxed);
+    return now_ms > beat ? now_ms - beat : 0;
 }
 
 char *hp_ipc_input(hp_ipc_header_t *h, hp_ipc_slot_t *s)

@@ -25,8 +25,12 @@
  *   (incremented at every engine start), the node and model names, the
  *   model fingerprint (the one hp_seg_id() takes: nginx names segments in
  *   the Redis index exactly as the engine does) and the health/load
- *   counters. The slot table is fixed: when every slot is taken nginx
- *   answers 429; nothing ever grows.
+ *   counters: health (ok, draining), running and queued requests, the
+ *   cache pools' gauges, and a heartbeat that the engine's main loop
+ *   writes every HP_IPC_HEARTBEAT_MS; nginx compares it with its own
+ *   clock (hp_ipc_now_ms) to tell a stalled engine (SIGSTOP, a hung
+ *   loop) from a slow one. The slot table is fixed: when every slot is
+ *   taken nginx answers 429; nothing ever grows.
  *
  * A slot's life (the state is the low byte of slot->word; the word also
  *   holds the owner's connection id and a claim sequence, so one CAS
@@ -65,7 +69,7 @@
 #include <stdint.h>
 
 #define HP_IPC_MAGIC   0x43495048u /* "HPIC" little-endian */
-#define HP_IPC_VERSION 3u
+#define HP_IPC_VERSION 4u
 
 #define HP_IPC_MAX_STOP    4  /* stop strings per request (OpenAI's 4) */
 #define HP_IPC_STOP_BYTES  64 /* each, at most */
@@ -127,6 +131,14 @@ enum {
 };
 
 enum { HP_IPC_HEALTH_OK = 1, HP_IPC_HEALTH_DRAINING = 2 };
+
+/* The engine's main loop writes heartbeat_ms at least this often; a
+ * reader's stall threshold must be well above it. */
+#define HP_IPC_HEARTBEAT_MS 250
+
+/* The cache pools whose gauges the header carries (DESIGN §4): the
+ * public one holds segments, the private one the prefix cache. */
+enum { HP_IPC_POOL_PUBLIC = 0, HP_IPC_POOL_PRIVATE = 1, HP_IPC_POOLS = 2 };
 
 #define HP_IPC_FLAG_IGNORE_EOS 1u
 
@@ -210,6 +222,14 @@ typedef struct {
     char shm_name[HP_IPC_NAME_BYTES];
 } hp_ipc_hello_t;
 
+/* One pool's gauges, written by the engine after scheduler steps. */
+typedef struct {
+    _Atomic uint64_t bytes_used;
+    _Atomic uint64_t budget;
+    _Atomic uint64_t entries;   /* public: segments; private: tree nodes */
+    _Atomic uint64_t evictions; /* since the engine started */
+} hp_ipc_pool_gauges_t;
+
 typedef struct {
     uint32_t magic;
     uint32_t version;
@@ -236,7 +256,10 @@ typedef struct {
     /* XXH3-128 of config.json ++ tokenizer.json (engine/model/model.c), as
      * hp_seg_id() takes it; all zero: not published */
     uint8_t fingerprint[16];
-    uint8_t reserved2[512 - 296];
+    /* hp_ipc_now_ms() of the main loop's last turn */
+    _Atomic uint64_t heartbeat_ms;
+    hp_ipc_pool_gauges_t pools[HP_IPC_POOLS]; /* [HP_IPC_POOL_*] */
+    uint8_t reserved2[512 - 368];
 } hp_ipc_header_t;
 
 typedef struct {
@@ -261,6 +284,11 @@ _Static_assert(offsetof(hp_ipc_header_t, health) == 248,
                "hp_ipc_header_t layout");
 _Static_assert(offsetof(hp_ipc_header_t, fingerprint) == 280,
                "hp_ipc_header_t layout");
+_Static_assert(offsetof(hp_ipc_header_t, heartbeat_ms) == 296 &&
+                   offsetof(hp_ipc_header_t, pools) == 304,
+               "hp_ipc_header_t layout");
+_Static_assert(sizeof(hp_ipc_pool_gauges_t) == 32,
+               "hp_ipc_pool_gauges_t layout");
 _Static_assert(sizeof(hp_ipc_slot_t) == 640, "hp_ipc_slot_t layout");
 _Static_assert(offsetof(hp_ipc_slot_t, req) + sizeof(hp_ipc_request_t) <=
                    offsetof(hp_ipc_slot_t, head),
@@ -294,6 +322,18 @@ int hp_ipc_format(void *base, uint32_t n_slots, uint32_t input_bytes,
 const char *hp_ipc_check(const void *base, uint64_t size);
 
 hp_ipc_slot_t *hp_ipc_slot(hp_ipc_header_t *h, uint32_t i);
+
+/* ---- liveness ------------------------------------------------------- */
+
+/* The heartbeat's clock: CLOCK_MONOTONIC in ms, one per machine, so the
+ * engine and nginx read the same time. */
+uint64_t hp_ipc_now_ms(void);
+
+/* The engine's main loop: a heartbeat at now_ms. */
+void hp_ipc_beat(hp_ipc_header_t *h, uint64_t now_ms);
+
+/* ms since the engine's last heartbeat, as seen at now_ms. */
+uint64_t hp_ipc_heartbeat_age(const hp_ipc_header_t *h, uint64_t now_ms);
 char *hp_ipc_input(hp_ipc_header_t *h, hp_ipc_slot_t *s);
 
 /* ---- slot lifecycle ------------------------------------------------- */

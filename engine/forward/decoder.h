@@ -47,7 +47,7 @@ typedef struct {
 /* Copies p (stop strings and, speculating, the prompt ids included).
  * HP_OK or HP_ENOMEM. */
 int hp_decoder_init(hp_decoder_t *d, const hp_llm_t *llm,
-                      const hp_gen_params_t *p, hp_error_t *err);
+                    const hp_gen_params_t *p, hp_error_t *err);
 void hp_decoder_free(hp_decoder_t *d);
 
 /*
@@ -58,7 +58,7 @@ void hp_decoder_free(hp_decoder_t *d);
  * sampling. HP_OK or a tokenizer error.
  */
 int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
-                      int *tok, hp_error_t *err);
+                    int *tok, hp_error_t *err);
 
 /* One token chosen elsewhere (an accepted speculative draft, or the
  * token drawn at a rejection): the same stops and text as for a sampled
@@ -81,8 +81,8 @@ int hp_decoder_draft(const hp_decoder_t *d, int *draft);
  * generation ended. prob: scratch [V]. HP_OK or a tokenizer error.
  */
 int hp_decoder_accept(hp_decoder_t *d, hp_sampler_t *sm, float *prob,
-                        float *rows, int stride, const int *draft, int n,
-                        int *keep, int *tok, hp_error_t *err);
+                      float *rows, int stride, const int *draft, int n,
+                      int *keep, int *tok, hp_error_t *err);
 
 /* The text that is safe to show and not yet taken (*text, length). */
 size_t hp_decoder_ready(const hp_decoder_t *d, const char **text);

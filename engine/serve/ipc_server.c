@@ -24,6 +24,11 @@
 #define SWEEP_MS      1000
 #define DRAIN_LOOK_MS 50
 
+/* Why requests are refused once the engine drains: at take, and those
+ * the scheduler has queued but not started. */
+#define DRAINING_MSG                                                           \
+    "the engine is draining before it shuts down and takes no new requests"
+
 typedef struct {
     int fd;
     uint32_t id; /* owner id in slot words */
@@ -61,9 +66,7 @@ struct hp_ipc_server {
 
 int64_t hp_ipc_server_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)hp_ipc_now_ms();
 }
 
 static void logf_(hp_ipc_server_t *s, int level, const char *fmt, ...)
@@ -434,6 +437,16 @@ static const hp_sched_ops_t job_ops = {
     .done = job_done,
 };
 
+void hp_ipc_server_pool(hp_ipc_server_t *s, int pool, uint64_t bytes_used,
+                        uint64_t budget, uint64_t entries, uint64_t evictions)
+{
+    hp_ipc_pool_gauges_t *g = &s->h->pools[pool];
+    atomic_store_explicit(&g->bytes_used, bytes_used, memory_order_relaxed);
+    atomic_store_explicit(&g->budget, budget, memory_order_relaxed);
+    atomic_store_explicit(&g->entries, entries, memory_order_relaxed);
+    atomic_store_explicit(&g->evictions, evictions, memory_order_relaxed);
+}
+
 void hp_ipc_server_flush(void *ud, const hp_sched_stats_t *st)
 {
     hp_ipc_server_t *s = ud;
@@ -622,9 +635,7 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
     memcpy(j->id, rq.id, sizeof(j->id));
     j->id[sizeof(j->id) - 1] = '\0';
     if (s->draining) {
-        refuse(s, j, HP_EUNAVAIL,
-               "the engine is draining before it shuts down and takes no "
-               "new requests");
+        refuse(s, j, HP_EUNAVAIL, DRAINING_MSG);
         return;
     }
     logf_(s, HP_LOG_DEBUG, "request %s: slot %u, mode %u, %u prompt bytes",
@@ -719,6 +730,9 @@ void hp_ipc_server_drain(hp_ipc_server_t *s, int64_t deadline_ms)
     s->draining = 1;
     s->deadline = deadline_ms;
     atomic_store(&s->h->health, HP_IPC_HEALTH_DRAINING);
+    /* queued, not started: refused now, not at the deadline */
+    if (s->sched)
+        hp_sched_drain(s->sched, HP_EUNAVAIL, DRAINING_MSG);
 }
 
 int hp_ipc_server_busy(const hp_ipc_server_t *s)
@@ -769,7 +783,9 @@ int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,
     if (!pend)
         return hp_error_set(err, HP_ENOMEM, "ipc: out of memory");
     while (!*wake) {
-        int64_t now = hp_ipc_server_now_ms(), wait = SWEEP_MS;
+        int64_t now = hp_ipc_server_now_ms(), wait = HP_IPC_HEARTBEAT_MS;
+        /* alive: nginx tells a stalled engine by this going stale */
+        hp_ipc_beat(s->h, (uint64_t)now);
         if (s->draining) {
             if (now >= s->deadline || hp_ipc_server_busy(s) == 0)
                 break;
@@ -801,7 +817,8 @@ int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,
             rc = hp_error_set(err, HP_EIO, "poll: %s", strerror(errno));
             break;
         }
-        int rang = n == 0; /* on a quiet second, look anyway */
+        /* on a quiet second, look anyway */
+        int rang = n == 0 && hp_ipc_server_now_ms() - s->last_sweep >= SWEEP_MS;
 
         /* connections first, by fd: closing one reorders s->conns */
         for (int i = n_conns - 1; i >= 0; i--) {

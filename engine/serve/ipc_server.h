@@ -50,23 +50,32 @@ typedef struct hp_ipc_server hp_ipc_server_t;
 int hp_ipc_server_open(hp_ipc_server_t **out, const hp_ipc_server_cfg_t *cfg,
                        hp_error_t *err);
 
-/* The scheduler's flush hook (hp_sched_cfg_t.flush, ud = the server). */
+/* The scheduler's flush hook (hp_sched_cfg_t.flush, ud = the server):
+ * running and queued into the header, then wake-ups. */
 void hp_ipc_server_flush(void *ud, const hp_sched_stats_t *st);
+
+/* One cache pool's gauges (pool: HP_IPC_POOL_*) into the header, for
+ * nginx's /metrics. Any thread. */
+void hp_ipc_server_pool(hp_ipc_server_t *s, int pool, uint64_t bytes_used,
+                        uint64_t budget, uint64_t entries, uint64_t evictions);
 
 /*
  * Serves until *wake becomes non-zero (a signal handler sets it; the wait
  * is interrupted) or, once draining, until no request is left or the
  * drain deadline has passed; the caller looks at which and may call it
- * again. sched's flush hook must call hp_ipc_server_flush.
+ * again. sched's flush hook must call hp_ipc_server_flush. Every turn of
+ * the loop, at least every HP_IPC_HEARTBEAT_MS, writes the header's
+ * heartbeat.
  * Returns HP_OK, or HP_EIO/HP_ENOMEM if the loop itself failed.
  */
 int hp_ipc_server_run(hp_ipc_server_t *s, hp_sched_t *sched,
                       volatile sig_atomic_t *wake, hp_error_t *err);
 
 /*
- * Stops admitting (SIGTERM): the header says HP_IPC_HEALTH_DRAINING and
- * every request submitted from now on is refused with engine_unavailable
- * (nginx answers 503); those already taken run on. hp_ipc_server_run
+ * Stops admitting (SIGTERM): the header says HP_IPC_HEALTH_DRAINING, and
+ * every request submitted from now on, or queued in the scheduler and
+ * not yet started, is refused with engine_unavailable at once (nginx
+ * answers 503); those already running run on. hp_ipc_server_run
  * returns once none is left or at deadline_ms (CLOCK_MONOTONIC ms, as
  * hp_ipc_server_now_ms; may be moved by calling this again).
  */

@@ -51,6 +51,8 @@ struct hp_sched {
     pthread_cond_t cv;      /* work arrived, kicked, stopping */
     pthread_cond_t stop_cv; /* stopping only (throttle sleeps on it) */
     int stopping, kicked;
+    int draining;             /* hp_sched_drain: refuse what has not started */
+    hp_error_t drain_err;     /* ... with this */
     req_t *in_head, *in_tail; /* submitted, not yet seen by the thread */
     hp_sched_stats_t st;      /* under mu */
     /* the thread's own */
@@ -442,6 +444,28 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
     }
 }
 
+/* Draining: what waits and has not started never will; it ends now
+ * with the drain's error instead of at the drain deadline. 1 if any. */
+static int refuse_queued(hp_sched_t *s)
+{
+    hp_error_t err;
+    pthread_mutex_lock(&s->mu);
+    int draining = s->draining;
+    err = s->drain_err;
+    pthread_mutex_unlock(&s->mu);
+    if (!draining || !s->q_head)
+        return 0;
+    while (s->q_head) {
+        req_t *r = s->q_head;
+        s->q_head = r->next;
+        r->status = err.code;
+        r->err = err;
+        req_done(s, r);
+    }
+    s->q_tail = NULL;
+    return 1;
+}
+
 /* One iteration; returns 1 if it produced output. */
 static int step(hp_sched_t *s)
 {
@@ -464,6 +488,8 @@ static int step(hp_sched_t *s)
     else if (!s->q_tail)
         for (s->q_tail = s->q_head; s->q_tail->next;)
             s->q_tail = s->q_tail->next;
+    if (refuse_queued(s))
+        produced = 1;
 
     /* FIFO admission */
     while (s->n_running < s->cfg.batch && s->q_head) {
@@ -802,6 +828,12 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     r->t_submit = now_us();
 
     pthread_mutex_lock(&s->mu);
+    if (s->draining) {
+        *err = s->drain_err;
+        pthread_mutex_unlock(&s->mu);
+        req_free(r);
+        return err->code;
+    }
     if (s->stopping || s->st.live >= s->cfg.max_queue) {
         int stopping = s->stopping;
         pthread_mutex_unlock(&s->mu);
@@ -821,6 +853,16 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return HP_OK;
+}
+
+void hp_sched_drain(hp_sched_t *s, int status, const char *msg)
+{
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    hp_error_set(&s->drain_err, status, "%s", msg);
+    s->kicked = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 void hp_sched_kick(hp_sched_t *s)

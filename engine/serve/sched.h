@@ -166,9 +166,16 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
  * HP_OK: ops->done will be called exactly once. Otherwise no callback is
  * ever made: HP_EBADINPUT (no tokens, too many segments), HP_ETOOLARGE
  * (longer than the context; err->msg says so), HP_EBUSY (queue full),
- * HP_ENOMEM. Thread-safe.
+ * HP_ENOMEM, or hp_sched_drain's status. Thread-safe.
  */
 int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err);
+
+/*
+ * Draining (SIGTERM): every request queued and not yet admitted ends at
+ * the next step with done(status, msg), and hp_sched_submit refuses new
+ * ones the same way; those admitted run on. Thread-safe; for good.
+ */
+void hp_sched_drain(hp_sched_t *s, int status, const char *msg);
 
 /* Wakes the scheduler: a cancel flag was set, or a stalled request's
  * reader made room. Thread-safe, cheap. */

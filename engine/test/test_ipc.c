@@ -64,6 +64,16 @@ static void test_layout(void)
     ok(hp_ipc_format(h, 4, 4000, HP_IPC_RING_MIN, 1, 1, "", "") != 0 &&
            hp_ipc_format(h, 4, 4096, HP_IPC_RING_MIN + 8, 1, 1, "", "") != 0,
        "bad geometry is refused at format time");
+    uint64_t now = hp_ipc_now_ms();
+    ok(hp_ipc_heartbeat_age(h, now) < 60000 &&
+           atomic_load(&h->health) == HP_IPC_HEALTH_OK,
+       "a fresh segment is healthy and has a heartbeat");
+    hp_ipc_beat(h, now - 5000);
+    ok(hp_ipc_heartbeat_age(h, now) == 5000,
+       "the heartbeat's age is the reader's clock minus the beat");
+    hp_ipc_beat(h, now + 10);
+    ok(hp_ipc_heartbeat_age(h, now) == 0,
+       "a beat ahead of the reader's clock is no age");
     ok((uintptr_t)hp_ipc_slot(h, 1) % 64 == 0 &&
            (char *)hp_ipc_slot(h, 3) + h->slot_stride <= (char *)h + bytes,
        "slots are cache-line aligned and inside the segment");
@@ -487,6 +497,16 @@ static void test_server(void)
        (unsigned long long)gen1, c.hello.conn_id);
     ok(!strcmp(c.h->node, "t-node") && !strcmp(c.h->model, "t-model"),
        "the header names node and model");
+    /* an idle loop still beats: a stale beat is fresh again soon */
+    hp_ipc_beat(c.h, 0);
+    int beat = 0;
+    for (int i = 0; i < 3000 && !beat; i++) {
+        beat = hp_ipc_heartbeat_age(c.h, hp_ipc_now_ms()) <
+               4 * HP_IPC_HEARTBEAT_MS;
+        if (!beat)
+            usleep(1000);
+    }
+    ok(beat, "the idle server's loop writes its heartbeat");
 
     hp_ipc_slot_t *s = client_submit(&c, "Hello world", 12, 0, &seq);
     int rc = s ? client_collect(&c, s, text, sizeof(text), &fin, &starts) : -1;

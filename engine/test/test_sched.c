@@ -528,6 +528,45 @@ static void test_cancel(void)
        "destroy cancels what is running and what waits");
 }
 
+static int is_started(col_t *c)
+{
+    return c->started;
+}
+
+/* Draining: the queued end at once with the drain's error, the running
+ * one runs to its end, and nothing new is taken. */
+static void test_drain(void)
+{
+    reset();
+    hp_sched_t *s = make(1, 256, 64, 0, 5);
+    submit(s, &cols[0], "Hello world", 60, 0, 0, NULL, 1);
+    submit(s, &cols[1], "Once upon a time", 60, 0, 0, NULL, 1);
+    submit(s, &cols[2], "The quick brown fox", 60, 0, 0, NULL, 1);
+    ok(wait_for(&cols[0], is_started), "batch 1: one request runs");
+    hp_sched_drain(s, HP_EUNAVAIL, "draining for a test");
+    ok(wait_for(&cols[1], is_done) && wait_for(&cols[2], is_done) &&
+           !cols[1].started && !cols[2].started &&
+           cols[1].fin.status == HP_EUNAVAIL &&
+           !strcmp(cols[1].fin.err.msg, "draining for a test") &&
+           cols[2].fin.status == HP_EUNAVAIL,
+       "the queued requests end unstarted with the drain's error");
+    pthread_mutex_lock(&mu);
+    int running_on = !cols[0].done;
+    pthread_mutex_unlock(&mu);
+    ok(running_on, "while the running one runs on");
+    ok(submit(s, &cols[3], "Hi", 4, 0, 0, NULL, 1) == HP_EUNAVAIL,
+       "a new request is refused");
+    ok(wait_for(&cols[0], is_done) && cols[0].fin.status == HP_OK &&
+           cols[0].fin.finish == HP_FINISH_LENGTH &&
+           cols[0].fin.completion_tokens == 60,
+       "the running request finishes all its tokens (%d)",
+       cols[0].fin.completion_tokens);
+    hp_sched_stats_t st;
+    settled(s, &st);
+    ok(st.live == 0 && st.bytes == 0, "nothing is held after the drain");
+    hp_sched_destroy(s);
+}
+
 static void test_limits(void)
 {
     hp_error_t err = {0};
@@ -738,6 +777,7 @@ int main(void)
     test_interleave();
     test_backpressure();
     test_cancel();
+    test_drain();
     test_limits();
     test_forms();
     hp_llm_free(&llm);

@@ -85,6 +85,12 @@ size_t hk_attention_scratch(int T, int N, int Hq);
  * q, k are already L2-normalized (q also scaled by dk^-1/2).
  * q, k [T, Hk, dk]; v [T, Hv, dv]; g, beta [T, Hv]; o [T, Hv, dv]. */
 
+/* The gates from the projections: beta = sigmoid(b), g = hk_math_gdn_gate(
+ * a, A_log[h], dt_bias[h]). a, b, g, beta [T, Hv]; A_log, dt_bias [Hv];
+ * g may alias a and beta may alias b. */
+void hk_gdn_gates(float *g, float *beta, const float *a, const float *b,
+                  const float *A_log, const float *dt_bias, int T, int Hv);
+
 /* Token-by-token recurrence (decode, and the reference for the chunk form). */
 void hk_gdn_recurrent(float *o, float *S, const float *q, const float *k,
                       const float *v, const float *g, const float *beta, int T,
@@ -142,6 +148,69 @@ void hk_trans_rope_shift(float *S, int delta, int H, int dk, int dv, int rot,
  * renormalization. idx[k], w[k]. */
 void hk_moe_route(int *idx, float *w, const float *logits, int E, int k,
                   int renorm);
+
+/* Groups the T*k routed pairs (token t, choice j) of idx[T, k], w[T, k] by
+ * expert, in the order of a loop over experts then tokens: expert e owns
+ * slots offs[e] .. offs[e+1]-1 (offs[E+1]), tokens ascending; rows[s] is
+ * the slot's token, scale[s] its weight; slot[t*k + j] is the slot of
+ * pair (t, j). rows, scale, slot [T*k]. idx entries in 0..E-1, distinct
+ * per token (a top-k). */
+void hk_moe_plan(int *offs, int *rows, float *scale, int *slot, const int *idx,
+                 const float *w, int T, int k, int E);
+/* xg[n, H] = y[rows[i], :] (the rows of one expert's slots, or all). */
+void hk_moe_gather(float *xg, const float *y, const int *rows, int n, int H);
+/* x[rows[i], :] += eo[i, :] for i < n; the rows must be distinct (one
+ * expert's slots), so the CUDA twin needs no atomics. */
+void hk_moe_scatter(float *x, const float *eo, const int *rows, int n, int H);
+/* The expert combine in one pass: x[t, :] += eo[slot[t*k + j], :] for
+ * j = 0..k-1 in that order (eo [T*k, H] by slot, already weighted). */
+void hk_moe_combine(float *x, const float *eo, const int *slot, int T, int k,
+                    int H);
+
+/* ---- elementwise and data movement (hk_elementwise.c) -----------------
+ * The small loops of the forward pass, named so each has a CUDA twin. */
+
+/* Splits each row of x[rows, da + db + dc] into a[rows, da], b[rows, db]
+ * and c[rows, dc] (c may be NULL when dc = 0). The attention projection's
+ * per-head [query | gate] is rows = T*Hq, da = db = hd; the GDN conv
+ * output [q | k | v] is rows = T, da = db = Hk*dk, dc = Hv*dv. */
+void hk_split_heads(float *a, float *b, float *c, const float *x, int rows,
+                    int da, int db, int dc);
+/* o[i] *= sigmoid(gate[i]) (the attention output gate). */
+void hk_gate_mul(float *o, const float *gate, size_t n);
+/* x[r, :] *= s[r], or sigmoid(s[r]) when sigm (the MoE routing weights and
+ * the shared expert's gate). */
+void hk_scale_rows(float *x, const float *s, int rows, int dim, int sigm);
+/* Stores new keys and values in a cache by position: kc[pos[t], :] = k[t],
+ * vc[pos[t], :] = v[t] for t < T; k, v [T, kvd]; kc, vc [N, kvd]. */
+void hk_kv_store(float *kc, float *vc, const float *k, const float *v,
+                 const int *pos, int T, int kvd);
+/* Token embedding: x[t, :] = table[ids[t], :]; x [T, H], table [V, H]. */
+void hk_embed(float *x, const float *table, const int *ids, int T, int H);
+
+/* ---- next-token helpers (hk_sample.c) -----------------------------------
+ * The CPU twins of the device-side argmax and top-k, and the choice from a
+ * top-k list with the engine sampler's rules (temperature, top-k, top-p),
+ * so a device only sends k candidates to the host, not V logits. */
+
+/* Index of the largest of x[n] (the lowest index among equals). */
+int hk_argmax(const float *x, int n);
+/* The sampler's candidates: idx[k] the k largest logits[V] (k <= V;
+ * by value descending, then index ascending) and p[k] their probabilities
+ * at temperature 1/inv_t as the engine sampler forms them,
+ * p = (float)(e / z) with e = (float)exp((logit - max) * inv_t) and z the
+ * double sum of e over all V; then ordered as the sampler sorts, by p
+ * descending, then index ascending. */
+void hk_topk(float *p, int *idx, const float *logits, int V, int k,
+             double inv_t);
+/* The token the sampler draws with uniform u in [0, 1) from k candidates
+ * of hk_topk: top_k (0: off) keeps the first top_k, top_p (>= 1: off) the
+ * shortest head whose probabilities sum to top_p; the kept ones are
+ * renormalized and the first whose cumulative probability exceeds u wins.
+ * Returns -1 when the k candidates cannot decide (k < V, and top_k is 0 or
+ * above k, and the nucleus is not complete within them). */
+int hk_sample_topk(const float *p, const int *idx, int k, int V, int top_k,
+                   float top_p, double u);
 
 /* ---- inline scalar helpers: the math shared with the CUDA twins ------- */
 #include "kernels/common/hk_math.h"

@@ -39,6 +39,21 @@
 #include "kernels/common/gdn_math.h"
 #include "kernels/cpu/hk_cpu.h"
 
+void hk_gdn_gates(float *g,             // [T, Hv]
+                  float *beta,          // [T, Hv]
+                  const float *a,       // [T, Hv]
+                  const float *b,       // [T, Hv]
+                  const float *A_log,   // [Hv]
+                  const float *dt_bias, // [Hv]
+                  int T, int Hv)
+{
+    for (size_t e = 0; e < (size_t)T * Hv; e++) {
+        const int h = (int)(e % (size_t)Hv);
+        beta[e] = hk_sigmoid(b[e]);
+        g[e] = hk_math_gdn_gate(a[e], A_log[h], dt_bias[h]);
+    }
+}
+
 /* The recurrence keeps one dv vector on the stack (kernels never allocate);
  * Qwen3-Next / Qwen3.5 use dv = 128. */
 #define HK_GDN_MAX_DV 512

@@ -22,6 +22,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* hk_cpu.h for hk_trans_family_t, with C linkage under nvcc too; its system
  * headers are included above, outside the extern "C" block. */
@@ -60,11 +61,102 @@ int hk_cuda_d2h(void *dst, const void *src, size_t bytes, void *stream);
 int hk_cuda_d2d(void *dst, const void *src, size_t bytes, void *stream);
 int hk_cuda_stream_sync(void *stream);
 
-/* cuBLAS handle for the dense transition products; one per host thread
- * that launches them. Create after choosing the device. */
+/* cuBLAS handle for the projections and the dense transition products;
+ * one per host thread that launches them. Create after choosing the
+ * device. */
 typedef struct hk_cuda_blas hk_cuda_blas_t;
 int hk_cuda_blas_create(hk_cuda_blas_t **blas);
 void hk_cuda_blas_destroy(hk_cuda_blas_t *blas); /* NULL is a no-op */
+
+/* ---- dense projections (hk_matmul.cu) ---------------------------------- */
+
+/* Twins of hk_matmul / hk_matmul_acc: y[n, out] (= or +=) x[n, in] .
+ * W[out, in]^T, one cublasSgemm (row-major y^T = W x^T in cuBLAS's
+ * column-major terms). y must not overlap x or w. */
+int hk_cuda_matmul(float *y, const float *x, const float *w, int n, int in,
+                   int out, hk_cuda_blas_t *blas, void *stream);
+int hk_cuda_matmul_acc(float *y, const float *x, const float *w, int n, int in,
+                       int out, hk_cuda_blas_t *blas, void *stream);
+/* bf16 weights w[out, in] (bit patterns, the checkpoint's layout): x is
+ * rounded to bf16 (nearest even) into xb[n * in], then cublasGemmEx
+ * multiplies bf16 by bf16 with f32 accumulation into f32 y (= or += as
+ * acc). Twin: hk_matmul over bf16-rounded x and w widened to f32. */
+int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w, int n,
+                        int in, int out, int acc, uint16_t *xb,
+                        hk_cuda_blas_t *blas, void *stream);
+
+/* ---- elementwise and data movement (hk_elementwise.cu) ----------------- */
+
+/* Twins of hk_split_heads, hk_gate_mul, hk_scale_rows, hk_kv_store and
+ * hk_embed (same layouts; pos and ids are device arrays). */
+int hk_cuda_split_heads(float *a, float *b, float *c, const float *x, int rows,
+                        int da, int db, int dc, void *stream);
+int hk_cuda_gate_mul(float *o, const float *gate, size_t n, void *stream);
+int hk_cuda_scale_rows(float *x, const float *s, int rows, int dim, int sigm,
+                       void *stream);
+int hk_cuda_kv_store(float *kc, float *vc, const float *k, const float *v,
+                     const int *pos, int T, int kvd, void *stream);
+/* One new row for each of B requests, each with its own cache: kcs, vcs
+ * are device arrays of B device pointers ([N_b, kvd] caches), k, v
+ * [B, kvd], pos [B]. hk_kv_store with T = 1 per request. */
+int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
+                            const float *k, const float *v, const int *pos,
+                            int B, int kvd, void *stream);
+int hk_cuda_embed(float *x, const float *table, const int *ids, int T, int H,
+                  void *stream);
+
+/* ---- causal GQA attention (hk_attention.cu) ---------------------------- */
+
+#define HK_CUDA_ATT_MAX_HD 512
+
+/* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys
+ * j <= qpos[t]) v; q [T, Hq, hd], qpos [T] (device, each < N), k, v
+ * [N, Hkv, hd]; query head h reads kv head h / (Hq / Hkv). RoPE and the
+ * q/k norms come before, the output gate after, as on the CPU. No
+ * scratch: one block per (query, head) with an online softmax. */
+int hk_cuda_attention(float *o, const float *q, const int *qpos, const float *k,
+                      const float *v, int T, int N, int Hq, int Hkv, int hd,
+                      float scale, void *stream);
+/* Decode for B requests, one query each, each over its own cache:
+ * q, o [B, Hq, hd]; kcs, vcs device arrays of B device pointers
+ * ([>= n_ctx[b], Hkv, hd] each); n_ctx [B] (device): request b attends
+ * its keys 0..n_ctx[b]-1, the new one included (store it first with
+ * hk_cuda_kv_store_decode). Twin: hk_attention with T = 1 and
+ * qpos = n_ctx - 1 per request. */
+int hk_cuda_attention_decode(float *o, const float *q, const float *const *kcs,
+                             const float *const *vcs, const int *n_ctx, int B,
+                             int Hq, int Hkv, int hd, float scale,
+                             void *stream);
+
+/* ---- MoE routing and dispatch (hk_moe.cu) ------------------------------ */
+
+/* hk_moe_route for each of T tokens: logits [T, E], idx, w [T, k]. */
+int hk_cuda_moe_route(int *idx, float *w, const float *logits, int T, int E,
+                      int k, int renorm, void *stream);
+/* Twins of hk_moe_plan, hk_moe_gather, hk_moe_scatter, hk_moe_combine
+ * (same layouts, all device arrays; the caller copies offs to the host to
+ * size each expert's GEMMs). */
+int hk_cuda_moe_plan(int *offs, int *rows, float *scale, int *slot,
+                     const int *idx, const float *w, int T, int k, int E,
+                     void *stream);
+int hk_cuda_moe_gather(float *xg, const float *y, const int *rows, int n, int H,
+                       void *stream);
+int hk_cuda_moe_scatter(float *x, const float *eo, const int *rows, int n,
+                        int H, void *stream);
+int hk_cuda_moe_combine(float *x, const float *eo, const int *slot, int T,
+                        int k, int H, void *stream);
+
+/* ---- next-token helpers (hk_sample.cu) --------------------------------- */
+
+#define HK_CUDA_TOPK_MAX 256
+
+/* Twin of hk_argmax per row: idx[B] of logits [B, V]. */
+int hk_cuda_argmax(int *idx, const float *logits, int B, int V, void *stream);
+/* Twin of hk_topk per row: p, idx [B, k] from logits [B, V]; k <= V and
+ * k <= HK_CUDA_TOPK_MAX. The host copies 2k values per row and draws with
+ * hk_sample_topk. */
+int hk_cuda_topk(float *p, int *idx, const float *logits, int B, int V, int k,
+                 double inv_t, void *stream);
 
 /* ---- norms and activations (hk_norm.cu) -------------------------------- */
 

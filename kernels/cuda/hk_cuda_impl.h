@@ -10,9 +10,11 @@
 #error "hk_cuda_impl.h is for .cu files compiled by nvcc"
 #endif
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include "kernels/common/hk_math.h"
+#include "kernels/common/hk_select.h"
 #include "kernels/cuda/hk_cuda.h"
 
 #define HK_CEIL_DIV(a, b) (((a) + (b)-1) / (b))
@@ -55,6 +57,19 @@ static inline cudaStream_t hk_stream(void *s)
     return (cudaStream_t)s;
 }
 
+/* The handle behind hk_cuda_blas_t (hk_matmul.cu creates it). */
+struct hk_cuda_blas {
+    cublasHandle_t h;
+};
+
+/* Blocks of a grid-stride loop over n elements: enough to fill any current
+ * GPU, capped so the grid size never overflows for huge n. */
+static inline unsigned hk_grid_1d(size_t n, int threads)
+{
+    size_t b = (n + (size_t)threads - 1) / (size_t)threads;
+    return (unsigned)(b > 65536 ? 65536 : (b ? b : 1));
+}
+
 /* Sum over the 32 lanes of a warp; every lane gets the result. The xor
  * butterfly adds in the same order on every lane, so all lanes agree. */
 static __device__ __forceinline__ float hk_warp_sum(float x)
@@ -79,6 +94,62 @@ static __device__ __forceinline__ float hk_block_sum(float x, float *sh)
     t = hk_warp_sum(t);
     __syncthreads();
     return t;
+}
+
+/* A grid-stride loop over n elements, for grids sized by hk_grid_1d. */
+#define HK_GRID_STRIDE(i, n)                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);    \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* Body of a launcher of one grid-stride kernel over n elements: nothing to
+ * do for n = 0, else launch and return the launch check. */
+#define HK_LAUNCH_1D(kernel, n, threads, stream, ...)                          \
+    do {                                                                       \
+        if ((n) == 0)                                                          \
+            return HK_CUDA_OK;                                                 \
+        kernel<<<hk_grid_1d((n), (threads)), (threads), 0,                     \
+                 hk_stream(stream)>>>(__VA_ARGS__);                            \
+        return hk_cuda_check_launch();                                         \
+    } while (0)
+
+/* Double sum over a block, as hk_block_sum (sh: 32 doubles). */
+static __device__ __forceinline__ double hk_block_sum_d(double x, double *sh)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nw = blockDim.x >> 5;
+    for (int off = 16; off > 0; off >>= 1)
+        x += __shfl_xor_sync(HK_FULL_MASK, x, off);
+    if (lane == 0)
+        sh[warp] = x;
+    __syncthreads();
+    double t = lane < nw ? sh[lane] : 0.0;
+    for (int off = 16; off > 0; off >>= 1)
+        t += __shfl_xor_sync(HK_FULL_MASK, t, off);
+    __syncthreads();
+    return t;
+}
+
+/* The first (value, index) of a block in hk_sel_before order; every thread
+ * gets it. An index < 0 is "none". sv, si: blockDim.x entries of shared
+ * memory (a power of two), free again after the call. */
+static __device__ __forceinline__ void hk_block_argbest(float *v, int *i,
+                                                        float *sv, int *si)
+{
+    const int tid = threadIdx.x;
+    sv[tid] = *v;
+    si[tid] = *i;
+    __syncthreads();
+    for (int half = blockDim.x / 2; half > 0; half >>= 1) {
+        if (tid < half &&
+            hk_sel_before(sv[tid + half], si[tid + half], sv[tid], si[tid])) {
+            sv[tid] = sv[tid + half];
+            si[tid] = si[tid + half];
+        }
+        __syncthreads();
+    }
+    *v = sv[0];
+    *i = si[0];
+    __syncthreads();
 }
 
 #endif

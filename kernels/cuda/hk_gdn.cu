@@ -92,10 +92,8 @@ extern "C" int hk_cuda_gdn_gates(float *g, float *beta, const float *a,
     const size_t n = (size_t)T * Hv;
     if (n == 0)
         return HK_CUDA_OK;
-    size_t blocks = (n + 255) / 256;
-    hk_gdn_gates_kernel<<<(unsigned)(blocks > 65536 ? 65536 : blocks), 256, 0,
-                          hk_stream(stream)>>>(g, beta, a, b, A_log, dt_bias, n,
-                                               Hv);
+    hk_gdn_gates_kernel<<<hk_grid_1d(n, 256), 256, 0, hk_stream(stream)>>>(
+        g, beta, a, b, A_log, dt_bias, n, Hv);
     return hk_cuda_check_launch();
 }
 

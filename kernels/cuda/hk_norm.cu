@@ -129,12 +129,7 @@ extern "C" int hk_cuda_swiglu(float *y, const float *g, const float *u,
 {
     if (n == 0)
         return HK_CUDA_OK;
-    /* Grid-stride loop: enough blocks to fill any current GPU, capped so the
-     * grid size never overflows for huge n. */
-    size_t blocks = (n + HK_NORM_THREADS - 1) / HK_NORM_THREADS;
-    if (blocks > 65536)
-        blocks = 65536;
-    hk_swiglu_kernel<<<(unsigned)blocks, HK_NORM_THREADS, 0,
+    hk_swiglu_kernel<<<hk_grid_1d(n, HK_NORM_THREADS), HK_NORM_THREADS, 0,
                        hk_stream(stream)>>>(y, g, u, n);
     return hk_cuda_check_launch();
 }

@@ -16,47 +16,9 @@
  * overlapping A or B, hence the scratch when out aliases S (chain always).
  * Scalar and diagonal families are elementwise kernels.
  */
-#include <cublas_v2.h>
-#include <stdlib.h>
-
 #include "kernels/cuda/hk_cuda_impl.h"
 
 #define HK_TRANS_THREADS 256
-
-struct hk_cuda_blas {
-    cublasHandle_t h;
-};
-
-extern "C" int hk_cuda_blas_create(hk_cuda_blas_t **blas)
-{
-    if (!blas)
-        return HK_CUDA_EINVAL;
-    *blas = NULL;
-    int n = 0, rc = hk_cuda_device_count(&n);
-    if (rc)
-        return rc;
-    if (n == 0)
-        return HK_CUDA_ENODEV;
-    hk_cuda_blas_t *b = (hk_cuda_blas_t *)calloc(1, sizeof(*b));
-    if (!b)
-        return HK_CUDA_ENOMEM;
-    cublasStatus_t st = cublasCreate(&b->h);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        free(b);
-        return st == CUBLAS_STATUS_ALLOC_FAILED ? HK_CUDA_ENOMEM
-                                                : HK_CUDA_EBLAS;
-    }
-    *blas = b;
-    return HK_CUDA_OK;
-}
-
-extern "C" void hk_cuda_blas_destroy(hk_cuda_blas_t *blas)
-{
-    if (!blas)
-        return;
-    cublasDestroy(blas->h);
-    free(blas);
-}
 
 static size_t hk_tsize(hk_trans_family_t fam, int dk)
 {
@@ -69,13 +31,6 @@ static size_t hk_tsize(hk_trans_family_t fam, int dk)
         return (size_t)dk * dk;
     }
     return 0;
-}
-
-/* Grid-stride sizes for n elements. */
-static unsigned hk_blocks(size_t n)
-{
-    size_t b = (n + HK_TRANS_THREADS - 1) / HK_TRANS_THREADS;
-    return (unsigned)(b > 65536 ? 65536 : b);
 }
 
 /* out[e] = t S[e] + S0[e]; t per head (scalar) or per key row (diagonal).
@@ -152,8 +107,9 @@ extern "C" int hk_cuda_trans_compose(float *out, hk_trans_family_t fam,
     const cudaStream_t s = hk_stream(stream);
     const size_t n = (size_t)H * dk * dv;
     if (fam != HK_TRANS_DENSE) {
-        hk_trans_ew_kernel<<<hk_blocks(n), HK_TRANS_THREADS, 0, s>>>(
-            out, T, S, S0, fam == HK_TRANS_DIAG, H, dk, dv);
+        hk_trans_ew_kernel<<<hk_grid_1d(n, HK_TRANS_THREADS), HK_TRANS_THREADS,
+                             0, s>>>(out, T, S, S0, fam == HK_TRANS_DIAG, H, dk,
+                                     dv);
         return hk_cuda_check_launch();
     }
     if (!blas)
@@ -165,8 +121,8 @@ extern "C" int hk_cuda_trans_compose(float *out, hk_trans_family_t fam,
         int rc = hk_gemm_rm(blas, s, scratch, T, S, dk, dk, dv, 0.0f, H);
         if (rc)
             return rc;
-        hk_add_kernel<<<hk_blocks(n), HK_TRANS_THREADS, 0, s>>>(out, scratch,
-                                                                S0, n);
+        hk_add_kernel<<<hk_grid_1d(n, HK_TRANS_THREADS), HK_TRANS_THREADS, 0,
+                        s>>>(out, scratch, S0, n);
         return hk_cuda_check_launch();
     }
     float beta = 0.0f;
@@ -199,7 +155,8 @@ extern "C" int hk_cuda_trans_chain(float *T1, float *S1, hk_trans_family_t fam,
     const cudaStream_t s = hk_stream(stream);
     const size_t nt = (size_t)H * hk_tsize(fam, dk);
     if (fam != HK_TRANS_DENSE) {
-        hk_mul_kernel<<<hk_blocks(nt), HK_TRANS_THREADS, 0, s>>>(T1, T2, nt);
+        hk_mul_kernel<<<hk_grid_1d(nt, HK_TRANS_THREADS), HK_TRANS_THREADS, 0,
+                        s>>>(T1, T2, nt);
         return hk_cuda_check_launch();
     }
     rc = hk_gemm_rm(blas, s, scratch, T2, T1, dk, dk, dk, 0.0f, H);

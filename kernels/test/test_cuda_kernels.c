@@ -9,6 +9,9 @@
  * output element must satisfy |ref - x| <= atol + rtol |ref| with ref the
  * CPU result. One TAP check per (op, shape).
  *
+ * HK_CUDA_TEST_GRID=small keeps the first shapes of each grid (the host
+ * emulator's quick run in make test; kernels/cuda/emu/run.sh).
+ *
  * Built with -DHK_HAVE_CUDA and linked with libhk_cuda.a -lcudart -lcublas
  * when nvcc exists; without it, or on a machine with no device, it prints
  * the plan and one "ok N # SKIP no CUDA device" per op and exits 0.
@@ -29,11 +32,17 @@
 #endif
 
 static const char *const op_names[] = {
-    "rmsnorm_zc",    "rmsnorm_gated", "l2norm",
-    "swiglu",        "conv1d_silu",   "conv1d_silu_decode",
-    "rope",          "rope_shift",    "gdn_gates",
-    "gdn_recurrent", "gdn_decode",    "gdn_chunk",
-    "trans_compose", "trans_chain",   "trans_rope_shift"};
+    "rmsnorm_zc",    "rmsnorm_gated",    "l2norm",
+    "swiglu",        "conv1d_silu",      "conv1d_silu_decode",
+    "rope",          "rope_shift",       "gdn_gates",
+    "gdn_recurrent", "gdn_decode",       "gdn_chunk",
+    "trans_compose", "trans_chain",      "trans_rope_shift",
+    "matmul",        "matmul_acc",       "matmul_bf16",
+    "split_heads",   "gate_mul",         "scale_rows",
+    "kv_store",      "kv_store_decode",  "embed",
+    "attention",     "attention_decode", "moe_route",
+    "moe_plan",      "moe_gather",       "moe_scatter",
+    "moe_combine",   "argmax",           "topk"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -89,7 +98,32 @@ static void print_plan(void)
 #define RTOL_TROPE 1e-6
 #define ATOL_TROPE 1e-7
 
+/* Attention: scores are hd-term dot products (hd <= 256, O(1) terms)
+ * in another order, then exp (the CPU's polynomial vs expf, ~1 ulp each)
+ * and a normalized sum of O(1) values: ~1e-6 of the O(1) output. A wrong
+ * mask, group or scale moves outputs by 1e-2 and more. */
+#define RTOL_ATT 2e-5
+#define ATOL_ATT 2e-6
+/* Projections: in <= 512 products of O(1) x O(1/sqrt(in)) terms in
+ * another order (cuBLAS blocking vs OpenBLAS's): ~sqrt(in) roundings of
+ * the O(1) result. The bf16 path multiplies the same rounded inputs. */
+#define RTOL_MM 2e-5
+#define ATOL_MM 2e-6
+/* Router and sampler probabilities: expf / exp and a double normalizer
+ * on both sides, summed in another order; then one division. */
+#define RTOL_SEL 2e-6
+#define ATOL_SEL 1e-9
+
 /* ---- plumbing ------------------------------------------------------------ */
+
+/* The number of shapes of a grid to run: all, or the first few with
+ * HK_CUDA_TEST_GRID=small. */
+static int small_grid;
+#define NSHAPES(a) ((int)(sizeof(a) / sizeof((a)[0])))
+static int grid_n(int all, int small)
+{
+    return small_grid && small < all ? small : all;
+}
 
 /* Tests may exit (style anchors §9): a CUDA error mid-test is a bail out. */
 #define CK(rc) cuda_check((rc), __FILE__, __LINE__)
@@ -241,7 +275,7 @@ static void test_norms(void)
 static void test_swiglu(void)
 {
     static const size_t ns[] = {1, 31, 1000, 100003};
-    for (int s = 0; s < (int)(sizeof(ns) / sizeof(ns[0])); s++) {
+    for (int s = 0; s < NSHAPES(ns); s++) {
         const size_t n = ns[s];
         float *g = frand(n, 12.0), *u = frand(n, 2.0), *y = hmalloc(n);
         float *dg = dev_from(g, n), *du = dev_from(u, n), *dy = dev_alloc(n);
@@ -266,7 +300,7 @@ static void test_conv(void)
     static const int shapes[][3] = {{1, 1, 4},   {1, 37, 4},   {5, 64, 4},
                                     {2, 129, 4}, {17, 300, 4}, {9, 33, 1},
                                     {6, 50, 2},  {40, 257, 5}};
-    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+    for (int s = 0; s < NSHAPES(shapes); s++) {
         const int T = shapes[s][0], C = shapes[s][1], K = shapes[s][2];
         const size_t nx = (size_t)T * C, ns = (size_t)C * (K - 1);
         float *x = frand(nx, 1.0), *w = frand((size_t)C * K, 1.0);
@@ -294,7 +328,7 @@ static void test_conv(void)
 static void test_conv_decode(void)
 {
     static const int shapes[][3] = {{1, 37, 4}, {3, 256, 4}, {8, 129, 2}};
-    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+    for (int s = 0; s < NSHAPES(shapes); s++) {
         const int B = shapes[s][0], C = shapes[s][1], K = shapes[s][2];
         const size_t ns = (size_t)C * (K - 1), nx = (size_t)B * C;
         float *x = frand(nx, 1.0), *w = frand((size_t)C * K, 1.0);
@@ -341,7 +375,7 @@ static void test_rope(void)
                                     {4, 16, 128, 128, 100000}};
     static const double thetas[] = {10000.0, 1e7};
     static const int deltas[] = {-37, 12345};
-    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+    for (int s = 0; s < NSHAPES(shapes); s++) {
         const int T = shapes[s][0], nh = shapes[s][1], hd = shapes[s][2];
         const int rot = shapes[s][3], p0 = shapes[s][4];
         const double theta = thetas[s % 2];
@@ -375,23 +409,18 @@ static void test_rope(void)
 /* ---- GDN -------------------------------------------------------------------
  */
 
-/* The gates against the shared inline math evaluated on the host (the
- * engine's loop has no CPU kernel of its own); a + dt_bias crosses the
- * softplus threshold of 20 in both directions. */
+/* The gates against hk_gdn_gates; a + dt_bias crosses the softplus
+ * threshold of 20 in both directions. */
 static void test_gdn_gates(void)
 {
     static const int shapes[][2] = {{1, 1}, {7, 5}, {33, 32}};
-    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+    for (int s = 0; s < NSHAPES(shapes); s++) {
         const int T = shapes[s][0], Hv = shapes[s][1];
         const size_t n = (size_t)T * Hv;
         float *a = frand(n, 25.0), *b = frand(n, 8.0);
         float *Al = frand((size_t)Hv, 2.0), *dt = frand((size_t)Hv, 3.0);
         float *g = hmalloc(n), *be = hmalloc(n);
-        for (size_t e = 0; e < n; e++) {
-            const int h = (int)(e % Hv);
-            g[e] = hk_math_gdn_gate(a[e], Al[h], dt[h]);
-            be[e] = hk_math_sigmoid(b[e]);
-        }
+        hk_gdn_gates(g, be, a, b, Al, dt, T, Hv);
         float *da = dev_from(a, n), *db = dev_from(b, n);
         float *dAl = dev_from(Al, (size_t)Hv), *ddt = dev_from(dt, (size_t)Hv);
         /* in place, as the engine would: g over a, beta over b */
@@ -541,7 +570,7 @@ static void test_gdn_decode(void)
 {
     static const int shapes[][5] = {
         {1, 1, 1, 16, 16}, {3, 2, 4, 64, 48}, {5, 1, 2, 128, 128}};
-    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+    for (int s = 0; s < NSHAPES(shapes); s++) {
         gdn_prob_t p; /* T plays B: row b is request b's token */
         gdn_prob_make(&p, shapes[s][0], shapes[s][1], shapes[s][2],
                       shapes[s][3], shapes[s][4]);
@@ -591,7 +620,7 @@ static void test_gdn_chunk(void)
         {100, 1, 2, 128, 128, 64, 1}, {130, 2, 2, 48, 17, 32, 0},
         {9, 1, 1, 256, 33, 4, 1},     {20, 1, 3, 20, 20, 7, 1},
         {6, 1, 1, 8, 5, 1, 1}};
-    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+    for (int s = 0; s < NSHAPES(shapes); s++) {
         const int C = shapes[s][5], want_tc = shapes[s][6];
         gdn_prob_t p;
         gdn_prob_make(&p, shapes[s][0], shapes[s][1], shapes[s][2],
@@ -744,7 +773,7 @@ static void test_trans_rope_shift(void)
                                     {3, 64, 33, 64, -1000},
                                     {2, 128, 128, 64, 100000},
                                     {2, 17, 300, 16, 7}};
-    for (int s = 0; s < (int)(sizeof(shapes) / sizeof(shapes[0])); s++) {
+    for (int s = 0; s < NSHAPES(shapes); s++) {
         const int H = shapes[s][0], dk = shapes[s][1], dv = shapes[s][2];
         const int rot = shapes[s][3], delta = shapes[s][4];
         const size_t ns = (size_t)H * dk * dv;
@@ -757,6 +786,560 @@ static void test_trans_rope_shift(void)
            delta);
         CK(hk_cuda_free(dS));
         free(S);
+    }
+}
+
+/* ---- projections -----------------------------------------------------------
+ */
+
+static int *dev_ints(const int *h, size_t n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(int)));
+    CK(hk_cuda_h2d(d, h, n * sizeof(int), NULL));
+    return d;
+}
+
+/* Device ints must equal the CPU's. */
+static int same_ints(const int *ref, const int *d, size_t n, const char *what)
+{
+    int *h = malloc((n ? n : 1) * sizeof(int));
+    CK(hk_cuda_d2h(h, d, n * sizeof(int), NULL));
+    const int same = n == 0 || memcmp(ref, h, n * sizeof(int)) == 0;
+    free(h);
+    if (!same)
+        tap_diag("  %s: differs", what);
+    return same;
+}
+
+/* f32 -> bf16 bits, nearest even (what the CUDA path does to x). */
+static uint16_t bf16_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_val(uint16_t b)
+{
+    const uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+static void test_matmul(void)
+{
+    /* n, in, out: a gemv (decode), odd sizes, in = 0 (empty sum). */
+    static const int shapes[][3] = {{1, 1, 1},   {1, 64, 100},
+                                    {5, 33, 17}, {17, 128, 257},
+                                    {3, 0, 5},   {64, 512, 96}};
+    hk_cuda_blas_t *blas = NULL;
+    CK(hk_cuda_blas_create(&blas));
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 5); s++) {
+        const int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        const size_t nx = (size_t)n * in, nw = (size_t)out * in;
+        const size_t ny = (size_t)n * out;
+        float *x = frand(nx, 1.0), *w = frand(nw, 1.0 / sqrt(in + 1.0));
+        float *y0 = frand(ny, 1.0), *y = fdup(y0, ny);
+        float *dx = dev_from(x, nx), *dw = dev_from(w, nw);
+        float *dy = dev_alloc(ny);
+        hk_matmul(y, x, w, n, in, out);
+        RUN(hk_cuda_matmul(dy, dx, dw, n, in, out, blas, NULL));
+        ok(close_cpu(y, dy, ny, ATOL_MM, RTOL_MM, "y"),
+           "matmul n=%d in=%d out=%d", n, in, out);
+
+        memcpy(y, y0, ny * sizeof(float));
+        CK(hk_cuda_h2d(dy, y0, ny * sizeof(float), NULL));
+        hk_matmul_acc(y, x, w, n, in, out);
+        RUN(hk_cuda_matmul_acc(dy, dx, dw, n, in, out, blas, NULL));
+        ok(close_cpu(y, dy, ny, ATOL_MM, RTOL_MM, "y"),
+           "matmul_acc n=%d in=%d out=%d", n, in, out);
+
+        /* bf16: the CPU twin is hk_matmul over bf16(x) and widened w. */
+        uint16_t *wb = malloc((nw ? nw : 1) * sizeof(uint16_t));
+        float *xr = hmalloc(nx), *wr = hmalloc(nw);
+        for (size_t i = 0; i < nw; i++)
+            wr[i] = bf16_val(wb[i] = bf16_bits(w[i]));
+        for (size_t i = 0; i < nx; i++)
+            xr[i] = bf16_val(bf16_bits(x[i]));
+        void *dwb = NULL, *dxb = NULL;
+        CK(hk_cuda_malloc(&dwb, (nw ? nw : 1) * sizeof(uint16_t)));
+        CK(hk_cuda_h2d(dwb, wb, nw * sizeof(uint16_t), NULL));
+        CK(hk_cuda_malloc(&dxb, (nx ? nx : 1) * sizeof(uint16_t)));
+        int good = 1;
+        for (int acc = 0; acc < 2; acc++) {
+            memcpy(y, y0, ny * sizeof(float));
+            CK(hk_cuda_h2d(dy, y0, ny * sizeof(float), NULL));
+            (acc ? hk_matmul_acc : hk_matmul)(y, xr, wr, n, in, out);
+            RUN(hk_cuda_matmul_bf16(dy, dx, dwb, n, in, out, acc, dxb, blas,
+                                    NULL));
+            good &= close_cpu(y, dy, ny, ATOL_MM, RTOL_MM, acc ? "y+=" : "y=");
+        }
+        ok(good, "matmul_bf16 n=%d in=%d out=%d (= and +=)", n, in, out);
+        CK(hk_cuda_free(dwb));
+        CK(hk_cuda_free(dxb));
+        CK(hk_cuda_free(dx));
+        CK(hk_cuda_free(dw));
+        CK(hk_cuda_free(dy));
+        free(wb);
+        free(xr);
+        free(wr);
+        free(x);
+        free(w);
+        free(y0);
+        free(y);
+    }
+    hk_cuda_blas_destroy(blas);
+}
+
+/* ---- elementwise and data movement -----------------------------------------
+ */
+
+static void test_split_heads(void)
+{
+    /* rows, da, db, dc: attention's [q | gate] per head (rows = T*Hq), the
+     * GDN conv output [q | k | v] (rows = T). */
+    static const int shapes[][4] = {
+        {1, 1, 1, 0}, {21, 64, 64, 0}, {5, 48, 48, 80}, {48, 256, 256, 0}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int rows = shapes[s][0], da = shapes[s][1], db = shapes[s][2];
+        const int dc = shapes[s][3];
+        const size_t nx = (size_t)rows * (da + db + dc);
+        const size_t na = (size_t)rows * da, nb = (size_t)rows * db;
+        const size_t nc = (size_t)rows * dc;
+        float *x = frand(nx, 1.0), *a = hmalloc(na), *b = hmalloc(nb);
+        float *c = dc ? hmalloc(nc) : NULL;
+        float *dx = dev_from(x, nx), *da_ = dev_alloc(na), *db_ = dev_alloc(nb);
+        float *dc_ = dc ? dev_alloc(nc) : NULL;
+        hk_split_heads(a, b, c, x, rows, da, db, dc);
+        RUN(hk_cuda_split_heads(da_, db_, dc_, dx, rows, da, db, dc, NULL));
+        int good = same_cpu(a, da_, na, "a") & same_cpu(b, db_, nb, "b");
+        if (dc)
+            good &= same_cpu(c, dc_, nc, "c");
+        ok(good, "split_heads rows=%d da=%d db=%d dc=%d", rows, da, db, dc);
+        CK(hk_cuda_free(dx));
+        CK(hk_cuda_free(da_));
+        CK(hk_cuda_free(db_));
+        CK(hk_cuda_free(dc_));
+        free(x);
+        free(a);
+        free(b);
+        free(c);
+    }
+}
+
+static void test_gate_scale(void)
+{
+    static const int shapes[][2] = {{1, 1}, {7, 33}, {40, 1024}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
+        const int rows = shapes[s][0], dim = shapes[s][1];
+        const size_t n = (size_t)rows * dim;
+        float *o = frand(n, 2.0), *gt = frand(n, 12.0), *sc = frand(rows, 3.0);
+        float *y = fdup(o, n);
+        float *dgt = dev_from(gt, n), *dsc = dev_from(sc, rows);
+        float *dy = dev_from(o, n);
+        hk_gate_mul(y, gt, n);
+        RUN(hk_cuda_gate_mul(dy, dgt, n, NULL));
+        ok(close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "o"), "gate_mul n=%zu", n);
+        int good = 1;
+        for (int sigm = 0; sigm < 2; sigm++) {
+            memcpy(y, o, n * sizeof(float));
+            CK(hk_cuda_h2d(dy, o, n * sizeof(float), NULL));
+            hk_scale_rows(y, sc, rows, dim, sigm);
+            RUN(hk_cuda_scale_rows(dy, dsc, rows, dim, sigm, NULL));
+            good &= close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "x");
+        }
+        ok(good, "scale_rows rows=%d dim=%d (plain and sigmoid)", rows, dim);
+        CK(hk_cuda_free(dgt));
+        CK(hk_cuda_free(dsc));
+        CK(hk_cuda_free(dy));
+        free(o);
+        free(gt);
+        free(sc);
+        free(y);
+    }
+}
+
+/* Cache rows by position: prefill rows at scattered positions (a PIC
+ * splice writes recomputed rows between reused ones), then one decode
+ * row per request into separate caches; untouched rows must stay. */
+static void test_kv_store(void)
+{
+    static const int shapes[][3] = {{1, 1, 1}, {5, 40, 64}, {9, 300, 512}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
+        const int T = shapes[s][0], N = shapes[s][1], kvd = shapes[s][2];
+        const size_t nc = (size_t)N * kvd, nr = (size_t)T * kvd;
+        int pos[16];
+        for (int t = 0; t < T; t++)
+            pos[t] = (7 * t + 3) % N; /* distinct: T <= N, 7 coprime to N */
+        float *kc = frand(nc, 1.0), *vc = frand(nc, 1.0);
+        float *k = frand(nr, 1.0), *v = frand(nr, 1.0);
+        float *dkc = dev_from(kc, nc), *dvc = dev_from(vc, nc);
+        float *dk = dev_from(k, nr), *dv = dev_from(v, nr);
+        int *dpos = dev_ints(pos, T);
+        hk_kv_store(kc, vc, k, v, pos, T, kvd);
+        RUN(hk_cuda_kv_store(dkc, dvc, dk, dv, dpos, T, kvd, NULL));
+        ok(same_cpu(kc, dkc, nc, "k cache") & same_cpu(vc, dvc, nc, "v cache"),
+           "kv_store T=%d N=%d kvd=%d", T, N, kvd);
+
+        /* decode: request b gets row b at position pos[b] of its cache */
+        float *kcs[16], *vcs[16], *dkcs[16], *dvcs[16];
+        for (int b = 0; b < T; b++) {
+            kcs[b] = frand(nc, 1.0);
+            vcs[b] = frand(nc, 1.0);
+            dkcs[b] = dev_from(kcs[b], nc);
+            dvcs[b] = dev_from(vcs[b], nc);
+            hk_kv_store(kcs[b], vcs[b], k + (size_t)b * kvd,
+                        v + (size_t)b * kvd, pos + b, 1, kvd);
+        }
+        void *dpk = NULL, *dpv = NULL;
+        CK(hk_cuda_malloc(&dpk, T * sizeof(float *)));
+        CK(hk_cuda_malloc(&dpv, T * sizeof(float *)));
+        CK(hk_cuda_h2d(dpk, dkcs, T * sizeof(float *), NULL));
+        CK(hk_cuda_h2d(dpv, dvcs, T * sizeof(float *), NULL));
+        RUN(hk_cuda_kv_store_decode(dpk, dpv, dk, dv, dpos, T, kvd, NULL));
+        int good = 1;
+        for (int b = 0; b < T; b++) {
+            good &= same_cpu(kcs[b], dkcs[b], nc, "k cache");
+            good &= same_cpu(vcs[b], dvcs[b], nc, "v cache");
+            CK(hk_cuda_free(dkcs[b]));
+            CK(hk_cuda_free(dvcs[b]));
+            free(kcs[b]);
+            free(vcs[b]);
+        }
+        ok(good, "kv_store_decode B=%d N=%d kvd=%d", T, N, kvd);
+        CK(hk_cuda_free(dpk));
+        CK(hk_cuda_free(dpv));
+        CK(hk_cuda_free(dkc));
+        CK(hk_cuda_free(dvc));
+        CK(hk_cuda_free(dk));
+        CK(hk_cuda_free(dv));
+        CK(hk_cuda_free(dpos));
+        free(kc);
+        free(vc);
+        free(k);
+        free(v);
+    }
+}
+
+static void test_embed(void)
+{
+    static const int shapes[][3] = {{1, 1, 1}, {6, 50, 64}, {33, 1000, 257}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
+        const int T = shapes[s][0], V = shapes[s][1], H = shapes[s][2];
+        int ids[64];
+        for (int t = 0; t < T; t++)
+            ids[t] = (int)((urand() + 1.0) * 0.5 * V) % V;
+        if (T > 1)
+            ids[T - 1] = ids[0]; /* a repeated token */
+        float *table = frand((size_t)V * H, 1.0), *x = hmalloc((size_t)T * H);
+        float *dt = dev_from(table, (size_t)V * H);
+        float *dx = dev_alloc((size_t)T * H);
+        int *dids = dev_ints(ids, T);
+        hk_embed(x, table, ids, T, H);
+        RUN(hk_cuda_embed(dx, dt, dids, T, H, NULL));
+        ok(same_cpu(x, dx, (size_t)T * H, "x"), "embed T=%d V=%d H=%d", T, V,
+           H);
+        CK(hk_cuda_free(dt));
+        CK(hk_cuda_free(dx));
+        CK(hk_cuda_free(dids));
+        free(table);
+        free(x);
+    }
+}
+
+/* ---- attention
+ * ---------------------------------------------------------------
+ */
+
+/* The attention layer's steps around the op on both sides, as the forward
+ * pass runs them (reference §4): q and k zero-centred RMSNorm per head,
+ * partial RoPE (rot of hd), attention, then the output gate. */
+typedef struct {
+    int T, N, Hq, Hkv, hd, rot;
+} att_shape_t;
+
+static void test_attention(void)
+{
+    /* qpos: prefill from 0, a prompt over a cache (the last T of N), a
+     * PIC splice (unordered positions). hd 256, GQA 4 and rot 64 are the
+     * Qwen3.5 attention layers (scaled down in heads). */
+    static const att_shape_t shapes[] = {
+        {1, 1, 1, 1, 2, 2},       {5, 5, 4, 2, 64, 16},
+        {7, 40, 8, 2, 256, 64},   {3, 100, 6, 3, 33, 8},
+        {1, 130, 16, 2, 256, 64}, {70, 70, 2, 1, 128, 128}};
+    const float eps = 1e-6f;
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
+        const att_shape_t *a = &shapes[s];
+        const int T = a->T, N = a->N, Hq = a->Hq, Hkv = a->Hkv, hd = a->hd;
+        const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
+        const size_t nkn = (size_t)T * Hkv * hd;
+        int qpos[128];
+        for (int t = 0; t < T; t++)
+            qpos[t] = s == 3 ? (t * 37 + 10) % N : N - T + t;
+        float *q = frand(nq, 1.0), *gate = frand(nq, 3.0);
+        float *kc = frand(nkv, 1.0), *vc = frand(nkv, 1.0);
+        float *kn = frand(nkn, 1.0), *vn = frand(nkn, 1.0);
+        float *qw = frand(hd, 0.5), *kw = frand(hd, 0.5);
+        float *o = hmalloc(nq);
+        float *dq = dev_from(q, nq), *dgate = dev_from(gate, nq);
+        float *dkc = dev_from(kc, nkv), *dvc = dev_from(vc, nkv);
+        float *dkn = dev_from(kn, nkn), *dvn = dev_from(vn, nkn);
+        float *dqw = dev_from(qw, hd), *dkw = dev_from(kw, hd);
+        float *dO = dev_alloc(nq);
+        int *dpos = dev_ints(qpos, T);
+        const float scale = 1.0f / sqrtf((float)hd);
+
+        float *scr = hmalloc(hk_attention_scratch(T, N, Hq));
+        hk_rmsnorm_zc(q, q, qw, T * Hq, hd, eps);
+        hk_rmsnorm_zc(kn, kn, kw, T * Hkv, hd, eps);
+        hk_rope(q, qpos, T, Hq, hd, a->rot, 1e7);
+        hk_rope(kn, qpos, T, Hkv, hd, a->rot, 1e7);
+        hk_kv_store(kc, vc, kn, vn, qpos, T, Hkv * hd);
+        hk_attention(o, q, qpos, kc, vc, T, N, Hq, Hkv, hd, scale, scr);
+        float *ogate = fdup(o, nq);
+        hk_gate_mul(ogate, gate, nq);
+
+        RUN(hk_cuda_rmsnorm_zc(dq, dq, dqw, T * Hq, hd, eps, NULL));
+        RUN(hk_cuda_rmsnorm_zc(dkn, dkn, dkw, T * Hkv, hd, eps, NULL));
+        RUN(hk_cuda_rope(dq, dpos, T, Hq, hd, a->rot, 1e7, NULL));
+        RUN(hk_cuda_rope(dkn, dpos, T, Hkv, hd, a->rot, 1e7, NULL));
+        RUN(hk_cuda_kv_store(dkc, dvc, dkn, dvn, dpos, T, Hkv * hd, NULL));
+        RUN(hk_cuda_attention(dO, dq, dpos, dkc, dvc, T, N, Hq, Hkv, hd, scale,
+                              NULL));
+        int good = close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o");
+        RUN(hk_cuda_gate_mul(dO, dgate, nq, NULL));
+        good &= close_cpu(ogate, dO, nq, ATOL_ATT, RTOL_ATT, "gated o");
+        ok(good, "attention T=%d N=%d Hq=%d Hkv=%d hd=%d rot=%d%s", T, N, Hq,
+           Hkv, hd, a->rot, s == 3 ? " (unordered qpos)" : "");
+        CK(hk_cuda_free(dq));
+        CK(hk_cuda_free(dgate));
+        CK(hk_cuda_free(dkc));
+        CK(hk_cuda_free(dvc));
+        CK(hk_cuda_free(dkn));
+        CK(hk_cuda_free(dvn));
+        CK(hk_cuda_free(dqw));
+        CK(hk_cuda_free(dkw));
+        CK(hk_cuda_free(dO));
+        CK(hk_cuda_free(dpos));
+        free(q);
+        free(gate);
+        free(kc);
+        free(vc);
+        free(kn);
+        free(vn);
+        free(qw);
+        free(kw);
+        free(o);
+        free(ogate);
+        free(scr);
+    }
+}
+
+/* B requests, one query each, every cache its own allocation of its own
+ * length; the reference is hk_attention with T = 1, qpos = n_ctx - 1. */
+static void test_attention_decode(void)
+{
+    /* B, Hq, Hkv, hd; contexts below */
+    static const int shapes[][4] = {
+        {1, 1, 1, 16}, {3, 8, 2, 256}, {4, 6, 6, 64}};
+    static const int ctx[] = {65, 1, 200, 64};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
+        const int B = shapes[s][0], Hq = shapes[s][1], Hkv = shapes[s][2];
+        const int hd = shapes[s][3];
+        const size_t nq = (size_t)B * Hq * hd, row = (size_t)Hkv * hd;
+        const float scale = 1.0f / sqrtf((float)hd);
+        float *q = frand(nq, 1.0), *o = hmalloc(nq);
+        float *kc[4], *vc[4], *dkc[4], *dvc[4];
+        int nctx[4];
+        for (int b = 0; b < B; b++) {
+            nctx[b] = ctx[b];
+            kc[b] = frand(nctx[b] * row, 1.0);
+            vc[b] = frand(nctx[b] * row, 1.0);
+            dkc[b] = dev_from(kc[b], nctx[b] * row);
+            dvc[b] = dev_from(vc[b], nctx[b] * row);
+            float *scr = hmalloc(hk_attention_scratch(1, nctx[b], Hq));
+            const int p = nctx[b] - 1;
+            hk_attention(o + (size_t)b * Hq * hd, q + (size_t)b * Hq * hd, &p,
+                         kc[b], vc[b], 1, nctx[b], Hq, Hkv, hd, scale, scr);
+            free(scr);
+        }
+        void *dpk = NULL, *dpv = NULL;
+        CK(hk_cuda_malloc(&dpk, B * sizeof(float *)));
+        CK(hk_cuda_malloc(&dpv, B * sizeof(float *)));
+        CK(hk_cuda_h2d(dpk, dkc, B * sizeof(float *), NULL));
+        CK(hk_cuda_h2d(dpv, dvc, B * sizeof(float *), NULL));
+        float *dq = dev_from(q, nq), *dO = dev_alloc(nq);
+        int *dctx = dev_ints(nctx, B);
+        RUN(hk_cuda_attention_decode(dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd,
+                                     scale, NULL));
+        ok(close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o"),
+           "attention_decode B=%d Hq=%d Hkv=%d hd=%d", B, Hq, Hkv, hd);
+        for (int b = 0; b < B; b++) {
+            CK(hk_cuda_free(dkc[b]));
+            CK(hk_cuda_free(dvc[b]));
+            free(kc[b]);
+            free(vc[b]);
+        }
+        CK(hk_cuda_free(dpk));
+        CK(hk_cuda_free(dpv));
+        CK(hk_cuda_free(dq));
+        CK(hk_cuda_free(dO));
+        CK(hk_cuda_free(dctx));
+        free(q);
+        free(o);
+    }
+}
+
+/* ---- MoE
+ * ---------------------------------------------------------------------
+ */
+
+static void test_moe(void)
+{
+    /* T, E, k, renorm: ties (E = 8 logits from 3 values), k = E, the
+     * Qwen3-Next router (E = 512, k = 10). */
+    static const int shapes[][4] = {
+        {1, 1, 1, 1}, {9, 8, 8, 0}, {5, 64, 4, 1}, {3, 512, 10, 1}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int T = shapes[s][0], E = shapes[s][1], k = shapes[s][2];
+        const int renorm = shapes[s][3], H = 40;
+        const size_t nl = (size_t)T * E, nk = (size_t)T * k;
+        float *lg = frand(nl, 4.0);
+        if (E == 8)
+            for (size_t i = 0; i < nl; i++)
+                lg[i] = (float)((int)(3.0 * (urand() + 1.0)) % 3);
+        int *idx = malloc(nk * sizeof(int));
+        float *w = hmalloc(nk);
+        for (int t = 0; t < T; t++)
+            hk_moe_route(idx + (size_t)t * k, w + (size_t)t * k,
+                         lg + (size_t)t * E, E, k, renorm);
+        float *dlg = dev_from(lg, nl), *dw = dev_alloc(nk);
+        int *didx = dev_ints(idx, nk); /* overwritten below */
+        RUN(hk_cuda_moe_route(didx, dw, dlg, T, E, k, renorm, NULL));
+        ok(same_ints(idx, didx, nk, "idx") &
+               close_cpu(w, dw, nk, ATOL_SEL, RTOL_SEL, "w"),
+           "moe_route T=%d E=%d k=%d renorm=%d", T, E, k, renorm);
+
+        /* dispatch from the CPU's routes (so both sides plan the same) */
+        CK(hk_cuda_h2d(didx, idx, nk * sizeof(int), NULL));
+        CK(hk_cuda_h2d(dw, w, nk * sizeof(float), NULL));
+        int *offs = malloc((size_t)(E + 1) * sizeof(int));
+        int *rows = malloc(nk * sizeof(int)), *slot = malloc(nk * sizeof(int));
+        float *scale = hmalloc(nk);
+        hk_moe_plan(offs, rows, scale, slot, idx, w, T, k, E);
+        int *doffs = dev_ints(offs, E + 1), *drows = dev_ints(rows, nk);
+        int *dslot = dev_ints(slot, nk);
+        float *dscale = dev_alloc(nk);
+        CK(hk_cuda_memset0(doffs, (E + 1) * sizeof(int), NULL));
+        CK(hk_cuda_memset0(drows, nk * sizeof(int), NULL));
+        CK(hk_cuda_memset0(dslot, nk * sizeof(int), NULL));
+        RUN(hk_cuda_moe_plan(doffs, drows, dscale, dslot, didx, dw, T, k, E,
+                             NULL));
+        ok(same_ints(offs, doffs, E + 1, "offs") &
+               same_ints(rows, drows, nk, "rows") &
+               same_ints(slot, dslot, nk, "slot") &
+               same_cpu(scale, dscale, nk, "scale"),
+           "moe_plan T=%d E=%d k=%d", T, E, k);
+
+        float *y = frand((size_t)T * H, 1.0), *xg = hmalloc(nk * H);
+        float *dy = dev_from(y, (size_t)T * H), *dxg = dev_alloc(nk * H);
+        hk_moe_gather(xg, y, rows, (int)nk, H);
+        RUN(hk_cuda_moe_gather(dxg, dy, drows, (int)nk, H, NULL));
+        ok(same_cpu(xg, dxg, nk * H, "xg"), "moe_gather T=%d k=%d H=%d", T, k,
+           H);
+
+        /* scatter expert by expert (as the forward loop), then combine */
+        float *eo = frand(nk * H, 1.0), *x = frand((size_t)T * H, 1.0);
+        float *x2 = fdup(x, (size_t)T * H);
+        float *deo = dev_from(eo, nk * H), *dx = dev_from(x, (size_t)T * H);
+        float *dx2 = dev_from(x, (size_t)T * H);
+        for (int e = 0; e < E; e++) {
+            const int n = offs[e + 1] - offs[e];
+            hk_moe_scatter(x, eo + (size_t)offs[e] * H, rows + offs[e], n, H);
+            RUN(hk_cuda_moe_scatter(dx, deo + (size_t)offs[e] * H,
+                                    drows + offs[e], n, H, NULL));
+        }
+        ok(same_cpu(x, dx, (size_t)T * H, "x"), "moe_scatter T=%d E=%d k=%d", T,
+           E, k);
+        hk_moe_combine(x2, eo, slot, T, k, H);
+        RUN(hk_cuda_moe_combine(dx2, deo, dslot, T, k, H, NULL));
+        ok(same_cpu(x2, dx2, (size_t)T * H, "x"), "moe_combine T=%d k=%d H=%d",
+           T, k, H);
+        CK(hk_cuda_free(dlg));
+        CK(hk_cuda_free(dw));
+        CK(hk_cuda_free(didx));
+        CK(hk_cuda_free(doffs));
+        CK(hk_cuda_free(drows));
+        CK(hk_cuda_free(dslot));
+        CK(hk_cuda_free(dscale));
+        CK(hk_cuda_free(dy));
+        CK(hk_cuda_free(dxg));
+        CK(hk_cuda_free(deo));
+        CK(hk_cuda_free(dx));
+        CK(hk_cuda_free(dx2));
+        free(lg);
+        free(idx);
+        free(w);
+        free(offs);
+        free(rows);
+        free(slot);
+        free(scale);
+        free(y);
+        free(xg);
+        free(eo);
+        free(x);
+        free(x2);
+    }
+}
+
+/* ---- next-token helpers
+ * ------------------------------------------------------
+ */
+
+static void test_sample(void)
+{
+    /* B, V, k, temperature x 100: ties (integer logits), k = V, k = 1, the
+     * Qwen3.5 vocabulary (248320; full grid only). */
+    static const int shapes[][4] = {{1, 1, 1, 100},
+                                    {3, 1000, 50, 70},
+                                    {2, 40, 40, 100},
+                                    {2, 5000, 256, 130},
+                                    {1, 248320, 20, 100}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int B = shapes[s][0], V = shapes[s][1], k = shapes[s][2];
+        const double inv_t = 100.0 / shapes[s][3];
+        const size_t n = (size_t)B * V;
+        float *lg = frand(n, 8.0);
+        if (V == 40) /* ties, the maximum among them */
+            for (size_t i = 0; i < n; i++)
+                lg[i] = (float)((int)(5.0 * (urand() + 1.0)) % 5);
+        int am[4], *idx = malloc((size_t)B * k * sizeof(int));
+        float *p = hmalloc((size_t)B * k);
+        for (int b = 0; b < B; b++) {
+            am[b] = hk_argmax(lg + (size_t)b * V, V);
+            hk_topk(p + (size_t)b * k, idx + (size_t)b * k, lg + (size_t)b * V,
+                    V, k, inv_t);
+        }
+        float *dlg = dev_from(lg, n), *dp = dev_alloc((size_t)B * k);
+        int *dam = dev_ints(am, B), *didx = dev_ints(idx, (size_t)B * k);
+        CK(hk_cuda_memset0(dam, B * sizeof(int), NULL));
+        CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
+        RUN(hk_cuda_argmax(dam, dlg, B, V, NULL));
+        ok(same_ints(am, dam, B, "idx"), "argmax B=%d V=%d", B, V);
+        RUN(hk_cuda_topk(dp, didx, dlg, B, V, k, inv_t, NULL));
+        ok(same_ints(idx, didx, (size_t)B * k, "idx") &
+               close_cpu(p, dp, (size_t)B * k, ATOL_SEL, RTOL_SEL, "p"),
+           "topk B=%d V=%d k=%d inv_t=%.3g", B, V, k, inv_t);
+        CK(hk_cuda_free(dlg));
+        CK(hk_cuda_free(dp));
+        CK(hk_cuda_free(dam));
+        CK(hk_cuda_free(didx));
+        free(lg);
+        free(idx);
+        free(p);
     }
 }
 
@@ -773,11 +1356,24 @@ static void test_einval(void)
         hk_cuda_gdn_chunk(&x, &x, NULL, &x, &x, &x, &x, &x, 1, 1, 1, 1, 1,
                           HK_CUDA_GDN_MAX_C + 1, &x, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_rope(&x, NULL, 1, 1, 2, 3, 1e4, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_attention(&x, &x, NULL, &x, &x, 1, 1, 3, 2, 8, 1.0f,
+                              NULL) == HK_CUDA_EINVAL; /* Hq % Hkv */
+    good &=
+        hk_cuda_attention(&x, &x, NULL, &x, &x, 1, 1, 1, 1,
+                          HK_CUDA_ATT_MAX_HD + 1, 1.0f, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0,
+                         NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_matmul(&x, &x, &x, 1, 1, 1, NULL, NULL) == HK_CUDA_EINVAL;
     ok(good, "launchers return HK_CUDA_EINVAL on bad shapes");
 }
 
 static void run_all(void)
 {
+    const char *grid = getenv("HK_CUDA_TEST_GRID");
+    small_grid = grid && strcmp(grid, "small") == 0;
+    if (small_grid)
+        tap_diag("HK_CUDA_TEST_GRID=small: the first shapes of each grid");
     test_norms(); /* rmsnorm_zc, rmsnorm_gated, l2norm */
     test_swiglu();
     test_conv();
@@ -790,6 +1386,15 @@ static void run_all(void)
     test_trans_compose();
     test_trans_chain();
     test_trans_rope_shift();
+    test_matmul(); /* matmul, matmul_acc, matmul_bf16 */
+    test_split_heads();
+    test_gate_scale(); /* gate_mul, scale_rows */
+    test_kv_store();   /* kv_store, kv_store_decode */
+    test_embed();
+    test_attention();
+    test_attention_decode();
+    test_moe(); /* moe_route, moe_plan, moe_gather, moe_scatter, moe_combine */
+    test_sample(); /* argmax, topk */
     test_einval();
 }
 

@@ -87,7 +87,7 @@ struct hk_emu_state {
     long long progress = 0;
     int bar_count = 0, bar_gen = 0;
     int wcount[32] = {0}, wgen[32] = {0};
-    float wbuf[32][32];
+    double wbuf[32][32];
 };
 
 inline hk_emu_state hk_emu;
@@ -149,16 +149,19 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
     hk_emu_warp_bar();
 }
 
-static inline float __shfl_xor_sync(unsigned mask, float v, int off)
+/* Any 4- or 8-byte type (float, int, double), as CUDA's overloads. */
+template <class V> static inline V __shfl_xor_sync(unsigned mask, V v, int off)
 {
+    static_assert(sizeof(V) <= sizeof(double), "emu: shuffle of a wide type");
     if (mask != 0xffffffffu) {
         fprintf(stderr, "emu: partial shuffle masks are not modelled\n");
         abort();
     }
     const int w = hk_emu.cur / 32, l = hk_emu.cur % 32;
-    hk_emu.wbuf[w][l] = v;
+    memcpy(&hk_emu.wbuf[w][l], &v, sizeof(V));
     hk_emu_warp_bar();
-    const float r = hk_emu.wbuf[w][l ^ off];
+    V r;
+    memcpy(&r, &hk_emu.wbuf[w][l ^ off], sizeof(V));
     hk_emu_warp_bar(); /* nobody overwrites wbuf before all have read */
     return r;
 }
@@ -166,6 +169,11 @@ static inline float __shfl_xor_sync(unsigned mask, float v, int off)
 static inline int min(int a, int b)
 {
     return a < b ? a : b;
+}
+
+static inline int max(int a, int b)
+{
+    return a > b ? a : b;
 }
 
 static inline void hk_emu_entry(void)

@@ -1,0 +1,153 @@
+/*
+ * hk_elementwise.cu - CUDA twins of hk_elementwise.c: head splitting, the
+ * output gate, row scaling, the K/V cache store (one sequence, or one row
+ * for each of B requests) and the token embedding.
+ *
+ * All are grid-stride loops over output elements: copies are exact, the
+ * products the same single multiply as on the CPU (sigmoid from
+ * hk_math.h). Rows are gridDim.y-free: the element index carries the row,
+ * so any size fits the grid.
+ */
+#include "kernels/cuda/hk_cuda_impl.h"
+
+#define HK_EW_THREADS 256
+
+static __global__ void hk_split_kernel(float *a, float *b, float *c, // outs
+                                       const float *x, // [rows, ld]
+                                       size_t n,       // rows * ld
+                                       int da, int db, int ld)
+{
+    HK_GRID_STRIDE(e, n)
+    {
+        const size_t r = e / (size_t)ld;
+        const int col = (int)(e % (size_t)ld);
+        const float val = x[e];
+        if (col < da)
+            a[r * da + col] = val;
+        else if (col < da + db)
+            b[r * db + (col - da)] = val;
+        else
+            c[r * (ld - da - db) + (col - da - db)] = val;
+    }
+}
+
+static __global__ void hk_gate_mul_kernel(float *o, const float *gate,
+                                          size_t n)
+{
+    HK_GRID_STRIDE(i, n)
+    o[i] *= hk_math_sigmoid(gate[i]);
+}
+
+static __global__ void hk_scale_rows_kernel(float *x,       // [rows, dim]
+                                            const float *s, // [rows]
+                                            size_t n, int dim, int sigm)
+{
+    HK_GRID_STRIDE(e, n)
+    {
+        const float sr = s[e / (size_t)dim];
+        x[e] *= sigm ? hk_math_sigmoid(sr) : sr;
+    }
+}
+
+/* Row r of src goes to row rows[r] of dst (embedding: the table's row
+ * ids[t] goes to row t, swapped via gather). */
+static __global__ void hk_kv_store_kernel(float *kc, float *vc,
+                                          const float *k, // [T, kvd]
+                                          const float *v, // [T, kvd]
+                                          const int *pos, // [T]
+                                          size_t n, int kvd)
+{
+    HK_GRID_STRIDE(e, n)
+    {
+        const size_t t = e / (size_t)kvd, d = e % (size_t)kvd;
+        const size_t dst = (size_t)pos[t] * kvd + d;
+        kc[dst] = k[e];
+        vc[dst] = v[e];
+    }
+}
+
+static __global__ void hk_kv_store_decode_kernel(float *const *kcs,
+                                                 float *const *vcs,
+                                                 const float *k, // [B, kvd]
+                                                 const float *v, // [B, kvd]
+                                                 const int *pos, // [B]
+                                                 size_t n, int kvd)
+{
+    HK_GRID_STRIDE(e, n)
+    {
+        const size_t b = e / (size_t)kvd, d = e % (size_t)kvd;
+        const size_t dst = (size_t)pos[b] * kvd + d;
+        kcs[b][dst] = k[e];
+        vcs[b][dst] = v[e];
+    }
+}
+
+static __global__ void hk_embed_kernel(float *x,           // [T, H]
+                                       const float *table, // [V, H]
+                                       const int *ids,     // [T]
+                                       size_t n, int H)
+{
+    HK_GRID_STRIDE(e, n)
+    {
+        const size_t t = e / (size_t)H, d = e % (size_t)H;
+        x[e] = table[(size_t)ids[t] * H + d];
+    }
+}
+
+extern "C" int hk_cuda_split_heads(float *a, float *b, float *c,
+                                   const float *x, int rows, int da, int db,
+                                   int dc, void *stream)
+{
+    if (rows < 0 || da < 0 || db < 0 || dc < 0 || (!c && dc > 0) ||
+        da + db + dc == 0)
+        return HK_CUDA_EINVAL;
+    const int ld = da + db + dc;
+    const size_t n = (size_t)rows * ld;
+    HK_LAUNCH_1D(hk_split_kernel, n, HK_EW_THREADS, stream, a, b, c, x, n, da, db, ld);
+}
+
+extern "C" int hk_cuda_gate_mul(float *o, const float *gate, size_t n,
+                                void *stream)
+{
+    HK_LAUNCH_1D(hk_gate_mul_kernel, n, HK_EW_THREADS, stream, o, gate, n);
+}
+
+extern "C" int hk_cuda_scale_rows(float *x, const float *s, int rows, int dim,
+                                  int sigm, void *stream)
+{
+    if (rows < 0 || dim < 0)
+        return HK_CUDA_EINVAL;
+    const size_t n = (size_t)rows * dim;
+    HK_LAUNCH_1D(hk_scale_rows_kernel, n, HK_EW_THREADS, stream, x, s, n, dim, sigm);
+}
+
+extern "C" int hk_cuda_kv_store(float *kc, float *vc, const float *k,
+                                const float *v, const int *pos, int T, int kvd,
+                                void *stream)
+{
+    if (T < 0 || kvd < 0)
+        return HK_CUDA_EINVAL;
+    const size_t n = (size_t)T * kvd;
+    HK_LAUNCH_1D(hk_kv_store_kernel, n, HK_EW_THREADS, stream, kc, vc, k, v, pos, n, kvd);
+}
+
+extern "C" int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
+                                       const float *k, const float *v,
+                                       const int *pos, int B, int kvd,
+                                       void *stream)
+{
+    if (B < 0 || kvd < 0)
+        return HK_CUDA_EINVAL;
+    const size_t n = (size_t)B * kvd;
+    HK_LAUNCH_1D(hk_kv_store_decode_kernel, n, HK_EW_THREADS, stream, kcs, vcs, k, v, pos, n,
+                 kvd);
+}
+
+extern "C" int hk_cuda_embed(float *x, const float *table, const int *ids,
+                             int T, int H, void *stream)
+{
+    if (T < 0 || H < 0)
+        return HK_CUDA_EINVAL;
+    const size_t n = (size_t)T * H;
+    HK_LAUNCH_1D(hk_embed_kernel, n, HK_EW_THREADS, stream, x, table, ids, n, H);
+}

@@ -4,6 +4,9 @@
 #                   CUDA kernels when nvcc is present (NO_DEVICE=1 skips them)
 #   make run        install what is missing, build, start redis+engine+nginx
 #   make test       install what is missing, build, run every suite (prove)
+#   make test-cuda-emu  the CUDA twins on the host emulator, full shape grid,
+#                   both thread orders (make test runs a reduced grid:
+#                   t/015-cuda-emu.t); needs g++ and python3, not nvcc
 #   make asan       the same build with AddressSanitizer + UBSan in build-asan/
 #   make test-asan  every suite against that build
 #   make format     clang-format our sources in place;  make lint  checks them
@@ -72,7 +75,7 @@ endif
 endif
 
 .PHONY: all engine module cuda tests deps run test asan test-asan format \
-        lint clean golden bench
+        lint clean golden bench test-cuda-emu
 all: engine module tests $(CUDA_TARGET)
 engine: $(ENGINE)
 module: $(MODULE)
@@ -167,6 +170,11 @@ PROVE_FLAGS ?=
 test: deps
 	@$(MAKE) --no-print-directory all
 	HYPIC_BUILD=$(CURDIR)/$(BUILD) prove $(PROVE_FLAGS) $(TEST_BINS) t/*.t
+
+# The CUDA kernels compiled by g++ against kernels/cuda/emu and compared
+# with the CPU kernels on every shape, threads in tid order then reversed.
+test-cuda-emu: $(LIBKCPU)
+	HK_EMU_BUILD=$(CURDIR)/$(BUILD)/cuda-emu kernels/cuda/emu/run.sh $(LIBKCPU)
 
 ASAN_VARS := BUILD=build-asan OPT_FLAGS=-O1 \
     SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"

@@ -32,9 +32,8 @@ static inline HK_HOSTDEV void hk_sel_probs(float *p, int *idx, int k, float mx,
     for (int j = 0; j < k; j++)
         p[j] = (float)((float)exp((p[j] - mx) * inv_t) / z);
     for (int j = 1; j < k; j++)
-        for (int m = j; m > 0 && hk_sel_before(p[m], idx[m], p[m - 1],
-                                                idx[m - 1]);
-             m--) {
+        for (int m = j;
+             m > 0 && hk_sel_before(p[m], idx[m], p[m - 1], idx[m - 1]); m--) {
             const float tp = p[m];
             const int ti = idx[m];
             p[m] = p[m - 1];

@@ -51,11 +51,11 @@ void hk_scale_rows(float *x,       // [rows, dim]
     }
 }
 
-void hk_kv_store(float *kc,       // [N, kvd]
-                 float *vc,       // [N, kvd]
-                 const float *k,  // [T, kvd]
-                 const float *v,  // [T, kvd]
-                 const int *pos,  // [T]
+void hk_kv_store(float *kc,      // [N, kvd]
+                 float *vc,      // [N, kvd]
+                 const float *k, // [T, kvd]
+                 const float *v, // [T, kvd]
+                 const int *pos, // [T]
                  int T, int kvd)
 {
     const size_t row = (size_t)kvd * sizeof(float);

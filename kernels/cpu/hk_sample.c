@@ -27,9 +27,9 @@ int hk_argmax(const float *x, int n)
     return best;
 }
 
-void hk_topk(float *p,             // [k]
-             int *idx,             // [k]
-             const float *logits,  // [V]
+void hk_topk(float *p,            // [k]
+             int *idx,            // [k]
+             const float *logits, // [V]
              int V, int k, double inv_t)
 {
     assert(k >= 1 && k <= V);

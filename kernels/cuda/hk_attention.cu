@@ -142,19 +142,17 @@ extern "C" int hk_cuda_attention(float *o, const float *q, const int *qpos,
     return hk_cuda_check_launch();
 }
 
-extern "C" int hk_cuda_attention_decode(float *o, const float *q,
-                                        const float *const *kcs,
-                                        const float *const *vcs,
-                                        const int *n_ctx, int B, int Hq,
-                                        int Hkv, int hd, float scale,
-                                        void *stream)
+extern "C" int
+hk_cuda_attention_decode(float *o, const float *q, const float *const *kcs,
+                         const float *const *vcs, const int *n_ctx, int B,
+                         int Hq, int Hkv, int hd, float scale, void *stream)
 {
     if (!hk_att_args_ok(B, Hq, Hkv, hd))
         return HK_CUDA_EINVAL;
     if (B == 0)
         return HK_CUDA_OK;
     hk_attention_decode_kernel<<<(unsigned)(B * Hq), HK_ATT_THREADS, 0,
-                                 hk_stream(stream)>>>(o, q, kcs, vcs, n_ctx,
-                                                      Hq, Hkv, hd, scale);
+                                 hk_stream(stream)>>>(o, q, kcs, vcs, n_ctx, Hq,
+                                                      Hkv, hd, scale);
     return hk_cuda_check_launch();
 }

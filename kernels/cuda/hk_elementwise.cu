@@ -31,8 +31,7 @@ static __global__ void hk_split_kernel(float *a, float *b, float *c, // outs
     }
 }
 
-static __global__ void hk_gate_mul_kernel(float *o, const float *gate,
-                                          size_t n)
+static __global__ void hk_gate_mul_kernel(float *o, const float *gate, size_t n)
 {
     HK_GRID_STRIDE(i, n)
     o[i] *= hk_math_sigmoid(gate[i]);
@@ -94,16 +93,17 @@ static __global__ void hk_embed_kernel(float *x,           // [T, H]
     }
 }
 
-extern "C" int hk_cuda_split_heads(float *a, float *b, float *c,
-                                   const float *x, int rows, int da, int db,
-                                   int dc, void *stream)
+extern "C" int hk_cuda_split_heads(float *a, float *b, float *c, const float *x,
+                                   int rows, int da, int db, int dc,
+                                   void *stream)
 {
     if (rows < 0 || da < 0 || db < 0 || dc < 0 || (!c && dc > 0) ||
         da + db + dc == 0)
         return HK_CUDA_EINVAL;
     const int ld = da + db + dc;
     const size_t n = (size_t)rows * ld;
-    HK_LAUNCH_1D(hk_split_kernel, n, HK_EW_THREADS, stream, a, b, c, x, n, da, db, ld);
+    HK_LAUNCH_1D(hk_split_kernel, n, HK_EW_THREADS, stream, a, b, c, x, n, da,
+                 db, ld);
 }
 
 extern "C" int hk_cuda_gate_mul(float *o, const float *gate, size_t n,
@@ -118,7 +118,8 @@ extern "C" int hk_cuda_scale_rows(float *x, const float *s, int rows, int dim,
     if (rows < 0 || dim < 0)
         return HK_CUDA_EINVAL;
     const size_t n = (size_t)rows * dim;
-    HK_LAUNCH_1D(hk_scale_rows_kernel, n, HK_EW_THREADS, stream, x, s, n, dim, sigm);
+    HK_LAUNCH_1D(hk_scale_rows_kernel, n, HK_EW_THREADS, stream, x, s, n, dim,
+                 sigm);
 }
 
 extern "C" int hk_cuda_kv_store(float *kc, float *vc, const float *k,
@@ -128,7 +129,8 @@ extern "C" int hk_cuda_kv_store(float *kc, float *vc, const float *k,
     if (T < 0 || kvd < 0)
         return HK_CUDA_EINVAL;
     const size_t n = (size_t)T * kvd;
-    HK_LAUNCH_1D(hk_kv_store_kernel, n, HK_EW_THREADS, stream, kc, vc, k, v, pos, n, kvd);
+    HK_LAUNCH_1D(hk_kv_store_kernel, n, HK_EW_THREADS, stream, kc, vc, k, v,
+                 pos, n, kvd);
 }
 
 extern "C" int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
@@ -139,8 +141,8 @@ extern "C" int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
     if (B < 0 || kvd < 0)
         return HK_CUDA_EINVAL;
     const size_t n = (size_t)B * kvd;
-    HK_LAUNCH_1D(hk_kv_store_decode_kernel, n, HK_EW_THREADS, stream, kcs, vcs, k, v, pos, n,
-                 kvd);
+    HK_LAUNCH_1D(hk_kv_store_decode_kernel, n, HK_EW_THREADS, stream, kcs, vcs,
+                 k, v, pos, n, kvd);
 }
 
 extern "C" int hk_cuda_embed(float *x, const float *table, const int *ids,
@@ -149,5 +151,6 @@ extern "C" int hk_cuda_embed(float *x, const float *table, const int *ids,
     if (T < 0 || H < 0)
         return HK_CUDA_EINVAL;
     const size_t n = (size_t)T * H;
-    HK_LAUNCH_1D(hk_embed_kernel, n, HK_EW_THREADS, stream, x, table, ids, n, H);
+    HK_LAUNCH_1D(hk_embed_kernel, n, HK_EW_THREADS, stream, x, table, ids, n,
+                 H);
 }

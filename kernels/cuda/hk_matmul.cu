@@ -62,7 +62,7 @@ static __device__ __forceinline__ uint16_t hk_f32_to_bf16(float f)
     return (uint16_t)(u >> 16);
 }
 
-static __global__ void hk_to_bf16_kernel(uint16_t *xb,    // [n]
+static __global__ void hk_to_bf16_kernel(uint16_t *xb,   // [n]
                                          const float *x, // [n]
                                          size_t n)
 {
@@ -75,8 +75,8 @@ static __global__ void hk_to_bf16_kernel(uint16_t *xb,    // [n]
 /* Checks shared by the three entry points; *skip when there is nothing to
  * multiply (n or out is 0). in = 0 is an empty sum: y = 0 (or unchanged),
  * which cuBLAS gives with k = 0. */
-static int hk_mm_args(int n, int in, int out,
-                      const hk_cuda_blas_t *blas, int *skip)
+static int hk_mm_args(int n, int in, int out, const hk_cuda_blas_t *blas,
+                      int *skip)
 {
     *skip = 0;
     if (!blas || n < 0 || in < 0 || out < 0)
@@ -103,9 +103,8 @@ static int hk_sgemm_rm(float *y, const float *x, const float *w, int n, int in,
     const float alpha = 1.0f;
     /* lda, ldb >= 1 even for in = 0 (k = 0 never reads them). */
     const int ld = in > 0 ? in : 1;
-    return hk_blas_status(cublasSgemm(blas->h, CUBLAS_OP_T, CUBLAS_OP_N, out,
-                                      n, in, &alpha, w, ld, x, ld, &beta, y,
-                                      out));
+    return hk_blas_status(cublasSgemm(blas->h, CUBLAS_OP_T, CUBLAS_OP_N, out, n,
+                                      in, &alpha, w, ld, x, ld, &beta, y, out));
 }
 
 extern "C" int hk_cuda_matmul(float *y, const float *x, const float *w, int n,
@@ -144,8 +143,8 @@ extern "C" int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w,
         return HK_CUDA_EBLAS;
     const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
     const int ld = in > 0 ? in : 1;
-    return hk_blas_status(cublasGemmEx(
-        blas->h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w, CUDA_R_16BF,
-        ld, xb, CUDA_R_16BF, ld, &beta, y, CUDA_R_32F, out, CUBLAS_COMPUTE_32F,
-        CUBLAS_GEMM_DEFAULT));
+    return hk_blas_status(
+        cublasGemmEx(blas->h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w,
+                     CUDA_R_16BF, ld, xb, CUDA_R_16BF, ld, &beta, y, CUDA_R_32F,
+                     out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }

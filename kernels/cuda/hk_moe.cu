@@ -141,8 +141,8 @@ static __global__ void hk_moe_combine_kernel(float *x,        // [T, H]
     }
 }
 
-extern "C" int hk_cuda_moe_route(int *idx, float *w, const float *logits,
-                                 int T, int E, int k, int renorm, void *stream)
+extern "C" int hk_cuda_moe_route(int *idx, float *w, const float *logits, int T,
+                                 int E, int k, int renorm, void *stream)
 {
     if (T < 0 || E <= 0 || k <= 0 || k > E)
         return HK_CUDA_EINVAL;
@@ -170,7 +170,8 @@ extern "C" int hk_cuda_moe_gather(float *xg, const float *y, const int *rows,
     if (n < 0 || H < 0)
         return HK_CUDA_EINVAL;
     const size_t ne = (size_t)n * H;
-    HK_LAUNCH_1D(hk_moe_gather_kernel, ne, HK_MOE_THREADS, stream, xg, y, rows, ne, H);
+    HK_LAUNCH_1D(hk_moe_gather_kernel, ne, HK_MOE_THREADS, stream, xg, y, rows,
+                 ne, H);
 }
 
 extern "C" int hk_cuda_moe_scatter(float *x, const float *eo, const int *rows,
@@ -179,7 +180,8 @@ extern "C" int hk_cuda_moe_scatter(float *x, const float *eo, const int *rows,
     if (n < 0 || H < 0)
         return HK_CUDA_EINVAL;
     const size_t ne = (size_t)n * H;
-    HK_LAUNCH_1D(hk_moe_scatter_kernel, ne, HK_MOE_THREADS, stream, x, eo, rows, ne, H);
+    HK_LAUNCH_1D(hk_moe_scatter_kernel, ne, HK_MOE_THREADS, stream, x, eo, rows,
+                 ne, H);
 }
 
 extern "C" int hk_cuda_moe_combine(float *x, const float *eo, const int *slot,
@@ -188,5 +190,6 @@ extern "C" int hk_cuda_moe_combine(float *x, const float *eo, const int *slot,
     if (T < 0 || k <= 0 || H < 0)
         return HK_CUDA_EINVAL;
     const size_t ne = (size_t)T * H;
-    HK_LAUNCH_1D(hk_moe_combine_kernel, ne, HK_MOE_THREADS, stream, x, eo, slot, ne, k, H);
+    HK_LAUNCH_1D(hk_moe_combine_kernel, ne, HK_MOE_THREADS, stream, x, eo, slot,
+                 ne, k, H);
 }

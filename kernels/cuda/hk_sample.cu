@@ -89,8 +89,8 @@ extern "C" int hk_cuda_argmax(int *idx, const float *logits, int B, int V,
         return HK_CUDA_EINVAL;
     if (B == 0)
         return HK_CUDA_OK;
-    hk_argmax_kernel<<<B, HK_SAMPLE_THREADS, 0, hk_stream(stream)>>>(
-        idx, logits, V);
+    hk_argmax_kernel<<<B, HK_SAMPLE_THREADS, 0, hk_stream(stream)>>>(idx,
+                                                                     logits, V);
     return hk_cuda_check_launch();
 }
 

@@ -229,7 +229,7 @@ static const int norm_shapes[][2] = {{1, 1},    {3, 17},    {7, 128}, {5, 257},
 static void test_norms(void)
 {
     const float eps = 1e-6f;
-    for (int s = 0; s < N_NORM; s++) {
+    for (int s = 0; s < grid_n(N_NORM, 5); s++) {
         const int rows = norm_shapes[s][0], dim = norm_shapes[s][1];
         const size_t n = (size_t)rows * dim;
         float *x = frand(n, 3.0), *z = frand(n, 4.0);
@@ -275,7 +275,7 @@ static void test_norms(void)
 static void test_swiglu(void)
 {
     static const size_t ns[] = {1, 31, 1000, 100003};
-    for (int s = 0; s < NSHAPES(ns); s++) {
+    for (int s = 0; s < grid_n(NSHAPES(ns), 3); s++) {
         const size_t n = ns[s];
         float *g = frand(n, 12.0), *u = frand(n, 2.0), *y = hmalloc(n);
         float *dg = dev_from(g, n), *du = dev_from(u, n), *dy = dev_alloc(n);
@@ -328,7 +328,7 @@ static void test_conv(void)
 static void test_conv_decode(void)
 {
     static const int shapes[][3] = {{1, 37, 4}, {3, 256, 4}, {8, 129, 2}};
-    for (int s = 0; s < NSHAPES(shapes); s++) {
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
         const int B = shapes[s][0], C = shapes[s][1], K = shapes[s][2];
         const size_t ns = (size_t)C * (K - 1), nx = (size_t)B * C;
         float *x = frand(nx, 1.0), *w = frand((size_t)C * K, 1.0);
@@ -375,7 +375,7 @@ static void test_rope(void)
                                     {4, 16, 128, 128, 100000}};
     static const double thetas[] = {10000.0, 1e7};
     static const int deltas[] = {-37, 12345};
-    for (int s = 0; s < NSHAPES(shapes); s++) {
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
         const int T = shapes[s][0], nh = shapes[s][1], hd = shapes[s][2];
         const int rot = shapes[s][3], p0 = shapes[s][4];
         const double theta = thetas[s % 2];
@@ -531,14 +531,14 @@ static void gdn_dev_free(gdn_dev_t *d)
 
 /* T, Hk, Hv, dk, dv: dk around and past a warp, odd dv, GQA ratios. */
 static const int gdn_shapes[][5] = {{1, 1, 1, 1, 1},    {5, 1, 2, 17, 9},
-                                    {9, 2, 4, 32, 33},  {16, 2, 6, 64, 64},
+                                    {9, 2, 4, 32, 33},  {2, 1, 1, 256, 7},
                                     {3, 1, 1, 100, 40}, {4, 2, 2, 128, 128},
-                                    {2, 1, 1, 256, 7},  {40, 1, 2, 48, 80}};
+                                    {16, 2, 6, 64, 64}, {40, 1, 2, 48, 80}};
 #define N_GDN ((int)(sizeof(gdn_shapes) / sizeof(gdn_shapes[0])))
 
 static void test_gdn_recurrent(void)
 {
-    for (int s = 0; s < N_GDN; s++) {
+    for (int s = 0; s < grid_n(N_GDN, 4); s++) {
         gdn_prob_t p;
         gdn_prob_make(&p, gdn_shapes[s][0], gdn_shapes[s][1], gdn_shapes[s][2],
                       gdn_shapes[s][3], gdn_shapes[s][4]);
@@ -570,7 +570,7 @@ static void test_gdn_decode(void)
 {
     static const int shapes[][5] = {
         {1, 1, 1, 16, 16}, {3, 2, 4, 64, 48}, {5, 1, 2, 128, 128}};
-    for (int s = 0; s < NSHAPES(shapes); s++) {
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
         gdn_prob_t p; /* T plays B: row b is request b's token */
         gdn_prob_make(&p, shapes[s][0], shapes[s][1], shapes[s][2],
                       shapes[s][3], shapes[s][4]);
@@ -615,12 +615,12 @@ static void test_gdn_chunk(void)
     /* T, Hk, Hv, dk, dv, C, want Tc: T = 0 (Tc = I), T < C, T a multiple
      * of C, a short last chunk, C = 1 and odd C, dk = 256. */
     static const int shapes[][7] = {
-        {0, 1, 2, 16, 8, 16, 1},      {1, 1, 1, 16, 8, 64, 1},
-        {37, 1, 2, 32, 24, 16, 1},    {64, 2, 4, 64, 64, 64, 1},
-        {100, 1, 2, 128, 128, 64, 1}, {130, 2, 2, 48, 17, 32, 0},
-        {9, 1, 1, 256, 33, 4, 1},     {20, 1, 3, 20, 20, 7, 1},
-        {6, 1, 1, 8, 5, 1, 1}};
-    for (int s = 0; s < NSHAPES(shapes); s++) {
+        {0, 1, 2, 16, 8, 16, 1},     {1, 1, 1, 16, 8, 64, 1},
+        {9, 1, 1, 256, 33, 4, 1},    {6, 1, 1, 8, 5, 1, 1},
+        {20, 1, 3, 20, 20, 7, 1},    {37, 1, 2, 32, 24, 16, 1},
+        {130, 2, 2, 48, 17, 32, 0},  {64, 2, 4, 64, 64, 64, 1},
+        {100, 1, 2, 128, 128, 64, 1}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 5); s++) {
         const int C = shapes[s][5], want_tc = shapes[s][6];
         gdn_prob_t p;
         gdn_prob_make(&p, shapes[s][0], shapes[s][1], shapes[s][2],
@@ -687,7 +687,7 @@ static void test_trans_compose(void)
     CK(hk_cuda_blas_create(&blas));
     for (int f = 0; f < 3; f++) {
         const hk_trans_family_t fam = (hk_trans_family_t)f;
-        for (int s = 0; s < N_TRANS; s++) {
+        for (int s = 0; s < grid_n(N_TRANS, 3); s++) {
             const int H = trans_shapes[s][0], dk = trans_shapes[s][1];
             const int dv = trans_shapes[s][2];
             const size_t ns = (size_t)H * dk * dv;
@@ -732,7 +732,7 @@ static void test_trans_chain(void)
     CK(hk_cuda_blas_create(&blas));
     for (int f = 0; f < 3; f++) {
         const hk_trans_family_t fam = (hk_trans_family_t)f;
-        for (int s = 0; s < N_TRANS; s++) {
+        for (int s = 0; s < grid_n(N_TRANS, 3); s++) {
             const int H = trans_shapes[s][0], dk = trans_shapes[s][1];
             const int dv = trans_shapes[s][2];
             const size_t ns = (size_t)H * dk * dv;

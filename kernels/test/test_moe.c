@@ -2,7 +2,9 @@
  * test_moe.c - hk_moe_route against a float64 reference (softmax over all
  * E, stable sort by probability, ties to the lower index, optional
  * renormalization): random logits, exact ties, k = 1 and k = E, large
- * logits (max subtraction), Qwen3-Next sizes (E = 512, k = 10).
+ * logits (max subtraction), Qwen3-Next sizes (E = 512, k = 10). The
+ * dispatch (hk_moe_plan, gather, scatter, combine) against the forward
+ * pass's own loop over experts and tokens.
  */
 #include <stdint.h>
 #include <string.h>
@@ -68,6 +70,99 @@ static void check(const char *name, const float *l, int E, int k, int renorm)
     free(rw);
 }
 
+/* The forward pass's loop (forward.c moe_mlp): for each expert, its
+ * tokens in order; rows, weights and the slot of each (t, j). */
+static void ref_plan(int *offs, int *rows, float *scale, int *slot,
+                     const int *idx, const float *w, int T, int k, int E)
+{
+    int n = 0;
+    for (int e = 0; e < E; e++) {
+        offs[e] = n;
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < k; j++)
+                if (idx[t * k + j] == e) {
+                    rows[n] = t;
+                    scale[n] = w[t * k + j];
+                    slot[t * k + j] = n++;
+                }
+    }
+    offs[E] = n;
+}
+
+static void check_dispatch(int T, int E, int k)
+{
+    const int H = 7, nk = T * k;
+    float *lg = frand_amp((size_t)T * E, 3.0);
+    int *idx = malloc(nk * sizeof(int)), *offs = malloc((E + 1) * sizeof(int));
+    int *rows = malloc(nk * sizeof(int)), *slot = malloc(nk * sizeof(int));
+    int *roffs = malloc((E + 1) * sizeof(int));
+    int *rrows = malloc(nk * sizeof(int)), *rslot = malloc(nk * sizeof(int));
+    float *w = malloc(nk * sizeof(float)), *scale = malloc(nk * sizeof(float));
+    float *rscale = malloc(nk * sizeof(float));
+    for (int t = 0; t < T; t++)
+        hk_moe_route(idx + t * k, w + t * k, lg + (size_t)t * E, E, k, 1);
+    hk_moe_plan(offs, rows, scale, slot, idx, w, T, k, E);
+    ref_plan(roffs, rrows, rscale, rslot, idx, w, T, k, E);
+    ok(!memcmp(offs, roffs, (E + 1) * sizeof(int)) &&
+           !memcmp(rows, rrows, nk * sizeof(int)) &&
+           !memcmp(slot, rslot, nk * sizeof(int)) &&
+           !memcmp(scale, rscale, nk * sizeof(float)),
+       "moe_plan T=%d E=%d k=%d: the forward loop's order", T, E, k);
+
+    /* gather, then each expert's output added back: the scatter per
+     * expert (exactly the loop's adds) and the combine (k adds per token
+     * in choice order) against naive sums. */
+    float *y = frand_amp((size_t)T * H, 1.0),
+          *xg = malloc((size_t)nk * H * sizeof(float));
+    float *eo = frand_amp((size_t)nk * H, 1.0);
+    float *x = frand_amp((size_t)T * H, 1.0),
+          *x2 = malloc((size_t)T * H * sizeof(float));
+    float *x3 = malloc((size_t)T * H * sizeof(float));
+    memcpy(x2, x, (size_t)T * H * sizeof(float));
+    memcpy(x3, x, (size_t)T * H * sizeof(float));
+    hk_moe_gather(xg, y, rows, nk, H);
+    int good = 1;
+    for (int s = 0; s < nk; s++)
+        good &= !memcmp(xg + s * H, y + rows[s] * H, H * sizeof(float));
+    ok(good, "moe_gather: slot s holds token rows[s]");
+    for (int e = 0; e < E; e++)
+        hk_moe_scatter(x2, eo + (size_t)offs[e] * H, rows + offs[e],
+                       offs[e + 1] - offs[e], H);
+    hk_moe_combine(x3, eo, slot, T, k, H);
+    good = 1;
+    int same = 1;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < H; h++) {
+            double ref = x[t * H + h];
+            float seq = x[t * H + h];
+            for (int j = 0; j < k; j++) {
+                ref += eo[slot[t * k + j] * H + h];
+                seq += eo[slot[t * k + j] * H + h];
+            }
+            good &= fabs(x2[t * H + h] - ref) <= 1e-5 * (1 + fabs(ref));
+            same &= x3[t * H + h] == seq;
+        }
+    ok(good, "moe_scatter per expert adds every token's k outputs");
+    ok(same, "moe_combine adds them in choice order");
+    free(lg);
+    free(idx);
+    free(offs);
+    free(rows);
+    free(slot);
+    free(roffs);
+    free(rrows);
+    free(rslot);
+    free(w);
+    free(scale);
+    free(rscale);
+    free(y);
+    free(xg);
+    free(eo);
+    free(x);
+    free(x2);
+    free(x3);
+}
+
 int main(void)
 {
     float l[512];
@@ -102,5 +197,9 @@ int main(void)
         check("large logits", t, 6, 3, 0);
         check("large logits", t, 6, 3, 1);
     }
+    check_dispatch(1, 1, 1);
+    check_dispatch(9, 8, 8);
+    check_dispatch(13, 64, 4);
+    check_dispatch(5, 512, 10);
     return tap_done();
 }

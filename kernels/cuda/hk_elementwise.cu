@@ -5,8 +5,8 @@
  *
  * All are grid-stride loops over output elements: copies are exact, the
  * products the same single multiply as on the CPU (sigmoid from
- * hk_math.h). Rows are gridDim.y-free: the element index carries the row,
- * so any size fits the grid.
+ * hk_math.h). The flat element index carries the row, so any number of
+ * rows fits the grid.
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
@@ -48,8 +48,7 @@ static __global__ void hk_scale_rows_kernel(float *x,       // [rows, dim]
     }
 }
 
-/* Row r of src goes to row rows[r] of dst (embedding: the table's row
- * ids[t] goes to row t, swapped via gather). */
+/* Row t of k and v goes to row pos[t] of the caches. */
 static __global__ void hk_kv_store_kernel(float *kc, float *vc,
                                           const float *k, // [T, kvd]
                                           const float *v, // [T, kvd]

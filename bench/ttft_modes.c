@@ -181,7 +181,7 @@ int main(int argc, char **argv)
 
     printf("\n| linear layer | naive rel. state error | pic rel. state "
            "error |\n|---|---|---|\n");
-    size_t ssz = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    size_t ssz = c->state_floats;
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             printf("| %d | %.2e | %.2e |\n", l,

@@ -152,17 +152,15 @@ static void splice_kv(hp_seq_t *seq, void *e, int at, int shift)
 {
     const hp_model_config_t *c = &seq->model->cfg;
     const hp_segc_hdr_t *h = e;
-    size_t row = (size_t)c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_kind[l] != HP_LAYER_FULL)
             continue;
-        float *k = seq->layers[l].k + (size_t)at * row;
-        memcpy(k, hp_segc_K(c, e, l), (size_t)h->n_int * row * 4);
-        memcpy(seq->layers[l].v + (size_t)at * row, hp_segc_V(c, e, l),
-               (size_t)h->n_int * row * 4);
+        hp_seq_kv_unpack(seq, l, at, h->n_int, hp_segc_K(c, e, l),
+                         hp_segc_V(c, e, l));
         if (shift)
-            hk_rope_shift(k, shift, h->n_int, c->n_kv_heads, c->head_dim,
-                          c->rotary_dim, c->rope_theta);
+            hk_rope_shift(seq->layers[l].k + (size_t)at * c->kv_row, shift,
+                          h->n_int, c->n_kv_heads, c->head_dim, c->rotary_dim,
+                          c->rope_theta);
     }
 }
 

@@ -21,19 +21,17 @@ typedef struct {
     uint64_t stamp; /* last access */
     int lock;       /* running requests whose path goes through here */
     int has_state;
-    float *kv;    /* [n_full][2][len][row]: K then V per full layer */
-    float *state; /* [n_lin][sf + cf]: S then conv per linear layer */
+    float *kv;    /* [n_full][2][len][kv_row]: K then V per full layer */
+    float *state; /* [n_lin][state + conv floats]: hp_seq_state_pack per
+                     linear layer, in slot order */
 } pcd_t;
 
+/* Sizes and FLOPs the cache adds to the config's geometry. */
 typedef struct {
-    int n_full, n_lin;
-    int slot[HP_MAX_LAYERS]; /* layer -> full or linear slot */
-    size_t row;              /* floats of one K (or V) row: Hkv * hd */
-    size_t sf, cf;           /* floats of S and conv of one linear layer */
-    size_t kv_tok;           /* bytes of one token's K/V, all full layers */
-    size_t state;            /* bytes of one checkpoint */
-    double c0;               /* FLOPs per token, context-free part */
-    double a1;               /* FLOPs per (query, key) pair, all layers */
+    size_t kv_tok; /* bytes of one token's K/V, all full layers */
+    size_t state;  /* bytes of one checkpoint */
+    double c0;     /* FLOPs per token, context-free part */
+    double a1;     /* FLOPs per (query, key) pair, all layers */
 } geom_t;
 
 typedef struct tune_job {
@@ -87,9 +85,6 @@ static void geom_init(geom_t *g, const hp_model_config_t *c)
     double vd = hp_cfg_value_dim(c), Kc = c->conv_kernel;
     double Hq = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
     memset(g, 0, sizeof(*g));
-    g->row = (size_t)c->n_kv_heads * c->head_dim;
-    g->sf = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
-    g->cf = (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
     for (int l = 0; l < c->n_layers; l++) {
         double mlp;
         if (c->layer_moe[l])
@@ -102,20 +97,19 @@ static void geom_init(geom_t *g, const hp_model_config_t *c)
             mlp = 6 * H * c->intermediate;
         g->c0 += mlp;
         if (c->layer_kind[l] == HP_LAYER_LINEAR) {
-            g->slot[l] = g->n_lin++;
             /* in_qkv, in_z, in_b, in_a, out_proj; conv; the recurrence
              * (decay, k^T S, rank-1 update, S^T q) */
             g->c0 += 2 * H * (cd + vd + 2 * Hv) + 2 * vd * H + 2 * cd * Kc +
                      8 * Hv * dk * dv;
         } else {
-            g->slot[l] = g->n_full++;
             /* q (+ gate), k, v, o projections; QK^T and AV per pair */
             g->c0 += 2 * H * (2 * Hq * hd + 2 * Hkv * hd) + 2 * Hq * hd * H;
             g->a1 += 4 * Hq * hd;
         }
     }
-    g->kv_tok = (size_t)g->n_full * 2 * g->row * sizeof(float);
-    g->state = (size_t)g->n_lin * (g->sf + g->cf) * sizeof(float);
+    g->kv_tok = (size_t)c->n_full * 2 * c->kv_row * sizeof(float);
+    g->state =
+        (size_t)c->n_lin * (c->state_floats + c->conv_floats) * sizeof(float);
 }
 
 static double flops(const geom_t *g, int a, int b)
@@ -203,9 +197,16 @@ static void give_state(hp_prefix_cache_t *pc, hp_radix_node_t *x, float *buf)
 }
 
 /* K/V block of full slot f, K (kv = 0) or V (kv = 1), in a node of len. */
-static float *kv_at(const geom_t *g, float *kv, int len, int f, int which)
+static float *kv_at(const hp_model_config_t *c, float *kv, int len, int f,
+                    int which)
 {
-    return kv + ((size_t)f * 2 + which) * len * g->row;
+    return kv + ((size_t)f * 2 + which) * len * c->kv_row;
+}
+
+/* A checkpoint's block of linear layer l. */
+static float *ckpt_at(const hp_model_config_t *c, float *state, int l)
+{
+    return state + (size_t)c->slot[l] * (c->state_floats + c->conv_floats);
 }
 
 /* Splits x after k tokens: the new parent takes the first k K/V rows. */
@@ -235,14 +236,16 @@ static hp_radix_node_t *split_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
         return NULL;
     }
     if (pc->tensors) {
+        const hp_model_config_t *c = &pc->cfg;
         float *kv = D(x)->kv;
-        for (int f = 0; f < g->n_full; f++)
+        for (int f = 0; f < c->n_full; f++)
             for (int w = 0; w < 2; w++) {
-                const float *src = kv_at(g, kv, len, f, w);
-                memcpy(kv_at(g, head, k, f, w), src,
-                       (size_t)k * g->row * sizeof(float));
-                memcpy(kv_at(g, tail, len - k, f, w), src + (size_t)k * g->row,
-                       (size_t)(len - k) * g->row * sizeof(float));
+                const float *src = kv_at(c, kv, len, f, w);
+                memcpy(kv_at(c, head, k, f, w), src,
+                       (size_t)k * c->kv_row * sizeof(float));
+                memcpy(kv_at(c, tail, len - k, f, w),
+                       src + (size_t)k * c->kv_row,
+                       (size_t)(len - k) * c->kv_row * sizeof(float));
             }
         free(kv);
         D(x)->kv = tail;
@@ -258,21 +261,22 @@ static hp_radix_node_t *split_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
 static int merge_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
                       hp_error_t *err)
 {
-    const geom_t *g = &pc->g;
+    const hp_model_config_t *cf = &pc->cfg;
+    size_t row = cf->kv_row;
     hp_radix_node_t *c = x->kids[0];
     float *kv = NULL;
     int lx = x->len, lc = c->len;
     if (pc->tensors) {
-        kv = malloc((size_t)(lx + lc) * g->kv_tok);
+        kv = malloc((size_t)(lx + lc) * pc->g.kv_tok);
         if (!kv)
             return hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
-        for (int f = 0; f < g->n_full; f++)
+        for (int f = 0; f < cf->n_full; f++)
             for (int w = 0; w < 2; w++) {
-                float *dst = kv_at(g, kv, lx + lc, f, w);
-                memcpy(dst, kv_at(g, D(x)->kv, lx, f, w),
-                       (size_t)lx * g->row * sizeof(float));
-                memcpy(dst + (size_t)lx * g->row, kv_at(g, D(c)->kv, lc, f, w),
-                       (size_t)lc * g->row * sizeof(float));
+                float *dst = kv_at(cf, kv, lx + lc, f, w);
+                memcpy(dst, kv_at(cf, D(x)->kv, lx, f, w),
+                       (size_t)lx * row * sizeof(float));
+                memcpy(dst + (size_t)lx * row, kv_at(cf, D(c)->kv, lc, f, w),
+                       (size_t)lc * row * sizeof(float));
             }
     }
     pcd_t *xd = D(x);
@@ -330,17 +334,10 @@ static hp_radix_node_t *add_leaf(hp_prefix_cache_t *pc, hp_radix_node_t *parent,
         hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
         return NULL;
     }
-    if (pc->tensors)
-        for (int l = 0; l < c->n_layers; l++) {
-            if (c->layer_kind[l] != HP_LAYER_FULL)
-                continue;
-            int f = g->slot[l];
-            size_t n = (size_t)len * g->row * sizeof(float);
-            memcpy(kv_at(g, kv, len, f, 0),
-                   seq->layers[l].k + (size_t)a * g->row, n);
-            memcpy(kv_at(g, kv, len, f, 1),
-                   seq->layers[l].v + (size_t)a * g->row, n);
-        }
+    for (int l = 0; pc->tensors && l < c->n_layers; l++)
+        if (c->layer_kind[l] == HP_LAYER_FULL)
+            hp_seq_kv_pack(seq, l, a, len, kv_at(c, kv, len, c->slot[l], 0),
+                           kv_at(c, kv, len, c->slot[l], 1));
     hp_radix_node_t *x = hp_radix_add(&pc->tree, parent, ids + a, len, err);
     if (!x) {
         free(d);
@@ -657,7 +654,9 @@ hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
 {
     if (p->block <= 0 || p->n_alphas < 0 || p->n_alphas > HP_PC_MAX_ALPHAS ||
         p->sparse < 0 || p->dp_max_depth < 1 || !(p->dp_gamma > 0) ||
-        !(p->dp_min_gain >= 0) || p->dp_gamma > 1 || p->alpha < 0) {
+        !(p->dp_min_gain >= 0) || p->dp_gamma > 1 || p->alpha < 0 ||
+        cfg->n_lin + cfg->n_full != cfg->n_layers) {
+        /* (a config filled by hand needs hp_model_config_derive) */
         hp_error_set(err, HP_EBADINPUT, "prefix cache: bad parameters");
         return NULL;
     }
@@ -865,32 +864,20 @@ static int cmp_int(const void *a, const void *b)
 static int restore(hp_prefix_cache_t *pc, hp_radix_node_t *x, int n,
                    hp_seq_t *seq, hp_error_t *err)
 {
-    const geom_t *g = &pc->g;
     const hp_model_config_t *c = &pc->cfg;
     hp_seq_reset(seq);
     int rc = hp_seq_reserve(seq, n, err);
     if (rc != HP_OK)
         return rc;
-    for (hp_radix_node_t *y = x; y->parent; y = y->parent) {
-        int at = y->depth - y->len;
-        for (int l = 0; l < c->n_layers; l++) {
-            if (c->layer_kind[l] != HP_LAYER_FULL)
-                continue;
-            size_t bytes = (size_t)y->len * g->row * sizeof(float);
-            memcpy(seq->layers[l].k + (size_t)at * g->row,
-                   kv_at(g, D(y)->kv, y->len, g->slot[l], 0), bytes);
-            memcpy(seq->layers[l].v + (size_t)at * g->row,
-                   kv_at(g, D(y)->kv, y->len, g->slot[l], 1), bytes);
-        }
-    }
-    if (x->parent)
-        for (int l = 0; l < c->n_layers; l++) {
-            if (c->layer_kind[l] != HP_LAYER_LINEAR)
-                continue;
-            const float *s = D(x)->state + (size_t)g->slot[l] * (g->sf + g->cf);
-            memcpy(seq->layers[l].S, s, g->sf * sizeof(float));
-            memcpy(seq->layers[l].conv, s + g->sf, g->cf * sizeof(float));
-        }
+    for (hp_radix_node_t *y = x; y->parent; y = y->parent)
+        for (int l = 0; l < c->n_layers; l++)
+            if (c->layer_kind[l] == HP_LAYER_FULL)
+                hp_seq_kv_unpack(seq, l, y->depth - y->len, y->len,
+                                 kv_at(c, D(y)->kv, y->len, c->slot[l], 0),
+                                 kv_at(c, D(y)->kv, y->len, c->slot[l], 1));
+    for (int l = 0; x->parent && l < c->n_layers; l++)
+        if (c->layer_kind[l] == HP_LAYER_LINEAR)
+            hp_seq_state_unpack(seq, l, ckpt_at(c, D(x)->state, l));
     seq->n_pos = x->depth;
     return HP_OK;
 }
@@ -1068,15 +1055,9 @@ static hp_radix_node_t *admit_path(hp_prefix_cache_t *pc, const int *ids, int n,
                 *rc =
                     hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
             } else {
-                for (int l = 0; l < c->n_layers; l++) {
-                    if (c->layer_kind[l] != HP_LAYER_LINEAR)
-                        continue;
-                    float *s =
-                        buf + (size_t)pc->g.slot[l] * (pc->g.sf + pc->g.cf);
-                    memcpy(s, seq->layers[l].S, pc->g.sf * sizeof(float));
-                    memcpy(s + pc->g.sf, seq->layers[l].conv,
-                           pc->g.cf * sizeof(float));
-                }
+                for (int l = 0; l < c->n_layers; l++)
+                    if (c->layer_kind[l] == HP_LAYER_LINEAR)
+                        hp_seq_state_pack(seq, l, ckpt_at(c, buf, l));
             }
         }
         if (*rc == HP_OK)
@@ -1179,20 +1160,22 @@ void hp_prefix_cache_release(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req)
 /* ---- the engine's prefill ------------------------------------------------ */
 
 typedef struct {
-    const geom_t *g;
+    const hp_seq_t *seq;
     float **snap; /* the piece's first snapshot */
 } capture_t;
 
+/* The layer's S and conv are the sequence's own (hp_forward runs on
+ * them), taken at the jump. */
 static int capture_jump(void *ud, int layer, int jump, float *S, float *conv,
                         const float *Tc, hp_error_t *err)
 {
     capture_t *cp = ud;
-    const geom_t *g = cp->g;
-    float *dst = cp->snap[jump] + (size_t)g->slot[layer] * (g->sf + g->cf);
+    (void)S;
+    (void)conv;
     (void)Tc;
     (void)err;
-    memcpy(dst, S, g->sf * sizeof(float));
-    memcpy(dst + g->sf, conv, g->cf * sizeof(float));
+    hp_seq_state_pack(cp->seq, layer,
+                      ckpt_at(&cp->seq->model->cfg, cp->snap[jump], layer));
     return HP_OK;
 }
 
@@ -1213,7 +1196,7 @@ int hp_prefix_cache_prefill(hp_prefix_cache_t *pc, const hp_model_t *m,
         int T = n - off < PIECE ? n - off : PIECE, nj = 0, first = c;
         while (c < req->n_ckpt && req->ckpt[c] <= off + T)
             after[nj++] = req->ckpt[c++] - off;
-        capture_t cp = {&pc->g, req->snap + first};
+        capture_t cp = {seq, req->snap + first};
         hp_jumps_t jumps = {after, nj, -1, capture_jump, &cp};
         int last = off + T == n;
         rc = hp_forward(m, seq, ws, ids + off, NULL, T, nj ? &jumps : NULL,

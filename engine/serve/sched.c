@@ -698,9 +698,7 @@ static int kvbuf_pool(hp_sched_t *s, hp_error_t *err)
 {
     const hp_model_config_t *c = &s->llm->model.cfg;
     hp_kvbuf_config_t kc;
-    int n_lin = 0;
-    for (int l = 0; l < c->n_layers; l++)
-        n_lin += c->layer_kind[l] == HP_LAYER_LINEAR;
+    int n_lin = c->n_lin;
     if (n_lin == 0)
         return HP_OK; /* nothing to buffer: every request is recurrent */
     hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,

@@ -94,7 +94,7 @@ static void check_model(const char *root, const char *name)
     }
     const hp_model_config_t *c = &x.llm.model.cfg;
     size_t V = c->vocab_size;
-    size_t ssz = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    size_t ssz = c->state_floats;
     int l0 = first_linear(c);
     hp_fwd_ws_init(&x.ws);
     cache_new(&x, 64 << 20, 64 << 20);
@@ -122,6 +122,34 @@ static void check_model(const char *root, const char *name)
     double lpe = rel(lf, lp, V), lne = rel(lf, ln, V);
     ok(lpe < lne, "%s: pic logits nearer full than naive (%.3f < %.3f)", name,
        lpe, lne);
+
+    /* pack then unpack: a fresh sequence holds sp's state, bit for bit,
+     * S before conv in the packed form */
+    hp_seq_t su;
+    int np = sp.n_pos, same = 1;
+    size_t row = c->kv_row;
+    float *pk = malloc((ssz + c->conv_floats + 2 * (size_t)np * row) * 4);
+    ok(pk && hp_seq_init(&su, &x.llm.model, &err) == HP_OK &&
+           hp_seq_reserve(&su, np, &err) == HP_OK,
+       "%s: a sequence to unpack into", name);
+    for (int l = 0; pk && l < c->n_layers; l++) {
+        hp_seq_layer_t *a = &sp.layers[l], *b = &su.layers[l];
+        if (c->layer_kind[l] == HP_LAYER_LINEAR) {
+            hp_seq_state_pack(&sp, l, pk);
+            hp_seq_state_unpack(&su, l, pk);
+            same &= !memcmp(pk, a->S, ssz * 4) &&
+                    !memcmp(b->S, a->S, ssz * 4) &&
+                    !memcmp(b->conv, a->conv, c->conv_floats * 4);
+        } else {
+            hp_seq_kv_pack(&sp, l, 1, np - 1, pk, pk + (size_t)np * row);
+            hp_seq_kv_unpack(&su, l, 1, np - 1, pk, pk + (size_t)np * row);
+            same &= !memcmp(b->k + row, a->k + row, (np - 1) * row * 4) &&
+                    !memcmp(b->v + row, a->v + row, (np - 1) * row * 4);
+        }
+    }
+    ok(same, "%s: hp_seq_state/kv_pack then unpack give the state back", name);
+    hp_seq_free(&su);
+    free(pk);
 
     /* warm (segments first, one by one) then hit == cold, bit for bit */
     cache_new(&x, 64 << 20, 64 << 20);

@@ -129,8 +129,9 @@ int main(int argc, char **argv)
     float *lg = malloc((size_t)c->vocab_size * 4);
     const char *names[] = {"full", "prefix", "naive (warm)", "pic (warm)",
                            "pic (cold)"};
-    hp_mode_t modes[] = {HP_MODE_FULL, HP_MODE_PREFIX, HP_MODE_NAIVE,
-                         HP_MODE_PIC, HP_MODE_PIC};
+    hp_ipc_mode_t modes[] = {HP_IPC_MODE_FULL, HP_IPC_MODE_PREFIX,
+                             HP_IPC_MODE_NAIVE, HP_IPC_MODE_PIC,
+                             HP_IPC_MODE_PIC};
     double best[5];
     hp_assemble_stats_t st[5];
     hp_seq_t keep[5];
@@ -146,8 +147,8 @@ int main(int argc, char **argv)
             hp_seq_t warm;
             hp_seq_init(&warm, &llm.model, &err);
             if (k == 1) /* other document order: only the lead is shared */
-                hp_assemble(&llm, &cache, &ws, &pw, HP_MODE_PREFIX, w, &warm,
-                            lg, NULL, &err);
+                hp_assemble(&llm, &cache, &ws, &pw, HP_IPC_MODE_PREFIX, w,
+                            &warm, lg, NULL, &err);
             if (k == 2 || k == 3)
                 hp_assemble_warm(&llm, &cache, &ws, &pw, modes[k], w, NULL,
                                  &err);

@@ -1592,7 +1592,7 @@ ngx_http_hypic_eval_mode(ngx_http_request_t *r,
     ngx_str_t  value;
 
     if (ngx_http_complex_value(r, hlcf->mode, &value) != NGX_OK) {
-        return NGX_HTTP_HYPIC_MODE_FULL;
+        return HP_IPC_MODE_FULL;
     }
 
     mode = ngx_http_hypic_parse_mode(&value);
@@ -1601,7 +1601,7 @@ ngx_http_hypic_eval_mode(ngx_http_request_t *r,
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "hypic: hypic_mode evaluated to \"%V\", which is not "
                       "full, prefix, naive or pic; using \"full\"", &value);
-        return NGX_HTTP_HYPIC_MODE_FULL;
+        return HP_IPC_MODE_FULL;
     }
 
     return (ngx_uint_t) mode;

@@ -98,13 +98,15 @@ enum {
 /* record types */
 enum { HP_IPC_REC_START = 1, HP_IPC_REC_TEXT = 2, HP_IPC_REC_FINAL = 3 };
 
-/* request modes (DESIGN §4); the engine reports the one it ran */
-enum {
+/* prefill modes (DESIGN §4): the one enum of the module, the engine and
+ * the assembler; a request asks for one, the engine reports the one it
+ * ran */
+typedef enum {
     HP_IPC_MODE_FULL = 0,
     HP_IPC_MODE_PREFIX = 1,
     HP_IPC_MODE_NAIVE = 2,
     HP_IPC_MODE_PIC = 3
-};
+} hp_ipc_mode_t;
 
 enum { HP_IPC_EP_COMPLETIONS = 0, HP_IPC_EP_CHAT = 1 };
 

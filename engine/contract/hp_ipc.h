@@ -394,4 +394,19 @@ int hp_ipc_ring_get(const hp_ipc_header_t *h, hp_ipc_slot_t *s, uint32_t *type,
  * UTF-8 character boundary (for splitting TEXT records). */
 size_t hp_ipc_utf8_cut(const char *text, size_t len, size_t max);
 
+/* ---- errors ---------------------------------------------------------- */
+
+/* What a client sees of an engine status: the one map from hp_status_t
+ * (engine/contract/hp_error.h) to HTTP, read by the engine (FINAL's code)
+ * and by the module (the answer's status and type). */
+typedef struct {
+    int http;         /* HTTP status */
+    const char *type; /* OpenAI error type */
+    const char *code; /* error code, as FINAL carries it */
+} hp_ipc_error_t;
+
+/* The row of `status`; HP_OK and unknown values get 500 server_error
+ * "engine_error". Never NULL. */
+const hp_ipc_error_t *hp_ipc_error(int status);
+
 #endif

@@ -1,80 +1,18 @@
 /* prefix_cache.c - hybrid prefix cache: radix tree of K/V with sparse
  * linear-state checkpoints, Marconi admission and eviction (prefix_cache.h).
+ * The alpha search is prefix_tune.c's.
  */
 #include "engine/cache/prefix_cache.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/cache/ckpt_dp.h"
-#include "engine/cache/radix.h"
+#include "engine/cache/prefix_cache_impl.h"
 
-#define PIECE            1024      /* prefill piece: bounds activation memory */
-#define HIST_RESCALE     1e150     /* decayed weights grow as gamma^-k */
-#define TRACE_MAX_TOKENS (1 << 26) /* bootstrap window cap, in tokens */
-
-/* Per node: what eviction and restore need. */
-typedef struct {
-    uint64_t stamp; /* last access */
-    int lock;       /* running requests whose path goes through here */
-    int has_state;
-    float *kv;    /* [n_full][2][len][kv_row]: K then V per full layer */
-    float *state; /* [n_lin][state + conv floats]: hp_seq_state_pack per
-                     linear layer, in slot order */
-} pcd_t;
-
-/* Sizes and FLOPs the cache adds to the config's geometry. */
-typedef struct {
-    size_t kv_tok; /* bytes of one token's K/V, all full layers */
-    size_t state;  /* bytes of one checkpoint */
-    double c0;     /* FLOPs per token, context-free part */
-    double a1;     /* FLOPs per (query, key) pair, all layers */
-} geom_t;
-
-typedef struct tune_job {
-    hp_prefix_cache_t *snap; /* simulator copy at the first eviction */
-    hp_prefix_cache_trace_t *tr;
-    int n_tr;
-    double alphas[HP_PC_MAX_ALPHAS];
-    int n_alphas;
-    double hit[HP_PC_MAX_ALPHAS];
-    double best;
-    atomic_int done;
-    int threaded;
-    pthread_t th;
-} tune_job_t;
-
-struct hp_prefix_cache {
-    pthread_mutex_t mu;
-    hp_model_config_t cfg;
-    hp_prefix_cache_params_t p;
-    geom_t g;
-    int tensors;
-    hp_radix_t tree;
-    uint64_t clock;
-    size_t kv_used, st_used;
-    int states;
-    hp_prefix_cache_stats_t st; /* counters */
-    /* overlap-depth histogram, weights gamma^-k (k = request count) */
-    double *hist; /* [dp_max_depth + 1] */
-    double hist_w, hist_mass;
-    double hist_all; /* every request's weight, overlap or not */
-    double hist_len; /* ... times its prompt length */
-    /* alpha tuning */
-    int phase;
-    int evicted_once;
-    uint64_t n_before;
-    int window;
-    hp_prefix_cache_t *snap;
-    hp_prefix_cache_trace_t *rec;
-    int n_rec, cap_rec;
-    size_t rec_tokens;
-    tune_job_t *job;
-    double tune_hit[HP_PC_MAX_ALPHAS];
-};
+#define PIECE        1024  /* prefill piece: bounds activation memory */
+#define HIST_RESCALE 1e150 /* decayed weights grow as gamma^-k */
 
 /* ---- geometry and FLOPs ------------------------------------------------ */
 
@@ -137,24 +75,13 @@ size_t hp_prefix_cache_kv_bytes(const hp_prefix_cache_t *pc)
 
 /* ---- payloads ------------------------------------------------------------ */
 
-static pcd_t *D(const hp_radix_node_t *x)
-{
-    return x->data;
-}
-
-static void free_pcd(void *ud, void *data)
+void hp_pc_free_pcd(void *ud, void *data)
 {
     (void)ud;
     pcd_t *d = data;
     free(d->kv);
     free(d->state);
     free(d);
-}
-
-static size_t node_kv_bytes(const hp_prefix_cache_t *pc,
-                            const hp_radix_node_t *x)
-{
-    return (size_t)x->len * pc->g.kv_tok;
 }
 
 static void touch(hp_prefix_cache_t *pc, hp_radix_node_t *x)
@@ -288,7 +215,7 @@ static int merge_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
         free(D(c)->kv);
         D(c)->kv = kv;
     }
-    free_pcd(NULL, xd);
+    hp_pc_free_pcd(NULL, xd);
     return HP_OK;
 }
 
@@ -296,7 +223,7 @@ static void remove_leaf(hp_prefix_cache_t *pc, hp_radix_node_t *x)
 {
     drop_state(pc, x);
     pc->kv_used -= node_kv_bytes(pc, x);
-    free_pcd(NULL, x->data);
+    hp_pc_free_pcd(NULL, x->data);
     x->data = NULL;
     hp_radix_remove(&pc->tree, x);
 }
@@ -489,140 +416,6 @@ static int make_room(hp_prefix_cache_t *pc, size_t need)
     return 1;
 }
 
-/* ---- alpha tuning -------------------------------------------------------- */
-
-static hp_prefix_cache_t *clone_sim(hp_prefix_cache_t *src, double alpha,
-                                    hp_error_t *err);
-static double replay_on(hp_prefix_cache_t *base,
-                        const hp_prefix_cache_trace_t *tr, int n, double alpha,
-                        hp_error_t *err);
-
-static void *tune_main(void *arg)
-{
-    tune_job_t *j = arg;
-    hp_error_t err = {0};
-    int best = 0;
-    for (int i = 0; i < j->n_alphas; i++) {
-        j->hit[i] = replay_on(j->snap, j->tr, j->n_tr, j->alphas[i], &err);
-        if (j->hit[i] > j->hit[best])
-            best = i;
-    }
-    j->best = j->alphas[best];
-    atomic_store(&j->done, 1);
-    return NULL;
-}
-
-static void trace_free(hp_prefix_cache_trace_t *tr, int n)
-{
-    for (int i = 0; i < n; i++)
-        free((void *)tr[i].ids);
-    free(tr);
-}
-
-static void job_free(tune_job_t *j)
-{
-    hp_prefix_cache_destroy(j->snap);
-    trace_free(j->tr, j->n_tr);
-    free(j);
-}
-
-/* Adopts a finished search (wait: block until it is). Locked. */
-static void tune_poll(hp_prefix_cache_t *pc, int wait)
-{
-    tune_job_t *j = pc->job;
-    if (!j || (!wait && !atomic_load(&j->done)))
-        return;
-    if (j->threaded)
-        pthread_join(j->th, NULL);
-    pc->p.alpha = j->best;
-    memcpy(pc->tune_hit, j->hit, sizeof(j->hit));
-    pc->phase = 3;
-    pc->job = NULL;
-    job_free(j);
-}
-
-static void tune_start(hp_prefix_cache_t *pc)
-{
-    tune_job_t *j = calloc(1, sizeof(*j));
-    if (!j) { /* no memory for the search: keep the current alpha */
-        pc->phase = 3;
-        return;
-    }
-    j->snap = pc->snap;
-    j->tr = pc->rec;
-    j->n_tr = pc->n_rec;
-    j->n_alphas = pc->p.n_alphas;
-    memcpy(j->alphas, pc->p.alphas, sizeof(j->alphas));
-    pc->snap = NULL;
-    pc->rec = NULL;
-    pc->n_rec = pc->cap_rec = 0;
-    pc->rec_tokens = 0;
-    pc->job = j;
-    pc->phase = 2;
-    j->threaded =
-        pc->p.tune_async && pthread_create(&j->th, NULL, tune_main, j) == 0;
-    if (!j->threaded) {
-        tune_main(j);
-        tune_poll(pc, 1);
-    }
-}
-
-/* After each call that may have evicted: the bootstrap state machine. */
-static void tune_step(hp_prefix_cache_t *pc)
-{
-    if (!pc->p.tune || pc->p.n_alphas <= 0)
-        return;
-    if (pc->phase == 0 && pc->evicted_once) {
-        hp_error_t err = {0};
-        pc->snap = clone_sim(pc, 0.0, &err);
-        if (!pc->snap) {
-            pc->phase = 3;
-            return;
-        }
-        long w = (long)pc->p.bootstrap_mult * (long)pc->n_before;
-        if (w < pc->p.bootstrap_min)
-            w = pc->p.bootstrap_min;
-        if (w > pc->p.bootstrap_max)
-            w = pc->p.bootstrap_max;
-        pc->window = (int)w;
-        pc->phase = 1;
-    }
-    if (pc->phase == 3 && pc->p.retune && !pc->job) {
-        hp_error_t err = {0};
-        pc->snap = clone_sim(pc, 0.0, &err);
-        pc->phase = pc->snap ? 1 : 3;
-        pc->rec_tokens = 0;
-        if (!pc->snap)
-            pc->p.retune = 0;
-    }
-    if (pc->phase == 1 &&
-        (pc->n_rec >= pc->window || pc->rec_tokens > TRACE_MAX_TOKENS))
-        tune_start(pc);
-}
-
-static void record(hp_prefix_cache_t *pc, const int *ids, int n_prompt, int n)
-{
-    if (pc->phase != 1)
-        return;
-    if (pc->n_rec == pc->cap_rec) {
-        int cap = pc->cap_rec ? 2 * pc->cap_rec : 64;
-        hp_prefix_cache_trace_t *r = realloc(pc->rec, cap * sizeof(*r));
-        if (!r)
-            return;
-        pc->rec = r;
-        pc->cap_rec = cap;
-    }
-    int *copy = malloc((size_t)n * sizeof(int));
-    if (!copy)
-        return;
-    memcpy(copy, ids, (size_t)n * sizeof(int));
-    hp_prefix_cache_trace_t *r = &pc->rec[pc->n_rec++];
-    r->ids = copy;
-    r->n_prompt = n_prompt;
-    r->n = n;
-    pc->rec_tokens += (size_t)n;
-}
-
 /* ---- create / destroy ---------------------------------------------------- */
 
 void hp_prefix_cache_params_default(hp_prefix_cache_params_t *p, size_t budget)
@@ -685,7 +478,7 @@ hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
     }
     pc->tree.root->data = calloc(1, sizeof(pcd_t));
     if (!pc->tree.root->data) {
-        hp_radix_free(&pc->tree, free_pcd, NULL);
+        hp_radix_free(&pc->tree, hp_pc_free_pcd, NULL);
         free(pc->hist);
         free(pc);
         hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
@@ -699,64 +492,11 @@ void hp_prefix_cache_destroy(hp_prefix_cache_t *pc)
 {
     if (!pc)
         return;
-    if (pc->job) {
-        if (pc->job->threaded)
-            pthread_join(pc->job->th, NULL);
-        job_free(pc->job);
-    }
-    hp_prefix_cache_destroy(pc->snap);
-    trace_free(pc->rec, pc->n_rec);
-    hp_radix_free(&pc->tree, free_pcd, NULL);
+    hp_pc_tune_free(pc);
+    hp_radix_free(&pc->tree, hp_pc_free_pcd, NULL);
     pthread_mutex_destroy(&pc->mu);
     free(pc->hist);
     free(pc);
-}
-
-static void *clone_pcd(void *ud, const hp_radix_node_t *n)
-{
-    (void)ud;
-    pcd_t *d = calloc(1, sizeof(*d));
-    if (d) {
-        d->stamp = D(n)->stamp;
-        d->has_state = D(n)->has_state;
-    }
-    return d;
-}
-
-/* A simulator copy of src (tree, clock, histogram; no tensors, no pins,
- * no tuning) with eviction weight alpha. */
-static hp_prefix_cache_t *clone_sim(hp_prefix_cache_t *src, double alpha,
-                                    hp_error_t *err)
-{
-    hp_prefix_cache_params_t p = src->p;
-    p.tune = 0;
-    p.alpha = alpha;
-    hp_prefix_cache_t *pc = hp_prefix_cache_create(&src->cfg, &p, 0, err);
-    if (!pc)
-        return NULL;
-    hp_radix_free(&pc->tree, free_pcd, NULL);
-    if (hp_radix_clone(&pc->tree, &src->tree, clone_pcd, free_pcd, NULL, err) !=
-        HP_OK) {
-        memset(&pc->tree, 0, sizeof(pc->tree));
-        hp_prefix_cache_destroy(pc);
-        return NULL;
-    }
-    for (hp_radix_node_t *x = pc->tree.all; x; x = x->next_all) {
-        pc->kv_used += node_kv_bytes(pc, x);
-        if (D(x)->has_state) {
-            pc->states++;
-            pc->st_used += pc->g.state;
-        }
-    }
-    pc->clock = src->clock;
-    if (pc->hist && src->hist)
-        memcpy(pc->hist, src->hist,
-               ((size_t)p.dp_max_depth + 1) * sizeof(double));
-    pc->hist_w = src->hist_w;
-    pc->hist_mass = src->hist_mass;
-    pc->hist_all = src->hist_all;
-    pc->hist_len = src->hist_len;
-    return pc;
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -966,7 +706,7 @@ static int begin_locked(hp_prefix_cache_t *pc, const int *ids, int n, int hint,
     pc->st.hit_tokens += (uint64_t)r;
     pc->st.prompt_flops += flops(&pc->g, 0, n);
     pc->st.saved_flops += flops(&pc->g, 0, r);
-    if (pc->phase == 0)
+    if (pc->phase == HP_PC_TUNE_WAIT)
         pc->n_before = pc->st.requests;
     return HP_OK;
 }
@@ -985,7 +725,7 @@ int hp_prefix_cache_begin(hp_prefix_cache_t *pc, const int *ids, int n,
         return hp_error_set(err, HP_EBADINPUT,
                             "prefix cache: restoring needs a sequence");
     pthread_mutex_lock(&pc->mu);
-    tune_poll(pc, 0);
+    hp_pc_tune_poll(pc, 0);
     int rc = begin_locked(pc, ids, n, hint, seq, req, err);
     pthread_mutex_unlock(&pc->mu);
     return rc;
@@ -1090,7 +830,7 @@ int hp_prefix_cache_admit(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req,
         req->pin = at;
         req->admitted = 1;
     }
-    tune_step(pc);
+    hp_pc_tune_step(pc);
     pthread_mutex_unlock(&pc->mu);
     return rc;
 }
@@ -1141,9 +881,9 @@ int hp_prefix_cache_finish(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req,
     }
     pthread_mutex_lock(&pc->mu);
     admit_path(pc, full, L, pos, NULL, n_pos, final_state, seq, &rc, err);
-    record(pc, full, req->n, L);
+    hp_pc_tune_record(pc, full, req->n, L);
     end_locked(pc, req);
-    tune_step(pc);
+    hp_pc_tune_step(pc);
     pthread_mutex_unlock(&pc->mu);
     free(pos);
     free(full);
@@ -1219,7 +959,7 @@ int hp_prefix_cache_prefill(hp_prefix_cache_t *pc, const hp_model_t *m,
 void hp_prefix_cache_stats(hp_prefix_cache_t *pc, hp_prefix_cache_stats_t *out)
 {
     pthread_mutex_lock(&pc->mu);
-    tune_poll(pc, 0);
+    hp_pc_tune_poll(pc, 0);
     *out = pc->st;
     out->kv_bytes = pc->kv_used;
     out->state_bytes = pc->st_used;
@@ -1271,43 +1011,4 @@ int hp_prefix_cache_evict_one(hp_prefix_cache_t *pc)
     int d = evict_one(pc);
     pthread_mutex_unlock(&pc->mu);
     return d;
-}
-
-void hp_prefix_cache_tune_wait(hp_prefix_cache_t *pc)
-{
-    pthread_mutex_lock(&pc->mu);
-    tune_poll(pc, 1);
-    pthread_mutex_unlock(&pc->mu);
-}
-
-static double replay_on(hp_prefix_cache_t *base,
-                        const hp_prefix_cache_trace_t *tr, int n, double alpha,
-                        hp_error_t *err)
-{
-    pthread_mutex_lock(&base->mu);
-    hp_prefix_cache_t *pc = clone_sim(base, alpha, err);
-    pthread_mutex_unlock(&base->mu);
-    if (!pc)
-        return -1.0;
-    for (int i = 0; i < n; i++) {
-        hp_prefix_cache_req_t req;
-        if (hp_prefix_cache_begin(pc, tr[i].ids, tr[i].n_prompt, -1, NULL, &req,
-                                  err) != HP_OK)
-            continue;
-        hp_prefix_cache_admit(pc, &req, NULL, err);
-        hp_prefix_cache_finish(pc, &req, tr[i].ids + tr[i].n_prompt,
-                               tr[i].n - tr[i].n_prompt, NULL, err);
-    }
-    double rate = pc->st.prompt_tokens
-                      ? (double)pc->st.hit_tokens / pc->st.prompt_tokens
-                      : 0.0;
-    hp_prefix_cache_destroy(pc);
-    return rate;
-}
-
-double hp_prefix_cache_replay(hp_prefix_cache_t *pc,
-                              const hp_prefix_cache_trace_t *trace, int n,
-                              double alpha, hp_error_t *err)
-{
-    return replay_on(pc, trace, n, alpha, err);
 }

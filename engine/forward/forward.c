@@ -14,9 +14,9 @@
 #include "kernels/cpu/hk_cpu.h"
 #include "kernels/cpu/hk_kvbuf.h"
 
-/* Measured best on AVX-512 (helper bench in test_gdn): C=16 beats 64 by
- * ~1.5x, the sgemms being small either way. */
-#define GDN_CHUNK_DEFAULT 16
+/* hk_gdn_chunk's chunk: measured best on AVX-512 (helper bench in
+ * test_gdn), C=16 beats 64 by ~1.5x, the sgemms being small either way. */
+#define GDN_CHUNK 16
 
 void hp_fwd_ws_init(hp_fwd_ws_t *ws)
 {
@@ -127,8 +127,8 @@ void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
  * is forward_batch.c's.) */
 static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                         hp_fwd_ws_t *ws, const float *y, float *x, int T,
-                        const hp_jumps_t *jumps, int chunk,
-                        hp_kvbuf_pool_t *kvp, hp_error_t *err)
+                        const hp_jumps_t *jumps, hp_kvbuf_pool_t *kvp,
+                        hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     int Hk = c->lin_k_heads, Hv = c->lin_v_heads;
@@ -137,7 +137,7 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     hp_fwd_lin_t b;
 
     float *scr =
-        hp_fwd_buf(ws, B_SCRATCH, hk_gdn_chunk_scratch(Hv, dk, dv, chunk));
+        hp_fwd_buf(ws, B_SCRATCH, hk_gdn_chunk_scratch(Hv, dk, dv, GDN_CHUNK));
     int want_tc = jumps && jumps->tc_run >= 0;
     float *tc = want_tc ? hp_fwd_buf(ws, B_TC, (size_t)Hv * dk * dk) : NULL;
     hp_kvbuf_t *kb = kvp && sl->kvb.blocks && !jumps ? &sl->kvb : NULL;
@@ -187,7 +187,7 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                                      dk, dv);
                 else if (rc == HP_OK)
                     hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk,
-                                 Hv, dk, dv, chunk, scr);
+                                 Hv, dk, dv, GDN_CHUNK, scr);
             }
             if (rc != HP_OK)
                 return rc;
@@ -434,13 +434,12 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         memcpy(x + (size_t)t * H, m->embed + (size_t)ids[t] * H,
                H * sizeof(float));
 
-    int chunk = GDN_CHUNK_DEFAULT;
     rc = HP_OK;
     for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
         const hp_layer_weights_t *w = &m->layers[l];
         hk_rmsnorm_zc(y, x, w->input_norm, T, H, c->rms_eps);
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
-            rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps, chunk,
+            rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps,
                               seq->kvpool, err);
         else
             rc =

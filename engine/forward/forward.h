@@ -65,8 +65,9 @@ typedef enum {
  * Runs T tokens ids[T] at positions pos[T] (NULL: seq->n_pos .. + T-1)
  * through the model, updating seq (states, K/V; n_pos becomes
  * max(n_pos, last pos + 1)). jumps may be NULL. Writes logits per mode
- * into `logits` (caller-sized). gdn_chunk: chunk size for T > 1 (0 = 64).
- * Returns HP_OK, HP_EBADINPUT (token id out of range) or HP_ENOMEM.
+ * into `logits` (caller-sized). The linear layers run the chunked form
+ * (hk_gdn_chunk) for T > 1 and the recurrent one for T = 1. Returns HP_OK,
+ * HP_EBADINPUT (token id out of range) or HP_ENOMEM.
  */
 int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                const int *ids, const int *pos, int T, const hp_jumps_t *jumps,

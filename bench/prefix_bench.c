@@ -584,7 +584,8 @@ static int measured(const char *dir, unsigned long long seed)
         fprintf(stderr, "prefix_bench: %s\n", err.msg);
         return 1;
     }
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     const hp_model_t *m = &llm.model;
     int V = m->cfg.vocab_size;
     float *lf = malloc((size_t)V * 4), *lc = malloc((size_t)V * 4);

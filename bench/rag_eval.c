@@ -116,7 +116,8 @@ int main(int argc, char **argv)
     hp_cache_t cache = {hp_pool_create(8ull << 30, &err),
                         hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)};
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     float *lg = malloc((size_t)llm.model.cfg.vocab_size * 4);
     size_t cap = 1 << 20;
     char *line = malloc(cap);

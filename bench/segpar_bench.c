@@ -142,7 +142,8 @@ int main(int argc, char **argv)
     if (hp_prefill_pool_create(&pp, &pcfg, &err) != HP_OK)
         return bench_fail(&err);
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     omp_set_num_threads(seq_threads);
 
     printf("model %s: hidden %d, %d layers; seam %d; segments %d..%d tokens; "

@@ -125,7 +125,8 @@ int main(int argc, char **argv)
     hp_cache_t cache = {hp_pool_create(48ull << 30, &err),
                         hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)};
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     float *lg = malloc((size_t)c->vocab_size * 4);
     const char *names[] = {"full", "prefix", "naive (warm)", "pic (warm)",
                            "pic (cold)"};

@@ -11,7 +11,6 @@
 #include "engine/cache/ckpt_dp.h"
 #include "engine/cache/prefix_cache_impl.h"
 
-#define PIECE        1024  /* prefill piece: bounds activation memory */
 #define HIST_RESCALE 1e150 /* decayed weights grow as gamma^-k */
 
 /* ---- geometry and FLOPs ------------------------------------------------ */
@@ -932,8 +931,9 @@ int hp_prefix_cache_prefill(hp_prefix_cache_t *pc, const hp_model_t *m,
         hp_prefix_cache_release(pc, req);
         return hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
     }
-    for (int off = req->resume; off < n && rc == HP_OK; off += PIECE) {
-        int T = n - off < PIECE ? n - off : PIECE, nj = 0, first = c;
+    for (int off = req->resume; off < n && rc == HP_OK; off += HP_FWD_PIECE) {
+        int T = n - off < HP_FWD_PIECE ? n - off : HP_FWD_PIECE, nj = 0,
+            first = c;
         while (c < req->n_ckpt && req->ckpt[c] <= off + T)
             after[nj++] = req->ckpt[c++] - off;
         capture_t cp = {seq, req->snap + first};

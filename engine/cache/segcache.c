@@ -134,7 +134,7 @@ int hp_segc_build_state(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
     if (rc != HP_OK)
         return rc;
     if (n > 0)
-        rc = hp_prefill(m, &seq, ws, ids, n, 1024, NULL, err);
+        rc = hp_prefill(m, &seq, ws, ids, n, HP_FWD_PIECE, NULL, err);
     if (rc == HP_OK)
         hp_segc_capture_state(e, &seq);
     hp_seq_free(&seq);

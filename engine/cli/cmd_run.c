@@ -123,7 +123,10 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
         fprintf(stderr, "hypic-engine %s: %s\n", cmd, err.msg);
         return 1;
     }
-    hp_fwd_ws_init(&r->ws);
+    if (hp_fwd_ws_init(&r->ws, &r->llm.model, NULL, &err) != HP_OK) {
+        fprintf(stderr, "hypic-engine %s: %s\n", cmd, err.msg);
+        return 1;
+    }
     int V = r->llm.model.cfg.vocab_size, n = r->prompt.n;
     if (!strcmp(cmd, "generate") &&
         (strcmp(r->o.decode, "recurrent") || r->o.speculative)) {

@@ -193,7 +193,8 @@ static void *worker_main(void *arg)
 {
     worker_t *wk = arg;
     hp_prefill_pool_t *pp = wk->pp;
-    hp_fwd_ws_t ws;
+    hp_fwd_ws_t ws = {0};
+    const hp_model_t *ws_model = NULL; /* the model ws is planned for */
 
     /* nthreads-var is a per-task ICV: this sets the count for this
      * thread's own parallel regions (and the BLAS calls sized from it)
@@ -205,7 +206,6 @@ static void *worker_main(void *arg)
 #pragma omp single
         team = omp_get_num_threads();
     }
-    hp_fwd_ws_init(&ws);
 
     pthread_mutex_lock(&pp->mu);
     wk->omp_max = omp_get_max_threads();
@@ -231,7 +231,18 @@ static void *worker_main(void *arg)
             .seg = j->seg[t->k], .worker = wk->idx, .tokens = s->len};
         d.start_us = now_us();
         int64_t c0 = thread_cpu_us();
-        d.status = skip ? HP_ECANCELLED : build(j, t->k, wk, &ws, &d, &err);
+        if (!skip && ws_model != &j->llm->model) {
+            /* segment builds: prefill pieces, no batched steps; planned
+             * at the first job of a model (one model in practice) */
+            hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
+            hp_fwd_ws_free(&ws);
+            ws_model = &j->llm->model;
+            if (hp_fwd_ws_init(&ws, ws_model, &plan, &err) != HP_OK)
+                ws_model = NULL;
+        }
+        d.status = skip        ? HP_ECANCELLED
+                   : !ws_model ? err.code
+                               : build(j, t->k, wk, &ws, &d, &err);
         d.end_us = now_us();
         d.cpu_us = thread_cpu_us() - c0;
         if (j->cb)

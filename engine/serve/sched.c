@@ -750,13 +750,26 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
     s->items = calloc((size_t)s->cfg.batch, sizeof(*s->items));
     s->item_req = calloc((size_t)s->cfg.batch, sizeof(*s->item_req));
     s->prob = malloc((size_t)V * sizeof(float));
-    hp_fwd_ws_init(&s->ws);
-    if (!s->running || !s->items || !s->item_req || !s->prob || !s->ws.buf ||
+    if (!s->running || !s->items || !s->item_req || !s->prob ||
         hp_sampler_init(&s->sm, V) != 0) {
         free_parts(s);
         return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
     }
     if (kvbuf_pool(s, err) != HP_OK) {
+        free_parts(s);
+        return err->code;
+    }
+    /* The workspace serves the largest pass: a prefill chunk (or a cache's
+     * piece), or a decode step of the whole batch, each item verifying as
+     * many drafts as its KVBuffers take. */
+    hp_fwd_plan_t plan = {
+        .max_tokens = s->cfg.prefill_chunk > HP_FWD_PIECE ? s->cfg.prefill_chunk
+                                                          : HP_FWD_PIECE,
+        .max_ctx = s->cfg.max_context,
+        .max_batch = s->cfg.batch,
+        .max_step = s->kvb ? s->kvpool.cfg.max_step : 1,
+    };
+    if (hp_fwd_ws_init(&s->ws, &llm->model, &plan, err) != HP_OK) {
         free_parts(s);
         return err->code;
     }

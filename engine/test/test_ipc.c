@@ -508,7 +508,7 @@ static void test_server(void)
         hp_gen_result_t res;
         hp_llm_tokenize(&llm, "Hello world", 11, &ids, &n, &err);
         hp_seq_init(&sq, &llm.model, &err);
-        hp_fwd_ws_init(&ws);
+        hp_fwd_ws_init(&ws, &llm.model, NULL, &err);
         hp_prefill(&llm.model, &sq, &ws, ids, n, 64, lg, &err);
         hp_generate(&llm, &sq, &ws, lg, &p, append_text, ref, &res, &err);
         free(res.tokens);

@@ -313,7 +313,8 @@ int main(void)
     }
     const hp_model_config_t *c = &llm.model.cfg;
     size_t V = (size_t)c->vocab_size;
-    hp_fwd_ws_init(&ws);
+    ok(hp_fwd_ws_init(&ws, &llm.model, NULL, &err) == HP_OK, "workspace (%s)",
+       err.msg);
     hp_prompt_build(&p, &llm, PROMPT, strlen(PROMPT), SEP, &err);
     int nc = p.n_segs - 1; /* lead + documents */
 

@@ -96,7 +96,7 @@ static void check_model(const char *root, const char *name)
     size_t V = c->vocab_size;
     size_t ssz = c->state_floats;
     int l0 = first_linear(c);
-    hp_fwd_ws_init(&x.ws);
+    hp_fwd_ws_init(&x.ws, &x.llm.model, NULL, &err);
     cache_new(&x, 64 << 20, 64 << 20);
     hp_prompt_build(&p, &x.llm, PROMPT, strlen(PROMPT), SEP, &err);
     ok(p.n_segs == 5, "%s: prompt has 5 segments, %d tokens", name, p.n);

@@ -328,7 +328,7 @@ int main(void)
         return tap_done();
     }
     x.V = (size_t)x.llm.model.cfg.vocab_size;
-    hp_fwd_ws_init(&x.ws);
+    hp_fwd_ws_init(&x.ws, &x.llm.model, NULL, &err);
     hp_prompt_build(&p, &x.llm, PROMPT, strlen(PROMPT), SEP, &err);
     int lens_ok = p.n_segs == 6;
     for (int i = 1; i < 5 && lens_ok; i++)

@@ -700,7 +700,7 @@ static void test_model(const char *root)
         tap_diag("%s", err.msg);
         return;
     }
-    hp_fwd_ws_init(&x.ws);
+    hp_fwd_ws_init(&x.ws, &x.llm.model, NULL, &err);
     x.V = x.llm.model.cfg.vocab_size;
     x.lf = malloc((size_t)x.V * 4);
     x.lc = malloc((size_t)x.V * 4);

@@ -257,7 +257,7 @@ static void alone(const char *prompt, int max, float temp, uint64_t seed,
     out[0] = '\0';
     hp_llm_tokenize(&llm, prompt, strlen(prompt), &ids, &n, &err);
     hp_seq_init(&sq, &llm.model, &err);
-    hp_fwd_ws_init(&ws);
+    hp_fwd_ws_init(&ws, &llm.model, NULL, &err);
     hp_prefill(&llm.model, &sq, &ws, ids, n, chunk, lg, &err);
     hp_generate(&llm, &sq, &ws, lg, &p, collect, out, &res, &err);
     alone_tokens = res.n_tokens;

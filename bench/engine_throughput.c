@@ -104,7 +104,8 @@ int main(int argc, char **argv)
     printf("| tokens | prefill tok/s | GEMM GFLOP/s | %% of sgemm | decode "
            "tok/s (after prefill) |\n|---|---|---|---|---|\n");
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     float *lg = malloc((size_t)c->vocab_size * 4);
     for (const char *s = toks; *s;) {
         int T = atoi(s);

@@ -314,6 +314,7 @@ static void cfg_qwen35_9b(hp_model_config_t *c)
     c->intermediate = 12288;
     for (int l = 0; l < c->n_layers; l++)
         c->layer_kind[l] = (l + 1) % 4 == 0 ? HP_LAYER_FULL : HP_LAYER_LINEAR;
+    hp_model_config_derive(c);
 }
 
 /* ---- the simulated arms -------------------------------------------------- */
@@ -431,9 +432,7 @@ static result_t run_pic(const trace_t *t, const hp_model_config_t *cfg,
     result_t res = {0};
     hp_prefix_cache_params_default(&p, 0);
     hp_prefix_cache_t *pc = hp_prefix_cache_create(cfg, &p, 0, &err);
-    int n_lin = 0;
-    for (int l = 0; l < cfg->n_layers; l++)
-        n_lin += cfg->layer_kind[l] == HP_LAYER_LINEAR;
+    int n_lin = cfg->n_lin;
     double hk = cfg->lin_v_heads, dk = cfg->lin_k_dim, dv = cfg->lin_v_dim;
     double tuple = n_lin * hk * (dk * dk + dk * dv) * 4;
     double kvb = (double)hp_prefix_cache_kv_bytes(pc);
@@ -585,7 +584,8 @@ static int measured(const char *dir, unsigned long long seed)
         fprintf(stderr, "prefix_bench: %s\n", err.msg);
         return 1;
     }
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     const hp_model_t *m = &llm.model;
     int V = m->cfg.vocab_size;
     float *lf = malloc((size_t)V * 4), *lc = malloc((size_t)V * 4);

@@ -116,7 +116,8 @@ int main(int argc, char **argv)
     hp_cache_t cache = {hp_pool_create(8ull << 30, &err),
                         hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)};
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     float *lg = malloc((size_t)llm.model.cfg.vocab_size * 4);
     size_t cap = 1 << 20;
     char *line = malloc(cap);
@@ -159,22 +160,22 @@ int main(int argc, char **argv)
             for (const char *s = seams; *s;) {
                 int w = bench_next_int(&s);
                 /* the seam matters to pic only: other modes run once */
-                if (mode != HP_MODE_PIC &&
+                if (mode != HP_IPC_MODE_PIC &&
                     s - seams > (long)strcspn(seams, ",") + 1)
                     break;
                 hp_pool_clear(cache.pub);
                 hp_prefix_cache_clear(cache.prefix);
-                if (mode == HP_MODE_NAIVE || mode == HP_MODE_PIC)
-                    hp_assemble_warm(&llm, &cache, &ws, &p, (hp_mode_t)mode, w,
-                                     NULL, &err);
-                if (mode == HP_MODE_PREFIX && p.n_segs > 2) {
+                if (mode == HP_IPC_MODE_NAIVE || mode == HP_IPC_MODE_PIC)
+                    hp_assemble_warm(&llm, &cache, &ws, &p, (hp_ipc_mode_t)mode,
+                                     w, NULL, &err);
+                if (mode == HP_IPC_MODE_PREFIX && p.n_segs > 2) {
                     /* the lead alone seen before */
                     hp_prompt_t lead = p;
                     lead.n_segs = 1;
                     lead.n = p.segs[0].len;
                     hp_seq_t s0;
                     hp_seq_init(&s0, &llm.model, &err);
-                    hp_assemble(&llm, &cache, &ws, &lead, HP_MODE_PREFIX, w,
+                    hp_assemble(&llm, &cache, &ws, &lead, HP_IPC_MODE_PREFIX, w,
                                 &s0, lg, NULL, &err);
                     hp_seq_free(&s0);
                 }
@@ -182,8 +183,8 @@ int main(int argc, char **argv)
                 hp_assemble_stats_t st;
                 hp_seq_init(&seq, &llm.model, &err);
                 double t0 = bench_now();
-                int rc = hp_assemble(&llm, &cache, &ws, &p, (hp_mode_t)mode, w,
-                                     &seq, lg, &st, &err);
+                int rc = hp_assemble(&llm, &cache, &ws, &p, (hp_ipc_mode_t)mode,
+                                     w, &seq, lg, &st, &err);
                 double ttft = (bench_now() - t0) * 1e3;
                 text_t out = {{0}, 0};
                 hp_gen_result_t res = {0};

@@ -758,8 +758,8 @@ int main(int argc, char **argv)
            "TTFT p50 ms | TTFT p99 ms | TTFT mean ms | e2e p50 ms | tok/s | "
            "hit %% |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (int m = 0; m < n_modes; m++) {
-        int ingest = prewarm && (mode_list[m] == HP_MODE_NAIVE ||
-                                 mode_list[m] == HP_MODE_PIC);
+        int ingest = prewarm && (mode_list[m] == HP_IPC_MODE_NAIVE ||
+                                 mode_list[m] == HP_IPC_MODE_PIC);
         su.mode = mode_list[m];
         hp_pool_clear(cache.pub);
         if (ingest)
@@ -774,15 +774,15 @@ int main(int argc, char **argv)
             for (int i = 0; i < n_at[l]; i++)
                 request_prompt(&c, &llm, i, &prompts[i]);
             run_trace(&llm, &su, prompts, at[l], n_at[l], rec, &t0);
-            report(hp_mode_name((hp_mode_t)su.mode), loads[l], rec, n_at[l], t0,
-                   csv);
+            report(hp_mode_name((hp_ipc_mode_t)su.mode), loads[l], rec, n_at[l],
+                   t0, csv);
         }
     }
     for (int m = 0; m < n_modes; m++)
         if (ingest_s[m] > 0)
             printf("# %s: ingesting the corpus (%d documents, %ld tokens) "
                    "took %.1f s\n",
-                   hp_mode_name((hp_mode_t)mode_list[m]), c.n_docs, doc_sum,
+                   hp_mode_name((hp_ipc_mode_t)mode_list[m]), c.n_docs, doc_sum,
                    ingest_s[m]);
     if (csv)
         fclose(csv);

@@ -142,7 +142,8 @@ int main(int argc, char **argv)
     if (hp_prefill_pool_create(&pp, &pcfg, &err) != HP_OK)
         return bench_fail(&err);
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     omp_set_num_threads(seq_threads);
 
     printf("model %s: hidden %d, %d layers; seam %d; segments %d..%d tokens; "
@@ -185,11 +186,12 @@ int main(int argc, char **argv)
                 double t0 = bench_now();
                 double c0 = bench_clock(CLOCK_PROCESS_CPUTIME_ID);
                 double tc0 = bench_clock(CLOCK_THREAD_CPUTIME_ID);
-                int rc = k == 2 ? hp_prefill_pool_run(pp, &llm, &cache, &p,
-                                                      HP_MODE_PIC, w, on_done,
-                                                      &tf, &pst, &err)
-                                : hp_assemble_warm(&llm, &cache, &ws, &p,
-                                                   HP_MODE_PIC, w, &ast, &err);
+                int rc = k == 2
+                             ? hp_prefill_pool_run(pp, &llm, &cache, &p,
+                                                   HP_IPC_MODE_PIC, w, on_done,
+                                                   &tf, &pst, &err)
+                             : hp_assemble_warm(&llm, &cache, &ws, &p,
+                                                HP_IPC_MODE_PIC, w, &ast, &err);
                 double dt = bench_now() - t0;
                 double dc = bench_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
                 double dtc = bench_clock(CLOCK_THREAD_CPUTIME_ID) - tc0;
@@ -215,8 +217,8 @@ int main(int argc, char **argv)
                 hp_seq_t seq;
                 hp_seq_init(&seq, &llm.model, &err);
                 t0 = bench_now();
-                rc = hp_assemble(&llm, &cache, &ws, &p, HP_MODE_PIC, w, &seq,
-                                 lg[k], &ast, &err);
+                rc = hp_assemble(&llm, &cache, &ws, &p, HP_IPC_MODE_PIC, w,
+                                 &seq, lg[k], &ast, &err);
                 dt = bench_now() - t0;
                 if (rc != HP_OK || ast.miss_segments) {
                     fprintf(stderr, "combine: %s (%d misses)\n", err.msg,

@@ -125,12 +125,14 @@ int main(int argc, char **argv)
     hp_cache_t cache = {hp_pool_create(48ull << 30, &err),
                         hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)};
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
+        return bench_fail(&err);
     float *lg = malloc((size_t)c->vocab_size * 4);
     const char *names[] = {"full", "prefix", "naive (warm)", "pic (warm)",
                            "pic (cold)"};
-    hp_mode_t modes[] = {HP_MODE_FULL, HP_MODE_PREFIX, HP_MODE_NAIVE,
-                         HP_MODE_PIC, HP_MODE_PIC};
+    hp_ipc_mode_t modes[] = {HP_IPC_MODE_FULL, HP_IPC_MODE_PREFIX,
+                             HP_IPC_MODE_NAIVE, HP_IPC_MODE_PIC,
+                             HP_IPC_MODE_PIC};
     double best[5];
     hp_assemble_stats_t st[5];
     hp_seq_t keep[5];
@@ -146,8 +148,8 @@ int main(int argc, char **argv)
             hp_seq_t warm;
             hp_seq_init(&warm, &llm.model, &err);
             if (k == 1) /* other document order: only the lead is shared */
-                hp_assemble(&llm, &cache, &ws, &pw, HP_MODE_PREFIX, w, &warm,
-                            lg, NULL, &err);
+                hp_assemble(&llm, &cache, &ws, &pw, HP_IPC_MODE_PREFIX, w,
+                            &warm, lg, NULL, &err);
             if (k == 2 || k == 3)
                 hp_assemble_warm(&llm, &cache, &ws, &pw, modes[k], w, NULL,
                                  &err);
@@ -181,7 +183,7 @@ int main(int argc, char **argv)
 
     printf("\n| linear layer | naive rel. state error | pic rel. state "
            "error |\n|---|---|---|\n");
-    size_t ssz = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    size_t ssz = c->state_floats;
     for (int l = 0; l < c->n_layers; l++)
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             printf("| %d | %.2e | %.2e |\n", l,

@@ -87,8 +87,6 @@ static ngx_int_t ngx_http_hypic_append(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, u_char *data, size_t len);
 static ngx_int_t ngx_http_hypic_respond(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
-static ngx_uint_t ngx_http_hypic_error_status(const char *code,
-    const char **type);
 static ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad,
     ngx_uint_t status, const char *param, const char *code,
     const char *fmt, ...);
@@ -1592,7 +1590,7 @@ ngx_http_hypic_eval_mode(ngx_http_request_t *r,
     ngx_str_t  value;
 
     if (ngx_http_complex_value(r, hlcf->mode, &value) != NGX_OK) {
-        return NGX_HTTP_HYPIC_MODE_FULL;
+        return HP_IPC_MODE_FULL;
     }
 
     mode = ngx_http_hypic_parse_mode(&value);
@@ -1601,7 +1599,7 @@ ngx_http_hypic_eval_mode(ngx_http_request_t *r,
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "hypic: hypic_mode evaluated to \"%V\", which is not "
                       "full, prefix, naive or pic; using \"full\"", &value);
-        return NGX_HTTP_HYPIC_MODE_FULL;
+        return HP_IPC_MODE_FULL;
     }
 
     return (ngx_uint_t) mode;
@@ -1667,10 +1665,10 @@ ngx_int_t
 ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
     size_t len)
 {
-    ngx_int_t              rc;
-    ngx_uint_t             status, level;
-    const char            *etype;
-    ngx_http_hypic_ctx_t  *ctx;
+    ngx_int_t               rc;
+    ngx_uint_t              level;
+    ngx_http_hypic_ctx_t   *ctx;
+    const hp_ipc_error_t   *e;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
 
@@ -1747,18 +1745,16 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
         if (ctx->final.status != 0
             || ctx->final.finish == HP_IPC_FINISH_ERROR)
         {
-            status = ngx_http_hypic_error_status(ctx->final.code, &etype);
-            level = (status >= NGX_HTTP_INTERNAL_SERVER_ERROR)
+            e = hp_ipc_error(ctx->final.status);
+            level = (e->http >= NGX_HTTP_INTERNAL_SERVER_ERROR)
                     ? NGX_LOG_ERR : NGX_LOG_INFO;
 
             ngx_log_error(level, r->connection->log, 0,
                           "hypic: engine refused %V: %s (%s)", &ctx->id,
-                          ctx->final.message, ctx->final.code);
+                          ctx->final.message, e->code);
 
-            ngx_http_hypic_fail(r, status, etype,
-                                ctx->final.code[0] ? ctx->final.code
-                                                   : "engine_error",
-                                "%s", ctx->final.message);
+            ngx_http_hypic_fail(r, e->http, e->type, e->code, "%s",
+                                ctx->final.message);
             return NGX_DONE;
         }
 
@@ -2002,44 +1998,6 @@ ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     return ngx_http_hypic_send_json(r, NGX_HTTP_OK, &body);
 }
-
-
-/* The HTTP status and error type of an engine's error code. */
-
-static ngx_uint_t
-ngx_http_hypic_error_status(const char *code, const char **type)
-{
-    ngx_uint_t  i;
-
-    static struct {
-        const char  *code;
-        ngx_uint_t   status;
-        const char  *type;
-    } map[] = {
-        { "invalid_prompt", NGX_HTTP_BAD_REQUEST,
-          NGX_HTTP_HYPIC_INVALID_REQUEST },
-        { "context_length_exceeded", NGX_HTTP_BAD_REQUEST,
-          NGX_HTTP_HYPIC_INVALID_REQUEST },
-        { "engine_busy", NGX_HTTP_TOO_MANY_REQUESTS, "rate_limit_error" },
-        { "engine_unavailable", NGX_HTTP_SERVICE_UNAVAILABLE,
-          NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE },
-        { "engine_out_of_memory", NGX_HTTP_SERVICE_UNAVAILABLE,
-          NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE },
-        { "timeout", NGX_HTTP_GATEWAY_TIME_OUT, "timeout" },
-        { NULL, NGX_HTTP_INTERNAL_SERVER_ERROR, NGX_HTTP_HYPIC_SERVER_ERROR }
-    };
-
-    for (i = 0; map[i].code; i++) {
-        if (ngx_strcmp(code, map[i].code) == 0) {
-            break;
-        }
-    }
-
-    *type = map[i].type;
-
-    return map[i].status;
-}
-
 
 
 static ngx_int_t

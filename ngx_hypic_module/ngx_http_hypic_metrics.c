@@ -41,7 +41,7 @@ static ngx_uint_t  ngx_http_hypic_e2e_ms[] = {
     (sizeof(ngx_http_hypic_e2e_ms) / sizeof(ngx_uint_t))
 
 /* the mode label of requests stopped before their mode was known */
-#define NGX_HTTP_HYPIC_MODE_NONE  4
+#define NGX_HTTP_HYPIC_MODE_NONE  (HP_IPC_MODE_PIC + 1)
 
 /* how long /health waits for an engine that accepted us to say hello */
 #define NGX_HTTP_HYPIC_HEALTH_WAIT  1000
@@ -73,7 +73,8 @@ typedef struct {
 
 typedef struct {
     ngx_atomic_t                requests[6];  /* [c]: status c00..c99 */
-    ngx_atomic_t                mode_requests[5][6];  /* [mode][c] */
+    ngx_atomic_t                mode_requests[NGX_HTTP_HYPIC_MODE_NONE + 1]
+                                             [6];  /* [mode][c] */
     ngx_atomic_t                routes[NGX_HTTP_HYPIC_ROUTE_N];
     ngx_http_hypic_histogram_t  ttft;
     ngx_http_hypic_histogram_t  e2e;

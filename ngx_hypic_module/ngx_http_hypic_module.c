@@ -84,12 +84,15 @@ static ngx_conf_enum_t  ngx_http_hypic_routing[] = {
 };
 
 static ngx_str_t  ngx_http_hypic_modes[] = {
-    ngx_string("full"),                    /* NGX_HTTP_HYPIC_MODE_FULL */
-    ngx_string("prefix"),                  /* NGX_HTTP_HYPIC_MODE_PREFIX */
-    ngx_string("naive"),                   /* NGX_HTTP_HYPIC_MODE_NAIVE */
-    ngx_string("pic"),                     /* NGX_HTTP_HYPIC_MODE_PIC */
+    ngx_string("full"),                    /* HP_IPC_MODE_FULL */
+    ngx_string("prefix"),                  /* HP_IPC_MODE_PREFIX */
+    ngx_string("naive"),                   /* HP_IPC_MODE_NAIVE */
+    ngx_string("pic"),                     /* HP_IPC_MODE_PIC */
     ngx_null_string
 };
+
+_Static_assert(sizeof(ngx_http_hypic_modes) / sizeof(ngx_str_t)
+               == HP_IPC_MODE_PIC + 2, "a name for every HP_IPC_MODE_*");
 
 static ngx_str_t  ngx_http_hypic_routes[] = {
     ngx_string("local"),                   /* NGX_HTTP_HYPIC_ROUTE_LOCAL */
@@ -279,8 +282,8 @@ ngx_http_hypic_parse_mode(ngx_str_t *value)
 ngx_str_t *
 ngx_http_hypic_mode_name(ngx_uint_t mode)
 {
-    if (mode > NGX_HTTP_HYPIC_MODE_PIC) {
-        mode = NGX_HTTP_HYPIC_MODE_FULL;
+    if (mode > HP_IPC_MODE_PIC) {
+        mode = HP_IPC_MODE_FULL;
     }
 
     return &ngx_http_hypic_modes[mode];
@@ -427,7 +430,7 @@ ngx_http_hypic_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
             return NGX_CONF_ERROR;
         }
 
-        conf->mode->value = ngx_http_hypic_modes[NGX_HTTP_HYPIC_MODE_PIC];
+        conf->mode->value = ngx_http_hypic_modes[HP_IPC_MODE_PIC];
     }
 
     if (conf->engine_name.len == 0) {

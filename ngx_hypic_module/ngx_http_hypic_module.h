@@ -18,10 +18,7 @@
 #include "engine/contract/hp_ipc.h"
 
 
-#define NGX_HTTP_HYPIC_MODE_FULL        0
-#define NGX_HTTP_HYPIC_MODE_PREFIX      1
-#define NGX_HTTP_HYPIC_MODE_NAIVE       2
-#define NGX_HTTP_HYPIC_MODE_PIC         3
+/* modes are the contract's: HP_IPC_MODE_* (engine/contract/hp_ipc.h) */
 
 #define NGX_HTTP_HYPIC_ROUTING_LOCAL    0
 #define NGX_HTTP_HYPIC_ROUTING_AFFINITY 1

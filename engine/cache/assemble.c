@@ -20,39 +20,40 @@ int hp_mode_parse(const char *s)
     return -1;
 }
 
-const char *hp_mode_name(hp_mode_t m)
+const char *hp_mode_name(hp_ipc_mode_t m)
 {
     return (unsigned)m < 4 ? mode_names[m] : "?";
 }
 
 /* A segment a mode caches: the lead (whole, STATE) and the PIC segments
  * (naive: whole, STATE; pic: interior tuple, only if it has an interior). */
-int hp_assemble_cacheable(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
+int hp_assemble_cacheable(const hp_prompt_seg_t *s, hp_ipc_mode_t mode, int w)
 {
     if (s->len == 0 || s->role == HP_SEG_QUERY)
         return 0;
-    if (s->role == HP_SEG_LEAD || mode == HP_MODE_NAIVE)
+    if (s->role == HP_SEG_LEAD || mode == HP_IPC_MODE_NAIVE)
         return 1;
     return s->len > 2 * w;
 }
 
-uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_mode_t mode, int w)
+uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_ipc_mode_t mode,
+                             int w)
 {
     if (s->role == HP_SEG_LEAD)
         return HP_VAR_LEAD;
-    return mode == HP_MODE_PIC ? HP_VAR_PIC(w) : HP_VAR_NAIVE;
+    return mode == HP_IPC_MODE_PIC ? HP_VAR_PIC(w) : HP_VAR_NAIVE;
 }
 
 /* The entry of segment s, from the pool or prefilled now and published.
  * The caller releases it. */
 static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
                                       hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                                      const hp_prompt_seg_t *s, hp_mode_t mode,
-                                      int w, hp_assemble_stats_t *st,
-                                      hp_error_t *err)
+                                      const hp_prompt_seg_t *s,
+                                      hp_ipc_mode_t mode, int w,
+                                      hp_assemble_stats_t *st, hp_error_t *err)
 {
     const hp_model_t *m = &llm->model;
-    int pic = s->role != HP_SEG_LEAD && mode == HP_MODE_PIC;
+    int pic = s->role != HP_SEG_LEAD && mode == HP_IPC_MODE_PIC;
     uint32_t var = hp_assemble_variant(s, mode, w);
     hp_pool_entry_t *e = hp_pool_get(cache->pub, s->id, var);
     if (e) {
@@ -79,13 +80,14 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
 }
 
 int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
-                          hp_fwd_ws_t *ws, const hp_prompt_t *p, hp_mode_t mode,
-                          int w, hp_assemble_stats_t *st, hp_error_t *err)
+                          hp_fwd_ws_t *ws, const hp_prompt_t *p,
+                          hp_ipc_mode_t mode, int w, hp_assemble_stats_t *st,
+                          hp_error_t *err)
 {
     hp_assemble_stats_t local = {0};
     if (!st)
         st = &local;
-    if (mode != HP_MODE_NAIVE && mode != HP_MODE_PIC)
+    if (mode != HP_IPC_MODE_NAIVE && mode != HP_IPC_MODE_PIC)
         return 0;
     for (int i = 0; i < p->n_segs; i++) {
         const hp_prompt_seg_t *s = &p->segs[i];
@@ -104,7 +106,7 @@ int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
 }
 
 int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
-                     const hp_prompt_t *p, hp_mode_t mode, int w,
+                     const hp_prompt_t *p, hp_ipc_mode_t mode, int w,
                      hp_assemble_stats_t *st, hp_error_t *err)
 {
     int rc;
@@ -152,28 +154,27 @@ static void splice_kv(hp_seq_t *seq, void *e, int at, int shift)
 {
     const hp_model_config_t *c = &seq->model->cfg;
     const hp_segc_hdr_t *h = e;
-    size_t row = (size_t)c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_kind[l] != HP_LAYER_FULL)
             continue;
-        float *k = seq->layers[l].k + (size_t)at * row;
-        memcpy(k, hp_segc_K(c, e, l), (size_t)h->n_int * row * 4);
-        memcpy(seq->layers[l].v + (size_t)at * row, hp_segc_V(c, e, l),
-               (size_t)h->n_int * row * 4);
+        hp_seq_kv_unpack(seq, l, at, h->n_int, hp_segc_K(c, e, l),
+                         hp_segc_V(c, e, l));
         if (shift)
-            hk_rope_shift(k, shift, h->n_int, c->n_kv_heads, c->head_dim,
-                          c->rotary_dim, c->rope_theta);
+            hk_rope_shift(seq->layers[l].k + (size_t)at * c->kv_row, shift,
+                          h->n_int, c->n_kv_heads, c->head_dim, c->rotary_dim,
+                          c->rope_theta);
     }
 }
 
 static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
                             hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                            hp_mode_t mode, int w, hp_seq_t *seq, float *logits,
-                            hp_assemble_stats_t *st, hp_error_t *err)
+                            hp_ipc_mode_t mode, int w, hp_seq_t *seq,
+                            float *logits, hp_assemble_stats_t *st,
+                            hp_error_t *err)
 {
     const hp_model_t *m = &llm->model;
     const hp_model_config_t *c = &m->cfg;
-    int naive = mode == HP_MODE_NAIVE, rc = HP_OK, first = 0;
+    int naive = mode == HP_IPC_MODE_NAIVE, rc = HP_OK, first = 0;
     int n_run = 0, n_jump = 0;
     int *ids = malloc((size_t)p->n * sizeof(int));
     int *pos = malloc((size_t)p->n * sizeof(int));
@@ -297,7 +298,7 @@ static int assemble_prefix(const hp_llm_t *llm, hp_cache_t *cache,
 }
 
 int hp_assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
-                const hp_prompt_t *p, hp_mode_t mode, int w, hp_seq_t *seq,
+                const hp_prompt_t *p, hp_ipc_mode_t mode, int w, hp_seq_t *seq,
                 float *logits, hp_assemble_stats_t *st, hp_error_t *err)
 {
     hp_assemble_stats_t local;
@@ -307,20 +308,20 @@ int hp_assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
     st->prompt_tokens = p->n;
     if (w < 0)
         return hp_error_set(err, HP_EBADINPUT, "seam width %d < 0", w);
-    if (w < llm->model.cfg.conv_kernel - 1 && mode == HP_MODE_PIC && w != 0)
+    if (w < llm->model.cfg.conv_kernel - 1 && mode == HP_IPC_MODE_PIC && w != 0)
         return hp_error_set(err, HP_EBADINPUT,
                             "seam width %d is below conv kernel - 1 (%d); "
                             "use 0 for the naive-splice ablation",
                             w, llm->model.cfg.conv_kernel - 1);
     switch (mode) {
-    case HP_MODE_FULL:
+    case HP_IPC_MODE_FULL:
         st->recomputed_tokens = p->n;
-        return hp_prefill(&llm->model, seq, ws, p->ids, p->n, 1024, logits,
-                          err);
-    case HP_MODE_PREFIX:
+        return hp_prefill(&llm->model, seq, ws, p->ids, p->n, HP_FWD_PIECE,
+                          logits, err);
+    case HP_IPC_MODE_PREFIX:
         return assemble_prefix(llm, cache, ws, p, seq, logits, st, err);
-    case HP_MODE_NAIVE:
-    case HP_MODE_PIC: {
+    case HP_IPC_MODE_NAIVE:
+    case HP_IPC_MODE_PIC: {
         int rc =
             assemble_spliced(llm, cache, ws, p, mode, w, seq, logits, st, err);
         st->cached_tokens -= st->miss_tokens; /* computed now, not reused */

@@ -24,16 +24,10 @@
 #include "engine/cache/pool.h"
 #include "engine/cache/prefix_cache.h"
 #include "engine/cache/prompt.h"
+#include "engine/contract/hp_ipc.h" /* the modes: hp_ipc_mode_t */
 #include "engine/forward/forward.h"
 #include "engine/forward/seq.h"
 #include "engine/model/llm.h"
-
-typedef enum {
-    HP_MODE_FULL = 0,
-    HP_MODE_PREFIX,
-    HP_MODE_NAIVE,
-    HP_MODE_PIC
-} hp_mode_t;
 
 #define HP_SEAM_DEFAULT 8
 
@@ -47,12 +41,13 @@ typedef enum {
 
 /* Whether `mode` at seam w caches segment s (lead and PIC segments; a
  * PIC segment needs an interior), and the variant it is cached under. */
-int hp_assemble_cacheable(const hp_prompt_seg_t *s, hp_mode_t mode, int w);
-uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_mode_t mode, int w);
+int hp_assemble_cacheable(const hp_prompt_seg_t *s, hp_ipc_mode_t mode, int w);
+uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_ipc_mode_t mode,
+                             int w);
 
 /* "full" etc. to the enum; -1 if unknown. */
 int hp_mode_parse(const char *s);
-const char *hp_mode_name(hp_mode_t m);
+const char *hp_mode_name(hp_ipc_mode_t m);
 
 typedef struct {
     hp_pool_t *pub;            /* segment tuples, keyed by segment id */
@@ -77,21 +72,22 @@ typedef struct {
  * HP_ENOMEM (pools full of entries in use), forward errors.
  */
 int hp_assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
-                const hp_prompt_t *p, hp_mode_t mode, int w, hp_seq_t *seq,
+                const hp_prompt_t *p, hp_ipc_mode_t mode, int w, hp_seq_t *seq,
                 float *logits, hp_assemble_stats_t *stats, hp_error_t *err);
 
 /* Makes sure every cacheable segment of p is in the public pool for
  * `mode` (naive or pic) at seam w, prefilling each on its own: the warm
  * pass of the one-shot commands and of warm-up requests. */
 int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
-                     const hp_prompt_t *p, hp_mode_t mode, int w,
+                     const hp_prompt_t *p, hp_ipc_mode_t mode, int w,
                      hp_assemble_stats_t *stats, hp_error_t *err);
 
 /* One unit of the warm pass, for a scheduler that interleaves work:
  * prefills the first cacheable segment of p missing from the public pool
  * and returns 1, or returns 0 when none is missing (negative: an error). */
 int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
-                          hp_fwd_ws_t *ws, const hp_prompt_t *p, hp_mode_t mode,
-                          int w, hp_assemble_stats_t *stats, hp_error_t *err);
+                          hp_fwd_ws_t *ws, const hp_prompt_t *p,
+                          hp_ipc_mode_t mode, int w, hp_assemble_stats_t *stats,
+                          hp_error_t *err);
 
 #endif

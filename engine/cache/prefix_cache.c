@@ -1,82 +1,17 @@
 /* prefix_cache.c - hybrid prefix cache: radix tree of K/V with sparse
  * linear-state checkpoints, Marconi admission and eviction (prefix_cache.h).
+ * The alpha search is prefix_tune.c's.
  */
 #include "engine/cache/prefix_cache.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/cache/ckpt_dp.h"
-#include "engine/cache/radix.h"
+#include "engine/cache/prefix_cache_impl.h"
 
-#define PIECE            1024      /* prefill piece: bounds activation memory */
-#define HIST_RESCALE     1e150     /* decayed weights grow as gamma^-k */
-#define TRACE_MAX_TOKENS (1 << 26) /* bootstrap window cap, in tokens */
-
-/* Per node: what eviction and restore need. */
-typedef struct {
-    uint64_t stamp; /* last access */
-    int lock;       /* running requests whose path goes through here */
-    int has_state;
-    float *kv;    /* [n_full][2][len][row]: K then V per full layer */
-    float *state; /* [n_lin][sf + cf]: S then conv per linear layer */
-} pcd_t;
-
-typedef struct {
-    int n_full, n_lin;
-    int slot[HP_MAX_LAYERS]; /* layer -> full or linear slot */
-    size_t row;              /* floats of one K (or V) row: Hkv * hd */
-    size_t sf, cf;           /* floats of S and conv of one linear layer */
-    size_t kv_tok;           /* bytes of one token's K/V, all full layers */
-    size_t state;            /* bytes of one checkpoint */
-    double c0;               /* FLOPs per token, context-free part */
-    double a1;               /* FLOPs per (query, key) pair, all layers */
-} geom_t;
-
-typedef struct tune_job {
-    hp_prefix_cache_t *snap; /* simulator copy at the first eviction */
-    hp_prefix_cache_trace_t *tr;
-    int n_tr;
-    double alphas[HP_PC_MAX_ALPHAS];
-    int n_alphas;
-    double hit[HP_PC_MAX_ALPHAS];
-    double best;
-    atomic_int done;
-    int threaded;
-    pthread_t th;
-} tune_job_t;
-
-struct hp_prefix_cache {
-    pthread_mutex_t mu;
-    hp_model_config_t cfg;
-    hp_prefix_cache_params_t p;
-    geom_t g;
-    int tensors;
-    hp_radix_t tree;
-    uint64_t clock;
-    size_t kv_used, st_used;
-    int states;
-    hp_prefix_cache_stats_t st; /* counters */
-    /* overlap-depth histogram, weights gamma^-k (k = request count) */
-    double *hist; /* [dp_max_depth + 1] */
-    double hist_w, hist_mass;
-    double hist_all; /* every request's weight, overlap or not */
-    double hist_len; /* ... times its prompt length */
-    /* alpha tuning */
-    int phase;
-    int evicted_once;
-    uint64_t n_before;
-    int window;
-    hp_prefix_cache_t *snap;
-    hp_prefix_cache_trace_t *rec;
-    int n_rec, cap_rec;
-    size_t rec_tokens;
-    tune_job_t *job;
-    double tune_hit[HP_PC_MAX_ALPHAS];
-};
+#define HIST_RESCALE 1e150 /* decayed weights grow as gamma^-k */
 
 /* ---- geometry and FLOPs ------------------------------------------------ */
 
@@ -87,9 +22,6 @@ static void geom_init(geom_t *g, const hp_model_config_t *c)
     double vd = hp_cfg_value_dim(c), Kc = c->conv_kernel;
     double Hq = c->n_heads, Hkv = c->n_kv_heads, hd = c->head_dim;
     memset(g, 0, sizeof(*g));
-    g->row = (size_t)c->n_kv_heads * c->head_dim;
-    g->sf = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
-    g->cf = (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
     for (int l = 0; l < c->n_layers; l++) {
         double mlp;
         if (c->layer_moe[l])
@@ -102,20 +34,19 @@ static void geom_init(geom_t *g, const hp_model_config_t *c)
             mlp = 6 * H * c->intermediate;
         g->c0 += mlp;
         if (c->layer_kind[l] == HP_LAYER_LINEAR) {
-            g->slot[l] = g->n_lin++;
             /* in_qkv, in_z, in_b, in_a, out_proj; conv; the recurrence
              * (decay, k^T S, rank-1 update, S^T q) */
             g->c0 += 2 * H * (cd + vd + 2 * Hv) + 2 * vd * H + 2 * cd * Kc +
                      8 * Hv * dk * dv;
         } else {
-            g->slot[l] = g->n_full++;
             /* q (+ gate), k, v, o projections; QK^T and AV per pair */
             g->c0 += 2 * H * (2 * Hq * hd + 2 * Hkv * hd) + 2 * Hq * hd * H;
             g->a1 += 4 * Hq * hd;
         }
     }
-    g->kv_tok = (size_t)g->n_full * 2 * g->row * sizeof(float);
-    g->state = (size_t)g->n_lin * (g->sf + g->cf) * sizeof(float);
+    g->kv_tok = (size_t)c->n_full * 2 * c->kv_row * sizeof(float);
+    g->state =
+        (size_t)c->n_lin * (c->state_floats + c->conv_floats) * sizeof(float);
 }
 
 static double flops(const geom_t *g, int a, int b)
@@ -143,24 +74,13 @@ size_t hp_prefix_cache_kv_bytes(const hp_prefix_cache_t *pc)
 
 /* ---- payloads ------------------------------------------------------------ */
 
-static pcd_t *D(const hp_radix_node_t *x)
-{
-    return x->data;
-}
-
-static void free_pcd(void *ud, void *data)
+void hp_pc_free_pcd(void *ud, void *data)
 {
     (void)ud;
     pcd_t *d = data;
     free(d->kv);
     free(d->state);
     free(d);
-}
-
-static size_t node_kv_bytes(const hp_prefix_cache_t *pc,
-                            const hp_radix_node_t *x)
-{
-    return (size_t)x->len * pc->g.kv_tok;
 }
 
 static void touch(hp_prefix_cache_t *pc, hp_radix_node_t *x)
@@ -203,9 +123,16 @@ static void give_state(hp_prefix_cache_t *pc, hp_radix_node_t *x, float *buf)
 }
 
 /* K/V block of full slot f, K (kv = 0) or V (kv = 1), in a node of len. */
-static float *kv_at(const geom_t *g, float *kv, int len, int f, int which)
+static float *kv_at(const hp_model_config_t *c, float *kv, int len, int f,
+                    int which)
 {
-    return kv + ((size_t)f * 2 + which) * len * g->row;
+    return kv + ((size_t)f * 2 + which) * len * c->kv_row;
+}
+
+/* A checkpoint's block of linear layer l. */
+static float *ckpt_at(const hp_model_config_t *c, float *state, int l)
+{
+    return state + (size_t)c->slot[l] * (c->state_floats + c->conv_floats);
 }
 
 /* Splits x after k tokens: the new parent takes the first k K/V rows. */
@@ -235,14 +162,16 @@ static hp_radix_node_t *split_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
         return NULL;
     }
     if (pc->tensors) {
+        const hp_model_config_t *c = &pc->cfg;
         float *kv = D(x)->kv;
-        for (int f = 0; f < g->n_full; f++)
+        for (int f = 0; f < c->n_full; f++)
             for (int w = 0; w < 2; w++) {
-                const float *src = kv_at(g, kv, len, f, w);
-                memcpy(kv_at(g, head, k, f, w), src,
-                       (size_t)k * g->row * sizeof(float));
-                memcpy(kv_at(g, tail, len - k, f, w), src + (size_t)k * g->row,
-                       (size_t)(len - k) * g->row * sizeof(float));
+                const float *src = kv_at(c, kv, len, f, w);
+                memcpy(kv_at(c, head, k, f, w), src,
+                       (size_t)k * c->kv_row * sizeof(float));
+                memcpy(kv_at(c, tail, len - k, f, w),
+                       src + (size_t)k * c->kv_row,
+                       (size_t)(len - k) * c->kv_row * sizeof(float));
             }
         free(kv);
         D(x)->kv = tail;
@@ -258,21 +187,22 @@ static hp_radix_node_t *split_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
 static int merge_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
                       hp_error_t *err)
 {
-    const geom_t *g = &pc->g;
+    const hp_model_config_t *cf = &pc->cfg;
+    size_t row = cf->kv_row;
     hp_radix_node_t *c = x->kids[0];
     float *kv = NULL;
     int lx = x->len, lc = c->len;
     if (pc->tensors) {
-        kv = malloc((size_t)(lx + lc) * g->kv_tok);
+        kv = malloc((size_t)(lx + lc) * pc->g.kv_tok);
         if (!kv)
             return hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
-        for (int f = 0; f < g->n_full; f++)
+        for (int f = 0; f < cf->n_full; f++)
             for (int w = 0; w < 2; w++) {
-                float *dst = kv_at(g, kv, lx + lc, f, w);
-                memcpy(dst, kv_at(g, D(x)->kv, lx, f, w),
-                       (size_t)lx * g->row * sizeof(float));
-                memcpy(dst + (size_t)lx * g->row, kv_at(g, D(c)->kv, lc, f, w),
-                       (size_t)lc * g->row * sizeof(float));
+                float *dst = kv_at(cf, kv, lx + lc, f, w);
+                memcpy(dst, kv_at(cf, D(x)->kv, lx, f, w),
+                       (size_t)lx * row * sizeof(float));
+                memcpy(dst + (size_t)lx * row, kv_at(cf, D(c)->kv, lc, f, w),
+                       (size_t)lc * row * sizeof(float));
             }
     }
     pcd_t *xd = D(x);
@@ -284,7 +214,7 @@ static int merge_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
         free(D(c)->kv);
         D(c)->kv = kv;
     }
-    free_pcd(NULL, xd);
+    hp_pc_free_pcd(NULL, xd);
     return HP_OK;
 }
 
@@ -292,7 +222,7 @@ static void remove_leaf(hp_prefix_cache_t *pc, hp_radix_node_t *x)
 {
     drop_state(pc, x);
     pc->kv_used -= node_kv_bytes(pc, x);
-    free_pcd(NULL, x->data);
+    hp_pc_free_pcd(NULL, x->data);
     x->data = NULL;
     hp_radix_remove(&pc->tree, x);
 }
@@ -330,17 +260,10 @@ static hp_radix_node_t *add_leaf(hp_prefix_cache_t *pc, hp_radix_node_t *parent,
         hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
         return NULL;
     }
-    if (pc->tensors)
-        for (int l = 0; l < c->n_layers; l++) {
-            if (c->layer_kind[l] != HP_LAYER_FULL)
-                continue;
-            int f = g->slot[l];
-            size_t n = (size_t)len * g->row * sizeof(float);
-            memcpy(kv_at(g, kv, len, f, 0),
-                   seq->layers[l].k + (size_t)a * g->row, n);
-            memcpy(kv_at(g, kv, len, f, 1),
-                   seq->layers[l].v + (size_t)a * g->row, n);
-        }
+    for (int l = 0; pc->tensors && l < c->n_layers; l++)
+        if (c->layer_kind[l] == HP_LAYER_FULL)
+            hp_seq_kv_pack(seq, l, a, len, kv_at(c, kv, len, c->slot[l], 0),
+                           kv_at(c, kv, len, c->slot[l], 1));
     hp_radix_node_t *x = hp_radix_add(&pc->tree, parent, ids + a, len, err);
     if (!x) {
         free(d);
@@ -492,140 +415,6 @@ static int make_room(hp_prefix_cache_t *pc, size_t need)
     return 1;
 }
 
-/* ---- alpha tuning -------------------------------------------------------- */
-
-static hp_prefix_cache_t *clone_sim(hp_prefix_cache_t *src, double alpha,
-                                    hp_error_t *err);
-static double replay_on(hp_prefix_cache_t *base,
-                        const hp_prefix_cache_trace_t *tr, int n, double alpha,
-                        hp_error_t *err);
-
-static void *tune_main(void *arg)
-{
-    tune_job_t *j = arg;
-    hp_error_t err = {0};
-    int best = 0;
-    for (int i = 0; i < j->n_alphas; i++) {
-        j->hit[i] = replay_on(j->snap, j->tr, j->n_tr, j->alphas[i], &err);
-        if (j->hit[i] > j->hit[best])
-            best = i;
-    }
-    j->best = j->alphas[best];
-    atomic_store(&j->done, 1);
-    return NULL;
-}
-
-static void trace_free(hp_prefix_cache_trace_t *tr, int n)
-{
-    for (int i = 0; i < n; i++)
-        free((void *)tr[i].ids);
-    free(tr);
-}
-
-static void job_free(tune_job_t *j)
-{
-    hp_prefix_cache_destroy(j->snap);
-    trace_free(j->tr, j->n_tr);
-    free(j);
-}
-
-/* Adopts a finished search (wait: block until it is). Locked. */
-static void tune_poll(hp_prefix_cache_t *pc, int wait)
-{
-    tune_job_t *j = pc->job;
-    if (!j || (!wait && !atomic_load(&j->done)))
-        return;
-    if (j->threaded)
-        pthread_join(j->th, NULL);
-    pc->p.alpha = j->best;
-    memcpy(pc->tune_hit, j->hit, sizeof(j->hit));
-    pc->phase = 3;
-    pc->job = NULL;
-    job_free(j);
-}
-
-static void tune_start(hp_prefix_cache_t *pc)
-{
-    tune_job_t *j = calloc(1, sizeof(*j));
-    if (!j) { /* no memory for the search: keep the current alpha */
-        pc->phase = 3;
-        return;
-    }
-    j->snap = pc->snap;
-    j->tr = pc->rec;
-    j->n_tr = pc->n_rec;
-    j->n_alphas = pc->p.n_alphas;
-    memcpy(j->alphas, pc->p.alphas, sizeof(j->alphas));
-    pc->snap = NULL;
-    pc->rec = NULL;
-    pc->n_rec = pc->cap_rec = 0;
-    pc->rec_tokens = 0;
-    pc->job = j;
-    pc->phase = 2;
-    j->threaded =
-        pc->p.tune_async && pthread_create(&j->th, NULL, tune_main, j) == 0;
-    if (!j->threaded) {
-        tune_main(j);
-        tune_poll(pc, 1);
-    }
-}
-
-/* After each call that may have evicted: the bootstrap state machine. */
-static void tune_step(hp_prefix_cache_t *pc)
-{
-    if (!pc->p.tune || pc->p.n_alphas <= 0)
-        return;
-    if (pc->phase == 0 && pc->evicted_once) {
-        hp_error_t err = {0};
-        pc->snap = clone_sim(pc, 0.0, &err);
-        if (!pc->snap) {
-            pc->phase = 3;
-            return;
-        }
-        long w = (long)pc->p.bootstrap_mult * (long)pc->n_before;
-        if (w < pc->p.bootstrap_min)
-            w = pc->p.bootstrap_min;
-        if (w > pc->p.bootstrap_max)
-            w = pc->p.bootstrap_max;
-        pc->window = (int)w;
-        pc->phase = 1;
-    }
-    if (pc->phase == 3 && pc->p.retune && !pc->job) {
-        hp_error_t err = {0};
-        pc->snap = clone_sim(pc, 0.0, &err);
-        pc->phase = pc->snap ? 1 : 3;
-        pc->rec_tokens = 0;
-        if (!pc->snap)
-            pc->p.retune = 0;
-    }
-    if (pc->phase == 1 &&
-        (pc->n_rec >= pc->window || pc->rec_tokens > TRACE_MAX_TOKENS))
-        tune_start(pc);
-}
-
-static void record(hp_prefix_cache_t *pc, const int *ids, int n_prompt, int n)
-{
-    if (pc->phase != 1)
-        return;
-    if (pc->n_rec == pc->cap_rec) {
-        int cap = pc->cap_rec ? 2 * pc->cap_rec : 64;
-        hp_prefix_cache_trace_t *r = realloc(pc->rec, cap * sizeof(*r));
-        if (!r)
-            return;
-        pc->rec = r;
-        pc->cap_rec = cap;
-    }
-    int *copy = malloc((size_t)n * sizeof(int));
-    if (!copy)
-        return;
-    memcpy(copy, ids, (size_t)n * sizeof(int));
-    hp_prefix_cache_trace_t *r = &pc->rec[pc->n_rec++];
-    r->ids = copy;
-    r->n_prompt = n_prompt;
-    r->n = n;
-    pc->rec_tokens += (size_t)n;
-}
-
 /* ---- create / destroy ---------------------------------------------------- */
 
 void hp_prefix_cache_params_default(hp_prefix_cache_params_t *p, size_t budget)
@@ -657,7 +446,9 @@ hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
 {
     if (p->block <= 0 || p->n_alphas < 0 || p->n_alphas > HP_PC_MAX_ALPHAS ||
         p->sparse < 0 || p->dp_max_depth < 1 || !(p->dp_gamma > 0) ||
-        !(p->dp_min_gain >= 0) || p->dp_gamma > 1 || p->alpha < 0) {
+        !(p->dp_min_gain >= 0) || p->dp_gamma > 1 || p->alpha < 0 ||
+        cfg->n_lin + cfg->n_full != cfg->n_layers) {
+        /* (a config filled by hand needs hp_model_config_derive) */
         hp_error_set(err, HP_EBADINPUT, "prefix cache: bad parameters");
         return NULL;
     }
@@ -686,7 +477,7 @@ hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
     }
     pc->tree.root->data = calloc(1, sizeof(pcd_t));
     if (!pc->tree.root->data) {
-        hp_radix_free(&pc->tree, free_pcd, NULL);
+        hp_radix_free(&pc->tree, hp_pc_free_pcd, NULL);
         free(pc->hist);
         free(pc);
         hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
@@ -700,64 +491,11 @@ void hp_prefix_cache_destroy(hp_prefix_cache_t *pc)
 {
     if (!pc)
         return;
-    if (pc->job) {
-        if (pc->job->threaded)
-            pthread_join(pc->job->th, NULL);
-        job_free(pc->job);
-    }
-    hp_prefix_cache_destroy(pc->snap);
-    trace_free(pc->rec, pc->n_rec);
-    hp_radix_free(&pc->tree, free_pcd, NULL);
+    hp_pc_tune_free(pc);
+    hp_radix_free(&pc->tree, hp_pc_free_pcd, NULL);
     pthread_mutex_destroy(&pc->mu);
     free(pc->hist);
     free(pc);
-}
-
-static void *clone_pcd(void *ud, const hp_radix_node_t *n)
-{
-    (void)ud;
-    pcd_t *d = calloc(1, sizeof(*d));
-    if (d) {
-        d->stamp = D(n)->stamp;
-        d->has_state = D(n)->has_state;
-    }
-    return d;
-}
-
-/* A simulator copy of src (tree, clock, histogram; no tensors, no pins,
- * no tuning) with eviction weight alpha. */
-static hp_prefix_cache_t *clone_sim(hp_prefix_cache_t *src, double alpha,
-                                    hp_error_t *err)
-{
-    hp_prefix_cache_params_t p = src->p;
-    p.tune = 0;
-    p.alpha = alpha;
-    hp_prefix_cache_t *pc = hp_prefix_cache_create(&src->cfg, &p, 0, err);
-    if (!pc)
-        return NULL;
-    hp_radix_free(&pc->tree, free_pcd, NULL);
-    if (hp_radix_clone(&pc->tree, &src->tree, clone_pcd, free_pcd, NULL, err) !=
-        HP_OK) {
-        memset(&pc->tree, 0, sizeof(pc->tree));
-        hp_prefix_cache_destroy(pc);
-        return NULL;
-    }
-    for (hp_radix_node_t *x = pc->tree.all; x; x = x->next_all) {
-        pc->kv_used += node_kv_bytes(pc, x);
-        if (D(x)->has_state) {
-            pc->states++;
-            pc->st_used += pc->g.state;
-        }
-    }
-    pc->clock = src->clock;
-    if (pc->hist && src->hist)
-        memcpy(pc->hist, src->hist,
-               ((size_t)p.dp_max_depth + 1) * sizeof(double));
-    pc->hist_w = src->hist_w;
-    pc->hist_mass = src->hist_mass;
-    pc->hist_all = src->hist_all;
-    pc->hist_len = src->hist_len;
-    return pc;
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -865,32 +603,20 @@ static int cmp_int(const void *a, const void *b)
 static int restore(hp_prefix_cache_t *pc, hp_radix_node_t *x, int n,
                    hp_seq_t *seq, hp_error_t *err)
 {
-    const geom_t *g = &pc->g;
     const hp_model_config_t *c = &pc->cfg;
     hp_seq_reset(seq);
     int rc = hp_seq_reserve(seq, n, err);
     if (rc != HP_OK)
         return rc;
-    for (hp_radix_node_t *y = x; y->parent; y = y->parent) {
-        int at = y->depth - y->len;
-        for (int l = 0; l < c->n_layers; l++) {
-            if (c->layer_kind[l] != HP_LAYER_FULL)
-                continue;
-            size_t bytes = (size_t)y->len * g->row * sizeof(float);
-            memcpy(seq->layers[l].k + (size_t)at * g->row,
-                   kv_at(g, D(y)->kv, y->len, g->slot[l], 0), bytes);
-            memcpy(seq->layers[l].v + (size_t)at * g->row,
-                   kv_at(g, D(y)->kv, y->len, g->slot[l], 1), bytes);
-        }
-    }
-    if (x->parent)
-        for (int l = 0; l < c->n_layers; l++) {
-            if (c->layer_kind[l] != HP_LAYER_LINEAR)
-                continue;
-            const float *s = D(x)->state + (size_t)g->slot[l] * (g->sf + g->cf);
-            memcpy(seq->layers[l].S, s, g->sf * sizeof(float));
-            memcpy(seq->layers[l].conv, s + g->sf, g->cf * sizeof(float));
-        }
+    for (hp_radix_node_t *y = x; y->parent; y = y->parent)
+        for (int l = 0; l < c->n_layers; l++)
+            if (c->layer_kind[l] == HP_LAYER_FULL)
+                hp_seq_kv_unpack(seq, l, y->depth - y->len, y->len,
+                                 kv_at(c, D(y)->kv, y->len, c->slot[l], 0),
+                                 kv_at(c, D(y)->kv, y->len, c->slot[l], 1));
+    for (int l = 0; x->parent && l < c->n_layers; l++)
+        if (c->layer_kind[l] == HP_LAYER_LINEAR)
+            hp_seq_state_unpack(seq, l, ckpt_at(c, D(x)->state, l));
     seq->n_pos = x->depth;
     return HP_OK;
 }
@@ -979,7 +705,7 @@ static int begin_locked(hp_prefix_cache_t *pc, const int *ids, int n, int hint,
     pc->st.hit_tokens += (uint64_t)r;
     pc->st.prompt_flops += flops(&pc->g, 0, n);
     pc->st.saved_flops += flops(&pc->g, 0, r);
-    if (pc->phase == 0)
+    if (pc->phase == HP_PC_TUNE_WAIT)
         pc->n_before = pc->st.requests;
     return HP_OK;
 }
@@ -998,7 +724,7 @@ int hp_prefix_cache_begin(hp_prefix_cache_t *pc, const int *ids, int n,
         return hp_error_set(err, HP_EBADINPUT,
                             "prefix cache: restoring needs a sequence");
     pthread_mutex_lock(&pc->mu);
-    tune_poll(pc, 0);
+    hp_pc_tune_poll(pc, 0);
     int rc = begin_locked(pc, ids, n, hint, seq, req, err);
     pthread_mutex_unlock(&pc->mu);
     return rc;
@@ -1068,15 +794,9 @@ static hp_radix_node_t *admit_path(hp_prefix_cache_t *pc, const int *ids, int n,
                 *rc =
                     hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
             } else {
-                for (int l = 0; l < c->n_layers; l++) {
-                    if (c->layer_kind[l] != HP_LAYER_LINEAR)
-                        continue;
-                    float *s =
-                        buf + (size_t)pc->g.slot[l] * (pc->g.sf + pc->g.cf);
-                    memcpy(s, seq->layers[l].S, pc->g.sf * sizeof(float));
-                    memcpy(s + pc->g.sf, seq->layers[l].conv,
-                           pc->g.cf * sizeof(float));
-                }
+                for (int l = 0; l < c->n_layers; l++)
+                    if (c->layer_kind[l] == HP_LAYER_LINEAR)
+                        hp_seq_state_pack(seq, l, ckpt_at(c, buf, l));
             }
         }
         if (*rc == HP_OK)
@@ -1109,7 +829,7 @@ int hp_prefix_cache_admit(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req,
         req->pin = at;
         req->admitted = 1;
     }
-    tune_step(pc);
+    hp_pc_tune_step(pc);
     pthread_mutex_unlock(&pc->mu);
     return rc;
 }
@@ -1160,9 +880,9 @@ int hp_prefix_cache_finish(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req,
     }
     pthread_mutex_lock(&pc->mu);
     admit_path(pc, full, L, pos, NULL, n_pos, final_state, seq, &rc, err);
-    record(pc, full, req->n, L);
+    hp_pc_tune_record(pc, full, req->n, L);
     end_locked(pc, req);
-    tune_step(pc);
+    hp_pc_tune_step(pc);
     pthread_mutex_unlock(&pc->mu);
     free(pos);
     free(full);
@@ -1179,20 +899,22 @@ void hp_prefix_cache_release(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req)
 /* ---- the engine's prefill ------------------------------------------------ */
 
 typedef struct {
-    const geom_t *g;
+    const hp_seq_t *seq;
     float **snap; /* the piece's first snapshot */
 } capture_t;
 
+/* The layer's S and conv are the sequence's own (hp_forward runs on
+ * them), taken at the jump. */
 static int capture_jump(void *ud, int layer, int jump, float *S, float *conv,
                         const float *Tc, hp_error_t *err)
 {
     capture_t *cp = ud;
-    const geom_t *g = cp->g;
-    float *dst = cp->snap[jump] + (size_t)g->slot[layer] * (g->sf + g->cf);
+    (void)S;
+    (void)conv;
     (void)Tc;
     (void)err;
-    memcpy(dst, S, g->sf * sizeof(float));
-    memcpy(dst + g->sf, conv, g->cf * sizeof(float));
+    hp_seq_state_pack(cp->seq, layer,
+                      ckpt_at(&cp->seq->model->cfg, cp->snap[jump], layer));
     return HP_OK;
 }
 
@@ -1209,11 +931,12 @@ int hp_prefix_cache_prefill(hp_prefix_cache_t *pc, const hp_model_t *m,
         hp_prefix_cache_release(pc, req);
         return hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
     }
-    for (int off = req->resume; off < n && rc == HP_OK; off += PIECE) {
-        int T = n - off < PIECE ? n - off : PIECE, nj = 0, first = c;
+    for (int off = req->resume; off < n && rc == HP_OK; off += HP_FWD_PIECE) {
+        int T = n - off < HP_FWD_PIECE ? n - off : HP_FWD_PIECE, nj = 0,
+            first = c;
         while (c < req->n_ckpt && req->ckpt[c] <= off + T)
             after[nj++] = req->ckpt[c++] - off;
-        capture_t cp = {&pc->g, req->snap + first};
+        capture_t cp = {seq, req->snap + first};
         hp_jumps_t jumps = {after, nj, -1, capture_jump, &cp};
         int last = off + T == n;
         rc = hp_forward(m, seq, ws, ids + off, NULL, T, nj ? &jumps : NULL,
@@ -1236,7 +959,7 @@ int hp_prefix_cache_prefill(hp_prefix_cache_t *pc, const hp_model_t *m,
 void hp_prefix_cache_stats(hp_prefix_cache_t *pc, hp_prefix_cache_stats_t *out)
 {
     pthread_mutex_lock(&pc->mu);
-    tune_poll(pc, 0);
+    hp_pc_tune_poll(pc, 0);
     *out = pc->st;
     out->kv_bytes = pc->kv_used;
     out->state_bytes = pc->st_used;
@@ -1288,43 +1011,4 @@ int hp_prefix_cache_evict_one(hp_prefix_cache_t *pc)
     int d = evict_one(pc);
     pthread_mutex_unlock(&pc->mu);
     return d;
-}
-
-void hp_prefix_cache_tune_wait(hp_prefix_cache_t *pc)
-{
-    pthread_mutex_lock(&pc->mu);
-    tune_poll(pc, 1);
-    pthread_mutex_unlock(&pc->mu);
-}
-
-static double replay_on(hp_prefix_cache_t *base,
-                        const hp_prefix_cache_trace_t *tr, int n, double alpha,
-                        hp_error_t *err)
-{
-    pthread_mutex_lock(&base->mu);
-    hp_prefix_cache_t *pc = clone_sim(base, alpha, err);
-    pthread_mutex_unlock(&base->mu);
-    if (!pc)
-        return -1.0;
-    for (int i = 0; i < n; i++) {
-        hp_prefix_cache_req_t req;
-        if (hp_prefix_cache_begin(pc, tr[i].ids, tr[i].n_prompt, -1, NULL, &req,
-                                  err) != HP_OK)
-            continue;
-        hp_prefix_cache_admit(pc, &req, NULL, err);
-        hp_prefix_cache_finish(pc, &req, tr[i].ids + tr[i].n_prompt,
-                               tr[i].n - tr[i].n_prompt, NULL, err);
-    }
-    double rate = pc->st.prompt_tokens
-                      ? (double)pc->st.hit_tokens / pc->st.prompt_tokens
-                      : 0.0;
-    hp_prefix_cache_destroy(pc);
-    return rate;
-}
-
-double hp_prefix_cache_replay(hp_prefix_cache_t *pc,
-                              const hp_prefix_cache_trace_t *trace, int n,
-                              double alpha, hp_error_t *err)
-{
-    return replay_on(pc, trace, n, alpha, err);
 }

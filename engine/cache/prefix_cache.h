@@ -84,6 +84,14 @@ void hp_prefix_cache_params_default(hp_prefix_cache_params_t *p, size_t budget);
 
 typedef struct hp_prefix_cache hp_prefix_cache_t;
 
+/* Where the alpha search stands (prefix_tune.c). */
+typedef enum {
+    HP_PC_TUNE_WAIT = 0,   /* before the first eviction */
+    HP_PC_TUNE_RECORD = 1, /* recording the window of requests */
+    HP_PC_TUNE_SEARCH = 2, /* replaying it over the grid of alphas */
+    HP_PC_TUNE_DONE = 3    /* alpha adopted, or no search possible */
+} hp_pc_tune_phase_t;
+
 /* One request between begin and finish/release. Caller-owned struct;
  * the arrays are the cache's (freed by finish/release). */
 typedef struct {
@@ -111,7 +119,7 @@ typedef struct {
     size_t bytes_used, kv_bytes, state_bytes, budget;
     int nodes, states;
     double alpha;
-    int tune_phase; /* 0 before 1st eviction, 1 recording, 2 search, 3 done */
+    hp_pc_tune_phase_t tune_phase;
     double tune_hit[HP_PC_MAX_ALPHAS]; /* token hit rate per grid alpha */
 } hp_prefix_cache_stats_t;
 

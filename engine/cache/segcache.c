@@ -20,22 +20,19 @@ static size_t kv_rows(const hp_segc_hdr_t *h)
 static size_t layout(const hp_model_config_t *c, uint32_t kind, size_t rows,
                      int layer, layer_off_t *o)
 {
-    size_t at = 0, none = (size_t)-1;
-    size_t st = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
-    size_t tr = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_k_dim;
-    size_t cv = (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
-    size_t kv = rows * c->n_kv_heads * c->head_dim;
+    size_t at = 0, none = (size_t)-1, kv = rows * c->kv_row;
     for (int l = 0; l < c->n_layers; l++) {
         layer_off_t x = {none, none, none, none, none};
         if (c->layer_kind[l] == HP_LAYER_LINEAR) {
             if (kind == HP_SEGC_PIC) {
                 x.T = at;
-                at += tr;
+                at += c->trans_floats;
             }
+            /* S then conv, as hp_seq_state_pack lays them out */
             x.S = at;
-            at += st;
+            at += c->state_floats;
             x.conv = at;
-            at += cv;
+            at += c->conv_floats;
         } else {
             x.K = at;
             at += kv;
@@ -93,21 +90,6 @@ float *hp_segc_V(const hp_model_config_t *c, void *e, int l)
     return view(c, e, l, 4);
 }
 
-static size_t state_floats(const hp_model_config_t *c)
-{
-    return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
-}
-
-static size_t conv_floats(const hp_model_config_t *c)
-{
-    return (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
-}
-
-static size_t kv_row(const hp_model_config_t *c)
-{
-    return (size_t)c->n_kv_heads * c->head_dim;
-}
-
 void hp_segc_capture_state(void *e, const hp_seq_t *seq)
 {
     const hp_model_config_t *c = &seq->model->cfg;
@@ -116,17 +98,12 @@ void hp_segc_capture_state(void *e, const hp_seq_t *seq)
                          .kind = HP_SEGC_STATE,
                          .n_tok = seq->n_pos,
                          .n_int = seq->n_pos};
-    for (int l = 0; l < c->n_layers; l++) {
-        const hp_seq_layer_t *sl = &seq->layers[l];
-        if (c->layer_kind[l] == HP_LAYER_LINEAR) {
-            memcpy(hp_segc_S(c, e, l), sl->S, state_floats(c) * 4);
-            memcpy(hp_segc_conv(c, e, l), sl->conv, conv_floats(c) * 4);
-        } else if (seq->n_pos > 0) {
-            size_t n = (size_t)seq->n_pos * kv_row(c) * 4;
-            memcpy(hp_segc_K(c, e, l), sl->k, n);
-            memcpy(hp_segc_V(c, e, l), sl->v, n);
-        }
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer_kind[l] == HP_LAYER_LINEAR)
+            hp_seq_state_pack(seq, l, hp_segc_S(c, e, l));
+        else
+            hp_seq_kv_pack(seq, l, 0, seq->n_pos, hp_segc_K(c, e, l),
+                           hp_segc_V(c, e, l));
 }
 
 int hp_segc_load_state(hp_seq_t *seq, const void *ce, hp_error_t *err)
@@ -139,17 +116,12 @@ int hp_segc_load_state(hp_seq_t *seq, const void *ce, hp_error_t *err)
     int rc = hp_seq_reserve(seq, h->n_tok, err);
     if (rc != HP_OK)
         return rc;
-    for (int l = 0; l < c->n_layers; l++) {
-        hp_seq_layer_t *sl = &seq->layers[l];
-        if (c->layer_kind[l] == HP_LAYER_LINEAR) {
-            memcpy(sl->S, hp_segc_S(c, e, l), state_floats(c) * 4);
-            memcpy(sl->conv, hp_segc_conv(c, e, l), conv_floats(c) * 4);
-        } else if (h->n_tok > 0) {
-            size_t n = (size_t)h->n_tok * kv_row(c) * 4;
-            memcpy(sl->k, hp_segc_K(c, e, l), n);
-            memcpy(sl->v, hp_segc_V(c, e, l), n);
-        }
-    }
+    for (int l = 0; l < c->n_layers; l++)
+        if (c->layer_kind[l] == HP_LAYER_LINEAR)
+            hp_seq_state_unpack(seq, l, hp_segc_S(c, e, l));
+        else
+            hp_seq_kv_unpack(seq, l, 0, h->n_tok, hp_segc_K(c, e, l),
+                             hp_segc_V(c, e, l));
     seq->n_pos = h->n_tok;
     return HP_OK;
 }
@@ -162,7 +134,7 @@ int hp_segc_build_state(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
     if (rc != HP_OK)
         return rc;
     if (n > 0)
-        rc = hp_prefill(m, &seq, ws, ids, n, 1024, NULL, err);
+        rc = hp_prefill(m, &seq, ws, ids, n, HP_FWD_PIECE, NULL, err);
     if (rc == HP_OK)
         hp_segc_capture_state(e, &seq);
     hp_seq_free(&seq);
@@ -184,14 +156,14 @@ static int capture_jump(void *ud, int l, int j, float *S, float *conv,
     const hp_model_config_t *c = cp->c;
     float *S0 = hp_segc_S(c, cp->e, l);
     if (j == 0) {
-        memcpy(S0, S, state_floats(c) * 4);
+        memcpy(S0, S, c->state_floats * 4);
         return HP_OK;
     }
     if (!Tc)
         return hp_error_set(err, HP_EINTERNAL, "segcache: no transition");
     int Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
     float *T = hp_segc_T(c, cp->e, l);
-    memcpy(T, Tc, (size_t)Hv * dk * dk * 4);
+    memcpy(T, Tc, c->trans_floats * 4);
     /* S_C|0 = S_end - T_C S_head, per head */
     for (int h = 0; h < Hv; h++) {
         const float *Th = T + (size_t)h * dk * dk;
@@ -202,7 +174,7 @@ static int capture_jump(void *ud, int l, int j, float *S, float *conv,
         for (size_t i = 0; i < (size_t)dk * dv; i++)
             Sh[i] = Eh[i] - cp->tmp[i];
     }
-    memcpy(hp_segc_conv(c, cp->e, l), conv, conv_floats(c) * 4);
+    memcpy(hp_segc_conv(c, cp->e, l), conv, c->conv_floats * 4);
     return HP_OK;
 }
 
@@ -233,17 +205,10 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
     if (rc == HP_OK)
         rc = hp_forward(m, &seq, ws, ids, NULL, n - w, &jumps, HP_LOGITS_NONE,
                         NULL, err);
-    if (rc == HP_OK) {
-        size_t row = kv_row(c);
-        for (int l = 0; l < c->n_layers; l++) {
-            if (c->layer_kind[l] != HP_LAYER_FULL)
-                continue;
-            memcpy(hp_segc_K(c, e, l), seq.layers[l].k + (size_t)w * row,
-                   (size_t)n_int * row * 4);
-            memcpy(hp_segc_V(c, e, l), seq.layers[l].v + (size_t)w * row,
-                   (size_t)n_int * row * 4);
-        }
-    }
+    for (int l = 0; rc == HP_OK && l < c->n_layers; l++)
+        if (c->layer_kind[l] == HP_LAYER_FULL)
+            hp_seq_kv_pack(&seq, l, w, n_int, hp_segc_K(c, e, l),
+                           hp_segc_V(c, e, l));
     free(cp.tmp);
     hp_seq_free(&seq);
     return rc;

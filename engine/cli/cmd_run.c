@@ -91,8 +91,8 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
                 need_out ? " and --out are" : " is");
         return 2;
     }
-    hp_mode_t mode = (hp_mode_t)hp_mode_parse(r->o.mode);
-    if (r->o.all && mode != HP_MODE_FULL) {
+    hp_ipc_mode_t mode = (hp_ipc_mode_t)hp_mode_parse(r->o.mode);
+    if (r->o.all && mode != HP_IPC_MODE_FULL) {
         fprintf(stderr,
                 "hypic-engine %s: --all needs --mode full (other "
                 "modes do not recompute every position)\n",
@@ -123,7 +123,10 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
         fprintf(stderr, "hypic-engine %s: %s\n", cmd, err.msg);
         return 1;
     }
-    hp_fwd_ws_init(&r->ws);
+    if (hp_fwd_ws_init(&r->ws, &r->llm.model, NULL, &err) != HP_OK) {
+        fprintf(stderr, "hypic-engine %s: %s\n", cmd, err.msg);
+        return 1;
+    }
     int V = r->llm.model.cfg.vocab_size, n = r->prompt.n;
     if (!strcmp(cmd, "generate") &&
         (strcmp(r->o.decode, "recurrent") || r->o.speculative)) {
@@ -148,7 +151,7 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
         }
         r->kvb = 1;
         /* auto: a prompt that fits the KV-only limit never makes a state */
-        if (!strcmp(r->o.decode, "auto") && mode == HP_MODE_FULL &&
+        if (!strcmp(r->o.decode, "auto") && mode == HP_IPC_MODE_FULL &&
             n <= kc.cap_kvonly) {
             if (hp_seq_kvbuf_open(&r->seq, &r->kvpool, &err) != HP_OK) {
                 fprintf(stderr, "hypic-engine generate: %s\n", err.msg);

@@ -335,7 +335,13 @@ static void *conn_main(void *arg)
     int io = s->cfg.io_timeout_ms > 0 ? s->cfg.io_timeout_ms : DEF_IO_MS;
 
     omp_set_num_threads(s->cfg.threads > 0 ? s->cfg.threads : 1);
-    hp_fwd_ws_init(&ws);
+    /* remote prefills in pieces, no batched steps; a failed allocation
+     * leaves ws empty and each prefill fails with HP_ENOMEM */
+    hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
+    hp_error_t ws_err = {0};
+    memset(&ws, 0, sizeof(ws));
+    if (s->cfg.llm)
+        hp_fwd_ws_init(&ws, &s->cfg.llm->model, &plan, &ws_err);
     for (;;) {
         uint8_t hb[HP_PEER_HDR_BYTES];
         hp_peer_hdr_t h;

@@ -4,7 +4,7 @@
  * Library code never prints or exits: it fills an hp_error_t with one clear
  * message (naming the file and tensor where there is one) and returns a
  * negative status. The CLI prints err.msg; the service maps the status to
- * an HTTP status once, in the module.
+ * an HTTP status, type and code once, in hp_ipc_error (hp_ipc.h).
  */
 #ifndef HP_ERROR_H
 #define HP_ERROR_H

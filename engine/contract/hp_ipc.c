@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "hp_error.h"
+
 uint32_t hp_ipc_slot_stride(uint32_t input_bytes, uint32_t ring_bytes)
 {
     uint64_t n = sizeof(hp_ipc_slot_t) + (uint64_t)input_bytes + ring_bytes;
@@ -320,4 +322,31 @@ size_t hp_ipc_utf8_cut(const char *text, size_t len, size_t max)
     while (n > 0 && ((unsigned char)text[n] & 0xc0) == 0x80)
         n--;
     return n ? n : max;
+}
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* One row per hp_status_t from HP_EBADINPUT on, in order. */
+static const hp_ipc_error_t errors[] = {
+    {400, "invalid_request_error", "invalid_prompt"},          /* BADINPUT */
+    {400, "invalid_request_error", "context_length_exceeded"}, /* TOOLARGE */
+    {503, "engine_unavailable", "engine_out_of_memory"},       /* NOMEM */
+    {500, "server_error", "engine_error"},                     /* MODEL */
+    {500, "server_error", "engine_error"},                     /* IO */
+    {429, "rate_limit_error", "engine_busy"},                  /* BUSY */
+    {503, "engine_unavailable", "engine_unavailable"},         /* UNAVAIL */
+    {504, "timeout", "timeout"},                               /* TIMEOUT */
+    {500, "server_error", "engine_error"},                     /* CANCELLED */
+    {500, "server_error", "engine_error"},                     /* INTERNAL */
+};
+_Static_assert(sizeof(errors) / sizeof(errors[0]) ==
+                   HP_EINTERNAL - HP_EBADINPUT + 1,
+               "a row for every hp_status_t");
+
+const hp_ipc_error_t *hp_ipc_error(int status)
+{
+    static const hp_ipc_error_t other = {500, "server_error", "engine_error"};
+    if (status < HP_EBADINPUT || status > HP_EINTERNAL)
+        return &other;
+    return &errors[status - HP_EBADINPUT];
 }

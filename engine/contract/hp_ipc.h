@@ -98,13 +98,15 @@ enum {
 /* record types */
 enum { HP_IPC_REC_START = 1, HP_IPC_REC_TEXT = 2, HP_IPC_REC_FINAL = 3 };
 
-/* request modes (DESIGN §4); the engine reports the one it ran */
-enum {
+/* prefill modes (DESIGN §4): the one enum of the module, the engine and
+ * the assembler; a request asks for one, the engine reports the one it
+ * ran */
+typedef enum {
     HP_IPC_MODE_FULL = 0,
     HP_IPC_MODE_PREFIX = 1,
     HP_IPC_MODE_NAIVE = 2,
     HP_IPC_MODE_PIC = 3
-};
+} hp_ipc_mode_t;
 
 enum { HP_IPC_EP_COMPLETIONS = 0, HP_IPC_EP_CHAT = 1 };
 
@@ -391,5 +393,20 @@ int hp_ipc_ring_get(const hp_ipc_header_t *h, hp_ipc_slot_t *s, uint32_t *type,
 /* Largest prefix of text[0..len) of at most max bytes that ends on a
  * UTF-8 character boundary (for splitting TEXT records). */
 size_t hp_ipc_utf8_cut(const char *text, size_t len, size_t max);
+
+/* ---- errors ---------------------------------------------------------- */
+
+/* What a client sees of an engine status: the one map from hp_status_t
+ * (engine/contract/hp_error.h) to HTTP, read by the engine (FINAL's code)
+ * and by the module (the answer's status and type). */
+typedef struct {
+    int http;         /* HTTP status */
+    const char *type; /* OpenAI error type */
+    const char *code; /* error code, as FINAL carries it */
+} hp_ipc_error_t;
+
+/* The row of `status`; HP_OK and unknown values get 500 server_error
+ * "engine_error". Never NULL. */
+const hp_ipc_error_t *hp_ipc_error(int status);
 
 #endif

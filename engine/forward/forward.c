@@ -14,43 +14,6 @@
 #include "kernels/cpu/hk_cpu.h"
 #include "kernels/cpu/hk_kvbuf.h"
 
-/* Measured best on AVX-512 (helper bench in test_gdn): C=16 beats 64 by
- * ~1.5x, the sgemms being small either way. */
-#define GDN_CHUNK_DEFAULT 16
-
-void hp_fwd_ws_init(hp_fwd_ws_t *ws)
-{
-    memset(ws, 0, sizeof(*ws));
-    ws->n = B_COUNT;
-    ws->buf = calloc(B_COUNT, sizeof(*ws->buf));
-    ws->cap = calloc(B_COUNT, sizeof(*ws->cap));
-}
-
-void hp_fwd_ws_free(hp_fwd_ws_t *ws)
-{
-    for (int i = 0; i < ws->n && ws->buf; i++)
-        free(ws->buf[i]);
-    free(ws->buf);
-    free(ws->cap);
-    free(ws->spec);
-    memset(ws, 0, sizeof(*ws));
-}
-
-void *hp_fwd_buf(hp_fwd_ws_t *ws, int id, size_t n)
-{
-    if (!ws->buf || !ws->cap)
-        return NULL;
-    if (n == 0)
-        n = 1;
-    if (ws->cap[id] < n) {
-        free(ws->buf[id]);
-        size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-        ws->buf[id] = aligned_alloc(64, bytes);
-        ws->cap[id] = ws->buf[id] ? n : 0;
-    }
-    return ws->buf[id];
-}
-
 /* ---- Gated DeltaNet mixer (reference §3) ------------------------------- */
 
 int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
@@ -127,8 +90,8 @@ void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
  * is forward_batch.c's.) */
 static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                         hp_fwd_ws_t *ws, const float *y, float *x, int T,
-                        const hp_jumps_t *jumps, int chunk,
-                        hp_kvbuf_pool_t *kvp, hp_error_t *err)
+                        const hp_jumps_t *jumps, hp_kvbuf_pool_t *kvp,
+                        hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     int Hk = c->lin_k_heads, Hv = c->lin_v_heads;
@@ -136,8 +99,8 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     int kd = Hk * dk, vd = Hv * dv;
     hp_fwd_lin_t b;
 
-    float *scr =
-        hp_fwd_buf(ws, B_SCRATCH, hk_gdn_chunk_scratch(Hv, dk, dv, chunk));
+    float *scr = hp_fwd_buf(ws, B_SCRATCH,
+                            hk_gdn_chunk_scratch(Hv, dk, dv, HP_FWD_GDN_CHUNK));
     int want_tc = jumps && jumps->tc_run >= 0;
     float *tc = want_tc ? hp_fwd_buf(ws, B_TC, (size_t)Hv * dk * dk) : NULL;
     hp_kvbuf_t *kb = kvp && sl->kvb.blocks && !jumps ? &sl->kvb : NULL;
@@ -187,7 +150,7 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                                      dk, dv);
                 else if (rc == HP_OK)
                     hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk,
-                                 Hv, dk, dv, chunk, scr);
+                                 Hv, dk, dv, HP_FWD_GDN_CHUNK, scr);
             }
             if (rc != HP_OK)
                 return rc;
@@ -384,7 +347,7 @@ int hp_fwd_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y, float *x,
 
 /* ---- the whole model --------------------------------------------------- */
 
-int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                const int *ids, const int *pos_in, int T,
                const hp_jumps_t *jumps, hp_logits_mode_t mode, float *logits,
                hp_error_t *err)
@@ -417,6 +380,11 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         if (pos[t] + 1 > n_ctx)
             n_ctx = pos[t] + 1;
     }
+    if (n_ctx > ws->plan.max_ctx)
+        return hp_error_set(err, HP_ETOOLARGE,
+                            "forward: position %d is past the workspace's "
+                            "plan of %d (max_ctx)",
+                            n_ctx - 1, ws->plan.max_ctx);
     if ((rc = hp_seq_reserve(seq, n_ctx, err)) != HP_OK)
         return rc;
     /* KVBuffer blocks for every linear layer before any layer runs, so a
@@ -434,13 +402,12 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         memcpy(x + (size_t)t * H, m->embed + (size_t)ids[t] * H,
                H * sizeof(float));
 
-    int chunk = GDN_CHUNK_DEFAULT;
     rc = HP_OK;
     for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
         const hp_layer_weights_t *w = &m->layers[l];
         hk_rmsnorm_zc(y, x, w->input_norm, T, H, c->rms_eps);
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
-            rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps, chunk,
+            rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps,
                               seq->kvpool, err);
         else
             rc =
@@ -465,7 +432,7 @@ int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                const int *ids, int T, int piece, float *logits, hp_error_t *err)
 {
     if (piece <= 0)
-        piece = 1024;
+        piece = HP_FWD_PIECE;
     for (int off = 0; off < T; off += piece) {
         int n = T - off < piece ? T - off : piece;
         int last = off + n == T;

@@ -25,20 +25,51 @@ typedef struct {
     int row;         /* its first row in the saved inputs */
 } hp_fwd_spec_t;
 
-/* Activation buffers, grown on demand and reused across calls so the
- * decode loop never allocates. Also remembers the last batch's
- * verifications (hp_forward_accept reads them). */
+/*
+ * The largest call a workspace serves, fixed when it is made: its
+ * activation buffers are sized from this and the model's config and
+ * allocated once, so no call allocates. Its owner sizes it: the scheduler
+ * from its batch, prefill chunk, draft limit and max_context; a prefill
+ * worker or peer from HP_FWD_PIECE; tools and tests from their own calls.
+ * hp_forward runs a longer call in pieces of max_tokens (same results up
+ * to f32 rounding); a batch, an item or a context beyond the plan is
+ * refused with HP_ETOOLARGE naming the limit.
+ */
 typedef struct {
-    float **buf;
-    size_t *cap;
+    int max_tokens; /* most tokens of one pass (a prefill piece) */
+    int max_ctx;    /* most positions of a sequence; 0: max_positions */
+    int max_batch;  /* most sequences of one hp_forward_batch */
+    int max_step;   /* most tokens of a batched item: 1 + drafts */
+} hp_fwd_plan_t;
+
+/* The prefill piece of the caches and a one-sequence workspace's plan
+ * (plan NULL): pieces of 1024 tokens, one sequence verifying up to 16
+ * drafts, contexts up to the model's max_positions. */
+#define HP_FWD_PIECE    1024
+#define HP_FWD_MAX_STEP 17
+
+/* Activation buffers of a plan, carved out of one allocation and reused
+ * across calls. Also remembers the last batch's verifications
+ * (hp_forward_accept reads them). */
+typedef struct {
+    hp_fwd_plan_t plan; /* as resolved (max_ctx filled in) */
+    void *mem;          /* the one allocation */
+    float **buf;        /* [n] buffers in mem */
+    size_t *cap;        /* [n] their floats */
     int n;
-    hp_fwd_spec_t *spec; /* [n_spec] */
-    int n_spec, cap_spec;
+    hp_fwd_spec_t *spec; /* [max_batch] */
+    int n_spec;
     int spec_rows; /* rows of every saved layer */
 } hp_fwd_ws_t;
 
-void hp_fwd_ws_init(hp_fwd_ws_t *ws);
+/* Plans and allocates a workspace for model m (plan NULL: the default
+ * above). HP_EBADINPUT (a bad plan), HP_ENOMEM; ws is then empty (free
+ * is safe). */
+int hp_fwd_ws_init(hp_fwd_ws_t *ws, const hp_model_t *m,
+                   const hp_fwd_plan_t *plan, hp_error_t *err);
 void hp_fwd_ws_free(hp_fwd_ws_t *ws);
+/* Bytes a plan allocates for model m. */
+size_t hp_fwd_ws_bytes(const hp_model_t *m, const hp_fwd_plan_t *plan);
 
 /* Called at a linear layer after run `jump` (tokens up to after[jump]):
  * may read or update S [Hv,dk,dv] and conv [conv_dim, Kc-1] in place for
@@ -64,9 +95,13 @@ typedef enum {
 /*
  * Runs T tokens ids[T] at positions pos[T] (NULL: seq->n_pos .. + T-1)
  * through the model, updating seq (states, K/V; n_pos becomes
- * max(n_pos, last pos + 1)). jumps may be NULL. Writes logits per mode
- * into `logits` (caller-sized). gdn_chunk: chunk size for T > 1 (0 = 64).
- * Returns HP_OK, HP_EBADINPUT (token id out of range) or HP_ENOMEM.
+ * max(n_pos, last pos + 1)), in pieces of the plan's max_tokens (jumps
+ * and a transition run may span pieces). jumps may be NULL. Writes
+ * logits per mode into `logits` (caller-sized). The linear layers run the
+ * chunked form
+ * (hk_gdn_chunk) for T > 1 and the recurrent one for T = 1. Returns HP_OK,
+ * HP_EBADINPUT (token id out of range), HP_ETOOLARGE (a position past the
+ * plan's max_ctx) or HP_ENOMEM.
  */
 int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                const int *ids, const int *pos, int T, const hp_jumps_t *jumps,
@@ -92,11 +127,12 @@ typedef struct {
  * sequences sharing a pool in one hp_kvbuf_decode call. A sequence's
  * results equal its own hp_forward's to f32 rounding (GEMM vs GEMV sums).
  *
- * Each item is checked first (tokens, positions, KVBuffer room for every
- * layer): one that fails gets status/err and is left out, unchanged. An
- * error once layers run (HP_ENOMEM) ends the step for all: the return value,
- * verifications rolled back, other sequences left half advanced. Returns HP_OK
- * otherwise.
+ * Each item is checked first (tokens, positions, the plan's max_step and
+ * max_ctx, KVBuffer room for every layer): one that fails gets status/err and
+ * is left out, unchanged. An error once layers run (HP_ENOMEM) ends the step
+ * for all: the return value, verifications rolled back, other sequences left
+ * half advanced. More items than the plan's max_batch: HP_ETOOLARGE, nothing
+ * run. Returns HP_OK otherwise.
  */
 int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *items, int n,
                      hp_fwd_ws_t *ws, hp_error_t *err);
@@ -122,8 +158,9 @@ int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
 int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                       int keep, hp_error_t *err);
 
-/* Prefill in pieces of at most `piece` tokens (bounds activation memory),
- * logits of the last token if logits != NULL. */
+/* Prefill in pieces of at most `piece` tokens (<= 0: HP_FWD_PIECE; the
+ * plan may split them further), logits of the last token if
+ * logits != NULL. */
 int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                const int *ids, int T, int piece, float *logits,
                hp_error_t *err);

@@ -32,7 +32,8 @@ static int is_kvdec(const hp_fwd_item_t *it)
 /* Checks an item and makes room for it: positions in the K/V caches and
  * KVBuffer entries in every linear layer, so no layer can refuse later.
  * Blocks once held stay with the buffer: a refusal changes nothing. */
-static int admit(const hp_model_t *m, hp_fwd_item_t *it)
+static int admit(const hp_model_t *m, const hp_fwd_plan_t *plan,
+                 hp_fwd_item_t *it)
 {
     const hp_model_config_t *c = &m->cfg;
     hp_seq_t *s = it->seq;
@@ -47,6 +48,11 @@ static int admit(const hp_model_t *m, hp_fwd_item_t *it)
         return hp_error_set(err, HP_EBADINPUT,
                             "forward: a verification awaits "
                             "hp_forward_accept");
+    if (it->T > plan->max_step || s->n_pos + it->T > plan->max_ctx)
+        return hp_error_set(err, HP_ETOOLARGE,
+                            "forward: %d tokens at position %d are past the "
+                            "workspace's plan (max_step %d, max_ctx %d)",
+                            it->T, s->n_pos, plan->max_step, plan->max_ctx);
     if (it->verify && (!s->kvpool || it->T > s->kvpool->cfg.max_step))
         return hp_error_set(err, HP_EBADINPUT,
                             "forward: verification needs open KVBuffers "
@@ -99,27 +105,18 @@ static void place(hp_fwd_item_t *it, int n, plan_t *p)
 }
 
 /* Remembers where each verification's raw inputs go (hp_forward_accept
- * finds them by sequence). HP_ENOMEM. */
-static int note_specs(hp_fwd_ws_t *ws, const hp_fwd_item_t *it, const plan_t *p,
-                      hp_error_t *err)
+ * finds them by sequence); ws->spec has room for the plan's batch. */
+static void note_specs(hp_fwd_ws_t *ws, const hp_fwd_item_t *it,
+                       const plan_t *p)
 {
     ws->n_spec = 0;
     ws->spec_rows = p->vrows;
     for (int k = 0; k < p->live; k++) {
         const hp_fwd_item_t *x = &it[p->order[k]];
-        if (!x->verify)
-            continue;
-        if (ws->n_spec == ws->cap_spec) {
-            int cap = ws->cap_spec ? 2 * ws->cap_spec : 8;
-            hp_fwd_spec_t *s = realloc(ws->spec, (size_t)cap * sizeof(*s));
-            if (!s)
-                return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
-            ws->spec = s;
-            ws->cap_spec = cap;
-        }
-        ws->spec[ws->n_spec++] = (hp_fwd_spec_t){x->seq, p->vrow[p->order[k]]};
+        if (x->verify)
+            ws->spec[ws->n_spec++] =
+                (hp_fwd_spec_t){x->seq, p->vrow[p->order[k]]};
     }
-    return HP_OK;
 }
 
 /* A Gated DeltaNet layer over every row. */
@@ -226,6 +223,11 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
 {
     const hp_model_config_t *c = &m->cfg;
     int H = c->hidden, V = c->vocab_size, cd = hp_cfg_conv_dim(c), rc;
+    if (n > ws->plan.max_batch)
+        return hp_error_set(err, HP_ETOOLARGE,
+                            "forward: a batch of %d sequences, the "
+                            "workspace's plan is %d (max_batch)",
+                            n, ws->plan.max_batch);
     int *ints = hp_fwd_buf(ws, B_ITEMS, 4 * (size_t)(n > 0 ? n : 1));
     if (!ints)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
@@ -234,7 +236,7 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
     for (int i = 0; i < n; i++) {
         it[i].logits = NULL;
         it[i].err.code = HP_OK;
-        it[i].status = admit(m, &it[i]);
+        it[i].status = admit(m, &ws->plan, &it[i]);
     }
     place(it, n, &p);
     ws->n_spec = 0;
@@ -257,8 +259,7 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
          (!hp_fwd_buf(ws, B_SPECQKV, (size_t)c->n_layers * vr * cd) ||
           !hp_fwd_buf(ws, B_SPECCONV, (size_t)cd * (c->conv_kernel - 1)))))
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
-    if ((rc = note_specs(ws, it, &p, err)) != HP_OK)
-        return rc;
+    note_specs(ws, it, &p);
 
     for (int k = 0; k < p.live; k++) {
         const hp_fwd_item_t *a = &it[p.order[k]];

@@ -1,8 +1,9 @@
 /*
- * forward_impl.h - what forward.c (the rows of one sequence) and
- * forward_batch.c (one decode step of many sequences) share: the
- * workspace's named buffers and the layer pieces that do not care which
- * sequence a row belongs to. Internal to the forward pass, not an API.
+ * forward_impl.h - what forward.c (the rows of one sequence),
+ * forward_batch.c (one decode step of many sequences) and forward_plan.c
+ * (the workspace, pieces) share: the workspace's named buffers and the layer
+ * pieces that do not care which sequence a row belongs to. Internal to the
+ * forward pass, not an API.
  *
  * A layer runs as begin (projections over all rows: each weight read
  * once), the per-sequence middle (conv and recurrence, or K/V store and
@@ -43,12 +44,23 @@ enum {
     B_LOGITS,
     B_ITEMS,  /* hp_forward_batch: ints per item (order, rows, context) */
     B_KVBUFS, /* hp_forward_batch: hp_kvbuf_t * per item */
+    B_TCACC,  /* hp_forward: a transition run's product over the pieces */
     B_COUNT
 };
 
-/* Buffer `id` with room for n floats (64-byte aligned, grown on demand,
- * contents kept only while the size does not grow), or NULL. */
+/* hk_gdn_chunk's chunk: measured best on AVX-512 (helper bench in
+ * test_gdn), C=16 beats 64 by ~1.5x, the sgemms being small either way. */
+#define HP_FWD_GDN_CHUNK 16
+
+/* Buffer `id` (64-byte aligned) if the plan gave it room for n floats,
+ * else NULL: the entry checks keep calls within the plan, so NULL is a
+ * planning bug (forward_plan.c sizes every buffer). */
 void *hp_fwd_buf(hp_fwd_ws_t *ws, int id, size_t n);
+
+/* hp_forward for at most the plan's max_tokens tokens (forward.c). */
+int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
+               const int *ids, const int *pos, int T, const hp_jumps_t *jumps,
+               hp_logits_mode_t mode, float *logits, hp_error_t *err);
 
 /* A Gated DeltaNet layer's per-row tensors (reference §3), T rows. */
 typedef struct {

@@ -4,21 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t state_floats(const hp_model_config_t *c)
-{
-    return (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
-}
-
-static size_t conv_floats(const hp_model_config_t *c)
-{
-    return (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
-}
-
-static size_t kv_row(const hp_model_config_t *c)
-{
-    return (size_t)c->n_kv_heads * c->head_dim;
-}
-
 int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
@@ -30,8 +15,8 @@ int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err)
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_kind[l] != HP_LAYER_LINEAR)
             continue;
-        s->layers[l].S = calloc(state_floats(c), sizeof(float));
-        s->layers[l].conv = calloc(conv_floats(c) + 1, sizeof(float));
+        s->layers[l].S = calloc(c->state_floats, sizeof(float));
+        s->layers[l].conv = calloc(c->conv_floats + 1, sizeof(float));
         if (!s->layers[l].S || !s->layers[l].conv) {
             hp_seq_free(s);
             return hp_error_set(err, HP_ENOMEM, "sequence: out of memory");
@@ -93,9 +78,7 @@ int hp_seq_kvbuf_close(hp_seq_t *s, hp_error_t *err)
         if (rc != HP_OK)
             return rc;
         if (!sl->kvb.S)
-            memset(sl->S, 0,
-                   (size_t)s->model->cfg.lin_v_heads * s->model->cfg.lin_k_dim *
-                       s->model->cfg.lin_v_dim * sizeof(float));
+            memset(sl->S, 0, s->model->cfg.state_floats * sizeof(float));
     }
     kvbuf_drop(s);
     return HP_OK;
@@ -124,7 +107,7 @@ int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err)
     int cap = s->kv_cap ? s->kv_cap : 256;
     while (cap < n)
         cap *= 2;
-    size_t bytes = (size_t)cap * kv_row(c) * sizeof(float);
+    size_t bytes = (size_t)cap * c->kv_row * sizeof(float);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_kind[l] != HP_LAYER_FULL)
             continue;
@@ -148,11 +131,46 @@ void hp_seq_reset(hp_seq_t *s)
     kvbuf_drop(s);
     for (int l = 0; l < c->n_layers; l++) {
         if (s->layers[l].S) {
-            memset(s->layers[l].S, 0, state_floats(c) * sizeof(float));
-            memset(s->layers[l].conv, 0, conv_floats(c) * sizeof(float));
+            memset(s->layers[l].S, 0, c->state_floats * sizeof(float));
+            memset(s->layers[l].conv, 0, c->conv_floats * sizeof(float));
         }
     }
     s->n_pos = 0;
+}
+
+void hp_seq_state_pack(const hp_seq_t *s, int l, float *buf)
+{
+    const hp_model_config_t *c = &s->model->cfg;
+    memcpy(buf, s->layers[l].S, c->state_floats * sizeof(float));
+    memcpy(buf + c->state_floats, s->layers[l].conv,
+           c->conv_floats * sizeof(float));
+}
+
+void hp_seq_state_unpack(hp_seq_t *s, int l, const float *buf)
+{
+    const hp_model_config_t *c = &s->model->cfg;
+    memcpy(s->layers[l].S, buf, c->state_floats * sizeof(float));
+    memcpy(s->layers[l].conv, buf + c->state_floats,
+           c->conv_floats * sizeof(float));
+}
+
+void hp_seq_kv_pack(const hp_seq_t *s, int l, int at, int n, float *k, float *v)
+{
+    size_t row = s->model->cfg.kv_row, bytes = (size_t)n * row * sizeof(float);
+    if (n <= 0)
+        return;
+    memcpy(k, s->layers[l].k + (size_t)at * row, bytes);
+    memcpy(v, s->layers[l].v + (size_t)at * row, bytes);
+}
+
+void hp_seq_kv_unpack(hp_seq_t *s, int l, int at, int n, const float *k,
+                      const float *v)
+{
+    size_t row = s->model->cfg.kv_row, bytes = (size_t)n * row * sizeof(float);
+    if (n <= 0)
+        return;
+    memcpy(s->layers[l].k + (size_t)at * row, k, bytes);
+    memcpy(s->layers[l].v + (size_t)at * row, v, bytes);
 }
 
 size_t hp_seq_bytes(const hp_model_t *m, int n)
@@ -161,7 +179,7 @@ size_t hp_seq_bytes(const hp_model_t *m, int n)
     size_t b = 0;
     for (int l = 0; l < c->n_layers; l++)
         b += c->layer_kind[l] == HP_LAYER_LINEAR
-                 ? (state_floats(c) + conv_floats(c)) * sizeof(float)
-                 : 2 * (size_t)n * kv_row(c) * sizeof(float);
+                 ? (c->state_floats + c->conv_floats) * sizeof(float)
+                 : 2 * (size_t)n * c->kv_row * sizeof(float);
     return b;
 }

@@ -55,6 +55,24 @@ int hp_seq_kvbuf_open(hp_seq_t *s, hp_kvbuf_pool_t *pool, hp_error_t *err);
  * with a verification unresolved. No-op when not open. */
 int hp_seq_kvbuf_close(hp_seq_t *s, hp_error_t *err);
 
+/*
+ * The copies between a sequence and memory outside it (prefix-cache
+ * checkpoints, segment cache entries): the one place where a device
+ * backend adds its transfers. Sizes from the model's config geometry.
+ *
+ * state: linear layer l's S [Hv,dk,dv] then its conv history
+ *   [conv_dim,Kc-1], state_floats + conv_floats floats at buf. Read the
+ *   running state only with the KVBuffers closed (hp_seq_kvbuf_close).
+ * kv: full layer l's K and V rows of positions [at, at + n), n * kv_row
+ *   floats each; unpack needs the positions reserved (hp_seq_reserve).
+ */
+void hp_seq_state_pack(const hp_seq_t *s, int l, float *buf);
+void hp_seq_state_unpack(hp_seq_t *s, int l, const float *buf);
+void hp_seq_kv_pack(const hp_seq_t *s, int l, int at, int n, float *k,
+                    float *v);
+void hp_seq_kv_unpack(hp_seq_t *s, int l, int at, int n, const float *k,
+                      const float *v);
+
 /* Bytes a sequence of n positions holds (states + KV). */
 size_t hp_seq_bytes(const hp_model_t *m, int n);
 

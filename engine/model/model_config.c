@@ -389,6 +389,18 @@ static int validate(const cfg_ctx_t *cx, hp_model_config_t *c)
     return HP_OK;
 }
 
+void hp_model_config_derive(hp_model_config_t *c)
+{
+    c->n_lin = c->n_full = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        c->slot[l] =
+            c->layer_kind[l] == HP_LAYER_LINEAR ? c->n_lin++ : c->n_full++;
+    c->state_floats = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    c->trans_floats = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_k_dim;
+    c->conv_floats = (size_t)hp_cfg_conv_dim(c) * (c->conv_kernel - 1);
+    c->kv_row = (size_t)c->n_kv_heads * c->head_dim;
+}
+
 int hp_model_config_parse(hp_model_config_t *cfg, const char *json,
                           const char *path, hp_error_t *err)
 {
@@ -460,6 +472,7 @@ int hp_model_config_parse(hp_model_config_t *cfg, const char *json,
         (rc = parse_moe(&cx, cfg)) || (rc = parse_tokens(&cx, cfg)) ||
         (rc = validate(&cx, cfg)))
         goto out;
+    hp_model_config_derive(cfg);
 out:
     cJSON_Delete(root);
     return rc;

@@ -8,6 +8,8 @@
 #ifndef HP_MODEL_CONFIG_H
 #define HP_MODEL_CONFIG_H
 
+#include <stddef.h>
+
 #include "engine/contract/hp_error.h"
 
 #define HP_MAX_LAYERS 256
@@ -60,6 +62,17 @@ typedef struct {
 
     unsigned char layer_kind[HP_MAX_LAYERS]; /* hp_layer_kind_t */
     unsigned char layer_moe[HP_MAX_LAYERS];  /* 1: sparse MoE MLP */
+
+    /* Geometry, derived once from the fields above by
+     * hp_model_config_derive (parse calls it): every box sizes states,
+     * checkpoints and cache entries from these. */
+    int n_lin;               /* Gated DeltaNet layers */
+    int n_full;              /* full-attention layers */
+    int slot[HP_MAX_LAYERS]; /* layer -> its index among its kind */
+    size_t state_floats;     /* one linear layer's S: Hv * dk * dv */
+    size_t trans_floats;     /* one linear layer's T_C: Hv * dk * dk */
+    size_t conv_floats;      /* its conv history: conv_dim * (Kc - 1) */
+    size_t kv_row;           /* one position's K (or V): Hkv * hd */
 } hp_model_config_t;
 
 /* Derived sizes. */
@@ -75,6 +88,10 @@ static inline int hp_cfg_conv_dim(const hp_model_config_t *c)
 {
     return 2 * hp_cfg_key_dim(c) + hp_cfg_value_dim(c);
 }
+
+/* Fills the geometry (n_lin .. kv_row) from the other fields; for a config
+ * filled by hand (benchmarks), parse and load call it. */
+void hp_model_config_derive(hp_model_config_t *cfg);
 
 /*
  * Parses config.json text (path is used in messages only). Fills *cfg and

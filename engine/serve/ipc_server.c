@@ -351,26 +351,6 @@ static int job_cancelled(void *ud)
            atomic_load(&j->aborted);
 }
 
-static const char *error_code(int status)
-{
-    switch (status) {
-    case HP_EBADINPUT:
-        return "invalid_prompt";
-    case HP_ETOOLARGE:
-        return "context_length_exceeded";
-    case HP_EBUSY:
-        return "engine_busy";
-    case HP_EUNAVAIL:
-        return "engine_unavailable";
-    case HP_ENOMEM:
-        return "engine_out_of_memory";
-    case HP_ETIMEOUT:
-        return "timeout";
-    default:
-        return "engine_error";
-    }
-}
-
 /* FINAL, then the slot goes back (the reader frees it after reading). */
 static void job_final(job_t *j, const hp_sched_final_t *f, int status,
                       const char *msg)
@@ -381,7 +361,7 @@ static void job_final(job_t *j, const hp_sched_final_t *f, int status,
     rec.status = status;
     if (status != HP_OK) {
         rec.finish = HP_IPC_FINISH_ERROR;
-        snprintf(rec.code, sizeof(rec.code), "%s", error_code(status));
+        snprintf(rec.code, sizeof(rec.code), "%s", hp_ipc_error(status)->code);
         snprintf(rec.message, sizeof(rec.message), "%s", msg);
     } else {
         rec.finish = f->finish == HP_FINISH_STOP ? HP_IPC_FINISH_STOP

@@ -56,7 +56,7 @@ struct hp_prefill_job {
     const hp_llm_t *llm;
     hp_cache_t *cache;
     const hp_prompt_t *p;
-    hp_mode_t mode;
+    hp_ipc_mode_t mode;
     int w;
     hp_prefill_cb_fn cb;
     void *ud;
@@ -130,7 +130,7 @@ static int build(hp_prefill_job_t *j, int k, worker_t *wk, hp_fwd_ws_t *ws,
     const hp_model_t *m = &j->llm->model;
     const hp_prompt_seg_t *s = &j->p->segs[j->seg[k]];
     hp_pool_t *pub = j->cache->pub;
-    int pic = s->role != HP_SEG_LEAD && j->mode == HP_MODE_PIC;
+    int pic = s->role != HP_SEG_LEAD && j->mode == HP_IPC_MODE_PIC;
     hp_error_t perr = {0};
 
     /* another request may have published it since the dispatch */
@@ -193,7 +193,8 @@ static void *worker_main(void *arg)
 {
     worker_t *wk = arg;
     hp_prefill_pool_t *pp = wk->pp;
-    hp_fwd_ws_t ws;
+    hp_fwd_ws_t ws = {0};
+    const hp_model_t *ws_model = NULL; /* the model ws is planned for */
 
     /* nthreads-var is a per-task ICV: this sets the count for this
      * thread's own parallel regions (and the BLAS calls sized from it)
@@ -205,7 +206,6 @@ static void *worker_main(void *arg)
 #pragma omp single
         team = omp_get_num_threads();
     }
-    hp_fwd_ws_init(&ws);
 
     pthread_mutex_lock(&pp->mu);
     wk->omp_max = omp_get_max_threads();
@@ -231,7 +231,18 @@ static void *worker_main(void *arg)
             .seg = j->seg[t->k], .worker = wk->idx, .tokens = s->len};
         d.start_us = now_us();
         int64_t c0 = thread_cpu_us();
-        d.status = skip ? HP_ECANCELLED : build(j, t->k, wk, &ws, &d, &err);
+        if (!skip && ws_model != &j->llm->model) {
+            /* segment builds: prefill pieces, no batched steps; planned
+             * at the first job of a model (one model in practice) */
+            hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
+            hp_fwd_ws_free(&ws);
+            ws_model = &j->llm->model;
+            if (hp_fwd_ws_init(&ws, ws_model, &plan, &err) != HP_OK)
+                ws_model = NULL;
+        }
+        d.status = skip        ? HP_ECANCELLED
+                   : !ws_model ? err.code
+                               : build(j, t->k, wk, &ws, &d, &err);
         d.end_us = now_us();
         d.cpu_us = thread_cpu_us() - c0;
         if (j->cb)
@@ -251,7 +262,7 @@ static void *worker_main(void *arg)
         } else if (d.reused) {
             j->st.reused++;
         } else {
-            long covered = s->role != HP_SEG_LEAD && j->mode == HP_MODE_PIC
+            long covered = s->role != HP_SEG_LEAD && j->mode == HP_IPC_MODE_PIC
                                ? s->len - 2 * j->w
                                : s->len;
             j->st.published++;
@@ -392,8 +403,8 @@ static void job_free_arrays(hp_prefill_job_t *j)
 }
 
 int hp_prefill_submit(hp_prefill_pool_t *pp, const hp_llm_t *llm,
-                      hp_cache_t *cache, const hp_prompt_t *p, hp_mode_t mode,
-                      int w, hp_prefill_cb_fn cb, void *ud,
+                      hp_cache_t *cache, const hp_prompt_t *p,
+                      hp_ipc_mode_t mode, int w, hp_prefill_cb_fn cb, void *ud,
                       hp_prefill_job_t **out, hp_error_t *err)
 {
     *out = NULL;
@@ -432,8 +443,9 @@ int hp_prefill_submit(hp_prefill_pool_t *pp, const hp_llm_t *llm,
     j->t0 = now_us();
 
     /* the cold list: cacheable, not in the pool, first occurrence */
-    for (int i = 0;
-         (mode == HP_MODE_NAIVE || mode == HP_MODE_PIC) && i < p->n_segs; i++) {
+    for (int i = 0; (mode == HP_IPC_MODE_NAIVE || mode == HP_IPC_MODE_PIC) &&
+                    i < p->n_segs;
+         i++) {
         const hp_prompt_seg_t *s = &p->segs[i];
         if (!hp_assemble_cacheable(s, mode, w))
             continue;
@@ -538,9 +550,9 @@ void hp_prefill_job_free(hp_prefill_job_t *j)
 }
 
 int hp_prefill_pool_run(hp_prefill_pool_t *pp, const hp_llm_t *llm,
-                        hp_cache_t *cache, const hp_prompt_t *p, hp_mode_t mode,
-                        int w, hp_prefill_cb_fn cb, void *ud,
-                        hp_prefill_stats_t *st, hp_error_t *err)
+                        hp_cache_t *cache, const hp_prompt_t *p,
+                        hp_ipc_mode_t mode, int w, hp_prefill_cb_fn cb,
+                        void *ud, hp_prefill_stats_t *st, hp_error_t *err)
 {
     hp_prefill_job_t *j;
     int rc = hp_prefill_submit(pp, llm, cache, p, mode, w, cb, ud, &j, err);

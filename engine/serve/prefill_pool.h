@@ -129,8 +129,8 @@ void hp_prefill_pool_loads(hp_prefill_pool_t *pp, double *loads);
  * hp_prefill_job_free. HP_OK, HP_EBADINPUT (seam < 0), HP_ENOMEM.
  */
 int hp_prefill_submit(hp_prefill_pool_t *pp, const hp_llm_t *llm,
-                      hp_cache_t *cache, const hp_prompt_t *p, hp_mode_t mode,
-                      int w, hp_prefill_cb_fn cb, void *ud,
+                      hp_cache_t *cache, const hp_prompt_t *p,
+                      hp_ipc_mode_t mode, int w, hp_prefill_cb_fn cb, void *ud,
                       hp_prefill_job_t **job, hp_error_t *err);
 
 /* 1 when every dispatched segment is done (published or failed). */
@@ -151,8 +151,8 @@ void hp_prefill_job_free(hp_prefill_job_t *job);
  * a failed segment fails only this call (the pool and other jobs go on).
  */
 int hp_prefill_pool_run(hp_prefill_pool_t *pp, const hp_llm_t *llm,
-                        hp_cache_t *cache, const hp_prompt_t *p, hp_mode_t mode,
-                        int w, hp_prefill_cb_fn cb, void *ud,
-                        hp_prefill_stats_t *st, hp_error_t *err);
+                        hp_cache_t *cache, const hp_prompt_t *p,
+                        hp_ipc_mode_t mode, int w, hp_prefill_cb_fn cb,
+                        void *ud, hp_prefill_stats_t *st, hp_error_t *err);
 
 #endif

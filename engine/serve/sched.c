@@ -197,7 +197,8 @@ static int decode_form(hp_sched_t *s, const req_t *r)
     if (f != HP_SCHED_DECODE_CHUNKWISE && f != HP_SCHED_DECODE_AUTO)
         f = r->dec.spec ? HP_SCHED_DECODE_CHUNKWISE : HP_SCHED_DECODE_RECURRENT;
     if (f == HP_SCHED_DECODE_AUTO)
-        f = r->mode == HP_MODE_FULL && r->prompt.n <= s->kvpool.cfg.cap_kvonly
+        f = r->mode == HP_IPC_MODE_FULL &&
+                    r->prompt.n <= s->kvpool.cfg.cap_kvonly
                 ? HP_SCHED_DECODE_KVONLY
                 : HP_SCHED_DECODE_CHUNKWISE;
     return f;
@@ -231,7 +232,7 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
         r->dec.spec = 0;
     /* full mode streams from the first chunk on: tell the client now;
      * the other modes know their hits only once assembled */
-    if (r->mode == HP_MODE_FULL)
+    if (r->mode == HP_IPC_MODE_FULL)
         started(r, produced);
 }
 
@@ -261,7 +262,7 @@ static void segment_done(void *ud, const hp_prefill_done_t *d)
 static int uses_workers(const hp_sched_t *s, const req_t *r)
 {
     return s->cfg.prefill &&
-           (r->mode == HP_MODE_NAIVE || r->mode == HP_MODE_PIC);
+           (r->mode == HP_IPC_MODE_NAIVE || r->mode == HP_IPC_MODE_PIC);
 }
 
 /* Waiting for prefill workers: nothing to do in this thread. */
@@ -281,7 +282,7 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
     if (uses_workers(s, r)) {
         if (!r->job &&
             (rc = hp_prefill_submit(s->cfg.prefill, s->llm, s->cfg.cache,
-                                    &r->prompt, (hp_mode_t)r->mode, r->seam,
+                                    &r->prompt, (hp_ipc_mode_t)r->mode, r->seam,
                                     segment_done, s, &r->job, &err)) != HP_OK) {
             fail(r, &err);
             return;
@@ -296,8 +297,9 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
         r->ast.miss_tokens = (int)(ps.miss_tokens - ps.fetched_tokens);
         r->fetched_tokens = (int)ps.fetched_tokens;
     } else {
-        rc = hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
-                                   (hp_mode_t)r->mode, r->seam, &warm, &err);
+        rc =
+            hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
+                                  (hp_ipc_mode_t)r->mode, r->seam, &warm, &err);
         if (rc == 1) {
             r->ast.miss_segments += warm.miss_segments;
             r->ast.miss_tokens += warm.miss_tokens;
@@ -316,7 +318,7 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
     }
     if (rc == HP_OK)
         rc = hp_assemble(s->llm, s->cfg.cache, &s->ws, &r->prompt,
-                         (hp_mode_t)r->mode, r->seam, &r->seq, r->logits,
+                         (hp_ipc_mode_t)r->mode, r->seam, &r->seq, r->logits,
                          &r->ast, &err);
     if (rc == HP_OK && r->ast.recomputed_tokens == 0)
         rc = hp_error_set(&err, HP_EBADINPUT,
@@ -510,7 +512,7 @@ static int step(hp_sched_t *s)
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
         if (r->phase == R_PREFILL && !is_cancelled(r) && !waiting(r)) {
-            if (r->mode == HP_MODE_FULL)
+            if (r->mode == HP_IPC_MODE_FULL)
                 prefill_chunk(s, r);
             else
                 prefill_cached(s, r, &produced);
@@ -698,9 +700,7 @@ static int kvbuf_pool(hp_sched_t *s, hp_error_t *err)
 {
     const hp_model_config_t *c = &s->llm->model.cfg;
     hp_kvbuf_config_t kc;
-    int n_lin = 0;
-    for (int l = 0; l < c->n_layers; l++)
-        n_lin += c->layer_kind[l] == HP_LAYER_LINEAR;
+    int n_lin = c->n_lin;
     if (n_lin == 0)
         return HP_OK; /* nothing to buffer: every request is recurrent */
     hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
@@ -750,13 +750,26 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
     s->items = calloc((size_t)s->cfg.batch, sizeof(*s->items));
     s->item_req = calloc((size_t)s->cfg.batch, sizeof(*s->item_req));
     s->prob = malloc((size_t)V * sizeof(float));
-    hp_fwd_ws_init(&s->ws);
-    if (!s->running || !s->items || !s->item_req || !s->prob || !s->ws.buf ||
+    if (!s->running || !s->items || !s->item_req || !s->prob ||
         hp_sampler_init(&s->sm, V) != 0) {
         free_parts(s);
         return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
     }
     if (kvbuf_pool(s, err) != HP_OK) {
+        free_parts(s);
+        return err->code;
+    }
+    /* The workspace serves the largest pass: a prefill chunk (or a cache's
+     * piece), or a decode step of the whole batch, each item verifying as
+     * many drafts as its KVBuffers take. */
+    hp_fwd_plan_t plan = {
+        .max_tokens = s->cfg.prefill_chunk > HP_FWD_PIECE ? s->cfg.prefill_chunk
+                                                          : HP_FWD_PIECE,
+        .max_ctx = s->cfg.max_context,
+        .max_batch = s->cfg.batch,
+        .max_step = s->kvb ? s->kvpool.cfg.max_step : 1,
+    };
+    if (hp_fwd_ws_init(&s->ws, &llm->model, &plan, err) != HP_OK) {
         free_parts(s);
         return err->code;
     }
@@ -816,10 +829,10 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     r->ops = *req->ops;
     r->ud = req->ud;
     /* without pools every request runs full, and says so */
-    r->mode =
-        s->cfg.cache && req->mode >= HP_MODE_FULL && req->mode <= HP_MODE_PIC
-            ? req->mode
-            : HP_MODE_FULL;
+    r->mode = s->cfg.cache && req->mode >= HP_IPC_MODE_FULL &&
+                      req->mode <= HP_IPC_MODE_PIC
+                  ? req->mode
+                  : HP_IPC_MODE_FULL;
     r->seam = req->seam >= 0 ? req->seam : s->cfg.seam;
     r->ask_decode = req->decode;
     r->decode = HP_SCHED_DECODE_RECURRENT;

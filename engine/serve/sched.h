@@ -146,7 +146,7 @@ typedef struct {
     const char *prompt; /* only read during hp_sched_submit */
     size_t prompt_len;
     const char *separator; /* NULL or "": the prompt is one segment */
-    int mode;              /* hp_mode_t */
+    int mode;              /* hp_ipc_mode_t */
     int seam;              /* < 0: the scheduler's default */
     int decode;            /* HP_SCHED_DECODE_* (0: the server's) */
     int speculative;       /* HP_SCHED_SPEC_* (0: the server's) */

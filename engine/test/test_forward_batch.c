@@ -5,7 +5,9 @@
  * (recurrent, chunkwise, KV-only), some verifying drafts, on the three
  * test models. Logits within TOL, greedy tokens identical, folded states
  * equal; a bad item is left out without touching the others; every block
- * returns to the pool.
+ * returns to the pool. And the workspace's plan: a call longer than it
+ * runs in pieces with the same logits, jumps and a transition run across
+ * pieces; a batch, an item or a context past it is refused.
  */
 #include <math.h>
 #include <stdio.h>
@@ -73,6 +75,8 @@ static int start(const hp_model_t *m, hp_kvbuf_pool_t *pool, hp_fwd_ws_t *ws,
     return rc;
 }
 
+static void check_plan(const char *name, const hp_model_t *m);
+
 static void check(const char *root, const char *name)
 {
     char dir[1024];
@@ -96,8 +100,9 @@ static void check(const char *root, const char *name)
     hp_kvbuf_pool_t pool;
     hp_fwd_ws_t ws, ws1;
     hp_kvbuf_pool_init(&pool, &kc, &err);
-    hp_fwd_ws_init(&ws);
-    hp_fwd_ws_init(&ws1);
+    hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, N_SEQ, kc.max_step};
+    hp_fwd_ws_init(&ws, &m, &plan, &err);
+    hp_fwd_ws_init(&ws1, &m, NULL, &err);
 
     static const int lens[N_SEQ] = {3, 17, 12, 90, 33, 130};
     static const int forms[N_SEQ] = {RECURRENT, CHUNKWISE, KVONLY,
@@ -230,7 +235,118 @@ static void check(const char *root, const char *name)
     hp_kvbuf_pool_free(&pool);
     hp_fwd_ws_free(&ws);
     hp_fwd_ws_free(&ws1);
+    check_plan(name, &m);
     hp_model_free(&m);
+}
+
+/* Records the jumps of a call: how often each ran, and the transition
+ * of run 1 per linear layer. */
+typedef struct {
+    const hp_model_config_t *c;
+    float *tc; /* [n_lin][Hv, dk, dk] */
+    int calls[2], bad;
+} jrec_t;
+
+static int rec_jump(void *ud, int l, int j, float *S, float *conv,
+                    const float *Tc, hp_error_t *err)
+{
+    jrec_t *r = ud;
+    if (j < 0 || j > 1 || (j == 1) != (Tc != NULL)) {
+        r->bad++;
+        return HP_OK;
+    }
+    r->calls[j]++;
+    if (Tc)
+        memcpy(r->tc + (size_t)r->c->slot[l] * r->c->trans_floats, Tc,
+               r->c->trans_floats * sizeof(float));
+    return HP_OK;
+}
+
+#define PLAN_T 70
+
+static void check_plan(const char *name, const hp_model_t *m)
+{
+    const hp_model_config_t *c = &m->cfg;
+    size_t V = (size_t)c->vocab_size, nt = (size_t)c->n_lin * c->trans_floats;
+    hp_error_t err = {0};
+    hp_fwd_ws_t big, small;
+    hp_fwd_plan_t ps = {16, 128, 2, 4}; /* passes of 16 tokens */
+    int ids[PLAN_T], after[2] = {10, 60}, rc[2];
+    hp_seq_t s[2];
+    float *lg[2] = {malloc(PLAN_T * V * 4), malloc(PLAN_T * V * 4)};
+    jrec_t jr[2] = {{c, calloc(nt + 1, 4), {0, 0}, 0},
+                    {c, calloc(nt + 1, 4), {0, 0}, 0}};
+    /* (not from urand: the other checks' prompts stay as they were) */
+    for (int i = 0; i < PLAN_T; i++)
+        ids[i] = (int)(((size_t)i * 7919 + 13) % V);
+    ok(hp_fwd_ws_init(&big, m, NULL, &err) == HP_OK &&
+           hp_fwd_ws_init(&small, m, &ps, &err) == HP_OK &&
+           hp_fwd_ws_bytes(m, &ps) < hp_fwd_ws_bytes(m, NULL),
+       "%s: workspaces planned (%zu and %zu KiB)", name,
+       hp_fwd_ws_bytes(m, NULL) >> 10, hp_fwd_ws_bytes(m, &ps) >> 10);
+    void *mem = small.mem;
+
+    hp_fwd_ws_t *ws[2] = {&big, &small};
+    for (int k = 0; k < 2; k++) {
+        hp_seq_init(&s[k], m, &err);
+        rc[k] = hp_forward(m, &s[k], ws[k], ids, NULL, PLAN_T, NULL,
+                           HP_LOGITS_ALL, lg[k], &err);
+    }
+    double e1 = 1, e2 = 1;
+    if (rc[0] == HP_OK && rc[1] == HP_OK)
+        test_rel_errs(lg[0], lg[1], PLAN_T * V, &e1, &e2);
+    ok(rc[0] == HP_OK && rc[1] == HP_OK && s[1].n_pos == PLAN_T && e1 <= TOL &&
+           e2 <= TOL_L2,
+       "%s: %d tokens in passes of 16 give the logits of one pass (rel "
+       "%.2e)",
+       name, PLAN_T, e1);
+
+    /* jumps at 10 and 60, the transition of [10, 60) across 4 passes */
+    for (int k = 0; k < 2; k++) {
+        hp_jumps_t jumps = {after, 2, 1, rec_jump, &jr[k]};
+        hp_seq_reset(&s[k]);
+        rc[k] = hp_forward(m, &s[k], ws[k], ids, NULL, PLAN_T, &jumps,
+                           HP_LOGITS_NONE, NULL, &err);
+    }
+    e1 = 1;
+    if (rc[0] == HP_OK && rc[1] == HP_OK && nt > 0)
+        test_rel_errs(jr[0].tc, jr[1].tc, nt, &e1, &e2);
+    ok(rc[0] == HP_OK && rc[1] == HP_OK && !jr[1].bad &&
+           jr[1].calls[0] == c->n_lin && jr[1].calls[1] == c->n_lin &&
+           (nt == 0 || e1 <= TOL),
+       "%s: jumps across passes run once per layer, the transition over "
+       "them is one pass's (rel %.2e)",
+       name, e1);
+
+    /* past the plan: a batch, an item, a context */
+    int tok[3] = {ids[0], ids[1], ids[2]};
+    hp_fwd_item_t it[3];
+    for (int k = 0; k < 3; k++)
+        it[k] = (hp_fwd_item_t){.seq = &s[k % 2], .ids = tok, .T = 1};
+    ok(hp_forward_batch(m, it, 3, &small, &err) == HP_ETOOLARGE,
+       "%s: 3 sequences past a plan of 2: %s", name, err.msg);
+    it[0].T = 5;
+    it[0].verify = 1;
+    ok(hp_forward_batch(m, it, 1, &small, &err) == HP_OK &&
+           it[0].status == HP_ETOOLARGE,
+       "%s: 5 tokens past a plan of 4 per item: %s", name, it[0].err.msg);
+    int far = 200;
+    ok(hp_forward(m, &s[1], &small, tok, &far, 1, NULL, HP_LOGITS_NONE, NULL,
+                  &err) == HP_ETOOLARGE,
+       "%s: position 200 past a plan of 128: %s", name, err.msg);
+    hp_fwd_plan_t bad = {0, 0, 0, 0};
+    hp_fwd_ws_t none;
+    ok(hp_fwd_ws_init(&none, m, &bad, &err) == HP_EBADINPUT && !none.mem,
+       "%s: a plan of no tokens is refused: %s", name, err.msg);
+    ok(small.mem == mem, "%s: the workspace never moved", name);
+
+    for (int k = 0; k < 2; k++) {
+        hp_seq_free(&s[k]);
+        free(lg[k]);
+        free(jr[k].tc);
+    }
+    hp_fwd_ws_free(&big);
+    hp_fwd_ws_free(&small);
 }
 
 int main(void)

@@ -54,7 +54,7 @@ static int run(const hp_llm_t *llm, const hp_prompt_t *p, int form, int spec,
     kc.n_states = c->n_layers;
     hp_kvbuf_pool_init(&pool, &kc, &err);
     hp_seq_init(&seq, &llm->model, &err);
-    hp_fwd_ws_init(&ws);
+    hp_fwd_ws_init(&ws, &llm->model, NULL, &err);
     if (form == KVONLY)
         hp_seq_kvbuf_open(&seq, &pool, &err);
     rc = hp_prefill(&llm->model, &seq, &ws, p->ids, p->n, 1024, lg, &err);

@@ -267,6 +267,36 @@ static void test_utf8_cut(void)
     ok(hp_ipc_utf8_cut(s, 7, 5) == 4 && hp_ipc_utf8_cut(s, 7, 6) == 4, "nor €");
 }
 
+/* One status, one answer: the HTTP status, type and code of each. */
+static void test_errors(void)
+{
+    static const struct {
+        int status, http;
+        const char *type, *code;
+    } want[] = {
+        {HP_EBADINPUT, 400, "invalid_request_error", "invalid_prompt"},
+        {HP_ETOOLARGE, 400, "invalid_request_error", "context_length_exceeded"},
+        {HP_ENOMEM, 503, "engine_unavailable", "engine_out_of_memory"},
+        {HP_EMODEL, 500, "server_error", "engine_error"},
+        {HP_EIO, 500, "server_error", "engine_error"},
+        {HP_EBUSY, 429, "rate_limit_error", "engine_busy"},
+        {HP_EUNAVAIL, 503, "engine_unavailable", "engine_unavailable"},
+        {HP_ETIMEOUT, 504, "timeout", "timeout"},
+        {HP_ECANCELLED, 500, "server_error", "engine_error"},
+        {HP_EINTERNAL, 500, "server_error", "engine_error"},
+        {HP_OK, 500, "server_error", "engine_error"},
+        {HP_EINTERNAL + 1, 500, "server_error", "engine_error"},
+        {-1, 500, "server_error", "engine_error"},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        const hp_ipc_error_t *e = hp_ipc_error(want[i].status);
+        ok(e && e->http == want[i].http && !strcmp(e->type, want[i].type) &&
+               !strcmp(e->code, want[i].code),
+           "status %d -> %d %s %s", want[i].status, e ? e->http : 0,
+           e ? e->type : "-", e ? e->code : "-");
+    }
+}
+
 /* ---- against a running server ---------------------------------------- */
 
 typedef struct {
@@ -478,7 +508,7 @@ static void test_server(void)
         hp_gen_result_t res;
         hp_llm_tokenize(&llm, "Hello world", 11, &ids, &n, &err);
         hp_seq_init(&sq, &llm.model, &err);
-        hp_fwd_ws_init(&ws);
+        hp_fwd_ws_init(&ws, &llm.model, NULL, &err);
         hp_prefill(&llm.model, &sq, &ws, ids, n, 64, lg, &err);
         hp_generate(&llm, &sq, &ws, lg, &p, append_text, ref, &res, &err);
         free(res.tokens);
@@ -641,6 +671,7 @@ int main(void)
     test_ring();
     test_spsc();
     test_utf8_cut();
+    test_errors();
     test_server();
     return tap_done();
 }

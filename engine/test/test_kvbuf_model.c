@@ -80,7 +80,7 @@ static void check(const char *root, const char *name)
     hp_kvbuf_pool_t pool;
     hp_kvbuf_pool_init(&pool, &kc, &err);
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    hp_fwd_ws_init(&ws, &m, NULL, &err);
 
     int ta[STEPS], tb[STEPS], tcn[STEPS];
     float *la = malloc((size_t)STEPS * V * sizeof(float));

@@ -188,6 +188,13 @@ static void test_config_flavours(void)
            c.bos_id == 3 && c.shared_intermediate == 0,
        "norm_topk_prob false, eos list, bos");
     ok(hp_cfg_conv_dim(&c) == 2 * 16 + 24, "conv_dim = 2 Hk dk + Hv dv");
+    ok(c.n_lin == 6 && c.n_full == 2 && c.slot[0] == 0 && c.slot[2] == 2 &&
+           c.slot[3] == 0 && c.slot[4] == 3 && c.slot[7] == 1,
+       "geometry: 6 linear + 2 full layers, slots per kind");
+    ok(c.state_floats == 6 * 8 * 4 && c.trans_floats == 6 * 8 * 8 &&
+           c.conv_floats == (size_t)(2 * 16 + 24) * 3 && c.kv_row == 2 * 64,
+       "geometry: S Hv dk dv, T_C Hv dk dk, conv (Kc-1) conv_dim, K row "
+       "Hkv hd");
 
     /* Qwen3.5 text: rope_parameters, layer_types with legacy names */
     rc = parse(&c,

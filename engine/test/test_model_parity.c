@@ -78,7 +78,7 @@ static void check_model(const char *root, const char *name)
     const hp_model_config_t *c = &m.cfg;
     int V = c->vocab_size;
     hp_fwd_ws_t ws;
-    hp_fwd_ws_init(&ws);
+    hp_fwd_ws_init(&ws, &m, NULL, &err);
     for (int i = 0;; i++) {
         const hp_st_tensor_t *tid = want(&g, "prompt.%d.ids", i, 0);
         if (!tid)

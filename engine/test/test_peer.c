@@ -285,7 +285,7 @@ static float *assemble(const hp_llm_t *llm, hp_cache_t *c, hp_fwd_ws_t *ws,
     hp_seq_t seq;
     float *lg = malloc((size_t)llm->model.cfg.vocab_size * 4);
     hp_seq_init(&seq, &llm->model, &err);
-    *rc = hp_assemble(llm, c, ws, p, HP_MODE_PIC, W, &seq, lg, st, &err);
+    *rc = hp_assemble(llm, c, ws, p, HP_IPC_MODE_PIC, W, &seq, lg, st, &err);
     if (*rc != HP_OK)
         tap_diag("assemble: %s", err.msg);
     hp_seq_free(&seq);
@@ -313,7 +313,8 @@ int main(void)
     }
     const hp_model_config_t *c = &llm.model.cfg;
     size_t V = (size_t)c->vocab_size;
-    hp_fwd_ws_init(&ws);
+    ok(hp_fwd_ws_init(&ws, &llm.model, NULL, &err) == HP_OK, "workspace (%s)",
+       err.msg);
     hp_prompt_build(&p, &llm, PROMPT, strlen(PROMPT), SEP, &err);
     int nc = p.n_segs - 1; /* lead + documents */
 
@@ -339,7 +340,7 @@ int main(void)
     if (!ok(node_start(&A, &llm, 300) && node_start(&B, &llm, 300),
             "two engines listen on loopback (%s, %s)", A.addr, B.addr))
         return tap_done();
-    hp_assemble_warm(&llm, &A.cache, &ws, &p, HP_MODE_PIC, W, NULL, &err);
+    hp_assemble_warm(&llm, &A.cache, &ws, &p, HP_IPC_MODE_PIC, W, NULL, &err);
     float *la = assemble(&llm, &A.cache, &ws, &p, &st, &rc);
     int fetched = 0;
     for (int i = 0; i < nc; i++) {

@@ -47,7 +47,7 @@ static void cache_new(ctx_t *x, size_t pub, size_t priv)
 }
 
 /* Runs p in mode; returns logits (malloc'd) and the sequence in *seq. */
-static float *run(ctx_t *x, const hp_prompt_t *p, hp_mode_t mode, int w,
+static float *run(ctx_t *x, const hp_prompt_t *p, hp_ipc_mode_t mode, int w,
                   hp_seq_t *seq, hp_assemble_stats_t *st, int *rc)
 {
     hp_error_t err = {0};
@@ -94,16 +94,16 @@ static void check_model(const char *root, const char *name)
     }
     const hp_model_config_t *c = &x.llm.model.cfg;
     size_t V = c->vocab_size;
-    size_t ssz = (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim;
+    size_t ssz = c->state_floats;
     int l0 = first_linear(c);
-    hp_fwd_ws_init(&x.ws);
+    hp_fwd_ws_init(&x.ws, &x.llm.model, NULL, &err);
     cache_new(&x, 64 << 20, 64 << 20);
     hp_prompt_build(&p, &x.llm, PROMPT, strlen(PROMPT), SEP, &err);
     ok(p.n_segs == 5, "%s: prompt has 5 segments, %d tokens", name, p.n);
 
-    float *lf = run(&x, &p, HP_MODE_FULL, 8, &sf, &st, &rc);
-    float *ln = run(&x, &p, HP_MODE_NAIVE, 8, &sn, &st, &rc);
-    float *lp = run(&x, &p, HP_MODE_PIC, 8, &sp, &st, &rc);
+    float *lf = run(&x, &p, HP_IPC_MODE_FULL, 8, &sf, &st, &rc);
+    float *ln = run(&x, &p, HP_IPC_MODE_NAIVE, 8, &sn, &st, &rc);
+    float *lp = run(&x, &p, HP_IPC_MODE_PIC, 8, &sp, &st, &rc);
     /* the lead was cached by the naive run (a prefix either way) */
     ok(rc == HP_OK && st.hit_segments == 1 && st.miss_segments == 2,
        "%s: cold pic hit the lead, prefilled the 2 segments with an "
@@ -123,10 +123,39 @@ static void check_model(const char *root, const char *name)
     ok(lpe < lne, "%s: pic logits nearer full than naive (%.3f < %.3f)", name,
        lpe, lne);
 
+    /* pack then unpack: a fresh sequence holds sp's state, bit for bit,
+     * S before conv in the packed form */
+    hp_seq_t su;
+    int np = sp.n_pos, same = 1;
+    size_t row = c->kv_row;
+    float *pk = malloc((ssz + c->conv_floats + 2 * (size_t)np * row) * 4);
+    ok(pk && hp_seq_init(&su, &x.llm.model, &err) == HP_OK &&
+           hp_seq_reserve(&su, np, &err) == HP_OK,
+       "%s: a sequence to unpack into", name);
+    for (int l = 0; pk && l < c->n_layers; l++) {
+        hp_seq_layer_t *a = &sp.layers[l], *b = &su.layers[l];
+        if (c->layer_kind[l] == HP_LAYER_LINEAR) {
+            hp_seq_state_pack(&sp, l, pk);
+            hp_seq_state_unpack(&su, l, pk);
+            same &= !memcmp(pk, a->S, ssz * 4) &&
+                    !memcmp(b->S, a->S, ssz * 4) &&
+                    !memcmp(b->conv, a->conv, c->conv_floats * 4);
+        } else {
+            hp_seq_kv_pack(&sp, l, 1, np - 1, pk, pk + (size_t)np * row);
+            hp_seq_kv_unpack(&su, l, 1, np - 1, pk, pk + (size_t)np * row);
+            same &= !memcmp(b->k + row, a->k + row, (np - 1) * row * 4) &&
+                    !memcmp(b->v + row, a->v + row, (np - 1) * row * 4);
+        }
+    }
+    ok(same, "%s: hp_seq_state/kv_pack then unpack give the state back", name);
+    hp_seq_free(&su);
+    free(pk);
+
     /* warm (segments first, one by one) then hit == cold, bit for bit */
     cache_new(&x, 64 << 20, 64 << 20);
-    hp_assemble_warm(&x.llm, &x.cache, &x.ws, &p, HP_MODE_PIC, 8, NULL, &err);
-    float *lw = run(&x, &p, HP_MODE_PIC, 8, &sc, &st, &rc);
+    hp_assemble_warm(&x.llm, &x.cache, &x.ws, &p, HP_IPC_MODE_PIC, 8, NULL,
+                     &err);
+    float *lw = run(&x, &p, HP_IPC_MODE_PIC, 8, &sc, &st, &rc);
     ok(rc == HP_OK && st.hit_segments == 3 && st.miss_segments == 0,
        "%s: after warm-up every segment hits", name);
     ok(!memcmp(lw, lp, V * 4) &&
@@ -136,7 +165,7 @@ static void check_model(const char *root, const char *name)
     free(lw);
 
     /* a seam wider than every segment: all recomputed, equals full */
-    float *lb = run(&x, &p, HP_MODE_PIC, 64, &sc, &st, &rc);
+    float *lb = run(&x, &p, HP_IPC_MODE_PIC, 64, &sc, &st, &rc);
     ok(rc == HP_OK && rel(lf, lb, V) <= EXACT_TOL,
        "%s: seam covering whole segments gives full (rel %.2e)", name,
        rel(lf, lb, V));
@@ -145,7 +174,7 @@ static void check_model(const char *root, const char *name)
 
     /* prefix: a second request extending the first resumes exactly */
     cache_new(&x, 64 << 20, 64 << 20);
-    float *l1 = run(&x, &p, HP_MODE_PREFIX, 8, &sc, &st, &rc);
+    float *l1 = run(&x, &p, HP_IPC_MODE_PREFIX, 8, &sc, &st, &rc);
     ok(rc == HP_OK && st.cached_tokens == 0 && rel(lf, l1, V) <= EXACT_TOL,
        "%s: first prefix request is a full prefill", name);
     hp_seq_free(&sc);
@@ -154,12 +183,12 @@ static void check_model(const char *root, const char *name)
     sprintf(longer, "%s" SEP "And of Quellam?", PROMPT);
     hp_prompt_t p2;
     hp_prompt_build(&p2, &x.llm, longer, strlen(longer), SEP, &err);
-    float *l2 = run(&x, &p2, HP_MODE_PREFIX, 8, &sc, &st, &rc);
+    float *l2 = run(&x, &p2, HP_IPC_MODE_PREFIX, 8, &sc, &st, &rc);
     hp_seq_t s2f;
-    float *l2f = run(&x, &p2, HP_MODE_FULL, 8, &s2f, &st, &rc);
+    float *l2f = run(&x, &p2, HP_IPC_MODE_FULL, 8, &s2f, &st, &rc);
     hp_assemble_stats_t st2;
     hp_seq_t s3;
-    float *l3 = run(&x, &p2, HP_MODE_PREFIX, 8, &s3, &st2, &rc);
+    float *l3 = run(&x, &p2, HP_IPC_MODE_PREFIX, 8, &s3, &st2, &rc);
     ok(rc == HP_OK && st2.cached_tokens == p2.segs[4].start + p2.segs[4].len,
        "%s: next turn resumed after %d cached tokens", name, st2.cached_tokens);
     ok(rel(l2f, l2, V) <= EXACT_TOL && rel(l2f, l3, V) <= EXACT_TOL,
@@ -176,7 +205,7 @@ static void check_model(const char *root, const char *name)
     /* a public pool too small for two segments at once fails cleanly */
     size_t one = hp_segc_bytes(c, HP_SEGC_PIC, p.segs[1].len, 8);
     cache_new(&x, one + one / 2, 1 << 20);
-    float *lt = run(&x, &p, HP_MODE_PIC, 8, &sc, &st, &rc);
+    float *lt = run(&x, &p, HP_IPC_MODE_PIC, 8, &sc, &st, &rc);
     ok(rc == HP_ENOMEM, "%s: pool below one request's need -> ENOMEM", name);
     hp_pool_stats_t ps;
     hp_pool_stats(x.cache.pub, &ps);

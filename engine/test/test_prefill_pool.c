@@ -95,7 +95,7 @@ static hp_cache_t cache_new(size_t budget)
 
 /* pic (or naive) assembly from cache c; logits malloc'd */
 static float *assemble(ctx_t *x, hp_cache_t *c, const hp_prompt_t *p,
-                       hp_mode_t mode, hp_assemble_stats_t *st, int *rc)
+                       hp_ipc_mode_t mode, hp_assemble_stats_t *st, int *rc)
 {
     hp_error_t err = {0};
     hp_seq_t seq;
@@ -110,11 +110,13 @@ static float *assemble(ctx_t *x, hp_cache_t *c, const hp_prompt_t *p,
 
 /* entries of every cacheable segment bytewise equal in both pools */
 static int same_entries(const hp_prompt_t *p, hp_pool_t *a, hp_pool_t *b,
-                        hp_mode_t mode)
+                        hp_ipc_mode_t mode)
 {
     int same = 1;
     for (int i = 0; i < p->n_segs - 1; i++) {
-        uint32_t var = i == 0 ? 1u : mode == HP_MODE_PIC ? 3u | (W << 8) : 2u;
+        uint32_t var = i == 0                    ? 1u
+                       : mode == HP_IPC_MODE_PIC ? 3u | (W << 8)
+                                                 : 2u;
         hp_pool_entry_t *ea = hp_pool_get(a, p->segs[i].id, var);
         hp_pool_entry_t *eb = hp_pool_get(b, p->segs[i].id, var);
         same = same && ea && eb && ea->bytes == eb->bytes &&
@@ -226,9 +228,9 @@ static void check_peers(ctx_t *x, const hp_prompt_t *p, const float *ls)
     ok(hp_prefill_pool_workers(pp) == 2, "1 local worker + 1 peer");
 
     hp_cache_t ca = cache_new(64 << 20);
-    rc = hp_prefill_pool_run(pp, &x->llm, &ca, p, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
-    float *l1 = assemble(x, &ca, p, HP_MODE_PIC, &st, &rc);
+    rc = hp_prefill_pool_run(pp, &x->llm, &ca, p, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
+    float *l1 = assemble(x, &ca, p, HP_IPC_MODE_PIC, &st, &rc);
     hp_peer_server_stats_t ss;
     hp_peer_server_stats(srv, &ss);
     ok(rc == HP_OK && ps.published == 5 && ps.remote == ps.per_worker[1] &&
@@ -240,13 +242,13 @@ static void check_peers(ctx_t *x, const hp_prompt_t *p, const float *ls)
     hp_prefill_pool_destroy(pp);
 
     /* the peer holds every segment now: fetched, not computed */
-    hp_assemble_warm(&x->llm, &cb, &x->ws, p, HP_MODE_PIC, W, NULL, &err);
+    hp_assemble_warm(&x->llm, &cb, &x->ws, p, HP_IPC_MODE_PIC, W, NULL, &err);
     cfg.peer_fetch = 1;
     hp_prefill_pool_create(&pp, &cfg, &err);
     hp_cache_t cf = cache_new(64 << 20);
-    rc = hp_prefill_pool_run(pp, &x->llm, &cf, p, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
-    float *l2 = assemble(x, &cf, p, HP_MODE_PIC, &st, &rc);
+    rc = hp_prefill_pool_run(pp, &x->llm, &cf, p, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
+    float *l2 = assemble(x, &cf, p, HP_IPC_MODE_PIC, &st, &rc);
     ok(rc == HP_OK && ps.fetched == 5 && st.miss_segments == 0 &&
            !memcmp(l2, ls, x->V * 4),
        "peer_fetch: all 5 pulled from the peer that held them, same bits");
@@ -261,9 +263,9 @@ static void check_peers(ctx_t *x, const hp_prompt_t *p, const float *ls)
     cfg.peer_fetch = 0;
     hp_prefill_pool_create(&pp, &cfg, &err);
     hp_cache_t cd = cache_new(64 << 20);
-    rc = hp_prefill_pool_run(pp, &x->llm, &cd, p, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
-    float *l3 = assemble(x, &cd, p, HP_MODE_PIC, &st, &rc);
+    rc = hp_prefill_pool_run(pp, &x->llm, &cd, p, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
+    float *l3 = assemble(x, &cd, p, HP_IPC_MODE_PIC, &st, &rc);
     ok(rc == HP_OK && ps.published == 5 && ps.fallbacks >= 1 && !ps.remote &&
            logged_failures >= 1 && st.miss_segments == 0 &&
            !memcmp(l3, ls, x->V * 4),
@@ -271,8 +273,8 @@ static void check_peers(ctx_t *x, const hp_prompt_t *p, const float *ls)
        ps.fallbacks);
     /* within the retry window it gets nothing new */
     hp_cache_t cd2 = cache_new(64 << 20);
-    rc = hp_prefill_pool_run(pp, &x->llm, &cd2, p, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
+    rc = hp_prefill_pool_run(pp, &x->llm, &cd2, p, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
     ok(rc == HP_OK && ps.per_worker[1] == 0 && ps.published == 5,
        "a failed peer is skipped by the next dispatch");
     hp_prefill_pool_destroy(pp);
@@ -285,9 +287,9 @@ static void check_peers(ctx_t *x, const hp_prompt_t *p, const float *ls)
     pthread_create(&th, NULL, dying_main, &dy);
     hp_prefill_pool_create(&pp, &cfg, &err);
     hp_cache_t ck = cache_new(64 << 20);
-    rc = hp_prefill_pool_run(pp, &x->llm, &ck, p, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
-    float *l4 = assemble(x, &ck, p, HP_MODE_PIC, &st, &rc);
+    rc = hp_prefill_pool_run(pp, &x->llm, &ck, p, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
+    float *l4 = assemble(x, &ck, p, HP_IPC_MODE_PIC, &st, &rc);
     ok(rc == HP_OK && ps.fallbacks >= 1 && !memcmp(l4, ls, x->V * 4),
        "a peer killed mid-request: the request completes by local "
        "recompute, same bits");
@@ -326,7 +328,7 @@ int main(void)
         return tap_done();
     }
     x.V = (size_t)x.llm.model.cfg.vocab_size;
-    hp_fwd_ws_init(&x.ws);
+    hp_fwd_ws_init(&x.ws, &x.llm.model, NULL, &err);
     hp_prompt_build(&p, &x.llm, PROMPT, strlen(PROMPT), SEP, &err);
     int lens_ok = p.n_segs == 6;
     for (int i = 1; i < 5 && lens_ok; i++)
@@ -338,16 +340,16 @@ int main(void)
 
     /* the sequential warm pass, then the assembly: the reference */
     hp_cache_t cs = cache_new(64 << 20);
-    hp_assemble_warm(&x.llm, &cs, &x.ws, &p, HP_MODE_PIC, W, NULL, &err);
-    float *ls = assemble(&x, &cs, &p, HP_MODE_PIC, &st, &rc);
+    hp_assemble_warm(&x.llm, &cs, &x.ws, &p, HP_IPC_MODE_PIC, W, NULL, &err);
+    float *ls = assemble(&x, &cs, &p, HP_IPC_MODE_PIC, &st, &rc);
 
     /* the parallel warm pass: 2 workers x 1 thread */
     hp_prefill_pool_cfg_t cfg = {.workers = 2, .threads_per_worker = 1};
     hp_prefill_pool_create(&pp, &cfg, &err);
     hp_cache_t cp = cache_new(64 << 20);
     rec_init(&rec, &p, cp.pub);
-    rc = hp_prefill_pool_run(pp, &x.llm, &cp, &p, HP_MODE_PIC, W, on_done, &rec,
-                             &ps, &err);
+    rc = hp_prefill_pool_run(pp, &x.llm, &cp, &p, HP_IPC_MODE_PIC, W, on_done,
+                             &rec, &ps, &err);
     ok(rc == HP_OK && ps.cold == 5 && ps.published == 5 && rec.calls == 5 &&
            rec.ok == 5 && !rec.bad_entry,
        "parallel warm: 5 cold segments, each published and reported once "
@@ -372,18 +374,18 @@ int main(void)
        "dispatch follows LPT (makespan %.0f of %ld tokens)", ps.planned,
        ps.tokens);
 
-    float *lp = assemble(&x, &cp, &p, HP_MODE_PIC, &st, &rc);
+    float *lp = assemble(&x, &cp, &p, HP_IPC_MODE_PIC, &st, &rc);
     ok(rc == HP_OK && st.hit_segments == 5 && st.miss_segments == 0,
        "the combine finds every segment a hit (%d hit, %d miss)",
        st.hit_segments, st.miss_segments);
     ok(!memcmp(lp, ls, x.V * 4), "pic logits after the parallel warm pass "
                                  "equal the sequential ones, bitwise");
-    ok(same_entries(&p, cs.pub, cp.pub, HP_MODE_PIC),
+    ok(same_entries(&p, cs.pub, cp.pub, HP_IPC_MODE_PIC),
        "every pool entry is byte-identical to the sequential one");
 
     /* warm already: nothing to dispatch */
-    rc = hp_prefill_pool_run(pp, &x.llm, &cp, &p, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
+    rc = hp_prefill_pool_run(pp, &x.llm, &cp, &p, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
     ok(rc == HP_OK && ps.cold == 0 && ps.hits == 5,
        "a warm request dispatches nothing (%d hits)", ps.hits);
 
@@ -392,22 +394,22 @@ int main(void)
     cfg.threads_per_worker = 2;
     hp_prefill_pool_create(&pp2, &cfg, &err);
     hp_cache_t c2 = cache_new(64 << 20);
-    rc = hp_prefill_pool_run(pp2, &x.llm, &c2, &p, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
-    float *l2 = assemble(&x, &c2, &p, HP_MODE_PIC, &st, &rc);
+    rc = hp_prefill_pool_run(pp2, &x.llm, &c2, &p, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
+    float *l2 = assemble(&x, &c2, &p, HP_IPC_MODE_PIC, &st, &rc);
     ok(rc == HP_OK && !memcmp(l2, ls, x.V * 4),
        "2 workers x 2 threads: the same logits, bitwise");
     hp_prefill_pool_destroy(pp2);
 
     /* naive mode too (every segment a STATE entry) */
     hp_cache_t ns = cache_new(64 << 20), np = cache_new(64 << 20);
-    hp_assemble_warm(&x.llm, &ns, &x.ws, &p, HP_MODE_NAIVE, W, NULL, &err);
-    float *lns = assemble(&x, &ns, &p, HP_MODE_NAIVE, &st, &rc);
-    rc = hp_prefill_pool_run(pp, &x.llm, &np, &p, HP_MODE_NAIVE, W, NULL, NULL,
-                             &ps, &err);
-    float *lnp = assemble(&x, &np, &p, HP_MODE_NAIVE, &st, &rc);
+    hp_assemble_warm(&x.llm, &ns, &x.ws, &p, HP_IPC_MODE_NAIVE, W, NULL, &err);
+    float *lns = assemble(&x, &ns, &p, HP_IPC_MODE_NAIVE, &st, &rc);
+    rc = hp_prefill_pool_run(pp, &x.llm, &np, &p, HP_IPC_MODE_NAIVE, W, NULL,
+                             NULL, &ps, &err);
+    float *lnp = assemble(&x, &np, &p, HP_IPC_MODE_NAIVE, &st, &rc);
     ok(rc == HP_OK && st.miss_segments == 0 && !memcmp(lns, lnp, x.V * 4) &&
-           same_entries(&p, ns.pub, np.pub, HP_MODE_NAIVE),
+           same_entries(&p, ns.pub, np.pub, HP_IPC_MODE_NAIVE),
        "naive: parallel warm equals sequential, bitwise");
 
     /* a public pool too small for the request's segments at once, beside
@@ -418,9 +420,9 @@ int main(void)
     hp_error_t eerr = {0}, gerr = {0};
     rec_t rece;
     rec_init(&rece, &p, ce.pub);
-    hp_prefill_submit(pp, &x.llm, &ce, &p, HP_MODE_PIC, W, on_done, &rece, &je,
-                      &eerr);
-    hp_prefill_submit(pp, &x.llm, &cg, &p, HP_MODE_PIC, W, NULL, NULL, &jg,
+    hp_prefill_submit(pp, &x.llm, &ce, &p, HP_IPC_MODE_PIC, W, on_done, &rece,
+                      &je, &eerr);
+    hp_prefill_submit(pp, &x.llm, &cg, &p, HP_IPC_MODE_PIC, W, NULL, NULL, &jg,
                       &gerr);
     int rce = hp_prefill_job_wait(je, &ps, &eerr);
     ok(rce == HP_ENOMEM && ps.failed >= 1 &&
@@ -431,7 +433,7 @@ int main(void)
     int rcg = hp_prefill_job_wait(jg, NULL, &gerr);
     hp_prefill_job_free(je);
     hp_prefill_job_free(jg);
-    float *lg = assemble(&x, &cg, &p, HP_MODE_PIC, &st, &rc);
+    float *lg = assemble(&x, &cg, &p, HP_IPC_MODE_PIC, &st, &rc);
     ok(rcg == HP_OK && rc == HP_OK && st.miss_segments == 0 &&
            !memcmp(lg, ls, x.V * 4),
        "the request beside it completes, bit-identical");
@@ -444,8 +446,8 @@ int main(void)
 
     /* and the workers go on */
     hp_cache_t ca = cache_new(64 << 20);
-    rc = hp_prefill_pool_run(pp, &x.llm, &ca, &p, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
+    rc = hp_prefill_pool_run(pp, &x.llm, &ca, &p, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
     ok(rc == HP_OK && ps.published == 5, "the pool serves the next request");
 
     /* a repeated document is built once */
@@ -456,8 +458,8 @@ int main(void)
     hp_prompt_t pr;
     hp_prompt_build(&pr, &x.llm, rep, strlen(rep), SEP, &err);
     hp_cache_t cr = cache_new(64 << 20);
-    rc = hp_prefill_pool_run(pp, &x.llm, &cr, &pr, HP_MODE_PIC, W, NULL, NULL,
-                             &ps, &err);
+    rc = hp_prefill_pool_run(pp, &x.llm, &cr, &pr, HP_IPC_MODE_PIC, W, NULL,
+                             NULL, &ps, &err);
     ok(rc == HP_OK && ps.cold == 2 && ps.dups == 1,
        "a document repeated in one prompt is prefilled once");
     hp_prompt_free(&pr);

@@ -554,6 +554,10 @@ static void test_alpha(void)
     p.bootstrap_mult = 5;
     p.bootstrap_min = 20;
     pc = hp_prefix_cache_create(&cfg, &p, 0, &err);
+    hp_prefix_cache_stats_t st;
+    hp_prefix_cache_stats(pc, &st);
+    ok(st.tune_phase == HP_PC_TUNE_WAIT, "a fresh cache waits for its first "
+                                         "eviction to tune");
     trace_t u = {0};
     trace_long_vs_bursts(&u, 12);
     for (int i = 0; i < u.n; i++)
@@ -561,7 +565,6 @@ static void test_alpha(void)
                 u.tr[i].ids + u.tr[i].n_prompt, u.tr[i].n - u.tr[i].n_prompt,
                 NULL);
     hp_prefix_cache_tune_wait(pc);
-    hp_prefix_cache_stats_t st;
     hp_prefix_cache_stats(pc, &st);
     int best = 0, chosen = -1;
     for (int i = 0; i < p.n_alphas; i++) {
@@ -570,7 +573,7 @@ static void test_alpha(void)
         if (p.alphas[i] == st.alpha)
             chosen = i;
     }
-    ok(st.tune_phase == 3 && chosen == best && st.alpha > 0 &&
+    ok(st.tune_phase == HP_PC_TUNE_DONE && chosen == best && st.alpha > 0 &&
            st.tune_hit[best] > st.tune_hit[0],
        "threaded search adopted alpha %g: best replay hit rate %.3f > "
        "LRU's %.3f",
@@ -697,7 +700,7 @@ static void test_model(const char *root)
         tap_diag("%s", err.msg);
         return;
     }
-    hp_fwd_ws_init(&x.ws);
+    hp_fwd_ws_init(&x.ws, &x.llm.model, NULL, &err);
     x.V = x.llm.model.cfg.vocab_size;
     x.lf = malloc((size_t)x.V * 4);
     x.lc = malloc((size_t)x.V * 4);

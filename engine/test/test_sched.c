@@ -257,7 +257,7 @@ static void alone(const char *prompt, int max, float temp, uint64_t seed,
     out[0] = '\0';
     hp_llm_tokenize(&llm, prompt, strlen(prompt), &ids, &n, &err);
     hp_seq_init(&sq, &llm.model, &err);
-    hp_fwd_ws_init(&ws);
+    hp_fwd_ws_init(&ws, &llm.model, NULL, &err);
     hp_prefill(&llm.model, &sq, &ws, ids, n, chunk, lg, &err);
     hp_generate(&llm, &sq, &ws, lg, &p, collect, out, &res, &err);
     alone_tokens = res.n_tokens;
@@ -670,7 +670,11 @@ static void test_forms(void)
     static char longp[1400];
     for (int i = 0; i < 1300; i += 13)
         memcpy(longp + i, "a story told ", 13);
-    enum { F = HP_MODE_FULL, X = HP_MODE_PREFIX, N = HP_MODE_NAIVE };
+    enum {
+        F = HP_IPC_MODE_FULL,
+        X = HP_IPC_MODE_PREFIX,
+        N = HP_IPC_MODE_NAIVE
+    };
     enum {
         REC = HP_SCHED_DECODE_RECURRENT,
         CHW = HP_SCHED_DECODE_CHUNKWISE,
@@ -687,14 +691,14 @@ static void test_forms(void)
         {rep, F, CHW, ON, 0},
         {rep, F, AUT, 0, 0},
         {"the cat sat.", F, AUT, ON, 0},
-        {rag, HP_MODE_PIC, AUT, ON, 0},
+        {rag, HP_IPC_MODE_PIC, AUT, ON, 0},
         {rag, N, CHW, 0, 0},
         {rag, X, REC, ON, 0},
         {longp, F, CHW, ON, 0},
         {longp, F, REC, 0, 0},
         {rep, F, CHW, ON, 0.8f},
         {"the cat sat.", F, AUT, 0, 0},
-        {rag, HP_MODE_PIC, REC, 0, 0},
+        {rag, HP_IPC_MODE_PIC, REC, 0, 0},
     };
     enum { NR = sizeof(reqs) / sizeof(reqs[0]) };
     static col_t alone_c[NR];

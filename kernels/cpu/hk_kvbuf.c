@@ -320,20 +320,21 @@ static void col_block_any(const head_t *H, const step_ws_t *w, int j0, int jn)
     }
 }
 
-typedef float hk_v16 __attribute__((vector_size(64)));
-#define HK_KVBUF_NV (HK_KVBUF_JB / 16)
-
-static inline hk_v16 vld(const float *p)
-{
-    hk_v16 x;
-    memcpy(&x, p, sizeof(x));
-    return x;
-}
-
-static inline void vst(float *p, hk_v16 x)
-{
-    memcpy(p, &x, sizeof(x));
-}
+/* The widest vector the target has (a wider GCC vector would be split
+ * anyway), loaded and stored by macros: a vector passed to or returned
+ * from a function changes the ABI with the ISA (-Wpsabi). */
+#if defined(__AVX512F__)
+#define HK_KVBUF_VL 16
+#elif defined(__AVX__)
+#define HK_KVBUF_VL 8
+#else
+#define HK_KVBUF_VL 4
+#endif
+typedef float hk_vf __attribute__((vector_size(HK_KVBUF_VL * sizeof(float))));
+#define HK_KVBUF_NV          (HK_KVBUF_JB / HK_KVBUF_VL)
+#define HK_VLD(x, p)         memcpy(&(x), (p), sizeof(hk_vf))
+#define HK_VST(p, x)         memcpy((p), &(x), sizeof(hk_vf))
+#define HK_CACHE_LINE_FLOATS 16
 
 /* col_block_any for one token (a decode step) and a full block of JB
  * columns, with the accumulators held in vector variables and the loops
@@ -347,10 +348,10 @@ static void col_block_1(const head_t *H, const step_ws_t *w, int j0)
     const int dk = g->dk, dv = g->dv, bs = g->bs;
     const int n = H->vw->len, h = H->h;
     const float *S = H->vw->S ? H->vw->S + (size_t)h * dk * dv + j0 : NULL;
-    const hk_v16 zero = {0};
-    hk_v16 u[HK_KVBUF_NV], oa[HK_KVBUF_NV];
+    const hk_vf zero = {0};
+    hk_vf u[HK_KVBUF_NV], oa[HK_KVBUF_NV], v;
 
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int x = 0; x < HK_KVBUF_NV; x++)
         u[x] = oa[x] = zero;
     if (S) {
@@ -362,17 +363,17 @@ static void col_block_1(const head_t *H, const step_ws_t *w, int j0)
             /* Hardware prefetchers stop at 4 KiB pages; S is 16 pages per
              * head and comes from memory, so ask for 4 KiB ahead. */
             if (i + HK_KVBUF_PF_ROWS < dk)
-                for (int x = 0; x < HK_KVBUF_JB; x += 16)
+                for (int x = 0; x < HK_KVBUF_JB; x += HK_CACHE_LINE_FLOATS)
                     __builtin_prefetch(Si + (size_t)HK_KVBUF_PF_ROWS * dv + x);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int x = 0; x < HK_KVBUF_NV; x++) {
-                hk_v16 sv = vld(Si + 16 * x);
-                u[x] += sv * ki;
-                oa[x] += sv * qi;
+                HK_VLD(v, Si + HK_KVBUF_VL * x);
+                u[x] += v * ki;
+                oa[x] += v * qi;
             }
         }
         const float eG = w->eG[0];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int x = 0; x < HK_KVBUF_NV; x++) {
             u[x] = eG * u[x];
             oa[x] = eG * oa[x];
@@ -386,13 +387,13 @@ static void col_block_1(const head_t *H, const step_ws_t *w, int j0)
             if (a == 0.0f && c == 0.0f)
                 continue;
             const float *wi = Wb + (size_t)s * dv;
-            for (int x = 0; x < HK_KVBUF_JB; x += 16)
+            for (int x = 0; x < HK_KVBUF_JB; x += HK_CACHE_LINE_FLOATS)
                 __builtin_prefetch(wi + HK_KVBUF_PF_BYTES / sizeof(float) + x);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int x = 0; x < HK_KVBUF_NV; x++) {
-                hk_v16 wv = vld(wi + 16 * x);
-                u[x] += a * wv;
-                oa[x] += c * wv;
+                HK_VLD(v, wi + HK_KVBUF_VL * x);
+                u[x] += a * v;
+                oa[x] += c * v;
             }
         }
     }
@@ -400,11 +401,13 @@ static void col_block_1(const head_t *H, const step_ws_t *w, int j0)
     const float *vt = H->v + (size_t)h * dv + j0;
     float *ot = H->o + (size_t)h * dv + j0;
     const float b = H->beta[h], self = w->self[0];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int x = 0; x < HK_KVBUF_NV; x++) {
-        hk_v16 wv = b * (vld(vt + 16 * x) - u[x]);
-        vst(wt + 16 * x, wv);
-        vst(ot + 16 * x, oa[x] + self * wv);
+        HK_VLD(v, vt + HK_KVBUF_VL * x);
+        v = b * (v - u[x]);
+        HK_VST(wt + HK_KVBUF_VL * x, v);
+        v = oa[x] + self * v;
+        HK_VST(ot + HK_KVBUF_VL * x, v);
     }
 }
 

@@ -54,8 +54,10 @@ static void ngx_http_hypic_body_handler(ngx_http_request_t *r);
 static ngx_int_t ngx_http_hypic_process(ngx_http_request_t *r);
 static ngx_int_t ngx_http_hypic_read_body(ngx_http_request_t *r,
     ngx_str_t *body);
-static ngx_int_t ngx_http_hypic_parse(ngx_str_t *body, cJSON **json,
-    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_parse(ngx_pool_t *pool, ngx_str_t *body,
+    cJSON **json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_refuse_json(ngx_pool_t *pool,
+    ngx_http_hypic_json_err_t *err, size_t size, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf,
     cJSON *json, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_number(cJSON *json, const char *name,
@@ -346,7 +348,7 @@ ngx_http_hypic_process(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    rc = ngx_http_hypic_parse(&body, &json, &bad);
+    rc = ngx_http_hypic_parse(r->pool, &body, &json, &bad);
 
     if (rc == NGX_OK) {
         rc = ngx_http_hypic_check_common(hlcf, json, &bad);
@@ -703,12 +705,18 @@ ngx_http_hypic_read_body(ngx_http_request_t *r, ngx_str_t *body)
 }
 
 
+/*
+ * The body is checked strictly before cJSON reads it (see
+ * ngx_http_hypic_json_parse.c): what cJSON would lose or change is
+ * refused, naming the field, rather than passed on changed.
+ */
+
 static ngx_int_t
-ngx_http_hypic_parse(ngx_str_t *body, cJSON **json,
+ngx_http_hypic_parse(ngx_pool_t *pool, ngx_str_t *body, cJSON **json,
     ngx_http_hypic_bad_t *bad)
 {
-    u_char      *p, *last;
-    const char  *end;
+    const char                **scratch;
+    ngx_http_hypic_json_err_t   err;
 
     *json = NULL;
 
@@ -718,30 +726,15 @@ ngx_http_hypic_parse(ngx_str_t *body, cJSON **json,
                                   "your request: the body is empty");
     }
 
-    end = NULL;
-
-    *json = cJSON_ParseWithLengthOpts((const char *) body->data, body->len,
-                                      &end, 0);
-
-    last = body->data + body->len;
-    p = end ? (u_char *) end : body->data;
-
-    /* cJSON stops after the first value: only white space may follow */
-
-    if (*json) {
-        while (p < last
-               && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
-        {
-            p++;
-        }
+    if (ngx_http_hypic_json_check(body->data, body->len, &err) != NGX_OK) {
+        return ngx_http_hypic_refuse_json(pool, &err, body->len, bad);
     }
 
-    if (*json == NULL || p != last) {
-        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, NULL, NULL,
-                                  "We could not parse the JSON body of "
-                                  "your request: invalid JSON at byte %uz "
-                                  "of %uz", (size_t) (p - body->data),
-                                  body->len);
+    /* the text is valid: cJSON fails only for want of memory */
+
+    *json = cJSON_ParseWithLength((const char *) body->data, body->len);
+    if (*json == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     if (!cJSON_IsObject(*json)) {
@@ -749,7 +742,55 @@ ngx_http_hypic_parse(ngx_str_t *body, cJSON **json,
                                   "The request body must be a JSON object");
     }
 
+    scratch = ngx_palloc(pool, err.keys * sizeof(const char *));
+    if (scratch == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_hypic_json_unique(*json, scratch, &err) != NGX_OK) {
+        return ngx_http_hypic_refuse_json(pool, &err, 0, bad);
+    }
+
     return NGX_OK;
+}
+
+
+/* a 400 for a refused body; size 0: the reason has no byte (unique) */
+
+static ngx_int_t
+ngx_http_hypic_refuse_json(ngx_pool_t *pool, ngx_http_hypic_json_err_t *err,
+    size_t size, ngx_http_hypic_bad_t *bad)
+{
+    size_t   n;
+    u_char  *param;
+
+    n = err->path_last - err->path;
+
+    if (n == 0) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, NULL, NULL,
+                                  "We could not parse the JSON body of "
+                                  "your request: %s at byte %uz of %uz",
+                                  err->reason, err->offset, size);
+    }
+
+    param = ngx_pnalloc(pool, n + 1);
+    if (param == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    *ngx_cpymem(param, err->path, n) = '\0';
+
+    if (size == 0) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, (char *) param,
+                                  NULL, "We could not parse the JSON body "
+                                  "of your request: %s, '%s'", err->reason,
+                                  param);
+    }
+
+    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, (char *) param,
+                              NULL, "We could not parse the JSON body of "
+                              "your request: %s at byte %uz of %uz, in '%s'",
+                              err->reason, err->offset, size, param);
 }
 
 

@@ -1,7 +1,8 @@
 
 /*
- * HYPIC serve: JSON output of the module - escaping and OpenAI-shaped
- * error bodies, {"error":{"message":..,"type":..,"param":..,"code":..}}.
+ * HYPIC serve: JSON answers of the module and OpenAI-shaped error
+ * bodies, {"error":{"message":..,"type":..,"param":..,"code":..}};
+ * escaping and the body checks are in ngx_http_hypic_json_parse.h.
  */
 
 
@@ -13,6 +14,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "ngx_http_hypic_json_parse.h"
+
 
 /* the "type" of an error body, as the OpenAI API names them */
 
@@ -20,17 +23,6 @@
 #define NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE  "engine_unavailable"
 #define NGX_HTTP_HYPIC_SERVER_ERROR        "server_error"
 
-
-/*
- * The length of src once escaped as the inside of a JSON string. Escaping
- * writes \" \\ \n \r \t \b \f, \u00XX for other control bytes and \ufffd
- * for each byte that is not part of valid UTF-8, so the output is always
- * valid JSON whatever the client sent.
- */
-size_t ngx_http_hypic_json_escape_len(u_char *src, size_t size);
-
-/* Writes the escaped src to dst; returns the end of what was written. */
-u_char *ngx_http_hypic_json_escape(u_char *dst, u_char *src, size_t size);
 
 /*
  * Sends body with the given status as application/json, discarding an

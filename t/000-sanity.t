@@ -228,15 +228,15 @@ Content-Type: application/json
 --- config
     location /v1/ { hypic_pass tiny; }
 --- request eval
-"POST /v1/completions\n{\"model\": \"a\\\"b\\\\c\\u0001\\n\\u00e9\xff\", \"prompt\": \"x\"}"
+"POST /v1/completions\n{\"model\": \"a\\\"b\\\\c\\u0001\\n\\u00e9\", \"prompt\": \"x\"}"
 --- error_code: 404
 --- response_body_json eval
 { error => { type => "invalid_request_error", code => "model_not_found",
              param => "model",
-             message => "The model 'a\"b\\c\x{1}\n\x{e9}\x{fffd}' does not "
+             message => "The model 'a\"b\\c\x{1}\n\x{e9}' does not "
                         . "exist here, this endpoint serves 'tiny-1'" } }
 --- response_body_like
-\\u0001\\n\xc3\xa9\\ufffd'
+\\u0001\\n\xc3\xa9'
 --- no_error_log
 [error]
 

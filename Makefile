@@ -75,7 +75,7 @@ endif
 endif
 
 .PHONY: all engine module cuda tests deps run test asan test-asan format \
-        lint clean golden bench test-cuda-emu
+        lint clean golden bench test-cuda-emu fuzz fuzz-build
 all: engine module tests $(CUDA_TARGET)
 engine: $(ENGINE)
 module: $(MODULE)
@@ -176,8 +176,9 @@ run: deps
 
 PROVE_FLAGS ?=
 test: deps
-	@$(MAKE) --no-print-directory all
-	HYPIC_BUILD=$(CURDIR)/$(BUILD) prove $(PROVE_FLAGS) $(TEST_BINS) t/*.t
+	@$(MAKE) --no-print-directory all fuzz-build
+	HYPIC_BUILD=$(CURDIR)/$(BUILD) HYPIC_FUZZ_BUILD=$(CURDIR)/$(FUZZ_BUILD) \
+	    prove $(PROVE_FLAGS) $(TEST_BINS) t/*.t
 
 # The CUDA kernels compiled by g++ against kernels/cuda/emu and compared
 # with the CPU kernels on every shape, threads in tid order then reversed.
@@ -195,6 +196,42 @@ test-asan: deps
 	    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	    prove $(PROVE_FLAGS) $(patsubst $(BUILD)/%,build-asan/%,$(TEST_BINS)) t/*.t
 
+# libFuzzer targets, one per fuzz/fuzz_*.c (fuzz/README.md): clang with
+# ASan+UBSan, against a libhypic built the same way in build-fuzz/; the
+# module's JSON check compiles against nginx's own headers (configured by
+# the module build) and links no nginx object. `make fuzz` runs each for
+# FUZZ_SECONDS; `make test` runs each for a few seconds (t/099-fuzz.t).
+FUZZ_BUILD   := build-fuzz
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer \
+                -fno-sanitize-recover=undefined
+FUZZ_BINS    := $(patsubst fuzz/%.c,$(FUZZ_BUILD)/fuzz/%, \
+                           $(wildcard fuzz/fuzz_*.c))
+NGX_CONF     ?= $(BUILD)/nginx
+NGX_INCS     := $(addprefix -I$(NGX_SRC)/src/,core event event/modules \
+                                                os/unix) -I$(NGX_CONF)
+
+fuzz-build: $(BUILD)/nginx/Makefile
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) \
+	    CFLAGS=-Wno-pass-failed OPT_FLAGS="-O1 -ffp-contract=fast" \
+	    SANITIZE="-fsanitize=fuzzer-no-link $(FUZZ_SAN)" \
+	    NGX_CONF=$(CURDIR)/$(BUILD)/nginx $(FUZZ_BINS)
+
+$(FUZZ_BUILD)/fuzz/fuzz_json: ngx_hypic_module/ngx_http_hypic_json_parse.c
+$(FUZZ_BUILD)/fuzz/%: fuzz/%.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS) \
+                      $(wildcard fuzz/*.h ngx_hypic_module/*_parse.h)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  FUZZ    $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(if $(filter %json,$@),$(NGX_INCS)) \
+	    -fsanitize=fuzzer $(LDFLAGS_ALL) -o $@ $< \
+	    $(filter %_parse.c,$^) $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL)
+
+fuzz: fuzz-build
+	@for t in $(FUZZ_BINS); do \
+	    fuzz/run.sh $$t $(FUZZ_SECONDS) || exit 1; \
+	done
+
 FORMAT_SRCS = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' | grep -v -e '^ngx_hypic_module/' -e '^kernels/cuda/emu/')
 format:
 	clang-format -i $(FORMAT_SRCS)
@@ -208,4 +245,4 @@ golden:
 	python3 tools/make_golden.py
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan $(FUZZ_BUILD)

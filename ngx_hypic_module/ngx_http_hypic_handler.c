@@ -732,7 +732,8 @@ ngx_http_hypic_parse(ngx_pool_t *pool, ngx_str_t *body, cJSON **json,
 
     /* the text is valid: cJSON fails only for want of memory */
 
-    *json = cJSON_ParseWithLength((const char *) body->data, body->len);
+    *json = cJSON_ParseWithLength((const char *) body->data + err.start,
+                                  body->len - err.start);
     if (*json == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

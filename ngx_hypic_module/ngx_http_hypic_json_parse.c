@@ -100,6 +100,8 @@ ngx_http_hypic_json_check(u_char *data, size_t len,
         p += 3;
     }
 
+    err->start = p - data;
+
     for ( ;; ) {
 
         /* a value */

@@ -29,6 +29,7 @@
 typedef struct {
     size_t       offset;        /* of the error, in bytes from the start */
     const char  *reason;        /* static text */
+    size_t       start;         /* check: where the value starts (BOM) */
     size_t       keys;          /* check: the most members of one object */
     u_char      *path_last;
     u_char       path[NGX_HTTP_HYPIC_JSON_PATH];  /* messages[0].content */
@@ -43,8 +44,10 @@ typedef struct {
  * control byte, \u0000, bad \u escape, unpaired surrogate or invalid
  * UTF-8 (overlong, surrogate, past U+10FFFF) in a string, numbers of at
  * most 63 characters (cJSON's own limit) that a double holds, at most
- * NGX_HTTP_HYPIC_JSON_DEPTH levels. NGX_OK (err->keys set) or NGX_ERROR
- * with err naming the reason, the byte and the field.
+ * NGX_HTTP_HYPIC_JSON_DEPTH levels. NGX_OK (err->start and err->keys
+ * set: cJSON is given the text from err->start, as it skips a BOM only
+ * before 2 bytes or more) or NGX_ERROR with err naming the reason, the
+ * byte and the field.
  */
 ngx_int_t ngx_http_hypic_json_check(u_char *data, size_t len,
     ngx_http_hypic_json_err_t *err);

@@ -3,6 +3,9 @@
 # ones missing, so `make run` and `make test` are the only set-up needed.
 # Idempotent: a second run with everything present touches nothing.
 # iproute2 gives `ip`, which t/091 needs for its network namespaces.
+# clang, libclang-rt-dev (libclang_rt.fuzzer, the sanitizers) and
+# libomp-dev (clang's OpenMP) build the fuzz/ targets that t/099 runs;
+# the meta packages keep the three on Debian's one clang version.
 set -euo pipefail
 
 pkgs=(
@@ -12,6 +15,7 @@ pkgs=(
     libcjson-dev libxxhash-dev libutf8proc-dev libopenblas-openmp-dev
     libtest-base-perl
     iproute2
+    clang libclang-rt-dev libomp-dev
 )
 
 missing=()

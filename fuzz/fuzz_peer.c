@@ -20,17 +20,9 @@ static hp_model_config_t cfg;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    const char *dir = getenv("HYPIC_FUZZ_MODEL");
     hp_error_t err;
-    if (!dir)
-        dir = "models/test/qwen35-dense";
-    if (hp_model_config_load(&cfg, dir, &err) != HP_OK) {
-        fprintf(stderr,
-                "fuzz_peer: %s (run from the repository root or "
-                "set HYPIC_FUZZ_MODEL)\n",
-                err.msg);
-        exit(1);
-    }
+    if (hp_model_config_load(&cfg, fuzz_model_dir(), &err) != HP_OK)
+        return fuzz_setup_failed(err.msg);
     return 0;
 }
 

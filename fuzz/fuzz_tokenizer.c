@@ -17,17 +17,11 @@ static hp_tokenizer_t *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
-    const char *path = getenv("HYPIC_FUZZ_TOKENIZER");
+    char path[4096];
     hp_error_t err;
-    if (!path)
-        path = "models/test/qwen35-dense/tokenizer.json";
-    if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
-        fprintf(stderr,
-                "fuzz_tokenizer: %s (run from the repository root "
-                "or set HYPIC_FUZZ_TOKENIZER)\n",
-                err.msg);
-        exit(1);
-    }
+    snprintf(path, sizeof(path), "%s/tokenizer.json", fuzz_model_dir());
+    if (hp_tokenizer_load(&tok, path, &err) != HP_OK)
+        return fuzz_setup_failed(err.msg);
     return 0;
 }
 

@@ -38,4 +38,22 @@ static inline const char *fuzz_file(const uint8_t *data, size_t size)
     return path;
 }
 
+/* The model folder of the targets that need one: HYPIC_FUZZ_MODEL, or
+ * the dense test model (the targets run from the repository root). */
+static inline const char *fuzz_model_dir(void)
+{
+    const char *dir = getenv("HYPIC_FUZZ_MODEL");
+    return dir ? dir : "models/test/qwen35-dense";
+}
+
+/* A target that cannot start: why, and what to do about it. */
+static inline int fuzz_setup_failed(const char *what)
+{
+    fprintf(stderr,
+            "fuzz: %s (%s: run from the repository root or set "
+            "HYPIC_FUZZ_MODEL)\n",
+            what, fuzz_model_dir());
+    exit(1);
+}
+
 #endif

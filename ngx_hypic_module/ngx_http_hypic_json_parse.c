@@ -67,7 +67,11 @@ static size_t ngx_http_hypic_utf8_len(u_char *p, size_t n);
 
 #define NGX_HTTP_HYPIC_JSON_SYNTAX  "invalid JSON"
 
-/* cJSON reads a number through a buffer of 64 bytes */
+/*
+ * cJSON up to 1.7.15 reads a number through a buffer of 64 bytes and
+ * misreads a longer one (Debian's patched cJSON does not); no client
+ * needs more digits than a double has.
+ */
 #define NGX_HTTP_HYPIC_JSON_NUMBER  63
 
 

@@ -43,7 +43,7 @@ typedef struct {
  * the client's text: no bytes but white space around the value, no raw
  * control byte, \u0000, bad \u escape, unpaired surrogate or invalid
  * UTF-8 (overlong, surrogate, past U+10FFFF) in a string, numbers of at
- * most 63 characters (cJSON's own limit) that a double holds, at most
+ * most 63 characters (older cJSON's limit) that a double holds, at most
  * NGX_HTTP_HYPIC_JSON_DEPTH levels. NGX_OK (err->start and err->keys
  * set: cJSON is given the text from err->start, as it skips a BOM only
  * before 2 bytes or more) or NGX_ERROR with err naming the reason, the

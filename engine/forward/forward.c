@@ -21,7 +21,7 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
-    int H = c->hidden, Hv = c->lin_v_heads, cd = hp_cfg_conv_dim(c);
+    int Hv = c->lin_v_heads, cd = hp_cfg_conv_dim(c);
     size_t kd = (size_t)c->lin_k_heads * c->lin_k_dim, vd = hp_cfg_value_dim(c);
 
     b->qkv = hp_fwd_buf(ws, B_QKV, (size_t)T * cd);
@@ -37,10 +37,10 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
         !b->g || !b->o)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    hk_matmul(b->qkv, y, w->in_qkv.w, T, H, cd);
-    hk_matmul(b->z, y, w->in_z.w, T, H, (int)vd);
-    hk_matmul(b->beta, y, w->in_b.w, T, H, Hv);
-    hk_matmul(b->g, y, w->in_a.w, T, H, Hv);
+    hk_linear(b->qkv, y, &w->in_qkv, T);
+    hk_linear(b->z, y, &w->in_z, T);
+    hk_linear(b->beta, y, &w->in_b, T);
+    hk_linear(b->g, y, &w->in_a, T);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < Hv; h++) {
             float *bt = &b->beta[(size_t)t * Hv + h];
@@ -80,7 +80,7 @@ void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
     const hp_layer_weights_t *w = &m->layers[l];
     hk_rmsnorm_gated(b->o, b->o, b->z, w->gnorm, T * c->lin_v_heads,
                      c->lin_v_dim, c->rms_eps);
-    hk_matmul_acc(x, b->o, w->out_proj.w, T, hp_cfg_value_dim(c), c->hidden);
+    hk_linear_acc(x, b->o, &w->out_proj, T);
 }
 
 /* kvp: the sequence's KVBuffer pool when its buffers are open (DESIGN §5):
@@ -174,7 +174,7 @@ int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
-    int H = c->hidden, Hq = c->n_heads, Hkv = c->n_kv_heads;
+    int Hq = c->n_heads, Hkv = c->n_kv_heads;
     int hd = c->head_dim;
     size_t qd = (size_t)Hq * hd, kvd = (size_t)Hkv * hd;
 
@@ -187,9 +187,9 @@ int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
     if (!P || !b->q || !b->gate || !b->k || !b->v || !b->o)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    hk_matmul(P, y, w->q_proj.w, T, H, 2 * (int)qd);
-    hk_matmul(b->k, y, w->k_proj.w, T, H, (int)kvd);
-    hk_matmul(b->v, y, w->v_proj.w, T, H, (int)kvd);
+    hk_linear(P, y, &w->q_proj, T);
+    hk_linear(b->k, y, &w->k_proj, T);
+    hk_linear(b->v, y, &w->v_proj, T);
     /* q_proj rows are per head [query hd | gate hd] (reference §2.4). */
     for (int t = 0; t < T; t++)
         for (int h = 0; h < Hq; h++) {
@@ -231,7 +231,7 @@ void hp_fwd_att_end(const hp_model_t *m, int l, const hp_fwd_att_t *b, float *x,
     size_t qd = (size_t)c->n_heads * c->head_dim;
     for (size_t i = 0; i < (size_t)T * qd; i++)
         b->o[i] *= hk_sigmoid(b->gate[i]);
-    hk_matmul_acc(x, b->o, m->layers[l].o_proj.w, T, (int)qd, c->hidden);
+    hk_linear_acc(x, b->o, &m->layers[l].o_proj, T);
 }
 
 static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
@@ -262,14 +262,14 @@ static int dense_mlp(const hp_mat_t *gw, const hp_mat_t *uw, const hp_mat_t *dw,
     float *u = hp_fwd_buf(ws, B_UP, (size_t)T * I);
     if (!g || !u)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
-    hk_matmul(g, y, gw->w, T, H, I);
-    hk_matmul(u, y, uw->w, T, H, I);
+    hk_linear(g, y, gw, T);
+    hk_linear(u, y, uw, T);
     hk_swiglu(g, g, u, (size_t)T * I);
     if (row_scale)
         for (int t = 0; t < T; t++)
             for (int i = 0; i < I; i++)
                 g[(size_t)t * I + i] *= row_scale[t];
-    hk_matmul_acc(x, g, dw->w, T, I, H);
+    hk_linear_acc(x, g, dw, T);
     return HP_OK;
 }
 
@@ -288,7 +288,7 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
     if (!logits || !xg || !eo || !wsel || !isel || !rows)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    hk_matmul(logits, y, w->router.w, T, H, E);
+    hk_linear(logits, y, &w->router, T);
     for (int t = 0; t < T; t++)
         hk_moe_route(isel + (size_t)t * K, wsel + (size_t)t * K,
                      logits + (size_t)t * E, E, K, c->norm_topk_prob);
@@ -398,9 +398,7 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                 (rc = hp_kvbuf_reserve(seq->kvpool, &kb, 1, T, err)) != HP_OK)
                 return rc;
         }
-    for (int t = 0; t < T; t++)
-        memcpy(x + (size_t)t * H, m->embed + (size_t)ids[t] * H,
-               H * sizeof(float));
+    hk_weight_rows(x, &m->embed, ids, T);
 
     rc = HP_OK;
     for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
@@ -424,7 +422,7 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
     int first = mode == HP_LOGITS_LAST ? T - 1 : 0;
     int rows = T - first;
     hk_rmsnorm_zc(y, x + (size_t)first * H, m->final_norm, rows, H, c->rms_eps);
-    hk_matmul(logits, y, m->lm_head.w, rows, H, c->vocab_size);
+    hk_linear(logits, y, &m->lm_head, rows);
     return HP_OK;
 }
 

@@ -264,11 +264,9 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
     for (int k = 0; k < p.live; k++) {
         const hp_fwd_item_t *a = &it[p.order[k]];
         int r0 = p.row[p.order[k]];
-        for (int t = 0; t < a->T; t++) {
+        for (int t = 0; t < a->T; t++)
             pos[r0 + t] = a->seq->n_pos + t;
-            memcpy(x + (size_t)(r0 + t) * H, m->embed + (size_t)a->ids[t] * H,
-                   H * sizeof(float));
-        }
+        hk_weight_rows(x + (size_t)r0 * H, &m->embed, a->ids, a->T);
     }
 
     rc = HP_OK;
@@ -300,7 +298,7 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
         a->logits = lg + (size_t)p.row[p.order[k]] * V;
     }
     hk_rmsnorm_zc(y, x, m->final_norm, p.rows, H, c->rms_eps);
-    hk_matmul(lg, y, m->lm_head.w, p.rows, H, V);
+    hk_linear(lg, y, &m->lm_head, p.rows);
     return HP_OK;
 }
 

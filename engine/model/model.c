@@ -1,6 +1,6 @@
 /*
  * model.c - loads a hybrid checkpoint directory (config.json, safetensors
- * shards, tokenizer.json for the fingerprint) into hp_model_t f32 views.
+ * shards, tokenizer.json for the fingerprint) into hp_model_t weight views.
  * Does not tokenize or compute; it only maps, validates and converts.
  */
 #include "engine/model/model.h"
@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <xxhash.h>
 
-/* floats: every converted tensor starts 64-byte aligned */
-#define ARENA_ALIGN  16
+/* bytes: every arena tensor starts 64-byte aligned */
+#define ARENA_ALIGN  64
 #define NAME_MAX_LEN 256
 
 /*
@@ -27,7 +27,7 @@ typedef struct {
     hp_model_t *m;
     hp_error_t *err;
     int pass;
-    size_t arena_used;     /* floats */
+    size_t arena_used;     /* bytes */
     const char *prefix;    /* "model." or "model.language_model." */
     char missing_in[1200]; /* the file a missing tensor is reported against */
 } loader_t;
@@ -192,10 +192,10 @@ static void fmt_shape(char *buf, size_t n, int ndim, const int64_t *shape)
         snprintf(buf + off, n - off, "]");
 }
 
-static float *arena_take(loader_t *ld, size_t n)
+static void *arena_take(loader_t *ld, size_t bytes)
 {
     size_t off = ld->arena_used;
-    ld->arena_used += (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    ld->arena_used += (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     return ld->pass == 1 ? ld->m->arena + off : NULL;
 }
 
@@ -264,7 +264,7 @@ static const float *view(loader_t *ld, const hp_st_tensor_t *t)
     size_t n = n_elems(t->ndim, t->shape);
     if (t->dtype == HP_DT_F32 && ((uintptr_t)t->data & 3u) == 0)
         return ld->pass == 1 ? (const float *)t->data : NULL;
-    float *dst = arena_take(ld, n);
+    float *dst = arena_take(ld, n * sizeof(float));
     if (dst)
         convert(dst, t->data, t->dtype, n);
     return dst;
@@ -286,20 +286,145 @@ static int get(loader_t *ld, const float **dst, int ndim, int64_t d0,
     const hp_st_tensor_t *t = lookup(ld, ld->prefix, rel, ndim, shape, 0, &rc);
     if (!t)
         return rc;
+    if (t->dtype == HP_DT_I8)
+        return hp_error_set(ld->err, HP_EMODEL,
+                            "%s: tensor %s%s is I8: only projection matrices "
+                            "may be quantized",
+                            ld->missing_in, ld->prefix, rel);
     *dst = view(ld, t);
     return HP_OK;
 }
 
 #define GET_VEC(ld, dst, n, ...) get(ld, dst, 1, n, 0, 0, __VA_ARGS__)
 
+/* The element type a matrix keeps: its own for F32, BF16 and I8 (README
+ * "Weight formats"), f32 for the others (converted). */
+static int wtype_of(hp_dtype_t dt)
+{
+    return dt == HP_DT_BF16 ? HK_W_BF16 : dt == HP_DT_I8 ? HK_W_I8 : HK_W_F32;
+}
+
+/* Scales of the I8 tensor t named name: "<name>_scale", t's shape with the
+ * last dim cols / group (group dividing cols), as f32. */
+static int wscales(loader_t *ld, const hp_st_tensor_t *t, const char *name,
+                   hp_mat_t *mt)
+{
+    char sname[NAME_MAX_LEN + 8];
+    const hp_st_file_t *in = NULL;
+    const int64_t cols = t->shape[t->ndim - 1];
+    snprintf(sname, sizeof(sname), "%s" HP_QUANT_SCALE_SUF, name);
+    if (!ld->m->cfg.quant_group)
+        return hp_error_set(ld->err, HP_EMODEL,
+                            "%s: tensor %s is I8 but config.json has no "
+                            "quantization_config of \"" HP_QUANT_INT8 "\"",
+                            ld->missing_in, name);
+    const hp_st_tensor_t *s = find_any(ld->m, sname, &in);
+    if (!s)
+        return hp_error_set(ld->err, HP_EMODEL, "%s: missing tensor %s",
+                            ld->missing_in, sname);
+    int same = s->ndim == t->ndim && s->shape[s->ndim - 1] > 0 &&
+               cols % s->shape[s->ndim - 1] == 0 && s->dtype != HP_DT_I8;
+    for (int d = 0; same && d + 1 < t->ndim; d++)
+        same = s->shape[d] == t->shape[d];
+    if (!same) {
+        char got[96], of[96];
+        fmt_shape(got, sizeof(got), s->ndim, s->shape);
+        fmt_shape(of, sizeof(of), t->ndim, t->shape);
+        return hp_error_set(ld->err, HP_EMODEL,
+                            "%s: tensor %s (%s %s) does not scale %s %s by "
+                            "groups of its last dim",
+                            in->path, sname, hp_dtype_name(s->dtype), got, name,
+                            of);
+    }
+    mt->group = (int)(cols / s->shape[s->ndim - 1]);
+    mt->scales = view(ld, s);
+    return HP_OK;
+}
+
+/* A weight view of tensor t (named name) as [rows, cols]: F32 (aligned),
+ * BF16 (aligned) and I8 in place, anything else converted to f32. */
+static int wview(loader_t *ld, const hp_st_tensor_t *t, const char *name,
+                 int rows, int cols, hp_mat_t *mt)
+{
+    const int wt = wtype_of(t->dtype);
+    const size_t n = n_elems(t->ndim, t->shape);
+    *mt = (hp_mat_t){.dtype = wt, .rows = rows, .cols = cols};
+    if (wt == HK_W_F32) {
+        mt->data = view(ld, t);
+    } else if (wt == HK_W_I8 || ((uintptr_t)t->data & 1u) == 0) {
+        mt->data = ld->pass == 1 ? t->data : NULL;
+    } else {
+        void *dst = arena_take(ld, n * 2); /* BF16 at an odd address */
+        if (dst)
+            memcpy(dst, t->data, n * 2);
+        mt->data = dst;
+    }
+    return wt == HK_W_I8 ? wscales(ld, t, name, mt) : HP_OK;
+}
+
+/* Finds prefix+rel with the given shape and views it as [rows, cols]. */
+static const hp_st_tensor_t *get_w(loader_t *ld, const char *prefix,
+                                   const char *rel, int ndim,
+                                   const int64_t *shape, int rows, int cols,
+                                   int optional, hp_mat_t *mt, int *rc)
+{
+    char name[NAME_MAX_LEN];
+    const hp_st_tensor_t *t =
+        lookup(ld, prefix, rel, ndim, shape, optional, rc);
+    snprintf(name, sizeof(name), "%s%s", prefix, rel);
+    if (t)
+        *rc = wview(ld, t, name, rows, cols, mt);
+    return t;
+}
+
 static int get_mat(loader_t *ld, hp_mat_t *mt, int rows, int cols,
                    const char *fmt, int layer)
 {
     char rel[NAME_MAX_LEN];
+    const int64_t shape[2] = {rows, cols};
+    int rc;
     snprintf(rel, sizeof(rel), fmt, layer);
-    mt->rows = rows;
-    mt->cols = cols;
-    return get(ld, &mt->w, 2, rows, cols, 0, "%s", rel);
+    get_w(ld, ld->prefix, rel, 2, shape, rows, cols, 0, mt, &rc);
+    return rc;
+}
+
+/* Rows [r0, r0 + nr) of m as a matrix of their own. */
+static hp_mat_t mat_rows(const hp_mat_t *m, size_t r0, int nr)
+{
+    hp_mat_t v = *m;
+    v.rows = nr;
+    if (m->data)
+        v.data = (const char *)m->data +
+                 r0 * (size_t)m->cols * (size_t)hk_wtype_size(m->dtype);
+    if (m->scales)
+        v.scales = m->scales + r0 * (size_t)(m->cols / m->group);
+    return v;
+}
+
+/* A matrix of rows x src's columns and type, in the arena. */
+static hp_mat_t arena_mat(loader_t *ld, const hp_mat_t *src, int rows)
+{
+    hp_mat_t m = *src;
+    const size_t n = (size_t)rows * (size_t)src->cols;
+    m.rows = rows;
+    m.data = arena_take(ld, n * (size_t)hk_wtype_size(src->dtype));
+    m.scales = src->dtype == HK_W_I8
+                   ? arena_take(ld, n / (size_t)src->group * sizeof(float))
+                   : NULL;
+    return m;
+}
+
+/* Rows [s, s + nr) of src into rows [d, d + nr) of dst, same type (I8:
+ * with their scales). */
+static void copy_rows(const hp_mat_t *dst, size_t d, const hp_mat_t *src,
+                      size_t s, size_t nr)
+{
+    const hp_mat_t from = mat_rows(src, s, (int)nr), to = mat_rows(dst, d, 0);
+    memcpy((void *)to.data, from.data,
+           nr * (size_t)src->cols * (size_t)hk_wtype_size(src->dtype));
+    if (src->dtype == HK_W_I8)
+        memcpy((void *)to.scales, from.scales,
+               nr * (size_t)(src->cols / src->group) * sizeof(float));
 }
 
 static int has(loader_t *ld, const char *fmt, int layer)
@@ -309,15 +434,6 @@ static int has(loader_t *ld, const char *fmt, int layer)
     snprintf(rel, sizeof(rel), fmt, layer);
     snprintf(name, sizeof(name), "%s%s", ld->prefix, rel);
     return find_any(ld->m, name, &in) != NULL;
-}
-
-/* Converts rows [src_row, src_row+nrows) of a 2-D (or flattened) tensor. */
-static void copy_rows(float *dst, const hp_st_tensor_t *t, size_t src_row,
-                      size_t nrows, size_t cols)
-{
-    size_t esz = hp_dtype_size(t->dtype);
-    convert(dst, (const char *)t->data + src_row * cols * esz, t->dtype,
-            nrows * cols);
 }
 
 /* ---- the layers ---- */
@@ -337,35 +453,33 @@ static int load_fused_gdn(loader_t *ld, hp_layer_weights_t *w, int i)
     char rel[NAME_MAX_LEN];
     int rc;
 
+    /* the fused tensors as they are (F16 ones converted), then their rows
+     * rearranged into the split matrices, in the same type */
+    hp_mat_t q, ba;
     snprintf(rel, sizeof(rel), "layers.%d.linear_attn.in_proj_qkvz.weight", i);
     const int64_t sq[2] = {2 * kd + 2 * vd, H};
-    const hp_st_tensor_t *tq = lookup(ld, ld->prefix, rel, 2, sq, 0, &rc);
-    if (!tq)
+    if (!get_w(ld, ld->prefix, rel, 2, sq, 2 * kd + 2 * vd, H, 0, &q, &rc) ||
+        rc)
         return rc;
     snprintf(rel, sizeof(rel), "layers.%d.linear_attn.in_proj_ba.weight", i);
     const int64_t sb[2] = {2 * Hv, H};
-    const hp_st_tensor_t *tb = lookup(ld, ld->prefix, rel, 2, sb, 0, &rc);
-    if (!tb)
+    if (!get_w(ld, ld->prefix, rel, 2, sb, 2 * Hv, H, 0, &ba, &rc) || rc)
         return rc;
 
-    float *qkv = arena_take(ld, (size_t)hp_cfg_conv_dim(c) * H);
-    float *z = arena_take(ld, (size_t)vd * H);
-    float *b = arena_take(ld, (size_t)Hv * H);
-    float *a = arena_take(ld, (size_t)Hv * H);
-    w->in_qkv = (hp_mat_t){qkv, hp_cfg_conv_dim(c), H};
-    w->in_z = (hp_mat_t){z, vd, H};
-    w->in_b = (hp_mat_t){b, Hv, H};
-    w->in_a = (hp_mat_t){a, Hv, H};
+    w->in_qkv = arena_mat(ld, &q, hp_cfg_conv_dim(c));
+    w->in_z = arena_mat(ld, &q, vd);
+    w->in_b = arena_mat(ld, &ba, Hv);
+    w->in_a = arena_mat(ld, &ba, Hv);
     if (ld->pass == 0)
         return HP_OK;
     for (int g = 0; g < Hk; g++) {
         size_t s = (size_t)g * gs, rv = (size_t)r * dv;
-        copy_rows(qkv + (size_t)g * dk * H, tq, s, dk, H);
-        copy_rows(qkv + ((size_t)kd + (size_t)g * dk) * H, tq, s + dk, dk, H);
-        copy_rows(qkv + ((size_t)2 * kd + g * rv) * H, tq, s + 2 * dk, rv, H);
-        copy_rows(z + g * rv * H, tq, s + 2 * dk + rv, rv, H);
-        copy_rows(b + (size_t)g * r * H, tb, (size_t)g * 2 * r, r, H);
-        copy_rows(a + (size_t)g * r * H, tb, (size_t)g * 2 * r + r, r, H);
+        copy_rows(&w->in_qkv, (size_t)g * dk, &q, s, dk);
+        copy_rows(&w->in_qkv, (size_t)kd + (size_t)g * dk, &q, s + dk, dk);
+        copy_rows(&w->in_qkv, (size_t)2 * kd + g * rv, &q, s + 2 * dk, rv);
+        copy_rows(&w->in_z, g * rv, &q, s + 2 * dk + rv, rv);
+        copy_rows(&w->in_b, (size_t)g * r, &ba, (size_t)g * 2 * r, r);
+        copy_rows(&w->in_a, (size_t)g * r, &ba, (size_t)g * 2 * r + r, r);
     }
     return HP_OK;
 }
@@ -439,17 +553,20 @@ static int load_moe(loader_t *ld, hp_layer_weights_t *w, int i, hp_mat_t *mats)
     if (has(ld, "layers.%d.mlp.experts.gate_up_proj", i)) {
         /* fused 3-D form: gate_up [E, 2Im, H] gate rows first, down
          * [E, H, Im]; each expert is a view, no transpose */
-        const float *gu = NULL, *dn = NULL;
-        if ((rc = get(ld, &gu, 3, E, 2 * Im, H,
-                      "layers.%d.mlp.experts.gate_up_proj", i)) ||
-            (rc = get(ld, &dn, 3, E, H, Im, "layers.%d.mlp.experts.down_proj",
-                      i)))
+        hp_mat_t gu, dn;
+        char rel[NAME_MAX_LEN];
+        const int64_t sgu[3] = {E, 2 * Im, H}, sdn[3] = {E, H, Im};
+        snprintf(rel, sizeof(rel), "layers.%d.mlp.experts.gate_up_proj", i);
+        if (!get_w(ld, ld->prefix, rel, 3, sgu, E * 2 * Im, H, 0, &gu, &rc) ||
+            rc)
+            return rc;
+        snprintf(rel, sizeof(rel), "layers.%d.mlp.experts.down_proj", i);
+        if (!get_w(ld, ld->prefix, rel, 3, sdn, E * H, Im, 0, &dn, &rc) || rc)
             return rc;
         for (int e = 0; e < E && ld->pass == 1; e++) {
-            const float *ge = gu + (size_t)e * 2 * Im * H;
-            w->exp_gate[e] = (hp_mat_t){ge, Im, H};
-            w->exp_up[e] = (hp_mat_t){ge + (size_t)Im * H, Im, H};
-            w->exp_down[e] = (hp_mat_t){dn + (size_t)e * H * Im, H, Im};
+            w->exp_gate[e] = mat_rows(&gu, (size_t)e * 2 * Im, Im);
+            w->exp_up[e] = mat_rows(&gu, (size_t)e * 2 * Im + Im, Im);
+            w->exp_down[e] = mat_rows(&dn, (size_t)e * H, H);
         }
     } else {
         for (int e = 0; e < E; e++) {
@@ -511,15 +628,17 @@ static int load_all(loader_t *ld)
     const int64_t V = c->vocab_size, H = c->hidden;
     int rc;
     ld->arena_used = 0;
-    if ((rc = get(ld, &m->embed, 2, V, H, 0, "embed_tokens.weight")) ||
-        (rc = get(ld, &m->final_norm, 1, H, 0, 0, "norm.weight")))
-        return rc;
     const int64_t shp[2] = {V, H};
-    const hp_st_tensor_t *t = lookup(ld, "", "lm_head.weight", 2, shp, 1, &rc);
+    if (!get_w(ld, ld->prefix, "embed_tokens.weight", 2, shp, (int)V, (int)H, 0,
+               &m->embed, &rc) ||
+        rc || (rc = get(ld, &m->final_norm, 1, H, 0, 0, "norm.weight")))
+        return rc;
+    /* tied: the head is the embedding, in whatever type it is stored */
+    if (!get_w(ld, "", "lm_head.weight", 2, shp, (int)V, (int)H, 1, &m->lm_head,
+               &rc))
+        m->lm_head = m->embed;
     if (rc)
         return rc;
-    m->lm_head =
-        (hp_mat_t){t ? view(ld, t) : m->embed, c->vocab_size, c->hidden};
     hp_mat_t *mats = m->expert_mats;
     for (int i = 0; i < c->n_layers; i++) {
         if ((rc = load_layer(ld, i, mats)))
@@ -528,6 +647,40 @@ static int load_all(loader_t *ld)
             mats += (size_t)3 * c->n_experts;
     }
     return HP_OK;
+}
+
+/* m->weight_bytes: every matrix once (the tied head is the embedding). */
+static void add_mat(hp_model_t *m, const hp_mat_t *w)
+{
+    if (!w->data)
+        return;
+    size_t n = (size_t)w->rows * (size_t)w->cols;
+    m->weight_bytes[w->dtype] += n * (size_t)hk_wtype_size(w->dtype);
+    if (w->dtype == HK_W_I8)
+        m->weight_bytes[w->dtype] += n / (size_t)w->group * sizeof(float);
+}
+
+static void count_weights(hp_model_t *m)
+{
+    const hp_model_config_t *c = &m->cfg;
+    add_mat(m, &m->embed);
+    if (m->lm_head.data != m->embed.data)
+        add_mat(m, &m->lm_head);
+    for (int i = 0; i < c->n_layers; i++) {
+        const hp_layer_weights_t *w = &m->layers[i];
+        const hp_mat_t *all[] = {
+            &w->in_qkv,   &w->in_z,    &w->in_b,   &w->in_a,
+            &w->out_proj, &w->q_proj,  &w->k_proj, &w->v_proj,
+            &w->o_proj,   &w->gate,    &w->up,     &w->down,
+            &w->router,   &w->sh_gate, &w->sh_up,  &w->sh_down};
+        for (size_t j = 0; j < sizeof(all) / sizeof(all[0]); j++)
+            add_mat(m, all[j]);
+        for (int e = 0; c->layer_moe[i] && e < c->n_experts; e++) {
+            add_mat(m, &w->exp_gate[e]);
+            add_mat(m, &w->exp_up[e]);
+            add_mat(m, &w->exp_down[e]);
+        }
+    }
 }
 
 /* ---- fingerprint ---- */
@@ -611,17 +764,20 @@ static int load(hp_model_t *m, const char *dir, hp_error_t *err)
 
     if ((rc = load_all(&ld)) != HP_OK)
         return rc;
-    m->arena_floats = ld.arena_used;
+    m->arena_bytes = ld.arena_used;
     if (ld.arena_used) {
-        m->arena = aligned_alloc(64, ld.arena_used * sizeof(float));
+        m->arena = aligned_alloc(ARENA_ALIGN, ld.arena_used);
         if (!m->arena)
             return hp_error_set(err, HP_ENOMEM,
                                 "%s: cannot allocate %zu MiB for converted "
                                 "weights",
-                                dir, ld.arena_used * sizeof(float) >> 20);
+                                dir, ld.arena_used >> 20);
     }
     ld.pass = 1;
-    return load_all(&ld);
+    if ((rc = load_all(&ld)) != HP_OK)
+        return rc;
+    count_weights(m);
+    return HP_OK;
 }
 
 int hp_model_load(hp_model_t *m, const char *dir, hp_error_t *err)

@@ -1,11 +1,13 @@
 /*
- * model.h - a loaded hybrid model: config, f32 weight views, tokenizer-free.
+ * model.h - a loaded hybrid model: config, weight views, tokenizer-free.
  *
- * Every weight is exposed as f32 in one canonical layout whatever the
- * checkpoint form: F32 tensors point straight into the mmapped safetensors;
- * BF16/F16 tensors and the Qwen3-Next fused projections (de-interleaved to
- * the Qwen3.5 split order) are converted once into one arena at load time.
- * Spec: shared/reference/qwen3-hybrid-architecture.md §2.
+ * Weight matrices keep the checkpoint's element type (hk_weight_t: F32,
+ * BF16, or I8 with per-group scales, README "Weight formats") and point
+ * straight into the mmapped safetensors; F16/F64 matrices, every vector
+ * (norms, gates, conv) and the Qwen3-Next fused projections (de-interleaved
+ * to the Qwen3.5 split order, in their own type) go into one arena at load
+ * time, vectors as f32. Spec: shared/reference/qwen3-hybrid-architecture.md
+ * §2.
  */
 #ifndef HP_MODEL_H
 #define HP_MODEL_H
@@ -16,13 +18,10 @@
 #include "engine/contract/hp_error.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
+#include "kernels/common/hk_weight.h"
 
 /* A row-major [rows, cols] matrix, PyTorch nn.Linear layout: y = W x. */
-typedef struct {
-    const float *w;
-    int rows; /* out features */
-    int cols; /* in features */
-} hp_mat_t;
+typedef hk_weight_t hp_mat_t;
 
 typedef struct {
     const float *input_norm; /* [H], zero-centred: scale by (1 + w) */
@@ -63,9 +62,10 @@ typedef struct {
     hp_model_config_t cfg;
     char dir[1024];
 
-    const float *embed;         /* [vocab, H] */
+    hp_mat_t embed;             /* [vocab, H] */
     const float *final_norm;    /* [H], zero-centred */
     hp_mat_t lm_head;           /* [vocab, H]; the embedding when tied */
+    size_t weight_bytes[3];     /* matrices (I8: with scales) by hk_wtype_t */
     hp_layer_weights_t *layers; /* [L] */
 
     /* 128-bit model fingerprint: XXH3-128 of config.json ++ tokenizer.json
@@ -75,8 +75,8 @@ typedef struct {
     /* owned storage */
     hp_st_file_t *files;
     int n_files;
-    float *arena; /* converted tensors */
-    size_t arena_floats;
+    unsigned char *arena; /* converted and rearranged tensors */
+    size_t arena_bytes;
     hp_mat_t *expert_mats; /* backing store of exp_gate/up/down */
 } hp_model_t;
 
@@ -84,7 +84,8 @@ typedef struct {
  * Loads DIR/config.json and every safetensors shard (DIR/model.safetensors,
  * or the shards named by DIR/model.safetensors.index.json). Accepts the
  * "model." and "model.language_model." prefixes, skips mtp.* and visual
- * tensors, checks every shape against the config. On error returns
+ * tensors, checks every shape against the config (and every I8 matrix's
+ * scales against quantization_config). On error returns
  * HP_EMODEL/HP_EIO with a message naming the file and tensor; *m is then
  * left freed.
  */

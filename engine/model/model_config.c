@@ -117,6 +117,34 @@ static int get_bool(const cfg_ctx_t *cx, const char *name, int def,
     return HP_OK;
 }
 
+/* quantization_config, where HF writes it (the top level; a wrapper's
+ * text_config is also looked at). Only ours is known: "hypic_int8" (README
+ * "Weight formats"); any other method's tensors are not ours to read. */
+static int parse_quant(const cfg_ctx_t *cx, hp_model_config_t *c)
+{
+    const char *pre;
+    const cJSON *q = lookup(cx, "quantization_config", 1, &pre);
+    if (!q)
+        return HP_OK;
+    const cJSON *m = item(q, "quant_method");
+    if (!cJSON_IsObject(q) || !cJSON_IsString(m))
+        return bad_field(cx, pre, "quantization_config",
+                         "must be an object with a \"quant_method\" string");
+    if (strcmp(m->valuestring, HP_QUANT_INT8))
+        return hp_error_set(cx->err, HP_EMODEL,
+                            "%s: quantization_config.quant_method \"%.32s\" "
+                            "is not supported (only \"%s\")",
+                            cx->path, m->valuestring, HP_QUANT_INT8);
+    const cJSON *b = item(q, "bits"), *g = item(q, "group_size");
+    int bits = 8;
+    if (b && (!json_to_int(b, &bits) || bits != 8))
+        return bad_field(cx, pre, "quantization_config.bits", "must be 8");
+    if (!g || !json_to_int(g, &c->quant_group) || c->quant_group < 1)
+        return bad_field(cx, pre, "quantization_config.group_size",
+                         "must be a positive integer");
+    return HP_OK;
+}
+
 static int parse_arch(const cfg_ctx_t *cx, hp_model_config_t *c)
 {
     const cJSON *mt = item(cx->text, "model_type");
@@ -470,7 +498,7 @@ int hp_model_config_parse(hp_model_config_t *cfg, const char *json,
     }
     if ((rc = parse_rope(&cx, cfg)) || (rc = parse_layer_types(&cx, cfg)) ||
         (rc = parse_moe(&cx, cfg)) || (rc = parse_tokens(&cx, cfg)) ||
-        (rc = validate(&cx, cfg)))
+        (rc = parse_quant(&cx, cfg)) || (rc = validate(&cx, cfg)))
         goto out;
     hp_model_config_derive(cfg);
 out:

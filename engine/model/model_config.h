@@ -14,6 +14,10 @@
 
 #define HP_MAX_LAYERS 256
 #define HP_MAX_EOS    8
+/* Our int8 weight format: quantization_config.quant_method, and the suffix
+ * of a quantized tensor's scales (README "Weight formats"). */
+#define HP_QUANT_INT8      "hypic_int8"
+#define HP_QUANT_SCALE_SUF "_scale"
 
 typedef enum {
     HP_ARCH_QWEN3_NEXT = 1, /* fused in_proj_qkvz / in_proj_ba */
@@ -59,6 +63,10 @@ typedef struct {
     int eos_ids[HP_MAX_EOS];
     int n_eos;
     int max_positions;
+
+    /* quantization_config.group_size of "hypic_int8" (I8 weights, each
+     * with a "<name>_scale" tensor; README "Weight formats"); 0: none */
+    int quant_group;
 
     unsigned char layer_kind[HP_MAX_LAYERS]; /* hp_layer_kind_t */
     unsigned char layer_moe[HP_MAX_LAYERS];  /* 1: sparse MoE MLP */

@@ -33,6 +33,8 @@ size_t hp_dtype_size(hp_dtype_t dt)
     case HP_DT_F64:
     case HP_DT_I64:
         return 8;
+    case HP_DT_I8:
+        return 1;
     }
     return 0;
 }
@@ -52,6 +54,8 @@ const char *hp_dtype_name(hp_dtype_t dt)
         return "I32";
     case HP_DT_I64:
         return "I64";
+    case HP_DT_I8:
+        return "I8";
     }
     return "?";
 }
@@ -59,7 +63,8 @@ const char *hp_dtype_name(hp_dtype_t dt)
 static int dtype_parse(const char *s, hp_dtype_t *dt)
 {
     static const hp_dtype_t all[] = {HP_DT_F32, HP_DT_F16, HP_DT_BF16,
-                                     HP_DT_F64, HP_DT_I32, HP_DT_I64};
+                                     HP_DT_F64, HP_DT_I32, HP_DT_I64,
+                                     HP_DT_I8};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         if (strcmp(s, hp_dtype_name(all[i])) == 0) {
             *dt = all[i];
@@ -132,6 +137,10 @@ void hp_st_to_f32(float *dst, const void *src, hp_dtype_t dt, size_t n)
             memcpy(&v, s + 4 * i, 4);
             dst[i] = (float)v;
         }
+        break;
+    case HP_DT_I8:
+        for (size_t i = 0; i < n; i++)
+            dst[i] = (float)(int8_t)s[i];
         break;
     case HP_DT_I64:
         for (size_t i = 0; i < n; i++) {

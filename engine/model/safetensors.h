@@ -23,7 +23,8 @@ typedef enum {
     HP_DT_BF16,
     HP_DT_F64,
     HP_DT_I32,
-    HP_DT_I64
+    HP_DT_I64,
+    HP_DT_I8 /* quantized weights (their scales beside them) */
 } hp_dtype_t;
 
 typedef struct {

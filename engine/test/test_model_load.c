@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "engine/model/model.h"
+#include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
 
 static char repo_root[1024] = ".";
@@ -343,7 +344,10 @@ typedef struct {
     const char *model_type;
     int H, L, Hq, Hkv, hd, rot, Hk, Hv, dk, dv, I, E, topk, Im, Is;
     int has_lm_head, n_eos, eos0, bos;
-    int all_in_place; /* every tensor F32 and used in the mapping */
+    /* 0: every tensor F32 and used in the mapping; 1: BF16, the matrices
+     * used in the mapping as BF16, the vectors converted to f32; 2: F32,
+     * the fused projections de-interleaved into the arena */
+    int placement;
 } expect_t;
 
 static const expect_t MODELS[] = {
@@ -369,7 +373,7 @@ static const expect_t MODELS[] = {
      2,
      498,
      -1,
-     1},
+     0},
     {"qwen35-moe",
      HP_ARCH_QWEN3_5_MOE,
      "qwen3_5_moe_text",
@@ -392,7 +396,7 @@ static const expect_t MODELS[] = {
      1,
      496,
      -1,
-     0},
+     1},
     {"qwen3next",
      HP_ARCH_QWEN3_NEXT,
      "qwen3_next",
@@ -415,7 +419,7 @@ static const expect_t MODELS[] = {
      1,
      498,
      496,
-     0},
+     2},
 };
 
 static int in_map(const hp_model_t *m, const void *p)
@@ -428,8 +432,24 @@ static int in_map(const hp_model_t *m, const void *p)
     return 0;
 }
 
-/* The loaded view of a golden "weights.*" name, and its element count. */
-static const float *resolve(const hp_model_t *m, const char *name, size_t *n)
+/* The first rows of a weight matrix as f32 (malloc'd). */
+static float *mat_f32(const hp_mat_t *w, int rows)
+{
+    float *d = malloc((size_t)rows * w->cols * sizeof(float));
+    for (int r = 0; r < rows && w->data; r++)
+        hk_weight_rows(d + (size_t)r * w->cols, w, &r, 1);
+    return w->data ? d : (free(d), NULL);
+}
+
+static float *vec_f32(const float *v, size_t n)
+{
+    float *d = v ? malloc(n * sizeof(float)) : NULL;
+    return d ? memcpy(d, v, n * sizeof(float)) : NULL;
+}
+
+/* The loaded view of a golden "weights.*" name as f32 (malloc'd), and its
+ * element count. */
+static float *resolve(const hp_model_t *m, const char *name, size_t *n)
 {
     const hp_model_config_t *c = &m->cfg;
     const size_t H = (size_t)c->hidden;
@@ -437,55 +457,61 @@ static const float *resolve(const hp_model_t *m, const char *name, size_t *n)
     char field[64];
     if (strcmp(name, "weights.lm_head.rows") == 0) {
         *n = 4 * H;
-        return m->lm_head.w;
+        return mat_f32(&m->lm_head, 4);
     }
     if (strcmp(name, "weights.final_norm") == 0) {
         *n = H;
-        return m->final_norm;
+        return vec_f32(m->final_norm, H);
     }
     if (sscanf(name, "weights.layers.%d.%63[A-Za-z_].%d", &li, field, &e) < 2 ||
         li < 0 || li >= c->n_layers)
         return NULL;
     const hp_layer_weights_t *w = &m->layers[li];
     const size_t Hv = (size_t)c->lin_v_heads, hd = (size_t)c->head_dim;
-    struct {
+    const struct {
+        const char *f;
+        const hp_mat_t *w;
+    } mats[] = {
+        {"in_qkv", &w->in_qkv},     {"in_z", &w->in_z},
+        {"in_b", &w->in_b},         {"in_a", &w->in_a},
+        {"out_proj", &w->out_proj}, {"q_proj", &w->q_proj},
+        {"gate", &w->gate},         {"down", &w->down},
+        {"router", &w->router},     {"sh_down", &w->sh_down},
+    };
+    const struct {
         const char *f;
         const float *p;
         size_t n;
-    } tab[] = {
-        {"in_qkv", w->in_qkv.w, (size_t)hp_cfg_conv_dim(c) * H},
-        {"in_z", w->in_z.w, (size_t)hp_cfg_value_dim(c) * H},
-        {"in_b", w->in_b.w, Hv * H},
-        {"in_a", w->in_a.w, Hv * H},
+    } vecs[] = {
         {"conv_w", w->conv_w, (size_t)hp_cfg_conv_dim(c) * c->conv_kernel},
         {"A_log", w->A_log, Hv},
         {"dt_bias", w->dt_bias, Hv},
         {"gnorm", w->gnorm, (size_t)c->lin_v_dim},
-        {"out_proj", w->out_proj.w, H * hp_cfg_value_dim(c)},
-        {"q_proj", w->q_proj.w, (size_t)c->n_heads * 2 * hd * H},
         {"q_norm", w->q_norm, hd},
         {"k_norm", w->k_norm, hd},
-        {"gate", w->gate.w, (size_t)c->intermediate * H},
-        {"down", w->down.w, (size_t)c->intermediate * H},
-        {"router", w->router.w, (size_t)c->n_experts * H},
-        {"sh_down", w->sh_down.w, (size_t)c->shared_intermediate * H},
         {"sh_expert_gate", w->sh_expert_gate, H},
     };
-    for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++) {
-        if (strcmp(field, tab[i].f) == 0) {
-            *n = tab[i].n;
-            return tab[i].p;
+    for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++) {
+        if (strcmp(field, mats[i].f) == 0) {
+            *n = (size_t)mats[i].w->rows * mats[i].w->cols;
+            return mat_f32(mats[i].w, mats[i].w->rows);
+        }
+    }
+    for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++) {
+        if (strcmp(field, vecs[i].f) == 0) {
+            *n = vecs[i].n;
+            return vec_f32(vecs[i].p, vecs[i].n);
         }
     }
     if (!w->exp_gate || e < 0 || e >= c->n_experts)
         return NULL;
     *n = (size_t)c->moe_intermediate * H;
     if (strcmp(field, "exp_gate") == 0)
-        return w->exp_gate[e].w;
+        return mat_f32(&w->exp_gate[e], w->exp_gate[e].rows);
     if (strcmp(field, "exp_up") == 0)
-        return w->exp_up[e].w;
+        return mat_f32(&w->exp_up[e], w->exp_up[e].rows);
     if (strcmp(field, "exp_down") == 0)
-        return w->exp_down[e].w;
+        return mat_f32(&w->exp_down[e], w->exp_down[e].rows);
     return NULL;
 }
 
@@ -497,30 +523,30 @@ static void check_shapes(const hp_model_t *m, const expect_t *x)
         const hp_layer_weights_t *w = &m->layers[i];
         good &= w->input_norm && w->post_norm;
         if (c->layer_kind[i] == HP_LAYER_LINEAR)
-            good &= w->in_qkv.w && w->in_qkv.rows == hp_cfg_conv_dim(c) &&
+            good &= w->in_qkv.data && w->in_qkv.rows == hp_cfg_conv_dim(c) &&
                     w->in_z.rows == x->Hv * x->dv && w->in_b.rows == x->Hv &&
                     w->in_a.rows == x->Hv && w->in_a.cols == x->H &&
                     w->conv_w && w->A_log && w->dt_bias && w->gnorm &&
                     w->out_proj.rows == x->H &&
-                    w->out_proj.cols == x->Hv * x->dv && !w->q_proj.w;
+                    w->out_proj.cols == x->Hv * x->dv && !w->q_proj.data;
         else
             good &= w->q_proj.rows == 2 * x->Hq * x->hd &&
-                    w->k_proj.rows == x->Hkv * x->hd && w->v_proj.w &&
+                    w->k_proj.rows == x->Hkv * x->hd && w->v_proj.data &&
                     w->o_proj.cols == x->Hq * x->hd && w->q_norm && w->k_norm &&
-                    !w->in_qkv.w;
+                    !w->in_qkv.data;
         if (c->layer_moe[i]) {
-            good &= w->router.rows == x->E && w->exp_gate && !w->gate.w;
+            good &= w->router.rows == x->E && w->exp_gate && !w->gate.data;
             for (int e = 0; good && e < x->E; e++)
-                good &= w->exp_gate[e].w && w->exp_gate[e].rows == x->Im &&
-                        w->exp_up[e].w && w->exp_up[e].cols == x->H &&
+                good &= w->exp_gate[e].data && w->exp_gate[e].rows == x->Im &&
+                        w->exp_up[e].data && w->exp_up[e].cols == x->H &&
                         w->exp_down[e].rows == x->H &&
                         w->exp_down[e].cols == x->Im;
-            good &= (x->Is == 0) == (w->sh_gate.w == NULL);
+            good &= (x->Is == 0) == (w->sh_gate.data == NULL);
             good &= x->Is == 0 || (w->sh_down.cols == x->Is &&
-                                   w->sh_expert_gate && w->sh_up.w);
+                                   w->sh_expert_gate && w->sh_up.data);
         } else {
-            good &= w->gate.rows == x->I && w->up.w && w->down.cols == x->I &&
-                    !w->exp_gate;
+            good &= w->gate.rows == x->I && w->up.data &&
+                    w->down.cols == x->I && !w->exp_gate;
         }
     }
     ok(good, "%s: every layer has its weights with the right dims", x->dir);
@@ -566,17 +592,30 @@ static void test_model(const expect_t *x)
     ok(c->n_eos == x->n_eos && c->eos_ids[0] == x->eos0 && c->bos_id == x->bos,
        "%s: eos %d (of %d), bos %d", x->dir, c->eos_ids[0], c->n_eos,
        c->bos_id);
-    ok((m.lm_head.w == m.embed) == !x->has_lm_head && m.lm_head.rows == 512,
+    ok((m.lm_head.data == m.embed.data) == !x->has_lm_head &&
+           m.lm_head.rows == 512,
        "%s: lm_head %s", x->dir, x->has_lm_head ? "own" : "tied to embed");
     check_shapes(&m, x);
-    if (x->all_in_place)
-        ok(m.arena_floats == 0 && in_map(&m, m.embed) &&
-               in_map(&m, m.layers[3].q_proj.w),
+    const hp_layer_weights_t *l0 = &m.layers[0], *l3 = &m.layers[3];
+    if (x->placement == 0)
+        ok(m.arena_bytes == 0 && m.embed.dtype == HK_W_F32 &&
+               in_map(&m, m.embed.data) && in_map(&m, l3->q_proj.data),
            "%s: f32 weights used in place (no arena)", x->dir);
+    else if (x->placement == 1)
+        ok(m.arena_bytes > 0 && m.embed.dtype == HK_W_BF16 &&
+               l0->in_qkv.dtype == HK_W_BF16 &&
+               m.layers[1].exp_down[7].dtype == HK_W_BF16 &&
+               in_map(&m, m.embed.data) && in_map(&m, l0->in_qkv.data) &&
+               in_map(&m, m.layers[1].exp_down[7].data) &&
+               !in_map(&m, l0->A_log),
+           "%s: bf16 matrices used in place as bf16, vectors converted "
+           "(%zu bytes)",
+           x->dir, m.arena_bytes);
     else
-        ok(m.arena_floats > 0 && !in_map(&m, m.layers[0].in_qkv.w),
-           "%s: converted/de-interleaved weights in the arena (%zu floats)",
-           x->dir, m.arena_floats);
+        ok(m.arena_bytes > 0 && l0->in_qkv.dtype == HK_W_F32 &&
+               !in_map(&m, l0->in_qkv.data) && in_map(&m, l3->q_proj.data),
+           "%s: de-interleaved weights in the arena (%zu bytes)", x->dir,
+           m.arena_bytes);
 
     /* fingerprint: one-shot XXH3-128 over the concatenation */
     size_t n1, n2;
@@ -615,11 +654,12 @@ static void test_model(const expect_t *x)
         if (strncmp(t->name, "weights.", 8) != 0)
             continue;
         size_t n = 0;
-        const float *got = resolve(&m, t->name, &n);
+        float *got = resolve(&m, t->name, &n);
         size_t cnt = t->nbytes / 4;
         if (!got || n < cnt || t->dtype != HP_DT_F32) {
             tap_diag("%s: cannot match %s", x->dir, t->name);
             n_bad++;
+            free(got);
             continue;
         }
         float *ref = malloc(t->nbytes);
@@ -630,6 +670,7 @@ static void test_model(const expect_t *x)
             n_bad++;
         }
         free(ref);
+        free(got);
         n_checked++;
     }
     ok(n_checked >= 10 && n_bad == 0,
@@ -697,10 +738,12 @@ static void write_index(const char *dir, const char *src, int lie)
 
 static int same_mat(hp_mat_t a, hp_mat_t b)
 {
-    if (a.rows != b.rows || a.cols != b.cols || !a.w != !b.w)
+    if (a.rows != b.rows || a.cols != b.cols || a.dtype != b.dtype ||
+        !a.data != !b.data)
         return 0;
-    return !a.w ||
-           memcmp(a.w, b.w, (size_t)a.rows * a.cols * sizeof(float)) == 0;
+    return !a.data ||
+           memcmp(a.data, b.data,
+                  (size_t)a.rows * a.cols * hk_wtype_size(a.dtype)) == 0;
 }
 
 static int same_vec(const float *a, const float *b, size_t n)
@@ -731,8 +774,7 @@ static void test_sharded(void)
     if (rc1 == HP_OK && rc2 == HP_OK) {
         const hp_model_config_t *c = &a.cfg;
         int same = memcmp(a.fingerprint, b.fingerprint, 16) == 0 &&
-                   same_mat(a.lm_head, b.lm_head) &&
-                   same_vec(a.embed, b.embed, (size_t)512 * c->hidden);
+                   same_mat(a.lm_head, b.lm_head) && same_mat(a.embed, b.embed);
         for (int i = 0; i < c->n_layers; i++) {
             const hp_layer_weights_t *x = &a.layers[i], *y = &b.layers[i];
             same &=

@@ -200,8 +200,13 @@ static void test_conversions(void)
     const int64_t i64[2] = {-3, 1LL << 40};
     hp_st_to_f32(got, i64, HP_DT_I64, 2);
     ok(got[0] == -3.0f && got[1] == 0x1p40f, "i64 -> f32");
+    const int8_t i8[3] = {-128, 0, 127};
+    hp_st_to_f32(got, i8, HP_DT_I8, 3);
+    ok(got[0] == -128.0f && got[1] == 0.0f && got[2] == 127.0f, "i8 -> f32");
     ok(hp_dtype_size(HP_DT_BF16) == 2 && hp_dtype_size(HP_DT_I64) == 8 &&
-           strcmp(hp_dtype_name(HP_DT_BF16), "BF16") == 0,
+           hp_dtype_size(HP_DT_I8) == 1 &&
+           strcmp(hp_dtype_name(HP_DT_BF16), "BF16") == 0 &&
+           strcmp(hp_dtype_name(HP_DT_I8), "I8") == 0,
        "dtype sizes and names");
 }
 

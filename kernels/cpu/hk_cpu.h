@@ -12,6 +12,8 @@
 
 #include <stddef.h>
 
+#include "kernels/common/hk_weight.h"
+
 /* ---- dense algebra (hk_matmul.c) -------------------------------------- */
 
 /* y[n, out] = x[n, in] . W[out, in]^T  (nn.Linear), through OpenBLAS. */
@@ -20,6 +22,42 @@ void hk_matmul(float *y, const float *x, const float *w, int n, int in,
 /* y[n, out] += x[n, in] . W[out, in]^T */
 void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
                    int out);
+/* y[n, rows] = x[n, cols] . W^T for a weight in its stored format
+ * (kernels/common/hk_weight.h). F32 is hk_matmul. BF16 and I8: up to
+ * HK_LINEAR_DIRECT rows (decode, small batches) stream W once through a
+ * dot-product kernel of the best ISA the CPU has (hk_cpu_isa): BF16 by
+ * AVX-512 BF16 (x split into two bf16 halves, so products keep ~16 bits of
+ * x: within ~1e-5 of f32), by AVX2 or plain C widening W to f32; I8 by
+ * AVX-512 VNNI on x quantized per row and group to 8 bits (the int8
+ * products are exact, x's rounding is 1/254 of the group's largest |x|), by
+ * AVX2 or plain C dequantizing W into f32 (x kept). More rows: W widened or
+ * dequantized to f32 a tile at a time and multiplied by sgemm. The same
+ * fixed grid as hk_matmul: y does not depend on the thread count. */
+#define HK_LINEAR_DIRECT 8
+void hk_linear(float *y, const float *x, const hk_weight_t *w, int n);
+/* y[n, rows] += x[n, cols] . W^T */
+void hk_linear_acc(float *y, const float *x, const hk_weight_t *w, int n);
+/* dst[i, cols] = W[ids[i], :] as f32 (exact for F32 and BF16, q * scale for
+ * I8): the embedding gather. */
+void hk_weight_rows(float *dst, const hk_weight_t *w, const int *ids, int n);
+
+/* Instruction sets the weight kernels choose from, best first where the CPU
+ * has it (runtime detection; the AVX code is compiled with target
+ * attributes, so any -march builds it). */
+typedef enum {
+    HK_ISA_GENERIC = 0, /* plain C */
+    HK_ISA_AVX2 = 1,    /* AVX2 + FMA */
+    HK_ISA_AVX512 = 2   /* AVX-512 F/BW/VL + BF16 (bf16), + VNNI (int8) */
+} hk_isa_t;
+/* The ISA the BF16 (dtype HK_W_BF16) or I8 kernels run with now: the best
+ * the CPU supports, capped by hk_cpu_set_isa or, at first use, by the
+ * environment variable HK_ISA=generic|avx2|avx512. */
+hk_isa_t hk_cpu_isa(int dtype);
+/* Caps the ISA (tests, benches); HK_ISA_AVX512 lifts the cap. Not to be
+ * called while kernels run. */
+void hk_cpu_set_isa(hk_isa_t max);
+const char *hk_isa_name(hk_isa_t isa);
+
 /* Call once at startup, before other threads use BLAS. hk_matmul (and
  * other kernels) call BLAS from OpenMP threads, one single-threaded call per
  * fixed block, so y has the same bits for any thread count. With OpenBLAS's

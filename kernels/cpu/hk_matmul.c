@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kernels/cpu/hk_cpu.h"
+#include "kernels/cpu/hk_wkern.h"
 
 /* Output columns and rows per BLAS call: multiples of OpenBLAS's register
  * tiles, small enough to balance narrow layers (k_proj, the GDN b/a
@@ -31,6 +32,9 @@
 #define HK_MM_ROWS  256
 /* Below this many multiply-adds the OpenMP fork costs more than it gains. */
 #define HK_MM_PAR_MIN (1 << 18)
+/* Columns of W widened to f32 per sgemm call on the tile path: a
+ * HK_MM_CHUNK x HK_MM_TILE_K tile (128 KiB) stays in L2 and on the stack. */
+#define HK_MM_TILE_K 128
 
 void hk_matmul_init(void)
 {
@@ -95,4 +99,77 @@ void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
                    int out)
 {
     hk_matmul_beta(y, x, w, n, in, out, 1.0f);
+}
+
+/* ---- weights in their stored formats ----------------------------------- */
+
+static hk_wdot_fn *wdot_kernel(int dtype)
+{
+    const hk_isa_t isa = hk_cpu_isa(dtype);
+    const int bf = dtype == HK_W_BF16;
+    if (isa == HK_ISA_AVX512)
+        return bf ? hk_wdot_bf16_avx512 : hk_wdot_i8_avx512;
+    if (isa == HK_ISA_AVX2)
+        return bf ? hk_wdot_bf16_avx2 : hk_wdot_i8_avx2;
+    return bf ? hk_wdot_bf16_generic : hk_wdot_i8_generic;
+}
+
+/* Block (r0, o0) of the tile path: W[o0:o0+oc] widened to f32 by
+ * HK_MM_TILE_K columns, each slice one single-threaded sgemm into y. */
+static void linear_tiles(float *y, const float *x, const hk_weight_t *w, int rn,
+                         int r0, int o0, int oc, float beta)
+{
+    const int in = w->cols, out = w->rows;
+    float tile[HK_MM_CHUNK * HK_MM_TILE_K] __attribute__((aligned(64)));
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    for (int k0 = 0; k0 < in; k0 += HK_MM_TILE_K) {
+        const int kc = in - k0 < HK_MM_TILE_K ? in - k0 : HK_MM_TILE_K;
+        hk_wtile(tile, kc, w, o0, oc, k0, kc);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rn, oc, kc, 1.0f,
+                    x + (size_t)r0 * in + k0, in, tile, kc, k0 ? 1.0f : beta,
+                    y + (size_t)r0 * out + o0, out);
+    }
+    omp_set_num_threads(saved);
+}
+
+static void linear_beta(float *y, const float *x, const hk_weight_t *w, int n,
+                        float beta)
+{
+    const int in = w->cols, out = w->rows;
+    assert(n >= 0 && in >= 0 && out >= 0);
+    if (w->dtype == HK_W_F32 || in == 0) {
+        hk_matmul_beta(y, x, w->data, n, in, out, beta);
+        return;
+    }
+    assert(w->dtype == HK_W_BF16 ||
+           (w->dtype == HK_W_I8 && w->group > 0 && in % w->group == 0));
+    if (n == 0 || out == 0)
+        return;
+    /* Few rows: one block of rows, each W row streamed once for all. */
+    hk_wdot_fn *dot = n <= HK_LINEAR_DIRECT ? wdot_kernel(w->dtype) : NULL;
+    const size_t work = (size_t)n * (size_t)in * (size_t)out;
+    const int nch = (out + HK_MM_CHUNK - 1) / HK_MM_CHUNK;
+    const int nrb = dot ? 1 : (n + HK_MM_ROWS - 1) / HK_MM_ROWS;
+#pragma omp parallel for schedule(static) if (nch * nrb > 1 &&                 \
+                                              work >= HK_MM_PAR_MIN)
+    for (int b = 0; b < nch * nrb; b++) {
+        const int r0 = b / nch * HK_MM_ROWS, o0 = b % nch * HK_MM_CHUNK;
+        const int rn = n - r0 < HK_MM_ROWS ? n - r0 : HK_MM_ROWS;
+        const int oc = out - o0 < HK_MM_CHUNK ? out - o0 : HK_MM_CHUNK;
+        if (dot)
+            dot(y, out, x, in, n, w, o0, oc, beta);
+        else
+            linear_tiles(y, x, w, rn, r0, o0, oc, beta);
+    }
+}
+
+void hk_linear(float *y, const float *x, const hk_weight_t *w, int n)
+{
+    linear_beta(y, x, w, n, 0.0f);
+}
+
+void hk_linear_acc(float *y, const float *x, const hk_weight_t *w, int n)
+{
+    linear_beta(y, x, w, n, 1.0f);
 }

@@ -1,0 +1,371 @@
+/*
+ * hk_wkern_x86.c - the AVX2 and AVX-512 weight dot kernels (hk_wkern.h).
+ *
+ * Every function carries its ISA as a target attribute, so the file builds
+ * under any -march (make ARCH_FLAGS=-march=x86-64-v3 included) and
+ * hk_cpu_isa() runs only what the CPU has.
+ *
+ * Blocks of R <= 4 rows of x by C outputs keep R*C accumulators in
+ * registers (C = 4, or 2 for R > 2 where 4 would spill), stream C rows of
+ * W once for the R rows, and reduce each accumulator once at the end.
+ *  - BF16, AVX-512 BF16: vdpbf16ps multiplies bf16 pairs exactly into f32.
+ *    x is split into hi = bf16(x) and lo = bf16(x - hi), and both are
+ *    multiplied, so x keeps ~16 significant bits (relative error <= 2^-16)
+ *    instead of bf16's 8; decode is bound by reading W, and the second
+ *    product is free there.
+ *  - BF16, AVX2: W widened to f32 (a shift), FMA with x.
+ *  - I8, AVX-512 VNNI: x quantized per row and group (the weight's group)
+ *    to int8 with scale max|x|/127, stored +128 as u8; vpdpbusd sums u8*s8
+ *    products exactly in int32; the +128 is taken off by the same sum over
+ *    a vector of 128s. Per group: int32 -> f32 times the two scales.
+ *  - I8, AVX2: W dequantized to f32 (q * scale, as hk_wtile does), FMA
+ *    with x: the exact f32 product, x unquantized.
+ */
+#include "kernels/cpu/hk_wkern.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+
+#include <immintrin.h>
+
+#define T_AVX2    __attribute__((target("avx2,fma")))
+#define T_AVX512  "avx512f,avx512bw,avx512vl,avx512dq"
+#define T_BF16    __attribute__((target(T_AVX512 ",avx512bf16")))
+#define T_VNNI    __attribute__((target(T_AVX512 ",avx512vnni")))
+#define HK_INLINE static inline __attribute__((always_inline))
+
+/* Walks rows [0, n) by 4 (the row group: PREP(r, R) first) and outputs
+ * [o0, o0 + oc) by C, calling BLK(r, o, R, C) with constant R and C. */
+#define HK_WALK(n, o0, oc, PREP, BLK)                                          \
+    for (int r_ = 0; r_ < (n); r_ += 4) {                                      \
+        const int R_ = (n) - r_ < 4 ? (n) - r_ : 4;                            \
+        PREP(r_, R_);                                                          \
+        for (int o_ = (o0), c_; o_ < (o0) + (oc); o_ += c_) {                  \
+            c_ = (o0) + (oc) - o_ >= 4 ? 4 : 1;                                \
+            switch (R_ * 8 + c_) {                                             \
+            case 1 * 8 + 4:                                                    \
+                BLK(r_, o_, 1, 4);                                             \
+                break;                                                         \
+            case 2 * 8 + 4:                                                    \
+                BLK(r_, o_, 2, 4);                                             \
+                break;                                                         \
+            case 3 * 8 + 4:                                                    \
+                BLK(r_, o_, 3, 2);                                             \
+                BLK(r_, o_ + 2, 3, 2);                                         \
+                break;                                                         \
+            case 4 * 8 + 4:                                                    \
+                BLK(r_, o_, 4, 2);                                             \
+                BLK(r_, o_ + 2, 4, 2);                                         \
+                break;                                                         \
+            case 1 * 8 + 1:                                                    \
+                BLK(r_, o_, 1, 1);                                             \
+                break;                                                         \
+            case 2 * 8 + 1:                                                    \
+                BLK(r_, o_, 2, 1);                                             \
+                break;                                                         \
+            case 3 * 8 + 1:                                                    \
+                BLK(r_, o_, 3, 1);                                             \
+                break;                                                         \
+            default:                                                           \
+                BLK(r_, o_, 4, 1);                                             \
+                break;                                                         \
+            }                                                                  \
+        }                                                                      \
+    }
+#define HK_NO_PREP(r, R) (void)0
+
+HK_INLINE void store(float *y, float s, float beta)
+{
+    *y = beta != 0.0f ? *y + s : s;
+}
+
+/* ---- AVX2 + FMA --------------------------------------------------------- */
+
+HK_INLINE T_AVX2 float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+HK_INLINE T_AVX2 void bf16_blk_avx2(float *y, int ldy, const float *x,
+                                    int ldx, const uint16_t *w, int K,
+                                    float beta, const int R, const int C)
+{
+    __m256 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= K; k += 8) {
+        __m256 xv[4];
+        for (int r = 0; r < R; r++)
+            xv[r] = _mm256_loadu_ps(x + (size_t)r * ldx + k);
+        for (int c = 0; c < C; c++) {
+            const __m128i h =
+                _mm_loadu_si128((const __m128i *)(w + (size_t)c * K + k));
+            const __m256 wv = _mm256_castsi256_ps(
+                _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++) {
+            float s = hsum256(acc[r][c]);
+            for (int j = k; j < K; j++)
+                s += x[(size_t)r * ldx + j] *
+                     hk_bf16_to_f32(w[(size_t)c * K + j]);
+            store(y + (size_t)r * ldy + c, s, beta);
+        }
+}
+
+static T_AVX2 void bf16_avx2(float *y, int ldy, const float *x, int ldx, int n,
+                             const hk_weight_t *w, int o0, int oc, float beta)
+{
+    const int K = w->cols;
+    const uint16_t *W = w->data;
+#define BLK(r, o, R, C)                                                        \
+    bf16_blk_avx2(y + (size_t)(r) * ldy + (o), ldy, x + (size_t)(r) * ldx,     \
+                  ldx, W + (size_t)(o) * K, K, beta, R, C)
+    HK_WALK(n, o0, oc, HK_NO_PREP, BLK)
+#undef BLK
+}
+
+HK_INLINE T_AVX2 void i8_blk_avx2(float *y, int ldy, const float *x, int ldx,
+                                  const int8_t *w, const float *ws, int K,
+                                  int G, float beta, const int R, const int C)
+{
+    const int ng = K / G, g8 = G / 8 * 8;
+    __m256 acc[4][4];
+    float tail[4][4] = {{0}};
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm256_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m256 sv[4];
+        for (int c = 0; c < C; c++)
+            sv[c] = _mm256_set1_ps(ws[(size_t)c * ng + g]);
+        const size_t k0 = (size_t)g * G;
+        for (int kk = 0; kk < g8; kk += 8) {
+            __m256 xv[4];
+            for (int r = 0; r < R; r++)
+                xv[r] = _mm256_loadu_ps(x + (size_t)r * ldx + k0 + kk);
+            for (int c = 0; c < C; c++) {
+                const __m128i q = _mm_loadl_epi64(
+                    (const __m128i *)(w + (size_t)c * K + k0 + kk));
+                const __m256 wv = _mm256_mul_ps(
+                    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), sv[c]);
+                for (int r = 0; r < R; r++)
+                    acc[r][c] = _mm256_fmadd_ps(xv[r], wv, acc[r][c]);
+            }
+        }
+        for (int kk = g8; kk < G; kk++)
+            for (int c = 0; c < C; c++) {
+                const float wf = (float)w[(size_t)c * K + k0 + kk] *
+                                 ws[(size_t)c * ng + g];
+                for (int r = 0; r < R; r++)
+                    tail[r][c] += x[(size_t)r * ldx + k0 + kk] * wf;
+            }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            store(y + (size_t)r * ldy + c, hsum256(acc[r][c]) + tail[r][c],
+                  beta);
+}
+
+static T_AVX2 void i8_avx2(float *y, int ldy, const float *x, int ldx, int n,
+                           const hk_weight_t *w, int o0, int oc, float beta)
+{
+    const int K = w->cols, G = w->group, ng = K / G;
+    const int8_t *W = w->data;
+#define BLK(r, o, R, C)                                                        \
+    i8_blk_avx2(y + (size_t)(r) * ldy + (o), ldy, x + (size_t)(r) * ldx, ldx, \
+                W + (size_t)(o) * K, w->scales + (size_t)(o) * ng, K, G, beta, \
+                R, C)
+    HK_WALK(n, o0, oc, HK_NO_PREP, BLK)
+#undef BLK
+}
+
+/* ---- AVX-512 BF16 ------------------------------------------------------- */
+
+HK_INLINE T_BF16 __m512 bf16_widen(__m256i h)
+{
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* x[0..32) (masked: m0 the first 16, m1 the next) as hi + lo in bf16. */
+HK_INLINE T_BF16 void bf16_split(const float *p, __mmask16 m0, __mmask16 m1,
+                                 __m512bh *hi, __m512bh *lo)
+{
+    const __m512 x0 = _mm512_maskz_loadu_ps(m0, p);
+    const __m512 x1 = _mm512_maskz_loadu_ps(m1, p + 16);
+    const __m512bh h = _mm512_cvtne2ps_pbh(x1, x0);
+    const __m512i hb = (__m512i)h;
+    const __m512 h0 = bf16_widen(_mm512_castsi512_si256(hb));
+    const __m512 h1 = bf16_widen(_mm512_extracti64x4_epi64(hb, 1));
+    *hi = h;
+    *lo = _mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, h1), _mm512_sub_ps(x0, h0));
+}
+
+HK_INLINE T_BF16 void bf16_blk_512(float *y, int ldy, const float *x, int ldx,
+                                   const uint16_t *w, int K, float beta,
+                                   const int R, const int C)
+{
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 32) {
+        const int rem = K - k;
+        const __mmask32 mw = rem >= 32 ? 0xffffffffu : (1u << rem) - 1u;
+        const __mmask16 m0 = (__mmask16)mw, m1 = (__mmask16)(mw >> 16);
+        __m512bh xh[4], xl[4];
+        for (int r = 0; r < R; r++)
+            bf16_split(x + (size_t)r * ldx + k, m0, m1, &xh[r], &xl[r]);
+        for (int c = 0; c < C; c++) {
+            const __m512bh wv =
+                (__m512bh)_mm512_maskz_loadu_epi16(mw, w + (size_t)c * K + k);
+            for (int r = 0; r < R; r++) {
+                acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xh[r], wv);
+                acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xl[r], wv);
+            }
+        }
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            store(y + (size_t)r * ldy + c, _mm512_reduce_add_ps(acc[r][c]),
+                  beta);
+}
+
+static T_BF16 void bf16_512(float *y, int ldy, const float *x, int ldx, int n,
+                            const hk_weight_t *w, int o0, int oc, float beta)
+{
+    const int K = w->cols;
+    const uint16_t *W = w->data;
+#define BLK(r, o, R, C)                                                        \
+    bf16_blk_512(y + (size_t)(r) * ldy + (o), ldy, x + (size_t)(r) * ldx, ldx, \
+                 W + (size_t)(o) * K, K, beta, R, C)
+    HK_WALK(n, o0, oc, HK_NO_PREP, BLK)
+#undef BLK
+}
+
+/* ---- AVX-512 VNNI ------------------------------------------------------- */
+
+/* Groups of one row a VNNI block quantizes (its stack holds their
+ * scales); more go to the AVX2 kernel. */
+#define HK_I8_VNNI_MAXG 1024
+
+HK_INLINE T_VNNI __mmask16 mask16(int rem)
+{
+    return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
+}
+
+/* One row of x: per group of G, xs[g] = max|x| / 127 and xq = round(x /
+ * xs[g]) + 128 as u8. */
+static T_VNNI void quant_row(uint8_t *xq, float *xs, const float *x, int K,
+                             int G)
+{
+    const __m128i k80 = _mm_set1_epi8((char)0x80);
+    for (int g = 0; g < K / G; g++) {
+        const float *xg = x + (size_t)g * G;
+        __m512 mx = _mm512_setzero_ps();
+        for (int kk = 0; kk < G; kk += 16)
+            mx = _mm512_max_ps(
+                mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask16(G - kk), xg + kk)));
+        const float amax = _mm512_reduce_max_ps(mx);
+        const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        xs[g] = amax / 127.0f;
+        for (int kk = 0; kk < G; kk += 16) {
+            const __mmask16 m = mask16(G - kk);
+            const __m512i q = _mm512_cvtps_epi32(
+                _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xg + kk), inv));
+            _mm_mask_storeu_epi8(xq + (size_t)g * G + kk, m,
+                                 _mm_xor_si128(_mm512_cvtsepi32_epi8(q), k80));
+        }
+    }
+}
+
+HK_INLINE T_VNNI void i8_blk_512(float *y, int ldy, const uint8_t *xq,
+                                 const float *xs, const int8_t *w,
+                                 const float *ws, int K, int G, float beta,
+                                 const int R, const int C)
+{
+    const int ng = K / G;
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    __m512 acc[4][4];
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (int g = 0; g < ng; g++) {
+        __m512i t[4][4], corr[4];
+        for (int c = 0; c < C; c++) {
+            corr[c] = _mm512_setzero_si512();
+            for (int r = 0; r < R; r++)
+                t[r][c] = _mm512_setzero_si512();
+        }
+        for (int kk = 0; kk < G; kk += 64) {
+            const int rem = G - kk;
+            const __mmask64 m = rem >= 64 ? ~0ull : (1ull << rem) - 1ull;
+            const size_t k = (size_t)g * G + kk;
+            __m512i xv[4];
+            for (int r = 0; r < R; r++)
+                xv[r] = _mm512_maskz_loadu_epi8(m, xq + (size_t)r * K + k);
+            for (int c = 0; c < C; c++) {
+                const __m512i wv =
+                    _mm512_maskz_loadu_epi8(m, w + (size_t)c * K + k);
+                corr[c] = _mm512_dpbusd_epi32(corr[c], k80, wv);
+                for (int r = 0; r < R; r++)
+                    t[r][c] = _mm512_dpbusd_epi32(t[r][c], xv[r], wv);
+            }
+        }
+        for (int c = 0; c < C; c++)
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(_mm512_sub_epi32(t[r][c], corr[c])),
+                    _mm512_set1_ps(ws[(size_t)c * ng + g] *
+                                   xs[(size_t)r * ng + g]),
+                    acc[r][c]);
+    }
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            store(y + (size_t)r * ldy + c, _mm512_reduce_add_ps(acc[r][c]),
+                  beta);
+}
+
+static T_VNNI void i8_512(float *y, int ldy, const float *x, int ldx, int n,
+                          const hk_weight_t *w, int o0, int oc, float beta)
+{
+    const int K = w->cols, G = w->group, ng = K / G;
+    if (K > HK_I8_VNNI_MAXK || ng > HK_I8_VNNI_MAXG) {
+        i8_avx2(y, ldy, x, ldx, n, w, o0, oc, beta);
+        return;
+    }
+    const int8_t *W = w->data;
+    uint8_t xq[4 * HK_I8_VNNI_MAXK];
+    float xs[4 * HK_I8_VNNI_MAXG];
+#define PREP(r, R)                                                             \
+    for (int i = 0; i < (R); i++)                                              \
+    quant_row(xq + (size_t)i * K, xs + (size_t)i * ng,                         \
+              x + (size_t)((r) + i) * ldx, K, G)
+#define BLK(r, o, R, C)                                                        \
+    i8_blk_512(y + (size_t)(r) * ldy + (o), ldy, xq, xs, W + (size_t)(o) * K,  \
+               w->scales + (size_t)(o) * ng, K, G, beta, R, C)
+    HK_WALK(n, o0, oc, PREP, BLK)
+#undef BLK
+#undef PREP
+}
+
+hk_wdot_fn *const hk_wdot_bf16_avx2 = bf16_avx2;
+hk_wdot_fn *const hk_wdot_i8_avx2 = i8_avx2;
+hk_wdot_fn *const hk_wdot_bf16_avx512 = bf16_512;
+hk_wdot_fn *const hk_wdot_i8_avx512 = i8_512;
+
+#else
+
+hk_wdot_fn *const hk_wdot_bf16_avx2 = NULL;
+hk_wdot_fn *const hk_wdot_i8_avx2 = NULL;
+hk_wdot_fn *const hk_wdot_bf16_avx512 = NULL;
+hk_wdot_fn *const hk_wdot_i8_avx512 = NULL;
+
+#endif

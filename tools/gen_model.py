@@ -59,7 +59,8 @@ def parse_args(argv=None):
     a("--fused-experts", action="store_true", help="qwen3_5_moe form mlp.experts.gate_up_proj")
     a("--wrapper", action="store_true", help="Qwen3.5 VLM config with text_config")
     a("--tied", action="store_true", help="tie lm_head to the embedding (no lm_head.weight)")
-    a("--mtp", action="store_true", help="add mtp.* tensors (ignored by loaders)")
+    a("--mtp", action="store_true",
+      help="add a one-layer multi-token-prediction head (mtp.*, ignored by loaders)")
     a("--rms-eps", type=float, default=1e-6)
     a("--seed", type=int, default=0)
     a("--out", required=True)
@@ -177,7 +178,9 @@ def text_config(args, vocab, ids):
         layer_types=layer_types(args),
         attn_output_gate=True,
         mamba_ssm_dtype="float32",
-        mtp_num_hidden_layers=1,
+        # what the tensors hold: converters (llama.cpp's) look for the
+        # head's tensors when a layer is declared
+        mtp_num_hidden_layers=1 if args.mtp else 0,
         mtp_use_dedicated_embeddings=False,
         bos_token_id=None,
         eos_token_id=[ids["<|im_end|>"], ids["<|endoftext|>"]],
@@ -384,15 +387,29 @@ def vision_tensors(args, ini):
 
 
 def mtp_tensors(args, ini):
-    """A few of the multi-token-prediction head's tensors: present in real
-    checkpoints, skipped by every text loader (HF included)."""
+    """The multi-token-prediction head as real checkpoints hold it: fc over
+    [embedding; hidden], its norms and one full-attention decoder layer
+    (mtp.layers.0, with the model's kind of MLP). Skipped by every text
+    loader (HF included). Drawn last, so the other tensors do not depend on
+    --mtp."""
     H = args.hidden
-    return [
+    t = [
         ("mtp.fc.weight", ini.lin(H, 2 * H)),
         ("mtp.pre_fc_norm_embedding.weight", ini.zc_norm(H)),
         ("mtp.pre_fc_norm_hidden.weight", ini.zc_norm(H)),
         ("mtp.norm.weight", ini.zc_norm(H)),
     ]
+    lp = "mtp.layers.0."
+    t += [
+        (lp + "input_layernorm.weight", ini.zc_norm(H)),
+        (lp + "post_attention_layernorm.weight", ini.zc_norm(H)),
+    ]
+    t += attn_tensors(args, ini, lp + "self_attn.")
+    if args.arch == "qwen3_5":
+        t += mlp_tensors(args, ini, lp + "mlp.", args.intermediate)
+    else:
+        t += moe_tensors(args, ini, lp + "mlp.")
+    return t
 
 
 def weights(args, vocab, n_tok):

@@ -63,8 +63,7 @@ static const case_t CASES[] = {
     {"qwen3next-int8", "qwen3next", HK_W_I8, 32},
 };
 
-static const hp_st_tensor_t *want(const hp_st_file_t *g, const char *fmt,
-                                  int i)
+static const hp_st_tensor_t *want(const hp_st_file_t *g, const char *fmt, int i)
 {
     char name[128];
     snprintf(name, sizeof(name), fmt, i);
@@ -78,12 +77,12 @@ static int stored_as(const hp_model_t *m, const case_t *k)
     int good = m->embed.dtype == k->dtype && m->lm_head.dtype == k->dtype;
     for (int l = 0; l < c->n_layers; l++) {
         const hp_layer_weights_t *w = &m->layers[l];
-        const hp_mat_t *a = c->layer_kind[l] == HP_LAYER_LINEAR ? &w->in_qkv
-                                                                : &w->q_proj;
-        const hp_mat_t *b = c->layer_kind[l] == HP_LAYER_LINEAR ? &w->out_proj
-                                                                : &w->o_proj;
-        const hp_mat_t *d = c->layer_moe[l] ? &w->exp_down[c->n_experts - 1]
-                                            : &w->down;
+        const hp_mat_t *a =
+            c->layer_kind[l] == HP_LAYER_LINEAR ? &w->in_qkv : &w->q_proj;
+        const hp_mat_t *b =
+            c->layer_kind[l] == HP_LAYER_LINEAR ? &w->out_proj : &w->o_proj;
+        const hp_mat_t *d =
+            c->layer_moe[l] ? &w->exp_down[c->n_experts - 1] : &w->down;
         good &= a->dtype == k->dtype && b->dtype == k->dtype &&
                 d->dtype == k->dtype;
         if (k->dtype == HK_W_I8)
@@ -104,15 +103,14 @@ static void to_f32(hp_mat_t *w, float **bufs, int *nb)
     float *d = malloc((size_t)w->rows * w->cols * sizeof(float));
     for (int r = 0; r < w->rows; r++)
         hk_weight_rows(d + (size_t)r * w->cols, w, &r, 1);
-    *w = (hp_mat_t){.data = d, .dtype = HK_W_F32, .rows = w->rows,
-                    .cols = w->cols};
+    *w = (hp_mat_t){
+        .data = d, .dtype = HK_W_F32, .rows = w->rows, .cols = w->cols};
     bufs[(*nb)++] = d;
 }
 
 /* t: m with every matrix replaced by its dequantized f32 values (the
  * weights the I8 tensors stand for); vectors and files shared with m. */
-static void make_twin(hp_model_t *t, const hp_model_t *m, float **bufs,
-                      int *nb)
+static void make_twin(hp_model_t *t, const hp_model_t *m, float **bufs, int *nb)
 {
     const hp_model_config_t *c = &m->cfg;
     size_t nl = (size_t)c->n_layers, ne = 0;
@@ -131,10 +129,10 @@ static void make_twin(hp_model_t *t, const hp_model_t *m, float **bufs,
         to_f32(&t->lm_head, bufs, nb);
     for (int l = 0; l < c->n_layers; l++) {
         hp_layer_weights_t *w = &t->layers[l];
-        hp_mat_t *all[] = {&w->in_qkv, &w->in_z,   &w->in_b,    &w->in_a,
-                           &w->out_proj, &w->q_proj, &w->k_proj, &w->v_proj,
-                           &w->o_proj, &w->gate,   &w->up,      &w->down,
-                           &w->router, &w->sh_gate, &w->sh_up,  &w->sh_down};
+        hp_mat_t *all[] = {&w->in_qkv,   &w->in_z,    &w->in_b,   &w->in_a,
+                           &w->out_proj, &w->q_proj,  &w->k_proj, &w->v_proj,
+                           &w->o_proj,   &w->gate,    &w->up,     &w->down,
+                           &w->router,   &w->sh_gate, &w->sh_up,  &w->sh_down};
         for (size_t j = 0; j < sizeof(all) / sizeof(all[0]); j++)
             to_f32(all[j], bufs, nb);
         if (!c->layer_moe[l])
@@ -162,9 +160,9 @@ static void free_twin(hp_model_t *t, float **bufs, int nb)
 /* ---- logits of every golden prompt ------------------------------------- */
 
 typedef struct {
-    float *pre; /* [sum T, V] prefill, every position */
-    float *dec; /* [sum T, V] positions from T/2 on by decode steps, the
-                 * rest copied from pre */
+    float *pre;  /* [sum T, V] prefill, every position */
+    float *dec;  /* [sum T, V] positions from T/2 on by decode steps, the
+                  * rest copied from pre */
     int *greedy; /* [n_prompts * 8] greedy continuation (-1 past a stop) */
     size_t rows;
 } outs_t;
@@ -204,8 +202,8 @@ static int run(const hp_model_t *m, const hp_st_file_t *g, outs_t *o)
             rc = hp_forward(m, &s2, &ws, ids, NULL, P, NULL, HP_LOGITS_NONE,
                             NULL, &err);
         for (int t = P; t < T && rc == HP_OK; t++)
-            rc = hp_forward(m, &s2, &ws, ids + t, NULL, 1, NULL,
-                            HP_LOGITS_LAST, dec + (size_t)t * V, &err);
+            rc = hp_forward(m, &s2, &ws, ids + t, NULL, 1, NULL, HP_LOGITS_LAST,
+                            dec + (size_t)t * V, &err);
         float *lg = malloc((size_t)V * sizeof(float));
         memcpy(lg, dec + (size_t)(T - 1) * V, (size_t)V * sizeof(float));
         for (int j = 0; j < 8 && rc == HP_OK; j++) {
@@ -291,9 +289,8 @@ static void check_case(const char *root, const case_t *k)
     }
     ok(stored_as(&m, k),
        "%s: matrices %s in memory (%zu bytes; f32 %zu, bf16 %zu)", k->dir,
-       k->dtype == HK_W_I8 ? "I8 + scales" : "BF16",
-       m.weight_bytes[k->dtype], m.weight_bytes[HK_W_F32],
-       m.weight_bytes[HK_W_BF16]);
+       k->dtype == HK_W_I8 ? "I8 + scales" : "BF16", m.weight_bytes[k->dtype],
+       m.weight_bytes[HK_W_F32], m.weight_bytes[HK_W_BF16]);
     const int V = m.cfg.vocab_size;
     int np;
     n_rows(&g, &np);

@@ -48,8 +48,8 @@ void hk_wdot_i8_generic(float *y, int ldy, const float *x, int ldx, int n,
 
 /* ---- tiles -------------------------------------------------------------- */
 
-void hk_wtile(float *dst, int ldd, const hk_weight_t *w, int o0, int oc,
-              int k0, int kc)
+void hk_wtile(float *dst, int ldd, const hk_weight_t *w, int o0, int oc, int k0,
+              int kc)
 {
     const int K = w->cols;
     for (int i = 0; i < oc; i++) {
@@ -68,8 +68,8 @@ void hk_wtile(float *dst, int ldd, const hk_weight_t *w, int o0, int oc,
             const float *sc = w->scales + (size_t)(o0 + i) * (K / G);
             /* by runs of one scale: no division per element */
             for (int j = k0; j < k0 + kc;) {
-                const int e = (j / G + 1) * G < k0 + kc ? (j / G + 1) * G
-                                                        : k0 + kc;
+                const int e =
+                    (j / G + 1) * G < k0 + kc ? (j / G + 1) * G : k0 + kc;
                 const float f = sc[j / G];
                 for (; j < e; j++)
                     d[j - k0] = (float)s[j] * f;
@@ -81,8 +81,7 @@ void hk_wtile(float *dst, int ldd, const hk_weight_t *w, int o0, int oc,
 void hk_weight_rows(float *dst, const hk_weight_t *w, const int *ids, int n)
 {
     for (int i = 0; i < n; i++)
-        hk_wtile(dst + (size_t)i * w->cols, w->cols, w, ids[i], 1, 0,
-                 w->cols);
+        hk_wtile(dst + (size_t)i * w->cols, w->cols, w, ids[i], 1, 0, w->cols);
 }
 
 /* ---- ISA choice --------------------------------------------------------- */

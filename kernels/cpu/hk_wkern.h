@@ -29,8 +29,8 @@ extern hk_wdot_fn *const hk_wdot_bf16_avx512, *const hk_wdot_i8_avx512;
 #define HK_I8_VNNI_MAXK 16384
 
 /* dst[i * ldd + j] = W[o0 + i, k0 + j] as f32, i < oc, j < kc. */
-void hk_wtile(float *dst, int ldd, const hk_weight_t *w, int o0, int oc,
-              int k0, int kc);
+void hk_wtile(float *dst, int ldd, const hk_weight_t *w, int o0, int oc, int k0,
+              int kc);
 
 static inline float hk_bf16_to_f32(uint16_t h)
 {

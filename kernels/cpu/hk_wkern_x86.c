@@ -37,10 +37,10 @@
  * [o0, o0 + oc) by C, calling BLK(r, o, R, C) with constant R and C. */
 #define HK_WALK(n, o0, oc, PREP, BLK)                                          \
     for (int r_ = 0; r_ < (n); r_ += 4) {                                      \
-        const int R_ = (n) - r_ < 4 ? (n) - r_ : 4;                            \
+        const int R_ = (n)-r_ < 4 ? (n)-r_ : 4;                                \
         PREP(r_, R_);                                                          \
         for (int o_ = (o0), c_; o_ < (o0) + (oc); o_ += c_) {                  \
-            c_ = (o0) + (oc) - o_ >= 4 ? 4 : 1;                                \
+            c_ = (o0) + (oc)-o_ >= 4 ? 4 : 1;                                  \
             switch (R_ * 8 + c_) {                                             \
             case 1 * 8 + 4:                                                    \
                 BLK(r_, o_, 1, 4);                                             \
@@ -82,15 +82,16 @@ HK_INLINE void store(float *y, float s, float beta)
 
 HK_INLINE T_AVX2 float hsum256(__m256 v)
 {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    __m128 s =
+        _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
 
-HK_INLINE T_AVX2 void bf16_blk_avx2(float *y, int ldy, const float *x,
-                                    int ldx, const uint16_t *w, int K,
-                                    float beta, const int R, const int C)
+HK_INLINE T_AVX2 void bf16_blk_avx2(float *y, int ldy, const float *x, int ldx,
+                                    const uint16_t *w, int K, float beta,
+                                    const int R, const int C)
 {
     __m256 acc[4][4];
     for (int r = 0; r < R; r++)
@@ -126,8 +127,8 @@ static T_AVX2 void bf16_avx2(float *y, int ldy, const float *x, int ldx, int n,
     const int K = w->cols;
     const uint16_t *W = w->data;
 #define BLK(r, o, R, C)                                                        \
-    bf16_blk_avx2(y + (size_t)(r) * ldy + (o), ldy, x + (size_t)(r) * ldx,     \
-                  ldx, W + (size_t)(o) * K, K, beta, R, C)
+    bf16_blk_avx2(y + (size_t)(r)*ldy + (o), ldy, x + (size_t)(r)*ldx, ldx,    \
+                  W + (size_t)(o)*K, K, beta, R, C)
     HK_WALK(n, o0, oc, HK_NO_PREP, BLK)
 #undef BLK
 }
@@ -162,8 +163,8 @@ HK_INLINE T_AVX2 void i8_blk_avx2(float *y, int ldy, const float *x, int ldx,
         }
         for (int kk = g8; kk < G; kk++)
             for (int c = 0; c < C; c++) {
-                const float wf = (float)w[(size_t)c * K + k0 + kk] *
-                                 ws[(size_t)c * ng + g];
+                const float wf =
+                    (float)w[(size_t)c * K + k0 + kk] * ws[(size_t)c * ng + g];
                 for (int r = 0; r < R; r++)
                     tail[r][c] += x[(size_t)r * ldx + k0 + kk] * wf;
             }
@@ -180,9 +181,9 @@ static T_AVX2 void i8_avx2(float *y, int ldy, const float *x, int ldx, int n,
     const int K = w->cols, G = w->group, ng = K / G;
     const int8_t *W = w->data;
 #define BLK(r, o, R, C)                                                        \
-    i8_blk_avx2(y + (size_t)(r) * ldy + (o), ldy, x + (size_t)(r) * ldx, ldx, \
-                W + (size_t)(o) * K, w->scales + (size_t)(o) * ng, K, G, beta, \
-                R, C)
+    i8_blk_avx2(y + (size_t)(r)*ldy + (o), ldy, x + (size_t)(r)*ldx, ldx,      \
+                W + (size_t)(o)*K, w->scales + (size_t)(o)*ng, K, G, beta, R,  \
+                C)
     HK_WALK(n, o0, oc, HK_NO_PREP, BLK)
 #undef BLK
 }
@@ -244,8 +245,8 @@ static T_BF16 void bf16_512(float *y, int ldy, const float *x, int ldx, int n,
     const int K = w->cols;
     const uint16_t *W = w->data;
 #define BLK(r, o, R, C)                                                        \
-    bf16_blk_512(y + (size_t)(r) * ldy + (o), ldy, x + (size_t)(r) * ldx, ldx, \
-                 W + (size_t)(o) * K, K, beta, R, C)
+    bf16_blk_512(y + (size_t)(r)*ldy + (o), ldy, x + (size_t)(r)*ldx, ldx,     \
+                 W + (size_t)(o)*K, K, beta, R, C)
     HK_WALK(n, o0, oc, HK_NO_PREP, BLK)
 #undef BLK
 }
@@ -271,8 +272,8 @@ static T_VNNI void quant_row(uint8_t *xq, float *xs, const float *x, int K,
         const float *xg = x + (size_t)g * G;
         __m512 mx = _mm512_setzero_ps();
         for (int kk = 0; kk < G; kk += 16)
-            mx = _mm512_max_ps(
-                mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(mask16(G - kk), xg + kk)));
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(
+                                       mask16(G - kk), xg + kk)));
         const float amax = _mm512_reduce_max_ps(mx);
         const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
         xs[g] = amax / 127.0f;
@@ -349,8 +350,8 @@ static T_VNNI void i8_512(float *y, int ldy, const float *x, int ldx, int n,
     quant_row(xq + (size_t)i * K, xs + (size_t)i * ng,                         \
               x + (size_t)((r) + i) * ldx, K, G)
 #define BLK(r, o, R, C)                                                        \
-    i8_blk_512(y + (size_t)(r) * ldy + (o), ldy, xq, xs, W + (size_t)(o) * K,  \
-               w->scales + (size_t)(o) * ng, K, G, beta, R, C)
+    i8_blk_512(y + (size_t)(r)*ldy + (o), ldy, xq, xs, W + (size_t)(o)*K,      \
+               w->scales + (size_t)(o)*ng, K, G, beta, R, C)
     HK_WALK(n, o0, oc, PREP, BLK)
 #undef BLK
 #undef PREP

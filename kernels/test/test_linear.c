@@ -143,8 +143,8 @@ static void check(hk_isa_t isa, int dtype, int n, int in, int out, int g)
     float *y = malloc((ny + 1) * sizeof(float));
     float *y0 = frand_amp(ny + 1, 1.0);
     const int direct = n <= HK_LINEAR_DIRECT;
-    const int vnni = direct && isa == HK_ISA_AVX512 && dtype == HK_W_I8 &&
-                     in <= 16384;
+    const int vnni =
+        direct && isa == HK_ISA_AVX512 && dtype == HK_W_I8 && in <= 16384;
     const double rel =
         direct && isa == HK_ISA_AVX512 && dtype == HK_W_BF16 ? 0x1p-14 : 1e-5;
     for (size_t i = 0; i < ny; i++)

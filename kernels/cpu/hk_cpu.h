@@ -26,13 +26,13 @@ void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
  * (kernels/common/hk_weight.h). F32 is hk_matmul. BF16 and I8: up to
  * HK_LINEAR_DIRECT rows (decode, small batches) stream W once through a
  * dot-product kernel of the best ISA the CPU has (hk_cpu_isa): BF16 by
- * AVX-512 BF16 (x split into two bf16 halves, so products keep ~16 bits of
- * x: within ~1e-5 of f32), by AVX2 or plain C widening W to f32; I8 by
- * AVX-512 VNNI on x quantized per row and group to 8 bits (the int8
- * products are exact, x's rounding is 1/254 of the group's largest |x|), by
- * AVX2 or plain C dequantizing W into f32 (x kept). More rows: W widened or
- * dequantized to f32 a tile at a time and multiplied by sgemm. The same
- * fixed grid as hk_matmul: y does not depend on the thread count. */
+ * AVX-512 BF16 (x split into three bf16 parts, so the products keep f32's
+ * precision), by AVX2 or plain C widening W to f32; I8 by AVX-512 VNNI on
+ * x quantized per row and group to 8 bits (the int8 products are exact,
+ * x's rounding is 1/254 of the group's largest |x|), by AVX2 or plain C
+ * dequantizing W into f32 (x kept). More rows: W widened or dequantized
+ * to f32 a tile at a time and multiplied by sgemm. The same fixed grid as
+ * hk_matmul: y does not depend on the thread count. */
 #define HK_LINEAR_DIRECT 8
 void hk_linear(float *y, const float *x, const hk_weight_t *w, int n);
 /* y[n, rows] += x[n, cols] . W^T */

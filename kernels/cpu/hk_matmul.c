@@ -16,6 +16,10 @@
  * omp_get_max_threads(), so each call is made with that ICV set to 1 (it is
  * per task and restored at once); its pthreads build needs
  * hk_matmul_init() once to stop its own pool.
+ *
+ * Weights in other formats (hk_linear: BF16, I8) use the same grid: a dot
+ * kernel of hk_wkern*.c for few rows, else each block widens its W rows to
+ * f32 HK_MM_TILE_K columns at a time and multiplies them by sgemm.
  */
 #include <assert.h>
 #include <cblas.h>
@@ -62,45 +66,6 @@ static void hk_matmul_part(float *y, const float *x, const float *w, int n,
     omp_set_num_threads(saved);
 }
 
-static void hk_matmul_beta(float *y,       // [n, out]
-                           const float *x, // [n, in]
-                           const float *w, // [out, in]
-                           int n, int in, int out, float beta)
-{
-    assert(n >= 0 && in >= 0 && out >= 0);
-    if (n == 0 || out == 0)
-        return;
-    if (in == 0) {
-        /* BLAS rejects lda = 0; the empty sum is 0. */
-        if (beta == 0.0f)
-            for (int i = 0; i < n; i++)
-                memset(y + (size_t)i * out, 0, (size_t)out * sizeof(float));
-        return;
-    }
-    const size_t work = (size_t)n * (size_t)in * (size_t)out;
-    const int nch = (out + HK_MM_CHUNK - 1) / HK_MM_CHUNK;
-    const int nrb = (n + HK_MM_ROWS - 1) / HK_MM_ROWS;
-#pragma omp parallel for schedule(static) if (nch * nrb > 1 &&                 \
-                                              work >= HK_MM_PAR_MIN)
-    for (int b = 0; b < nch * nrb; b++) {
-        const int r0 = b / nch * HK_MM_ROWS, o0 = b % nch * HK_MM_CHUNK;
-        const int rn = n - r0 < HK_MM_ROWS ? n - r0 : HK_MM_ROWS;
-        const int oc = out - o0 < HK_MM_CHUNK ? out - o0 : HK_MM_CHUNK;
-        hk_matmul_part(y, x, w, rn, in, out, r0, o0, oc, beta);
-    }
-}
-
-void hk_matmul(float *y, const float *x, const float *w, int n, int in, int out)
-{
-    hk_matmul_beta(y, x, w, n, in, out, 0.0f);
-}
-
-void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
-                   int out)
-{
-    hk_matmul_beta(y, x, w, n, in, out, 1.0f);
-}
-
 /* ---- weights in their stored formats ----------------------------------- */
 
 static hk_wdot_fn *wdot_kernel(int dtype)
@@ -133,21 +98,27 @@ static void linear_tiles(float *y, const float *x, const hk_weight_t *w, int rn,
     omp_set_num_threads(saved);
 }
 
+/* y cut into a fixed grid of HK_MM_ROWS x HK_MM_CHUNK blocks (one block of
+ * rows for a dot kernel, which streams W once for all n), spread over the
+ * OpenMP threads; each block one single-threaded call. */
 static void linear_beta(float *y, const float *x, const hk_weight_t *w, int n,
                         float beta)
 {
     const int in = w->cols, out = w->rows;
     assert(n >= 0 && in >= 0 && out >= 0);
-    if (w->dtype == HK_W_F32 || in == 0) {
-        hk_matmul_beta(y, x, w->data, n, in, out, beta);
-        return;
-    }
-    assert(w->dtype == HK_W_BF16 ||
-           (w->dtype == HK_W_I8 && w->group > 0 && in % w->group == 0));
+    assert(w->dtype != HK_W_I8 || (w->group > 0 && in % w->group == 0));
     if (n == 0 || out == 0)
         return;
-    /* Few rows: one block of rows, each W row streamed once for all. */
-    hk_wdot_fn *dot = n <= HK_LINEAR_DIRECT ? wdot_kernel(w->dtype) : NULL;
+    if (in == 0) {
+        /* BLAS rejects lda = 0; the empty sum is 0. */
+        if (beta == 0.0f)
+            for (int i = 0; i < n; i++)
+                memset(y + (size_t)i * out, 0, (size_t)out * sizeof(float));
+        return;
+    }
+    hk_wdot_fn *dot = w->dtype != HK_W_F32 && n <= HK_LINEAR_DIRECT
+                          ? wdot_kernel(w->dtype)
+                          : NULL;
     const size_t work = (size_t)n * (size_t)in * (size_t)out;
     const int nch = (out + HK_MM_CHUNK - 1) / HK_MM_CHUNK;
     const int nrb = dot ? 1 : (n + HK_MM_ROWS - 1) / HK_MM_ROWS;
@@ -159,9 +130,26 @@ static void linear_beta(float *y, const float *x, const hk_weight_t *w, int n,
         const int oc = out - o0 < HK_MM_CHUNK ? out - o0 : HK_MM_CHUNK;
         if (dot)
             dot(y, out, x, in, n, w, o0, oc, beta);
+        else if (w->dtype == HK_W_F32)
+            hk_matmul_part(y, x, w->data, rn, in, out, r0, o0, oc, beta);
         else
             linear_tiles(y, x, w, rn, r0, o0, oc, beta);
     }
+}
+
+void hk_matmul(float *y, const float *x, const float *w, int n, int in, int out)
+{
+    const hk_weight_t wt = {
+        .data = w, .dtype = HK_W_F32, .rows = out, .cols = in};
+    linear_beta(y, x, &wt, n, 0.0f);
+}
+
+void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
+                   int out)
+{
+    const hk_weight_t wt = {
+        .data = w, .dtype = HK_W_F32, .rows = out, .cols = in};
+    linear_beta(y, x, &wt, n, 1.0f);
 }
 
 void hk_linear(float *y, const float *x, const hk_weight_t *w, int n)

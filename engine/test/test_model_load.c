@@ -265,6 +265,23 @@ static void expect_cfg_error(const char *what, const char *json,
 
 static void test_config_errors(void)
 {
+    expect_cfg_error("another quantization method",
+                     "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":32,"
+                     "\"linear_num_value_heads\":1," BASE35
+                     ",\"quantization_config\":{\"quant_method\":\"gptq\"}}",
+                     "quant_method \"gptq\" is not supported");
+    expect_cfg_error("int8 of 4 bits",
+                     "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":32,"
+                     "\"linear_num_value_heads\":1," BASE35
+                     ",\"quantization_config\":{\"quant_method\":"
+                     "\"hypic_int8\",\"bits\":4,\"group_size\":32}}",
+                     "quantization_config.bits");
+    expect_cfg_error("int8 without a group size",
+                     "{\"model_type\":\"qwen3_5_text\",\"hidden_size\":32,"
+                     "\"linear_num_value_heads\":1," BASE35
+                     ",\"quantization_config\":{\"quant_method\":"
+                     "\"hypic_int8\"}}",
+                     "quantization_config.group_size");
     expect_cfg_error("bad JSON", "{\"model_type\": ", "JSON");
     expect_cfg_error("not an object", "[]", "object");
     expect_cfg_error("no model_type", "{\"hidden_size\":3}", "model_type");
@@ -845,6 +862,47 @@ static void expect_load_error(const char *what, const char *dir, const char *n1,
         hp_model_free(&m);
 }
 
+/* Replaces the first `from` after `after` (NULL: the start) in FILE by
+ * `to`, of the same length. */
+static void patch_file(const char *path, const char *after, const char *from,
+                       const char *to)
+{
+    size_t n;
+    char *buf = read_file(path, &n);
+    char *a = after ? memmem(buf, n, after, strlen(after)) : buf;
+    char *d = a ? memmem(a, n - (size_t)(a - buf), from, strlen(from)) : NULL;
+    if (d && strlen(to) == strlen(from))
+        memcpy(d, to, strlen(to));
+    else
+        tap_diag("cannot patch %s in %s", from, path);
+    write_file(path, buf, n);
+    free(buf);
+}
+
+/* Broken int8 checkpoints: what is I8 needs its scales and the config. */
+static void test_broken_int8(void)
+{
+    char dir[1200], p[1300], c[1300];
+    const char *sc = "model.embed_tokens.weight_scale";
+    make_copy(dir, sizeof(dir), "q8", "qwen35-dense-int8", 1);
+    snprintf(p, sizeof(p), "%s/model.safetensors", dir);
+    snprintf(c, sizeof(c), "%s/config.json", dir);
+    patch_file(p, NULL, sc, "model.embed_tokens.weight_scalX");
+    expect_load_error("an I8 matrix without its scales", dir,
+                      "missing tensor model.embed_tokens.weight_scale", NULL);
+    patch_file(p, NULL, "model.embed_tokens.weight_scalX", sc);
+    patch_file(p, sc, "[512,2]", "[256,4]");
+    expect_load_error("scales of the wrong shape", dir,
+                      "model.embed_tokens.weight_scale (F32 [256, 4]) does "
+                      "not scale model.embed_tokens.weight [512, 64]",
+                      NULL);
+    patch_file(p, sc, "[256,4]", "[512,2]");
+    patch_file(c, NULL, "quantization_config", "quantization_confiX");
+    expect_load_error("I8 weights without quantization_config", dir,
+                      "is I8 but config.json has no quantization_config", NULL);
+    remove_dir(dir);
+}
+
 static void test_broken(void)
 {
     char src_dir[1200], src[1300], dir[1200], p[1300];
@@ -955,6 +1013,7 @@ int main(void)
         test_model(&MODELS[i]);
     test_sharded();
     test_broken();
+    test_broken_int8();
     rmdir(tmpdir);
     return tap_done();
 }

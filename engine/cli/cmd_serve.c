@@ -403,8 +403,12 @@ int hp_cmd_serve(int argc, char **argv)
         rc = 1;
         goto out;
     }
-    logf_(&sv.log, HP_LOG_INFO, "model %s loaded (%d layers, hidden %d)", dir,
-          llm.model.cfg.n_layers, llm.model.cfg.hidden);
+    const size_t *wb = llm.model.weight_bytes;
+    logf_(&sv.log, HP_LOG_INFO,
+          "model %s loaded (%d layers, hidden %d; weights f32 %zu MiB, "
+          "bf16 %zu MiB, int8 %zu MiB)",
+          dir, llm.model.cfg.n_layers, llm.model.cfg.hidden, wb[HK_W_F32] >> 20,
+          wb[HK_W_BF16] >> 20, wb[HK_W_I8] >> 20);
     take_signals(&wait_mask);
 
     cache.pub = hp_pool_create((size_t)c->num[HP_SO_PUBLIC_POOL], &err);

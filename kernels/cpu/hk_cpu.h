@@ -26,8 +26,8 @@ void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
  * (kernels/common/hk_weight.h). F32 is hk_matmul. BF16 and I8: up to
  * HK_LINEAR_DIRECT rows (decode, small batches) stream W once through a
  * dot-product kernel of the best ISA the CPU has (hk_cpu_isa): BF16 by
- * AVX-512 BF16 (x split into three bf16 parts, so the products keep f32's
- * precision), by AVX2 or plain C widening W to f32; I8 by AVX-512 VNNI on
+ * AVX-512, AVX2 or plain C widening W to f32 (f32's products); I8 by
+ * AVX-512 VNNI on
  * x quantized per row and group to 8 bits (the int8 products are exact,
  * x's rounding is 1/254 of the group's largest |x|), by AVX2 or plain C
  * dequantizing W into f32 (x kept). More rows: W widened or dequantized
@@ -47,7 +47,7 @@ void hk_weight_rows(float *dst, const hk_weight_t *w, const int *ids, int n);
 typedef enum {
     HK_ISA_GENERIC = 0, /* plain C */
     HK_ISA_AVX2 = 1,    /* AVX2 + FMA */
-    HK_ISA_AVX512 = 2   /* AVX-512 F/BW/VL + BF16 (bf16), + VNNI (int8) */
+    HK_ISA_AVX512 = 2   /* AVX-512 F/BW/VL/DQ (bf16), + VNNI (int8) */
 } hk_isa_t;
 /* The ISA the BF16 (dtype HK_W_BF16) or I8 kernels run with now: the best
  * the CPU supports, capped by hk_cpu_set_isa or, at first use, by the

@@ -60,6 +60,7 @@ void hk_wtile(float *dst, int ldd, const hk_weight_t *w, int o0, int oc, int k0,
                    (size_t)kc * sizeof(float));
         } else if (w->dtype == HK_W_BF16) {
             const uint16_t *s = (const uint16_t *)w->data + row + k0;
+#pragma omp simd
             for (int j = 0; j < kc; j++)
                 d[j] = hk_bf16_to_f32(s[j]);
         } else {
@@ -71,8 +72,10 @@ void hk_wtile(float *dst, int ldd, const hk_weight_t *w, int o0, int oc, int k0,
                 const int e =
                     (j / G + 1) * G < k0 + kc ? (j / G + 1) * G : k0 + kc;
                 const float f = sc[j / G];
-                for (; j < e; j++)
-                    d[j - k0] = (float)s[j] * f;
+#pragma omp simd
+                for (int q = j; q < e; q++)
+                    d[q - k0] = (float)s[q] * f;
+                j = e;
             }
         }
     }
@@ -118,8 +121,7 @@ static hk_isa_t cpu_best(int dtype)
                        __builtin_cpu_supports("avx512bw") &&
                        __builtin_cpu_supports("avx512vl") &&
                        __builtin_cpu_supports("avx512dq");
-    if (has512 && hk_wdot_bf16_avx512 && dtype == HK_W_BF16 &&
-        __builtin_cpu_supports("avx512bf16"))
+    if (has512 && hk_wdot_bf16_avx512 && dtype == HK_W_BF16)
         return HK_ISA_AVX512;
     if (has512 && hk_wdot_i8_avx512 && dtype == HK_W_I8 &&
         __builtin_cpu_supports("avx512vnni"))

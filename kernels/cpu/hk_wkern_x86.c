@@ -349,13 +349,18 @@ HK_INLINE T_VNNI void i8_blk_512(float *y, int ldy, const uint8_t *xq,
                     t[r][c] = _mm512_dpbusd_epi32(t[r][c], xv[r], wv);
             }
         }
-        for (int c = 0; c < C; c++)
+        /* x's scale broadcast once per row, W's read as a broadcast
+         * operand of the multiply */
+        __m512 xsb[4];
+        for (int r = 0; r < R; r++)
+            xsb[r] = _mm512_set1_ps(xs[(size_t)r * ng + g]);
+        for (int c = 0; c < C; c++) {
+            const __m512 wsb = _mm512_set1_ps(ws[(size_t)c * ng + g]);
             for (int r = 0; r < R; r++)
                 acc[r][c] = _mm512_fmadd_ps(
                     _mm512_cvtepi32_ps(_mm512_sub_epi32(t[r][c], corr[c])),
-                    _mm512_set1_ps(ws[(size_t)c * ng + g] *
-                                   xs[(size_t)r * ng + g]),
-                    acc[r][c]);
+                    _mm512_mul_ps(xsb[r], wsb), acc[r][c]);
+        }
     }
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)

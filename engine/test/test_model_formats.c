@@ -185,7 +185,7 @@ static int run(const hp_model_t *m, const hp_st_file_t *g, outs_t *o)
     o->pre = malloc(o->rows * V * sizeof(float));
     o->dec = malloc(o->rows * V * sizeof(float));
     o->greedy = malloc((size_t)np * 8 * sizeof(int));
-    hp_fwd_ws_init(&ws);
+    rc = hp_fwd_ws_init(&ws, m, NULL, &err);
     size_t r0 = 0;
     for (int i = 0; i < np && rc == HP_OK; i++) {
         const hp_st_tensor_t *tid = want(g, "prompt.%d.ids", i);

@@ -38,35 +38,41 @@
 #define HK_INLINE static inline __attribute__((always_inline))
 
 /* Walks rows [0, n) by 4 (the row group: PREP(r, R) first) and outputs
- * [o0, o0 + oc) by C, calling BLK(r, o, R, C) with constant R and C. */
-#define HK_WALK(n, o0, oc, PREP, BLK)                                          \
+ * [o0, o0 + oc) by C, calling BLK(r, o, R, C) with constant R and C; a
+ * single row takes 8 outputs at a time where WIDE (its accumulators fit
+ * the registers), sharing each x load and group step among more. */
+#define HK_WALK(n, o0, oc, WIDE, PREP, BLK)                                    \
     for (int r_ = 0; r_ < (n); r_ += 4) {                                      \
         const int R_ = (n)-r_ < 4 ? (n)-r_ : 4;                                \
         PREP(r_, R_);                                                          \
         for (int o_ = (o0), c_; o_ < (o0) + (oc); o_ += c_) {                  \
-            c_ = (o0) + (oc)-o_ >= 4 ? 4 : 1;                                  \
-            switch (R_ * 8 + c_) {                                             \
-            case 1 * 8 + 4:                                                    \
+            const int left_ = (o0) + (oc)-o_;                                  \
+            c_ = WIDE && R_ == 1 && left_ >= 8 ? 8 : left_ >= 4 ? 4 : 1;       \
+            switch (R_ * 16 + c_) {                                            \
+            case 1 * 16 + 8:                                                   \
+                BLK(r_, o_, 1, 8);                                             \
+                break;                                                         \
+            case 1 * 16 + 4:                                                   \
                 BLK(r_, o_, 1, 4);                                             \
                 break;                                                         \
-            case 2 * 8 + 4:                                                    \
+            case 2 * 16 + 4:                                                   \
                 BLK(r_, o_, 2, 4);                                             \
                 break;                                                         \
-            case 3 * 8 + 4:                                                    \
+            case 3 * 16 + 4:                                                   \
                 BLK(r_, o_, 3, 2);                                             \
                 BLK(r_, o_ + 2, 3, 2);                                         \
                 break;                                                         \
-            case 4 * 8 + 4:                                                    \
+            case 4 * 16 + 4:                                                   \
                 BLK(r_, o_, 4, 2);                                             \
                 BLK(r_, o_ + 2, 4, 2);                                         \
                 break;                                                         \
-            case 1 * 8 + 1:                                                    \
+            case 1 * 16 + 1:                                                   \
                 BLK(r_, o_, 1, 1);                                             \
                 break;                                                         \
-            case 2 * 8 + 1:                                                    \
+            case 2 * 16 + 1:                                                   \
                 BLK(r_, o_, 2, 1);                                             \
                 break;                                                         \
-            case 3 * 8 + 1:                                                    \
+            case 3 * 16 + 1:                                                   \
                 BLK(r_, o_, 3, 1);                                             \
                 break;                                                         \
             default:                                                           \
@@ -97,7 +103,7 @@ HK_INLINE T_AVX2 void bf16_blk_avx2(float *y, int ldy, const float *x, int ldx,
                                     const uint16_t *w, int K, float beta,
                                     const int R, const int C)
 {
-    __m256 acc[4][4];
+    __m256 acc[4][8];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
             acc[r][c] = _mm256_setzero_ps();
@@ -133,7 +139,7 @@ static T_AVX2 void bf16_avx2(float *y, int ldy, const float *x, int ldx, int n,
 #define BLK(r, o, R, C)                                                        \
     bf16_blk_avx2(y + (size_t)(r)*ldy + (o), ldy, x + (size_t)(r)*ldx, ldx,    \
                   W + (size_t)(o)*K, K, beta, R, C)
-    HK_WALK(n, o0, oc, HK_NO_PREP, BLK)
+    HK_WALK(n, o0, oc, 1, HK_NO_PREP, BLK)
 #undef BLK
 }
 
@@ -142,13 +148,13 @@ HK_INLINE T_AVX2 void i8_blk_avx2(float *y, int ldy, const float *x, int ldx,
                                   int G, float beta, const int R, const int C)
 {
     const int ng = K / G, g8 = G / 8 * 8;
-    __m256 acc[4][4];
-    float tail[4][4] = {{0}};
+    __m256 acc[4][8];
+    float tail[4][8] = {{0}};
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
             acc[r][c] = _mm256_setzero_ps();
     for (int g = 0; g < ng; g++) {
-        __m256 sv[4];
+        __m256 sv[8];
         for (int c = 0; c < C; c++)
             sv[c] = _mm256_set1_ps(ws[(size_t)c * ng + g]);
         const size_t k0 = (size_t)g * G;
@@ -188,7 +194,7 @@ static T_AVX2 void i8_avx2(float *y, int ldy, const float *x, int ldx, int n,
     i8_blk_avx2(y + (size_t)(r)*ldy + (o), ldy, x + (size_t)(r)*ldx, ldx,      \
                 W + (size_t)(o)*K, w->scales + (size_t)(o)*ng, K, G, beta, R,  \
                 C)
-    HK_WALK(n, o0, oc, HK_NO_PREP, BLK)
+    HK_WALK(n, o0, oc, 0 /* 8 scales + 8 sums spill 16 ymm */, HK_NO_PREP, BLK)
 #undef BLK
 }
 
@@ -227,7 +233,7 @@ HK_INLINE T_512 void bf16_blk_512(float *y, int ldy, const float *xe,
                                   const int R, const int C)
 {
     const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
-    __m512 acc[4][4];
+    __m512 acc[4][8];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
             acc[r][c] = _mm512_setzero_ps();
@@ -274,7 +280,7 @@ static T_512 void bf16_512(float *y, int ldy, const float *x, int ldx, int n,
 #define BLK(r, o, R, C)                                                        \
     bf16_blk_512(y + (size_t)(r)*ldy + (o), ldy, xe, W + (size_t)(o)*K + k0,   \
                  K, kc, b, R, C)
-        HK_WALK(n, o0, oc, PREP, BLK)
+        HK_WALK(n, o0, oc, 1, PREP, BLK)
 #undef BLK
 #undef PREP
     }
@@ -323,12 +329,12 @@ HK_INLINE T_VNNI void i8_blk_512(float *y, int ldy, const uint8_t *xq,
 {
     const int ng = K / G;
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
-    __m512 acc[4][4];
+    __m512 acc[4][8];
     for (int r = 0; r < R; r++)
         for (int c = 0; c < C; c++)
             acc[r][c] = _mm512_setzero_ps();
     for (int g = 0; g < ng; g++) {
-        __m512i t[4][4], corr[4];
+        __m512i t[4][8], corr[8];
         for (int c = 0; c < C; c++) {
             corr[c] = _mm512_setzero_si512();
             for (int r = 0; r < R; r++)
@@ -386,7 +392,7 @@ static T_VNNI void i8_512(float *y, int ldy, const float *x, int ldx, int n,
 #define BLK(r, o, R, C)                                                        \
     i8_blk_512(y + (size_t)(r)*ldy + (o), ldy, xq, xs, W + (size_t)(o)*K,      \
                w->scales + (size_t)(o)*ng, K, G, beta, R, C)
-    HK_WALK(n, o0, oc, PREP, BLK)
+    HK_WALK(n, o0, oc, 1, PREP, BLK)
 #undef BLK
 #undef PREP
 }

@@ -2,10 +2,11 @@
  * hk_cpu.h - the CPU kernels: the tested reference backend.
  *
  * Conventions (llm.c / ggml): outputs first, then inputs, then dims; every
- * pointer carries its shape in a comment; row-major; f32 everywhere; kernels
- * never allocate (callers pass scratch). Kernels parallelize internally with
- * OpenMP over independent rows/heads; results do not depend on the thread
- * count. T = tokens, H = hidden, hd = head dim.
+ * pointer carries its shape in a comment; row-major; activations f32 (weights
+ * also BF16 or I8, hk_linear); kernels never allocate (callers pass scratch;
+ * the weight kernels keep bounded tiles on the stack). Kernels parallelize
+ * internally with OpenMP over independent rows/heads; results do not depend
+ * on the thread count. T = tokens, H = hidden, hd = head dim.
  */
 #ifndef HK_CPU_H
 #define HK_CPU_H

@@ -569,6 +569,37 @@ static void check_shapes(const hp_model_t *m, const expect_t *x)
     ok(good, "%s: every layer has its weights with the right dims", x->dir);
 }
 
+/* The MTP head the config declares is the one the file holds (converters
+ * such as llama.cpp's look for its layer's tensors): mtp_num_hidden_layers
+ * (top level or text_config; Qwen3-Next's config has no such key) layers
+ * mtp.layers.N, with mtp.fc when there are any. */
+static void check_mtp(const hp_model_t *m, const char *dir, const char *name)
+{
+    char path[1300];
+    size_t n;
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    char *txt = read_file(path, &n);
+    cJSON *root = txt ? cJSON_ParseWithLength(txt, n) : NULL;
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(tc ? tc : root,
+                                                      "mtp_num_hidden_layers");
+    int declared = cJSON_IsNumber(k) ? k->valueint : -1, layers = 0, fc = 0;
+    for (int f = 0; f < m->n_files; f++)
+        for (int i = 0; i < m->files[f].n_tensors; i++) {
+            const char *t = m->files[f].tensors[i].name;
+            int l;
+            if (sscanf(t, "mtp.layers.%d.", &l) == 1 && l + 1 > layers)
+                layers = l + 1;
+            fc |= strcmp(t, "mtp.fc.weight") == 0;
+        }
+    ok(root && (declared < 0 || (layers == declared && fc == (declared > 0))),
+       "%s: mtp_num_hidden_layers %d (-1: not declared), the file holds %d MTP "
+       "layers%s",
+       name, declared, layers, fc ? " and mtp.fc" : "");
+    cJSON_Delete(root);
+    free(txt);
+}
+
 static void test_model(const expect_t *x)
 {
     char dir[1200], path[1300];
@@ -633,6 +664,8 @@ static void test_model(const expect_t *x)
                !in_map(&m, l0->in_qkv.data) && in_map(&m, l3->q_proj.data),
            "%s: de-interleaved weights in the arena (%zu bytes)", x->dir,
            m.arena_bytes);
+
+    check_mtp(&m, dir, x->dir);
 
     /* fingerprint: one-shot XXH3-128 over the concatenation */
     size_t n1, n2;

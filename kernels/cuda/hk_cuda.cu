@@ -112,3 +112,66 @@ extern "C" int hk_cuda_stream_sync(void *stream)
 {
     return hk_cuda_status(cudaStreamSynchronize(hk_stream(stream)));
 }
+
+extern "C" int hk_cuda_device_info(char *name, size_t n, int *sms, size_t *mem)
+{
+    int dev = 0;
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+        e = cudaGetDeviceProperties(&p, dev);
+    if (e != cudaSuccess)
+        return hk_cuda_status(e);
+    if (name && n) {
+        strncpy(name, p.name, n - 1);
+        name[n - 1] = '\0';
+    }
+    if (sms)
+        *sms = p.multiProcessorCount;
+    if (mem)
+        *mem = p.totalGlobalMem;
+    return HK_CUDA_OK;
+}
+
+extern "C" int hk_cuda_timer_create(hk_cuda_timer_t *t)
+{
+    if (!t)
+        return HK_CUDA_EINVAL;
+    cudaEvent_t a = NULL, b = NULL;
+    cudaError_t e = cudaEventCreate(&a);
+    if (e == cudaSuccess && (e = cudaEventCreate(&b)) != cudaSuccess)
+        cudaEventDestroy(a);
+    if (e != cudaSuccess)
+        return hk_cuda_status(e);
+    t->start = a;
+    t->stop = b;
+    return HK_CUDA_OK;
+}
+
+extern "C" void hk_cuda_timer_destroy(hk_cuda_timer_t *t)
+{
+    if (!t || !t->start)
+        return;
+    cudaEventDestroy((cudaEvent_t)t->start);
+    cudaEventDestroy((cudaEvent_t)t->stop);
+    t->start = t->stop = NULL;
+}
+
+extern "C" int hk_cuda_timer_start(hk_cuda_timer_t *t, void *stream)
+{
+    return hk_cuda_status(
+        cudaEventRecord((cudaEvent_t)t->start, hk_stream(stream)));
+}
+
+extern "C" int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms)
+{
+    float f = 0.0f;
+    cudaError_t e = cudaEventRecord((cudaEvent_t)t->stop, hk_stream(stream));
+    if (e == cudaSuccess)
+        e = cudaEventSynchronize((cudaEvent_t)t->stop);
+    if (e == cudaSuccess)
+        e = cudaEventElapsedTime(&f, (cudaEvent_t)t->start,
+                                 (cudaEvent_t)t->stop);
+    *ms = f;
+    return hk_cuda_status(e);
+}

@@ -61,6 +61,21 @@ int hk_cuda_d2h(void *dst, const void *src, size_t bytes, void *stream);
 int hk_cuda_d2d(void *dst, const void *src, size_t bytes, void *stream);
 int hk_cuda_stream_sync(void *stream);
 
+/* The current device's name (truncated to n - 1 characters), its number of
+ * multiprocessors and its memory in bytes; any output may be NULL. */
+int hk_cuda_device_info(char *name, size_t n, int *sms, size_t *mem);
+
+/* Elapsed device time between two points of a stream (a pair of CUDA
+ * events), for the benches: start, launch work, stop (which waits for the
+ * work and gives the milliseconds between the two events). */
+typedef struct {
+    void *start, *stop;
+} hk_cuda_timer_t;
+int hk_cuda_timer_create(hk_cuda_timer_t *t);
+void hk_cuda_timer_destroy(hk_cuda_timer_t *t); /* zeroed: a no-op */
+int hk_cuda_timer_start(hk_cuda_timer_t *t, void *stream);
+int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
+
 /* cuBLAS handle for the projections and the dense transition products;
  * one per host thread that launches them. Create after choosing the
  * device. */
@@ -222,6 +237,22 @@ int hk_cuda_gdn_decode(float *o, float *const *states, const float *q,
                        const float *beta, int B, int Hk, int Hv, int dk, int dv,
                        void *stream);
 
+/* One fused decode step for B requests (hk_gdn_step.cu): from the raw
+ * projections qkv [B, 2 Hk dk + Hv dv] (q | k | v channels), a, b
+ * [B, Hv] and the layer's conv_w [cd, K], A_log, dt_bias [Hv]: conv +
+ * SiLU (conv_states: device array of B device pointers to [cd, K-1]
+ * states, shifted in place; may be NULL when K = 1), l2 norms of q
+ * (times q_scale) and k (eps inside the root), the gates, and the step on
+ * states (device array of B device pointers to [Hv, dk, dv]). o
+ * [B, Hv, dv]. Twin: hk_conv1d_silu, hk_l2norm, hk_gdn_gates and
+ * hk_gdn_recurrent with T = 1 per request. dv a multiple of 4, states
+ * 16-byte aligned. */
+int hk_cuda_gdn_step(float *o, float *const *states, float *const *conv_states,
+                     const float *qkv, const float *a, const float *b,
+                     const float *conv_w, const float *A_log,
+                     const float *dt_bias, int B, int Hk, int Hv, int dk,
+                     int dv, int K, float eps, float q_scale, void *stream);
+
 /* Twin of hk_gdn_chunk (chunk size C, 1..64; Tc may be NULL). Unlike the
  * CPU kernel the scratch grows with T: the chunk-local quantities of all
  * chunks are formed in parallel first, then one pass carries the state
@@ -232,6 +263,27 @@ int hk_cuda_gdn_chunk(float *o, float *S, float *Tc, const float *q,
                       const float *beta, int T, int Hk, int Hv, int dk, int dv,
                       int C, float *scratch, void *stream);
 size_t hk_cuda_gdn_chunk_scratch(int T, int Hv, int dk, int dv, int C);
+
+/* The chunked prefill on tensor cores (hk_gdn_tc.cu) for nseq sequences
+ * in one call: q, k [T, Hk, dk] and v [T, Hv, dv] as bf16 bit patterns
+ * (hk_bf16.h), g, beta [T, Hv] f32, o [T, Hv, dv] f32; sequence b is rows
+ * cu_seqlens[b] .. cu_seqlens[b+1]-1 (device array of nseq + 1 offsets,
+ * cu_seqlens[0] = 0, cu_seqlens[nseq] = T, non-decreasing); its state is
+ * states[b] and its transition tcs[b] (device arrays of nseq device
+ * pointers to [Hv, dk, dv] and [Hv, dk, dk] f32; tcs may be NULL). Each
+ * sequence is hk_gdn_chunk on its own rows with the bf16 inputs widened;
+ * products run on bf16 MMAs with f32 operands split in two (~1e-5
+ * relative, where f32 gives ~1e-7 and one bf16 rounding ~4e-3). dk, dv and
+ * C multiples of 16, dk <= 256, C <= 64; q, k, v, o, states and Tc
+ * 32-byte aligned. Scratch grows with T and nseq. */
+int hk_cuda_gdn_chunk_bf16(float *o, float *const *states, float *const *tcs,
+                           const uint16_t *q, const uint16_t *k,
+                           const uint16_t *v, const float *g, const float *beta,
+                           const int *cu_seqlens, int nseq, int T, int Hk,
+                           int Hv, int dk, int dv, int C, float *scratch,
+                           void *stream);
+size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv, int dk, int dv,
+                                      int C);
 
 /* ---- transition algebra (hk_transition.cu) ----------------------------- */
 

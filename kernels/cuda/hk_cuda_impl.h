@@ -13,6 +13,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "kernels/common/hk_bf16.h"
 #include "kernels/common/hk_math.h"
 #include "kernels/common/hk_select.h"
 #include "kernels/cuda/hk_cuda.h"
@@ -21,6 +22,14 @@
 /* Largest gridDim.y / gridDim.z. */
 #define HK_CUDA_MAX_GRID_YZ 65535
 #define HK_FULL_MASK        0xffffffffu
+
+/* Dynamic shared memory of a kernel, as a byte array (the host emulator
+ * defines its own). Launches over 48 KB need
+ * cudaFuncSetAttribute(MaxDynamicSharedMemorySize) first. */
+#ifndef HK_DYNAMIC_SMEM
+#define HK_DYNAMIC_SMEM(name)                                                  \
+    extern __shared__ __align__(128) unsigned char name[]
+#endif
 
 /* Every launch is followed by this: a launch error (bad configuration, no
  * device, missing kernel image for this GPU) becomes a status code, never

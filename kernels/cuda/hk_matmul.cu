@@ -50,18 +50,6 @@ extern "C" void hk_cuda_blas_destroy(hk_cuda_blas_t *blas)
     free(blas);
 }
 
-/* f32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN. The
- * same rounding as __float2bfloat16_rn, without cuda_bf16.h. */
-static __device__ __forceinline__ uint16_t hk_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 static __global__ void hk_to_bf16_kernel(uint16_t *xb,   // [n]
                                          const float *x, // [n]
                                          size_t n)
@@ -69,7 +57,7 @@ static __global__ void hk_to_bf16_kernel(uint16_t *xb,   // [n]
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += stride)
-        xb[i] = hk_f32_to_bf16(x[i]);
+        xb[i] = hk_bf16_from_f32(x[i]);
 }
 
 /* Checks shared by the three entry points; *skip when there is nothing to

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/common/hk_bf16.h"
 #include "kernels/common/hk_math.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
@@ -31,18 +32,42 @@
 #include "kernels/cuda/hk_cuda.h"
 #endif
 
-static const char *const op_names[] = {
-    "rmsnorm_zc",    "rmsnorm_gated",    "l2norm",
-    "swiglu",        "conv1d_silu",      "conv1d_silu_decode",
-    "rope",          "rope_shift",       "gdn_gates",
-    "gdn_recurrent", "gdn_decode",       "gdn_chunk",
-    "trans_compose", "trans_chain",      "trans_rope_shift",
-    "matmul",        "matmul_acc",       "matmul_bf16",
-    "split_heads",   "gate_mul",         "scale_rows",
-    "kv_store",      "kv_store_decode",  "embed",
-    "attention",     "attention_decode", "moe_route",
-    "moe_plan",      "moe_gather",       "moe_scatter",
-    "moe_combine",   "argmax",           "topk"};
+static const char *const op_names[] = {"rmsnorm_zc",
+                                       "rmsnorm_gated",
+                                       "l2norm",
+                                       "swiglu",
+                                       "conv1d_silu",
+                                       "conv1d_silu_decode",
+                                       "rope",
+                                       "rope_shift",
+                                       "gdn_gates",
+                                       "gdn_recurrent",
+                                       "gdn_decode",
+                                       "gdn_chunk",
+                                       "trans_compose",
+                                       "trans_chain",
+                                       "trans_rope_shift",
+                                       "matmul",
+                                       "matmul_acc",
+                                       "matmul_bf16",
+                                       "split_heads",
+                                       "gate_mul",
+                                       "scale_rows",
+                                       "kv_store",
+                                       "kv_store_decode",
+                                       "embed",
+                                       "attention",
+                                       "attention_decode",
+                                       "moe_route",
+                                       "moe_plan",
+                                       "moe_gather",
+                                       "moe_scatter",
+                                       "moe_combine",
+                                       "argmax",
+                                       "topk",
+                                       "gdn_chunk_bf16",
+                                       "gdn_chunk_bf16_varlen",
+                                       "gdn_step"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -202,7 +227,7 @@ static int close_cpu(const float *ref, const float *d_x, size_t n, double atol,
     float *x = host_from(d_x, n);
     double r = tap_close_ratio_f(ref, x, n, atol, rtol);
     free(x);
-    if (!(r <= 1.0))
+    if (!(r <= 1.0) || getenv("HK_CUDA_TEST_VERBOSE"))
         tap_diag("  %s: worst |err| / (atol + rtol |ref|) = %.3g", what, r);
     return r <= 1.0;
 }
@@ -812,23 +837,6 @@ static int same_ints(const int *ref, const int *d, size_t n, const char *what)
     return same;
 }
 
-/* f32 -> bf16 bits, nearest even (what the CUDA path does to x). */
-static uint16_t bf16_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float bf16_val(uint16_t b)
-{
-    const uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
 static void test_matmul(void)
 {
     /* n, in, out: a gemv (decode), odd sizes, in = 0 (empty sum). */
@@ -861,9 +869,9 @@ static void test_matmul(void)
         uint16_t *wb = malloc((nw ? nw : 1) * sizeof(uint16_t));
         float *xr = hmalloc(nx), *wr = hmalloc(nw);
         for (size_t i = 0; i < nw; i++)
-            wr[i] = bf16_val(wb[i] = bf16_bits(w[i]));
+            wr[i] = hk_bf16_to_f32(wb[i] = hk_bf16_from_f32(w[i]));
         for (size_t i = 0; i < nx; i++)
-            xr[i] = bf16_val(bf16_bits(x[i]));
+            xr[i] = hk_bf16_to_f32(hk_bf16_from_f32(x[i]));
         void *dwb = NULL, *dxb = NULL;
         CK(hk_cuda_malloc(&dwb, (nw ? nw : 1) * sizeof(uint16_t)));
         CK(hk_cuda_h2d(dwb, wb, nw * sizeof(uint16_t), NULL));
@@ -1343,6 +1351,355 @@ static void test_sample(void)
     }
 }
 
+/* ---- GDN on tensor cores (bf16 inputs), varlen batches ----------------------
+ */
+
+/* The tensor-core chunk against the CPU on the same inputs (bf16-rounded q,
+ * k, v widened to f32): products of f32 quantities (Tinv, W, S, Vn, P) run
+ * as bf16 hi + lo splits, each ~2^-16 relative where f32 is 2^-24, over
+ * dk <= 256 terms of O(1) entries, so the budget is ~100 times the f32
+ * kernels' (RTOL_GDN). A dropped lo half (one bf16 rounding) errs by
+ * ~4e-3, a wrong mask, decay or row by 1e-2 and more. */
+#define RTOL_TC 2e-4
+#define ATOL_TC 4e-5
+/* The same outputs against the CPU on the unrounded f32 inputs: each q, k,
+ * v entry moves by up to 2^-9 relative, ~1e-2 of the O(1) outputs after
+ * the sums; a wrong chunk or head is off by O(1). */
+#define RTOL_BF16 2e-2
+#define ATOL_BF16 1e-2
+/* The same kernel on the same rows, batched or alone: only the column
+ * blocking (BV) may differ, which no element's sum depends on. */
+#define RTOL_SAME 1e-6
+#define ATOL_SAME 1e-7
+
+static uint16_t *u16_alloc(size_t n)
+{
+    uint16_t *x = malloc((n ? n : 1) * sizeof(uint16_t));
+    if (!x) {
+        printf("Bail out! out of host memory\n");
+        exit(1);
+    }
+    return x;
+}
+
+/* x rounded to bf16 in place; the bit patterns in a new array. */
+static uint16_t *round_bf16(float *x, size_t n)
+{
+    uint16_t *b = u16_alloc(n);
+    for (size_t i = 0; i < n; i++)
+        x[i] = hk_bf16_to_f32(b[i] = hk_bf16_from_f32(x[i]));
+    return b;
+}
+
+static uint16_t *dev_u16(const uint16_t *h, size_t n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
+    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
+    return d;
+}
+
+/* A device array of n device pointers. */
+static void *dev_ptrs(float *const *h, int n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (size_t)(n ? n : 1) * sizeof(float *)));
+    CK(hk_cuda_h2d(d, h, (size_t)n * sizeof(float *), NULL));
+    return d;
+}
+
+/* q, k, v of p as bf16 on the device (p's copies rounded in place). */
+typedef struct {
+    uint16_t *q, *k, *v;
+} gdn_bf16_t;
+
+static gdn_bf16_t gdn_upload_bf16(gdn_prob_t *p)
+{
+    const size_t nq = (size_t)p->T * p->Hk * p->dk;
+    const size_t nv = (size_t)p->T * p->Hv * p->dv;
+    uint16_t *q = round_bf16(p->q, nq), *k = round_bf16(p->k, nq);
+    uint16_t *v = round_bf16(p->v, nv);
+    gdn_bf16_t d = {dev_u16(q, nq), dev_u16(k, nq), dev_u16(v, nv)};
+    free(q);
+    free(k);
+    free(v);
+    return d;
+}
+
+static void gdn_bf16_free(gdn_bf16_t *d)
+{
+    CK(hk_cuda_free(d->q));
+    CK(hk_cuda_free(d->k));
+    CK(hk_cuda_free(d->v));
+}
+
+/* One bf16-in chunked call over the sequences of cu (host offsets). */
+static void tc_run(float *dO, float **dS, float **dTc, const gdn_bf16_t *x,
+                   const gdn_dev_t *f, const int *cu, int nseq, int Hk, int Hv,
+                   int dk, int dv, int C)
+{
+    const int T = cu[nseq];
+    void *dst = dev_ptrs(dS, nseq), *dtc = dTc ? dev_ptrs(dTc, nseq) : NULL;
+    int *dcu = dev_ints(cu, (size_t)nseq + 1);
+    float *scr =
+        dev_alloc(hk_cuda_gdn_chunk_bf16_scratch(T, nseq, Hv, dk, dv, C));
+    RUN(hk_cuda_gdn_chunk_bf16(dO, dst, dtc, x->q, x->k, x->v, f->g, f->beta,
+                               dcu, nseq, T, Hk, Hv, dk, dv, C, scr, NULL));
+    CK(hk_cuda_free(dst));
+    CK(hk_cuda_free(dtc));
+    CK(hk_cuda_free(dcu));
+    CK(hk_cuda_free(scr));
+}
+
+/* One sequence: against the CPU on the rounded inputs, the f32 CUDA kernel
+ * on the same inputs, and the CPU on the unrounded inputs. */
+static void test_gdn_chunk_bf16(void)
+{
+    /* T, Hk, Hv, dk, dv, C, want Tc: T = 0 (Tc = I), a partial chunk and
+     * a partial 16-token tile, GQA, BV = 16 and 32 (the emulator has 4
+     * SMs), C = 16, 32, 64, dk = 256. */
+    static const int shapes[][7] = {
+        {0, 1, 1, 16, 16, 16, 1},     {37, 1, 2, 32, 16, 16, 1},
+        {70, 1, 2, 64, 32, 64, 1},    {130, 2, 4, 64, 64, 32, 0},
+        {100, 1, 2, 128, 128, 64, 1}, {20, 1, 1, 256, 32, 16, 1}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int C = shapes[s][5], want_tc = shapes[s][6];
+        gdn_prob_t p;
+        gdn_prob_make(&p, shapes[s][0], shapes[s][1], shapes[s][2],
+                      shapes[s][3], shapes[s][4]);
+        const int T = p.T, Hk = p.Hk, Hv = p.Hv, dk = p.dk, dv = p.dv;
+        const size_t no = (size_t)T * Hv * dv, ns = (size_t)Hv * dk * dv;
+        const size_t nt = (size_t)Hv * dk * dk;
+        float *scr = hmalloc(hk_gdn_chunk_scratch(Hv, dk, dv, C));
+        /* CPU on the f32 inputs, before rounding */
+        float *o2 = hmalloc(no), *S2 = fdup(p.S0, ns), *Tc2 = hmalloc(nt);
+        hk_gdn_chunk(o2, S2, Tc2, p.q, p.k, p.v, p.g, p.beta, T, Hk, Hv, dk, dv,
+                     C, scr);
+        gdn_bf16_t x = gdn_upload_bf16(&p);
+        gdn_dev_t f = gdn_upload(&p); /* the rounded values, as f32 */
+        float *o1 = hmalloc(no), *S1 = fdup(p.S0, ns), *Tc1 = hmalloc(nt);
+        hk_gdn_chunk(o1, S1, Tc1, p.q, p.k, p.v, p.g, p.beta, T, Hk, Hv, dk, dv,
+                     C, scr);
+        /* the f32 CUDA kernel on the same inputs */
+        float *dS3 = dev_from(p.S0, ns), *dO3 = dev_alloc(no);
+        float *dTc3 = dev_alloc(nt);
+        float *dscr = dev_alloc(hk_cuda_gdn_chunk_scratch(T, Hv, dk, dv, C));
+        RUN(hk_cuda_gdn_chunk(dO3, dS3, dTc3, f.q, f.k, f.v, f.g, f.beta, T, Hk,
+                              Hv, dk, dv, C, dscr, NULL));
+        float *o3 = host_from(dO3, no), *S3 = host_from(dS3, ns);
+        float *Tc3 = host_from(dTc3, nt);
+
+        float *dS = dev_from(p.S0, ns), *dO = dev_alloc(no);
+        float *dTc = want_tc ? dev_alloc(nt) : NULL;
+        const int cu[2] = {0, T};
+        tc_run(dO, &dS, want_tc ? &dTc : NULL, &x, &f, cu, 1, Hk, Hv, dk, dv,
+               C);
+        int good = close_cpu(o1, dO, no, ATOL_TC, RTOL_TC, "o vs CPU");
+        good &= close_cpu(S1, dS, ns, ATOL_TC, RTOL_TC, "S vs CPU");
+        good &= close_cpu(o3, dO, no, ATOL_TC, RTOL_TC, "o vs f32 kernel");
+        good &= close_cpu(S3, dS, ns, ATOL_TC, RTOL_TC, "S vs f32 kernel");
+        good &= close_cpu(o2, dO, no, ATOL_BF16, RTOL_BF16, "o vs f32 inputs");
+        good &= close_cpu(S2, dS, ns, ATOL_BF16, RTOL_BF16, "S vs f32 inputs");
+        if (want_tc) {
+            good &= close_cpu(Tc1, dTc, nt, ATOL_TC, RTOL_TC, "Tc vs CPU");
+            good &=
+                close_cpu(Tc3, dTc, nt, ATOL_TC, RTOL_TC, "Tc vs f32 kernel");
+            good &= close_cpu(Tc2, dTc, nt, ATOL_BF16, RTOL_BF16,
+                              "Tc vs f32 inputs");
+        }
+        ok(good, "gdn_chunk_bf16 T=%d Hk=%d Hv=%d dk=%d dv=%d C=%d%s", T, Hk,
+           Hv, dk, dv, C, want_tc ? " +Tc" : "");
+        gdn_bf16_free(&x);
+        gdn_dev_free(&f);
+        CK(hk_cuda_free(dS3));
+        CK(hk_cuda_free(dO3));
+        CK(hk_cuda_free(dTc3));
+        CK(hk_cuda_free(dscr));
+        CK(hk_cuda_free(dS));
+        CK(hk_cuda_free(dO));
+        CK(hk_cuda_free(dTc));
+        free(scr);
+        free(o1);
+        free(S1);
+        free(Tc1);
+        free(o2);
+        free(S2);
+        free(Tc2);
+        free(o3);
+        free(S3);
+        free(Tc3);
+        gdn_prob_free(&p);
+    }
+}
+
+/* Several sequences in one call: each must come out as the CPU gives it
+ * alone, and as the same kernel gives it alone. Empty sequences keep their
+ * state and get Tc = I. */
+static void test_gdn_chunk_varlen(void)
+{
+#define VL_MAX 6
+    static const struct {
+        int nseq, len[VL_MAX], Hk, Hv, dk, dv, C;
+    } cases[] = {{5, {5, 0, 70, 16, 33}, 1, 2, 32, 32, 32},
+                 {4, {130, 64, 1, 200}, 2, 4, 64, 64, 64}};
+    for (int s = 0; s < grid_n(NSHAPES(cases), 1); s++) {
+        const int nseq = cases[s].nseq, Hk = cases[s].Hk, Hv = cases[s].Hv;
+        const int dk = cases[s].dk, dv = cases[s].dv, C = cases[s].C;
+        int cu[VL_MAX + 1] = {0};
+        for (int b = 0; b < nseq; b++)
+            cu[b + 1] = cu[b] + cases[s].len[b];
+        const int T = cu[nseq];
+        gdn_prob_t p;
+        gdn_prob_make(&p, T, Hk, Hv, dk, dv);
+        gdn_bf16_t x = gdn_upload_bf16(&p);
+        gdn_dev_t f = gdn_upload(&p);
+        const size_t ns = (size_t)Hv * dk * dv, nt = (size_t)Hv * dk * dk;
+        const size_t no = (size_t)T * Hv * dv, ldq = (size_t)Hk * dk;
+        const size_t ldv = (size_t)Hv * dv;
+        float *o = hmalloc(no), *S[VL_MAX], *Tc[VL_MAX];
+        float *dS[VL_MAX], *dTc[VL_MAX], *dS1[VL_MAX], *dTc1[VL_MAX];
+        float *scr = hmalloc(hk_gdn_chunk_scratch(Hv, dk, dv, C));
+        float *dO = dev_alloc(no), *dO1 = dev_alloc(no);
+        for (int b = 0; b < nseq; b++) {
+            const size_t r = (size_t)cu[b];
+            S[b] = hmalloc(ns);
+            for (size_t e = 0; e < ns; e++)
+                S[b][e] = (float)(0.5 * nrand());
+            Tc[b] = hmalloc(nt);
+            dS[b] = dev_from(S[b], ns);
+            dS1[b] = dev_from(S[b], ns);
+            dTc[b] = dev_alloc(nt);
+            dTc1[b] = dev_alloc(nt);
+            hk_gdn_chunk(o + r * ldv, S[b], Tc[b], p.q + r * ldq, p.k + r * ldq,
+                         p.v + r * ldv, p.g + r * Hv, p.beta + r * Hv,
+                         cases[s].len[b], Hk, Hv, dk, dv, C, scr);
+        }
+        tc_run(dO, dS, dTc, &x, &f, cu, nseq, Hk, Hv, dk, dv, C);
+        for (int b = 0; b < nseq; b++) { /* each alone, same kernel */
+            const size_t r = (size_t)cu[b];
+            const gdn_bf16_t xb = {x.q + r * ldq, x.k + r * ldq, x.v + r * ldv};
+            const gdn_dev_t fb = {NULL, NULL, NULL, f.g + r * Hv,
+                                  f.beta + r * Hv};
+            const int cub[2] = {0, cases[s].len[b]};
+            tc_run(dO1 + r * ldv, &dS1[b], &dTc1[b], &xb, &fb, cub, 1, Hk, Hv,
+                   dk, dv, C);
+        }
+        int good = close_cpu(o, dO, no, ATOL_TC, RTOL_TC, "o vs CPU");
+        float *o1 = host_from(dO1, no);
+        good &= close_cpu(o1, dO, no, ATOL_SAME, RTOL_SAME, "o vs alone");
+        for (int b = 0; b < nseq; b++) {
+            good &= close_cpu(S[b], dS[b], ns, ATOL_TC, RTOL_TC, "S vs CPU");
+            good &= close_cpu(Tc[b], dTc[b], nt, ATOL_TC, RTOL_TC, "Tc vs CPU");
+            float *S1 = host_from(dS1[b], ns), *Tc1 = host_from(dTc1[b], nt);
+            good &=
+                close_cpu(S1, dS[b], ns, ATOL_SAME, RTOL_SAME, "S vs alone");
+            good &=
+                close_cpu(Tc1, dTc[b], nt, ATOL_SAME, RTOL_SAME, "Tc vs alone");
+            free(S1);
+            free(Tc1);
+            CK(hk_cuda_free(dS[b]));
+            CK(hk_cuda_free(dS1[b]));
+            CK(hk_cuda_free(dTc[b]));
+            CK(hk_cuda_free(dTc1[b]));
+            free(S[b]);
+            free(Tc[b]);
+        }
+        ok(good,
+           "gdn_chunk_bf16 varlen nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d "
+           "C=%d +Tc",
+           nseq, T, Hk, Hv, dk, dv, C);
+        gdn_bf16_free(&x);
+        gdn_dev_free(&f);
+        CK(hk_cuda_free(dO));
+        CK(hk_cuda_free(dO1));
+        free(o1);
+        free(o);
+        free(scr);
+        gdn_prob_free(&p);
+    }
+#undef VL_MAX
+}
+
+/* The fused decode step against the CPU's unfused sequence per request:
+ * conv (T = 1), split, l2 norms, gates, recurrence (T = 1). Conv states are
+ * copies: bit-exact; o and S within the GDN budget (the norms' sums differ
+ * in order, ~1e-7). */
+static void test_gdn_step(void)
+{
+    /* B, Hk, Hv, dk, dv, K: GQA groups, dv > 128 (two slabs), K = 1 (no
+     * conv state), odd dk, dv not a multiple of 32, dk = 256. */
+    static const int shapes[][6] = {
+        {1, 1, 1, 16, 16, 4},  {3, 2, 4, 32, 48, 4}, {2, 1, 2, 128, 128, 4},
+        {5, 2, 2, 64, 256, 4}, {4, 1, 1, 17, 12, 1}, {3, 1, 3, 256, 64, 2}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int B = shapes[s][0], Hk = shapes[s][1], Hv = shapes[s][2];
+        const int dk = shapes[s][3], dv = shapes[s][4], K = shapes[s][5];
+        const int kd = Hk * dk, cd = 2 * kd + Hv * dv;
+        const size_t ns = (size_t)Hv * dk * dv, nc = (size_t)cd * (K - 1);
+        const size_t no = (size_t)B * Hv * dv;
+        const float eps = 1e-6f, qsc = 1.0f / sqrtf((float)dk);
+        float *qkv = frand((size_t)B * cd, 2.0),
+              *w = frand((size_t)cd * K, 0.7);
+        float *a = frand((size_t)B * Hv, 3.0), *bb = frand((size_t)B * Hv, 3.0);
+        float *Al = frand((size_t)Hv, 1.0), *dt = frand((size_t)Hv, 2.0);
+        float *o = hmalloc(no), *y = hmalloc((size_t)cd);
+        float *g = hmalloc((size_t)Hv), *be = hmalloc((size_t)Hv);
+        float *S[8], *cs[8], *dS[8], *dcs[8];
+        for (int b = 0; b < B; b++) {
+            S[b] = frand(ns, 0.5);
+            cs[b] = frand(nc, 2.0);
+            dS[b] = dev_from(S[b], ns);
+            dcs[b] = dev_from(cs[b], nc);
+            /* the CPU's unfused sequence */
+            hk_conv1d_silu(y, cs[b], qkv + (size_t)b * cd, w, 1, cd, K);
+            hk_l2norm(y, Hk, dk, eps, qsc);
+            hk_l2norm(y + kd, Hk, dk, eps, 1.0f);
+            hk_gdn_gates(g, be, a + (size_t)b * Hv, bb + (size_t)b * Hv, Al, dt,
+                         1, Hv);
+            hk_gdn_recurrent(o + (size_t)b * Hv * dv, S[b], y, y + kd,
+                             y + 2 * kd, g, be, 1, Hk, Hv, dk, dv);
+        }
+        void *dSp = dev_ptrs(dS, B), *dcsp = K > 1 ? dev_ptrs(dcs, B) : NULL;
+        float *dqkv = dev_from(qkv, (size_t)B * cd);
+        float *dw = dev_from(w, (size_t)cd * K),
+              *da = dev_from(a, (size_t)B * Hv);
+        float *db = dev_from(bb, (size_t)B * Hv), *dAl = dev_from(Al, Hv);
+        float *ddt = dev_from(dt, Hv), *dO = dev_alloc(no);
+        RUN(hk_cuda_gdn_step(dO, dSp, dcsp, dqkv, da, db, dw, dAl, ddt, B, Hk,
+                             Hv, dk, dv, K, eps, qsc, NULL));
+        int good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
+        for (int b = 0; b < B; b++) {
+            good &= close_cpu(S[b], dS[b], ns, ATOL_GDN, RTOL_GDN, "S");
+            good &= same_cpu(cs[b], dcs[b], nc, "conv state");
+            CK(hk_cuda_free(dS[b]));
+            CK(hk_cuda_free(dcs[b]));
+            free(S[b]);
+            free(cs[b]);
+        }
+        ok(good, "gdn_step B=%d Hk=%d Hv=%d dk=%d dv=%d K=%d", B, Hk, Hv, dk,
+           dv, K);
+        CK(hk_cuda_free(dSp));
+        CK(hk_cuda_free(dcsp));
+        CK(hk_cuda_free(dqkv));
+        CK(hk_cuda_free(dw));
+        CK(hk_cuda_free(da));
+        CK(hk_cuda_free(db));
+        CK(hk_cuda_free(dAl));
+        CK(hk_cuda_free(ddt));
+        CK(hk_cuda_free(dO));
+        free(qkv);
+        free(w);
+        free(a);
+        free(bb);
+        free(Al);
+        free(dt);
+        free(o);
+        free(y);
+        free(g);
+        free(be);
+    }
+}
+
 /* Launchers refuse bad shapes with an error code, launching nothing. */
 static void test_einval(void)
 {
@@ -1374,28 +1731,43 @@ static void run_all(void)
     small_grid = grid && strcmp(grid, "small") == 0;
     if (small_grid)
         tap_diag("HK_CUDA_TEST_GRID=small: the first shapes of each grid");
-    test_norms(); /* rmsnorm_zc, rmsnorm_gated, l2norm */
-    test_swiglu();
-    test_conv();
-    test_conv_decode();
-    test_rope(); /* rope, rope_shift */
-    test_gdn_gates();
-    test_gdn_recurrent();
-    test_gdn_decode();
-    test_gdn_chunk();
-    test_trans_compose();
-    test_trans_chain();
-    test_trans_rope_shift();
-    test_matmul(); /* matmul, matmul_acc, matmul_bf16 */
-    test_split_heads();
-    test_gate_scale(); /* gate_mul, scale_rows */
-    test_kv_store();   /* kv_store, kv_store_decode */
-    test_embed();
-    test_attention();
-    test_attention_decode();
-    test_moe(); /* moe_route, moe_plan, moe_gather, moe_scatter, moe_combine */
-    test_sample(); /* argmax, topk */
-    test_einval();
+    const char *only = getenv("HK_CUDA_TEST_ONLY");
+    if (only)
+        tap_diag("HK_CUDA_TEST_ONLY=%s: only the tests whose names hold it",
+                 only);
+/* HK_CUDA_TEST_ONLY=gdn_chunk runs test_gdn_chunk* only (while iterating). */
+#define RUN_TEST(fn)                                                           \
+    do {                                                                       \
+        if (!only || strstr(#fn, only))                                        \
+            fn();                                                              \
+    } while (0)
+    RUN_TEST(test_norms); /* rmsnorm_zc, rmsnorm_gated, l2norm */
+    RUN_TEST(test_swiglu);
+    RUN_TEST(test_conv);
+    RUN_TEST(test_conv_decode);
+    RUN_TEST(test_rope); /* rope, rope_shift */
+    RUN_TEST(test_gdn_gates);
+    RUN_TEST(test_gdn_recurrent);
+    RUN_TEST(test_gdn_decode);
+    RUN_TEST(test_gdn_chunk);
+    RUN_TEST(test_trans_compose);
+    RUN_TEST(test_trans_chain);
+    RUN_TEST(test_trans_rope_shift);
+    RUN_TEST(test_matmul); /* matmul, matmul_acc, matmul_bf16 */
+    RUN_TEST(test_split_heads);
+    RUN_TEST(test_gate_scale); /* gate_mul, scale_rows */
+    RUN_TEST(test_kv_store);   /* kv_store, kv_store_decode */
+    RUN_TEST(test_embed);
+    RUN_TEST(test_attention);
+    RUN_TEST(test_attention_decode);
+    RUN_TEST(test_moe);    /* moe_route, moe_plan, moe_gather, moe_scatter,
+                              moe_combine */
+    RUN_TEST(test_sample); /* argmax, topk */
+    RUN_TEST(test_gdn_chunk_bf16);
+    RUN_TEST(test_gdn_chunk_varlen);
+    RUN_TEST(test_gdn_step);
+    RUN_TEST(test_einval);
+#undef RUN_TEST
 }
 
 #endif /* HK_HAVE_CUDA */

@@ -15,9 +15,16 @@
  * HK_EMU_ORDER=reverse: running both orders exposes most missing barriers
  * (a reader that only worked because its writer happened to run first).
  *
+ * Dynamic shared memory (HK_DYNAMIC_SMEM, hk_cuda_impl.h) is one buffer
+ * per launch of the size the launch asks for, 128-byte aligned and filled
+ * with a NaN pattern before each block (as uninitialized as on a GPU); a
+ * launch asking more than an H100 block may have (227 KB) fails. Device
+ * memory is 256-byte aligned, as cudaMalloc's. Events read the host clock.
+ * nvcuda::wmma is in emu/mma.h, bf16 in emu/cuda_bf16.h.
+ *
  * What it does not model: memory spaces (device pointers are host
- * pointers), streams (everything is synchronous), shared-memory limits,
- * registers, timing, f32 FMA contraction choices of nvcc.
+ * pointers), streams (everything is synchronous), static shared-memory
+ * limits, registers, timing, f32 FMA contraction choices of nvcc.
  */
 #ifndef HK_EMU_CUDA_RUNTIME_H
 #define HK_EMU_CUDA_RUNTIME_H
@@ -30,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <math.h>
 #include <ucontext.h>
@@ -40,6 +48,12 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__      static
+#define __align__(n)    alignas(n)
+#define __launch_bounds__(...)
+/* Dynamic shared memory: a pointer to this launch's buffer. */
+#define HK_DYNAMIC_SMEM(name) unsigned char *name = hk_emu.dyn_smem
+/* The most dynamic shared memory an H100 block may opt in to. */
+#define HK_EMU_MAX_DYN_SMEM 232448
 
 typedef enum {
     cudaSuccess = 0,
@@ -62,6 +76,24 @@ typedef struct hk_emu_stream *cudaStream_t;
 struct uint3 {
     unsigned x, y, z;
 };
+
+struct uint4 {
+    unsigned x, y, z, w;
+};
+
+static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
+{
+    return uint4{x, y, z, w};
+}
+
+struct float4 {
+    float x, y, z, w;
+};
+
+static inline float4 make_float4(float x, float y, float z, float w)
+{
+    return float4{x, y, z, w};
+}
 
 struct dim3 {
     unsigned x, y, z;
@@ -88,6 +120,8 @@ struct hk_emu_state {
     int bar_count = 0, bar_gen = 0;
     int wcount[32] = {0}, wgen[32] = {0};
     double wbuf[32][32];
+    unsigned char *dyn_smem = nullptr;
+    size_t dyn_cap = 0;
 };
 
 inline hk_emu_state hk_emu;
@@ -187,13 +221,18 @@ template <class F>
 static inline void hk_emu_launch(dim3 g, dim3 b, size_t smem, cudaStream_t s,
                                  F f)
 {
-    (void)smem;
     (void)s;
     const long long nt = (long long)b.x * b.y * b.z;
     if (nt < 1 || nt > 1024 || b.z > 64 || g.x < 1 || g.y < 1 || g.z < 1 ||
-        g.y > 65535 || g.z > 65535 || g.x > 2147483647u) {
+        g.y > 65535 || g.z > 65535 || g.x > 2147483647u ||
+        smem > HK_EMU_MAX_DYN_SMEM) {
         hk_emu.last_error = cudaErrorInvalidConfiguration;
         return;
+    }
+    if (smem > hk_emu.dyn_cap) {
+        free(hk_emu.dyn_smem);
+        hk_emu.dyn_cap = (smem + 127) / 128 * 128;
+        hk_emu.dyn_smem = (unsigned char *)aligned_alloc(128, hk_emu.dyn_cap);
     }
     const bool reverse = getenv("HK_EMU_ORDER") &&
                          strcmp(getenv("HK_EMU_ORDER"), "reverse") == 0;
@@ -210,6 +249,8 @@ static inline void hk_emu_launch(dim3 g, dim3 b, size_t smem, cudaStream_t s,
         for (unsigned by = 0; by < g.y; by++)
             for (unsigned bx = 0; bx < g.x; bx++) {
                 hk_emu.block = uint3{bx, by, bz};
+                if (smem)
+                    memset(hk_emu.dyn_smem, 0xff, smem); /* NaN floats */
                 hk_emu.bar_count = 0;
                 memset(hk_emu.wcount, 0, sizeof(hk_emu.wcount));
                 for (int i = 0; i < nt; i++) {
@@ -263,7 +304,7 @@ static inline cudaError_t cudaGetLastError(void)
 
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
-    *p = malloc(bytes);
+    *p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256 * !bytes);
     if (*p)
         memset(*p, 0xa5, bytes); /* no zeroed memory on a GPU either */
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -295,6 +336,104 @@ static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n,
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     (void)s;
+    return cudaSuccess;
+}
+
+/* ---- device queries, attributes, events ---- */
+
+typedef enum {
+    cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
+} cudaDeviceAttr;
+
+typedef enum {
+    cudaFuncAttributeMaxDynamicSharedMemorySize = 8
+} cudaFuncAttribute;
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    int multiProcessorCount, major, minor;
+};
+
+static inline cudaError_t cudaGetDevice(int *d)
+{
+    *d = 0;
+    return cudaSuccess;
+}
+
+/* HK_EMU_SMS (default 4) multiprocessors, so that code sizing its grid by
+ * the SM count takes both branches on the test shapes. */
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a,
+                                                 int dev)
+{
+    (void)dev;
+    if (a == cudaDevAttrMultiProcessorCount)
+        *v = getenv("HK_EMU_SMS") ? atoi(getenv("HK_EMU_SMS")) : 4;
+    else
+        *v = HK_EMU_MAX_DYN_SMEM;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
+{
+    memset(p, 0, sizeof(*p));
+    snprintf(p->name, sizeof(p->name), "host emulator");
+    cudaDeviceGetAttribute(&p->multiProcessorCount,
+                           cudaDevAttrMultiProcessorCount, dev);
+    return cudaSuccess;
+}
+
+template <class F>
+static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a,
+                                               int v)
+{
+    (void)f;
+    (void)a;
+    return v >= 0 && v <= HK_EMU_MAX_DYN_SMEM ? cudaSuccess
+                                              : cudaErrorInvalidValue;
+}
+
+static inline cudaError_t cudaDeviceSynchronize(void)
+{
+    return cudaSuccess;
+}
+
+typedef struct hk_emu_event {
+    double t;
+} *cudaEvent_t;
+
+static inline cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    *e = (cudaEvent_t)calloc(1, sizeof(**e));
+    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+static inline cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    free(e);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    (void)s;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    (void)e;
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a,
+                                               cudaEvent_t b)
+{
+    *ms = (float)(b->t - a->t);
     return cudaSuccess;
 }
 

@@ -1,0 +1,667 @@
+/*
+ * hk_gdn_tc.cu - the Gated DeltaNet chunked prefill on tensor cores: bf16
+ * q, k, v in; f32 gates, state, T_C and output; f32 accumulation; several
+ * sequences per call (cu_seqlens offsets). The math is hk_gdn.cu's chunk
+ * form (its header, and hk_gdn.c's); the f32-in kernel there stays the
+ * reference these results are tested against.
+ *
+ * Precision. Products of two bf16 inputs (K K^T, Q K^T) are exact in f32,
+ * so one bf16 MMA does them. Every other product has an f32 operand
+ * (Tinv, W, S, Vn, P): it is split into bf16 hi + lo (hk_bf16_split,
+ * ~16 significant bits) and multiplied as hi*x + lo*x (x exact bf16: K, Q,
+ * V) or hi*hi + hi*lo + lo*hi (both f32), accumulating in f32. That keeps
+ * the state's error near 1e-5 relative where one bf16 rounding of S or W
+ * (FLA's bf16 path) costs ~4e-3, at 2-3 MMAs per product.
+ *
+ * Two launches on one stream (wmma 16x16x16, bf16 -> f32):
+ *   A. per (chunk, value head), in parallel, 8 warps: gamma in double (the
+ *      CPU's order), K/Q/V of the chunk staged in shared memory (rows past
+ *      the chunk's end zeroed), [K; Q] K^T on MMAs (lower tiles only), the
+ *      decay and beta masks, (I + L)^{-1} by forward substitution in f32
+ *      (hk_gdn.cu's order), then U = Tinv diag(beta) V and
+ *      W = Tinv diag(beta e^gamma) K on MMAs. Out to scratch: gamma, U
+ *      (f32), -W and P = tril(QK^T (.) Gamma) as bf16 hi/lo pairs.
+ *   B. per (sequence, value head, BV columns of [S | Tc]), 4 warps,
+ *      sequential over the sequence's chunks, the BV-column tile of the
+ *      state in shared memory in f32 for the whole pass:
+ *        Vn = U - W S,  X = e^{gamma} Q S            (MMAs, dk deep)
+ *        O = X + P Vn  -> o                           (MMAs, C deep)
+ *        S = e^{gamma_n} S + K^T (e^{gamma_n - gamma} Vn)
+ *      Tc's columns are more blocks of the same launch running the same
+ *      recurrence with U = 0 from e_j (T_C in the same pass); no O.
+ *      BV = 32, or 16 when 32 would leave SMs idle.
+ * Tiles of a chunk's last 16 tokens that run past its end are staged in
+ * shared memory with zero rows, so no load reads past a sequence or the
+ * buffer. Tiny values are flushed as on the CPU (gdn_math.h).
+ *
+ * Requirements: dk, dv, C multiples of 16; dk <= 256; C <= 64; q, k, v,
+ * o, every state and Tc 32-byte aligned (wmma tiles).
+ */
+#include <cuda_bf16.h>
+#include <mma.h>
+
+#include "kernels/common/gdn_math.h"
+#include "kernels/cuda/hk_cuda_impl.h"
+
+using namespace nvcuda;
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16,
+                       wmma::row_major>
+    hk_fa_row;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16,
+                       wmma::col_major>
+    hk_fa_col;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16,
+                       wmma::row_major>
+    hk_fb_row;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16,
+                       wmma::col_major>
+    hk_fb_col;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> hk_facc;
+
+#define HK_TC_A_THREADS 256
+#define HK_TC_B_THREADS 128
+/* Row padding of shared tiles: 8 bf16 or 4 f32 (16 bytes) keep every
+ * 16-row tile 32-byte aligned and spread rows over the banks. */
+#define HK_PAD16 8
+#define HK_PAD32 4
+
+static __device__ __forceinline__ const __nv_bfloat16 *hk_bf(const uint16_t *p)
+{
+    return reinterpret_cast<const __nv_bfloat16 *>(p);
+}
+
+/* Scratch regions; slot hc = h * nslots + chunk slot. */
+struct hk_tc_ws {
+    double *gam;  // [Hv * nslots, C]
+    float *U;     // [Hv * nslots, C, dv]
+    uint16_t *Wh; // [Hv * nslots, C, dk]  -W, hi
+    uint16_t *Wl; //                        -W, lo
+    uint16_t *Ph; // [Hv * nslots, C, C]   P, hi
+    uint16_t *Pl; //                        P, lo
+};
+
+static size_t hk_align256(size_t bytes)
+{
+    return (bytes + 255) / 256 * 256;
+}
+
+/* Slots: every chunk of every sequence, at most T / C + nseq. */
+static size_t hk_tc_slots(int T, int nseq, int C)
+{
+    return (size_t)T / C + (size_t)nseq;
+}
+
+static size_t hk_tc_ws_bytes(size_t slots, int Hv, int dk, int dv, int C,
+                             hk_tc_ws *ws, unsigned char *base)
+{
+    const size_t rows = slots * Hv * C;
+    const size_t sz[6] = {rows * sizeof(double), rows * dv * sizeof(float),
+                          rows * dk * 2,         rows * dk * 2,
+                          rows * C * 2,          rows * C * 2};
+    size_t off[6], at = 0;
+    for (int i = 0; i < 6; i++) {
+        off[i] = at;
+        at += hk_align256(sz[i]);
+    }
+    if (ws) {
+        ws->gam = (double *)(base + off[0]);
+        ws->U = (float *)(base + off[1]);
+        ws->Wh = (uint16_t *)(base + off[2]);
+        ws->Wl = (uint16_t *)(base + off[3]);
+        ws->Ph = (uint16_t *)(base + off[4]);
+        ws->Pl = (uint16_t *)(base + off[5]);
+    }
+    return at;
+}
+
+/* Chunk slot `slot` of the batch: its sequence's first token t0 and its
+ * length n (0: past the last chunk). Thread 0 scans the offsets. */
+static __device__ void hk_tc_locate(const int *cu, int nseq, int C, int slot,
+                                    int *t0, int *n)
+{
+    *t0 = 0;
+    *n = 0;
+    int acc = 0;
+    for (int b = 0; b < nseq; b++) {
+        const int len = cu[b + 1] - cu[b], nb = (len + C - 1) / C;
+        if (slot < acc + nb) {
+            const int c = slot - acc;
+            *t0 = cu[b] + c * C;
+            *n = min(C, len - c * C);
+            return;
+        }
+        acc += nb;
+    }
+}
+
+/* rows x cols bf16 (cols a multiple of 8) from src (row stride lds) into
+ * dst (row stride ldd), 16 bytes at a time; rows >= n are zeros. */
+static __device__ void hk_tc_stage(uint16_t *dst, int ldd, const uint16_t *src,
+                                   size_t lds, int rows, int n, int cols)
+{
+    const int vc = cols / 8;
+    for (int e = threadIdx.x; e < rows * vc; e += blockDim.x) {
+        const int i = e / vc, c = (e % vc) * 8;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (i < n)
+            x = *reinterpret_cast<const uint4 *>(src + (size_t)i * lds + c);
+        *reinterpret_cast<uint4 *>(dst + (size_t)i * ldd + c) = x;
+    }
+}
+
+/* Shared memory of kernel A, in bytes, and its carving. */
+struct hk_tc_a_smem {
+    uint16_t *Ks, *Qs, *Vs; // [C][dk + 8], [C][dk + 8], [C][dv + 8]
+    float *G;               // [2C][C + 4]: K K^T then Q K^T
+    float *Ti;              // [C][C + 4]
+    uint16_t *Tb[4];        // [C][C + 8]: Tinv diag(beta) hi, lo;
+                            //   Tinv diag(beta e^gamma) hi, lo
+    float *stage;           // [warps][16][20]
+    double *gam;            // [C]
+    float *bv, *bg;         // [C]
+};
+
+static __host__ __device__ size_t hk_tc_a_carve(hk_tc_a_smem *s,
+                                                unsigned char *p, int dk,
+                                                int dv, int C)
+{
+    const int ldk = dk + HK_PAD16, ldv = dv + HK_PAD16;
+    const int ldc = C + HK_PAD32, ldb = C + HK_PAD16;
+    const size_t sz[12] = {
+        (size_t)C * ldk * 2, (size_t)C * ldk * 2,
+        (size_t)C * ldv * 2, (size_t)2 * C * ldc * 4,
+        (size_t)C * ldc * 4, (size_t)C * ldb * 2,
+        (size_t)C * ldb * 2, (size_t)C * ldb * 2,
+        (size_t)C * ldb * 2, (size_t)(HK_TC_A_THREADS / 32) * 16 * 20 * 4,
+        (size_t)C * 8,       (size_t)2 * C * 4};
+    size_t off[12], at = 0;
+    for (int i = 0; i < 12; i++) {
+        off[i] = at;
+        at += (sz[i] + 127) / 128 * 128;
+    }
+    if (s) {
+        s->Ks = (uint16_t *)(p + off[0]);
+        s->Qs = (uint16_t *)(p + off[1]);
+        s->Vs = (uint16_t *)(p + off[2]);
+        s->G = (float *)(p + off[3]);
+        s->Ti = (float *)(p + off[4]);
+        for (int i = 0; i < 4; i++)
+            s->Tb[i] = (uint16_t *)(p + off[5 + i]);
+        s->stage = (float *)(p + off[9]);
+        s->gam = (double *)(p + off[10]);
+        s->bv = (float *)(p + off[11]);
+        s->bg = s->bv + C;
+    }
+    return at;
+}
+
+/* Kernel A: chunk slot blockIdx.x, value head blockIdx.y. */
+static __global__ void __launch_bounds__(HK_TC_A_THREADS)
+    hk_gdn_tc_local_kernel(hk_tc_ws ws, const uint16_t *q, const uint16_t *k,
+                           const uint16_t *v, const float *g, const float *beta,
+                           const int *cu, int nseq, int nslots, int Hk, int Hv,
+                           int dk, int dv, int C)
+{
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ int loc[2];
+    hk_tc_a_smem s;
+    hk_tc_a_carve(&s, smem, dk, dv, C);
+    const int h = blockIdx.y, kh = h / (Hv / Hk);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nwarps = blockDim.x >> 5;
+    const size_t hc = (size_t)h * nslots + blockIdx.x;
+    const size_t ldq = (size_t)Hk * dk, ldvg = (size_t)Hv * dv;
+    const int ldk = dk + HK_PAD16, ldv = dv + HK_PAD16;
+    const int ldc = C + HK_PAD32, ldb = C + HK_PAD16;
+
+    if (tid == 0)
+        hk_tc_locate(cu, nseq, C, blockIdx.x, &loc[0], &loc[1]);
+    __syncthreads();
+    const int t0 = loc[0], n = loc[1];
+    if (n == 0)
+        return; /* a spare slot: the whole block leaves */
+
+    if (tid == 0) { /* in double, the CPU's order */
+        double acc = 0.0;
+        for (int i = 0; i < n; i++) {
+            acc += g[(size_t)(t0 + i) * Hv + h];
+            s.gam[i] = acc;
+            ws.gam[hc * C + i] = acc;
+        }
+    }
+    hk_tc_stage(s.Ks, ldk, k + (size_t)t0 * ldq + (size_t)kh * dk, ldq, C, n,
+                dk);
+    hk_tc_stage(s.Qs, ldk, q + (size_t)t0 * ldq + (size_t)kh * dk, ldq, C, n,
+                dk);
+    hk_tc_stage(s.Vs, ldv, v + (size_t)t0 * ldvg + (size_t)h * dv, ldvg, C, n,
+                dv);
+    __syncthreads();
+    for (int i = tid; i < C; i += blockDim.x) {
+        const float bi = i < n ? beta[(size_t)(t0 + i) * Hv + h] : 0.0f;
+        s.bv[i] = bi;
+        s.bg[i] = i < n ? bi * hk_gdn_decay(s.gam[i]) : 0.0f;
+    }
+
+    /* [K; Q] K^T, the tiles on and below the diagonal. */
+    const int nt = (n + 15) / 16, npair = nt * (nt + 1) / 2;
+    for (int idx = warp; idx < 2 * npair; idx += nwarps) {
+        const int which = idx / npair, p = idx % npair;
+        int ti = 0;
+        while ((ti + 1) * (ti + 2) / 2 <= p)
+            ti++;
+        const int tj = p - ti * (ti + 1) / 2;
+        const uint16_t *X = which ? s.Qs : s.Ks;
+        hk_facc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int kk = 0; kk < dk / 16; kk++) {
+            hk_fa_row a;
+            hk_fb_col b;
+            wmma::load_matrix_sync(a, hk_bf(X + ti * 16 * ldk + kk * 16), ldk);
+            wmma::load_matrix_sync(b, hk_bf(s.Ks + tj * 16 * ldk + kk * 16),
+                                   ldk);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+        wmma::store_matrix_sync(s.G + (which * C + ti * 16) * ldc + tj * 16,
+                                acc, ldc, wmma::mem_row_major);
+    }
+    __syncthreads();
+
+    /* L = strictly_lower(diag(beta) KK^T (.) Gamma) in place; P split into
+     * scratch; Tinv zeroed. */
+    for (int e = tid; e < C * C; e += blockDim.x) {
+        const int i = e / C, j = e % C;
+        float a = 0.0f, pv = 0.0f;
+        if (i < n && j < i) {
+            const float d = hk_gdn_decay(s.gam[i] - s.gam[j]);
+            a = s.G[i * ldc + j] * (s.bv[i] * d);
+            pv = s.G[(C + i) * ldc + j] * d;
+        } else if (i < n && j == i) {
+            pv = s.G[(C + i) * ldc + j];
+        }
+        s.G[i * ldc + j] = a;
+        s.Ti[i * ldc + j] = 0.0f;
+        hk_bf16_split(pv, &ws.Ph[hc * C * C + e], &ws.Pl[hc * C * C + e]);
+    }
+    __syncthreads();
+
+    /* Tinv = (I + L)^{-1}, row i = e_i - sum_{j<i} L_ij Tinv_j, j ascending
+     * (hk_gdn.cu's order). */
+    for (int i = 0; i < n; i++) {
+        for (int cc = tid; cc <= i; cc += blockDim.x) {
+            float t = cc == i ? 1.0f : 0.0f;
+            for (int j = cc; j < i; j++)
+                t -= s.G[i * ldc + j] * s.Ti[j * ldc + cc];
+            s.Ti[i * ldc + cc] = t;
+        }
+        __syncthreads();
+    }
+    for (int e = tid; e < C * C; e += blockDim.x) {
+        const int i = e / C, m = e % C;
+        const float t = s.Ti[i * ldc + m];
+        hk_bf16_split(t * s.bv[m], &s.Tb[0][i * ldb + m],
+                      &s.Tb[1][i * ldb + m]);
+        hk_bf16_split(t * s.bg[m], &s.Tb[2][i * ldb + m],
+                      &s.Tb[3][i * ldb + m]);
+    }
+    __syncthreads();
+
+    /* U = Tinv diag(beta) V, W = Tinv diag(beta e^gamma) K; Tinv is lower
+     * triangular, so row tile ti sums column tiles kk <= ti. */
+    const int nu = dv / 16, nw = dk / 16;
+    float *stg = s.stage + warp * 16 * 20;
+    for (int idx = warp; idx < nt * (nu + nw); idx += nwarps) {
+        const int ti = idx / (nu + nw), tj = idx % (nu + nw);
+        const bool isw = tj >= nu;
+        const uint16_t *Th = s.Tb[isw ? 2 : 0], *Tl = s.Tb[isw ? 3 : 1];
+        const uint16_t *B = isw ? s.Ks + (tj - nu) * 16 : s.Vs + tj * 16;
+        const int ldB = isw ? ldk : ldv;
+        hk_facc acc;
+        wmma::fill_fragment(acc, 0.0f);
+        for (int kk = 0; kk <= ti; kk++) {
+            hk_fa_row ah, al;
+            hk_fb_row b;
+            wmma::load_matrix_sync(ah, hk_bf(Th + ti * 16 * ldb + kk * 16),
+                                   ldb);
+            wmma::load_matrix_sync(al, hk_bf(Tl + ti * 16 * ldb + kk * 16),
+                                   ldb);
+            wmma::load_matrix_sync(b, hk_bf(B + kk * 16 * ldB), ldB);
+            wmma::mma_sync(acc, ah, b, acc);
+            wmma::mma_sync(acc, al, b, acc);
+        }
+        if (!isw) {
+            wmma::store_matrix_sync(ws.U + (hc * C + ti * 16) * dv + tj * 16,
+                                    acc, dv, wmma::mem_row_major);
+            continue;
+        }
+        /* -W, flushed as the CPU's W, split into scratch. */
+        for (int e = 0; e < acc.num_elements; e++)
+            acc.x[e] = fabsf(acc.x[e]) < HK_GDN_TINY ? 0.0f : -acc.x[e];
+        wmma::store_matrix_sync(stg, acc, 20, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            const int r = e / 16, c = e % 16;
+            const size_t at = (hc * C + ti * 16 + r) * dk + (tj - nu) * 16 + c;
+            hk_bf16_split(stg[r * 20 + c], &ws.Wh[at], &ws.Wl[at]);
+        }
+        __syncwarp(); /* stg is rewritten by the warp's next tile */
+    }
+}
+
+/* Shared memory of kernel B. */
+struct hk_tc_b_smem {
+    float *Sf;           // [dk][BV + 4]  the state tile, f32
+    uint16_t *Sh, *Sl;   // [dk][BV + 8]  its bf16 split
+    float *Vf, *Of;      // [C][BV + 4]   Vn; the output tile
+    uint16_t *Vh, *Vl;   // [C][BV + 8]   Vn split
+    uint16_t *Xh, *Xl;   // [C][BV + 8]   e^{gamma_n - gamma} Vn split
+    uint16_t *Kst, *Qst; // [16][dk + 8]  a last partial token tile
+    float *eg, *en;      // [C]
+};
+
+static __host__ __device__ size_t hk_tc_b_carve(hk_tc_b_smem *s,
+                                                unsigned char *p, int dk, int C,
+                                                int BV)
+{
+    const int ldf = BV + HK_PAD32, ldh = BV + HK_PAD16, ldk = dk + HK_PAD16;
+    const size_t sz[12] = {
+        (size_t)dk * ldf * 4, (size_t)dk * ldh * 2, (size_t)dk * ldh * 2,
+        (size_t)C * ldf * 4,  (size_t)C * ldf * 4,  (size_t)C * ldh * 2,
+        (size_t)C * ldh * 2,  (size_t)C * ldh * 2,  (size_t)C * ldh * 2,
+        (size_t)16 * ldk * 2, (size_t)16 * ldk * 2, (size_t)2 * C * 4};
+    size_t off[12], at = 0;
+    for (int i = 0; i < 12; i++) {
+        off[i] = at;
+        at += (sz[i] + 127) / 128 * 128;
+    }
+    if (s) {
+        s->Sf = (float *)(p + off[0]);
+        s->Sh = (uint16_t *)(p + off[1]);
+        s->Sl = (uint16_t *)(p + off[2]);
+        s->Vf = (float *)(p + off[3]);
+        s->Of = (float *)(p + off[4]);
+        s->Vh = (uint16_t *)(p + off[5]);
+        s->Vl = (uint16_t *)(p + off[6]);
+        s->Xh = (uint16_t *)(p + off[7]);
+        s->Xl = (uint16_t *)(p + off[8]);
+        s->Kst = (uint16_t *)(p + off[9]);
+        s->Qst = (uint16_t *)(p + off[10]);
+        s->eg = (float *)(p + off[11]);
+        s->en = s->eg + C;
+    }
+    return at;
+}
+
+/* Kernel B: column block blockIdx.x of [S | Tc] (dv / BV of S, then
+ * dk / BV of Tc), value head blockIdx.y, sequence blockIdx.z. */
+template <int BV>
+static __global__ void __launch_bounds__(HK_TC_B_THREADS)
+    hk_gdn_tc_state_kernel(hk_tc_ws ws, float *o, float *const *states,
+                           float *const *tcs, const uint16_t *q,
+                           const uint16_t *k, const int *cu, int nslots, int Hk,
+                           int Hv, int dk, int dv, int C)
+{
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ int first;
+    hk_tc_b_smem s;
+    hk_tc_b_carve(&s, smem, dk, C, BV);
+    const int h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
+    const int tid = threadIdx.x, warp = tid >> 5, nwarps = blockDim.x >> 5;
+    const bool is_tc = (int)blockIdx.x * BV >= dv;
+    const int col0 = is_tc ? blockIdx.x * BV - dv : blockIdx.x * BV;
+    const int ldf = BV + HK_PAD32, ldh = BV + HK_PAD16, ldk = dk + HK_PAD16;
+    const size_t ldq = (size_t)Hk * dk, ldo = (size_t)Hv * dv;
+    const int ldg = is_tc ? dk : dv;
+    float *Sg =
+        is_tc ? tcs[b] + (size_t)h * dk * dk : states[b] + (size_t)h * dk * dv;
+    const int ts = cu[b], len = cu[b + 1] - cu[b], nch = (len + C - 1) / C;
+    const int NB = BV / 16;
+
+    if (tid == 0) { /* this sequence's first chunk slot */
+        int acc = 0;
+        for (int i = 0; i < b; i++)
+            acc += (cu[i + 1] - cu[i] + C - 1) / C;
+        first = acc;
+    }
+    for (int e = tid; e < dk * BV; e += blockDim.x) {
+        const int i = e / BV, j = e % BV;
+        s.Sf[i * ldf + j] = is_tc ? (i == col0 + j ? 1.0f : 0.0f)
+                                  : Sg[(size_t)i * ldg + col0 + j];
+    }
+
+    for (int c = 0; c < nch; c++) {
+        const int t0 = ts + c * C, n = min(C, len - c * C);
+        const int nt = (n + 15) / 16;
+        const bool part = n % 16 != 0; /* tile nt-1 runs past the end */
+        __syncthreads(); /* first, Sf, and the last chunk's reads are done */
+        const size_t hc = (size_t)h * nslots + first + c;
+        const double gn = ws.gam[hc * C + n - 1];
+        const float egn = hk_gdn_decay(gn);
+        for (int i = tid; i < C; i += blockDim.x) {
+            const double gi = i < n ? ws.gam[hc * C + i] : 0.0;
+            s.eg[i] = i < n ? hk_gdn_decay(gi) : 0.0f;
+            s.en[i] = i < n ? hk_gdn_decay(gn - gi) : 0.0f;
+        }
+        for (int e = tid; e < dk * BV; e += blockDim.x) {
+            const int i = e / BV, j = e % BV;
+            hk_bf16_split(s.Sf[i * ldf + j], &s.Sh[i * ldh + j],
+                          &s.Sl[i * ldh + j]);
+        }
+        if (part) {
+            const size_t r0 = (size_t)(t0 + (nt - 1) * 16) * ldq + kh * dk;
+            const int left = n - (nt - 1) * 16;
+            hk_tc_stage(s.Kst, ldk, k + r0, ldq, 16, left, dk);
+            if (!is_tc)
+                hk_tc_stage(s.Qst, ldk, q + r0, ldq, 16, left, dk);
+        }
+        __syncthreads();
+
+        /* Vn = U + (-W) S; X = Q S (scaled by e^gamma below). */
+        for (int idx = warp; idx < nt * NB; idx += nwarps) {
+            const int ti = idx / NB, tj = idx % NB;
+            const bool st = part && ti == nt - 1;
+            const uint16_t *Qt =
+                st ? s.Qst : q + (size_t)(t0 + ti * 16) * ldq + (size_t)kh * dk;
+            const unsigned ldqt = st ? (unsigned)ldk : (unsigned)ldq;
+            const uint16_t *Wh = ws.Wh + (hc * C + ti * 16) * dk;
+            const uint16_t *Wl = ws.Wl + (hc * C + ti * 16) * dk;
+            hk_facc vn, x;
+            if (is_tc)
+                wmma::fill_fragment(vn, 0.0f);
+            else
+                wmma::load_matrix_sync(
+                    vn, ws.U + (hc * C + ti * 16) * dv + col0 + tj * 16, dv,
+                    wmma::mem_row_major);
+            wmma::fill_fragment(x, 0.0f);
+            for (int kk = 0; kk < dk / 16; kk++) {
+                hk_fb_row sh, sl;
+                hk_fa_row a;
+                wmma::load_matrix_sync(
+                    sh, hk_bf(s.Sh + kk * 16 * ldh + tj * 16), ldh);
+                wmma::load_matrix_sync(
+                    sl, hk_bf(s.Sl + kk * 16 * ldh + tj * 16), ldh);
+                wmma::load_matrix_sync(a, hk_bf(Wh + kk * 16), dk);
+                wmma::mma_sync(vn, a, sh, vn);
+                wmma::mma_sync(vn, a, sl, vn);
+                wmma::load_matrix_sync(a, hk_bf(Wl + kk * 16), dk);
+                wmma::mma_sync(vn, a, sh, vn);
+                if (is_tc)
+                    continue;
+                wmma::load_matrix_sync(a, hk_bf(Qt + kk * 16), ldqt);
+                wmma::mma_sync(x, a, sh, x);
+                wmma::mma_sync(x, a, sl, x);
+            }
+            wmma::store_matrix_sync(s.Vf + ti * 16 * ldf + tj * 16, vn, ldf,
+                                    wmma::mem_row_major);
+            if (!is_tc)
+                wmma::store_matrix_sync(s.Of + ti * 16 * ldf + tj * 16, x, ldf,
+                                        wmma::mem_row_major);
+        }
+        __syncthreads();
+
+        /* Splits of Vn and of e^{gamma_n - gamma} Vn; O's e^gamma; S's
+         * e^{gamma_n}. Rows past the chunk are 0 (U and W rows are). */
+        for (int e = tid; e < nt * 16 * BV; e += blockDim.x) {
+            const int i = e / BV, j = e % BV;
+            float vn = s.Vf[i * ldf + j];
+            if (is_tc && fabsf(vn) < HK_GDN_TINY)
+                vn = 0.0f;
+            hk_bf16_split(vn, &s.Vh[i * ldh + j], &s.Vl[i * ldh + j]);
+            hk_bf16_split(s.en[i] * vn, &s.Xh[i * ldh + j], &s.Xl[i * ldh + j]);
+            if (!is_tc)
+                s.Of[i * ldf + j] *= s.eg[i];
+        }
+        for (int e = tid; e < dk * BV; e += blockDim.x)
+            s.Sf[(e / BV) * ldf + e % BV] *= egn;
+        __syncthreads();
+
+        /* O += P Vn (P lower triangular: kk <= ti); S += K^T X. */
+        const int no = is_tc ? 0 : nt * NB, ns = (dk / 16) * NB;
+        for (int idx = warp; idx < no + ns; idx += nwarps) {
+            hk_facc acc;
+            if (idx < no) {
+                const int ti = idx / NB, tj = idx % NB;
+                float *Ot = s.Of + ti * 16 * ldf + tj * 16;
+                wmma::load_matrix_sync(acc, Ot, ldf, wmma::mem_row_major);
+                for (int kk = 0; kk <= ti; kk++) {
+                    const size_t pt = (hc * C + ti * 16) * C + kk * 16;
+                    hk_fa_row ph, pl;
+                    hk_fb_row vh, vl;
+                    wmma::load_matrix_sync(ph, hk_bf(ws.Ph + pt), C);
+                    wmma::load_matrix_sync(pl, hk_bf(ws.Pl + pt), C);
+                    wmma::load_matrix_sync(
+                        vh, hk_bf(s.Vh + kk * 16 * ldh + tj * 16), ldh);
+                    wmma::load_matrix_sync(
+                        vl, hk_bf(s.Vl + kk * 16 * ldh + tj * 16), ldh);
+                    wmma::mma_sync(acc, ph, vh, acc);
+                    wmma::mma_sync(acc, ph, vl, acc);
+                    wmma::mma_sync(acc, pl, vh, acc);
+                }
+                wmma::store_matrix_sync(Ot, acc, ldf, wmma::mem_row_major);
+                continue;
+            }
+            const int ti = (idx - no) / NB, tj = (idx - no) % NB;
+            float *St = s.Sf + ti * 16 * ldf + tj * 16;
+            wmma::load_matrix_sync(acc, St, ldf, wmma::mem_row_major);
+            for (int kk = 0; kk < nt; kk++) {
+                const bool st = part && kk == nt - 1;
+                const uint16_t *Kt = st ? s.Kst + ti * 16
+                                        : k + (size_t)(t0 + kk * 16) * ldq +
+                                              (size_t)kh * dk + ti * 16;
+                hk_fa_col a;
+                hk_fb_row xh, xl;
+                wmma::load_matrix_sync(a, hk_bf(Kt),
+                                       st ? (unsigned)ldk : (unsigned)ldq);
+                wmma::load_matrix_sync(
+                    xh, hk_bf(s.Xh + kk * 16 * ldh + tj * 16), ldh);
+                wmma::load_matrix_sync(
+                    xl, hk_bf(s.Xl + kk * 16 * ldh + tj * 16), ldh);
+                wmma::mma_sync(acc, a, xh, acc);
+                wmma::mma_sync(acc, a, xl, acc);
+            }
+            if (is_tc)
+                for (int e = 0; e < acc.num_elements; e++)
+                    if (fabsf(acc.x[e]) < HK_GDN_TINY)
+                        acc.x[e] = 0.0f;
+            wmma::store_matrix_sync(St, acc, ldf, wmma::mem_row_major);
+        }
+        __syncthreads();
+
+        if (!is_tc)
+            for (int e = tid; e < n * BV; e += blockDim.x) {
+                const int i = e / BV, j = e % BV;
+                o[(size_t)(t0 + i) * ldo + (size_t)h * dv + col0 + j] =
+                    s.Of[i * ldf + j];
+            }
+    }
+    __syncthreads();
+    for (int e = tid; e < dk * BV; e += blockDim.x) {
+        const int i = e / BV, j = e % BV;
+        Sg[(size_t)i * ldg + col0 + j] = s.Sf[i * ldf + j];
+    }
+}
+
+extern "C" size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv,
+                                                 int dk, int dv, int C)
+{
+    if (T < 0 || nseq < 1 || Hv < 1 || dk < 1 || dv < 1 || C < 1)
+        return 0;
+    const size_t bytes =
+        hk_tc_ws_bytes(hk_tc_slots(T, nseq, C), Hv, dk, dv, C, NULL, NULL);
+    return bytes / sizeof(float);
+}
+
+/* The largest dynamic shared memory a block of this device may have. */
+static int hk_tc_smem_max(void)
+{
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               dev) != cudaSuccess)
+        return 48 * 1024;
+    return v;
+}
+
+/* BV = 32 when the grid still covers every SM, else 16 (more blocks). */
+static int hk_tc_bv(int nseq, int Hv, int ncols, int dk, int dv)
+{
+    int dev = 0, sms = 0;
+    if (dk % 32 || dv % 32 || cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+            cudaSuccess)
+        return 16;
+    return (long long)nseq * Hv * (ncols / 32) >= sms ? 32 : 16;
+}
+
+extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
+                                      float *const *tcs, const uint16_t *q,
+                                      const uint16_t *k, const uint16_t *v,
+                                      const float *g, const float *beta,
+                                      const int *cu_seqlens, int nseq, int T,
+                                      int Hk, int Hv, int dk, int dv, int C,
+                                      float *scratch, void *stream)
+{
+    if (T < 0 || nseq < 1 || nseq > HK_CUDA_MAX_GRID_YZ || Hk < 1 || Hv < 1 ||
+        Hv % Hk || Hv > HK_CUDA_MAX_GRID_YZ || dk < 16 || dk % 16 ||
+        dk > HK_CUDA_GDN_MAX_DK || dv < 16 || dv % 16 || C < 16 || C % 16 ||
+        C > HK_CUDA_GDN_MAX_C || !states || !cu_seqlens || (T > 0 && !scratch))
+        return HK_CUDA_EINVAL;
+    const int ncols = dv + (tcs ? dk : 0);
+    const int BV = hk_tc_bv(nseq, Hv, ncols, dk, dv);
+    const size_t sa = hk_tc_a_carve(NULL, NULL, dk, dv, C);
+    const size_t sb = hk_tc_b_carve(NULL, NULL, dk, C, BV);
+    if (sa > (size_t)hk_tc_smem_max() || sb > (size_t)hk_tc_smem_max())
+        return HK_CUDA_EINVAL;
+    const cudaStream_t s = hk_stream(stream);
+    const size_t slots = hk_tc_slots(T, nseq, C);
+    hk_tc_ws ws;
+    hk_tc_ws_bytes(slots, Hv, dk, dv, C, &ws, (unsigned char *)scratch);
+    int rc;
+
+    if (T > 0) {
+        cudaFuncSetAttribute(hk_gdn_tc_local_kernel,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)sa);
+        hk_gdn_tc_local_kernel<<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, sa,
+                                 s>>>(ws, q, k, v, g, beta, cu_seqlens, nseq,
+                                      (int)slots, Hk, Hv, dk, dv, C);
+        if ((rc = hk_cuda_check_launch()))
+            return rc;
+    }
+    const dim3 grid(ncols / BV, Hv, nseq);
+#define HK_TC_STATE(N)                                                         \
+    do {                                                                       \
+        cudaFuncSetAttribute(hk_gdn_tc_state_kernel<N>,                        \
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                             (int)sb);                                         \
+        hk_gdn_tc_state_kernel<N><<<grid, HK_TC_B_THREADS, sb, s>>>(           \
+            ws, o, states, tcs, q, k, cu_seqlens, (int)slots, Hk, Hv, dk, dv,  \
+            C);                                                                \
+    } while (0)
+    if (BV == 32)
+        HK_TC_STATE(32);
+    else
+        HK_TC_STATE(16);
+#undef HK_TC_STATE
+    return hk_cuda_check_launch();
+}

@@ -128,13 +128,21 @@ $(BUILD)/test/test_cuda_%: test_cuda_%.c $(LIBHYPIC) $(LIBKCPU) $(CUDA_TARGET) \
 
 # Benchmarks: built by `make bench`, run by hand (bench/README.md); one
 # program per bench/*.c, sharing only bench/*.h (static inline helpers).
-bench: $(BENCH_BINS)
+bench: $(filter-out $(if $(CUDA_TARGET),,$(BUILD)/bench/gpu_%),$(BENCH_BINS))
 $(BUILD)/bench/%: bench/%.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS) \
                   $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  BENCH   $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(LIBHYPIC) $(LIBKCPU) \
 	    $(LIBS_ALL)
+
+# GPU benches (bench/gpu_*.c): linked with libhk_cuda.a, built only with it.
+$(BUILD)/bench/gpu_%: bench/gpu_%.c $(LIBHYPIC) $(LIBKCPU) $(CUDA_TARGET) \
+                      $(HEADERS) $(wildcard bench/*.h)
+	@mkdir -p $(dir $@)
+	@$(if $(Q),echo "  BENCH   $@")
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(CUDA_TARGET) \
+	    $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL) $(CUDA_LIBS)
 
 # CUDA twins: compiled and linked here, run only where a device exists.
 # Machine code for A100 (sm_80) and H100 (sm_90a), and compute_90 PTX that

@@ -8,9 +8,9 @@
  * emulator aborts otherwise), and it waits for all 32 lanes first, so
  * what the warp's lanes wrote before the call is what it reads. Each lane
  * keeps whole A and B tiles; an accumulator's 256 elements are spread over
- * the lanes as on the GPU (lane l owns elements e with e % 32 == l, in
- * row-major order): mma_sync computes, and store_matrix_sync writes, only
- * the caller's share. A lane that reads what its warp stored without a
+ * the lanes as on the GPU (sm_80+: lane l owns rows l/4 and l/4 + 8,
+ * columns 2(l%4), +1, +8, +9): mma_sync computes, and store_matrix_sync
+ * writes, only the caller's share. A lane that reads what its warp stored without a
  * __syncwarp() in between therefore sees the other lanes' elements
  * missing in one of the two thread orders. Element access through x[]
  * is for uniform updates (the same operation on every element), which is
@@ -61,6 +61,12 @@ template <> class fragment<accumulator, 16, 16, 16, float, void> {
     enum { num_elements = 256 };
     float x[256];
 };
+
+/* The lane that holds element (r, c) of an accumulator tile. */
+static inline int hk_emu_wmma_owner(int r, int c)
+{
+    return (r % 8) * 4 + (c % 8) / 2;
+}
 
 /* Every lane of the warp made this call with the same arguments; waits for
  * all of them (the warp barrier). Arguments are exchanged in one of two
@@ -123,8 +129,10 @@ store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
                   unsigned ldm, layout_t lay)
 {
     hk_emu_wmma_enter(p, ldm, 4 + lay, 4, "store_matrix_sync");
-    for (int e = hk_emu.cur % 32; e < 256; e += 32) {
+    for (int e = 0; e < 256; e++) {
         const int r = e / 16, c = e % 16;
+        if (hk_emu_wmma_owner(r, c) != hk_emu.cur % 32)
+            continue;
         if (lay == mem_col_major)
             p[r + (size_t)c * ldm] = f.x[e];
         else
@@ -148,8 +156,10 @@ mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
          const fragment<accumulator, 16, 16, 16, float> &c)
 {
     hk_emu_wmma_enter(nullptr, 0, 6, 4, "mma_sync");
-    for (int e = hk_emu.cur % 32; e < 256; e += 32) {
+    for (int e = 0; e < 256; e++) {
         const int r = e / 16, col = e % 16;
+        if (hk_emu_wmma_owner(r, col) != hk_emu.cur % 32)
+            continue;
         float acc = c.x[e];
         for (int k = 0; k < 16; k++)
             acc += __bfloat162float(a.x[r * 16 + k]) *

@@ -11,7 +11,8 @@
 # HK_CUDA_TEST_GRID=small runs the reduced shape grid (make test, through
 # t/015-cuda-emu.t); HK_EMU_ORDERS="forward" runs one order only, "" none
 # (build only);
-# HK_EMU_BUILD is the work folder (default /tmp/hk_emu_build).
+# HK_EMU_BUILD is the work folder (default /tmp/hk_emu_build); HK_EMU_BENCH=1
+# also builds bench/gpu_kernels against the emulator.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 cpu_lib=${1:-build/libhk_cpu.a}
@@ -50,6 +51,13 @@ gcc -std=c11 -D_GNU_SOURCE -g -O2 -fopenmp -Wall -Wextra -Werror -Wshadow \
     -DHK_HAVE_CUDA -o "$out/test_cuda_kernels" \
     kernels/test/test_cuda_kernels.c "$out/libhk_cuda_emu.a" "$cpu_lib" \
     -L$blas -Wl,-rpath,$blas -lopenblas -lstdc++ -lm -lpthread
+# HK_EMU_BENCH=1: bench/gpu_kernels too (its --tiny plumbing runs here).
+if [ -n "${HK_EMU_BENCH:-}" ]; then
+    gcc -std=c11 -D_GNU_SOURCE -g -O2 -Wall -Wextra -Werror -Wshadow \
+        -Wno-unused-parameter -I. -o "$out/gpu_kernels" bench/gpu_kernels.c \
+        "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas -Wl,-rpath,$blas \
+        -lopenblas -lstdc++ -lm -lpthread -fopenmp
+fi
 for order in ${HK_EMU_ORDERS-forward reverse}; do
     echo "# emulator, threads in $order order"
     HK_EMU_ORDER=$order "$out/test_cuda_kernels"

@@ -1,0 +1,1027 @@
+/*
+ * gpu_kernels.c - the CUDA kernels (kernels/cuda) at the shapes of
+ * Qwen3.5-0.8B and Qwen3-Next: time (CUDA events), tokens/s, achieved
+ * GB/s or TFLOP/s, against the device's copy bandwidth (cudaMemcpy device
+ * to device). Built by `make bench` where nvcc exists; run on the GPU host
+ * by tools/device-check.sh.
+ *
+ *   gpu_kernels [--out FILE.tsv] [--dump DIR] [--budget SECONDS] [--tiny]
+ *
+ * Measured (in this order, the most wanted first):
+ *   copy_d2d                       1 GiB, bytes read + written
+ *   gdn_chunk_{f32,bf16}[_tc]      prefill, T = 4k, 16k, 64k (C = 64;
+ *                                  _tc: with T_C)
+ *   gdn_step / gdn_decode / gdn_decode_chain   decode, B = 1, 16, 64, 256:
+ *                                  the fused step; the unfused recurrence
+ *                                  alone; the unfused chain (conv, split,
+ *                                  2 l2norm, gates, recurrence). GB/s
+ *                                  counts state bytes read + written;
+ *                                  states rotate over >= 256 MB of sets so
+ *                                  no step finds them in L2
+ *   attention_decode               B requests x 4096 keys; GB/s of K and V
+ *   matmul_{f32,bf16}              cuBLAS at the models' projections
+ *   attention_prefill              causal, T = 4k, 16k, 64k; TFLOP/s
+ * A row past the budget is printed as skipped. --dump DIR writes, for a
+ * small shape of each op, the inputs and our outputs (raw little-endian
+ * arrays and a meta.txt per case) for bench/gpu_kernels_ref.py, which runs
+ * FLA and torch on the same inputs and a float64 reference. --tiny runs
+ * toy shapes (the host emulator's plumbing check).
+ *
+ * Inputs are synthetic, as the model makes them: q, k rows unit-norm
+ * (q / sqrt(dk)), gates from hk_math_gdn_gate over the HF initialisation
+ * ranges; q, k, v are rounded to bf16 values so the f32 and bf16 kernels
+ * (and FLA's) see the same numbers. Long inputs repeat a block of rows.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "bench/bench_util.h"
+#include "kernels/common/hk_bf16.h"
+#include "kernels/common/hk_math.h"
+#include "kernels/cuda/hk_cuda.h"
+
+typedef struct {
+    const char *name;
+    int Hk, Hv, dk, dv;   /* GDN */
+    int Hq, Hkv, hd;      /* full attention */
+    int hidden, qkv, mlp; /* projections: hidden -> qkv (GDN), -> mlp */
+} model_t;
+
+static const model_t models[] = {
+    {"qwen3.5-0.8b", 16, 16, 128, 128, 8, 2, 256, 1024, 6144, 3584},
+    {"qwen3-next", 16, 32, 128, 128, 16, 2, 256, 2048, 12288, 512}};
+static const model_t tiny_model = {"tiny", 1, 2, 32, 32, 2, 1, 32, 64, 96, 80};
+
+#define CHUNK    64
+#define CONV_K   4
+#define NORM_EPS 1e-6f
+#define ROT_BYTES                                                              \
+    (256u << 20) /* state sets cycled through per decode bench                 \
+                  */
+
+static FILE *tsv;
+static const char *dump_dir;
+static double t_begin, budget = 1e9;
+static int tiny;
+static uint64_t rng = BENCH_SEED;
+
+/* ---- plumbing ------------------------------------------------------------ */
+
+static void die(const char *what, int rc)
+{
+    printf("Bail out! %s: %s (%d)\n", what, hk_cuda_strerror(rc), rc);
+    exit(1);
+}
+
+#define CK(call)                                                               \
+    do {                                                                       \
+        int rc_ = (call);                                                      \
+        if (rc_)                                                               \
+            die(#call, rc_);                                                   \
+    } while (0)
+
+static void *dalloc(size_t bytes)
+{
+    void *p = NULL;
+    CK(hk_cuda_malloc(&p, bytes));
+    return p;
+}
+
+static void *halloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        printf("Bail out! out of host memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static double nrand(void)
+{
+    const double u1 = bench_unif(&rng), u2 = bench_unif(&rng);
+    return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
+}
+
+static float bf16_round(float x)
+{
+    return hk_bf16_to_f32(hk_bf16_from_f32(x));
+}
+
+/* Device buffer of total bytes from a host block of hb bytes, repeated. */
+static void *dev_tiled(const void *h, size_t hb, size_t total)
+{
+    void *d = dalloc(total);
+    const size_t first = hb < total ? hb : total;
+    CK(hk_cuda_h2d(d, h, first, NULL));
+    for (size_t at = first; at < total;) {
+        const size_t n = at < total - at ? at : total - at;
+        CK(hk_cuda_d2d((char *)d + at, d, n, NULL));
+        at += n;
+    }
+    CK(hk_cuda_stream_sync(NULL));
+    return d;
+}
+
+static uint16_t *to_bf16(const float *x, size_t n)
+{
+    uint16_t *b = halloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        b[i] = hk_bf16_from_f32(x[i]);
+    return b;
+}
+
+static int over_budget(void)
+{
+    return bench_now() - t_begin > budget;
+}
+
+/* One result row: stdout and the TSV. rate, gbps, tflops < 0: none. */
+static void emit(const char *op, const char *model, const char *params,
+                 double ms, int reps, double rate, double gbps, double tflops,
+                 const char *note)
+{
+    char r[32] = "-", g[32] = "-", f[32] = "-", m[32] = "-";
+    if (ms >= 0)
+        snprintf(m, sizeof m, "%.4f", ms);
+    if (rate >= 0)
+        snprintf(r, sizeof r, "%.4g", rate);
+    if (gbps >= 0)
+        snprintf(g, sizeof g, "%.1f", gbps);
+    if (tflops >= 0)
+        snprintf(f, sizeof f, "%.2f", tflops);
+    printf("| %-18s | %-13s | %-34s | %10s | %4d | %10s | %7s | %6s | %s |\n",
+           op, model, params, m, reps, r, g, f, note ? note : "");
+    fprintf(tsv, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", op, model, params, m,
+            reps, r, g, f, note ? note : "");
+    fflush(stdout);
+    fflush(tsv);
+}
+
+static void skipped(const char *op, const char *model, const char *params,
+                    const char *why)
+{
+    emit(op, model, params, -1, 0, -1, -1, -1, why);
+}
+
+/* The op to time: rep counts calls (0 = warm-up), so decode benches can
+ * rotate state sets. Returns an hk_cuda status. */
+typedef int (*op_fn)(void *ctx, int rep);
+
+static int cmp_dbl(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define MAX_REPS 50
+/* Median milliseconds of the op: one warm-up call, then at least 3 timed
+ * calls and up to ~200 ms of them (1 when the warm-up took over 1 s).
+ * Returns < 0 (and *rc) on an error. */
+static double time_op(op_fn f, void *ctx, int *reps, int *rc)
+{
+    hk_cuda_timer_t t = {0};
+    double ms[MAX_REPS], warm = 0.0, total = 0.0;
+    int n = 0;
+    *reps = 0;
+    if ((*rc = hk_cuda_timer_create(&t)))
+        return -1;
+    if ((*rc = hk_cuda_timer_start(&t, NULL)) || (*rc = f(ctx, 0)) ||
+        (*rc = hk_cuda_timer_stop(&t, NULL, &warm)))
+        goto out;
+    const int want = tiny ? 1 : warm > 1000.0 ? 1 : 3;
+    while (n < MAX_REPS && (n < want || (total < 200.0 && !tiny))) {
+        if ((*rc = hk_cuda_timer_start(&t, NULL)) || (*rc = f(ctx, n + 1)) ||
+            (*rc = hk_cuda_timer_stop(&t, NULL, &ms[n])))
+            goto out;
+        total += ms[n++];
+    }
+out:
+    hk_cuda_timer_destroy(&t);
+    *reps = n;
+    if (*rc || n == 0)
+        return -1;
+    qsort(ms, (size_t)n, sizeof(double), cmp_dbl);
+    return ms[n / 2];
+}
+
+/* Times f and prints its row; work = tokens (rate), bytes (GB/s) and
+ * flops (TFLOP/s), each 0 when not meaningful. */
+static double measure(const char *op, const char *model, const char *params,
+                      op_fn f, void *ctx, double tokens, double bytes,
+                      double flops)
+{
+    if (over_budget()) {
+        skipped(op, model, params, "skipped: budget");
+        return -1;
+    }
+    int reps = 0, rc = 0;
+    const double ms = time_op(f, ctx, &reps, &rc);
+    if (ms < 0) {
+        char note[96];
+        snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
+        emit(op, model, params, -1, reps, -1, -1, -1, note);
+        return -1;
+    }
+    const double s = ms * 1e-3;
+    emit(op, model, params, ms, reps, tokens > 0 ? tokens / s : -1,
+         bytes > 0 ? bytes / s * 1e-9 : -1, flops > 0 ? flops / s * 1e-12 : -1,
+         NULL);
+    return ms;
+}
+
+/* ---- dumps for gpu_kernels_ref.py ---------------------------------------- */
+
+static char case_dir[512];
+
+static void dump_begin(const char *name, const char *meta)
+{
+    snprintf(case_dir, sizeof case_dir, "%s/%s", dump_dir, name);
+    mkdir(dump_dir, 0755);
+    mkdir(case_dir, 0755);
+    char p[600];
+    snprintf(p, sizeof p, "%s/meta.txt", case_dir);
+    FILE *f = fopen(p, "w");
+    if (!f) {
+        printf("Bail out! cannot write %s\n", p);
+        exit(1);
+    }
+    fputs(meta, f);
+    fclose(f);
+}
+
+/* name.f32 / name.i32 from host memory. */
+static void dump_host(const char *name, const void *h, size_t bytes)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", case_dir, name);
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(h, 1, bytes, f) != bytes) {
+        printf("Bail out! cannot write %s\n", p);
+        exit(1);
+    }
+    fclose(f);
+}
+
+static void dump_dev(const char *name, const void *d, size_t bytes)
+{
+    void *h = halloc(bytes);
+    CK(hk_cuda_d2h(h, d, bytes, NULL));
+    dump_host(name, h, bytes);
+    free(h);
+}
+
+/* ---- copy bandwidth ------------------------------------------------------ */
+
+typedef struct {
+    void *a, *b;
+    size_t bytes;
+} copy_ctx;
+
+static int copy_run(void *ctx, int rep)
+{
+    const copy_ctx *c = ctx;
+    (void)rep;
+    return hk_cuda_d2d(c->b, c->a, c->bytes, NULL);
+}
+
+static void bench_copy(void)
+{
+    copy_ctx c = {NULL, NULL, tiny ? (size_t)4 << 20 : (size_t)1 << 30};
+    c.a = dalloc(c.bytes);
+    c.b = dalloc(c.bytes);
+    CK(hk_cuda_memset0(c.a, c.bytes, NULL));
+    char p[64];
+    snprintf(p, sizeof p, "bytes=%zu", c.bytes);
+    measure("copy_d2d", "-", p, copy_run, &c, 0, 2.0 * c.bytes, 0);
+    CK(hk_cuda_free(c.a));
+    CK(hk_cuda_free(c.b));
+}
+
+/* ---- GDN inputs ------------------------------------------------------------
+ */
+
+/* Host rows of a GDN problem (R tokens), q, k, v already bf16 values. */
+typedef struct {
+    int R, Hk, Hv, dk, dv;
+    float *q, *k, *v, *g, *beta, *S0;
+    float A_log[64], dtb[64];
+} gdn_host_t;
+
+static void unit_row(float *x, int n, double scale)
+{
+    double t[512], ss = 0.0;
+    for (int i = 0; i < n; i++) {
+        t[i] = nrand();
+        ss += t[i] * t[i];
+    }
+    for (int i = 0; i < n; i++)
+        x[i] = bf16_round((float)(t[i] / sqrt(ss + 1e-6) * scale));
+}
+
+static void gdn_host_make(gdn_host_t *p, const model_t *m, int R)
+{
+    p->R = R, p->Hk = m->Hk, p->Hv = m->Hv, p->dk = m->dk, p->dv = m->dv;
+    const size_t nq = (size_t)R * m->Hk * m->dk, nv = (size_t)R * m->Hv * m->dv;
+    p->q = halloc(nq * 4);
+    p->k = halloc(nq * 4);
+    p->v = halloc(nv * 4);
+    p->g = halloc((size_t)R * m->Hv * 4);
+    p->beta = halloc((size_t)R * m->Hv * 4);
+    p->S0 = halloc((size_t)m->Hv * m->dk * m->dv * 4);
+    for (int h = 0; h < m->Hv; h++) {
+        const double A = 1.0 + 15.0 * bench_unif(&rng);
+        const double dt = exp(log(1e-3) + bench_unif(&rng) * log(100.0));
+        p->A_log[h] = (float)log(A);
+        p->dtb[h] = (float)log(expm1(dt));
+    }
+    for (size_t r = 0; r < (size_t)R * m->Hk; r++) {
+        unit_row(p->q + r * m->dk, m->dk, 1.0 / sqrt((double)m->dk));
+        unit_row(p->k + r * m->dk, m->dk, 1.0);
+    }
+    for (size_t e = 0; e < nv; e++)
+        p->v[e] = bf16_round((float)nrand());
+    for (size_t e = 0; e < (size_t)R * m->Hv; e++) {
+        const int h = (int)(e % m->Hv);
+        p->g[e] =
+            hk_math_gdn_gate((float)(1.5 * nrand()), p->A_log[h], p->dtb[h]);
+        p->beta[e] = hk_math_sigmoid((float)(2.0 * nrand()));
+    }
+    for (size_t e = 0; e < (size_t)m->Hv * m->dk * m->dv; e++)
+        p->S0[e] = (float)(0.1 * nrand());
+}
+
+static void gdn_host_free(gdn_host_t *p)
+{
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->g);
+    free(p->beta);
+    free(p->S0);
+}
+
+/* ---- GDN chunked prefill ---------------------------------------------------
+ */
+
+typedef struct {
+    int T, Hk, Hv, dk, dv, bf16, tc;
+    float *q, *k, *v, *g, *beta, *o, *S, *Tc, *scr;
+    uint16_t *qb, *kb, *vb;
+    float **states, **tcs; /* device tables of one pointer */
+    int *cu;
+} chunk_ctx;
+
+static int chunk_run(void *ctx, int rep)
+{
+    const chunk_ctx *c = ctx;
+    (void)rep;
+    if (c->bf16)
+        return hk_cuda_gdn_chunk_bf16(c->o, c->states, c->tc ? c->tcs : NULL,
+                                      c->qb, c->kb, c->vb, c->g, c->beta, c->cu,
+                                      1, c->T, c->Hk, c->Hv, c->dk, c->dv,
+                                      CHUNK, c->scr, NULL);
+    return hk_cuda_gdn_chunk(c->o, c->S, c->tc ? c->Tc : NULL, c->q, c->k, c->v,
+                             c->g, c->beta, c->T, c->Hk, c->Hv, c->dk, c->dv,
+                             CHUNK, c->scr, NULL);
+}
+
+static void chunk_setup(chunk_ctx *c, const gdn_host_t *p, int T)
+{
+    memset(c, 0, sizeof *c);
+    c->T = T, c->Hk = p->Hk, c->Hv = p->Hv, c->dk = p->dk, c->dv = p->dv;
+    const size_t rq = (size_t)p->Hk * p->dk, rv = (size_t)p->Hv * p->dv;
+    const size_t R = (size_t)p->R;
+    uint16_t *qb = to_bf16(p->q, R * rq), *kb = to_bf16(p->k, R * rq);
+    uint16_t *vb = to_bf16(p->v, R * rv);
+    c->q = dev_tiled(p->q, R * rq * 4, (size_t)T * rq * 4);
+    c->k = dev_tiled(p->k, R * rq * 4, (size_t)T * rq * 4);
+    c->v = dev_tiled(p->v, R * rv * 4, (size_t)T * rv * 4);
+    c->qb = dev_tiled(qb, R * rq * 2, (size_t)T * rq * 2);
+    c->kb = dev_tiled(kb, R * rq * 2, (size_t)T * rq * 2);
+    c->vb = dev_tiled(vb, R * rv * 2, (size_t)T * rv * 2);
+    c->g = dev_tiled(p->g, R * p->Hv * 4, (size_t)T * p->Hv * 4);
+    c->beta = dev_tiled(p->beta, R * p->Hv * 4, (size_t)T * p->Hv * 4);
+    c->o = dalloc((size_t)T * rv * 4);
+    const size_t ns = (size_t)p->Hv * p->dk * p->dv;
+    c->S = dev_tiled(p->S0, ns * 4, ns * 4);
+    c->Tc = dalloc((size_t)p->Hv * p->dk * p->dk * 4);
+    const size_t s1 = hk_cuda_gdn_chunk_scratch(T, p->Hv, p->dk, p->dv, CHUNK);
+    const size_t s2 =
+        hk_cuda_gdn_chunk_bf16_scratch(T, 1, p->Hv, p->dk, p->dv, CHUNK);
+    c->scr = dalloc((s1 > s2 ? s1 : s2) * 4);
+    c->states = dalloc(sizeof(float *));
+    c->tcs = dalloc(sizeof(float *));
+    CK(hk_cuda_h2d(c->states, &c->S, sizeof(float *), NULL));
+    CK(hk_cuda_h2d(c->tcs, &c->Tc, sizeof(float *), NULL));
+    const int cu[2] = {0, T};
+    c->cu = dalloc(sizeof cu);
+    CK(hk_cuda_h2d(c->cu, cu, sizeof cu, NULL));
+    free(qb);
+    free(kb);
+    free(vb);
+}
+
+static void chunk_free(chunk_ctx *c)
+{
+    void *bufs[] = {c->q, c->k, c->v,  c->qb,  c->kb,     c->vb,  c->g, c->beta,
+                    c->o, c->S, c->Tc, c->scr, c->states, c->tcs, c->cu};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        CK(hk_cuda_free(bufs[i]));
+}
+
+static const char *const chunk_ops[4] = {"gdn_chunk_f32", "gdn_chunk_f32_tc",
+                                         "gdn_chunk_bf16", "gdn_chunk_bf16_tc"};
+
+static void bench_chunk(const model_t *m, int T)
+{
+    char params[128];
+    snprintf(params, sizeof params, "T=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,C=%d", T,
+             m->Hk, m->Hv, m->dk, m->dv, CHUNK);
+    if (over_budget()) {
+        for (int v = 0; v < 4; v++)
+            skipped(chunk_ops[v], m->name, params, "skipped: budget");
+        return;
+    }
+    gdn_host_t p;
+    gdn_host_make(&p, m, T < 4096 ? T : 4096);
+    chunk_ctx c;
+    chunk_setup(&c, &p, T);
+    /* nominal flops: the recurrence's 3 dk dv and the chunk terms
+     * C (dk + dv) per token and head, 2 per multiply-add; Tc 2 dk^2 more */
+    const double base = 2.0 * T * m->Hv *
+                        (3.0 * m->dk * m->dv + (double)CHUNK * (m->dk + m->dv));
+    for (int v = 0; v < 4; v++) {
+        c.bf16 = v >= 2;
+        c.tc = v % 2;
+        const double fl = base + (c.tc ? 4.0 * T * m->Hv * m->dk * m->dk : 0.0);
+        measure(chunk_ops[v], m->name, params, chunk_run, &c, T, 0, fl);
+    }
+    chunk_free(&c);
+    gdn_host_free(&p);
+}
+
+/* Inputs and our outputs of one chunked prefill, each variant from S0. */
+static void dump_chunk(const model_t *m, int T)
+{
+    gdn_host_t p;
+    gdn_host_make(&p, m, T);
+    chunk_ctx c;
+    chunk_setup(&c, &p, T);
+    char meta[256], name[64];
+    snprintf(meta, sizeof meta,
+             "op gdn_chunk\nmodel %s\nT %d\nHk %d\nHv %d\ndk %d\ndv %d\nC %d\n",
+             m->name, T, m->Hk, m->Hv, m->dk, m->dv, CHUNK);
+    snprintf(name, sizeof name, "gdn_chunk-%s", m->name);
+    dump_begin(name, meta);
+    const size_t nq = (size_t)T * m->Hk * m->dk, nv = (size_t)T * m->Hv * m->dv;
+    const size_t ns = (size_t)m->Hv * m->dk * m->dv;
+    dump_host("q.f32", p.q, nq * 4);
+    dump_host("k.f32", p.k, nq * 4);
+    dump_host("v.f32", p.v, nv * 4);
+    dump_host("g.f32", p.g, (size_t)T * m->Hv * 4);
+    dump_host("beta.f32", p.beta, (size_t)T * m->Hv * 4);
+    dump_host("S0.f32", p.S0, ns * 4);
+    for (int b = 0; b < 2; b++) {
+        CK(hk_cuda_h2d(c.S, p.S0, ns * 4, NULL));
+        c.bf16 = b;
+        c.tc = 1;
+        CK(chunk_run(&c, 0));
+        char f[32];
+        snprintf(f, sizeof f, "o_%s.f32", b ? "bf16" : "f32");
+        dump_dev(f, c.o, nv * 4);
+        snprintf(f, sizeof f, "S_%s.f32", b ? "bf16" : "f32");
+        dump_dev(f, c.S, ns * 4);
+        snprintf(f, sizeof f, "Tc_%s.f32", b ? "bf16" : "f32");
+        dump_dev(f, c.Tc, (size_t)m->Hv * m->dk * m->dk * 4);
+    }
+    chunk_free(&c);
+    gdn_host_free(&p);
+}
+
+/* ---- GDN decode
+ * -------------------------------------------------------------- */
+
+typedef struct {
+    int B, Hk, Hv, dk, dv, nsets;
+    float *qkv, *a, *b, *w, *A_log, *dtb; /* step inputs */
+    float *q, *k, *v, *g, *beta, *o, *cv; /* chain buffers */
+    float *pool, *cpool;                  /* nsets x B states, conv states */
+    float ***tabs, ***ctabs;              /* per set: device tables */
+} step_ctx;
+
+static int step_run(void *ctx, int rep)
+{
+    const step_ctx *c = ctx;
+    const int s = rep % c->nsets;
+    return hk_cuda_gdn_step(
+        c->o, (float *const *)c->tabs[s], (float *const *)c->ctabs[s], c->qkv,
+        c->a, c->b, c->w, c->A_log, c->dtb, c->B, c->Hk, c->Hv, c->dk, c->dv,
+        CONV_K, NORM_EPS, 1.0f / sqrtf((float)c->dk), NULL);
+}
+
+static int decode_run(void *ctx, int rep)
+{
+    const step_ctx *c = ctx;
+    return hk_cuda_gdn_decode(c->o, (float *const *)c->tabs[rep % c->nsets],
+                              c->q, c->k, c->v, c->g, c->beta, c->B, c->Hk,
+                              c->Hv, c->dk, c->dv, NULL);
+}
+
+/* The unfused sequence the fused step replaces. */
+static int chain_run(void *ctx, int rep)
+{
+    const step_ctx *c = ctx;
+    const int s = rep % c->nsets, kd = c->Hk * c->dk, vd = c->Hv * c->dv;
+    const int cd = 2 * kd + vd;
+    int rc;
+    if ((rc = hk_cuda_conv1d_silu_decode(c->cv, (float *const *)c->ctabs[s],
+                                         c->qkv, c->w, c->B, cd, CONV_K,
+                                         NULL)) ||
+        (rc = hk_cuda_split_heads(c->q, c->k, c->v, c->cv, c->B, kd, kd, vd,
+                                  NULL)) ||
+        (rc = hk_cuda_l2norm(c->q, c->B * c->Hk, c->dk, NORM_EPS,
+                             1.0f / sqrtf((float)c->dk), NULL)) ||
+        (rc =
+             hk_cuda_l2norm(c->k, c->B * c->Hk, c->dk, NORM_EPS, 1.0f, NULL)) ||
+        (rc = hk_cuda_gdn_gates(c->g, c->beta, c->a, c->b, c->A_log, c->dtb,
+                                c->B, c->Hv, NULL)))
+        return rc;
+    return decode_run(ctx, rep);
+}
+
+static void step_setup(step_ctx *c, const model_t *m, int B, int nsets)
+{
+    memset(c, 0, sizeof *c);
+    c->B = B, c->Hk = m->Hk, c->Hv = m->Hv, c->dk = m->dk, c->dv = m->dv;
+    c->nsets = nsets;
+    const int kd = m->Hk * m->dk, vd = m->Hv * m->dv, cd = 2 * kd + vd;
+    const size_t ns = (size_t)m->Hv * m->dk * m->dv;
+    const size_t nc = (size_t)cd * (CONV_K - 1);
+    float *h = halloc((size_t)B * cd * 4), *w = halloc((size_t)cd * CONV_K * 4);
+    float *ab = halloc((size_t)B * m->Hv * 4), *hv = halloc((size_t)m->Hv * 4);
+    for (size_t i = 0; i < (size_t)B * cd; i++)
+        h[i] = (float)nrand();
+    c->qkv = dev_tiled(h, (size_t)B * cd * 4, (size_t)B * cd * 4);
+    for (size_t i = 0; i < (size_t)cd * CONV_K; i++)
+        w[i] = (float)(0.5 * nrand());
+    c->w = dev_tiled(w, (size_t)cd * CONV_K * 4, (size_t)cd * CONV_K * 4);
+    for (int i = 0; i < B * m->Hv; i++)
+        ab[i] = (float)nrand();
+    c->a = dev_tiled(ab, (size_t)B * m->Hv * 4, (size_t)B * m->Hv * 4);
+    for (int i = 0; i < B * m->Hv; i++)
+        ab[i] = (float)(2.0 * nrand());
+    c->b = dev_tiled(ab, (size_t)B * m->Hv * 4, (size_t)B * m->Hv * 4);
+    for (int i = 0; i < m->Hv; i++)
+        hv[i] = (float)log(1.0 + 15.0 * bench_unif(&rng));
+    c->A_log = dev_tiled(hv, (size_t)m->Hv * 4, (size_t)m->Hv * 4);
+    for (int i = 0; i < m->Hv; i++)
+        hv[i] =
+            (float)log(expm1(exp(log(1e-3) + bench_unif(&rng) * log(100.0))));
+    c->dtb = dev_tiled(hv, (size_t)m->Hv * 4, (size_t)m->Hv * 4);
+    c->q = dalloc((size_t)B * kd * 4);
+    c->k = dalloc((size_t)B * kd * 4);
+    c->v = dalloc((size_t)B * vd * 4);
+    c->g = dalloc((size_t)B * m->Hv * 4);
+    c->beta = dalloc((size_t)B * m->Hv * 4);
+    c->o = dalloc((size_t)B * vd * 4);
+    c->cv = dalloc((size_t)B * cd * 4);
+    /* states: small random values, one block repeated */
+    float *s0 = halloc(ns * 4), *c0 = halloc(nc * 4);
+    for (size_t i = 0; i < ns; i++)
+        s0[i] = (float)(0.1 * nrand());
+    for (size_t i = 0; i < nc; i++)
+        c0[i] = (float)nrand();
+    c->pool = dev_tiled(s0, ns * 4, (size_t)nsets * B * ns * 4);
+    c->cpool = dev_tiled(c0, nc * 4, (size_t)nsets * B * nc * 4);
+    c->tabs = halloc((size_t)nsets * sizeof(float **));
+    c->ctabs = halloc((size_t)nsets * sizeof(float **));
+    float **t = halloc((size_t)B * sizeof(float *));
+    float **ct = halloc((size_t)B * sizeof(float *));
+    for (int s = 0; s < nsets; s++) {
+        for (int b = 0; b < B; b++) {
+            t[b] = c->pool + ((size_t)s * B + b) * ns;
+            ct[b] = c->cpool + ((size_t)s * B + b) * nc;
+        }
+        c->tabs[s] = dalloc((size_t)B * sizeof(float *));
+        c->ctabs[s] = dalloc((size_t)B * sizeof(float *));
+        CK(hk_cuda_h2d(c->tabs[s], t, (size_t)B * sizeof(float *), NULL));
+        CK(hk_cuda_h2d(c->ctabs[s], ct, (size_t)B * sizeof(float *), NULL));
+    }
+    free(t);
+    free(ct);
+    free(h);
+    free(w);
+    free(ab);
+    free(hv);
+    free(s0);
+    free(c0);
+}
+
+static void step_free(step_ctx *c)
+{
+    void *bufs[] = {c->qkv,  c->a, c->b,  c->w,    c->A_log,
+                    c->dtb,  c->q, c->k,  c->v,    c->g,
+                    c->beta, c->o, c->cv, c->pool, c->cpool};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        CK(hk_cuda_free(bufs[i]));
+    for (int s = 0; s < c->nsets; s++) {
+        CK(hk_cuda_free(c->tabs[s]));
+        CK(hk_cuda_free(c->ctabs[s]));
+    }
+    free(c->tabs);
+    free(c->ctabs);
+}
+
+static void bench_decode(const model_t *m, int B)
+{
+    char params[128];
+    snprintf(params, sizeof params, "B=%d,Hk=%d,Hv=%d,dk=%d,dv=%d", B, m->Hk,
+             m->Hv, m->dk, m->dv);
+    const double sbytes = (double)B * m->Hv * m->dk * m->dv * 4.0;
+    int nsets = (int)ceil(ROT_BYTES / sbytes);
+    nsets = tiny ? 2 : nsets < 1 ? 1 : nsets > 256 ? 256 : nsets;
+    if (over_budget()) {
+        skipped("gdn_step", m->name, params, "skipped: budget");
+        return;
+    }
+    step_ctx c;
+    step_setup(&c, m, B, nsets);
+    /* for the chain, q/k/v/g/beta come from the previous op; for the
+     * recurrence alone, from one chain run */
+    CK(chain_run(&c, 0));
+    CK(hk_cuda_stream_sync(NULL));
+    measure("gdn_step", m->name, params, step_run, &c, B, 2.0 * sbytes, 0);
+    measure("gdn_decode", m->name, params, decode_run, &c, B, 2.0 * sbytes, 0);
+    measure("gdn_decode_chain", m->name, params, chain_run, &c, B, 2.0 * sbytes,
+            0);
+    step_free(&c);
+}
+
+/* Inputs and outputs of one fused step (and of the unfused chain). */
+static void dump_step(const model_t *m, int B)
+{
+    step_ctx c;
+    step_setup(&c, m, B, 2);
+    const int kd = m->Hk * m->dk, vd = m->Hv * m->dv, cd = 2 * kd + vd;
+    const size_t ns = (size_t)B * m->Hv * m->dk * m->dv;
+    const size_t nc = (size_t)B * cd * (CONV_K - 1);
+    char meta[256], name[64];
+    snprintf(meta, sizeof meta,
+             "op gdn_step\nmodel %s\nB %d\nHk %d\nHv %d\ndk %d\ndv %d\nK %d\n"
+             "eps %g\n",
+             m->name, B, m->Hk, m->Hv, m->dk, m->dv, CONV_K, NORM_EPS);
+    snprintf(name, sizeof name, "gdn_step-%s", m->name);
+    dump_begin(name, meta);
+    dump_dev("qkv.f32", c.qkv, (size_t)B * cd * 4);
+    dump_dev("a.f32", c.a, (size_t)B * m->Hv * 4);
+    dump_dev("b.f32", c.b, (size_t)B * m->Hv * 4);
+    dump_dev("conv_w.f32", c.w, (size_t)cd * CONV_K * 4);
+    dump_dev("A_log.f32", c.A_log, (size_t)m->Hv * 4);
+    dump_dev("dt_bias.f32", c.dtb, (size_t)m->Hv * 4);
+    dump_dev("S0.f32", c.pool, ns * 4);
+    dump_dev("conv0.f32", c.cpool, nc * 4);
+    CK(step_run(&c, 0)); /* set 0 */
+    dump_dev("o_step.f32", c.o, (size_t)B * vd * 4);
+    dump_dev("S_step.f32", c.pool, ns * 4);
+    dump_dev("conv_step.f32", c.cpool, nc * 4);
+    CK(chain_run(&c, 1)); /* set 1: the same initial values */
+    dump_dev("o_chain.f32", c.o, (size_t)B * vd * 4);
+    dump_dev("S_chain.f32", c.pool + ns, ns * 4);
+    step_free(&c);
+}
+
+/* ---- attention
+ * ------------------------------------------------------------------ */
+
+typedef struct {
+    int T, N, B, Hq, Hkv, hd;
+    float *q, *k, *v, *o;
+    int *qpos, *nctx;
+    float **kcs, **vcs; /* decode: device tables */
+} att_ctx;
+
+static int att_prefill_run(void *ctx, int rep)
+{
+    const att_ctx *c = ctx;
+    (void)rep;
+    return hk_cuda_attention(c->o, c->q, c->qpos, c->k, c->v, c->T, c->T, c->Hq,
+                             c->Hkv, c->hd, 1.0f / sqrtf((float)c->hd), NULL);
+}
+
+static int att_decode_run(void *ctx, int rep)
+{
+    const att_ctx *c = ctx;
+    (void)rep;
+    return hk_cuda_attention_decode(
+        c->o, c->q, (const float *const *)c->kcs, (const float *const *)c->vcs,
+        c->nctx, c->B, c->Hq, c->Hkv, c->hd, 1.0f / sqrtf((float)c->hd), NULL);
+}
+
+/* Random rows (R of them) repeated over n rows of width w. */
+static float *dev_rand(size_t n, size_t w, double amp)
+{
+    const size_t R = n < 4096 ? n : 4096;
+    float *h = halloc(R * w * 4);
+    for (size_t i = 0; i < R * w; i++)
+        h[i] = bf16_round((float)(amp * nrand()));
+    float *d = dev_tiled(h, R * w * 4, n * w * 4);
+    free(h);
+    return d;
+}
+
+/* Prefill (B = 0: T queries over their own T keys) or decode (B requests,
+ * one query each over N keys in its own cache). */
+static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
+{
+    memset(c, 0, sizeof *c);
+    c->T = T, c->B = B, c->N = N, c->Hq = m->Hq, c->Hkv = m->Hkv, c->hd = m->hd;
+    const size_t rows = B ? (size_t)B : (size_t)T;
+    c->q = dev_rand(rows, (size_t)m->Hq * m->hd, 1.0);
+    c->o = dalloc(rows * m->Hq * m->hd * 4);
+    const size_t kvr = B ? (size_t)B * N : (size_t)T;
+    c->k = dev_rand(kvr, (size_t)m->Hkv * m->hd, 1.0);
+    c->v = dev_rand(kvr, (size_t)m->Hkv * m->hd, 1.0);
+    if (!B) {
+        int *pos = halloc((size_t)T * sizeof(int));
+        for (int t = 0; t < T; t++)
+            pos[t] = t;
+        c->qpos = dalloc((size_t)T * sizeof(int));
+        CK(hk_cuda_h2d(c->qpos, pos, (size_t)T * sizeof(int), NULL));
+        free(pos);
+        return;
+    }
+    float **kt = halloc((size_t)B * sizeof(float *));
+    float **vt = halloc((size_t)B * sizeof(float *));
+    int *n = halloc((size_t)B * sizeof(int));
+    for (int b = 0; b < B; b++) {
+        kt[b] = c->k + (size_t)b * N * m->Hkv * m->hd;
+        vt[b] = c->v + (size_t)b * N * m->Hkv * m->hd;
+        n[b] = N;
+    }
+    c->kcs = dalloc((size_t)B * sizeof(float *));
+    c->vcs = dalloc((size_t)B * sizeof(float *));
+    c->nctx = dalloc((size_t)B * sizeof(int));
+    CK(hk_cuda_h2d(c->kcs, kt, (size_t)B * sizeof(float *), NULL));
+    CK(hk_cuda_h2d(c->vcs, vt, (size_t)B * sizeof(float *), NULL));
+    CK(hk_cuda_h2d(c->nctx, n, (size_t)B * sizeof(int), NULL));
+    free(kt);
+    free(vt);
+    free(n);
+}
+
+static void att_free(att_ctx *c)
+{
+    void *bufs[] = {c->q, c->k, c->v, c->o, c->qpos, c->nctx, c->kcs, c->vcs};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        CK(hk_cuda_free(bufs[i]));
+}
+
+/* The last prefill time of a model (ms at T): the cost grows as T^2, and a
+ * call predicted to overrun the budget (warm-up + 1) is not started. */
+static void bench_att_prefill(const model_t *m, int T, double *last_ms,
+                              int *last_T)
+{
+    char params[128];
+    snprintf(params, sizeof params, "T=%d,Hq=%d,Hkv=%d,hd=%d", T, m->Hq, m->Hkv,
+             m->hd);
+    const double r = *last_T ? (double)T / *last_T : 0.0;
+    const double pred_s = *last_ms > 0 ? 2e-3 * *last_ms * r * r : 0.0;
+    if (over_budget() || bench_now() - t_begin + pred_s > budget) {
+        skipped("attention_prefill", m->name, params,
+                "skipped: budget (T^2 from the last size)");
+        return;
+    }
+    att_ctx c;
+    att_setup(&c, m, T, 0, 0);
+    const double fl = 4.0 * m->Hq * m->hd * ((double)T * (T + 1) / 2.0);
+    *last_ms = measure("attention_prefill", m->name, params, att_prefill_run,
+                       &c, T, 0, fl);
+    *last_T = T;
+    att_free(&c);
+}
+
+static void bench_att_decode(const model_t *m, int B, int N)
+{
+    char params[128];
+    snprintf(params, sizeof params, "B=%d,N=%d,Hq=%d,Hkv=%d,hd=%d", B, N, m->Hq,
+             m->Hkv, m->hd);
+    if (over_budget()) {
+        skipped("attention_decode", m->name, params, "skipped: budget");
+        return;
+    }
+    att_ctx c;
+    att_setup(&c, m, 0, B, N);
+    const double bytes = 2.0 * B * N * m->Hkv * m->hd * 4.0;
+    measure("attention_decode", m->name, params, att_decode_run, &c, B, bytes,
+            4.0 * B * N * m->Hq * m->hd);
+    att_free(&c);
+}
+
+static void dump_att(const model_t *m, int T, int B, int N)
+{
+    att_ctx c;
+    att_setup(&c, m, T, B, N);
+    char meta[256], name[64];
+    snprintf(meta, sizeof meta,
+             "op attention_%s\nmodel %s\nT %d\nB %d\nN %d\nHq %d\nHkv %d\n"
+             "hd %d\n",
+             B ? "decode" : "prefill", m->name, T, B, N, m->Hq, m->Hkv, m->hd);
+    snprintf(name, sizeof name, "attention_%s-%s", B ? "decode" : "prefill",
+             m->name);
+    dump_begin(name, meta);
+    const size_t rows = B ? (size_t)B : (size_t)T;
+    const size_t kvr = B ? (size_t)B * N : (size_t)T;
+    CK(B ? att_decode_run(&c, 0) : att_prefill_run(&c, 0));
+    dump_dev("q.f32", c.q, rows * m->Hq * m->hd * 4);
+    dump_dev("k.f32", c.k, kvr * m->Hkv * m->hd * 4);
+    dump_dev("v.f32", c.v, kvr * m->Hkv * m->hd * 4);
+    dump_dev("o.f32", c.o, rows * m->Hq * m->hd * 4);
+    att_free(&c);
+}
+
+/* ---- projections
+ * ------------------------------------------------------------------ */
+
+typedef struct {
+    int n, in, out, bf16;
+    float *x, *w, *y;
+    uint16_t *wb, *xb;
+    hk_cuda_blas_t *blas;
+} mm_ctx;
+
+static int mm_run(void *ctx, int rep)
+{
+    const mm_ctx *c = ctx;
+    (void)rep;
+    if (c->bf16)
+        return hk_cuda_matmul_bf16(c->y, c->x, c->wb, c->n, c->in, c->out, 0,
+                                   c->xb, c->blas, NULL);
+    return hk_cuda_matmul(c->y, c->x, c->w, c->n, c->in, c->out, c->blas, NULL);
+}
+
+static void mm_setup(mm_ctx *c, int n, int in, int out, hk_cuda_blas_t *blas)
+{
+    memset(c, 0, sizeof *c);
+    c->n = n, c->in = in, c->out = out, c->blas = blas;
+    c->x = dev_rand((size_t)n, (size_t)in, 1.0);
+    c->w = dev_rand((size_t)out, (size_t)in, 1.0 / sqrt((double)in));
+    c->y = dalloc((size_t)n * out * 4);
+    c->xb = dalloc((size_t)n * in * 2);
+    /* the weights are bf16 values already: their bits are exact */
+    float *h = halloc((size_t)out * in * 4);
+    CK(hk_cuda_d2h(h, c->w, (size_t)out * in * 4, NULL));
+    uint16_t *b = to_bf16(h, (size_t)out * in);
+    c->wb = dalloc((size_t)out * in * 2);
+    CK(hk_cuda_h2d(c->wb, b, (size_t)out * in * 2, NULL));
+    free(h);
+    free(b);
+}
+
+static void mm_free(mm_ctx *c)
+{
+    void *bufs[] = {c->x, c->w, c->y, c->xb, c->wb};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        CK(hk_cuda_free(bufs[i]));
+}
+
+static void bench_mm(const char *model, int n, int in, int out,
+                     hk_cuda_blas_t *blas)
+{
+    char params[128];
+    snprintf(params, sizeof params, "n=%d,in=%d,out=%d", n, in, out);
+    if (over_budget()) {
+        skipped("matmul_f32", model, params, "skipped: budget");
+        skipped("matmul_bf16", model, params, "skipped: budget");
+        return;
+    }
+    mm_ctx c;
+    mm_setup(&c, n, in, out, blas);
+    const double fl = 2.0 * n * in * out;
+    c.bf16 = 0;
+    measure("matmul_f32", model, params, mm_run, &c, n, 0, fl);
+    c.bf16 = 1;
+    measure("matmul_bf16", model, params, mm_run, &c, n, 0, fl);
+    mm_free(&c);
+}
+
+static void dump_mm(const char *model, int n, int in, int out,
+                    hk_cuda_blas_t *blas)
+{
+    mm_ctx c;
+    mm_setup(&c, n, in, out, blas);
+    char meta[256], name[64];
+    snprintf(meta, sizeof meta, "op matmul\nmodel %s\nn %d\nin %d\nout %d\n",
+             model, n, in, out);
+    snprintf(name, sizeof name, "matmul-%s", model);
+    dump_begin(name, meta);
+    dump_dev("x.f32", c.x, (size_t)n * in * 4);
+    dump_dev("w.f32", c.w, (size_t)out * in * 4);
+    c.bf16 = 0;
+    CK(mm_run(&c, 0));
+    dump_dev("y_f32.f32", c.y, (size_t)n * out * 4);
+    c.bf16 = 1;
+    CK(mm_run(&c, 0));
+    dump_dev("y_bf16.f32", c.y, (size_t)n * out * 4);
+    mm_free(&c);
+}
+
+/* ---- main
+ * ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv)
+{
+    const char *out = "gpu_kernels.tsv";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            out = argv[++i];
+        else if (!strcmp(argv[i], "--dump") && i + 1 < argc)
+            dump_dir = argv[++i];
+        else if (!strcmp(argv[i], "--budget") && i + 1 < argc)
+            budget = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--tiny"))
+            tiny = 1;
+        else {
+            fprintf(stderr,
+                    "usage: %s [--out FILE.tsv] [--dump DIR] "
+                    "[--budget SECONDS] [--tiny]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    tsv = fopen(out, "w");
+    if (!tsv) {
+        fprintf(stderr, "cannot write %s\n", out);
+        return 1;
+    }
+    fprintf(tsv, "op\tmodel\tparams\tms\treps\ttokens_per_s\tgb_per_s\t"
+                 "tflop_per_s\tnote\n");
+    int ndev = 0;
+    CK(hk_cuda_device_count(&ndev));
+    if (ndev == 0) {
+        printf("no CUDA device: nothing measured\n");
+        fprintf(tsv, "device\t-\t-\t-\t0\t-\t-\t-\tno CUDA device\n");
+        fclose(tsv);
+        return 0;
+    }
+    char name[128] = "?";
+    int sms = 0;
+    size_t mem = 0;
+    CK(hk_cuda_device_info(name, sizeof name, &sms, &mem));
+    printf("# device: %s, %d SMs, %.1f GiB\n", name, sms,
+           mem / (1024.0 * 1024 * 1024));
+    fprintf(tsv, "device\t%s\tsms=%d,mem=%zu\t-\t0\t-\t-\t-\t\n", name, sms,
+            mem);
+    t_begin = bench_now();
+    hk_cuda_blas_t *blas = NULL;
+    CK(hk_cuda_blas_create(&blas));
+
+    const model_t *ms = tiny ? &tiny_model : models;
+    const int nm = tiny ? 1 : 2;
+    if (dump_dir)
+        for (int i = 0; i < nm; i++) {
+            dump_chunk(&ms[i], tiny ? 40 : i == 0 ? 1024 : 512);
+            dump_step(&ms[i], tiny ? 2 : 4);
+            dump_att(&ms[i], tiny ? 24 : 512, 0, 0);
+            dump_att(&ms[i], 0, tiny ? 2 : 4, tiny ? 16 : 1024);
+        }
+    if (dump_dir)
+        dump_mm(ms[0].name, tiny ? 4 : 64, ms[0].hidden, tiny ? 16 : 512, blas);
+
+    printf("| op | model | params | ms | reps | tokens/s | GB/s | TFLOP/s | "
+           "note |\n|---|---|---|---:|---:|---:|---:|---:|---|\n");
+    bench_copy();
+    static const int Ts[] = {4096, 16384, 65536}, Bs[] = {1, 16, 64, 256};
+    const int nT = tiny ? 1 : 3, nB = tiny ? 2 : 4;
+    for (int t = 0; t < nT; t++)
+        for (int i = 0; i < nm; i++)
+            bench_chunk(&ms[i], tiny ? 64 : Ts[t]);
+    for (int b = 0; b < nB; b++)
+        for (int i = 0; i < nm; i++)
+            bench_decode(&ms[i], Bs[b]);
+    for (int b = 0; b < nB; b++)
+        for (int i = 0; i < nm; i++)
+            bench_att_decode(&ms[i], Bs[b], tiny ? 16 : 4096);
+    for (int i = 0; i < nm; i++) {
+        const model_t *m = &ms[i];
+        const int ns[2] = {tiny ? 8 : 4096, tiny ? 2 : 64};
+        for (int j = 0; j < 2; j++) {
+            bench_mm(m->name, ns[j], m->hidden, m->qkv, blas);
+            bench_mm(m->name, ns[j], m->hidden, m->mlp, blas);
+        }
+    }
+    double last_ms[2] = {0, 0};
+    int last_T[2] = {0, 0};
+    for (int t = 0; t < nT; t++)
+        for (int i = 0; i < nm; i++)
+            bench_att_prefill(&ms[i], tiny ? 32 : Ts[t], &last_ms[i],
+                              &last_T[i]);
+    hk_cuda_blas_destroy(blas);
+    fclose(tsv);
+    printf("# %.1f s\n", bench_now() - t_begin);
+    return 0;
+}

@@ -999,13 +999,13 @@ int main(int argc, char **argv)
     const int nT = tiny ? 1 : 3, nB = tiny ? 2 : 4;
     for (int t = 0; t < nT; t++)
         for (int i = 0; i < nm; i++)
-            bench_chunk(&ms[i], tiny ? 64 : Ts[t]);
+            bench_chunk(&ms[i], tiny ? 40 : Ts[t]);
     for (int b = 0; b < nB; b++)
         for (int i = 0; i < nm; i++)
-            bench_decode(&ms[i], Bs[b]);
+            bench_decode(&ms[i], tiny ? b + 1 : Bs[b]);
     for (int b = 0; b < nB; b++)
         for (int i = 0; i < nm; i++)
-            bench_att_decode(&ms[i], Bs[b], tiny ? 16 : 4096);
+            bench_att_decode(&ms[i], tiny ? b + 1 : Bs[b], tiny ? 16 : 4096);
     for (int i = 0; i < nm; i++) {
         const model_t *m = &ms[i];
         const int ns[2] = {tiny ? 8 : 4096, tiny ? 2 : 64};
@@ -1018,7 +1018,7 @@ int main(int argc, char **argv)
     int last_T[2] = {0, 0};
     for (int t = 0; t < nT; t++)
         for (int i = 0; i < nm; i++)
-            bench_att_prefill(&ms[i], tiny ? 32 : Ts[t], &last_ms[i],
+            bench_att_prefill(&ms[i], tiny ? 20 : Ts[t], &last_ms[i],
                               &last_T[i]);
     hk_cuda_blas_destroy(blas);
     fclose(tsv);

@@ -23,6 +23,7 @@ import argparse
 import os
 import sys
 import time
+import traceback
 
 import numpy as np
 
@@ -145,14 +146,15 @@ def attention_ref(q, k, v, qpos=None):
     r = Hq // Hkv
     kk = np.repeat(k.astype(np.float64), r, axis=1)
     vv = np.repeat(v.astype(np.float64), r, axis=1)
-    s = np.einsum("thd,nhd->htn", q.astype(np.float64), kk) / np.sqrt(hd)
+    s = np.einsum("thd,nhd->htn", q.astype(np.float64), kk,
+                  optimize=True) / np.sqrt(hd)
     if qpos is not None:
         s = np.where(np.arange(N)[None, None, :] <= qpos[None, :, None], s,
                      -np.inf)
     s -= s.max(-1, keepdims=True)
     p = np.exp(s)
     p /= p.sum(-1, keepdims=True)
-    return np.einsum("htn,nhd->thd", p, vv)
+    return np.einsum("htn,nhd->thd", p, vv, optimize=True)
 
 
 # ---- anchors (torch, FLA) -----------------------------------------------------
@@ -221,10 +223,9 @@ class Anchors:
                      output_final_state=True)
 
     def gdn_inputs(self, q, k, v, g, beta, S0, dtype):
-        torch = self.torch
         return (self.t(q[None], dtype), self.t(k[None], dtype),
                 self.t(v[None], dtype), self.t(g[None]),
-                self.t(beta[None], dtype), self.t(S0))
+                self.t(beta[None], dtype), self.t(S0[None]))
 
     def sdpa(self, q, k, v, causal):
         """q [B, Hq, T, hd], k, v [B, Hkv, N, hd]."""
@@ -251,57 +252,77 @@ def accuracy(dump, anc):
         d = os.path.join(dump, case)
         if not os.path.isfile(os.path.join(d, "meta.txt")):
             continue
-        m = read_meta(d)
-        op = m["op"]
         log("float64 reference: %s" % case)
-        add = lambda out, who, x, ref: rows.append(  # noqa: E731
-            (case, out, who, rel_err(x, ref)))
-        if op == "gdn_chunk":
-            T, Hk, Hv, dk, dv = m["T"], m["Hk"], m["Hv"], m["dk"], m["dv"]
-            q, k = arr(d, "q.f32", (T, Hk, dk)), arr(d, "k.f32", (T, Hk, dk))
-            v = arr(d, "v.f32", (T, Hv, dv))
-            g, beta = arr(d, "g.f32", (T, Hv)), arr(d, "beta.f32", (T, Hv))
-            S0 = arr(d, "S0.f32", (Hv, dk, dv))
-            o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
-            for var in ("f32", "bf16"):
-                add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
-                add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
-                add("Tc", "ours_" + var, arr(d, "Tc_%s.f32" % var, Tc.shape),
-                    Tc)
-            if anc.fla:
-                for name, dt in (("fla_f32", anc.torch.float32),
-                                 ("fla_bf16", anc.torch.bfloat16)):
+        try:
+            case_accuracy(d, case, anc, rows)
+        except Exception:  # noqa: BLE001 - one case's failure is reported
+            log("case %s failed:\n%s" % (case, traceback.format_exc()))
+    return rows
+
+
+def anchor_try(case, who, fn):
+    """Runs an anchor's accuracy check; its failure is logged, not fatal."""
+    try:
+        fn()
+    except Exception:  # noqa: BLE001
+        log("anchor %s on %s failed:\n%s" % (who, case,
+                                              traceback.format_exc()))
+
+
+def case_accuracy(d, case, anc, rows):
+    m = read_meta(d)
+    op = m["op"]
+    add = lambda out, who, x, ref: rows.append(  # noqa: E731
+        (case, out, who, rel_err(x, ref)))
+    if op == "gdn_chunk":
+        T, Hk, Hv, dk, dv = m["T"], m["Hk"], m["Hv"], m["dk"], m["dv"]
+        q, k = arr(d, "q.f32", (T, Hk, dk)), arr(d, "k.f32", (T, Hk, dk))
+        v = arr(d, "v.f32", (T, Hv, dv))
+        g, beta = arr(d, "g.f32", (T, Hv)), arr(d, "beta.f32", (T, Hv))
+        S0 = arr(d, "S0.f32", (Hv, dk, dv))
+        o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
+        for var in ("f32", "bf16"):
+            add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
+            add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
+            add("Tc", "ours_" + var, arr(d, "Tc_%s.f32" % var, Tc.shape),
+                Tc)
+        if anc.fla:
+            for name, dt in (("fla_f32", anc.torch.float32),
+                             ("fla_bf16", anc.torch.bfloat16)):
+                def run(name=name, dt=dt):
                     xs = anc.gdn_inputs(q, k, v, g, beta, S0, dt)
                     fo, fS = anc.fla_call(0, *xs)
                     add("o", name, fo[0].float().cpu().numpy(), o)
-                    add("S", name, fS.float().cpu().numpy(), S)
-        elif op == "gdn_step":
-            B, Hk, Hv, dk, dv, K = (m["B"], m["Hk"], m["Hv"], m["dk"], m["dv"],
-                                    m["K"])
-            cd = 2 * Hk * dk + Hv * dv
-            qkv = arr(d, "qkv.f32", (B, cd))
-            a, b = arr(d, "a.f32", (B, Hv)), arr(d, "b.f32", (B, Hv))
-            w = arr(d, "conv_w.f32", (cd, K))
-            A_log, dtb = arr(d, "A_log.f32", (Hv,)), arr(d, "dt_bias.f32",
-                                                        (Hv,))
-            S0 = arr(d, "S0.f32", (B, Hv, dk, dv))
-            c0 = arr(d, "conv0.f32", (B, cd, K - 1))
-            q, k, v, g, beta, c1 = step_inputs_ref(m, qkv, a, b, w, A_log,
-                                                   dtb, c0)
-            o = np.zeros((B, Hv, dv))
-            S = np.zeros(S0.shape)
-            for i in range(B):
-                oi, Si, _ = gdn_ref(q[i:i + 1], k[i:i + 1], v[i:i + 1],
-                                    g[i:i + 1], beta[i:i + 1], S0[i])
-                o[i], S[i] = oi[0], Si
-            add("o", "ours_step", arr(d, "o_step.f32", o.shape), o)
-            add("S", "ours_step", arr(d, "S_step.f32", S.shape), S)
-            add("conv", "ours_step", arr(d, "conv_step.f32", c1.shape), c1)
-            add("o", "ours_chain", arr(d, "o_chain.f32", o.shape), o)
-            add("S", "ours_chain", arr(d, "S_chain.f32", S.shape), S)
-            if anc.fla:
-                for name, dt in (("fla_f32", anc.torch.float32),
-                                 ("fla_bf16", anc.torch.bfloat16)):
+                    add("S", name, fS[0].float().cpu().numpy(), S)
+                anchor_try(case, name, run)
+    elif op == "gdn_step":
+        B, Hk, Hv, dk, dv, K = (m["B"], m["Hk"], m["Hv"], m["dk"], m["dv"],
+                                m["K"])
+        cd = 2 * Hk * dk + Hv * dv
+        qkv = arr(d, "qkv.f32", (B, cd))
+        a, b = arr(d, "a.f32", (B, Hv)), arr(d, "b.f32", (B, Hv))
+        w = arr(d, "conv_w.f32", (cd, K))
+        A_log, dtb = arr(d, "A_log.f32", (Hv,)), arr(d, "dt_bias.f32",
+                                                    (Hv,))
+        S0 = arr(d, "S0.f32", (B, Hv, dk, dv))
+        c0 = arr(d, "conv0.f32", (B, cd, K - 1))
+        q, k, v, g, beta, c1 = step_inputs_ref(m, qkv, a, b, w, A_log,
+                                               dtb, c0)
+        o = np.zeros((B, Hv, dv))
+        S = np.zeros(S0.shape)
+        for i in range(B):
+            oi, Si, _ = gdn_ref(q[i:i + 1], k[i:i + 1], v[i:i + 1],
+                                g[i:i + 1], beta[i:i + 1], S0[i])
+            o[i], S[i] = oi[0], Si
+        add("o", "ours_step", arr(d, "o_step.f32", o.shape), o)
+        add("S", "ours_step", arr(d, "S_step.f32", S.shape), S)
+        add("conv", "ours_step", arr(d, "conv_step.f32", c1.shape), c1)
+        add("o", "ours_chain", arr(d, "o_chain.f32", o.shape), o)
+        add("S", "ours_chain", arr(d, "S_chain.f32", S.shape), S)
+        if anc.fla:
+            for name, dt in (("fla_f32", anc.torch.float32),
+                             ("fla_bf16", anc.torch.bfloat16)):
+                def run(name=name, dt=dt):
                     # one token per request: [B, 1, H, d]
                     xs = (anc.t(q[:, None], dt), anc.t(k[:, None], dt),
                           anc.t(v[:, None], dt), anc.t(g[:, None]),
@@ -309,47 +330,51 @@ def accuracy(dump, anc):
                     fo, fS = anc.fla_call(1, *xs)
                     add("o", name, fo[:, 0].float().cpu().numpy(), o)
                     add("S", name, fS.float().cpu().numpy(), S)
-        elif op in ("attention_prefill", "attention_decode"):
-            Hq, Hkv, hd = m["Hq"], m["Hkv"], m["hd"]
-            if op == "attention_prefill":
-                T = m["T"]
-                q = arr(d, "q.f32", (T, Hq, hd))
-                k, v = (arr(d, "k.f32", (T, Hkv, hd)),
-                        arr(d, "v.f32", (T, Hkv, hd)))
-                o = attention_ref(q, k, v, np.arange(T))
-                ours = arr(d, "o.f32", o.shape)
-                qs, ks, vs = q[None], k[None], v[None]
-            else:
-                B, N = m["B"], m["N"]
-                q = arr(d, "q.f32", (B, Hq, hd))
-                k, v = (arr(d, "k.f32", (B, N, Hkv, hd)),
-                        arr(d, "v.f32", (B, N, Hkv, hd)))
-                o = np.stack([attention_ref(q[i:i + 1], k[i], v[i])[0]
-                              for i in range(B)])
-                ours = arr(d, "o.f32", o.shape)
-                qs, ks, vs = q[:, None], k, v
-            add("o", "ours", ours, o)
-            if anc.torch:
-                for name, dt in (("sdpa_f32", anc.torch.float32),
-                                 ("sdpa_bf16", anc.torch.bfloat16)):
+                anchor_try(case, name, run)
+    elif op in ("attention_prefill", "attention_decode"):
+        Hq, Hkv, hd = m["Hq"], m["Hkv"], m["hd"]
+        if op == "attention_prefill":
+            T = m["T"]
+            q = arr(d, "q.f32", (T, Hq, hd))
+            k, v = (arr(d, "k.f32", (T, Hkv, hd)),
+                    arr(d, "v.f32", (T, Hkv, hd)))
+            o = attention_ref(q, k, v, np.arange(T))
+            ours = arr(d, "o.f32", o.shape)
+            qs, ks, vs = q[None], k[None], v[None]
+        else:
+            B, N = m["B"], m["N"]
+            q = arr(d, "q.f32", (B, Hq, hd))
+            k, v = (arr(d, "k.f32", (B, N, Hkv, hd)),
+                    arr(d, "v.f32", (B, N, Hkv, hd)))
+            o = np.stack([attention_ref(q[i:i + 1], k[i], v[i])[0]
+                          for i in range(B)])
+            ours = arr(d, "o.f32", o.shape)
+            qs, ks, vs = q[:, None], k, v
+        add("o", "ours", ours, o)
+        if anc.torch:
+            for name, dt in (("sdpa_f32", anc.torch.float32),
+                             ("sdpa_bf16", anc.torch.bfloat16)):
+                def run(name=name, dt=dt):
                     tq = anc.t(qs, dt).transpose(1, 2)
                     tk = anc.t(ks, dt).transpose(1, 2)
                     tv = anc.t(vs, dt).transpose(1, 2)
                     so = anc.sdpa(tq, tk, tv, op == "attention_prefill")
                     so = so.transpose(1, 2).float().cpu().numpy()
                     add("o", name, so.reshape(o.shape), o)
-        elif op == "matmul":
-            n, i_, o_ = m["n"], m["in"], m["out"]
-            x, w = arr(d, "x.f32", (n, i_)), arr(d, "w.f32", (o_, i_))
-            y = x.astype(np.float64) @ w.astype(np.float64).T
-            add("y", "ours_f32", arr(d, "y_f32.f32", y.shape), y)
-            add("y", "ours_bf16", arr(d, "y_bf16.f32", y.shape), y)
-            if anc.torch:
+                anchor_try(case, name, run)
+    elif op == "matmul":
+        n, i_, o_ = m["n"], m["in"], m["out"]
+        x, w = arr(d, "x.f32", (n, i_)), arr(d, "w.f32", (o_, i_))
+        y = x.astype(np.float64) @ w.astype(np.float64).T
+        add("y", "ours_f32", arr(d, "y_f32.f32", y.shape), y)
+        add("y", "ours_bf16", arr(d, "y_bf16.f32", y.shape), y)
+        if anc.torch:
+            def run():
                 tx, tw = anc.t(x), anc.t(w)
                 add("y", "torch_f32", (tx @ tw.T).cpu().numpy(), y)
                 bx, bw = tx.bfloat16(), tw.bfloat16()
                 add("y", "torch_bf16", (bx @ bw.T).float().cpu().numpy(), y)
-    return rows
+            anchor_try(case, "torch matmul", run)
 
 
 # The rows of accuracy() that stand for each bench op: (dump op, who,
@@ -561,7 +586,8 @@ def main():
         if not rows or device is None:
             w("**No CUDA device**: the C bench measured nothing (%s). "
               "Only the float64 checks of the dumped outputs ran.\n\n"
-              % ("no bench TSV" if not rows else "it found no device"))
+              % ("it found no device" if a.bench and os.path.exists(a.bench)
+               else "no bench TSV"))
         w("- device: %s\n" % (name or "none"))
         w("- anchors: %s\n" % ("torch %s, FLA %s" % (
             anc.torch.__version__ if anc.torch else "-",

@@ -3,7 +3,9 @@
 # and runs kernels/test/test_cuda_kernels.c on the reduced shape grid
 # (HK_CUDA_TEST_GRID=small), threads in tid order and in reverse, so a
 # missing barrier fails one of the two. `make test-cuda-emu` runs the
-# full grid.
+# full grid. Then bench/gpu_kernels on toy shapes (--tiny) and
+# bench/gpu_kernels_ref.py on its dumps: the plumbing the GPU host's
+# device check runs, and our outputs against a float64 reference.
 
 use strict;
 use warnings;
@@ -23,7 +25,7 @@ for my $tool (qw(g++ python3)) {
 }
 
 my $work = private_dir('cuda-emu');
-my $log = `HK_EMU_BUILD=$work HK_EMU_ORDERS= kernels/cuda/emu/run.sh $lib 2>&1`;
+my $log = `HK_EMU_BUILD=$work HK_EMU_BENCH=1 HK_EMU_ORDERS= kernels/cuda/emu/run.sh $lib 2>&1`;
 ok($? == 0, 'the CUDA kernels and the test build against the emulator')
     or diag($log), done_testing(), exit;
 
@@ -38,6 +40,34 @@ for my $order (qw(forward reverse)) {
        "threads in $order order: " . ($pass // 0) . '/' . ($plan // '?')
        . ' CUDA twins agree with the CPU')
         or diag(join "\n", @fail ? @fail : @lines[-20 .. -1]);
+}
+
+SKIP: {
+    skip 'no numpy', 3
+        unless system('python3 -c "import numpy" 2>/dev/null') == 0;
+    my $out = `$work/gpu_kernels --tiny --out $work/bench.tsv --dump $work/dump 2>&1`;
+    ok($? == 0 && -s "$work/bench.tsv", 'gpu_kernels --tiny runs on the emulator')
+        or diag($out);
+    $out = `python3 bench/gpu_kernels_ref.py --bench $work/bench.tsv --dump $work/dump --out $work/res 2>&1`;
+    ok($? == 0 && -s "$work/res/kernels.tsv" && -s "$work/res/report.md",
+       'gpu_kernels_ref.py writes kernels.tsv and report.md')
+        or diag($out);
+    # our outputs against float64: f32 kernels ~1e-7, the bf16 chunk
+    # (bf16 hi/lo splits) ~1e-5, conv states are copies
+    my %limit = (ours_bf16 => 1e-4, conv => 0);
+    my (@bad, $n);
+    open(my $fh, '<', "$work/res/accuracy.tsv") or die;
+    <$fh>;
+    while (<$fh>) {
+        chomp;
+        my ($case, $what, $who, $err) = split /\t/;
+        next unless $who =~ /^ours/;
+        $n++;
+        my $lim = $what eq 'conv' ? 0 : $limit{$who} // 2e-6;
+        push @bad, $_ unless $err <= $lim;
+    }
+    ok($n == 15 && !@bad, "$n of our outputs within their float64 bounds")
+        or diag(join "\n", @bad);
 }
 
 done_testing();

@@ -327,12 +327,13 @@ static void gdn_host_make(gdn_host_t *p, const model_t *m, int R)
 {
     p->R = R, p->Hk = m->Hk, p->Hv = m->Hv, p->dk = m->dk, p->dv = m->dv;
     const size_t nq = (size_t)R * m->Hk * m->dk, nv = (size_t)R * m->Hv * m->dv;
-    p->q = halloc(nq * 4);
-    p->k = halloc(nq * 4);
-    p->v = halloc(nv * 4);
-    p->g = halloc((size_t)R * m->Hv * 4);
-    p->beta = halloc((size_t)R * m->Hv * 4);
-    p->S0 = halloc((size_t)m->Hv * m->dk * m->dv * 4);
+    const size_t ng = (size_t)R * m->Hv, ns = (size_t)m->Hv * m->dk * m->dv;
+    p->q = halloc((2 * nq + nv + 2 * ng + ns) * 4); /* one block */
+    p->k = p->q + nq;
+    p->v = p->k + nq;
+    p->g = p->v + nv;
+    p->beta = p->g + ng;
+    p->S0 = p->beta + ng;
     for (int h = 0; h < m->Hv; h++) {
         const double A = 1.0 + 15.0 * bench_unif(&rng);
         const double dt = exp(log(1e-3) + bench_unif(&rng) * log(100.0));
@@ -351,18 +352,8 @@ static void gdn_host_make(gdn_host_t *p, const model_t *m, int R)
             hk_math_gdn_gate((float)(1.5 * nrand()), p->A_log[h], p->dtb[h]);
         p->beta[e] = hk_math_sigmoid((float)(2.0 * nrand()));
     }
-    for (size_t e = 0; e < (size_t)m->Hv * m->dk * m->dv; e++)
+    for (size_t e = 0; e < ns; e++)
         p->S0[e] = (float)(0.1 * nrand());
-}
-
-static void gdn_host_free(gdn_host_t *p)
-{
-    free(p->q);
-    free(p->k);
-    free(p->v);
-    free(p->g);
-    free(p->beta);
-    free(p->S0);
 }
 
 /* ---- GDN chunked prefill ---------------------------------------------------
@@ -462,7 +453,7 @@ static void bench_chunk(const model_t *m, int T)
         measure(chunk_ops[v], m->name, params, chunk_run, &c, T, 0, fl);
     }
     chunk_free(&c);
-    gdn_host_free(&p);
+    free(p.q);
 }
 
 /* Inputs and our outputs of one chunked prefill, each variant from S0. */
@@ -500,7 +491,7 @@ static void dump_chunk(const model_t *m, int T)
         dump_dev(f, c.Tc, (size_t)m->Hv * m->dk * m->dk * 4);
     }
     chunk_free(&c);
-    gdn_host_free(&p);
+    free(p.q);
 }
 
 /* ---- GDN decode

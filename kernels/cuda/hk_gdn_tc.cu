@@ -81,9 +81,17 @@ struct hk_tc_ws {
     uint16_t *Pl; //                        P, lo
 };
 
-static size_t hk_align256(size_t bytes)
+/* Offsets of n regions of sz[i] bytes laid end to end, each starting on
+ * an `align` boundary; returns the total. */
+static __host__ __device__ size_t hk_tc_layout(const size_t *sz, int n,
+                                               size_t align, size_t *off)
 {
-    return (bytes + 255) / 256 * 256;
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        off[i] = at;
+        at += (sz[i] + align - 1) / align * align;
+    }
+    return at;
 }
 
 /* Slots: every chunk of every sequence, at most T / C + nseq. */
@@ -99,11 +107,8 @@ static size_t hk_tc_ws_bytes(size_t slots, int Hv, int dk, int dv, int C,
     const size_t sz[6] = {rows * sizeof(double), rows * dv * sizeof(float),
                           rows * dk * 2,         rows * dk * 2,
                           rows * C * 2,          rows * C * 2};
-    size_t off[6], at = 0;
-    for (int i = 0; i < 6; i++) {
-        off[i] = at;
-        at += hk_align256(sz[i]);
-    }
+    size_t off[6];
+    const size_t at = hk_tc_layout(sz, 6, 256, off);
     if (ws) {
         ws->gam = (double *)(base + off[0]);
         ws->U = (float *)(base + off[1]);
@@ -175,11 +180,8 @@ static __host__ __device__ size_t hk_tc_a_carve(hk_tc_a_smem *s,
         (size_t)C * ldb * 2, (size_t)C * ldb * 2,
         (size_t)C * ldb * 2, (size_t)(HK_TC_A_THREADS / 32) * 16 * 20 * 4,
         (size_t)C * 8,       (size_t)2 * C * 4};
-    size_t off[12], at = 0;
-    for (int i = 0; i < 12; i++) {
-        off[i] = at;
-        at += (sz[i] + 127) / 128 * 128;
-    }
+    size_t off[12];
+    const size_t at = hk_tc_layout(sz, 12, 128, off);
     if (s) {
         s->Ks = (uint16_t *)(p + off[0]);
         s->Qs = (uint16_t *)(p + off[1]);
@@ -369,11 +371,8 @@ static __host__ __device__ size_t hk_tc_b_carve(hk_tc_b_smem *s,
         (size_t)C * ldf * 4,  (size_t)C * ldf * 4,  (size_t)C * ldh * 2,
         (size_t)C * ldh * 2,  (size_t)C * ldh * 2,  (size_t)C * ldh * 2,
         (size_t)16 * ldk * 2, (size_t)16 * ldk * 2, (size_t)2 * C * 4};
-    size_t off[12], at = 0;
-    for (int i = 0; i < 12; i++) {
-        off[i] = at;
-        at += (sz[i] + 127) / 128 * 128;
-    }
+    size_t off[12];
+    const size_t at = hk_tc_layout(sz, 12, 128, off);
     if (s) {
         s->Sf = (float *)(p + off[0]);
         s->Sh = (uint16_t *)(p + off[1]);

@@ -173,14 +173,20 @@ static double nrand(void) /* standard normal */
     return sqrt(-2.0 * log(1.0 - u1)) * cos(2.0 * M_PI * u2);
 }
 
-static float *hmalloc(size_t n)
+/* bytes of host memory, or a bail out */
+static void *hbytes(size_t bytes)
 {
-    float *x = malloc((n ? n : 1) * sizeof(float));
+    void *x = malloc(bytes ? bytes : 1);
     if (!x) {
         printf("Bail out! out of host memory\n");
         exit(1);
     }
     return x;
+}
+
+static float *hmalloc(size_t n)
+{
+    return hbytes(n * sizeof(float));
 }
 
 static float *frand(size_t n, double amp)
@@ -1373,20 +1379,10 @@ static void test_sample(void)
 #define RTOL_SAME 1e-6
 #define ATOL_SAME 1e-7
 
-static uint16_t *u16_alloc(size_t n)
-{
-    uint16_t *x = malloc((n ? n : 1) * sizeof(uint16_t));
-    if (!x) {
-        printf("Bail out! out of host memory\n");
-        exit(1);
-    }
-    return x;
-}
-
 /* x rounded to bf16 in place; the bit patterns in a new array. */
 static uint16_t *round_bf16(float *x, size_t n)
 {
-    uint16_t *b = u16_alloc(n);
+    uint16_t *b = hbytes(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++)
         x[i] = hk_bf16_to_f32(b[i] = hk_bf16_from_f32(x[i]));
     return b;

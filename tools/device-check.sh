@@ -26,7 +26,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 run=(bash "$root/.device/on-device.sh")
-[ -f .device/on-device.sh ] || run=() # a local build: no bundle
+if [ -f .device/on-device.sh ]; then
+    "${run[@]}" true # unpacks build-device/ from the bundle
+else
+    run=() # a local build: no bundle
+fi
 
 name=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader \
     2>/dev/null | head -1)

@@ -210,17 +210,21 @@ class Anchors:
             total += ms[-1]
         return sorted(ms)[len(ms) // 2] if ms else None
 
-    # FLA with GVA (Hv > Hk); older builds want q, k repeated per v head.
+    # FLA 0.6 does GVA (Hv > Hk) itself; an older build wants q, k repeated
+    # per value head. Keywords: fused_recurrent's third positional after v
+    # is gk, not beta.
     def fla_call(self, which, q, k, v, g, beta, S0):
         f = self.fla[which]
+        kw = dict(g=g, beta=beta, scale=1.0, initial_state=S0,
+                  output_final_state=True)
         try:
-            return f(q, k, v, g, beta, scale=1.0, initial_state=S0,
-                     output_final_state=True)
+            return f(q, k, v, **kw)
         except Exception:  # noqa: BLE001
             r = v.shape[2] // q.shape[2]
+            if r == 1:
+                raise
             return f(q.repeat_interleave(r, 2), k.repeat_interleave(r, 2), v,
-                     g, beta, scale=1.0, initial_state=S0,
-                     output_final_state=True)
+                     **kw)
 
     def gdn_inputs(self, q, k, v, g, beta, S0, dtype):
         return (self.t(q[None], dtype), self.t(k[None], dtype),

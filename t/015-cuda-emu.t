@@ -12,7 +12,7 @@ use warnings;
 use lib 't/lib';
 
 use Test::More;
-use Hypic::Util qw(build_dir private_dir);
+use Hypic::Util qw(build_dir private_dir python_module);
 
 my $lib = build_dir() . '/libhk_cpu.a';
 plan skip_all => "no $lib (make first)" unless -f $lib;
@@ -43,8 +43,8 @@ for my $order (qw(forward reverse)) {
 }
 
 SKIP: {
-    skip 'no numpy', 3
-        unless system('python3 -c "import numpy" 2>/dev/null') == 0;
+    my $why = python_module('numpy');
+    skip $why, 3 if $why;
     my $out = `$work/gpu_kernels --tiny --out $work/bench.tsv --dump $work/dump 2>&1`;
     ok($? == 0 && -s "$work/bench.tsv", 'gpu_kernels --tiny runs on the emulator')
         or diag($out);

@@ -15,7 +15,7 @@ use lib 't/lib';
 use JSON::PP ();
 use Hypic::Nginx;
 use Hypic::Engine;
-use Hypic::Util qw(private_dir slurp);
+use Hypic::Util qw(private_dir slurp python_module);
 
 our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
 our $PYTHON = $ENV{HYPIC_PYTHON} // 'python3';
@@ -47,13 +47,7 @@ sub browser {
         return 'chromium and chromium-driver could not be installed'
             if !-x $CHROMIUM || !-x $DRIVER;
     }
-    return "no $PYTHON" unless quiet("$PYTHON -c 1");
-    quiet("timeout 300 $PYTHON -m pip install --quiet "
-          . '--disable-pip-version-check selenium')
-        unless quiet("$PYTHON -c 'import selenium'");
-    return 'the selenium Python package could not be installed'
-        unless quiet("$PYTHON -c 'import selenium'");
-    return '';
+    return python_module('selenium', $PYTHON);
 }
 
 our @DOCS = (

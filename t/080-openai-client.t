@@ -13,7 +13,7 @@ use lib 't/lib';
 use JSON::PP ();
 use Hypic::Nginx;
 use Hypic::Engine;
-use Hypic::Util qw(private_dir);
+use Hypic::Util qw(private_dir python_module);
 
 our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
 our $PYTHON = $ENV{HYPIC_PYTHON} // 'python3';
@@ -28,16 +28,7 @@ our $engine = Hypic::Engine->start(
 add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
                    . ' model=tiny-1;');
 
-# '' when `import openai` works, installing it if needed; else why not
-sub openai_client {
-    return '' if system("$PYTHON -c 'import openai' >/dev/null 2>&1") == 0;
-    return "no $PYTHON" if system("$PYTHON -c 1 >/dev/null 2>&1") != 0;
-    system("timeout 300 $PYTHON -m pip install --quiet --disable-pip-version-check "
-           . "openai >/dev/null 2>&1");
-    return '' if system("$PYTHON -c 'import openai' >/dev/null 2>&1") == 0;
-    return 'the openai Python package is missing and pip could not '
-           . 'install it';
-}
+sub openai_client { python_module('openai', $PYTHON) }
 
 our $CLIENT = <<'PY';
 import json, sys

@@ -15,10 +15,25 @@ use POSIX ();
 use Time::HiRes qw(sleep time);
 
 our @EXPORT_OK = qw(build_dir private_dir free_port spawn wait_until
-                    port_open alive stop_pid wait_exit slurp);
+                    port_open alive stop_pid wait_exit slurp python_module);
 
 my %live;            # pid => name, every child still running
 my $owner = $$;      # END below runs in this process only
+
+# '' when Python package $pkg imports in $python (python3 unless given),
+# installing it from PyPI if it is missing; else why not. The suites that
+# drive real clients and reference scripts call it before they skip.
+sub python_module {
+    my ($pkg, $python) = @_;
+    $python //= $ENV{HYPIC_PYTHON} // 'python3';
+    my $imports = sub { system("$python -c 'import $pkg' >/dev/null 2>&1") == 0 };
+    return '' if $imports->();
+    return "no $python" if system("$python -c 1 >/dev/null 2>&1") != 0;
+    system("timeout 300 $python -m pip install --quiet "
+           . "--disable-pip-version-check $pkg >/dev/null 2>&1");
+    return '' if $imports->();
+    return "the $pkg Python package is missing and pip could not install it";
+}
 
 # $HYPIC_BUILD, or ./build: where the module and hypic-engine are.
 sub build_dir {

@@ -14,7 +14,7 @@ if grep -rn '#include "engine/' kernels; then
 fi
 # engine/ is one folder per box, stacked (DESIGN §2, README "Layout"): a
 # box includes only boxes on its own floor or below, never one above.
-floors=(contract tokenizer model forward cache cluster serve cli)
+floors=(contract backend tokenizer model forward cache cluster serve cli)
 for i in "${!floors[@]}"; do
     for above in "${floors[@]:$((i + 1))}"; do
         if grep -rn "#include \"engine/$above/" "engine/${floors[$i]}"; then
@@ -23,6 +23,13 @@ for i in "${!floors[@]}"; do
         fi
     done
 done
+# The backend seam (engine/backend/backend.h): only engine/backend/ names
+# a kernel family; the rest of the engine runs ops through a backend.
+if grep -rn '#include "kernels/\(cpu\|cuda\)/' engine \
+        | grep -v '^engine/backend/\|^engine/test/'; then
+    echo "layering: kernels/cpu or kernels/cuda included outside" \
+         "engine/backend/" >&2; fail=1
+fi
 if grep -rn '//' ngx_hypic_module/*.[ch] | grep -v 'http://\|https://'; then
     echo "style: // comment in ngx_hypic_module/" >&2; fail=1
 fi

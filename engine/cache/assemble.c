@@ -8,7 +8,6 @@
 #include <xxhash.h>
 
 #include "engine/cache/segcache.h"
-#include "kernels/cpu/hk_cpu.h"
 
 static const char *mode_names[] = {"full", "prefix", "naive", "pic"};
 
@@ -120,7 +119,8 @@ int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
 
 typedef struct {
     const hp_model_config_t *c;
-    hp_pool_entry_t **ent; /* [n_jumps] */
+    const hp_backend_t *be; /* host memory (assemble_spliced checks) */
+    hp_pool_entry_t **ent;  /* [n_jumps] */
     int naive;
     float *scratch; /* [dk, dv] */
 } splice_t;
@@ -136,12 +136,12 @@ static int splice_jump(void *ud, int l, int j, float *S, float *conv,
     (void)Tc;
     (void)err;
     if (sp->naive) { /* S <- S + S_C|0: drops T_C, the structural error */
-        const float *S0 = hp_segc_S(c, e, l);
-        for (size_t i = 0; i < (size_t)Hv * dk * dv; i++)
-            S[i] += S0[i];
+        hp_backend_axpy(sp->be, S, 1.0f, hp_segc_S(c, e, l),
+                        (size_t)Hv * dk * dv);
     } else { /* S <- T_C S + S_C|0 (Eq. 6) */
-        hk_trans_compose(S, HK_TRANS_DENSE, hp_segc_T(c, e, l), S,
-                         hp_segc_S(c, e, l), Hv, dk, dv, sp->scratch);
+        hp_backend_trans_compose(sp->be, S, HK_TRANS_DENSE, hp_segc_T(c, e, l),
+                                 S, hp_segc_S(c, e, l), Hv, dk, dv,
+                                 sp->scratch);
     }
     hp_segc_conv_jump(conv, hp_segc_conv(c, e, l), h->n_int, hp_cfg_conv_dim(c),
                       c->conv_kernel);
@@ -160,9 +160,10 @@ static void splice_kv(hp_seq_t *seq, void *e, int at, int shift)
         hp_seq_kv_unpack(seq, l, at, h->n_int, hp_segc_K(c, e, l),
                          hp_segc_V(c, e, l));
         if (shift)
-            hk_rope_shift(seq->layers[l].k + (size_t)at * c->kv_row, shift,
-                          h->n_int, c->n_kv_heads, c->head_dim, c->rotary_dim,
-                          c->rope_theta);
+            hp_backend_rope_shift(seq->be,
+                                  seq->layers[l].k + (size_t)at * c->kv_row,
+                                  shift, h->n_int, c->n_kv_heads, c->head_dim,
+                                  c->rotary_dim, c->rope_theta);
     }
 }
 
@@ -176,12 +177,18 @@ static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
     const hp_model_config_t *c = &m->cfg;
     int naive = mode == HP_IPC_MODE_NAIVE, rc = HP_OK, first = 0;
     int n_run = 0, n_jump = 0;
+    /* the splice updates the states in place from host cache entries */
+    if (!hp_backend_host_memory(m->be))
+        return hp_error_set(err, HP_EUNAVAIL,
+                            "assemble: spliced prompts on backend %s are not "
+                            "supported yet",
+                            hp_backend_name(m->be));
     int *ids = malloc((size_t)p->n * sizeof(int));
     int *pos = malloc((size_t)p->n * sizeof(int));
     int *after = malloc((size_t)(p->n_segs + 1) * sizeof(int));
     hp_pool_entry_t **ent = calloc((size_t)p->n_segs + 1, sizeof(*ent));
     hp_pool_entry_t *lead = NULL;
-    splice_t sp = {c, ent, naive,
+    splice_t sp = {c, m->be, ent, naive,
                    malloc((size_t)c->lin_k_dim * c->lin_v_dim * 4)};
     if (!ids || !pos || !after || !ent || !sp.scratch) {
         rc = hp_error_set(err, HP_ENOMEM, "assemble: out of memory");

@@ -4,8 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/hk_cpu.h"
-
 typedef struct {
     size_t T, S, conv, K, V; /* float offsets after the header, or -1 */
 } layer_off_t;
@@ -145,6 +143,7 @@ int hp_segc_build_state(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
  * slot; jump 1 (after the interior) turns S_end into S_C|0. */
 typedef struct {
     const hp_model_config_t *c;
+    const hp_backend_t *be; /* host memory (hp_segc_build_pic checks) */
     void *e;
     float *tmp; /* [2, dk, dv]: T S_head, and the kernel's scratch */
 } capture_t;
@@ -169,10 +168,10 @@ static int capture_jump(void *ud, int l, int j, float *S, float *conv,
         const float *Th = T + (size_t)h * dk * dk;
         float *Sh = S0 + (size_t)h * dk * dv;
         const float *Eh = S + (size_t)h * dk * dv;
-        hk_trans_compose(cp->tmp, HK_TRANS_DENSE, Th, Sh, NULL, 1, dk, dv,
-                         cp->tmp + (size_t)dk * dv);
-        for (size_t i = 0; i < (size_t)dk * dv; i++)
-            Sh[i] = Eh[i] - cp->tmp[i];
+        hp_backend_trans_compose(cp->be, cp->tmp, HK_TRANS_DENSE, Th, Sh, NULL,
+                                 1, dk, dv, cp->tmp + (size_t)dk * dv);
+        hp_backend_copy(cp->be, Sh, Eh, (size_t)dk * dv * sizeof(float));
+        hp_backend_axpy(cp->be, Sh, -1.0f, cp->tmp, (size_t)dk * dv);
     }
     memcpy(hp_segc_conv(c, cp->e, l), conv, c->conv_floats * 4);
     return HP_OK;
@@ -193,11 +192,19 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
                          .n_tok = n,
                          .w = w,
                          .n_int = n_int};
+    /* the capture reads and writes the states in place, next to the
+     * entry: host memory only, for now */
+    if (!hp_backend_host_memory(m->be))
+        return hp_error_set(err, HP_EUNAVAIL,
+                            "segcache: PIC capture on backend %s is not "
+                            "supported yet",
+                            hp_backend_name(m->be));
     hp_seq_t seq;
     int rc = hp_seq_init(&seq, m, err);
     if (rc != HP_OK)
         return rc;
-    capture_t cp = {c, e, malloc((size_t)2 * c->lin_k_dim * c->lin_v_dim * 4)};
+    capture_t cp = {c, m->be, e,
+                    malloc((size_t)2 * c->lin_k_dim * c->lin_v_dim * 4)};
     int after[2] = {w, n - w};
     hp_jumps_t jumps = {after, 2, 1, capture_jump, &cp};
     if (!cp.tmp)

@@ -145,6 +145,7 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
             (kc.cap > kc.cap_kvonly ? kc.cap : kc.cap_kvonly) + kc.max_step;
         kc.n_blocks = c->n_layers * (most / kc.block_tokens + 2);
         kc.n_states = c->n_layers;
+        kc.be = r->llm.model.be;
         if (hp_kvbuf_pool_init(&r->kvpool, &kc, &err) != HP_OK) {
             fprintf(stderr, "hypic-engine generate: %s\n", err.msg);
             return 1;

@@ -3,6 +3,8 @@
  * embed; per layer pre-norm mixer (Gated DeltaNet or gated attention) and
  * pre-norm MLP (SwiGLU or MoE) with residuals; final norm; LM head. The
  * layer pieces are shared with the batched decode step (forward_batch.c).
+ * Every op runs on the model's backend (m->be), on workspace, sequence and
+ * weight memory of that backend.
  */
 #include "engine/forward/forward.h"
 
@@ -11,8 +13,6 @@
 #include <string.h>
 
 #include "engine/forward/forward_impl.h"
-#include "kernels/cpu/hk_cpu.h"
-#include "kernels/cpu/hk_kvbuf.h"
 
 /* ---- Gated DeltaNet mixer (reference §3) ------------------------------- */
 
@@ -37,18 +37,12 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
         !b->g || !b->o)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    hk_linear(b->qkv, y, &w->in_qkv, T);
-    hk_linear(b->z, y, &w->in_z, T);
-    hk_linear(b->beta, y, &w->in_b, T);
-    hk_linear(b->g, y, &w->in_a, T);
-    for (int t = 0; t < T; t++) {
-        for (int h = 0; h < Hv; h++) {
-            float *bt = &b->beta[(size_t)t * Hv + h];
-            float *gt = &b->g[(size_t)t * Hv + h];
-            *bt = hk_sigmoid(*bt);
-            *gt = hk_math_gdn_gate(*gt, w->A_log[h], w->dt_bias[h]);
-        }
-    }
+    hp_backend_linear(m->be, b->qkv, y, &w->in_qkv, T);
+    hp_backend_linear(m->be, b->z, y, &w->in_z, T);
+    hp_backend_linear(m->be, b->beta, y, &w->in_b, T);
+    hp_backend_linear(m->be, b->g, y, &w->in_a, T);
+    hp_backend_gdn_gates(m->be, b->g, b->beta, b->g, b->beta, w->A_log,
+                         w->dt_bias, T, Hv);
     return HP_OK;
 }
 
@@ -56,21 +50,27 @@ void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                      float *hist, int start, int end)
 {
     const hp_model_config_t *c = &m->cfg;
+    int cd = hp_cfg_conv_dim(c), n = end - start;
+
+    hp_backend_conv1d_silu(m->be, b->cv + (size_t)start * cd, hist,
+                           b->qkv + (size_t)start * cd, m->layers[l].conv_w, n,
+                           cd, c->conv_kernel);
+    hp_fwd_lin_split(m, b, start, end);
+}
+
+void hp_fwd_lin_split(const hp_model_t *m, const hp_fwd_lin_t *b, int start,
+                      int end)
+{
+    const hp_model_config_t *c = &m->cfg;
     int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
     int kd = Hk * dk, vd = hp_cfg_value_dim(c), n = end - start;
-
-    hk_conv1d_silu(b->cv + (size_t)start * cd, hist,
-                   b->qkv + (size_t)start * cd, m->layers[l].conv_w, n, cd,
-                   c->conv_kernel);
-    for (int t = start; t < end; t++) {
-        const float *row = b->cv + (size_t)t * cd;
-        memcpy(b->q + (size_t)t * kd, row, kd * sizeof(float));
-        memcpy(b->k + (size_t)t * kd, row + kd, kd * sizeof(float));
-        memcpy(b->v + (size_t)t * vd, row + 2 * kd, vd * sizeof(float));
-    }
-    hk_l2norm(b->q + (size_t)start * kd, n * Hk, dk, 1e-6f,
-              1.0f / sqrtf((float)dk));
-    hk_l2norm(b->k + (size_t)start * kd, n * Hk, dk, 1e-6f, 1.0f);
+    hp_backend_split_heads(m->be, b->q + (size_t)start * kd,
+                           b->k + (size_t)start * kd, b->v + (size_t)start * vd,
+                           b->cv + (size_t)start * cd, n, kd, kd, vd);
+    hp_backend_l2norm(m->be, b->q + (size_t)start * kd, n * Hk, dk, 1e-6f,
+                      1.0f / sqrtf((float)dk));
+    hp_backend_l2norm(m->be, b->k + (size_t)start * kd, n * Hk, dk, 1e-6f,
+                      1.0f);
 }
 
 void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
@@ -78,9 +78,9 @@ void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
-    hk_rmsnorm_gated(b->o, b->o, b->z, w->gnorm, T * c->lin_v_heads,
-                     c->lin_v_dim, c->rms_eps);
-    hk_linear_acc(x, b->o, &w->out_proj, T);
+    hp_backend_rmsnorm_gated(m->be, b->o, b->o, b->z, w->gnorm,
+                             T * c->lin_v_heads, c->lin_v_dim, c->rms_eps);
+    hp_backend_linear_acc(m->be, x, b->o, &w->out_proj, T);
 }
 
 /* kvp: the sequence's KVBuffer pool when its buffers are open (DESIGN §5):
@@ -99,8 +99,9 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     int kd = Hk * dk, vd = Hv * dv;
     hp_fwd_lin_t b;
 
-    float *scr = hp_fwd_buf(ws, B_SCRATCH,
-                            hk_gdn_chunk_scratch(Hv, dk, dv, HP_FWD_GDN_CHUNK));
+    float *scr = hp_fwd_buf(
+        ws, B_SCRATCH,
+        hp_backend_gdn_chunk_scratch(m->be, T, Hv, dk, dv, HP_FWD_GDN_CHUNK));
     int want_tc = jumps && jumps->tc_run >= 0;
     float *tc = want_tc ? hp_fwd_buf(ws, B_TC, (size_t)Hv * dk * dk) : NULL;
     hp_kvbuf_t *kb = kvp && sl->kvb.blocks && !jumps ? &sl->kvb : NULL;
@@ -123,12 +124,8 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
         int end = (jumps && j < jumps->n) ? jumps->after[j] : T;
         int n = end - start;
         float *run_tc = want_tc && j == jumps->tc_run ? tc : NULL;
-        if (run_tc && n == 0) { /* an empty run's transition is I */
-            memset(run_tc, 0, (size_t)Hv * dk * dk * sizeof(float));
-            for (int h = 0; h < Hv; h++)
-                for (int i = 0; i < dk; i++)
-                    run_tc[((size_t)h * dk + i) * dk + i] = 1.0f;
-        }
+        if (run_tc && n == 0) /* an empty run's transition is I */
+            hp_backend_trans_identity(m->be, run_tc, Hv, dk);
         if (n > 0) {
             hp_fwd_lin_conv(m, l, &b, sl->conv, start, end);
             float *qs = b.q + (size_t)start * kd,
@@ -146,11 +143,12 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                 if (kb)
                     rc = hp_kvbuf_fold(kvp, kb, err);
                 if (rc == HP_OK && n == 1 && !run_tc)
-                    hk_gdn_recurrent(os, sl->S, qs, ks, vs, gs, bs, 1, Hk, Hv,
-                                     dk, dv);
+                    hp_backend_gdn_recurrent(m->be, os, sl->S, qs, ks, vs, gs,
+                                             bs, 1, Hk, Hv, dk, dv);
                 else if (rc == HP_OK)
-                    hk_gdn_chunk(os, sl->S, run_tc, qs, ks, vs, gs, bs, n, Hk,
-                                 Hv, dk, dv, HP_FWD_GDN_CHUNK, scr);
+                    hp_backend_gdn_chunk(m->be, os, sl->S, run_tc, qs, ks, vs,
+                                         gs, bs, n, Hk, Hv, dk, dv,
+                                         HP_FWD_GDN_CHUNK, scr);
             }
             if (rc != HP_OK)
                 return rc;
@@ -187,22 +185,15 @@ int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
     if (!P || !b->q || !b->gate || !b->k || !b->v || !b->o)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    hk_linear(P, y, &w->q_proj, T);
-    hk_linear(b->k, y, &w->k_proj, T);
-    hk_linear(b->v, y, &w->v_proj, T);
+    hp_backend_linear(m->be, P, y, &w->q_proj, T);
+    hp_backend_linear(m->be, b->k, y, &w->k_proj, T);
+    hp_backend_linear(m->be, b->v, y, &w->v_proj, T);
     /* q_proj rows are per head [query hd | gate hd] (reference §2.4). */
-    for (int t = 0; t < T; t++)
-        for (int h = 0; h < Hq; h++) {
-            const float *src = P + (size_t)t * 2 * qd + (size_t)h * 2 * hd;
-            memcpy(b->q + (size_t)t * qd + (size_t)h * hd, src,
-                   hd * sizeof(float));
-            memcpy(b->gate + (size_t)t * qd + (size_t)h * hd, src + hd,
-                   hd * sizeof(float));
-        }
-    hk_rmsnorm_zc(b->q, b->q, w->q_norm, T * Hq, hd, c->rms_eps);
-    hk_rmsnorm_zc(b->k, b->k, w->k_norm, T * Hkv, hd, c->rms_eps);
-    hk_rope(b->q, pos, T, Hq, hd, c->rotary_dim, c->rope_theta);
-    hk_rope(b->k, pos, T, Hkv, hd, c->rotary_dim, c->rope_theta);
+    hp_backend_split_heads(m->be, b->q, b->gate, NULL, P, T * Hq, hd, hd, 0);
+    hp_backend_rmsnorm(m->be, b->q, b->q, w->q_norm, T * Hq, hd, c->rms_eps);
+    hp_backend_rmsnorm(m->be, b->k, b->k, w->k_norm, T * Hkv, hd, c->rms_eps);
+    hp_backend_rope(m->be, b->q, pos, T, Hq, hd, c->rotary_dim, c->rope_theta);
+    hp_backend_rope(m->be, b->k, pos, T, Hkv, hd, c->rotary_dim, c->rope_theta);
     return HP_OK;
 }
 
@@ -213,15 +204,12 @@ void hp_fwd_att_seq(const hp_model_t *m, hp_seq_layer_t *sl,
     const hp_model_config_t *c = &m->cfg;
     int Hq = c->n_heads, hd = c->head_dim;
     size_t qd = (size_t)Hq * hd, kvd = (size_t)c->n_kv_heads * hd;
-    for (int t = row0; t < row0 + T; t++) {
-        memcpy(sl->k + (size_t)pos[t] * kvd, b->k + (size_t)t * kvd,
-               kvd * sizeof(float));
-        memcpy(sl->v + (size_t)pos[t] * kvd, b->v + (size_t)t * kvd,
-               kvd * sizeof(float));
-    }
-    hk_attention(b->o + (size_t)row0 * qd, b->q + (size_t)row0 * qd, pos + row0,
-                 sl->k, sl->v, T, n_ctx, Hq, c->n_kv_heads, hd,
-                 1.0f / sqrtf((float)hd), scratch);
+    hp_backend_kv_store(m->be, sl->k, sl->v, b->k + (size_t)row0 * kvd,
+                        b->v + (size_t)row0 * kvd, pos + row0, T, (int)kvd);
+    hp_backend_attention(m->be, b->o + (size_t)row0 * qd,
+                         b->q + (size_t)row0 * qd, pos + row0, sl->k, sl->v, T,
+                         n_ctx, Hq, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd),
+                         scratch);
 }
 
 void hp_fwd_att_end(const hp_model_t *m, int l, const hp_fwd_att_t *b, float *x,
@@ -229,9 +217,8 @@ void hp_fwd_att_end(const hp_model_t *m, int l, const hp_fwd_att_t *b, float *x,
 {
     const hp_model_config_t *c = &m->cfg;
     size_t qd = (size_t)c->n_heads * c->head_dim;
-    for (size_t i = 0; i < (size_t)T * qd; i++)
-        b->o[i] *= hk_sigmoid(b->gate[i]);
-    hk_linear_acc(x, b->o, &m->layers[l].o_proj, T);
+    hp_backend_gate_mul(m->be, b->o, b->gate, (size_t)T * qd);
+    hp_backend_linear_acc(m->be, x, b->o, &m->layers[l].o_proj, T);
 }
 
 static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
@@ -240,8 +227,9 @@ static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
 {
     hp_fwd_att_t b;
     int rc = hp_fwd_att_begin(m, l, ws, y, pos, T, &b, err);
-    float *scr = hp_fwd_buf(ws, B_SCRATCH,
-                            hk_attention_scratch(T, n_ctx, m->cfg.n_heads));
+    float *scr = hp_fwd_buf(
+        ws, B_SCRATCH,
+        hp_backend_attention_scratch(m->be, T, n_ctx, m->cfg.n_heads));
     if (rc != HP_OK)
         return rc;
     if (!scr)
@@ -253,23 +241,24 @@ static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
 
 /* ---- MLP (reference §5.3, §5.4) ----------------------------------------- */
 
-static int dense_mlp(const hp_mat_t *gw, const hp_mat_t *uw, const hp_mat_t *dw,
-                     hp_fwd_ws_t *ws, const float *y, float *x, int T, int H,
-                     const float *row_scale, hp_error_t *err)
+/* x += down(silu(gate y) * up y), the hidden rows scaled by row_scale
+ * (sigmoid'ed when sigm) where given. */
+static int dense_mlp(const hp_model_t *m, const hp_mat_t *gw,
+                     const hp_mat_t *uw, const hp_mat_t *dw, hp_fwd_ws_t *ws,
+                     const float *y, float *x, int T, const float *row_scale,
+                     int sigm, hp_error_t *err)
 {
     int I = gw->rows;
     float *g = hp_fwd_buf(ws, B_GATE, (size_t)T * I);
     float *u = hp_fwd_buf(ws, B_UP, (size_t)T * I);
     if (!g || !u)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
-    hk_linear(g, y, gw, T);
-    hk_linear(u, y, uw, T);
-    hk_swiglu(g, g, u, (size_t)T * I);
+    hp_backend_linear(m->be, g, y, gw, T);
+    hp_backend_linear(m->be, u, y, uw, T);
+    hp_backend_swiglu(m->be, g, g, u, (size_t)T * I);
     if (row_scale)
-        for (int t = 0; t < T; t++)
-            for (int i = 0; i < I; i++)
-                g[(size_t)t * I + i] *= row_scale[t];
-    hk_linear_acc(x, g, dw, T);
+        hp_backend_scale_rows(m->be, g, row_scale, T, I, sigm);
+    hp_backend_linear_acc(m->be, x, g, dw, T);
     return HP_OK;
 }
 
@@ -279,56 +268,45 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
     int H = c->hidden, E = c->n_experts, K = c->n_experts_per_tok;
+    size_t TK = (size_t)T * K;
     float *logits = hp_fwd_buf(ws, B_ROUTE, (size_t)T * E);
     float *xg = hp_fwd_buf(ws, B_XG, (size_t)T * H);
     float *eo = hp_fwd_buf(ws, B_EO, (size_t)T * H);
-    float *wsel = hp_fwd_buf(ws, B_MOEW, (size_t)T * K);
-    int *isel = hp_fwd_buf(ws, B_MOEIDX, (size_t)T * K);
-    int *rows = hp_fwd_buf(ws, B_ROWS, (size_t)T);
-    if (!logits || !xg || !eo || !wsel || !isel || !rows)
+    float *wsel = hp_fwd_buf(ws, B_MOEW, TK);
+    int *isel = hp_fwd_buf(ws, B_MOEIDX, TK);
+    int *rows = hp_fwd_buf(ws, B_ROWS, TK);
+    float *scale = hp_fwd_buf(ws, B_MOESCALE, TK);
+    int *slot = hp_fwd_buf(ws, B_MOESLOT, TK);
+    int *offs = hp_fwd_buf(ws, B_MOEOFFS, (size_t)E + 1);
+    if (!logits || !xg || !eo || !wsel || !isel || !rows || !scale || !slot ||
+        !offs)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    hk_linear(logits, y, &w->router, T);
-    for (int t = 0; t < T; t++)
-        hk_moe_route(isel + (size_t)t * K, wsel + (size_t)t * K,
-                     logits + (size_t)t * E, E, K, c->norm_topk_prob);
-
-    /* Gather the tokens routed to each expert, run it once over them,
-     * scatter-add the weighted result. */
+    hp_backend_linear(m->be, logits, y, &w->router, T);
+    hp_backend_moe_route(m->be, isel, wsel, logits, T, E, K, c->norm_topk_prob);
+    /* Each expert runs once over the tokens routed to it (gathered), its
+     * weighted result added back to their rows, experts in order. */
+    hp_backend_moe_plan(m->be, offs, rows, scale, slot, isel, wsel, T, K, E);
     for (int e = 0; e < E; e++) {
-        int n = 0;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < K; j++)
-                if (isel[(size_t)t * K + j] == e) {
-                    rows[n] = t;
-                    logits[n] = wsel[(size_t)t * K + j]; /* reuse as scale */
-                    memcpy(xg + (size_t)n * H, y + (size_t)t * H,
-                           H * sizeof(float));
-                    n++;
-                }
+        int o = offs[e], n = offs[e + 1] - offs[e];
         if (n == 0)
             continue;
-        memset(eo, 0, (size_t)n * H * sizeof(float));
-        int rc = dense_mlp(&w->exp_gate[e], &w->exp_up[e], &w->exp_down[e], ws,
-                           xg, eo, n, H, logits, err);
+        hp_backend_moe_gather(m->be, xg, y, rows + o, n, H);
+        hp_backend_memset0(m->be, eo, (size_t)n * H * sizeof(float));
+        int rc = dense_mlp(m, &w->exp_gate[e], &w->exp_up[e], &w->exp_down[e],
+                           ws, xg, eo, n, scale + o, 0, err);
         if (rc != HP_OK)
             return rc;
-        for (int i = 0; i < n; i++) {
-            float *dst = x + (size_t)rows[i] * H;
-            const float *src = eo + (size_t)i * H;
-            for (int h = 0; h < H; h++)
-                dst[h] += src[h];
-        }
+        hp_backend_moe_scatter(m->be, x, eo, rows + o, n, H);
     }
 
     if (w->sh_gate.rows > 0) {
         /* shared expert with a per-token scalar sigmoid gate */
+        hp_mat_t gate = {w->sh_expert_gate, NULL, HK_W_F32, 1, H, 0};
         float *sg = wsel; /* T floats needed, T*K available */
-        hk_matmul(sg, y, w->sh_expert_gate, T, H, 1);
-        for (int t = 0; t < T; t++)
-            sg[t] = hk_sigmoid(sg[t]);
-        return dense_mlp(&w->sh_gate, &w->sh_up, &w->sh_down, ws, y, x, T, H,
-                         sg, err);
+        hp_backend_linear(m->be, sg, y, &gate, T);
+        return dense_mlp(m, &w->sh_gate, &w->sh_up, &w->sh_down, ws, y, x, T,
+                         sg, 1, err);
     }
     return HP_OK;
 }
@@ -338,11 +316,10 @@ int hp_fwd_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y, float *x,
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
-    hk_rmsnorm_zc(y, x, w->post_norm, T, c->hidden, c->rms_eps);
+    hp_backend_rmsnorm(m->be, y, x, w->post_norm, T, c->hidden, c->rms_eps);
     if (c->layer_moe[l])
         return moe_mlp(m, l, ws, y, x, T, err);
-    return dense_mlp(&w->gate, &w->up, &w->down, ws, y, x, T, c->hidden, NULL,
-                     err);
+    return dense_mlp(m, &w->gate, &w->up, &w->down, ws, y, x, T, NULL, 0, err);
 }
 
 /* ---- the whole model --------------------------------------------------- */
@@ -398,12 +375,12 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                 (rc = hp_kvbuf_reserve(seq->kvpool, &kb, 1, T, err)) != HP_OK)
                 return rc;
         }
-    hk_weight_rows(x, &m->embed, ids, T);
+    hp_backend_embed(m->be, x, &m->embed, ids, T);
 
     rc = HP_OK;
     for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
         const hp_layer_weights_t *w = &m->layers[l];
-        hk_rmsnorm_zc(y, x, w->input_norm, T, H, c->rms_eps);
+        hp_backend_rmsnorm(m->be, y, x, w->input_norm, T, H, c->rms_eps);
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps,
                               seq->kvpool, err);
@@ -413,6 +390,8 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         if (rc == HP_OK)
             rc = hp_fwd_mlp(m, l, ws, y, x, T, err);
     }
+    if (rc == HP_OK)
+        rc = hp_backend_sync(m->be, err);
     if (rc != HP_OK)
         return rc;
     seq->n_pos = n_ctx;
@@ -421,9 +400,19 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         return HP_OK;
     int first = mode == HP_LOGITS_LAST ? T - 1 : 0;
     int rows = T - first;
-    hk_rmsnorm_zc(y, x + (size_t)first * H, m->final_norm, rows, H, c->rms_eps);
-    hk_linear(logits, y, &m->lm_head, rows);
-    return HP_OK;
+    hp_backend_rmsnorm(m->be, y, x + (size_t)first * H, m->final_norm, rows, H,
+                       c->rms_eps);
+    /* the caller's logits are host memory: straight there on the CPU */
+    size_t lb = (size_t)rows * c->vocab_size * sizeof(float);
+    float *lg = hp_backend_host_memory(m->be)
+                    ? logits
+                    : hp_fwd_buf(ws, B_LOGITS, lb / sizeof(float));
+    if (!lg)
+        return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
+    hp_backend_linear(m->be, lg, y, &m->lm_head, rows);
+    if (lg != logits)
+        hp_backend_download(m->be, logits, lg, lb);
+    return hp_backend_sync(m->be, err);
 }
 
 int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,

@@ -48,14 +48,17 @@ typedef struct {
 #define HP_FWD_PIECE    1024
 #define HP_FWD_MAX_STEP 17
 
-/* Activation buffers of a plan, carved out of one allocation and reused
+/* Activation buffers of a plan, carved out of one allocation of the
+ * model's backend (and a small host one: tables, host arrays), reused
  * across calls. Also remembers the last batch's verifications
  * (hp_forward_accept reads them). */
 typedef struct {
-    hp_fwd_plan_t plan; /* as resolved (max_ctx filled in) */
-    void *mem;          /* the one allocation */
-    float **buf;        /* [n] buffers in mem */
-    size_t *cap;        /* [n] their floats */
+    hp_fwd_plan_t plan;     /* as resolved (max_ctx filled in) */
+    const hp_backend_t *be; /* the model's */
+    void *mem;              /* the host allocation */
+    void *dev;              /* the backend allocation */
+    float **buf;            /* [n] buffers in dev or mem */
+    size_t *cap;            /* [n] their floats */
     int n;
     hp_fwd_spec_t *spec; /* [max_batch] */
     int n_spec;

@@ -11,8 +11,6 @@
 
 #include "engine/forward/forward.h"
 #include "engine/forward/forward_impl.h"
-#include "kernels/cpu/hk_cpu.h"
-#include "kernels/cpu/hk_kvbuf.h"
 
 /* Per-item ints of the step, in the workspace (B_ITEMS). */
 typedef struct {
@@ -145,10 +143,12 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
         if (it[i].verify) {
             /* Drafts may be rejected: convolve on a copy of the history
              * and keep the raw inputs; hp_forward_accept commits the
-             * accepted ones (hk_kvbuf_conv_commit). */
-            memcpy(raw + ((size_t)l * p->vrows + p->vrow[i]) * cd,
-                   b.qkv + (size_t)r0 * cd, (size_t)T * cd * sizeof(float));
-            memcpy(hcopy, sl->conv, (size_t)cd * (Kc - 1) * sizeof(float));
+             * accepted ones (hp_backend_kvbuf_conv_commit). */
+            hp_backend_copy(
+                m->be, raw + ((size_t)l * p->vrows + p->vrow[i]) * cd,
+                b.qkv + (size_t)r0 * cd, (size_t)T * cd * sizeof(float));
+            hp_backend_copy(m->be, hcopy, sl->conv,
+                            (size_t)cd * (Kc - 1) * sizeof(float));
             hist = hcopy;
         }
         hp_fwd_lin_conv(m, l, &b, hist, r0, r0 + T);
@@ -176,8 +176,8 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
             rc = hp_kvbuf_verify(s->kvpool, bufs, 1, it[i].T, o, q, kk, v, g,
                                  be, err);
         } else {
-            hk_gdn_recurrent(o, s->layers[l].S, q, kk, v, g, be, 1, Hk, Hv, dk,
-                             dv);
+            hp_backend_gdn_recurrent(m->be, o, s->layers[l].S, q, kk, v, g, be,
+                                     1, Hk, Hv, dk, dv);
         }
         k += R;
     }
@@ -246,7 +246,8 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
     size_t ascr = 1;
     for (int k = 0; k < p.live; k++) {
         int i = p.order[k];
-        size_t a = hk_attention_scratch(it[i].T, p.ctx[i], c->n_heads);
+        size_t a =
+            hp_backend_attention_scratch(m->be, it[i].T, p.ctx[i], c->n_heads);
         ascr = a > ascr ? a : ascr;
     }
     int *pos = hp_fwd_buf(ws, B_POS, (size_t)p.rows);
@@ -266,12 +267,13 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
         int r0 = p.row[p.order[k]];
         for (int t = 0; t < a->T; t++)
             pos[r0 + t] = a->seq->n_pos + t;
-        hk_weight_rows(x + (size_t)r0 * H, &m->embed, a->ids, a->T);
+        hp_backend_embed(m->be, x + (size_t)r0 * H, &m->embed, a->ids, a->T);
     }
 
     rc = HP_OK;
     for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
-        hk_rmsnorm_zc(y, x, m->layers[l].input_norm, p.rows, H, c->rms_eps);
+        hp_backend_rmsnorm(m->be, y, x, m->layers[l].input_norm, p.rows, H,
+                           c->rms_eps);
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             rc = linear_step(m, l, ws, it, &p, y, x, err);
         else
@@ -283,6 +285,8 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
         rc == HP_OK ? hp_fwd_buf(ws, B_LOGITS, (size_t)p.rows * V) : NULL;
     if (rc == HP_OK && !lg)
         rc = hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    if (rc == HP_OK)
+        rc = hp_backend_sync(m->be, err);
     if (rc != HP_OK) {
         unverify(m, it, &p);
         ws->n_spec = 0;
@@ -297,9 +301,9 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
         a->seq->n_pos = p.ctx[p.order[k]];
         a->logits = lg + (size_t)p.row[p.order[k]] * V;
     }
-    hk_rmsnorm_zc(y, x, m->final_norm, p.rows, H, c->rms_eps);
-    hk_linear(lg, y, &m->lm_head, p.rows);
-    return HP_OK;
+    hp_backend_rmsnorm(m->be, y, x, m->final_norm, p.rows, H, c->rms_eps);
+    hp_backend_linear(m->be, lg, y, &m->lm_head, p.rows);
+    return hp_backend_sync(m->be, err);
 }
 
 int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
@@ -312,8 +316,8 @@ int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         rc = it.status;
     }
     if (rc == HP_OK)
-        memcpy(logits, it.logits,
-               (size_t)T * m->cfg.vocab_size * sizeof(float));
+        hp_backend_download(m->be, logits, it.logits,
+                            (size_t)T * m->cfg.vocab_size * sizeof(float));
     return rc;
 }
 
@@ -337,9 +341,9 @@ int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         hp_seq_layer_t *sl = &seq->layers[l];
         if (!sl->kvb.blocks)
             continue;
-        hk_kvbuf_conv_commit(sl->conv,
-                             raw + ((size_t)l * ws->spec_rows + sp->row) * cd,
-                             keep, cd, Kc);
+        hp_backend_kvbuf_conv_commit(
+            m->be, sl->conv, raw + ((size_t)l * ws->spec_rows + sp->row) * cd,
+            keep, cd, Kc);
         int rc = hp_kvbuf_truncate(seq->kvpool, &sl->kvb, keep, err);
         if (rc != HP_OK)
             return rc;

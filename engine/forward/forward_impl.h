@@ -14,7 +14,9 @@
 
 #include "engine/forward/forward.h"
 
-/* Named activation buffers of the workspace. */
+/* Named activation buffers of the workspace: backend memory, except the
+ * ones marked host (read by the host's control flow, or host arrays an op
+ * takes). */
 enum {
     B_X,
     B_Y,
@@ -34,16 +36,19 @@ enum {
     B_ROUTE,
     B_XG,
     B_EO,
-    B_POS,
+    B_POS, /* host */
     B_ROWS,
     B_MOEIDX,
     B_MOEW,
+    B_MOESCALE, /* hp_backend_moe_plan's outputs */
+    B_MOESLOT,
+    B_MOEOFFS, /* host */
     B_TC,
     B_SPECQKV,
     B_SPECCONV,
     B_LOGITS,
-    B_ITEMS,  /* hp_forward_batch: ints per item (order, rows, context) */
-    B_KVBUFS, /* hp_forward_batch: hp_kvbuf_t * per item */
+    B_ITEMS,  /* host; hp_forward_batch: ints per item (order, rows, ctx) */
+    B_KVBUFS, /* host; hp_forward_batch: hp_kvbuf_t * per item */
     B_TCACC,  /* hp_forward: a transition run's product over the pieces */
     B_COUNT
 };
@@ -84,6 +89,10 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
  * (q scaled by dk^-1/2). */
 void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                      float *hist, int start, int end);
+/* Rows [start, end) of the conv output into q, k, v, q and k
+ * L2-normalized (q scaled by dk^-1/2). */
+void hp_fwd_lin_split(const hp_model_t *m, const hp_fwd_lin_t *b, int start,
+                      int end);
 /* Gated RMSNorm of o by z, then x [T, hidden] += o out_proj^T. */
 void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
                     int T);

@@ -1,7 +1,8 @@
 /*
  * forward_plan.c - the forward pass's workspace, planned once (forward.h,
  * hp_fwd_plan_t): every named buffer sized from the model's config and
- * the plan, carved out of one allocation; and hp_forward, which runs a
+ * the plan, carved out of one backend allocation (the few host arrays out
+ * of one host allocation); and hp_forward, which runs a
  * call longer than the plan in pieces that fit it.
  */
 #include <stdint.h>
@@ -10,7 +11,6 @@
 
 #include "engine/forward/forward.h"
 #include "engine/forward/forward_impl.h"
-#include "kernels/cpu/hk_cpu.h"
 
 static size_t zmax(size_t a, size_t b)
 {
@@ -33,11 +33,19 @@ static hp_fwd_plan_t resolve(const hp_model_t *m, const hp_fwd_plan_t *in)
     return p;
 }
 
+/* Whether buffer id is host memory (forward_impl.h). */
+static int is_host(int id)
+{
+    return id == B_POS || id == B_MOEOFFS || id == B_ITEMS || id == B_KVBUFS;
+}
+
 /* Floats of every buffer for plan p: rows are the most of one pass (a
  * piece, or a batch of items), the layer buffers serve both mixers. */
-static void sizes(const hp_model_config_t *c, const hp_fwd_plan_t *p,
+static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
                   size_t n[B_COUNT])
 {
+    const hp_model_config_t *c = &m->cfg;
+    const hp_backend_t *be = m->be;
     size_t H = c->hidden, Hv = c->lin_v_heads, cd = hp_cfg_conv_dim(c);
     size_t kd = hp_cfg_key_dim(c), vd = hp_cfg_value_dim(c);
     size_t qd = (size_t)c->n_heads * c->head_dim, kvd = c->kv_row;
@@ -51,8 +59,9 @@ static void sizes(const hp_model_config_t *c, const hp_fwd_plan_t *p,
     /* attention's scratch is largest at one token (heads on the rows) or
      * at the most tokens; it no longer grows past a key block */
     int tmax = p->max_tokens > p->max_step ? p->max_tokens : p->max_step;
-    size_t ascr = zmax(hk_attention_scratch(1, p->max_ctx, c->n_heads),
-                       hk_attention_scratch(tmax, p->max_ctx, c->n_heads));
+    size_t ascr =
+        zmax(hp_backend_attention_scratch(be, 1, p->max_ctx, c->n_heads),
+             hp_backend_attention_scratch(be, tmax, p->max_ctx, c->n_heads));
 
     memset(n, 0, B_COUNT * sizeof(size_t));
     n[B_X] = n[B_Y] = R * H;
@@ -65,14 +74,16 @@ static void sizes(const hp_model_config_t *c, const hp_fwd_plan_t *p,
     n[B_P] = R * 2 * qd;
     n[B_GATE] = n[B_UP] = R * I;
     n[B_SCRATCH] =
-        zmax(zmax(ascr, hk_gdn_chunk_scratch(c->lin_v_heads, c->lin_k_dim,
-                                             c->lin_v_dim, HP_FWD_GDN_CHUNK)),
+        zmax(zmax(ascr, hp_backend_gdn_chunk_scratch(
+                            be, p->max_tokens, c->lin_v_heads, c->lin_k_dim,
+                            c->lin_v_dim, HP_FWD_GDN_CHUNK)),
              (size_t)c->lin_k_dim * c->lin_k_dim);
     if (E > 0) {
         n[B_ROUTE] = R * E;
         n[B_XG] = n[B_EO] = R * H;
-        n[B_MOEW] = n[B_MOEIDX] = R * K;
-        n[B_ROWS] = R;
+        n[B_MOEW] = n[B_MOEIDX] = n[B_ROWS] = R * K;
+        n[B_MOESCALE] = n[B_MOESLOT] = R * K;
+        n[B_MOEOFFS] = E + 1;
     }
     n[B_POS] = R;
     n[B_TC] = c->trans_floats;
@@ -81,27 +92,33 @@ static void sizes(const hp_model_config_t *c, const hp_fwd_plan_t *p,
     if (p->max_step > 1) /* verified rows' raw conv inputs, every layer */
         n[B_SPECQKV] = (size_t)c->n_layers * brows * cd;
     n[B_SPECCONV] = c->conv_floats;
-    n[B_LOGITS] = brows * c->vocab_size;
+    /* batched logits; a one-sequence pass writes the caller's, through
+     * here where backend memory is not host memory */
+    n[B_LOGITS] = (hp_backend_host_memory(be) ? brows : R) * c->vocab_size;
     n[B_ITEMS] = 4 * batch;
     n[B_KVBUFS] = 2 * batch; /* pointers, two floats each */
 }
 
-/* Layout of the one allocation: the tables, the verification records,
- * then the buffers, each 64-byte aligned. Returns the bytes. */
-static size_t layout(const hp_model_config_t *c, const hp_fwd_plan_t *p,
-                     size_t n[B_COUNT], size_t off[B_COUNT + 1])
+/* Layout of the two allocations: in the host one the tables, the
+ * verification records, then the host buffers; in the backend one the
+ * rest; each buffer 64-byte aligned. off[] counts floats in its own
+ * allocation; bytes[0] host, bytes[1] backend. */
+static void layout(const hp_model_t *m, const hp_fwd_plan_t *p,
+                   size_t n[B_COUNT], size_t off[B_COUNT], size_t bytes[2])
 {
-    size_t at = align16((B_COUNT * (sizeof(float *) + sizeof(size_t)) +
-                         (size_t)p->max_batch * sizeof(hp_fwd_spec_t)) /
-                            sizeof(float) +
-                        1);
-    sizes(c, p, n);
+    size_t at[2] = {align16((B_COUNT * (sizeof(float *) + sizeof(size_t)) +
+                             (size_t)p->max_batch * sizeof(hp_fwd_spec_t)) /
+                                sizeof(float) +
+                            1),
+                    0};
+    sizes(m, p, n);
     for (int i = 0; i < B_COUNT; i++) {
-        off[i] = at;
-        at += align16(n[i]);
+        int d = !is_host(i);
+        off[i] = at[d];
+        at[d] += align16(n[i]);
     }
-    off[B_COUNT] = at;
-    return at * sizeof(float);
+    bytes[0] = at[0] * sizeof(float);
+    bytes[1] = at[1] * sizeof(float);
 }
 
 static int bad_plan(const hp_fwd_plan_t *p)
@@ -113,14 +130,17 @@ static int bad_plan(const hp_fwd_plan_t *p)
 size_t hp_fwd_ws_bytes(const hp_model_t *m, const hp_fwd_plan_t *plan)
 {
     hp_fwd_plan_t p = resolve(m, plan);
-    size_t n[B_COUNT], off[B_COUNT + 1];
-    return bad_plan(&p) ? 0 : layout(&m->cfg, &p, n, off);
+    size_t n[B_COUNT], off[B_COUNT], bytes[2];
+    if (bad_plan(&p))
+        return 0;
+    layout(m, &p, n, off, bytes);
+    return bytes[0] + bytes[1];
 }
 
 int hp_fwd_ws_init(hp_fwd_ws_t *ws, const hp_model_t *m,
                    const hp_fwd_plan_t *plan, hp_error_t *err)
 {
-    size_t n[B_COUNT], off[B_COUNT + 1];
+    size_t n[B_COUNT], off[B_COUNT], bytes[2];
     memset(ws, 0, sizeof(*ws));
     ws->plan = resolve(m, plan);
     if (bad_plan(&ws->plan))
@@ -129,13 +149,16 @@ int hp_fwd_ws_init(hp_fwd_ws_t *ws, const hp_model_t *m,
                             "%d of %d, context %d)",
                             ws->plan.max_tokens, ws->plan.max_batch,
                             ws->plan.max_step, ws->plan.max_ctx);
-    size_t bytes = layout(&m->cfg, &ws->plan, n, off);
-    ws->mem = aligned_alloc(64, bytes);
-    if (!ws->mem)
+    layout(m, &ws->plan, n, off, bytes);
+    ws->be = m->be;
+    ws->mem = aligned_alloc(64, bytes[0]);
+    ws->dev = hp_backend_alloc(ws->be, bytes[1]);
+    if (!ws->mem || !ws->dev) {
+        hp_fwd_ws_free(ws);
         return hp_error_set(err, HP_ENOMEM,
                             "forward: no memory for a workspace of %zu MiB",
-                            bytes >> 20);
-    float *base = ws->mem;
+                            (bytes[0] + bytes[1]) >> 20);
+    }
     char *tables = ws->mem; /* pointers and sizes: 8-byte aligned */
     ws->buf = (float **)(void *)tables;
     ws->cap = (size_t *)(void *)(tables + B_COUNT * sizeof(float *));
@@ -143,7 +166,8 @@ int hp_fwd_ws_init(hp_fwd_ws_t *ws, const hp_model_t *m,
                                                              sizeof(size_t)));
     ws->n = B_COUNT;
     for (int i = 0; i < B_COUNT; i++) {
-        ws->buf[i] = base + off[i];
+        ws->buf[i] =
+            (is_host(i) ? (float *)ws->mem : (float *)ws->dev) + off[i];
         ws->cap[i] = n[i];
     }
     return HP_OK;
@@ -152,6 +176,8 @@ int hp_fwd_ws_init(hp_fwd_ws_t *ws, const hp_model_t *m,
 void hp_fwd_ws_free(hp_fwd_ws_t *ws)
 {
     free(ws->mem);
+    if (ws->be)
+        hp_backend_free(ws->be, ws->dev);
     memset(ws, 0, sizeof(*ws));
 }
 
@@ -169,22 +195,25 @@ void *hp_fwd_buf(hp_fwd_ws_t *ws, int id, size_t n)
  * on past the piece, one more jump at the piece's end takes the part
  * done so far into the product acc (per linear layer). */
 typedef struct {
+    const hp_model_t *m;
     const hp_model_config_t *c;
     const hp_jumps_t *jumps;
     int first, n_own;
     int acc_on; /* acc holds the run's earlier pieces */
     float *acc; /* [n_lin][Hv, dk, dk] */
     float *tmp; /* [Hv, dk, dk]: the product being formed */
-    float *scr; /* hk_trans_compose's scratch, [dk, dk] */
+    float *scr; /* trans_compose's scratch, [dk, dk] */
 } piece_t;
 
 /* T [Hv, dk, dk] <- Tp T, head by head (the later transition first). */
-static void chain(const hp_model_config_t *c, float *T, const float *Tp,
-                  float *tmp, float *scr)
+static void chain(const hp_model_t *m, float *T, const float *Tp, float *tmp,
+                  float *scr)
 {
+    const hp_model_config_t *c = &m->cfg;
     int Hv = c->lin_v_heads, dk = c->lin_k_dim;
-    hk_trans_compose(tmp, HK_TRANS_DENSE, Tp, T, NULL, Hv, dk, dk, scr);
-    memcpy(T, tmp, c->trans_floats * sizeof(float));
+    hp_backend_trans_compose(m->be, tmp, HK_TRANS_DENSE, Tp, T, NULL, Hv, dk,
+                             dk, scr);
+    hp_backend_copy(m->be, T, tmp, c->trans_floats * sizeof(float));
 }
 
 static int piece_jump(void *ud, int l, int j, float *S, float *conv,
@@ -194,14 +223,15 @@ static int piece_jump(void *ud, int l, int j, float *S, float *conv,
     float *acc = pc->acc + (size_t)pc->c->slot[l] * pc->c->trans_floats;
     if (j == pc->n_own) { /* the piece's end, inside the transition run */
         if (pc->acc_on)
-            chain(pc->c, acc, Tc, pc->tmp, pc->scr);
+            chain(pc->m, acc, Tc, pc->tmp, pc->scr);
         else
-            memcpy(acc, Tc, pc->c->trans_floats * sizeof(float));
+            hp_backend_copy(pc->m->be, acc, Tc,
+                            pc->c->trans_floats * sizeof(float));
         return HP_OK;
     }
     int g = pc->first + j;
     if (g == pc->jumps->tc_run && pc->acc_on) {
-        chain(pc->c, acc, Tc, pc->tmp, pc->scr);
+        chain(pc->m, acc, Tc, pc->tmp, pc->scr);
         Tc = acc;
     }
     return pc->jumps->fn(pc->jumps->ud, l, g, S, conv, Tc, err);
@@ -220,7 +250,7 @@ int hp_forward(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         return hp_fwd_run(m, seq, ws, ids, pos, T, jumps, mode, logits, err);
 
     int *after = NULL, rc = HP_OK, tc = jumps ? jumps->tc_run : -1;
-    piece_t pc = {c, jumps, 0, 0, 0, NULL, NULL, NULL};
+    piece_t pc = {m, c, jumps, 0, 0, 0, NULL, NULL, NULL};
     if (jumps) {
         after = malloc(((size_t)jumps->n + 1) * sizeof(int));
         if (!after)

@@ -1,6 +1,6 @@
 /*
  * kvbuf.c - the KVBuffer block pool and per-request buffers (kvbuf.h);
- * the math is in kernels/cpu/hk_kvbuf.c.
+ * the math is the backend's kvbuf ops (kernels/cpu/hk_kvbuf.c on the CPU).
  *
  * Invariants between calls: with no drafts pending, 0 <= len < threshold
  * (a buffer flushes when it reaches it); a call appends at most max_step
@@ -72,13 +72,16 @@ static int cfg_threads(const hp_kvbuf_config_t *c)
     return c->n_threads > 0 ? c->n_threads : omp_get_max_threads();
 }
 
+static const hp_backend_t *cfg_be(const hp_kvbuf_config_t *c)
+{
+    return c->be ? c->be : hp_backend_cpu();
+}
+
 static size_t scratch_floats(const hp_kvbuf_config_t *c,
                              const hk_kvbuf_geom_t *g)
 {
-    int nth = cfg_threads(c), lmax = cfg_lmax(c);
-    size_t a = hk_kvbuf_step_scratch(g, c->max_step, lmax, nth);
-    size_t b = hk_kvbuf_flush_scratch(g, lmax, nth);
-    return a > b ? a : b;
+    return hp_backend_kvbuf_scratch(cfg_be(c), g, c->max_step, cfg_lmax(c),
+                                    cfg_threads(c));
 }
 
 static hk_kvbuf_geom_t cfg_geom(const hp_kvbuf_config_t *c)
@@ -89,18 +92,13 @@ static hk_kvbuf_geom_t cfg_geom(const hp_kvbuf_config_t *c)
 size_t hp_kvbuf_pool_bytes(const hp_kvbuf_config_t *c)
 {
     hk_kvbuf_geom_t g = cfg_geom(c);
-    return sizeof(float) * ((size_t)c->n_blocks * hk_kvbuf_block_floats(&g) +
-                            (size_t)c->n_states * c->Hv * c->dk * c->dv +
-                            scratch_floats(c, &g));
+    return sizeof(float) *
+           ((size_t)c->n_blocks * hp_backend_kvbuf_block_floats(cfg_be(c), &g) +
+            (size_t)c->n_states * c->Hv * c->dk * c->dv +
+            scratch_floats(c, &g));
 }
 
 /* ---- pool ---------------------------------------------------------------- */
-
-static void *alloc64(size_t bytes)
-{
-    bytes = (bytes + 63) / 64 * 64;
-    return aligned_alloc(64, bytes ? bytes : 64);
-}
 
 int hp_kvbuf_pool_init(hp_kvbuf_pool_t *p, const hp_kvbuf_config_t *c,
                        hp_error_t *err)
@@ -112,18 +110,22 @@ int hp_kvbuf_pool_init(hp_kvbuf_pool_t *p, const hp_kvbuf_config_t *c,
         c->n_states < 0 || c->n_threads < 0)
         return hp_error_set(err, HP_EBADINPUT, "kvbuf: bad pool configuration");
     p->cfg = *c;
+    p->be = cfg_be(c);
     p->geom = cfg_geom(c);
-    p->block_floats = hk_kvbuf_block_floats(&p->geom);
+    p->block_floats = hp_backend_kvbuf_block_floats(p->be, &p->geom);
     p->state_floats = (size_t)c->Hv * c->dk * c->dv;
     p->lmax = cfg_lmax(c);
     p->max_blocks = (p->lmax + c->block_tokens - 1) / c->block_tokens;
     p->nth = cfg_threads(c);
 
-    p->arena = alloc64((size_t)c->n_blocks * p->block_floats * sizeof(float));
+    p->arena = hp_backend_alloc(p->be, (size_t)c->n_blocks * p->block_floats *
+                                           sizeof(float));
     p->free_blk = malloc((size_t)c->n_blocks * sizeof(int));
-    p->states = alloc64((size_t)c->n_states * p->state_floats * sizeof(float));
+    p->states = hp_backend_alloc(p->be, (size_t)c->n_states * p->state_floats *
+                                            sizeof(float));
     p->free_st = malloc(((size_t)c->n_states + 1) * sizeof(int));
-    p->scratch = alloc64(scratch_floats(c, &p->geom) * sizeof(float));
+    p->scratch =
+        hp_backend_alloc(p->be, scratch_floats(c, &p->geom) * sizeof(float));
     p->views = malloc((size_t)c->max_batch * sizeof(*p->views));
     p->nfold = malloc((size_t)c->max_batch * sizeof(int));
     p->undo_nb = malloc((size_t)c->max_batch * sizeof(int));
@@ -137,7 +139,8 @@ int hp_kvbuf_pool_init(hp_kvbuf_pool_t *p, const hp_kvbuf_config_t *c,
     }
     /* Unused key slots of a block take part in the kernels' vector
      * lanes: zeros, never NaNs or denormals. */
-    memset(p->arena, 0, (size_t)c->n_blocks * p->block_floats * sizeof(float));
+    hp_backend_memset0(p->be, p->arena,
+                       (size_t)c->n_blocks * p->block_floats * sizeof(float));
     /* Stacks popped from the top: block 0 is handed out first. */
     for (int i = 0; i < c->n_blocks; i++)
         p->free_blk[i] = c->n_blocks - 1 - i;
@@ -150,11 +153,13 @@ int hp_kvbuf_pool_init(hp_kvbuf_pool_t *p, const hp_kvbuf_config_t *c,
 
 void hp_kvbuf_pool_free(hp_kvbuf_pool_t *p)
 {
-    free(p->arena);
+    if (p->be) {
+        hp_backend_free(p->be, p->arena);
+        hp_backend_free(p->be, p->states);
+        hp_backend_free(p->be, p->scratch);
+    }
     free(p->free_blk);
-    free(p->states);
     free(p->free_st);
-    free(p->scratch);
     free(p->views);
     free(p->nfold);
     free(p->undo_nb);
@@ -290,7 +295,7 @@ static int flush_full(hp_kvbuf_pool_t *p, hp_kvbuf_t *const *bufs, int n,
                                     "kvbuf: no storage for a new state");
             b->S = b->store;
             b->store = NULL;
-            memset(b->S, 0, p->state_floats * sizeof(float));
+            hp_backend_memset0(p->be, b->S, p->state_floats * sizeof(float));
         }
         p->views[r] = (hk_kvbuf_view_t){b->S, b->blocks, b->len};
         p->nfold[r] = b->len;
@@ -298,8 +303,8 @@ static int flush_full(hp_kvbuf_pool_t *p, hp_kvbuf_t *const *bufs, int n,
     }
     if (!any)
         return HP_OK;
-    hk_kvbuf_flush(p->arena, p->views, p->nfold, n, &p->geom, p->scratch,
-                   p->nth);
+    hp_backend_kvbuf_flush(p->be, p->arena, p->views, p->nfold, n, &p->geom,
+                           p->scratch, p->nth);
     for (int r = 0; r < n; r++)
         if (p->nfold[r])
             bufs[r]->len = 0;
@@ -314,8 +319,8 @@ static void run_step(hp_kvbuf_pool_t *p, hp_kvbuf_t *const *bufs, int R, int T,
     for (int r = 0; r < R; r++)
         p->views[r] =
             (hk_kvbuf_view_t){bufs[r]->S, bufs[r]->blocks, bufs[r]->len};
-    hk_kvbuf_step(o, p->arena, p->views, q, k, v, g, beta, R, T, &p->geom,
-                  p->lmax, p->scratch, p->nth);
+    hp_backend_kvbuf_step(p->be, o, p->arena, p->views, q, k, v, g, beta, R, T,
+                          &p->geom, p->lmax, p->scratch, p->nth);
 }
 
 int hp_kvbuf_decode(hp_kvbuf_pool_t *p, hp_kvbuf_t *const *bufs, int R,
@@ -390,14 +395,15 @@ int hp_kvbuf_state(hp_kvbuf_pool_t *p, const hp_kvbuf_t *b, float *dst,
 {
     (void)err;
     if (b->S)
-        memcpy(dst, b->S, p->state_floats * sizeof(float));
+        hp_backend_copy(p->be, dst, b->S, p->state_floats * sizeof(float));
     else
-        memset(dst, 0, p->state_floats * sizeof(float));
+        hp_backend_memset0(p->be, dst, p->state_floats * sizeof(float));
     int n = b->len - b->pending;
     if (n == 0)
         return HP_OK;
     p->views[0] = (hk_kvbuf_view_t){dst, b->blocks, n};
-    hk_kvbuf_flush(p->arena, p->views, &n, 1, &p->geom, p->scratch, p->nth);
+    hp_backend_kvbuf_flush(p->be, p->arena, p->views, &n, 1, &p->geom,
+                           p->scratch, p->nth);
     return HP_OK;
 }
 
@@ -416,7 +422,8 @@ int hp_kvbuf_fold(hp_kvbuf_pool_t *p, hp_kvbuf_t *b, hp_error_t *err)
         /* an empty KV-only buffer: its state is zero, and from now on it
          * is a state the caller may update in place (the prefill path) */
         if (!b->S) {
-            memset(b->store, 0, p->state_floats * sizeof(float));
+            hp_backend_memset0(p->be, b->store,
+                               p->state_floats * sizeof(float));
             b->S = b->store;
             b->store = NULL;
         }

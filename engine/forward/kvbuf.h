@@ -2,7 +2,8 @@
  * kvbuf.h - KVBuffer for the Gated DeltaNet layers (DESIGN §5): a paged
  * block pool shared by all requests, and per request and linear layer a
  * buffer of the tokens since the last flush (k, w, G; layout in
- * kernels/cpu/hk_kvbuf.h) over the state S0 of that flush.
+ * kernels/cpu/hk_kvbuf.h, run through the backend's kvbuf ops) over the state
+ * S0 of that flush.
  *
  * Forms. Chunkwise: a buffer over a state (the prefill's, or one created
  * by an earlier flush) reads S0 once per step and writes it once per `cap`
@@ -22,26 +23,29 @@
 
 #include <stddef.h>
 
+#include "engine/backend/backend.h"
 #include "engine/contract/hp_error.h"
-#include "kernels/cpu/hk_kvbuf.h"
 
 typedef struct {
-    int Hk, Hv, dk, dv; /* linear-attention heads and dims */
-    int block_tokens;   /* tokens per block (b) */
-    int cap;            /* B: a buffer over a state flushes at B entries */
-    int cap_kvonly;     /* a state-less buffer flushes (creating its state)
-                           when the context reaches this */
-    int max_step;       /* most tokens one call appends per request
-                           (drafts + 1; prompts are cut into such pieces) */
-    int max_batch;      /* most requests (or buffers) per call */
-    int n_blocks;       /* pool size in blocks (required, > 0) */
-    int n_states;       /* pool state slots for buffers that start KV-only
-                           and were given no storage of their own */
-    int n_threads;      /* kernel threads; 0: omp_get_max_threads() */
+    int Hk, Hv, dk, dv;     /* linear-attention heads and dims */
+    int block_tokens;       /* tokens per block (b) */
+    int cap;                /* B: a buffer over a state flushes at B entries */
+    int cap_kvonly;         /* a state-less buffer flushes (creating its state)
+                               when the context reaches this */
+    int max_step;           /* most tokens one call appends per request
+                               (drafts + 1; prompts are cut into such pieces) */
+    int max_batch;          /* most requests (or buffers) per call */
+    int n_blocks;           /* pool size in blocks (required, > 0) */
+    int n_states;           /* pool state slots for buffers that start KV-only
+                               and were given no storage of their own */
+    int n_threads;          /* kernel threads; 0: omp_get_max_threads() */
+    const hp_backend_t *be; /* where the pool's memory and kernels are:
+                               the sequences' model's; NULL: the CPU */
 } hp_kvbuf_config_t;
 
 typedef struct {
     hp_kvbuf_config_t cfg;
+    const hp_backend_t *be; /* cfg.be, or the CPU */
     hk_kvbuf_geom_t geom;
     size_t block_floats; /* hk_kvbuf_block_floats(&geom) */
     size_t state_floats; /* Hv * dk * dv */
@@ -89,8 +93,8 @@ double hp_kvbuf_bytes_kvonly(int Hk, int Hv, int dk, int dv, int t);
  * (B* = 4 sqrt(Hv dk dv * 4 / entry bytes): 16 for Qwen3.5-0.8B, 18 for
  * Qwen3-Next); cap_kvonly = the largest context whose KV-only step moves
  * no more bytes than an average chunkwise step (79 and 103); block_tokens
- * 16, max_step 16, max_batch 256, n_threads 0. n_blocks and n_states are
- * left 0 for the caller. */
+ * 16, max_step 16, max_batch 256, n_threads 0, be NULL. n_blocks and
+ * n_states are left 0 for the caller. */
 void hp_kvbuf_config_default(hp_kvbuf_config_t *c, int Hk, int Hv, int dk,
                              int dv);
 

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/backend.h"
+
 /* Sorting (probability, index) pairs keeps qsort free of hidden state. */
 typedef struct {
     float p;
@@ -67,10 +69,8 @@ void hp_sampler_free(hp_sampler_t *s)
 
 int hp_argmax(const float *logits, int V)
 {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best])
-            best = i;
+    int best;
+    hp_backend_argmax(hp_backend_cpu(), &best, logits, 1, V);
     return best;
 }
 

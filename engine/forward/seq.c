@@ -9,18 +9,23 @@ int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err)
     const hp_model_config_t *c = &m->cfg;
     memset(s, 0, sizeof(*s));
     s->model = m;
+    s->be = m->be;
     s->layers = calloc(c->n_layers, sizeof(*s->layers));
     if (!s->layers)
         return hp_error_set(err, HP_ENOMEM, "sequence: out of memory");
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_kind[l] != HP_LAYER_LINEAR)
             continue;
-        s->layers[l].S = calloc(c->state_floats, sizeof(float));
-        s->layers[l].conv = calloc(c->conv_floats + 1, sizeof(float));
+        size_t sb = c->state_floats * sizeof(float);
+        size_t cb = (c->conv_floats + 1) * sizeof(float);
+        s->layers[l].S = hp_backend_alloc(s->be, sb);
+        s->layers[l].conv = hp_backend_alloc(s->be, cb);
         if (!s->layers[l].S || !s->layers[l].conv) {
             hp_seq_free(s);
             return hp_error_set(err, HP_ENOMEM, "sequence: out of memory");
         }
+        hp_backend_memset0(s->be, s->layers[l].S, sb);
+        hp_backend_memset0(s->be, s->layers[l].conv, cb);
     }
     return HP_OK;
 }
@@ -43,6 +48,11 @@ int hp_seq_kvbuf_open(hp_seq_t *s, hp_kvbuf_pool_t *pool, hp_error_t *err)
         pool->cfg.dk != c->lin_k_dim || pool->cfg.dv != c->lin_v_dim)
         return hp_error_set(err, HP_EBADINPUT,
                             "sequence: KVBuffer pool shaped for another model");
+    if (pool->be != s->be)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "sequence: KVBuffer pool on backend %s, the "
+                            "model on %s",
+                            hp_backend_name(pool->be), hp_backend_name(s->be));
     if (s->kvpool)
         return HP_OK;
     s->kvpool = pool;
@@ -78,7 +88,8 @@ int hp_seq_kvbuf_close(hp_seq_t *s, hp_error_t *err)
         if (rc != HP_OK)
             return rc;
         if (!sl->kvb.S)
-            memset(sl->S, 0, s->model->cfg.state_floats * sizeof(float));
+            hp_backend_memset0(s->be, sl->S,
+                               s->model->cfg.state_floats * sizeof(float));
     }
     kvbuf_drop(s);
     return HP_OK;
@@ -90,10 +101,10 @@ void hp_seq_free(hp_seq_t *s)
         return;
     kvbuf_drop(s);
     for (int l = 0; l < s->model->cfg.n_layers; l++) {
-        free(s->layers[l].S);
-        free(s->layers[l].conv);
-        free(s->layers[l].k);
-        free(s->layers[l].v);
+        hp_backend_free(s->be, s->layers[l].S);
+        hp_backend_free(s->be, s->layers[l].conv);
+        hp_backend_free(s->be, s->layers[l].k);
+        hp_backend_free(s->be, s->layers[l].v);
     }
     free(s->layers);
     memset(s, 0, sizeof(*s));
@@ -107,14 +118,15 @@ int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err)
     int cap = s->kv_cap ? s->kv_cap : 256;
     while (cap < n)
         cap *= 2;
-    size_t bytes = (size_t)cap * c->kv_row * sizeof(float);
+    size_t row = c->kv_row * sizeof(float);
+    size_t old = (size_t)s->kv_cap * row, bytes = (size_t)cap * row;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_kind[l] != HP_LAYER_FULL)
             continue;
-        float *k = realloc(s->layers[l].k, bytes);
+        float *k = hp_backend_realloc(s->be, s->layers[l].k, old, bytes);
         if (k)
             s->layers[l].k = k;
-        float *v = realloc(s->layers[l].v, bytes);
+        float *v = hp_backend_realloc(s->be, s->layers[l].v, old, bytes);
         if (v)
             s->layers[l].v = v;
         if (!k || !v)
@@ -131,8 +143,10 @@ void hp_seq_reset(hp_seq_t *s)
     kvbuf_drop(s);
     for (int l = 0; l < c->n_layers; l++) {
         if (s->layers[l].S) {
-            memset(s->layers[l].S, 0, c->state_floats * sizeof(float));
-            memset(s->layers[l].conv, 0, c->conv_floats * sizeof(float));
+            hp_backend_memset0(s->be, s->layers[l].S,
+                               c->state_floats * sizeof(float));
+            hp_backend_memset0(s->be, s->layers[l].conv,
+                               c->conv_floats * sizeof(float));
         }
     }
     s->n_pos = 0;
@@ -141,17 +155,19 @@ void hp_seq_reset(hp_seq_t *s)
 void hp_seq_state_pack(const hp_seq_t *s, int l, float *buf)
 {
     const hp_model_config_t *c = &s->model->cfg;
-    memcpy(buf, s->layers[l].S, c->state_floats * sizeof(float));
-    memcpy(buf + c->state_floats, s->layers[l].conv,
-           c->conv_floats * sizeof(float));
+    hp_backend_download(s->be, buf, s->layers[l].S,
+                        c->state_floats * sizeof(float));
+    hp_backend_download(s->be, buf + c->state_floats, s->layers[l].conv,
+                        c->conv_floats * sizeof(float));
 }
 
 void hp_seq_state_unpack(hp_seq_t *s, int l, const float *buf)
 {
     const hp_model_config_t *c = &s->model->cfg;
-    memcpy(s->layers[l].S, buf, c->state_floats * sizeof(float));
-    memcpy(s->layers[l].conv, buf + c->state_floats,
-           c->conv_floats * sizeof(float));
+    hp_backend_upload(s->be, s->layers[l].S, buf,
+                      c->state_floats * sizeof(float));
+    hp_backend_upload(s->be, s->layers[l].conv, buf + c->state_floats,
+                      c->conv_floats * sizeof(float));
 }
 
 void hp_seq_kv_pack(const hp_seq_t *s, int l, int at, int n, float *k, float *v)
@@ -159,8 +175,8 @@ void hp_seq_kv_pack(const hp_seq_t *s, int l, int at, int n, float *k, float *v)
     size_t row = s->model->cfg.kv_row, bytes = (size_t)n * row * sizeof(float);
     if (n <= 0)
         return;
-    memcpy(k, s->layers[l].k + (size_t)at * row, bytes);
-    memcpy(v, s->layers[l].v + (size_t)at * row, bytes);
+    hp_backend_download(s->be, k, s->layers[l].k + (size_t)at * row, bytes);
+    hp_backend_download(s->be, v, s->layers[l].v + (size_t)at * row, bytes);
 }
 
 void hp_seq_kv_unpack(hp_seq_t *s, int l, int at, int n, const float *k,
@@ -169,8 +185,8 @@ void hp_seq_kv_unpack(hp_seq_t *s, int l, int at, int n, const float *k,
     size_t row = s->model->cfg.kv_row, bytes = (size_t)n * row * sizeof(float);
     if (n <= 0)
         return;
-    memcpy(s->layers[l].k + (size_t)at * row, k, bytes);
-    memcpy(s->layers[l].v + (size_t)at * row, v, bytes);
+    hp_backend_upload(s->be, s->layers[l].k + (size_t)at * row, k, bytes);
+    hp_backend_upload(s->be, s->layers[l].v + (size_t)at * row, v, bytes);
 }
 
 size_t hp_seq_bytes(const hp_model_t *m, int n)

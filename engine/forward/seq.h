@@ -28,6 +28,7 @@ typedef struct {
 
 typedef struct {
     const hp_model_t *model;
+    const hp_backend_t *be;  /* the model's: where the states live */
     int n_pos;               /* positions filled: next token goes to n_pos */
     int kv_cap;              /* positions allocated in every k/v cache */
     hp_seq_layer_t *layers;  /* [L] */
@@ -57,8 +58,8 @@ int hp_seq_kvbuf_close(hp_seq_t *s, hp_error_t *err);
 
 /*
  * The copies between a sequence and memory outside it (prefix-cache
- * checkpoints, segment cache entries): the one place where a device
- * backend adds its transfers. Sizes from the model's config geometry.
+ * checkpoints, segment cache entries, host memory): the one place where
+ * a device backend transfers. Sizes from the model's config geometry.
  *
  * state: linear layer l's S [Hv,dk,dv] then its conv history
  *   [conv_dim,Kc-1], state_floats + conv_floats floats at buf. Read the

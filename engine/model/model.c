@@ -683,6 +683,89 @@ static void count_weights(hp_model_t *m)
     }
 }
 
+/* ---- placement on the backend ---- */
+
+/* Places *p (err set) or releases it (err NULL). */
+static int place1(hp_model_t *m, const void **p, size_t bytes, hp_error_t *err)
+{
+    if (err)
+        return hp_backend_place(m->be, p, bytes, err);
+    hp_backend_unplace(m->be, *p);
+    return HP_OK;
+}
+
+static int place_vec(hp_model_t *m, const float **p, size_t n, hp_error_t *err)
+{
+    const void *v = *p;
+    int rc = place1(m, &v, n * sizeof(float), err);
+    *p = v;
+    return rc;
+}
+
+static int place_mat(hp_model_t *m, hp_mat_t *w, hp_error_t *err)
+{
+    size_t n = (size_t)w->rows * w->cols;
+    int rc = place1(m, &w->data, n * (size_t)hk_wtype_size(w->dtype), err);
+    if (rc == HP_OK && w->scales && w->group > 0)
+        rc = place_vec(m, &w->scales, n / (size_t)w->group, err);
+    return rc;
+}
+
+/* Every tensor an op reads, placed (err set) or released (err NULL). A
+ * failure part way leaves the placed ones to the backend's close. */
+static int each_tensor(hp_model_t *m, hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    size_t H = c->hidden, Hv = c->lin_v_heads, hd = c->head_dim;
+    size_t cw = (size_t)hp_cfg_conv_dim(c) * c->conv_kernel;
+    int tied = m->lm_head.data == m->embed.data, rc = HP_OK;
+    rc = place_mat(m, &m->embed, err);
+    if (tied)
+        m->lm_head = m->embed;
+    else if (rc == HP_OK)
+        rc = place_mat(m, &m->lm_head, err);
+    if (rc == HP_OK)
+        rc = place_vec(m, &m->final_norm, H, err);
+    for (int i = 0; i < c->n_layers && rc == HP_OK; i++) {
+        hp_layer_weights_t *w = &m->layers[i];
+        hp_mat_t *all[] = {&w->in_qkv,   &w->in_z,    &w->in_b,   &w->in_a,
+                           &w->out_proj, &w->q_proj,  &w->k_proj, &w->v_proj,
+                           &w->o_proj,   &w->gate,    &w->up,     &w->down,
+                           &w->router,   &w->sh_gate, &w->sh_up,  &w->sh_down};
+        struct {
+            const float **p;
+            size_t n;
+        } vec[] = {
+            {&w->input_norm, H}, {&w->post_norm, H}, {&w->conv_w, cw},
+            {&w->A_log, Hv},     {&w->dt_bias, Hv},  {&w->gnorm, c->lin_v_dim},
+            {&w->q_norm, hd},    {&w->k_norm, hd},   {&w->sh_expert_gate, H}};
+        for (size_t j = 0; j < sizeof(all) / sizeof(all[0]) && rc == HP_OK; j++)
+            rc = place_mat(m, all[j], err);
+        for (size_t j = 0; j < sizeof(vec) / sizeof(vec[0]) && rc == HP_OK; j++)
+            if (*vec[j].p)
+                rc = place_vec(m, vec[j].p, vec[j].n, err);
+        for (int e = 0; c->layer_moe[i] && e < c->n_experts && rc == HP_OK;
+             e++) {
+            rc = place_mat(m, &w->exp_gate[e], err);
+            if (rc == HP_OK)
+                rc = place_mat(m, &w->exp_up[e], err);
+            if (rc == HP_OK)
+                rc = place_mat(m, &w->exp_down[e], err);
+        }
+    }
+    return rc;
+}
+
+/* The weights into the backend's memory; on the CPU nothing moves. */
+static int place_all(hp_model_t *m, hp_error_t *err)
+{
+    if (hp_backend_host_memory(m->be))
+        return HP_OK;
+    int rc = each_tensor(m, err);
+    m->placed = rc == HP_OK;
+    return rc;
+}
+
 /* ---- fingerprint ---- */
 
 /*
@@ -782,8 +865,17 @@ static int load(hp_model_t *m, const char *dir, hp_error_t *err)
 
 int hp_model_load(hp_model_t *m, const char *dir, hp_error_t *err)
 {
+    return hp_model_load_on(m, dir, hp_backend_cpu(), err);
+}
+
+int hp_model_load_on(hp_model_t *m, const char *dir, const hp_backend_t *be,
+                     hp_error_t *err)
+{
     memset(m, 0, sizeof(*m));
+    m->be = be;
     int rc = load(m, dir, err);
+    if (rc == HP_OK)
+        rc = place_all(m, err);
     if (rc != HP_OK)
         hp_model_free(m);
     return rc;
@@ -793,6 +885,8 @@ void hp_model_free(hp_model_t *m)
 {
     if (!m)
         return;
+    if (m->be && m->placed)
+        each_tensor(m, NULL);
     for (int i = 0; i < m->n_files; i++)
         hp_st_close(&m->files[i]);
     free(m->files);

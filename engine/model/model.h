@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/backend/backend.h"
 #include "engine/contract/hp_error.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
@@ -61,6 +62,7 @@ typedef struct {
 typedef struct {
     hp_model_config_t cfg;
     char dir[1024];
+    const hp_backend_t *be; /* runs the model; the weights are its memory */
 
     hp_mat_t embed;             /* [vocab, H] */
     const float *final_norm;    /* [H], zero-centred */
@@ -78,6 +80,7 @@ typedef struct {
     unsigned char *arena; /* converted and rearranged tensors */
     size_t arena_bytes;
     hp_mat_t *expert_mats; /* backing store of exp_gate/up/down */
+    int placed;            /* the backend placed the tensors */
 } hp_model_t;
 
 /*
@@ -90,6 +93,11 @@ typedef struct {
  * left freed.
  */
 int hp_model_load(hp_model_t *m, const char *dir, hp_error_t *err);
+/* The same on backend be (hp_model_load: the CPU): the weights the ops
+ * read are placed in its memory (hp_backend_place; on the CPU they stay
+ * where the loader put them, mmapped or converted). be outlives m. */
+int hp_model_load_on(hp_model_t *m, const char *dir, const hp_backend_t *be,
+                     hp_error_t *err);
 void hp_model_free(hp_model_t *m);
 
 #endif

@@ -710,6 +710,7 @@ static int kvbuf_pool(hp_sched_t *s, hp_error_t *err)
     int most = (kc.cap > kc.cap_kvonly ? kc.cap : kc.cap_kvonly) + kc.max_step;
     kc.n_blocks = s->cfg.batch * n_lin * ((most - 1) / kc.block_tokens + 1);
     kc.max_batch = s->cfg.batch;
+    kc.be = s->llm->model.be;
     if (hp_kvbuf_pool_init(&s->kvpool, &kc, err) != HP_OK)
         return err->code;
     s->kvb = 1;

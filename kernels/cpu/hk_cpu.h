@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 
+#include "kernels/common/hk_trans.h"
 #include "kernels/common/hk_weight.h"
 
 /* ---- dense algebra (hk_matmul.c) -------------------------------------- */
@@ -155,12 +156,6 @@ size_t hk_gdn_chunk_scratch(int Hv, int dk, int dv, int C);
  * Recurrence S_t = T_t S_{t-1} + u_t over a segment: S_end = T_C S + S_C|0.
  * Per head: S[dk, dv]; T stored compressed by family:
  *   scalar: t[1]; diagonal: t[dk]; dense: t[dk, dk]. */
-typedef enum {
-    HK_TRANS_SCALAR = 0,
-    HK_TRANS_DIAG = 1,
-    HK_TRANS_DENSE = 2
-} hk_trans_family_t;
-
 /* Floats one head's T takes in the family's compressed form. */
 size_t hk_trans_size(hk_trans_family_t fam, int dk);
 /* out[H, dk, dv] = T[h] S[h] + S0[h] per head (the composition, Eq. 6).

@@ -41,18 +41,7 @@
 
 #include <stddef.h>
 
-typedef struct {
-    int Hk, Hv; /* key heads, value heads (Hv a multiple of Hk) */
-    int dk, dv; /* key and value head dims */
-    int bs;     /* tokens per block */
-} hk_kvbuf_geom_t;
-
-/* One request as a kernel sees it. */
-typedef struct {
-    float *S;          /* [Hv, dk, dv] state at the last flush; NULL = 0 */
-    const int *blocks; /* block ids in entry order, enough for the call */
-    int len;           /* entries buffered before the call */
-} hk_kvbuf_view_t;
+#include "kernels/common/hk_kvbuf_geom.h"
 
 /* Floats one block takes in the arena (a multiple of 16: 64-byte aligned
  * blocks when the arena is). */

@@ -1,0 +1,494 @@
+/*
+ * backend.c - the public face of a backend (backend.h): opening one by
+ * name, support queries, and one wrapper per entry of its table
+ * (backend_impl.h) that calls it, or records the call as unsupported.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend_impl.h"
+
+static const hp_backend_t cpu = {&hp_backend_cpu_iface, NULL, "cpu", 1};
+
+const hp_backend_t *hp_backend_cpu(void)
+{
+    return &cpu;
+}
+
+int hp_backend_open(const hp_backend_t **b, const char *name, hp_error_t *err)
+{
+    *b = NULL;
+    if (!strcmp(name, "cpu")) {
+        *b = &cpu;
+        return HP_OK;
+    }
+    if (strncmp(name, "cuda", 4) || (name[4] && name[4] != ':'))
+        return hp_error_set(err, HP_EBADINPUT,
+                            "device \"%s\": expected cpu, cuda or cuda:N",
+                            name);
+    int dev = 0;
+    if (name[4] == ':') {
+        char *end;
+        long n = strtol(name + 5, &end, 10);
+        if (end == name + 5 || *end || n < 0 || n > 1023)
+            return hp_error_set(err, HP_EBADINPUT,
+                                "device \"%s\": N in cuda:N is a device "
+                                "number",
+                                name);
+        dev = (int)n;
+    }
+#ifdef HK_HAVE_CUDA
+    return hp_backend_cuda_open(b, dev, err);
+#else
+    return hp_error_set(err, HP_EUNAVAIL,
+                        "device cuda:%d: this build has no CUDA (build on a "
+                        "machine with nvcc)",
+                        dev);
+#endif
+}
+
+void hp_backend_close(const hp_backend_t *b)
+{
+    if (b && b->iface->close)
+        b->iface->close(b);
+}
+
+const char *hp_backend_name(const hp_backend_t *b)
+{
+    return b->name;
+}
+
+int hp_backend_host_memory(const hp_backend_t *b)
+{
+    return b->host_memory;
+}
+
+int hp_backend_sync(const hp_backend_t *b, hp_error_t *err)
+{
+    return b->iface->sync ? b->iface->sync(b, err) : HP_OK;
+}
+
+/* Whether the backend has the table entry behind op. */
+static int entry(const hp_backend_i *i, hp_op_t op)
+{
+    switch (op) {
+    case HP_OP_LINEAR:
+    case HP_OP_LINEAR_ACC:
+        return i->linear != NULL;
+    case HP_OP_EMBED:
+        return i->embed != NULL;
+    case HP_OP_RMSNORM:
+        return i->rmsnorm != NULL;
+    case HP_OP_RMSNORM_GATED:
+        return i->rmsnorm_gated != NULL;
+    case HP_OP_L2NORM:
+        return i->l2norm != NULL;
+    case HP_OP_SWIGLU:
+        return i->swiglu != NULL;
+    case HP_OP_CONV1D_SILU:
+        return i->conv1d_silu != NULL;
+    case HP_OP_CONV1D_SILU_DECODE:
+        return i->conv1d_silu_decode != NULL;
+    case HP_OP_GDN_GATES:
+        return i->gdn_gates != NULL;
+    case HP_OP_GDN_RECURRENT:
+        return i->gdn_recurrent != NULL;
+    case HP_OP_GDN_DECODE:
+        return i->gdn_decode != NULL;
+    case HP_OP_GDN_CHUNK:
+        return i->gdn_chunk != NULL;
+    case HP_OP_ROPE:
+        return i->rope != NULL;
+    case HP_OP_ROPE_SHIFT:
+        return i->rope_shift != NULL;
+    case HP_OP_ATTENTION:
+        return i->attention != NULL;
+    case HP_OP_ATTENTION_DECODE:
+        return i->attention_decode != NULL;
+    case HP_OP_MOE_ROUTE:
+        return i->moe_route != NULL;
+    case HP_OP_MOE_PLAN:
+        return i->moe_plan != NULL;
+    case HP_OP_MOE_GATHER:
+        return i->moe_gather != NULL;
+    case HP_OP_MOE_SCATTER:
+        return i->moe_scatter != NULL;
+    case HP_OP_MOE_COMBINE:
+        return i->moe_combine != NULL;
+    case HP_OP_SPLIT_HEADS:
+        return i->split_heads != NULL;
+    case HP_OP_GATE_MUL:
+        return i->gate_mul != NULL;
+    case HP_OP_SCALE_ROWS:
+        return i->scale_rows != NULL;
+    case HP_OP_AXPY:
+        return i->axpy != NULL;
+    case HP_OP_KV_STORE:
+        return i->kv_store != NULL;
+    case HP_OP_ARGMAX:
+        return i->argmax != NULL;
+    case HP_OP_TRANS_IDENTITY:
+        return i->trans_identity != NULL;
+    case HP_OP_TRANS_COMPOSE:
+        return i->trans_compose != NULL;
+    case HP_OP_TRANS_CHAIN:
+        return i->trans_chain != NULL;
+    case HP_OP_KVBUF_STEP:
+        return i->kvbuf_step != NULL;
+    case HP_OP_KVBUF_FLUSH:
+        return i->kvbuf_flush != NULL;
+    case HP_OP_KVBUF_CONV_COMMIT:
+        return i->kvbuf_conv_commit != NULL;
+    case HP_OP_COUNT:
+        break;
+    }
+    return 0;
+}
+
+int hp_backend_supports_op(const hp_backend_t *b, hp_op_t op, int dtype)
+{
+    if (!entry(b->iface, op))
+        return 0;
+    return b->iface->supports_dtype ? b->iface->supports_dtype(b, op, dtype)
+                                    : 1;
+}
+
+/* An op the backend lacks: recorded for hp_backend_sync. */
+static void unsupported(const hp_backend_t *b, hp_op_t op)
+{
+    if (b->iface->fail)
+        b->iface->fail(b, op);
+}
+
+#define CALL(op, fn, ...)                                                      \
+    do {                                                                       \
+        if (b->iface->fn)                                                      \
+            b->iface->fn(b, __VA_ARGS__);                                      \
+        else                                                                   \
+            unsupported(b, op);                                                \
+    } while (0)
+
+/* ---- memory ------------------------------------------------------------- */
+
+void *hp_backend_alloc(const hp_backend_t *b, size_t bytes)
+{
+    return b->iface->alloc(b, bytes);
+}
+
+void *hp_backend_realloc(const hp_backend_t *b, void *p, size_t old_bytes,
+                         size_t new_bytes)
+{
+    return b->iface->realloc(b, p, old_bytes, new_bytes);
+}
+
+void hp_backend_free(const hp_backend_t *b, void *p)
+{
+    if (p)
+        b->iface->free(b, p);
+}
+
+void hp_backend_memset0(const hp_backend_t *b, void *p, size_t bytes)
+{
+    b->iface->memset0(b, p, bytes);
+}
+
+void hp_backend_upload(const hp_backend_t *b, void *dst, const void *src,
+                       size_t bytes)
+{
+    b->iface->upload(b, dst, src, bytes);
+}
+
+void hp_backend_download(const hp_backend_t *b, void *dst, const void *src,
+                         size_t bytes)
+{
+    b->iface->download(b, dst, src, bytes);
+}
+
+void hp_backend_copy(const hp_backend_t *b, void *dst, const void *src,
+                     size_t bytes)
+{
+    b->iface->copy(b, dst, src, bytes);
+}
+
+int hp_backend_place(const hp_backend_t *b, const void **p, size_t bytes,
+                     hp_error_t *err)
+{
+    return b->iface->place && *p ? b->iface->place(b, p, bytes, err) : HP_OK;
+}
+
+void hp_backend_unplace(const hp_backend_t *b, const void *p)
+{
+    if (b->iface->unplace && p)
+        b->iface->unplace(b, p);
+}
+
+/* ---- ops ---------------------------------------------------------------- */
+
+void hp_backend_linear(const hp_backend_t *b, float *y, const float *x,
+                       const hk_weight_t *w, int n)
+{
+    CALL(HP_OP_LINEAR, linear, y, x, w, n, 0);
+}
+
+void hp_backend_linear_acc(const hp_backend_t *b, float *y, const float *x,
+                           const hk_weight_t *w, int n)
+{
+    CALL(HP_OP_LINEAR_ACC, linear, y, x, w, n, 1);
+}
+
+void hp_backend_embed(const hp_backend_t *b, float *x, const hk_weight_t *w,
+                      const int *ids, int T)
+{
+    CALL(HP_OP_EMBED, embed, x, w, ids, T);
+}
+
+void hp_backend_rmsnorm(const hp_backend_t *b, float *y, const float *x,
+                        const float *w, int rows, int dim, float eps)
+{
+    CALL(HP_OP_RMSNORM, rmsnorm, y, x, w, rows, dim, eps);
+}
+
+void hp_backend_rmsnorm_gated(const hp_backend_t *b, float *y, const float *x,
+                              const float *z, const float *w, int rows, int dim,
+                              float eps)
+{
+    CALL(HP_OP_RMSNORM_GATED, rmsnorm_gated, y, x, z, w, rows, dim, eps);
+}
+
+void hp_backend_l2norm(const hp_backend_t *b, float *x, int rows, int dim,
+                       float eps, float scale)
+{
+    CALL(HP_OP_L2NORM, l2norm, x, rows, dim, eps, scale);
+}
+
+void hp_backend_swiglu(const hp_backend_t *b, float *y, const float *g,
+                       const float *u, size_t n)
+{
+    CALL(HP_OP_SWIGLU, swiglu, y, g, u, n);
+}
+
+void hp_backend_split_heads(const hp_backend_t *be, float *a, float *b2,
+                            float *c, const float *x, int rows, int da, int db,
+                            int dc)
+{
+    const hp_backend_t *b = be;
+    CALL(HP_OP_SPLIT_HEADS, split_heads, a, b2, c, x, rows, da, db, dc);
+}
+
+void hp_backend_gate_mul(const hp_backend_t *b, float *o, const float *gate,
+                         size_t n)
+{
+    CALL(HP_OP_GATE_MUL, gate_mul, o, gate, n);
+}
+
+void hp_backend_scale_rows(const hp_backend_t *b, float *x, const float *s,
+                           int rows, int dim, int sigm)
+{
+    CALL(HP_OP_SCALE_ROWS, scale_rows, x, s, rows, dim, sigm);
+}
+
+void hp_backend_axpy(const hp_backend_t *b, float *y, float a, const float *x,
+                     size_t n)
+{
+    CALL(HP_OP_AXPY, axpy, y, a, x, n);
+}
+
+void hp_backend_kv_store(const hp_backend_t *b, float *kc, float *vc,
+                         const float *k, const float *v, const int *pos, int T,
+                         int kvd)
+{
+    CALL(HP_OP_KV_STORE, kv_store, kc, vc, k, v, pos, T, kvd);
+}
+
+void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
+                       int B, int V)
+{
+    CALL(HP_OP_ARGMAX, argmax, idx, logits, B, V);
+}
+
+void hp_backend_conv1d_silu(const hp_backend_t *b, float *y, float *state,
+                            const float *x, const float *w, int T, int C, int K)
+{
+    CALL(HP_OP_CONV1D_SILU, conv1d_silu, y, state, x, w, T, C, K);
+}
+
+void hp_backend_conv1d_silu_decode(const hp_backend_t *b, float *y,
+                                   float *const *states, const float *x,
+                                   const float *w, int B, int C, int K)
+{
+    CALL(HP_OP_CONV1D_SILU_DECODE, conv1d_silu_decode, y, states, x, w, B, C,
+         K);
+}
+
+void hp_backend_gdn_gates(const hp_backend_t *b, float *g, float *beta,
+                          const float *a, const float *bp, const float *A_log,
+                          const float *dt_bias, int T, int Hv)
+{
+    CALL(HP_OP_GDN_GATES, gdn_gates, g, beta, a, bp, A_log, dt_bias, T, Hv);
+}
+
+void hp_backend_gdn_recurrent(const hp_backend_t *b, float *o, float *S,
+                              const float *q, const float *k, const float *v,
+                              const float *g, const float *beta, int T, int Hk,
+                              int Hv, int dk, int dv)
+{
+    CALL(HP_OP_GDN_RECURRENT, gdn_recurrent, o, S, q, k, v, g, beta, T, Hk, Hv,
+         dk, dv);
+}
+
+void hp_backend_gdn_decode(const hp_backend_t *b, float *o,
+                           float *const *states, const float *q, const float *k,
+                           const float *v, const float *g, const float *beta,
+                           int B, int Hk, int Hv, int dk, int dv)
+{
+    CALL(HP_OP_GDN_DECODE, gdn_decode, o, states, q, k, v, g, beta, B, Hk, Hv,
+         dk, dv);
+}
+
+void hp_backend_gdn_chunk(const hp_backend_t *b, float *o, float *S, float *Tc,
+                          const float *q, const float *k, const float *v,
+                          const float *g, const float *beta, int T, int Hk,
+                          int Hv, int dk, int dv, int C, float *scratch)
+{
+    CALL(HP_OP_GDN_CHUNK, gdn_chunk, o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk,
+         dv, C, scratch);
+}
+
+size_t hp_backend_gdn_chunk_scratch(const hp_backend_t *b, int T, int Hv,
+                                    int dk, int dv, int C)
+{
+    return b->iface->gdn_chunk_scratch
+               ? b->iface->gdn_chunk_scratch(b, T, Hv, dk, dv, C)
+               : 0;
+}
+
+void hp_backend_rope(const hp_backend_t *b, float *x, const int *pos, int T,
+                     int nh, int hd, int rot, double theta)
+{
+    CALL(HP_OP_ROPE, rope, x, pos, T, nh, hd, rot, theta);
+}
+
+void hp_backend_rope_shift(const hp_backend_t *b, float *x, int delta, int T,
+                           int nh, int hd, int rot, double theta)
+{
+    CALL(HP_OP_ROPE_SHIFT, rope_shift, x, delta, T, nh, hd, rot, theta);
+}
+
+void hp_backend_attention(const hp_backend_t *b, float *o, const float *q,
+                          const int *qpos, const float *k, const float *v,
+                          int T, int N, int Hq, int Hkv, int hd, float scale,
+                          float *scratch)
+{
+    CALL(HP_OP_ATTENTION, attention, o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale,
+         scratch);
+}
+
+size_t hp_backend_attention_scratch(const hp_backend_t *b, int T, int N, int Hq)
+{
+    return b->iface->attention_scratch
+               ? b->iface->attention_scratch(b, T, N, Hq)
+               : 0;
+}
+
+void hp_backend_attention_decode(const hp_backend_t *b, float *o,
+                                 const float *q, const float *const *kcs,
+                                 const float *const *vcs, const int *n_ctx,
+                                 int B, int Hq, int Hkv, int hd, float scale,
+                                 float *scratch)
+{
+    CALL(HP_OP_ATTENTION_DECODE, attention_decode, o, q, kcs, vcs, n_ctx, B, Hq,
+         Hkv, hd, scale, scratch);
+}
+
+void hp_backend_moe_route(const hp_backend_t *b, int *idx, float *w,
+                          const float *logits, int T, int E, int k, int renorm)
+{
+    CALL(HP_OP_MOE_ROUTE, moe_route, idx, w, logits, T, E, k, renorm);
+}
+
+void hp_backend_moe_plan(const hp_backend_t *b, int *offs, int *rows,
+                         float *scale, int *slot, const int *idx,
+                         const float *w, int T, int k, int E)
+{
+    CALL(HP_OP_MOE_PLAN, moe_plan, offs, rows, scale, slot, idx, w, T, k, E);
+}
+
+void hp_backend_moe_gather(const hp_backend_t *b, float *xg, const float *y,
+                           const int *rows, int n, int H)
+{
+    CALL(HP_OP_MOE_GATHER, moe_gather, xg, y, rows, n, H);
+}
+
+void hp_backend_moe_scatter(const hp_backend_t *b, float *x, const float *eo,
+                            const int *rows, int n, int H)
+{
+    CALL(HP_OP_MOE_SCATTER, moe_scatter, x, eo, rows, n, H);
+}
+
+void hp_backend_moe_combine(const hp_backend_t *b, float *x, const float *eo,
+                            const int *slot, int T, int k, int H)
+{
+    CALL(HP_OP_MOE_COMBINE, moe_combine, x, eo, slot, T, k, H);
+}
+
+void hp_backend_trans_identity(const hp_backend_t *b, float *T, int H, int dk)
+{
+    CALL(HP_OP_TRANS_IDENTITY, trans_identity, T, H, dk);
+}
+
+void hp_backend_trans_compose(const hp_backend_t *b, float *out,
+                              hk_trans_family_t fam, const float *T,
+                              const float *S, const float *S0, int H, int dk,
+                              int dv, float *scratch)
+{
+    CALL(HP_OP_TRANS_COMPOSE, trans_compose, out, fam, T, S, S0, H, dk, dv,
+         scratch);
+}
+
+void hp_backend_trans_chain(const hp_backend_t *b, float *T1, float *S1,
+                            hk_trans_family_t fam, const float *T2,
+                            const float *S2, int H, int dk, int dv,
+                            float *scratch)
+{
+    CALL(HP_OP_TRANS_CHAIN, trans_chain, T1, S1, fam, T2, S2, H, dk, dv,
+         scratch);
+}
+
+size_t hp_backend_kvbuf_block_floats(const hp_backend_t *b,
+                                     const hk_kvbuf_geom_t *g)
+{
+    return b->iface->kvbuf_block_floats ? b->iface->kvbuf_block_floats(b, g)
+                                        : 0;
+}
+
+size_t hp_backend_kvbuf_scratch(const hp_backend_t *b, const hk_kvbuf_geom_t *g,
+                                int T, int lmax, int nth)
+{
+    return b->iface->kvbuf_scratch ? b->iface->kvbuf_scratch(b, g, T, lmax, nth)
+                                   : 0;
+}
+
+void hp_backend_kvbuf_step(const hp_backend_t *b, float *o, float *arena,
+                           const hk_kvbuf_view_t *vw, const float *q,
+                           const float *k, const float *v, const float *g,
+                           const float *beta, int R, int T,
+                           const hk_kvbuf_geom_t *geom, int lmax,
+                           float *scratch, int nth)
+{
+    CALL(HP_OP_KVBUF_STEP, kvbuf_step, o, arena, vw, q, k, v, g, beta, R, T,
+         geom, lmax, scratch, nth);
+}
+
+void hp_backend_kvbuf_flush(const hp_backend_t *b, float *arena,
+                            const hk_kvbuf_view_t *vw, const int *n, int R,
+                            const hk_kvbuf_geom_t *geom, float *scratch,
+                            int nth)
+{
+    CALL(HP_OP_KVBUF_FLUSH, kvbuf_flush, arena, vw, n, R, geom, scratch, nth);
+}
+
+void hp_backend_kvbuf_conv_commit(const hp_backend_t *b, float *state,
+                                  const float *x, int m, int C, int K)
+{
+    CALL(HP_OP_KVBUF_CONV_COMMIT, kvbuf_conv_commit, state, x, m, C, K);
+}

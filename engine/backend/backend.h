@@ -1,0 +1,297 @@
+/*
+ * backend.h - the seam between the model code and the kernels (ggml's
+ * backend in spirit): an opaque backend, its memory, and the ops the
+ * forward pass, the KVBuffer and the caches run. forward/, cache/ and
+ * serve/ name no kernel family; only engine/backend/ includes kernels/cpu
+ * or kernels/cuda (tools/check-layering.sh).
+ *
+ * Memory. Every tensor pointer an op takes is backend memory: from
+ * hp_backend_alloc, or host data the backend placed (hp_backend_place:
+ * the model's weights). On the CPU backend that is plain host memory, so
+ * a host pointer is a backend pointer and placing is a no-op
+ * (hp_backend_host_memory). Ops never allocate: scratch is passed in,
+ * sized by the matching _scratch query. Arrays of ints that a call's
+ * control flow reads on the host (positions, ids, per-request pointers)
+ * are host arrays; a device backend uploads them itself.
+ *
+ * Errors. Ops return nothing and may run asynchronously; a device
+ * backend records its first failure (a launch, an op it does not
+ * support) and hp_backend_sync returns it. The CPU backend cannot fail.
+ * Ask hp_backend_supports_op before relying on an op.
+ *
+ * Layouts and math are those of the CPU kernels (kernels/cpu/hk_cpu.h,
+ * hk_kvbuf.h), row-major f32, outputs first.
+ */
+#ifndef HP_BACKEND_H
+#define HP_BACKEND_H
+
+#include <stddef.h>
+
+#include "engine/contract/hp_error.h"
+#include "kernels/common/hk_kvbuf_geom.h"
+#include "kernels/common/hk_trans.h"
+#include "kernels/common/hk_weight.h"
+
+typedef struct hp_backend hp_backend_t;
+
+/* The ops, for hp_backend_supports_op. */
+typedef enum {
+    HP_OP_LINEAR,
+    HP_OP_LINEAR_ACC,
+    HP_OP_EMBED,
+    HP_OP_RMSNORM,
+    HP_OP_RMSNORM_GATED,
+    HP_OP_L2NORM,
+    HP_OP_SWIGLU,
+    HP_OP_CONV1D_SILU,
+    HP_OP_CONV1D_SILU_DECODE,
+    HP_OP_GDN_GATES,
+    HP_OP_GDN_RECURRENT,
+    HP_OP_GDN_DECODE,
+    HP_OP_GDN_CHUNK,
+    HP_OP_ROPE,
+    HP_OP_ROPE_SHIFT,
+    HP_OP_ATTENTION,
+    HP_OP_ATTENTION_DECODE,
+    HP_OP_MOE_ROUTE,
+    HP_OP_MOE_PLAN,
+    HP_OP_MOE_GATHER,
+    HP_OP_MOE_SCATTER,
+    HP_OP_MOE_COMBINE,
+    HP_OP_SPLIT_HEADS,
+    HP_OP_GATE_MUL,
+    HP_OP_SCALE_ROWS,
+    HP_OP_AXPY,
+    HP_OP_KV_STORE,
+    HP_OP_ARGMAX,
+    HP_OP_TRANS_IDENTITY,
+    HP_OP_TRANS_COMPOSE,
+    HP_OP_TRANS_CHAIN,
+    HP_OP_KVBUF_STEP,
+    HP_OP_KVBUF_FLUSH,
+    HP_OP_KVBUF_CONV_COMMIT,
+    HP_OP_COUNT
+} hp_op_t;
+
+/* ---- backends ----------------------------------------------------------- */
+
+/* The CPU backend (kernels/cpu): stateless, shared by every thread, never
+ * closed. */
+const hp_backend_t *hp_backend_cpu(void);
+
+/* Opens a backend by name: "cpu", or "cuda" / "cuda:N" (device N, 0 by
+ * default). HP_EUNAVAIL naming why when the build has no CUDA or the
+ * device does not exist; HP_EBADINPUT for another name. */
+int hp_backend_open(const hp_backend_t **b, const char *name, hp_error_t *err);
+/* Frees what open made (the CPU backend: nothing). NULL is a no-op. */
+void hp_backend_close(const hp_backend_t *b);
+
+/* "cpu", "cuda:0", ... */
+const char *hp_backend_name(const hp_backend_t *b);
+/* Whether op runs here for weights of dtype (hk_wtype_t; ops without
+ * weights ignore it). */
+int hp_backend_supports_op(const hp_backend_t *b, hp_op_t op, int dtype);
+/* 1 when backend memory is host memory (the CPU). */
+int hp_backend_host_memory(const hp_backend_t *b);
+/* Waits for the ops issued so far; HP_OK or the first failure since the
+ * last sync (then cleared). */
+int hp_backend_sync(const hp_backend_t *b, hp_error_t *err);
+
+/* ---- memory ------------------------------------------------------------- */
+
+/* bytes of backend memory, 64-byte aligned, uninitialized; NULL when out
+ * of memory. */
+void *hp_backend_alloc(const hp_backend_t *b, size_t bytes);
+/* Grows (or shrinks) p, keeping the first min(old, new) bytes; NULL when
+ * out of memory, p then unchanged. p may be NULL. The CPU's is realloc:
+ * 16-byte aligned, no copy where the allocator can grow in place. */
+void *hp_backend_realloc(const hp_backend_t *b, void *p, size_t old_bytes,
+                         size_t new_bytes);
+void hp_backend_free(const hp_backend_t *b, void *p); /* NULL: no-op */
+void hp_backend_memset0(const hp_backend_t *b, void *p, size_t bytes);
+/* host -> backend, backend -> host, backend -> backend (no overlap). */
+void hp_backend_upload(const hp_backend_t *b, void *dst, const void *src,
+                       size_t bytes);
+void hp_backend_download(const hp_backend_t *b, void *dst, const void *src,
+                         size_t bytes);
+void hp_backend_copy(const hp_backend_t *b, void *dst, const void *src,
+                     size_t bytes);
+/* Makes the host data *p of bytes usable by ops, replacing *p with the
+ * backend's copy (CPU: nothing to do). HP_ENOMEM. Release with
+ * hp_backend_unplace. */
+int hp_backend_place(const hp_backend_t *b, const void **p, size_t bytes,
+                     hp_error_t *err);
+void hp_backend_unplace(const hp_backend_t *b, const void *p);
+
+/* ---- projections -------------------------------------------------------- */
+
+/* y[n, rows] = x[n, cols] . W^T (W in its stored format), and += . */
+void hp_backend_linear(const hp_backend_t *b, float *y, const float *x,
+                       const hk_weight_t *w, int n);
+void hp_backend_linear_acc(const hp_backend_t *b, float *y, const float *x,
+                           const hk_weight_t *w, int n);
+/* x[t, :] = W[ids[t], :] as f32; ids [T] host. */
+void hp_backend_embed(const hp_backend_t *b, float *x, const hk_weight_t *w,
+                      const int *ids, int T);
+
+/* ---- norms, activations, data movement ---------------------------------- */
+
+/* Zero-centred RMSNorm: y = x / rms(x) * (1 + w) per row; y may alias x. */
+void hp_backend_rmsnorm(const hp_backend_t *b, float *y, const float *x,
+                        const float *w, int rows, int dim, float eps);
+/* y = w * rmsnorm(x) * silu(z) per vector of dim. */
+void hp_backend_rmsnorm_gated(const hp_backend_t *b, float *y, const float *x,
+                              const float *z, const float *w, int rows, int dim,
+                              float eps);
+/* x = x / sqrt(sum x^2 + eps) * scale per row, in place. */
+void hp_backend_l2norm(const hp_backend_t *b, float *x, int rows, int dim,
+                       float eps, float scale);
+/* y = silu(g) * u; y may alias g or u. */
+void hp_backend_swiglu(const hp_backend_t *b, float *y, const float *g,
+                       const float *u, size_t n);
+/* Rows of x[rows, da + db + dc] into a, b, c (c NULL when dc = 0). */
+void hp_backend_split_heads(const hp_backend_t *be, float *a, float *b,
+                            float *c, const float *x, int rows, int da, int db,
+                            int dc);
+/* o *= sigmoid(gate). */
+void hp_backend_gate_mul(const hp_backend_t *b, float *o, const float *gate,
+                         size_t n);
+/* x[r, :] *= s[r] (sigm: sigmoid(s[r])). */
+void hp_backend_scale_rows(const hp_backend_t *b, float *x, const float *s,
+                           int rows, int dim, int sigm);
+/* y += a x. */
+void hp_backend_axpy(const hp_backend_t *b, float *y, float a, const float *x,
+                     size_t n);
+/* kc[pos[t], :] = k[t, :], vc[pos[t], :] = v[t, :]; pos [T] host. */
+void hp_backend_kv_store(const hp_backend_t *b, float *kc, float *vc,
+                         const float *k, const float *v, const int *pos, int T,
+                         int kvd);
+/* idx[r] = argmax of logits[r, :] (lowest index among equals); idx [B]
+ * host (a sync point). */
+void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
+                       int B, int V);
+
+/* ---- causal conv, Gated DeltaNet ---------------------------------------- */
+
+/* y[T, C] = silu(causal conv of x[T, C] continuing state[C, K-1]),
+ * state updated; w [C, K]. */
+void hp_backend_conv1d_silu(const hp_backend_t *b, float *y, float *state,
+                            const float *x, const float *w, int T, int C,
+                            int K);
+/* One token for each of B requests with its own state: y, x [B, C];
+ * states [B] host array of backend pointers. */
+void hp_backend_conv1d_silu_decode(const hp_backend_t *b, float *y,
+                                   float *const *states, const float *x,
+                                   const float *w, int B, int C, int K);
+/* beta = sigmoid(bp), g = -exp(A_log) softplus(a + dt_bias); [T, Hv];
+ * g may alias a, beta bp. */
+void hp_backend_gdn_gates(const hp_backend_t *b, float *g, float *beta,
+                          const float *a, const float *bp, const float *A_log,
+                          const float *dt_bias, int T, int Hv);
+/* The recurrence over T tokens of one sequence (hk_gdn_recurrent). */
+void hp_backend_gdn_recurrent(const hp_backend_t *b, float *o, float *S,
+                              const float *q, const float *k, const float *v,
+                              const float *g, const float *beta, int T, int Hk,
+                              int Hv, int dk, int dv);
+/* One token for each of B requests: states [B] host array of backend
+ * pointers [Hv, dk, dv]; rows as hk_gdn_recurrent's with T = B. */
+void hp_backend_gdn_decode(const hp_backend_t *b, float *o,
+                           float *const *states, const float *q, const float *k,
+                           const float *v, const float *g, const float *beta,
+                           int B, int Hk, int Hv, int dk, int dv);
+/* Chunked prefill (hk_gdn_chunk), chunk C; Tc [Hv, dk, dk] or NULL. */
+void hp_backend_gdn_chunk(const hp_backend_t *b, float *o, float *S, float *Tc,
+                          const float *q, const float *k, const float *v,
+                          const float *g, const float *beta, int T, int Hk,
+                          int Hv, int dk, int dv, int C, float *scratch);
+/* Floats of gdn_chunk's scratch for up to T tokens. */
+size_t hp_backend_gdn_chunk_scratch(const hp_backend_t *b, int T, int Hv,
+                                    int dk, int dv, int C);
+
+/* ---- RoPE, attention ---------------------------------------------------- */
+
+/* Partial rotate-half RoPE of x[T, nh, hd] to pos [T] (host). */
+void hp_backend_rope(const hp_backend_t *b, float *x, const int *pos, int T,
+                     int nh, int hd, int rot, double theta);
+/* Keys at positions a re-rotated to a + delta. */
+void hp_backend_rope_shift(const hp_backend_t *b, float *x, int delta, int T,
+                           int nh, int hd, int rot, double theta);
+/* Causal GQA attention of q[T, Hq, hd] at qpos [T] (host) over k, v
+ * [N, Hkv, hd] (cached and new); o [T, Hq, hd]. */
+void hp_backend_attention(const hp_backend_t *b, float *o, const float *q,
+                          const int *qpos, const float *k, const float *v,
+                          int T, int N, int Hq, int Hkv, int hd, float scale,
+                          float *scratch);
+size_t hp_backend_attention_scratch(const hp_backend_t *b, int T, int N,
+                                    int Hq);
+/* One query for each of B requests over its own cache: q, o [B, Hq, hd];
+ * kcs, vcs [B] host arrays of backend pointers; n_ctx [B] host (request r
+ * attends keys 0..n_ctx[r]-1). scratch: attention_scratch(1, max n_ctx). */
+void hp_backend_attention_decode(const hp_backend_t *b, float *o,
+                                 const float *q, const float *const *kcs,
+                                 const float *const *vcs, const int *n_ctx,
+                                 int B, int Hq, int Hkv, int hd, float scale,
+                                 float *scratch);
+
+/* ---- MoE ---------------------------------------------------------------- */
+
+/* Per token softmax top-k of logits [T, E]: idx, w [T, k]. */
+void hp_backend_moe_route(const hp_backend_t *b, int *idx, float *w,
+                          const float *logits, int T, int E, int k, int renorm);
+/* Groups the routed pairs by expert (hk_moe_plan); offs [E + 1] is host
+ * (the caller sizes each expert's projections from it), rows, scale,
+ * slot [T*k] backend. */
+void hp_backend_moe_plan(const hp_backend_t *b, int *offs, int *rows,
+                         float *scale, int *slot, const int *idx,
+                         const float *w, int T, int k, int E);
+void hp_backend_moe_gather(const hp_backend_t *b, float *xg, const float *y,
+                           const int *rows, int n, int H);
+void hp_backend_moe_scatter(const hp_backend_t *b, float *x, const float *eo,
+                            const int *rows, int n, int H);
+void hp_backend_moe_combine(const hp_backend_t *b, float *x, const float *eo,
+                            const int *slot, int T, int k, int H);
+
+/* ---- transitions -------------------------------------------------------- */
+
+/* T [H, dk, dk] = I per head. */
+void hp_backend_trans_identity(const hp_backend_t *b, float *T, int H, int dk);
+/* out = T S + S0 per head (S0 may be NULL; out may alias S or S0);
+ * scratch [H, dk, dv] floats (dense). */
+void hp_backend_trans_compose(const hp_backend_t *b, float *out,
+                              hk_trans_family_t fam, const float *T,
+                              const float *S, const float *S0, int H, int dk,
+                              int dv, float *scratch);
+/* T1 <- T2 T1, S1 <- T2 S1 + S2; scratch [H, dk, max(dk, dv)] (dense). */
+void hp_backend_trans_chain(const hp_backend_t *b, float *T1, float *S1,
+                            hk_trans_family_t fam, const float *T2,
+                            const float *S2, int H, int dk, int dv,
+                            float *scratch);
+
+/* ---- KVBuffer (layouts: kernels/cpu/hk_kvbuf.h) ------------------------- */
+
+size_t hp_backend_kvbuf_block_floats(const hp_backend_t *b,
+                                     const hk_kvbuf_geom_t *g);
+/* Scratch for steps of up to T tokens per request and flushes, buffers of
+ * up to lmax entries, nth threads. */
+size_t hp_backend_kvbuf_scratch(const hp_backend_t *b, const hk_kvbuf_geom_t *g,
+                                int T, int lmax, int nth);
+/* T tokens per request against S0 + the buffer (hk_kvbuf_step); vw [R]
+ * host. */
+void hp_backend_kvbuf_step(const hp_backend_t *b, float *o, float *arena,
+                           const hk_kvbuf_view_t *vw, const float *q,
+                           const float *k, const float *v, const float *g,
+                           const float *beta, int R, int T,
+                           const hk_kvbuf_geom_t *geom, int lmax,
+                           float *scratch, int nth);
+/* Folds the first n[r] entries into each view's S (hk_kvbuf_flush); vw,
+ * n [R] host. */
+void hp_backend_kvbuf_flush(const hp_backend_t *b, float *arena,
+                            const hk_kvbuf_view_t *vw, const int *n, int R,
+                            const hk_kvbuf_geom_t *geom, float *scratch,
+                            int nth);
+/* Conv history after accepting m drafts with raw inputs x (state [C, K-1],
+ * hk_kvbuf_conv_commit). */
+void hp_backend_kvbuf_conv_commit(const hp_backend_t *b, float *state,
+                                  const float *x, int m, int C, int K);
+
+#endif

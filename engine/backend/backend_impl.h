@@ -1,0 +1,137 @@
+/*
+ * backend_impl.h - what a backend implements (ggml's ggml_backend_i):
+ * one table of function pointers per backend kind, and the backend
+ * object. Private to engine/backend/. Every op and memory entry gets the
+ * backend first; entries marked (optional) may be NULL: the op is then
+ * unsupported (hp_backend_supports_op says 0, a call records HP_EINTERNAL
+ * through fail).
+ */
+#ifndef HP_BACKEND_IMPL_H
+#define HP_BACKEND_IMPL_H
+
+#include "engine/backend/backend.h"
+
+typedef const hp_backend_t *be_t;
+
+typedef struct {
+    /* lifecycle and queries */
+    void (*close)(be_t b);                                /* (optional) */
+    int (*supports_dtype)(be_t b, hp_op_t op, int dtype); /* (optional) */
+    int (*sync)(be_t b, hp_error_t *err);                 /* (optional) */
+    void (*fail)(be_t b, hp_op_t op); /* (optional) records an unsupported
+                                         call for sync */
+
+    /* memory */
+    void *(*alloc)(be_t b, size_t bytes);
+    void *(*realloc)(be_t b, void *p, size_t old_bytes, size_t new_bytes);
+    void (*free)(be_t b, void *p);
+    void (*memset0)(be_t b, void *p, size_t bytes);
+    void (*upload)(be_t b, void *dst, const void *src, size_t bytes);
+    void (*download)(be_t b, void *dst, const void *src, size_t bytes);
+    void (*copy)(be_t b, void *dst, const void *src, size_t bytes);
+    int (*place)(be_t b, const void **p, size_t bytes,
+                 hp_error_t *err);          /* (optional) NULL: host memory */
+    void (*unplace)(be_t b, const void *p); /* (optional) */
+
+    /* ops (all optional) */
+    void (*linear)(be_t b, float *y, const float *x, const hk_weight_t *w,
+                   int n, int acc);
+    void (*embed)(be_t b, float *x, const hk_weight_t *w, const int *ids,
+                  int T);
+    void (*rmsnorm)(be_t b, float *y, const float *x, const float *w, int rows,
+                    int dim, float eps);
+    void (*rmsnorm_gated)(be_t b, float *y, const float *x, const float *z,
+                          const float *w, int rows, int dim, float eps);
+    void (*l2norm)(be_t b, float *x, int rows, int dim, float eps, float scale);
+    void (*swiglu)(be_t b, float *y, const float *g, const float *u, size_t n);
+    void (*split_heads)(be_t be, float *a, float *b, float *c, const float *x,
+                        int rows, int da, int db, int dc);
+    void (*gate_mul)(be_t b, float *o, const float *gate, size_t n);
+    void (*scale_rows)(be_t b, float *x, const float *s, int rows, int dim,
+                       int sigm);
+    void (*axpy)(be_t b, float *y, float a, const float *x, size_t n);
+    void (*kv_store)(be_t b, float *kc, float *vc, const float *k,
+                     const float *v, const int *pos, int T, int kvd);
+    void (*argmax)(be_t b, int *idx, const float *logits, int B, int V);
+    void (*conv1d_silu)(be_t b, float *y, float *state, const float *x,
+                        const float *w, int T, int C, int K);
+    void (*conv1d_silu_decode)(be_t b, float *y, float *const *states,
+                               const float *x, const float *w, int B, int C,
+                               int K);
+    void (*gdn_gates)(be_t b, float *g, float *beta, const float *a,
+                      const float *bp, const float *A_log, const float *dt_bias,
+                      int T, int Hv);
+    void (*gdn_recurrent)(be_t b, float *o, float *S, const float *q,
+                          const float *k, const float *v, const float *g,
+                          const float *beta, int T, int Hk, int Hv, int dk,
+                          int dv);
+    void (*gdn_decode)(be_t b, float *o, float *const *states, const float *q,
+                       const float *k, const float *v, const float *g,
+                       const float *beta, int B, int Hk, int Hv, int dk,
+                       int dv);
+    void (*gdn_chunk)(be_t b, float *o, float *S, float *Tc, const float *q,
+                      const float *k, const float *v, const float *g,
+                      const float *beta, int T, int Hk, int Hv, int dk, int dv,
+                      int C, float *scratch);
+    size_t (*gdn_chunk_scratch)(be_t b, int T, int Hv, int dk, int dv, int C);
+    void (*rope)(be_t b, float *x, const int *pos, int T, int nh, int hd,
+                 int rot, double theta);
+    void (*rope_shift)(be_t b, float *x, int delta, int T, int nh, int hd,
+                       int rot, double theta);
+    void (*attention)(be_t b, float *o, const float *q, const int *qpos,
+                      const float *k, const float *v, int T, int N, int Hq,
+                      int Hkv, int hd, float scale, float *scratch);
+    size_t (*attention_scratch)(be_t b, int T, int N, int Hq);
+    void (*attention_decode)(be_t b, float *o, const float *q,
+                             const float *const *kcs, const float *const *vcs,
+                             const int *n_ctx, int B, int Hq, int Hkv, int hd,
+                             float scale, float *scratch);
+    void (*moe_route)(be_t b, int *idx, float *w, const float *logits, int T,
+                      int E, int k, int renorm);
+    void (*moe_plan)(be_t b, int *offs, int *rows, float *scale, int *slot,
+                     const int *idx, const float *w, int T, int k, int E);
+    void (*moe_gather)(be_t b, float *xg, const float *y, const int *rows,
+                       int n, int H);
+    void (*moe_scatter)(be_t b, float *x, const float *eo, const int *rows,
+                        int n, int H);
+    void (*moe_combine)(be_t b, float *x, const float *eo, const int *slot,
+                        int T, int k, int H);
+    void (*trans_identity)(be_t b, float *T, int H, int dk);
+    void (*trans_compose)(be_t b, float *out, hk_trans_family_t fam,
+                          const float *T, const float *S, const float *S0,
+                          int H, int dk, int dv, float *scratch);
+    void (*trans_chain)(be_t b, float *T1, float *S1, hk_trans_family_t fam,
+                        const float *T2, const float *S2, int H, int dk, int dv,
+                        float *scratch);
+    size_t (*kvbuf_block_floats)(be_t b, const hk_kvbuf_geom_t *g);
+    size_t (*kvbuf_scratch)(be_t b, const hk_kvbuf_geom_t *g, int T, int lmax,
+                            int nth);
+    void (*kvbuf_step)(be_t b, float *o, float *arena,
+                       const hk_kvbuf_view_t *vw, const float *q,
+                       const float *k, const float *v, const float *g,
+                       const float *beta, int R, int T,
+                       const hk_kvbuf_geom_t *geom, int lmax, float *scratch,
+                       int nth);
+    void (*kvbuf_flush)(be_t b, float *arena, const hk_kvbuf_view_t *vw,
+                        const int *n, int R, const hk_kvbuf_geom_t *geom,
+                        float *scratch, int nth);
+    void (*kvbuf_conv_commit)(be_t b, float *state, const float *x, int m,
+                              int C, int K);
+} hp_backend_i;
+
+struct hp_backend {
+    const hp_backend_i *iface;
+    void *ctx; /* the kind's own state (device, stream, first error) */
+    char name[32];
+    int host_memory; /* backend memory is host memory */
+};
+
+/* The CPU table (backend_cpu.c). */
+extern const hp_backend_i hp_backend_cpu_iface;
+
+#ifdef HK_HAVE_CUDA
+/* Opens CUDA device `device` (backend_cuda.c). */
+int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err);
+#endif
+
+#endif

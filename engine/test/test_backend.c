@@ -1,0 +1,243 @@
+/*
+ * test_backend.c - the backend seam (engine/backend/backend.h): opening
+ * backends by name, support queries, and a whole model run on a backend
+ * whose memory is not the host's. That backend ("hostdev") has the CPU's
+ * kernels but its own memory rules: every buffer comes from its alloc,
+ * the weights are copies placed in it, host data crosses only by
+ * upload/download. A model run on it must give the CPU backend's logits
+ * bit for bit, every op must see placed weights, and every allocation
+ * and placement must be returned: what a device backend needs of the
+ * model code.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend_impl.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/sampler.h"
+#include "engine/test/test_util.h"
+
+#define MAX_PLACED 8192
+
+typedef struct {
+    long live;      /* allocations not yet freed */
+    long transfers; /* uploads + downloads */
+    int n_placed;
+    const void *placed[MAX_PLACED];
+    long foreign; /* linear calls on a weight not placed here */
+} hostdev_t;
+
+static hostdev_t *dev(be_t b)
+{
+    return b->ctx;
+}
+
+static void *hd_alloc(be_t b, size_t bytes)
+{
+    void *p = hp_backend_cpu_iface.alloc(b, bytes);
+    dev(b)->live += p != NULL;
+    return p;
+}
+
+static void *hd_realloc(be_t b, void *p, size_t old_bytes, size_t new_bytes)
+{
+    void *q = hd_alloc(b, new_bytes);
+    if (!q)
+        return NULL;
+    if (p) {
+        memcpy(q, p, old_bytes < new_bytes ? old_bytes : new_bytes);
+        hp_backend_free(b, p);
+    }
+    return q;
+}
+
+static void hd_free(be_t b, void *p)
+{
+    dev(b)->live--;
+    free(p);
+}
+
+static void hd_upload(be_t b, void *dst, const void *src, size_t bytes)
+{
+    dev(b)->transfers++;
+    memcpy(dst, src, bytes);
+}
+
+static int hd_place(be_t b, const void **p, size_t bytes, hp_error_t *err)
+{
+    hostdev_t *d = dev(b);
+    void *q = hd_alloc(b, bytes);
+    if (!q || d->n_placed == MAX_PLACED)
+        return hp_error_set(err, HP_ENOMEM, "hostdev: no room");
+    memcpy(q, *p, bytes);
+    d->placed[d->n_placed++] = q;
+    *p = q;
+    return HP_OK;
+}
+
+static void hd_unplace(be_t b, const void *p)
+{
+    hostdev_t *d = dev(b);
+    for (int i = 0; i < d->n_placed; i++)
+        if (d->placed[i] == p) {
+            d->placed[i] = d->placed[--d->n_placed];
+            hd_free(b, (void *)p);
+            return;
+        }
+}
+
+static void hd_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
+                      int n, int acc)
+{
+    hostdev_t *d = dev(b);
+    int found = 0;
+    for (int i = 0; i < d->n_placed && !found; i++)
+        found = d->placed[i] == w->data;
+    d->foreign += !found;
+    hp_backend_cpu_iface.linear(b, y, x, w, n, acc);
+}
+
+/* ---- names and queries -------------------------------------------------- */
+
+static void check_open(void)
+{
+    const hp_backend_t *b;
+    hp_error_t err = {0};
+    ok(hp_backend_open(&b, "cpu", &err) == HP_OK && b == hp_backend_cpu(),
+       "open cpu is the CPU backend");
+    ok(!strcmp(hp_backend_name(b), "cpu") && hp_backend_host_memory(b),
+       "cpu: named, host memory");
+    int all = 1;
+    for (int op = 0; op < HP_OP_COUNT; op++)
+        all &= hp_backend_supports_op(b, (hp_op_t)op, HK_W_BF16);
+    ok(all, "cpu supports every op");
+    ok(hp_backend_open(&b, "gpu", &err) == HP_EBADINPUT && !b &&
+           strstr(err.msg, "cpu, cuda or cuda:N"),
+       "an unknown device is refused: %s", err.msg);
+    ok(hp_backend_open(&b, "cuda:x", &err) == HP_EBADINPUT &&
+           strstr(err.msg, "device number"),
+       "cuda:x is refused: %s", err.msg);
+#ifndef HK_HAVE_CUDA
+    ok(hp_backend_open(&b, "cuda:1", &err) == HP_EUNAVAIL &&
+           strstr(err.msg, "no CUDA"),
+       "cuda in a build without CUDA: %s", err.msg);
+#endif
+    hp_backend_close(hp_backend_cpu()); /* a no-op */
+
+    /* a backend lacking an op says so, and a call to it does nothing */
+    hp_backend_i none = hp_backend_cpu_iface;
+    none.gate_mul = NULL;
+    struct hp_backend nb = {&none, NULL, "none", 1};
+    float o[2] = {1, 2}, g[2] = {0, 0};
+    hp_backend_gate_mul(&nb, o, g, 2);
+    ok(!hp_backend_supports_op(&nb, HP_OP_GATE_MUL, 0) &&
+           hp_backend_supports_op(&nb, HP_OP_SPLIT_HEADS, 0) && o[0] == 1 &&
+           o[1] == 2,
+       "a missing op is unsupported and not run");
+}
+
+/* ---- a whole model on the host-device backend ---------------------------- */
+
+#define PROMPT 37
+#define STEPS  4
+
+/* Prefill (in pieces of 16), STEPS greedy decode steps, then one batched
+ * step of two sequences; every logit into out. */
+static int run(const hp_model_t *m, float *out, hp_error_t *err)
+{
+    const int V = m->cfg.vocab_size;
+    int ids[PROMPT], rc;
+    for (int i = 0; i < PROMPT; i++)
+        ids[i] = (i * 7919 + 13) % V;
+    hp_fwd_plan_t plan = {16, 0, 2, 1};
+    hp_fwd_ws_t ws;
+    hp_seq_t s[2];
+    if ((rc = hp_fwd_ws_init(&ws, m, &plan, err)) != HP_OK)
+        return rc;
+    hp_seq_init(&s[0], m, err);
+    hp_seq_init(&s[1], m, err);
+    rc = hp_forward(m, &s[0], &ws, ids, NULL, PROMPT, NULL, HP_LOGITS_ALL, out,
+                    err);
+    out += (size_t)PROMPT * V;
+    for (int t = 0; t < STEPS && rc == HP_OK; t++) {
+        int tok = hp_argmax(out - V, V);
+        rc = hp_forward(m, &s[0], &ws, &tok, NULL, 1, NULL, HP_LOGITS_LAST, out,
+                        err);
+        out += V;
+    }
+    if (rc == HP_OK)
+        rc = hp_forward(m, &s[1], &ws, ids, NULL, 5, NULL, HP_LOGITS_NONE, NULL,
+                        err);
+    hp_fwd_item_t it[2] = {{.seq = &s[0], .ids = &ids[3], .T = 1},
+                           {.seq = &s[1], .ids = &ids[5], .T = 1}};
+    if (rc == HP_OK)
+        rc = hp_forward_batch(m, it, 2, &ws, err);
+    for (int i = 0; i < 2 && rc == HP_OK; i++) {
+        if (it[i].status != HP_OK)
+            return hp_error_set(err, it[i].status, "%s", it[i].err.msg);
+        hp_backend_download(m->be, out, it[i].logits, (size_t)V * 4);
+        out += V;
+    }
+    hp_seq_free(&s[0]);
+    hp_seq_free(&s[1]);
+    hp_fwd_ws_free(&ws);
+    return rc;
+}
+
+static void check_model(const char *root, const char *name)
+{
+    char dir[1024];
+    hp_model_t ref, m;
+    hp_error_t err = {0};
+    hostdev_t *d = calloc(1, sizeof(*d));
+    hp_backend_i iface = hp_backend_cpu_iface;
+    iface.alloc = hd_alloc;
+    iface.realloc = hd_realloc;
+    iface.free = hd_free;
+    iface.upload = iface.download = hd_upload;
+    iface.place = hd_place;
+    iface.unplace = hd_unplace;
+    iface.linear = hd_linear;
+    struct hp_backend hd = {&iface, d, "hostdev", 0};
+
+    snprintf(dir, sizeof(dir), "%s/models/test/%s", root, name);
+    if (hp_model_load(&ref, dir, &err) != HP_OK ||
+        hp_model_load_on(&m, dir, &hd, &err) != HP_OK) {
+        ok(0, "%s: %s", name, err.msg);
+        free(d);
+        return;
+    }
+    ok(m.embed.data != ref.embed.data && d->n_placed > 0,
+       "%s: the weights are placed on the backend (%d tensors)", name,
+       d->n_placed);
+    size_t n = (size_t)(PROMPT + STEPS + 2) * m.cfg.vocab_size;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    int ra = run(&ref, a, &err);
+    ok(ra == HP_OK, "%s: cpu run %s", name, ra == HP_OK ? "" : err.msg);
+    long t0 = d->transfers;
+    int rb = run(&m, b, &err);
+    ok(rb == HP_OK, "%s: hostdev run %s", name, rb == HP_OK ? "" : err.msg);
+    ok(ra == HP_OK && rb == HP_OK && !memcmp(a, b, n * sizeof(float)),
+       "%s: the same logits bit for bit", name);
+    ok(d->foreign == 0, "%s: every projection read placed weights (%ld not)",
+       name, d->foreign);
+    ok(d->transfers > t0, "%s: logits came back by download (%ld transfers)",
+       name, d->transfers - t0);
+    ok(d->live == d->n_placed,
+       "%s: run freed all it allocated (%ld live, %d placed)", name, d->live,
+       d->n_placed);
+    hp_model_free(&m);
+    ok(d->live == 0 && d->n_placed == 0,
+       "%s: the model released its placed weights (%ld live)", name, d->live);
+    hp_model_free(&ref);
+    free(a);
+    free(b);
+    free(d);
+}
+
+int main(void)
+{
+    check_open();
+    return test_each_model(check_model);
+}

@@ -175,6 +175,16 @@ void *hp_backend_alloc(const hp_backend_t *b, size_t bytes)
     return b->iface->alloc(b, bytes);
 }
 
+void *hp_backend_alloc0(const hp_backend_t *b, size_t bytes)
+{
+    if (b->iface->alloc0)
+        return b->iface->alloc0(b, bytes);
+    void *p = b->iface->alloc(b, bytes);
+    if (p)
+        b->iface->memset0(b, p, bytes);
+    return p;
+}
+
 void *hp_backend_realloc(const hp_backend_t *b, void *p, size_t old_bytes,
                          size_t new_bytes)
 {

@@ -102,6 +102,9 @@ int hp_backend_sync(const hp_backend_t *b, hp_error_t *err);
 /* bytes of backend memory, 64-byte aligned, uninitialized; NULL when out
  * of memory. */
 void *hp_backend_alloc(const hp_backend_t *b, size_t bytes);
+/* The same, zeroed (the CPU's is calloc, 16-byte aligned: fresh pages
+ * are zero already, nothing is written). */
+void *hp_backend_alloc0(const hp_backend_t *b, size_t bytes);
 /* Grows (or shrinks) p, keeping the first min(old, new) bytes; NULL when
  * out of memory, p then unchanged. p may be NULL. The CPU's is realloc:
  * 16-byte aligned, no copy where the allocator can grow in place. */

@@ -19,6 +19,12 @@ static void *cpu_alloc(be_t b, size_t bytes)
     return aligned_alloc(64, ((bytes ? bytes : 1) + 63) & ~(size_t)63);
 }
 
+static void *cpu_alloc0(be_t b, size_t bytes)
+{
+    (void)b;
+    return calloc(1, bytes ? bytes : 1);
+}
+
 static void *cpu_realloc(be_t b, void *p, size_t old_bytes, size_t new_bytes)
 {
     (void)b;
@@ -347,6 +353,7 @@ static void cpu_kvbuf_conv_commit(be_t b, float *state, const float *x, int m,
 
 const hp_backend_i hp_backend_cpu_iface = {
     .alloc = cpu_alloc,
+    .alloc0 = cpu_alloc0,
     .realloc = cpu_realloc,
     .free = cpu_free,
     .memset0 = cpu_memset0,

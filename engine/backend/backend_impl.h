@@ -23,6 +23,8 @@ typedef struct {
 
     /* memory */
     void *(*alloc)(be_t b, size_t bytes);
+    void *(*alloc0)(be_t b, size_t bytes); /* (optional) NULL: alloc and
+                                              memset0 */
     void *(*realloc)(be_t b, void *p, size_t old_bytes, size_t new_bytes);
     void (*free)(be_t b, void *p);
     void (*memset0)(be_t b, void *p, size_t bytes);

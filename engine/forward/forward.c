@@ -197,15 +197,22 @@ int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
     return HP_OK;
 }
 
+void hp_fwd_att_store(const hp_model_t *m, hp_seq_layer_t *sl,
+                      const hp_fwd_att_t *b, const int *pos, int row0, int T)
+{
+    size_t kvd = m->cfg.kv_row;
+    hp_backend_kv_store(m->be, sl->k, sl->v, b->k + (size_t)row0 * kvd,
+                        b->v + (size_t)row0 * kvd, pos + row0, T, (int)kvd);
+}
+
 void hp_fwd_att_seq(const hp_model_t *m, hp_seq_layer_t *sl,
                     const hp_fwd_att_t *b, const int *pos, int row0, int T,
                     int n_ctx, float *scratch)
 {
     const hp_model_config_t *c = &m->cfg;
     int Hq = c->n_heads, hd = c->head_dim;
-    size_t qd = (size_t)Hq * hd, kvd = (size_t)c->n_kv_heads * hd;
-    hp_backend_kv_store(m->be, sl->k, sl->v, b->k + (size_t)row0 * kvd,
-                        b->v + (size_t)row0 * kvd, pos + row0, T, (int)kvd);
+    size_t qd = (size_t)Hq * hd;
+    hp_fwd_att_store(m, sl, b, pos, row0, T);
     hp_backend_attention(m->be, b->o + (size_t)row0 * qd,
                          b->q + (size_t)row0 * qd, pos + row0, sl->k, sl->v, T,
                          n_ctx, Hq, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd),

@@ -6,6 +6,7 @@
  * speculative verification is a sequence with several rows; its raw conv
  * inputs wait in the workspace for hp_forward_accept.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,10 +137,11 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
     if (!bufs)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    for (int k = 0; k < p->live; k++) {
-        int i = p->order[k], r0 = p->row[i], T = it[i].T;
+    /* the pointer lists of the batched ops, one list at a time */
+    float **sts = (float **)(void *)bufs;
+    for (int k = 0; k < p->live;) {
+        int i = p->order[k], r0 = p->row[i], T = it[i].T, R = 0;
         hp_seq_layer_t *sl = &it[i].seq->layers[l];
-        float *hist = sl->conv;
         if (it[i].verify) {
             /* Drafts may be rejected: convolve on a copy of the history
              * and keep the raw inputs; hp_forward_accept commits the
@@ -149,9 +151,20 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
                 b.qkv + (size_t)r0 * cd, (size_t)T * cd * sizeof(float));
             hp_backend_copy(m->be, hcopy, sl->conv,
                             (size_t)cd * (Kc - 1) * sizeof(float));
-            hist = hcopy;
+            hp_fwd_lin_conv(m, l, &b, hcopy, r0, r0 + T);
+            k++;
+            continue;
         }
-        hp_fwd_lin_conv(m, l, &b, hist, r0, r0 + T);
+        /* a run of one-token steps, contiguous rows: one conv call */
+        while (k + R < p->live && !it[p->order[k + R]].verify) {
+            sts[R] = it[p->order[k + R]].seq->layers[l].conv;
+            R++;
+        }
+        hp_backend_conv1d_silu_decode(m->be, b.cv + (size_t)r0 * cd, sts,
+                                      b.qkv + (size_t)r0 * cd,
+                                      m->layers[l].conv_w, R, cd, Kc);
+        hp_fwd_lin_split(m, &b, r0, r0 + R);
+        k += R;
     }
 
     for (int k = 0; k < p->live && rc == HP_OK;) {
@@ -176,8 +189,13 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
             rc = hp_kvbuf_verify(s->kvpool, bufs, 1, it[i].T, o, q, kk, v, g,
                                  be, err);
         } else {
-            hp_backend_gdn_recurrent(m->be, o, s->layers[l].S, q, kk, v, g, be,
-                                     1, Hk, Hv, dk, dv);
+            /* a run of recurrent one-token steps: one decode call */
+            for (R = 0; k + R < p->live && !is_kvdec(&it[p->order[k + R]]) &&
+                        !it[p->order[k + R]].verify;
+                 R++)
+                sts[R] = it[p->order[k + R]].seq->layers[l].S;
+            hp_backend_gdn_decode(m->be, o, sts, q, kk, v, g, be, R, Hk, Hv, dk,
+                                  dv);
         }
         k += R;
     }
@@ -191,14 +209,41 @@ static int full_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
                      hp_fwd_item_t *it, const plan_t *p, const int *pos,
                      float *y, float *x, float *scratch, hp_error_t *err)
 {
+    const hp_model_config_t *c = &m->cfg;
+    int hd = c->head_dim;
+    size_t qd = (size_t)c->n_heads * hd;
+    float **kcs = hp_fwd_buf(ws, B_DECODE, 5 * (size_t)p->live);
     hp_fwd_att_t b;
     int rc = hp_fwd_att_begin(m, l, ws, y, pos, p->rows, &b, err);
     if (rc != HP_OK)
         return rc;
-    for (int k = 0; k < p->live; k++) {
-        int i = p->order[k];
-        hp_fwd_att_seq(m, &it[i].seq->layers[l], &b, pos, p->row[i], it[i].T,
-                       p->ctx[i], scratch);
+    if (!kcs)
+        return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    float **vcs = kcs + p->live;
+    int *nctx = (int *)(void *)(vcs + p->live);
+    for (int k = 0; k < p->live;) {
+        int i = p->order[k], r0 = p->row[i], R = 0;
+        if (it[i].T > 1) {
+            hp_fwd_att_seq(m, &it[i].seq->layers[l], &b, pos, r0, it[i].T,
+                           p->ctx[i], scratch);
+            k++;
+            continue;
+        }
+        /* a run of one-token steps, contiguous rows: one attention call
+         * over their caches */
+        for (; k + R < p->live && it[p->order[k + R]].T == 1; R++) {
+            int j = p->order[k + R];
+            hp_seq_layer_t *sl = &it[j].seq->layers[l];
+            hp_fwd_att_store(m, sl, &b, pos, p->row[j], 1);
+            kcs[R] = sl->k;
+            vcs[R] = sl->v;
+            nctx[R] = p->ctx[j];
+        }
+        hp_backend_attention_decode(
+            m->be, b.o + (size_t)r0 * qd, b.q + (size_t)r0 * qd,
+            (const float *const *)kcs, (const float *const *)vcs, nctx, R,
+            c->n_heads, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd), scratch);
+        k += R;
     }
     hp_fwd_att_end(m, l, &b, x, p->rows);
     return HP_OK;

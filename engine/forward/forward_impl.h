@@ -49,6 +49,7 @@ enum {
     B_LOGITS,
     B_ITEMS,  /* host; hp_forward_batch: ints per item (order, rows, ctx) */
     B_KVBUFS, /* host; hp_forward_batch: hp_kvbuf_t * per item */
+    B_DECODE, /* host; hp_forward_batch: K and V caches, context per item */
     B_TCACC,  /* hp_forward: a transition run's product over the pieces */
     B_COUNT
 };
@@ -112,8 +113,11 @@ int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
                      const float *y, const int *pos, int T, hp_fwd_att_t *b,
                      hp_error_t *err);
 /* Rows [row0, row0+T) of one sequence: K/V into its cache at their
- * positions, then attention over its n_ctx positions. scratch:
- * hk_attention_scratch(T, n_ctx, Hq). */
+ * positions. */
+void hp_fwd_att_store(const hp_model_t *m, hp_seq_layer_t *sl,
+                      const hp_fwd_att_t *b, const int *pos, int row0, int T);
+/* The same, then attention over its n_ctx positions. scratch:
+ * hp_backend_attention_scratch(T, n_ctx, Hq). */
 void hp_fwd_att_seq(const hp_model_t *m, hp_seq_layer_t *sl,
                     const hp_fwd_att_t *b, const int *pos, int row0, int T,
                     int n_ctx, float *scratch);

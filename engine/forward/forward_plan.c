@@ -36,7 +36,8 @@ static hp_fwd_plan_t resolve(const hp_model_t *m, const hp_fwd_plan_t *in)
 /* Whether buffer id is host memory (forward_impl.h). */
 static int is_host(int id)
 {
-    return id == B_POS || id == B_MOEOFFS || id == B_ITEMS || id == B_KVBUFS;
+    return id == B_POS || id == B_MOEOFFS || id == B_ITEMS || id == B_KVBUFS ||
+           id == B_DECODE;
 }
 
 /* Floats of every buffer for plan p: rows are the most of one pass (a
@@ -97,6 +98,7 @@ static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
     n[B_LOGITS] = (hp_backend_host_memory(be) ? brows : R) * c->vocab_size;
     n[B_ITEMS] = 4 * batch;
     n[B_KVBUFS] = 2 * batch; /* pointers, two floats each */
+    n[B_DECODE] = 5 * batch; /* two pointers and an int each */
 }
 
 /* Layout of the two allocations: in the host one the tables, the

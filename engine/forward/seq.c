@@ -18,14 +18,12 @@ int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err)
             continue;
         size_t sb = c->state_floats * sizeof(float);
         size_t cb = (c->conv_floats + 1) * sizeof(float);
-        s->layers[l].S = hp_backend_alloc(s->be, sb);
-        s->layers[l].conv = hp_backend_alloc(s->be, cb);
+        s->layers[l].S = hp_backend_alloc0(s->be, sb);
+        s->layers[l].conv = hp_backend_alloc0(s->be, cb);
         if (!s->layers[l].S || !s->layers[l].conv) {
             hp_seq_free(s);
             return hp_error_set(err, HP_ENOMEM, "sequence: out of memory");
         }
-        hp_backend_memset0(s->be, s->layers[l].S, sb);
-        hp_backend_memset0(s->be, s->layers[l].conv, cb);
     }
     return HP_OK;
 }

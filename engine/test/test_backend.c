@@ -193,6 +193,7 @@ static void check_model(const char *root, const char *name)
     hostdev_t *d = calloc(1, sizeof(*d));
     hp_backend_i iface = hp_backend_cpu_iface;
     iface.alloc = hd_alloc;
+    iface.alloc0 = NULL; /* alloc + memset0, counted */
     iface.realloc = hd_realloc;
     iface.free = hd_free;
     iface.upload = iface.download = hd_upload;

@@ -48,7 +48,9 @@ LDFLAGS_ALL := -fopenmp $(SANITIZE) $(LDFLAGS)
 LIBS_ALL    := $(PKG_LIBS) -lm -lpthread -lrt
 
 ENGINE_BOXES := $(filter-out engine/cli/ engine/test/,$(wildcard engine/*/))
-ENGINE_SRCS := $(wildcard $(addsuffix *.c,$(ENGINE_BOXES)))
+# backend_cuda.c goes only into the programs built with the CUDA library
+ENGINE_SRCS := $(filter-out engine/backend/backend_cuda.c, \
+                 $(wildcard $(addsuffix *.c,$(ENGINE_BOXES))))
 CLI_SRCS    := $(wildcard engine/cli/*.c)
 KCPU_SRCS   := $(wildcard kernels/cpu/*.c)
 KCUDA_SRCS  := $(wildcard kernels/cuda/*.cu)
@@ -74,6 +76,11 @@ endif
 endif
 endif
 
+# The CUDA backend (engine/backend/backend_cuda.c) and what it needs, in
+# the programs that can run on a GPU: hypic-engine and the CUDA tests.
+# Elsewhere backend.c's weak reference to it stays NULL ("no CUDA").
+CUDA_BACKEND := $(if $(CUDA_TARGET),$(BUILD)/obj/engine/backend/backend_cuda.o)
+
 .PHONY: all engine module cuda tests deps run test asan test-asan format \
         lint clean golden bench test-cuda-emu fuzz fuzz-build
 all: engine module tests $(CUDA_TARGET)
@@ -97,9 +104,11 @@ $(LIBKCPU): $(KCPU_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(ENGINE): $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(LIBHYPIC) $(LIBKCPU)
+$(ENGINE): $(CLI_SRCS:%.c=$(BUILD)/obj/%.o) $(CUDA_BACKEND) $(LIBHYPIC) \
+          $(LIBKCPU) $(CUDA_TARGET)
 	@$(if $(Q),echo "  LINK    $@")
-	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL)
+	$(Q)$(CC) $(LDFLAGS_ALL) -o $@ $(filter %.o,$^) $(LIBHYPIC) $(LIBKCPU) \
+	    $(CUDA_TARGET) $(LIBS_ALL) $(if $(CUDA_TARGET),$(CUDA_LIBS))
 
 vpath test_%.c engine/test kernels/test
 $(BUILD)/test/%: %.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS) \
@@ -119,11 +128,12 @@ CUDA_HOME ?= /usr/local/cuda
 CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas \
              -lcudart_static -ldl -lrt -lpthread -lstdc++
 $(BUILD)/test/test_cuda_%: test_cuda_%.c $(LIBHYPIC) $(LIBKCPU) $(CUDA_TARGET) \
-                           $(HEADERS)
+                           $(CUDA_BACKEND) $(HEADERS) $(wildcard engine/test/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  TEST    $@")
 	$(Q)$(CC) $(CFLAGS_ALL) $(if $(CUDA_TARGET),-DHK_HAVE_CUDA) \
-	    $(LDFLAGS_ALL) -o $@ $< $(CUDA_TARGET) $(LIBHYPIC) $(LIBKCPU) \
+	    $(LDFLAGS_ALL) -o $@ $< $(CUDA_BACKEND) $(CUDA_TARGET) $(LIBHYPIC) \
+	    $(LIBKCPU) \
 	    $(LIBS_ALL) $(if $(CUDA_TARGET),$(CUDA_LIBS))
 
 # Benchmarks: built by `make bench`, run by hand (bench/README.md); one
@@ -190,8 +200,9 @@ test: deps
 
 # The CUDA kernels compiled by g++ against kernels/cuda/emu and compared
 # with the CPU kernels on every shape, threads in tid order then reversed.
-test-cuda-emu: $(LIBKCPU)
-	HK_EMU_BUILD=$(CURDIR)/$(BUILD)/cuda-emu kernels/cuda/emu/run.sh $(LIBKCPU)
+test-cuda-emu: $(LIBKCPU) $(LIBHYPIC)
+	HK_EMU_BUILD=$(CURDIR)/$(BUILD)/cuda-emu HK_EMU_ENGINE=$(LIBHYPIC) \
+	    kernels/cuda/emu/run.sh $(LIBKCPU)
 
 ASAN_VARS := BUILD=build-asan OPT_FLAGS=-O1 \
     SANITIZE="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"

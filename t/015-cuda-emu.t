@@ -5,7 +5,9 @@
 # missing barrier fails one of the two. `make test-cuda-emu` runs the
 # full grid. Then bench/gpu_kernels on toy shapes (--tiny) and
 # bench/gpu_kernels_ref.py on its dumps: the plumbing the GPU host's
-# device check runs, and our outputs against a float64 reference.
+# device check runs, and our outputs against a float64 reference. Then
+# the CUDA backend (engine/backend/backend_cuda.c) on the emulator: whole
+# test models against the CPU backend (engine/test/test_cuda_backend.c).
 
 use strict;
 use warnings;
@@ -15,7 +17,9 @@ use Test::More;
 use Hypic::Util qw(build_dir private_dir python_module);
 
 my $lib = build_dir() . '/libhk_cpu.a';
-plan skip_all => "no $lib (make first)" unless -f $lib;
+my $hypic = build_dir() . '/libhypic.a';
+plan skip_all => "no $lib or $hypic (make first)"
+    unless -f $lib && -f $hypic;
 # ASan and ucontext stack switching do not mix, and an instrumented
 # libhk_cpu.a needs the sanitizer runtime the emulator build does not link.
 plan skip_all => 'not under the sanitizers' if $ENV{HYPIC_ASAN};
@@ -25,7 +29,7 @@ for my $tool (qw(g++ python3)) {
 }
 
 my $work = private_dir('cuda-emu');
-my $log = `HK_EMU_BUILD=$work HK_EMU_BENCH=1 HK_EMU_ORDERS= kernels/cuda/emu/run.sh $lib 2>&1`;
+my $log = `HK_EMU_BUILD=$work HK_EMU_BENCH=1 HK_EMU_ORDERS= HK_EMU_ENGINE=$hypic kernels/cuda/emu/run.sh $lib 2>&1`;
 ok($? == 0, 'the CUDA kernels and the test build against the emulator')
     or diag($log), done_testing(), exit;
 
@@ -68,6 +72,18 @@ SKIP: {
     }
     ok($n == 15 && !@bad, "$n of our outputs within their float64 bounds")
         or diag(join "\n", @bad);
+}
+
+{
+    my $out = `HK_EMU_ORDER=forward $work/test_cuda_backend 2>&1`;
+    my $rc = $?;
+    my @lines = split /\n/, $out;
+    my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
+    my $pass = grep { /^ok \d+/ } @lines;
+    ok($rc == 0 && defined $plan && $plan > 2 && $pass == $plan,
+       'the CUDA backend on whole models agrees with the CPU backend ('
+       . ($pass // 0) . '/' . ($plan // '?') . ')')
+        or diag($out);
 }
 
 done_testing();

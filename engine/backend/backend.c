@@ -37,14 +37,12 @@ int hp_backend_open(const hp_backend_t **b, const char *name, hp_error_t *err)
                                 name);
         dev = (int)n;
     }
-#ifdef HK_HAVE_CUDA
+    if (!hp_backend_cuda_open)
+        return hp_error_set(err, HP_EUNAVAIL,
+                            "device cuda:%d: this program was built without "
+                            "CUDA (build on a machine with nvcc)",
+                            dev);
     return hp_backend_cuda_open(b, dev, err);
-#else
-    return hp_error_set(err, HP_EUNAVAIL,
-                        "device cuda:%d: this build has no CUDA (build on a "
-                        "machine with nvcc)",
-                        dev);
-#endif
 }
 
 void hp_backend_close(const hp_backend_t *b)

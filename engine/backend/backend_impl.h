@@ -131,9 +131,10 @@ struct hp_backend {
 /* The CPU table (backend_cpu.c). */
 extern const hp_backend_i hp_backend_cpu_iface;
 
-#ifdef HK_HAVE_CUDA
-/* Opens CUDA device `device` (backend_cuda.c). */
-int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err);
-#endif
+/* Opens CUDA device `device` (backend_cuda.c). Weak: only the programs
+ * built with the CUDA library link backend_cuda.c (Makefile), elsewhere
+ * the address is NULL and "cuda" is refused. */
+int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
+    __attribute__((weak));
 
 #endif

@@ -20,6 +20,7 @@
 
 typedef struct {
     hp_cli_opts_t o;
+    const hp_backend_t *be; /* --device */
     hp_llm_t llm;
     hp_prompt_t prompt;
     hp_seq_t seq;
@@ -40,7 +41,7 @@ typedef struct {
 static void usage(const char *cmd)
 {
     printf("usage: hypic-engine %s --model DIR (--prompt S | --prompt-file F)"
-           "%s\n",
+           " [--device cpu|cuda[:N]]%s\n",
            cmd,
            !strcmp(cmd, "generate")
                ? " [--max-tokens N] [--temperature T] [--top-p P]\n"
@@ -69,6 +70,7 @@ static void run_free(run_t *r)
     hp_prompt_free(&r->prompt);
     if (r->loaded)
         hp_llm_free(&r->llm);
+    hp_backend_close(r->be);
 }
 
 /* Parses, loads, builds the prompt and prefills it. 0, or an exit code. */
@@ -102,7 +104,13 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     char *text = hp_cli_prompt(&r->o, cmd, &len);
     if (!text)
         return 2;
-    rc = hp_llm_load(&r->llm, r->o.model, &err);
+    rc = hp_backend_open(&r->be, r->o.device, &err);
+    if (rc != HP_OK) {
+        free(text);
+        fprintf(stderr, "hypic-engine %s: %s\n", cmd, err.msg);
+        return rc == HP_EBADINPUT ? 2 : 1;
+    }
+    rc = hp_llm_load_on(&r->llm, r->o.model, r->be, &err);
     r->loaded = rc == HP_OK;
     if (rc == HP_OK)
         rc = hp_prompt_build(&r->prompt, &r->llm, text, len, r->o.separator,
@@ -128,7 +136,17 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
         return 1;
     }
     int V = r->llm.model.cfg.vocab_size, n = r->prompt.n;
-    if (!strcmp(cmd, "generate") &&
+    int kvbuf = hp_backend_supports_op(r->be, HP_OP_KVBUF_STEP, 0);
+    if (!kvbuf && !strcmp(cmd, "generate") &&
+        (!strcmp(r->o.decode, "chunkwise") || r->o.speculative)) {
+        fprintf(stderr,
+                "hypic-engine generate: --decode chunkwise and "
+                "--speculative need the KVBuffer, which device %s does "
+                "not run\n",
+                hp_backend_name(r->be));
+        return 2;
+    }
+    if (kvbuf && !strcmp(cmd, "generate") &&
         (strcmp(r->o.decode, "recurrent") || r->o.speculative)) {
         const hp_model_config_t *c = &r->llm.model.cfg;
         hp_kvbuf_config_t kc;

@@ -342,6 +342,7 @@ int hp_cmd_serve(int argc, char **argv)
     serve_t sv = {.argc = argc, .argv = argv};
     hp_serve_cfg_t *c = &sv.cfg;
     hp_llm_t llm;
+    const hp_backend_t *be = NULL; /* where the model runs (--device) */
     hp_error_t err = {0};
     char shm[HP_IPC_NAME_BYTES], model_id[HP_IPC_MODEL_BYTES], msg[600];
     hp_prefill_pool_t *prefill = NULL;
@@ -398,17 +399,25 @@ int hp_cmd_serve(int argc, char **argv)
         snprintf(model_id, sizeof(model_id), "%.*s", (int)(n - b), dir + b);
     }
 
-    if (hp_llm_load(&llm, dir, &err) != HP_OK) {
+    const char *dev = c->str[HP_SO_DEVICE] ? c->str[HP_SO_DEVICE] : "cpu";
+    int brc = hp_backend_open(&be, dev, &err);
+    if (brc != HP_OK) {
+        fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
+        rc = brc == HP_EBADINPUT ? 2 : 1;
+        goto out;
+    }
+    if (hp_llm_load_on(&llm, dir, be, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;
         goto out;
     }
     const size_t *wb = llm.model.weight_bytes;
     logf_(&sv.log, HP_LOG_INFO,
-          "model %s loaded (%d layers, hidden %d; weights f32 %zu MiB, "
-          "bf16 %zu MiB, int8 %zu MiB)",
-          dir, llm.model.cfg.n_layers, llm.model.cfg.hidden, wb[HK_W_F32] >> 20,
-          wb[HK_W_BF16] >> 20, wb[HK_W_I8] >> 20);
+          "model %s loaded on %s (%d layers, hidden %d; weights f32 %zu "
+          "MiB, bf16 %zu MiB, int8 %zu MiB)",
+          dir, hp_backend_name(be), llm.model.cfg.n_layers,
+          llm.model.cfg.hidden, wb[HK_W_F32] >> 20, wb[HK_W_BF16] >> 20,
+          wb[HK_W_I8] >> 20);
     take_signals(&wait_mask);
 
     cache.pub = hp_pool_create((size_t)c->num[HP_SO_PUBLIC_POOL], &err);
@@ -561,6 +570,7 @@ free_llm:
     if (rc == 0)
         log_line(&sv.log, HP_LOG_INFO, "exit 0");
 out:
+    hp_backend_close(be);
     free(peer_list);
     hp_serve_cfg_free(c);
     return rc;

@@ -42,6 +42,7 @@ int hp_cli_parse(hp_cli_opts_t *o, int argc, char **argv, const char *cmd)
     o->mode = "full";
     o->separator = "<|pic_sep|>";
     o->decode = "auto";
+    o->device = "cpu";
     o->seam = 8;
     o->max_tokens = 64;
     o->top_p = 1.0f;
@@ -62,6 +63,8 @@ int hp_cli_parse(hp_cli_opts_t *o, int argc, char **argv, const char *cmd)
             return -1;
         } else if (!strcmp(a, "--model")) {
             o->model = v;
+        } else if (!strcmp(a, "--device")) {
+            o->device = v; /* checked when opened (hp_backend_open) */
         } else if (!strcmp(a, "--prompt") || !strcmp(a, "--text")) {
             o->text = v;
         } else if (!strcmp(a, "--prompt-file") || !strcmp(a, "--file")) {

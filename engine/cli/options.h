@@ -13,6 +13,7 @@ typedef struct {
     const char *mode;      /* --mode full|prefix|naive|pic */
     const char *separator; /* --separator S */
     const char *decode;    /* --decode recurrent|chunkwise|auto */
+    const char *device;    /* --device cpu|cuda|cuda:N */
     int all;               /* --all */
     int cold;              /* --cold */
     int seam;              /* --seam W */

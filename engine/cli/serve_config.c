@@ -32,6 +32,8 @@ static const opt_t opts[HP_SO_N] = {
     {"model", T_STR, 0, 0, 0, 0, "DIR", "Hugging Face model directory"},
     {"model-id", T_STR, 0, 0, 0, 0, "ID",
      "model id (default: DIR's last part)"},
+    {"device", T_STR, 0, 0, 0, 0, "DEV",
+     "cpu | cuda | cuda:N, where the model runs (default cpu)"},
     {"socket", T_STR, 0, 0, 0, 0, "PATH", "unix socket nginx connects to"},
     {"redis", T_STR, 0, 0, 0, 0, "HOST:PORT", "global segment index"},
     {"node", T_STR, 0, 0, 0, 0, "ID", "this node's id (default node-1)"},

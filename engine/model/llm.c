@@ -17,10 +17,16 @@ static void add_stop(hp_llm_t *llm, int id)
 
 int hp_llm_load(hp_llm_t *llm, const char *dir, hp_error_t *err)
 {
+    return hp_llm_load_on(llm, dir, hp_backend_cpu(), err);
+}
+
+int hp_llm_load_on(hp_llm_t *llm, const char *dir, const hp_backend_t *be,
+                   hp_error_t *err)
+{
     char path[1200];
     int rc;
     memset(llm, 0, sizeof(*llm));
-    if ((rc = hp_model_load(&llm->model, dir, err)) != HP_OK)
+    if ((rc = hp_model_load_on(&llm->model, dir, be, err)) != HP_OK)
         return rc;
     snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
     if ((rc = hp_tokenizer_load(&llm->tok, path, err)) != HP_OK) {

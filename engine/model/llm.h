@@ -22,6 +22,9 @@ typedef struct {
  * tokenizer fits the embedding table. Errors as hp_model_load, plus
  * HP_EMODEL naming tokenizer.json. */
 int hp_llm_load(hp_llm_t *llm, const char *dir, hp_error_t *err);
+/* The same with the model on backend be (hp_model_load_on). */
+int hp_llm_load_on(hp_llm_t *llm, const char *dir, const hp_backend_t *be,
+                   hp_error_t *err);
 void hp_llm_free(hp_llm_t *llm);
 
 /* Tokenizes text into a malloc'd array (*ids, *n). */

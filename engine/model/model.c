@@ -756,9 +756,21 @@ static int each_tensor(hp_model_t *m, hp_error_t *err)
     return rc;
 }
 
-/* The weights into the backend's memory; on the CPU nothing moves. */
+/* The weights into the backend's memory, once it is known to run their
+ * formats; on the CPU nothing moves. */
 static int place_all(hp_model_t *m, hp_error_t *err)
 {
+    static const char *const fmt[] = {"F32", "BF16", "I8"};
+    for (int t = HK_W_F32; t <= HK_W_I8; t++)
+        if (m->weight_bytes[t] &&
+            !hp_backend_supports_op(m->be, HP_OP_LINEAR, t))
+            return hp_error_set(err, HP_EUNAVAIL,
+                                "%s: backend %s cannot run %s projections",
+                                m->dir, hp_backend_name(m->be), fmt[t]);
+    if (!hp_backend_supports_op(m->be, HP_OP_EMBED, m->embed.dtype))
+        return hp_error_set(
+            err, HP_EUNAVAIL, "%s: backend %s cannot gather a %s embedding",
+            m->dir, hp_backend_name(m->be), fmt[m->embed.dtype]);
     if (hp_backend_host_memory(m->be))
         return HP_OK;
     int rc = each_tensor(m, err);

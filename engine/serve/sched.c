@@ -703,6 +703,8 @@ static int kvbuf_pool(hp_sched_t *s, hp_error_t *err)
     int n_lin = c->n_lin;
     if (n_lin == 0)
         return HP_OK; /* nothing to buffer: every request is recurrent */
+    if (!hp_backend_supports_op(s->llm->model.be, HP_OP_KVBUF_STEP, 0))
+        return HP_OK; /* the backend has no KVBuffer: recurrent too */
     hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
                             c->lin_v_dim);
     if (kc.max_step < HP_SCHED_MAX_DRAFT + 1)

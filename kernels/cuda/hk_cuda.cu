@@ -51,6 +51,16 @@ extern "C" int hk_cuda_device_count(int *n)
     return HK_CUDA_OK;
 }
 
+extern "C" int hk_cuda_set_device(int dev)
+{
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaErrorInvalidDevice) {
+        (void)cudaGetLastError();
+        return HK_CUDA_ENODEV;
+    }
+    return e == cudaSuccess ? HK_CUDA_OK : hk_cuda_status(e);
+}
+
 extern "C" int hk_cuda_malloc(void **p, size_t bytes)
 {
     if (!p)

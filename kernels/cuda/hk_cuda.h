@@ -51,6 +51,11 @@ const char *hk_cuda_strerror(int rc);
  * HK_CUDA_ERUNTIME with *n = 0. */
 int hk_cuda_device_count(int *n);
 
+/* Makes device dev (0 .. count-1) current for this host thread: the
+ * device of later allocations, launches and handles. HK_CUDA_ENODEV for
+ * a device that does not exist. */
+int hk_cuda_set_device(int dev);
+
 /* ---- memory and streams (thin checked wrappers) ------------------------ */
 
 int hk_cuda_malloc(void **p, size_t bytes); /* *p = NULL on failure */

@@ -61,7 +61,8 @@ typedef enum {
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInsufficientDriver = 35,
-    cudaErrorNoDevice = 100
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidDevice = 101
 } cudaError_t;
 
 typedef enum {
@@ -293,6 +294,12 @@ static inline cudaError_t cudaGetDeviceCount(int *n)
 {
     *n = 1;
     return cudaSuccess;
+}
+
+/* The emulator is one device, 0. */
+static inline cudaError_t cudaSetDevice(int d)
+{
+    return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
 }
 
 static inline cudaError_t cudaGetLastError(void)

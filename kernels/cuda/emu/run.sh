@@ -12,7 +12,9 @@
 # t/015-cuda-emu.t); HK_EMU_ORDERS="forward" runs one order only, "" none
 # (build only);
 # HK_EMU_BUILD is the work folder (default /tmp/hk_emu_build); HK_EMU_BENCH=1
-# also builds bench/gpu_kernels against the emulator.
+# also builds bench/gpu_kernels against the emulator; HK_EMU_ENGINE=path/to/
+# libhypic.a also builds engine/test/test_cuda_backend.c (the CUDA backend
+# on whole models, against the CPU backend) and runs it in tid order.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 cpu_lib=${1:-build/libhk_cpu.a}
@@ -57,6 +59,20 @@ if [ -n "${HK_EMU_BENCH:-}" ]; then
         -Wno-unused-parameter -I. -o "$out/gpu_kernels" bench/gpu_kernels.c \
         "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas -Wl,-rpath,$blas \
         -lopenblas -lstdc++ -lm -lpthread -fopenmp
+fi
+if [[ -n ${HK_EMU_ENGINE:-} ]]; then
+    # shellcheck disable=SC2046
+    gcc -std=c11 -D_GNU_SOURCE -g -O2 -fopenmp -Wall -Wextra -Werror \
+        -I. -I/usr/include/x86_64-linux-gnu/openblas-openmp -DHK_HAVE_CUDA \
+        -o "$out/test_cuda_backend" engine/test/test_cuda_backend.c \
+        engine/backend/backend_cuda.c "$HK_EMU_ENGINE" \
+        "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas -Wl,-rpath,$blas \
+        -lopenblas $(pkg-config --libs libcjson hiredis libpcre2-8 libxxhash \
+        libutf8proc) -lstdc++ -lm -lpthread -lrt
+    for order in ${HK_EMU_ORDERS-forward}; do
+        echo "# the CUDA backend on the emulator, threads in $order order"
+        HK_EMU_ORDER=$order "$out/test_cuda_backend"
+    done
 fi
 for order in ${HK_EMU_ORDERS-forward reverse}; do
     echo "# emulator, threads in $order order"

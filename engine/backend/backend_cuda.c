@@ -1,0 +1,589 @@
+/*
+ * backend_cuda.c - the CUDA backend: the table of backend_impl.h over
+ * kernels/cuda (hk_cuda.h) on one device, the legacy default stream and
+ * one cuBLAS handle. Built where the CUDA library is (HK_HAVE_CUDA) and
+ * linked into the binaries that can run on a GPU (hypic-engine, the CUDA
+ * tests); backend.c finds it through a weak reference.
+ *
+ * Ops without a CUDA twin are left out (hp_backend_supports_op says so):
+ * I8 projections and embeddings other than F32, axpy and the KVBuffer.
+ * Host arrays an op takes (positions, ids, pointer lists) are copied to a
+ * device staging buffer first; it grows to the largest call (a device
+ * allocation, hence a sync, the first time only). Failures are kept for
+ * hp_backend_sync, the first one with its op.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend_impl.h"
+#include "kernels/cuda/hk_cuda.h"
+
+typedef struct {
+    struct hp_backend self;
+    int device;
+    hk_cuda_blas_t *blas;
+    int rc;            /* first failure since the last sync (hk_cuda) */
+    char what[96];     /* ... and where */
+    char *stage;       /* device staging of host arrays */
+    size_t stage_cap;  /* bytes */
+    size_t stage_used; /* bytes taken by the op being issued */
+    uint16_t *xb;      /* x rounded to bf16 for bf16 projections */
+    size_t xb_cap;     /* elements */
+    float *host;       /* host scratch (the identity) */
+    size_t host_cap;   /* floats */
+} cuda_t;
+
+static cuda_t *ctx(be_t b)
+{
+    return b->ctx;
+}
+
+/* Keeps the first failure: rc from an hk_cuda call, what it was. */
+static void note(be_t b, int rc, const char *what)
+{
+    cuda_t *c = ctx(b);
+    if (rc == HK_CUDA_OK || c->rc != HK_CUDA_OK)
+        return;
+    c->rc = rc;
+    snprintf(c->what, sizeof(c->what), "%s", what);
+}
+
+static void cu_fail(be_t b, hp_op_t op)
+{
+    char what[64];
+    snprintf(what, sizeof(what), "op %d (unsupported here)", (int)op);
+    note(b, HK_CUDA_EINVAL, what);
+}
+
+static int cu_sync(be_t b, hp_error_t *err)
+{
+    cuda_t *c = ctx(b);
+    note(b, hk_cuda_stream_sync(NULL), "synchronize");
+    int rc = c->rc;
+    c->rc = HK_CUDA_OK;
+    if (rc == HK_CUDA_OK)
+        return HP_OK;
+    return hp_error_set(err, rc == HK_CUDA_ENOMEM ? HP_ENOMEM : HP_EINTERNAL,
+                        "%s: %s: %s", b->name, c->what, hk_cuda_strerror(rc));
+}
+
+static int cu_supports(be_t b, hp_op_t op, int dtype)
+{
+    (void)b;
+    if (op == HP_OP_LINEAR || op == HP_OP_LINEAR_ACC)
+        return dtype == HK_W_F32 || dtype == HK_W_BF16;
+    if (op == HP_OP_EMBED)
+        return dtype == HK_W_F32;
+    return 1;
+}
+
+static void cu_close(be_t b)
+{
+    cuda_t *c = ctx(b);
+    hk_cuda_blas_destroy(c->blas);
+    hk_cuda_free(c->stage);
+    hk_cuda_free(c->xb);
+    free(c->host);
+    free(c);
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static void *cu_alloc(be_t b, size_t bytes)
+{
+    void *p = NULL;
+    (void)b;
+    return hk_cuda_malloc(&p, bytes) == HK_CUDA_OK ? p : NULL;
+}
+
+static void cu_free(be_t b, void *p)
+{
+    note(b, hk_cuda_free(p), "free");
+}
+
+static void *cu_realloc(be_t b, void *p, size_t old_bytes, size_t new_bytes)
+{
+    void *q = cu_alloc(b, new_bytes);
+    if (!q)
+        return NULL;
+    if (p) {
+        size_t n = old_bytes < new_bytes ? old_bytes : new_bytes;
+        note(b, hk_cuda_d2d(q, p, n, NULL), "realloc");
+        cu_free(b, p);
+    }
+    return q;
+}
+
+static void cu_memset0(be_t b, void *p, size_t bytes)
+{
+    note(b, hk_cuda_memset0(p, bytes, NULL), "memset");
+}
+
+static void cu_upload(be_t b, void *dst, const void *src, size_t bytes)
+{
+    note(b, hk_cuda_h2d(dst, src, bytes, NULL), "upload");
+}
+
+/* Waits: the host reads dst next. */
+static void cu_download(be_t b, void *dst, const void *src, size_t bytes)
+{
+    note(b, hk_cuda_d2h(dst, src, bytes, NULL), "download");
+    note(b, hk_cuda_stream_sync(NULL), "download");
+}
+
+static void cu_copy(be_t b, void *dst, const void *src, size_t bytes)
+{
+    if (dst != src)
+        note(b, hk_cuda_d2d(dst, src, bytes, NULL), "copy");
+}
+
+static int cu_place(be_t b, const void **p, size_t bytes, hp_error_t *err)
+{
+    void *d = cu_alloc(b, bytes);
+    if (!d)
+        return hp_error_set(err, HP_ENOMEM,
+                            "%s: no device memory for %zu MiB of weights",
+                            b->name, bytes >> 20);
+    int rc = hk_cuda_h2d(d, *p, bytes, NULL);
+    if (rc != HK_CUDA_OK) {
+        hk_cuda_free(d);
+        return hp_error_set(err, HP_EINTERNAL, "%s: weights upload: %s",
+                            b->name, hk_cuda_strerror(rc));
+    }
+    *p = d;
+    return HP_OK;
+}
+
+static void cu_unplace(be_t b, const void *p)
+{
+    cu_free(b, (void *)p);
+}
+
+/* ---- staging ------------------------------------------------------------ */
+
+/* Starts an op's staging (the stream orders its copies after the work
+ * that read the previous op's). */
+static void stage_begin(be_t b)
+{
+    ctx(b)->stage_used = 0;
+}
+
+/* Device room for bytes, a copy of host array src unless it is NULL; or
+ * NULL (noted). */
+static void *stage(be_t b, const void *src, size_t bytes)
+{
+    cuda_t *c = ctx(b);
+    size_t at = (c->stage_used + 255) & ~(size_t)255;
+    if (at + bytes > c->stage_cap) {
+        /* grows to fit: earlier staging of this op is copied again */
+        size_t cap = 2 * (at + bytes) + (1 << 16);
+        char *n = NULL;
+        int rc = hk_cuda_malloc((void **)&n, cap);
+        if (rc != HK_CUDA_OK) {
+            note(b, rc, "staging");
+            return NULL;
+        }
+        if (at)
+            note(b, hk_cuda_d2d(n, c->stage, at, NULL), "staging");
+        hk_cuda_free(c->stage);
+        c->stage = n;
+        c->stage_cap = cap;
+    }
+    if (src)
+        note(b, hk_cuda_h2d(c->stage + at, src, bytes, NULL), "staging");
+    c->stage_used = at + bytes;
+    return c->stage + at;
+}
+
+/* ---- ops ---------------------------------------------------------------- */
+
+static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
+                      int n, int acc)
+{
+    cuda_t *c = ctx(b);
+    if (w->dtype == HK_W_F32) {
+        note(b,
+             acc ? hk_cuda_matmul_acc(y, x, w->data, n, w->cols, w->rows,
+                                      c->blas, NULL)
+                 : hk_cuda_matmul(y, x, w->data, n, w->cols, w->rows, c->blas,
+                                  NULL),
+             "linear");
+        return;
+    }
+    if (w->dtype != HK_W_BF16) {
+        cu_fail(b, acc ? HP_OP_LINEAR_ACC : HP_OP_LINEAR);
+        return;
+    }
+    size_t need = (size_t)n * w->cols;
+    if (need > c->xb_cap) {
+        hk_cuda_free(c->xb);
+        c->xb = NULL;
+        c->xb_cap = 0;
+        int rc = hk_cuda_malloc((void **)&c->xb, need * sizeof(uint16_t));
+        if (rc != HK_CUDA_OK) {
+            note(b, rc, "linear (bf16 staging)");
+            return;
+        }
+        c->xb_cap = need;
+    }
+    note(b,
+         hk_cuda_matmul_bf16(y, x, w->data, n, w->cols, w->rows, acc, c->xb,
+                             c->blas, NULL),
+         "linear (bf16)");
+}
+
+static void cu_embed(be_t b, float *x, const hk_weight_t *w, const int *ids,
+                     int T)
+{
+    if (w->dtype != HK_W_F32) {
+        cu_fail(b, HP_OP_EMBED);
+        return;
+    }
+    stage_begin(b);
+    const int *d = stage(b, ids, (size_t)T * sizeof(int));
+    if (d)
+        note(b, hk_cuda_embed(x, w->data, d, T, w->cols, NULL), "embed");
+}
+
+static void cu_rmsnorm(be_t b, float *y, const float *x, const float *w,
+                       int rows, int dim, float eps)
+{
+    note(b, hk_cuda_rmsnorm_zc(y, x, w, rows, dim, eps, NULL), "rmsnorm");
+}
+
+static void cu_rmsnorm_gated(be_t b, float *y, const float *x, const float *z,
+                             const float *w, int rows, int dim, float eps)
+{
+    note(b, hk_cuda_rmsnorm_gated(y, x, z, w, rows, dim, eps, NULL),
+         "rmsnorm_gated");
+}
+
+static void cu_l2norm(be_t b, float *x, int rows, int dim, float eps,
+                      float scale)
+{
+    note(b, hk_cuda_l2norm(x, rows, dim, eps, scale, NULL), "l2norm");
+}
+
+static void cu_swiglu(be_t b, float *y, const float *g, const float *u,
+                      size_t n)
+{
+    note(b, hk_cuda_swiglu(y, g, u, n, NULL), "swiglu");
+}
+
+static void cu_split_heads(be_t be, float *a, float *b, float *c,
+                           const float *x, int rows, int da, int db, int dc)
+{
+    note(be, hk_cuda_split_heads(a, b, c, x, rows, da, db, dc, NULL),
+         "split_heads");
+}
+
+static void cu_gate_mul(be_t b, float *o, const float *gate, size_t n)
+{
+    note(b, hk_cuda_gate_mul(o, gate, n, NULL), "gate_mul");
+}
+
+static void cu_scale_rows(be_t b, float *x, const float *s, int rows, int dim,
+                          int sigm)
+{
+    note(b, hk_cuda_scale_rows(x, s, rows, dim, sigm, NULL), "scale_rows");
+}
+
+static void cu_kv_store(be_t b, float *kc, float *vc, const float *k,
+                        const float *v, const int *pos, int T, int kvd)
+{
+    stage_begin(b);
+    const int *d = stage(b, pos, (size_t)T * sizeof(int));
+    if (d)
+        note(b, hk_cuda_kv_store(kc, vc, k, v, d, T, kvd, NULL), "kv_store");
+}
+
+static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V)
+{
+    stage_begin(b);
+    int *d = stage(b, NULL, (size_t)B * sizeof(int));
+    if (!d)
+        return;
+    note(b, hk_cuda_argmax(d, logits, B, V, NULL), "argmax");
+    cu_download(b, idx, d, (size_t)B * sizeof(int));
+}
+
+static void cu_conv1d_silu(be_t b, float *y, float *state, const float *x,
+                           const float *w, int T, int C, int K)
+{
+    note(b, hk_cuda_conv1d_silu(y, state, x, w, T, C, K, NULL), "conv1d_silu");
+}
+
+static void cu_conv1d_silu_decode(be_t b, float *y, float *const *states,
+                                  const float *x, const float *w, int B, int C,
+                                  int K)
+{
+    stage_begin(b);
+    float *const *d = stage(b, states, (size_t)B * sizeof(float *));
+    if (d)
+        note(b, hk_cuda_conv1d_silu_decode(y, d, x, w, B, C, K, NULL),
+             "conv1d_silu_decode");
+}
+
+static void cu_gdn_gates(be_t b, float *g, float *beta, const float *a,
+                         const float *bp, const float *A_log,
+                         const float *dt_bias, int T, int Hv)
+{
+    note(b, hk_cuda_gdn_gates(g, beta, a, bp, A_log, dt_bias, T, Hv, NULL),
+         "gdn_gates");
+}
+
+static void cu_gdn_recurrent(be_t b, float *o, float *S, const float *q,
+                             const float *k, const float *v, const float *g,
+                             const float *beta, int T, int Hk, int Hv, int dk,
+                             int dv)
+{
+    note(b,
+         hk_cuda_gdn_recurrent(o, S, q, k, v, g, beta, T, Hk, Hv, dk, dv, NULL),
+         "gdn_recurrent");
+}
+
+static void cu_gdn_decode(be_t b, float *o, float *const *states,
+                          const float *q, const float *k, const float *v,
+                          const float *g, const float *beta, int B, int Hk,
+                          int Hv, int dk, int dv)
+{
+    stage_begin(b);
+    float *const *d = stage(b, states, (size_t)B * sizeof(float *));
+    if (d)
+        note(
+            b,
+            hk_cuda_gdn_decode(o, d, q, k, v, g, beta, B, Hk, Hv, dk, dv, NULL),
+            "gdn_decode");
+}
+
+static void cu_gdn_chunk(be_t b, float *o, float *S, float *Tc, const float *q,
+                         const float *k, const float *v, const float *g,
+                         const float *beta, int T, int Hk, int Hv, int dk,
+                         int dv, int C, float *scratch)
+{
+    note(b,
+         hk_cuda_gdn_chunk(o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv, C,
+                           scratch, NULL),
+         "gdn_chunk");
+}
+
+static size_t cu_gdn_chunk_scratch(be_t b, int T, int Hv, int dk, int dv, int C)
+{
+    (void)b;
+    return hk_cuda_gdn_chunk_scratch(T, Hv, dk, dv, C);
+}
+
+static void cu_rope(be_t b, float *x, const int *pos, int T, int nh, int hd,
+                    int rot, double theta)
+{
+    stage_begin(b);
+    const int *d = stage(b, pos, (size_t)T * sizeof(int));
+    if (d)
+        note(b, hk_cuda_rope(x, d, T, nh, hd, rot, theta, NULL), "rope");
+}
+
+static void cu_rope_shift(be_t b, float *x, int delta, int T, int nh, int hd,
+                          int rot, double theta)
+{
+    note(b, hk_cuda_rope_shift(x, delta, T, nh, hd, rot, theta, NULL),
+         "rope_shift");
+}
+
+static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
+                         const float *k, const float *v, int T, int N, int Hq,
+                         int Hkv, int hd, float scale, float *scratch)
+{
+    (void)scratch;
+    stage_begin(b);
+    const int *d = stage(b, qpos, (size_t)T * sizeof(int));
+    if (d)
+        note(b,
+             hk_cuda_attention(o, q, d, k, v, T, N, Hq, Hkv, hd, scale, NULL),
+             "attention");
+}
+
+static size_t cu_attention_scratch(be_t b, int T, int N, int Hq)
+{
+    (void)b, (void)T, (void)N, (void)Hq;
+    return 0; /* one block per (query, head), online softmax */
+}
+
+static void cu_attention_decode(be_t b, float *o, const float *q,
+                                const float *const *kcs,
+                                const float *const *vcs, const int *n_ctx,
+                                int B, int Hq, int Hkv, int hd, float scale,
+                                float *scratch)
+{
+    (void)scratch;
+    stage_begin(b);
+    const float *const *dk = stage(b, kcs, (size_t)B * sizeof(float *));
+    const float *const *dv = stage(b, vcs, (size_t)B * sizeof(float *));
+    const int *dn = stage(b, n_ctx, (size_t)B * sizeof(int));
+    if (dk && dv && dn)
+        note(b,
+             hk_cuda_attention_decode(o, q, dk, dv, dn, B, Hq, Hkv, hd, scale,
+                                      NULL),
+             "attention_decode");
+}
+
+static void cu_moe_route(be_t b, int *idx, float *w, const float *logits, int T,
+                         int E, int k, int renorm)
+{
+    note(b, hk_cuda_moe_route(idx, w, logits, T, E, k, renorm, NULL),
+         "moe_route");
+}
+
+/* offs is the host's: planned on the device, then copied back. */
+static void cu_moe_plan(be_t b, int *offs, int *rows, float *scale, int *slot,
+                        const int *idx, const float *w, int T, int k, int E)
+{
+    stage_begin(b);
+    int *d = stage(b, NULL, (size_t)(E + 1) * sizeof(int));
+    if (!d)
+        return;
+    note(b, hk_cuda_moe_plan(d, rows, scale, slot, idx, w, T, k, E, NULL),
+         "moe_plan");
+    cu_download(b, offs, d, (size_t)(E + 1) * sizeof(int));
+}
+
+static void cu_moe_gather(be_t b, float *xg, const float *y, const int *rows,
+                          int n, int H)
+{
+    note(b, hk_cuda_moe_gather(xg, y, rows, n, H, NULL), "moe_gather");
+}
+
+static void cu_moe_scatter(be_t b, float *x, const float *eo, const int *rows,
+                           int n, int H)
+{
+    note(b, hk_cuda_moe_scatter(x, eo, rows, n, H, NULL), "moe_scatter");
+}
+
+static void cu_moe_combine(be_t b, float *x, const float *eo, const int *slot,
+                           int T, int k, int H)
+{
+    note(b, hk_cuda_moe_combine(x, eo, slot, T, k, H, NULL), "moe_combine");
+}
+
+/* Built on the host and uploaded: no kernel for it. */
+static void cu_trans_identity(be_t b, float *T, int H, int dk)
+{
+    cuda_t *c = ctx(b);
+    size_t n = (size_t)H * dk * dk;
+    if (n > c->host_cap) {
+        float *h = realloc(c->host, n * sizeof(float));
+        if (!h) {
+            note(b, HK_CUDA_ENOMEM, "trans_identity");
+            return;
+        }
+        c->host = h;
+        c->host_cap = n;
+    }
+    memset(c->host, 0, n * sizeof(float));
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < dk; i++)
+            c->host[((size_t)h * dk + i) * dk + i] = 1.0f;
+    /* synchronous from pageable memory: host may reuse it at once */
+    note(b, hk_cuda_h2d(T, c->host, n * sizeof(float), NULL), "trans_identity");
+    note(b, hk_cuda_stream_sync(NULL), "trans_identity");
+}
+
+static void cu_trans_compose(be_t b, float *out, hk_trans_family_t fam,
+                             const float *T, const float *S, const float *S0,
+                             int H, int dk, int dv, float *scratch)
+{
+    note(b,
+         hk_cuda_trans_compose(out, fam, T, S, S0, H, dk, dv, scratch,
+                               ctx(b)->blas, NULL),
+         "trans_compose");
+}
+
+static void cu_trans_chain(be_t b, float *T1, float *S1, hk_trans_family_t fam,
+                           const float *T2, const float *S2, int H, int dk,
+                           int dv, float *scratch)
+{
+    note(b,
+         hk_cuda_trans_chain(T1, S1, fam, T2, S2, H, dk, dv, scratch,
+                             ctx(b)->blas, NULL),
+         "trans_chain");
+}
+
+static const hp_backend_i cuda_iface = {
+    .close = cu_close,
+    .supports_dtype = cu_supports,
+    .sync = cu_sync,
+    .fail = cu_fail,
+    .alloc = cu_alloc,
+    .realloc = cu_realloc,
+    .free = cu_free,
+    .memset0 = cu_memset0,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .place = cu_place,
+    .unplace = cu_unplace,
+    .linear = cu_linear,
+    .embed = cu_embed,
+    .rmsnorm = cu_rmsnorm,
+    .rmsnorm_gated = cu_rmsnorm_gated,
+    .l2norm = cu_l2norm,
+    .swiglu = cu_swiglu,
+    .split_heads = cu_split_heads,
+    .gate_mul = cu_gate_mul,
+    .scale_rows = cu_scale_rows,
+    .kv_store = cu_kv_store,
+    .argmax = cu_argmax,
+    .conv1d_silu = cu_conv1d_silu,
+    .conv1d_silu_decode = cu_conv1d_silu_decode,
+    .gdn_gates = cu_gdn_gates,
+    .gdn_recurrent = cu_gdn_recurrent,
+    .gdn_decode = cu_gdn_decode,
+    .gdn_chunk = cu_gdn_chunk,
+    .gdn_chunk_scratch = cu_gdn_chunk_scratch,
+    .rope = cu_rope,
+    .rope_shift = cu_rope_shift,
+    .attention = cu_attention,
+    .attention_scratch = cu_attention_scratch,
+    .attention_decode = cu_attention_decode,
+    .moe_route = cu_moe_route,
+    .moe_plan = cu_moe_plan,
+    .moe_gather = cu_moe_gather,
+    .moe_scatter = cu_moe_scatter,
+    .moe_combine = cu_moe_combine,
+    .trans_identity = cu_trans_identity,
+    .trans_compose = cu_trans_compose,
+    .trans_chain = cu_trans_chain,
+};
+
+int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
+{
+    int n = 0, rc = hk_cuda_device_count(&n);
+    *b = NULL;
+    if (rc != HK_CUDA_OK)
+        return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
+                            hk_cuda_strerror(rc));
+    if (device >= n)
+        return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
+                            n == 0 ? "no CUDA device (or no driver) here"
+                                   : "no such device");
+    if ((rc = hk_cuda_set_device(device)) != HK_CUDA_OK)
+        return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
+                            hk_cuda_strerror(rc));
+    cuda_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return hp_error_set(err, HP_ENOMEM, "device cuda:%d: out of memory",
+                            device);
+    if ((rc = hk_cuda_blas_create(&c->blas)) != HK_CUDA_OK) {
+        free(c);
+        return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: cuBLAS: %s",
+                            device, hk_cuda_strerror(rc));
+    }
+    c->device = device;
+    c->self.iface = &cuda_iface;
+    c->self.ctx = c;
+    c->self.host_memory = 0;
+    snprintf(c->self.name, sizeof(c->self.name), "cuda:%d", device);
+    *b = &c->self;
+    return HP_OK;
+}

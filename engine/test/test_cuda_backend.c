@@ -1,0 +1,139 @@
+/*
+ * test_cuda_backend.c - the CUDA backend (engine/backend/backend_cuda.c)
+ * against the CPU backend on whole models: a prefill in pieces, decode
+ * steps and a batched step of two sequences, every logit compared. Runs
+ * on a GPU, or on the host emulator (kernels/cuda/emu/run.sh with
+ * HK_EMU_ENGINE=1); SKIPs where "cuda" cannot be opened (no device, or a
+ * program built without CUDA), after checking the refusal is clear.
+ * Models whose formats the backend does not run must be refused at load,
+ * naming the format.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/backend/backend.h"
+#include "engine/forward/forward.h"
+#include "engine/forward/sampler.h"
+#include "engine/test/test_util.h"
+
+#define PROMPT 37
+#define STEPS  3
+/* f32 sums in another order (cuBLAS, block reductions), bf16-rounded x
+ * for bf16 weights */
+#define TOL_F32  2e-4
+#define TOL_BF16 3e-2
+
+static const hp_backend_t *cuda;
+
+/* The same calls as test_backend.c's run: pieces of 16 (the chunked
+ * recurrence), single-token steps, one batched step of two sequences. */
+static int run(const hp_model_t *m, float *out, hp_error_t *err)
+{
+    const int V = m->cfg.vocab_size;
+    int ids[PROMPT], rc;
+    for (int i = 0; i < PROMPT; i++)
+        ids[i] = (i * 7919 + 13) % V;
+    hp_fwd_plan_t plan = {16, 0, 2, 1};
+    hp_fwd_ws_t ws;
+    hp_seq_t s[2];
+    if ((rc = hp_fwd_ws_init(&ws, m, &plan, err)) != HP_OK)
+        return rc;
+    hp_seq_init(&s[0], m, err);
+    hp_seq_init(&s[1], m, err);
+    rc = hp_forward(m, &s[0], &ws, ids, NULL, PROMPT, NULL, HP_LOGITS_ALL, out,
+                    err);
+    out += (size_t)PROMPT * V;
+    for (int t = 0; t < STEPS && rc == HP_OK; t++) {
+        int tok = ids[t + 1];
+        rc = hp_forward(m, &s[0], &ws, &tok, NULL, 1, NULL, HP_LOGITS_LAST, out,
+                        err);
+        out += V;
+    }
+    if (rc == HP_OK)
+        rc = hp_forward(m, &s[1], &ws, ids, NULL, 5, NULL, HP_LOGITS_NONE, NULL,
+                        err);
+    hp_fwd_item_t it[2] = {{.seq = &s[0], .ids = &ids[3], .T = 1},
+                           {.seq = &s[1], .ids = &ids[5], .T = 1}};
+    if (rc == HP_OK)
+        rc = hp_forward_batch(m, it, 2, &ws, err);
+    for (int i = 0; i < 2 && rc == HP_OK; i++) {
+        if (it[i].status != HP_OK)
+            return hp_error_set(err, it[i].status, "%s", it[i].err.msg);
+        hp_backend_download(m->be, out, it[i].logits, (size_t)V * 4);
+        out += V;
+    }
+    hp_seq_free(&s[0]);
+    hp_seq_free(&s[1]);
+    hp_fwd_ws_free(&ws);
+    return rc;
+}
+
+static void check(const char *root, const char *name)
+{
+    char dir[1024];
+    hp_model_t ref, m;
+    hp_error_t err = {0};
+    snprintf(dir, sizeof(dir), "%s/models/test/%s", root, name);
+    if (hp_model_load(&ref, dir, &err) != HP_OK) {
+        ok(0, "%s: %s", name, err.msg);
+        return;
+    }
+    int bf16 = ref.weight_bytes[HK_W_BF16] > 0;
+    int rc = hp_model_load_on(&m, dir, cuda, &err);
+    if (!hp_backend_supports_op(cuda, HP_OP_EMBED, ref.embed.dtype) ||
+        ref.weight_bytes[HK_W_I8]) {
+        ok(rc == HP_EUNAVAIL && strstr(err.msg, "cannot"),
+           "%s: formats the backend does not run are refused: %s", name,
+           err.msg);
+        if (rc == HP_OK)
+            hp_model_free(&m);
+        hp_model_free(&ref);
+        return;
+    }
+    if (rc != HP_OK) {
+        ok(0, "%s on %s: %s", name, hp_backend_name(cuda), err.msg);
+        hp_model_free(&ref);
+        return;
+    }
+    size_t n = (size_t)(PROMPT + STEPS + 2) * m.cfg.vocab_size;
+    float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+    int ra = run(&ref, a, &err);
+    ok(ra == HP_OK, "%s: cpu run %s", name, ra == HP_OK ? "" : err.msg);
+    int rb = run(&m, b, &err);
+    ok(rb == HP_OK, "%s: %s run %s", name, hp_backend_name(cuda),
+       rb == HP_OK ? "" : err.msg);
+    if (ra == HP_OK && rb == HP_OK) {
+        double mx, l2, tol = bf16 ? TOL_BF16 : TOL_F32;
+        test_rel_errs(a, b, n, &mx, &l2);
+        ok(mx <= tol, "%s: logits within %.0e of the CPU's (max %.2e, l2 %.2e)",
+           name, tol, mx, l2);
+    }
+    hp_model_free(&m);
+    hp_model_free(&ref);
+    free(a);
+    free(b);
+}
+
+int main(void)
+{
+    hp_error_t err = {0};
+    int rc = hp_backend_open(&cuda, "cuda:0", &err);
+    if (rc != HP_OK) {
+        ok(rc == HP_EUNAVAIL && (strstr(err.msg, "without CUDA") ||
+                                 strstr(err.msg, "no CUDA device")),
+           "cuda:0 refused clearly: %s", err.msg);
+        return tap_done();
+    }
+    const hp_backend_t *b;
+    ok(hp_backend_open(&b, "cuda:64", &err) == HP_EUNAVAIL &&
+           strstr(err.msg, "no such device"),
+       "a device that does not exist: %s", err.msg);
+    ok(!hp_backend_supports_op(cuda, HP_OP_LINEAR, HK_W_I8) &&
+           hp_backend_supports_op(cuda, HP_OP_LINEAR, HK_W_BF16) &&
+           !hp_backend_supports_op(cuda, HP_OP_KVBUF_STEP, 0),
+       "cuda: I8 and the KVBuffer are not supported, BF16 is");
+    rc = test_each_model(check);
+    hp_backend_close(cuda);
+    return rc;
+}

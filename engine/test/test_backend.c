@@ -21,13 +21,19 @@
 #include "engine/test/test_util.h"
 
 #define MAX_PLACED 8192
+#define MAX_LIVE   65536
 
 typedef struct {
     long live;      /* allocations not yet freed */
     long transfers; /* uploads + downloads */
     int n_placed;
     const void *placed[MAX_PLACED];
-    long foreign; /* linear calls on a weight not placed here */
+    long foreign;    /* linear calls on a weight not placed here */
+    long foreign_io; /* ... whose x or y is not this backend's memory */
+    struct {
+        const char *p;
+        size_t bytes;
+    } mem[MAX_LIVE]; /* the first MAX_LIVE live allocations */
 } hostdev_t;
 
 static hostdev_t *dev(be_t b)
@@ -37,9 +43,24 @@ static hostdev_t *dev(be_t b)
 
 static void *hd_alloc(be_t b, size_t bytes)
 {
+    hostdev_t *d = dev(b);
     void *p = hp_backend_cpu_iface.alloc(b, bytes);
-    dev(b)->live += p != NULL;
+    if (p && d->live < MAX_LIVE) {
+        d->mem[d->live].p = p;
+        d->mem[d->live].bytes = bytes;
+    }
+    d->live += p != NULL;
     return p;
+}
+
+/* Whether p points into one of the backend's allocations. */
+static int mine(const hostdev_t *d, const void *p)
+{
+    for (long i = 0; i < d->live && i < MAX_LIVE; i++)
+        if ((const char *)p >= d->mem[i].p &&
+            (const char *)p < d->mem[i].p + d->mem[i].bytes)
+            return 1;
+    return 0;
 }
 
 static void *hd_realloc(be_t b, void *p, size_t old_bytes, size_t new_bytes)
@@ -56,7 +77,14 @@ static void *hd_realloc(be_t b, void *p, size_t old_bytes, size_t new_bytes)
 
 static void hd_free(be_t b, void *p)
 {
-    dev(b)->live--;
+    hostdev_t *d = dev(b);
+    for (long i = 0; i < d->live && i < MAX_LIVE; i++)
+        if (d->mem[i].p == p) {
+            long last = (d->live < MAX_LIVE ? d->live : MAX_LIVE) - 1;
+            d->mem[i] = d->mem[last];
+            break;
+        }
+    d->live--;
     free(p);
 }
 
@@ -97,6 +125,7 @@ static void hd_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
     for (int i = 0; i < d->n_placed && !found; i++)
         found = d->placed[i] == w->data;
     d->foreign += !found;
+    d->foreign_io += !mine(d, x) || !mine(d, y);
     hp_backend_cpu_iface.linear(b, y, x, w, n, acc);
 }
 
@@ -253,6 +282,9 @@ static void check_model(const char *root, const char *name)
     unlink(fb);
     ok(d->foreign == 0, "%s: every projection read placed weights (%ld not)",
        name, d->foreign);
+    ok(d->foreign_io == 0,
+       "%s: every projection's input and output in backend memory (%ld not)",
+       name, d->foreign_io);
     ok(d->transfers > t0, "%s: logits came back by download (%ld transfers)",
        name, d->transfers - t0);
     ok(d->live == d->n_placed,

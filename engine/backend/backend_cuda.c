@@ -480,10 +480,7 @@ static void cu_trans_identity(be_t b, float *T, int H, int dk)
         c->host = h;
         c->host_cap = n;
     }
-    memset(c->host, 0, n * sizeof(float));
-    for (int h = 0; h < H; h++)
-        for (int i = 0; i < dk; i++)
-            c->host[((size_t)h * dk + i) * dk + i] = 1.0f;
+    hp_backend_cpu_iface.trans_identity(b, c->host, H, dk);
     /* synchronous from pageable memory: host may reuse it at once */
     note(b, hk_cuda_h2d(T, c->host, n * sizeof(float), NULL), "trans_identity");
     note(b, hk_cuda_stream_sync(NULL), "trans_identity");

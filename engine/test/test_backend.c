@@ -15,9 +15,7 @@
 #include <unistd.h>
 
 #include "engine/backend/backend_impl.h"
-#include "engine/forward/dump.h"
-#include "engine/forward/forward.h"
-#include "engine/forward/sampler.h"
+#include "engine/test/test_backend_run.h"
 #include "engine/test/test_util.h"
 
 #define MAX_PLACED 8192
@@ -187,56 +185,6 @@ static void check_open(void)
 
 /* ---- a whole model on the host-device backend ---------------------------- */
 
-#define PROMPT 37
-#define STEPS  4
-
-/* Prefill (in pieces of 16), STEPS greedy decode steps, then one batched
- * step of two sequences; every logit into out, the first sequence's
- * state into the file dump. */
-static int run(const hp_model_t *m, float *out, const char *dump,
-               hp_error_t *err)
-{
-    const int V = m->cfg.vocab_size;
-    int ids[PROMPT], rc;
-    for (int i = 0; i < PROMPT; i++)
-        ids[i] = (i * 7919 + 13) % V;
-    hp_fwd_plan_t plan = {16, 0, 2, 1};
-    hp_fwd_ws_t ws;
-    hp_seq_t s[2];
-    if ((rc = hp_fwd_ws_init(&ws, m, &plan, err)) != HP_OK)
-        return rc;
-    hp_seq_init(&s[0], m, err);
-    hp_seq_init(&s[1], m, err);
-    rc = hp_forward(m, &s[0], &ws, ids, NULL, PROMPT, NULL, HP_LOGITS_ALL, out,
-                    err);
-    out += (size_t)PROMPT * V;
-    for (int t = 0; t < STEPS && rc == HP_OK; t++) {
-        int tok = hp_argmax(out - V, V);
-        rc = hp_forward(m, &s[0], &ws, &tok, NULL, 1, NULL, HP_LOGITS_LAST, out,
-                        err);
-        out += V;
-    }
-    if (rc == HP_OK)
-        rc = hp_forward(m, &s[1], &ws, ids, NULL, 5, NULL, HP_LOGITS_NONE, NULL,
-                        err);
-    hp_fwd_item_t it[2] = {{.seq = &s[0], .ids = &ids[3], .T = 1},
-                           {.seq = &s[1], .ids = &ids[5], .T = 1}};
-    if (rc == HP_OK)
-        rc = hp_forward_batch(m, it, 2, &ws, err);
-    for (int i = 0; i < 2 && rc == HP_OK; i++) {
-        if (it[i].status != HP_OK)
-            return hp_error_set(err, it[i].status, "%s", it[i].err.msg);
-        hp_backend_download(m->be, out, it[i].logits, (size_t)V * 4);
-        out += V;
-    }
-    if (rc == HP_OK)
-        rc = hp_dump_state(dump, &s[0], err);
-    hp_seq_free(&s[0]);
-    hp_seq_free(&s[1]);
-    hp_fwd_ws_free(&ws);
-    return rc;
-}
-
 static void check_model(const char *root, const char *name)
 {
     char dir[1024];
@@ -264,15 +212,15 @@ static void check_model(const char *root, const char *name)
     ok(m.embed.data != ref.embed.data && d->n_placed > 0,
        "%s: the weights are placed on the backend (%d tensors)", name,
        d->n_placed);
-    size_t n = (size_t)(PROMPT + STEPS + 2) * m.cfg.vocab_size;
+    size_t n = (size_t)TBR_ROWS * m.cfg.vocab_size;
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
     char fa[64], fb[64];
     snprintf(fa, sizeof(fa), "/tmp/test_backend.%d.a", (int)getpid());
     snprintf(fb, sizeof(fb), "/tmp/test_backend.%d.b", (int)getpid());
-    int ra = run(&ref, a, fa, &err);
+    int ra = tbr_run(&ref, a, fa, &err);
     ok(ra == HP_OK, "%s: cpu run %s", name, ra == HP_OK ? "" : err.msg);
     long t0 = d->transfers;
-    int rb = run(&m, b, fb, &err);
+    int rb = tbr_run(&m, b, fb, &err);
     ok(rb == HP_OK, "%s: hostdev run %s", name, rb == HP_OK ? "" : err.msg);
     ok(ra == HP_OK && rb == HP_OK && !memcmp(a, b, n * sizeof(float)),
        "%s: the same logits bit for bit", name);

@@ -13,61 +13,15 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
-#include "engine/forward/forward.h"
-#include "engine/forward/sampler.h"
+#include "engine/test/test_backend_run.h"
 #include "engine/test/test_util.h"
 
-#define PROMPT 37
-#define STEPS  3
 /* f32 sums in another order (cuBLAS, block reductions), bf16-rounded x
  * for bf16 weights */
 #define TOL_F32  2e-4
 #define TOL_BF16 3e-2
 
 static const hp_backend_t *cuda;
-
-/* The same calls as test_backend.c's run: pieces of 16 (the chunked
- * recurrence), single-token steps, one batched step of two sequences. */
-static int run(const hp_model_t *m, float *out, hp_error_t *err)
-{
-    const int V = m->cfg.vocab_size;
-    int ids[PROMPT], rc;
-    for (int i = 0; i < PROMPT; i++)
-        ids[i] = (i * 7919 + 13) % V;
-    hp_fwd_plan_t plan = {16, 0, 2, 1};
-    hp_fwd_ws_t ws;
-    hp_seq_t s[2];
-    if ((rc = hp_fwd_ws_init(&ws, m, &plan, err)) != HP_OK)
-        return rc;
-    hp_seq_init(&s[0], m, err);
-    hp_seq_init(&s[1], m, err);
-    rc = hp_forward(m, &s[0], &ws, ids, NULL, PROMPT, NULL, HP_LOGITS_ALL, out,
-                    err);
-    out += (size_t)PROMPT * V;
-    for (int t = 0; t < STEPS && rc == HP_OK; t++) {
-        int tok = ids[t + 1];
-        rc = hp_forward(m, &s[0], &ws, &tok, NULL, 1, NULL, HP_LOGITS_LAST, out,
-                        err);
-        out += V;
-    }
-    if (rc == HP_OK)
-        rc = hp_forward(m, &s[1], &ws, ids, NULL, 5, NULL, HP_LOGITS_NONE, NULL,
-                        err);
-    hp_fwd_item_t it[2] = {{.seq = &s[0], .ids = &ids[3], .T = 1},
-                           {.seq = &s[1], .ids = &ids[5], .T = 1}};
-    if (rc == HP_OK)
-        rc = hp_forward_batch(m, it, 2, &ws, err);
-    for (int i = 0; i < 2 && rc == HP_OK; i++) {
-        if (it[i].status != HP_OK)
-            return hp_error_set(err, it[i].status, "%s", it[i].err.msg);
-        hp_backend_download(m->be, out, it[i].logits, (size_t)V * 4);
-        out += V;
-    }
-    hp_seq_free(&s[0]);
-    hp_seq_free(&s[1]);
-    hp_fwd_ws_free(&ws);
-    return rc;
-}
 
 static void check(const char *root, const char *name)
 {
@@ -96,11 +50,11 @@ static void check(const char *root, const char *name)
         hp_model_free(&ref);
         return;
     }
-    size_t n = (size_t)(PROMPT + STEPS + 2) * m.cfg.vocab_size;
+    size_t n = (size_t)TBR_ROWS * m.cfg.vocab_size;
     float *a = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
-    int ra = run(&ref, a, &err);
+    int ra = tbr_run(&ref, a, NULL, &err);
     ok(ra == HP_OK, "%s: cpu run %s", name, ra == HP_OK ? "" : err.msg);
-    int rb = run(&m, b, &err);
+    int rb = tbr_run(&m, b, NULL, &err);
     ok(rb == HP_OK, "%s: %s run %s", name, hp_backend_name(cuda),
        rb == HP_OK ? "" : err.msg);
     if (ra == HP_OK && rb == HP_OK) {

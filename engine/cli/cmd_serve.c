@@ -406,6 +406,17 @@ int hp_cmd_serve(int argc, char **argv)
         rc = brc == HP_EBADINPUT ? 2 : 1;
         goto out;
     }
+    /* a device backend's staging and stream serve one thread */
+    if (!hp_backend_host_memory(be) &&
+        (pworkers > 0 || c->str[HP_SO_PEER_LISTEN])) {
+        fprintf(stderr,
+                "hypic-engine serve: device %s runs the model from the "
+                "scheduler only: no --prefill-workers, --peers or "
+                "--peer-listen yet\n",
+                hp_backend_name(be));
+        rc = 2;
+        goto out;
+    }
     if (hp_llm_load_on(&llm, dir, be, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;

@@ -6,6 +6,10 @@
 # keeps the input in build-fuzz/crashes/ and exits non-zero.
 #
 #   fuzz/run.sh build-fuzz/fuzz/fuzz_json [SECONDS]
+#
+# FUZZ_SEED fixes libFuzzer's random stream (make test does, so that a CI
+# run replays the mutations every run before it made; `make fuzz` leaves
+# it random to explore).
 set -euo pipefail
 
 bin=$(realpath "$1")
@@ -19,6 +23,9 @@ mkdir "$work/corpus"
 
 opts=(-max_total_time="$secs" -timeout=10 -rss_limit_mb=2048
       -artifact_prefix="$work/" -print_final_stats=1)
+if [ -n "${FUZZ_SEED:-}" ]; then
+    opts+=(-seed="$FUZZ_SEED")
+fi
 if [ -f "fuzz/$name.dict" ]; then
     opts+=(-dict="fuzz/$name.dict")
 fi

@@ -627,6 +627,13 @@ ngx_http_hypic_json_path_key(ngx_http_hypic_json_err_t *err, u_char *key,
         ngx_http_hypic_json_path_cat(err, (u_char *) ".", 1);
     }
 
+    /* the empty name is a name too: it shows as "" in the path */
+
+    if (len == 0) {
+        ngx_http_hypic_json_path_cat(err, (u_char *) "\"\"", 2);
+        return;
+    }
+
     ngx_http_hypic_json_path_cat(err, key, len);
 }
 

@@ -282,13 +282,15 @@ for my $i (0 .. $#want) {
  ::completion("{\"prompt\": \"a\", \"pr\\u006fmpt\": \"b\"}"),
  "POST /v1/chat/completions\n{\"messages\": [{\"role\": \"user\", \"content\": \"a\", \"content\": \"b\"}]}",
  ::completion("{\"prompt\": \"a\", \"hypic\": {\"decode\": \"auto\", "
-            . "\"decode\": \"recurrent\"}}")]
+            . "\"decode\": \"recurrent\"}}"),
+ ::completion("{\"prompt\": \"a\", \"\": 1, \"\": 2}")]
 --- error_code: 400
 --- response_body_json eval
 [::refused("We could not parse the JSON body of your request: a name given "
          . "twice in one object, 'prompt'", 'prompt'),
  ::refused(qr/: a name given twice in one object, 'prompt'$/, 'prompt'),
  ::refused(qr/, 'messages\[0\]\.content'$/, 'messages[0].content'),
- ::refused(qr/, 'hypic\.decode'$/, 'hypic.decode')]
+ ::refused(qr/, 'hypic\.decode'$/, 'hypic.decode'),
+ ::refused(qr/, '""'$/, '""')]
 --- no_error_log
 [error]

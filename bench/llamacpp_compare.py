@@ -33,7 +33,8 @@ already there:
      tokens/s (llama-bench: tg N from an empty context; ours: N tokens after
      the shortest prefill).
 Prints the table (median and min-max per cell) with the ratio rows of the
-issue's targets, and writes table.md, summary.tsv and runs.tsv to --out.
+issue's targets, and writes table.md, summary.tsv, runs.tsv (one row per
+run and metric) and raw.log (every run's output) to --out.
 """
 import argparse
 import fcntl
@@ -313,12 +314,14 @@ class Arm:
 
     def __init__(self, name, fmt, cmd, parse, env):
         self.name, self.fmt, self.cmd, self.parse, self.env = name, fmt, cmd, parse, env
+        self.raw = []  # stdout of every run, warm-up first
 
     def once(self):
         t0 = time.time()
         p = subprocess.run(self.cmd, capture_output=True, text=True, env=self.env)
         if p.returncode:
             raise RuntimeError(f"{self.name}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        self.raw.append(p.stdout)
         res = self.parse(p.stdout)
         log(f"  {self.name}: " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()) +
             f" ({time.time() - t0:.0f} s)")
@@ -388,6 +391,9 @@ def main():
             arms.append(Arm(name, f, [bench[v][0], "-m", gguf[f], "-p", pp, "-n", str(a.decode),
                                       "-t", str(a.threads), "-r", "1", "-o", "json"], parse_llama, base))
 
+    load0 = os.getloadavg()[0]
+    commit = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"], capture_output=True,
+                            text=True).stdout.strip()
     log("warm-up: one discarded run of each")
     for arm in list(arms):
         try:
@@ -432,8 +438,8 @@ def main():
         if xs:
             summary.append((label, m, statistics.median(xs), min(xs), max(xs), len(xs)))
     note = (f"{a.threads} threads, {a.rounds} interleaved rounds after a discarded warm-up run each; "
-            f"llama.cpp from llama-cpp-python {ver} (llama-bench -p {pp} -n {a.decode} -r 1); "
-            f"checkpoint {md}; load average at the end {os.getloadavg()[0]:.1f}")
+            f"ours at {commit}; llama.cpp from llama-cpp-python {ver} (llama-bench -p {pp} -n {a.decode} -r 1); "
+            f"checkpoint {md}; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
     table = "\n".join(lines)
     print(table + "\n\n" + note)
 
@@ -446,7 +452,10 @@ def main():
     with open(os.path.join(out, "runs.tsv"), "w") as f:
         f.write("round\trow\tmetric\ttok_s\n")
         f.writelines(f"{r + 1}\t{n}\t{k}\t{v}\n" for r, n, k, v in runs)
-    log(f"wrote {out}/table.md, summary.tsv, runs.tsv")
+    with open(os.path.join(out, "raw.log"), "w") as f:
+        for arm in arms:
+            f.write(f"==== {arm.name}: {' '.join(arm.cmd)}\n" + "\n".join(arm.raw) + "\n")
+    log(f"wrote {out}/table.md, summary.tsv, runs.tsv, raw.log")
 
 
 if __name__ == "__main__":

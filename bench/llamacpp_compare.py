@@ -27,9 +27,10 @@ already there:
      released ones).
   6. Rounds, interleaved (ours f32, llama.cpp f32, llama.cpp+OpenBLAS f32,
      ours bf16, llama.cpp bf16, ours int8, llama.cpp q8_0, then again),
-     after one discarded run of each. llama-bench runs `-p P -n N -r 1`
-     (it warms each test up itself); ours runs build/bench/engine_throughput
-     `--tokens P --decode N`. pp = prompt tokens/s; decode = generation
+     after one short discarded run of each (64 prompt tokens, 4 generated).
+     llama-bench runs `-p P -n N -r 1` (it warms each test up itself); ours
+     runs build/bench/engine_throughput `--tokens P --decode N` (which warms
+     up first too). pp = prompt tokens/s; decode = generation
      tokens/s (llama-bench: tg N from an empty context; ours: N tokens after
      the shortest prefill).
 Prints the table (median and min-max per cell) with the ratio rows of the
@@ -55,6 +56,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GEN_ARGS = ["--arch", "qwen3_5", "--hidden", "1024", "--layers", "24", "--heads", "8", "--kv-heads", "2",
             "--head-dim", "256", "--lin-k-heads", "16", "--lin-v-heads", "16", "--lin-k-dim", "128",
             "--lin-v-dim", "128", "--intermediate", "3584", "--vocab", "248320", "--tied", "--seed", "1"]
+WARM = 64  # prompt tokens of the discarded warm-up run (and 4 generated)
 GGUF_TYPE = {"f32": "f32", "bf16": "bf16", "int8": "q8_0"}  # ours -> llama.cpp at the same precision
 
 
@@ -309,20 +311,42 @@ def parse_llama(text):
     return res
 
 
-class Arm:
-    """One row of the table: a command and how to read its output."""
+class Crash(RuntimeError):
+    """a run killed by a signal"""
 
-    def __init__(self, name, fmt, cmd, parse, env):
-        self.name, self.fmt, self.cmd, self.parse, self.env = name, fmt, cmd, parse, env
+
+class Arm:
+    """One row of the table: a command, how to read its output, and a short
+    form of it for the discarded warm-up run (pages in the weights, starts
+    the thread pools; a full-size warm-up would double the preparation)."""
+
+    def __init__(self, name, cmd, warm, parse, env, fallback=None):
+        self.name, self.cmd, self.warm, self.parse, self.env = name, cmd, warm, parse, env
+        self.label = name  # the table's row; name stays the key of the ratio rows
+        # (options, why): tried once when the warm-up run dies by a signal
+        self.fallback = fallback
         self.raw = []  # stdout of every run, warm-up first
 
-    def once(self):
+    def warm_up(self):
+        try:
+            self.once(warm=True)
+        except Crash:
+            if not self.fallback:
+                raise
+            opts, why = self.fallback
+            log(f"{self.name}: {why}; trying {' '.join(opts)}")
+            self.cmd, self.warm = self.cmd + opts, self.warm + opts
+            self.label = f"{self.name} ({' '.join(opts)})"
+            self.once(warm=True)
+
+    def once(self, warm=False):
         t0 = time.time()
-        p = subprocess.run(self.cmd, capture_output=True, text=True, env=self.env)
+        p = subprocess.run(self.warm if warm else self.cmd, capture_output=True, text=True, env=self.env)
         if p.returncode:
-            raise RuntimeError(f"{self.name}: exit {p.returncode}\n{p.stderr[-3000:]}")
+            err = Crash if p.returncode < 0 else RuntimeError
+            raise err(f"{self.name}: exit {p.returncode}\n{p.stderr[-3000:]}")
         self.raw.append(p.stdout)
-        res = self.parse(p.stdout)
+        res = self.parse(p.stdout, WARM if warm else None)
         log(f"  {self.name}: " + ", ".join(f"{k} {v:.1f}" for k, v in res.items()) +
             f" ({time.time() - t0:.0f} s)")
         return res
@@ -369,7 +393,8 @@ def main():
     md, dirs = checkpoints(a.cache, py, formats)
     ours_dirs = {f: d for f, d in dirs.items() if f in formats}
     gguf = {f: to_gguf(py, tree, ver, md, dirs["f32"], GGUF_TYPE[f]) for f in formats}
-    run(["nice", "-n", "19", "make", "-s", "-C", REPO, "-j2", "build/bench/engine_throughput"])
+    run(["nice", "-n", "19", "make", "-C", REPO, "-j2", "build/bench/engine_throughput"],
+        os.path.join(a.cache, "engine-make.log"))
     if a.prepare_only:
         return
 
@@ -384,12 +409,17 @@ def main():
     arms = []
     for f in formats:
         if f in ours_dirs:
-            arms.append(Arm(f"ours {f}", f, [eng, "--model", ours_dirs[f], "--tokens", pp, "--decode",
-                                             str(a.decode)], lambda s: parse_ours(s, prefill), ours_env))
+            cmd = lambda p, n: [eng, "--model", ours_dirs[f], "--tokens", str(p), "--decode", str(n)]  # noqa: E731
+            arms.append(Arm(f"ours {f}", cmd(pp, a.decode), cmd(WARM, 4),
+                            lambda s, w: parse_ours(s, [w] if w else prefill), ours_env))
         for v in variants if f == "f32" else ["cpu"]:
             name = f"llama.cpp {GGUF_TYPE[f]}" + (" built with OpenBLAS" if v == "openblas" else "")
-            arms.append(Arm(name, f, [bench[v][0], "-m", gguf[f], "-p", pp, "-n", str(a.decode),
-                                      "-t", str(a.threads), "-r", "1", "-o", "json"], parse_llama, base))
+            cmd = lambda p, n: [bench[v][0], "-m", gguf[f], "-p", str(p), "-n", str(n),  # noqa: E731
+                                "-t", str(a.threads), "-r", "1", "-o", "json"]
+            # llama.cpp 0.3.36's AMX q8_0 kernels (used through --repack 1, the default, on CPUs with
+            # AMX) die with SIGILL/SIGSEGV here; without repacking it takes its AVX-512 path
+            fb = (["--repack", "0"], "it crashed (AMX kernels?)")
+            arms.append(Arm(name, cmd(pp, a.decode), cmd(WARM, 4), lambda s, w: parse_llama(s), base, fb))
 
     load0 = os.getloadavg()[0]
     commit = subprocess.run(["git", "-C", REPO, "describe", "--always", "--dirty"], capture_output=True,
@@ -397,7 +427,7 @@ def main():
     log("warm-up: one discarded run of each")
     for arm in list(arms):
         try:
-            arm.once()
+            arm.warm_up()
         except (RuntimeError, ValueError) as e:
             log(f"{arm.name}: dropped, its warm-up run failed: {e}")
             arms.remove(arm)
@@ -422,8 +452,8 @@ def main():
              "|---|" + "---|" * len(heads)]
     summary = [("row", "metric", "median", "min", "max", "n")]
     for arm in arms:
-        lines.append(f"| {arm.name} | " + " | ".join(cell(get(arm.name, m)) for m in metrics) + " |")
-        summary += [(arm.name, m, statistics.median(xs), min(xs), max(xs), len(xs))
+        lines.append(f"| {arm.label} | " + " | ".join(cell(get(arm.name, m)) for m in metrics) + " |")
+        summary += [(arm.label, m, statistics.median(xs), min(xs), max(xs), len(xs))
                     for m in metrics if (xs := get(arm.name, m))]
     targets = [(f"decode: ours {f} ÷ llama.cpp {GGUF_TYPE[f]}", f"ours {f}", f"llama.cpp {GGUF_TYPE[f]}", "tg")
                for f in ours_dirs]
@@ -454,7 +484,7 @@ def main():
         f.writelines(f"{r + 1}\t{n}\t{k}\t{v}\n" for r, n, k, v in runs)
     with open(os.path.join(out, "raw.log"), "w") as f:
         for arm in arms:
-            f.write(f"==== {arm.name}: {' '.join(arm.cmd)}\n" + "\n".join(arm.raw) + "\n")
+            f.write(f"==== {arm.label}: {' '.join(arm.cmd)}\n" + "\n".join(arm.raw) + "\n")
     log(f"wrote {out}/table.md, summary.tsv, runs.tsv, raw.log")
 
 

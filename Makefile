@@ -3,7 +3,8 @@
 #   make            engine library + hypic-engine, CPU kernels, nginx module,
 #                   CUDA kernels when nvcc is present (NO_DEVICE=1 skips them)
 #   make run        install what is missing, build, start redis+engine+nginx
-#   make test       install what is missing, build, run every suite (prove)
+#   make test       install what is missing, build (benchmarks too, so they
+#                   keep compiling), run every suite (prove)
 #   make test-cuda-emu  the CUDA twins on the host emulator, full shape grid,
 #                   both thread orders (make test runs a reduced grid:
 #                   t/015-cuda-emu.t); needs g++ and python3, not nvcc
@@ -194,7 +195,7 @@ run: deps
 
 PROVE_FLAGS ?=
 test: deps
-	@$(MAKE) --no-print-directory all fuzz-build
+	@$(MAKE) --no-print-directory all bench fuzz-build
 	HYPIC_BUILD=$(CURDIR)/$(BUILD) HYPIC_FUZZ_BUILD=$(CURDIR)/$(FUZZ_BUILD) \
 	    prove $(PROVE_FLAGS) $(TEST_BINS) t/*.t
 

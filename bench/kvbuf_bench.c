@@ -36,6 +36,7 @@
 #include "bench/bench_util.h"
 #include "engine/forward/kvbuf.h"
 #include "kernels/cpu/hk_cpu.h"
+#include "kernels/cpu/hk_kvbuf.h"
 
 typedef struct {
     const char *name;

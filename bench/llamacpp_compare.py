@@ -55,7 +55,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the Qwen3.5-0.8B shape of bench/README.md
 GEN_ARGS = ["--arch", "qwen3_5", "--hidden", "1024", "--layers", "24", "--heads", "8", "--kv-heads", "2",
             "--head-dim", "256", "--lin-k-heads", "16", "--lin-v-heads", "16", "--lin-k-dim", "128",
-            "--lin-v-dim", "128", "--intermediate", "3584", "--vocab", "248320", "--tied", "--seed", "1"]
+            "--lin-v-dim", "128", "--intermediate", "3584", "--vocab", "248320", "--tied", "--seed", "1",
+            # Qwen3.5 checkpoints carry one MTP layer, and llama.cpp's converter
+            # asserts that a qwen3_5 config declares one
+            "--mtp"]
 WARM = 64  # prompt tokens of the discarded warm-up run (and 4 generated)
 GGUF_TYPE = {"f32": "f32", "bf16": "bf16", "int8": "q8_0"}  # ours -> llama.cpp at the same precision
 
@@ -70,6 +73,7 @@ def run(cmd, logfile=None, **kw):
     if not logfile:
         subprocess.run(cmd, check=True, **kw)
         return
+    os.makedirs(os.path.dirname(logfile), exist_ok=True)
     with open(logfile, "w") as f:
         p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kw)
     if p.returncode:

@@ -256,7 +256,12 @@ my $pic = sub {
                                max_tokens => 1), undef, 20);
 };
 is($pic->(0)->{status}, 200, 'a pic request');
-$m = scrape($srv);
+# the engine publishes its pool gauges after the step that wrote the
+# answer, which can reach the client first
+Hypic::Util::wait_until(
+    cond => sub { $m = scrape($srv);
+                  $m->{'hypic:pool_used_bytes{engine="g",pool="public"}'} },
+    timeout => 10);
 my $used = $m->{'hypic:pool_used_bytes{engine="g",pool="public"}'};
 ok($used > 0, "the public pool holds $used bytes");
 ok($m->{'hypic:pool_entries{engine="g",pool="public"}'} > 0,

@@ -156,12 +156,18 @@ int hp_decoder_push(hp_decoder_t *d, int t, hp_error_t *err)
 int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
                     int *tok, hp_error_t *err)
 {
+    return hp_decoder_next_id(d, -1, sm, logits, tok, err);
+}
+
+int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
+                       const float *logits, int *tok, hp_error_t *err)
+{
     *tok = -1;
     if (d->done)
         return HP_OK;
     if (d->n_tokens >= d->max_tokens)
         return dec_end(d, HP_FINISH_LENGTH, 1, err);
-    int t = hp_sample(sm, logits, &d->sampling, &d->rng);
+    int t = best >= 0 ? best : hp_sample(sm, logits, &d->sampling, &d->rng);
     int rc = hp_decoder_push(d, t, err);
     if (rc == HP_OK && !d->done)
         *tok = t;
@@ -191,19 +197,12 @@ int hp_decoder_draft(const hp_decoder_t *d, int *draft)
     return hp_spec_lookup(draft, most, d->ids, d->n_ids, 3, 1);
 }
 
-int hp_decoder_accept(hp_decoder_t *d, hp_sampler_t *sm, float *prob,
-                      float *rows, int stride, const int *draft, int n,
-                      int *keep, int *tok, hp_error_t *err)
+/* After acceptance: acc of the n drafts taken, then the model's own next
+ * token where they stopped. */
+static int accepted(hp_decoder_t *d, const int *draft, int n, int acc, int next,
+                    int *keep, int *tok, hp_error_t *err)
 {
-    const int V = sm->V;
-    int next, acc, rc = HP_OK;
-    for (int j = 0; j <= n && V < stride; j++) /* rows of stride V */
-        memmove(rows + (size_t)j * V, rows + (size_t)j * stride,
-                (size_t)V * sizeof(float));
-    acc = d->sampling.temperature > 0.0f
-              ? hp_spec_accept_sampled(sm, prob, rows, draft, n, &d->sampling,
-                                       &d->rng, &next)
-              : hp_spec_accept_greedy(rows, V, draft, n, &next);
+    int rc = HP_OK;
     d->drafted += n;
     d->accepted += acc;
     *keep = 1; /* the token fed before the drafts */
@@ -220,4 +219,29 @@ int hp_decoder_accept(hp_decoder_t *d, hp_sampler_t *sm, float *prob,
     if (rc == HP_OK && !d->done)
         *tok = next;
     return rc;
+}
+
+int hp_decoder_accept(hp_decoder_t *d, hp_sampler_t *sm, float *prob,
+                      float *rows, int stride, const int *draft, int n,
+                      int *keep, int *tok, hp_error_t *err)
+{
+    const int V = sm->V;
+    int next, acc;
+    for (int j = 0; j <= n && V < stride; j++) /* rows of stride V */
+        memmove(rows + (size_t)j * V, rows + (size_t)j * stride,
+                (size_t)V * sizeof(float));
+    acc = d->sampling.temperature > 0.0f
+              ? hp_spec_accept_sampled(sm, prob, rows, draft, n, &d->sampling,
+                                       &d->rng, &next)
+              : hp_spec_accept_greedy(rows, V, draft, n, &next);
+    return accepted(d, draft, n, acc, next, keep, tok, err);
+}
+
+int hp_decoder_accept_best(hp_decoder_t *d, const int *best, const int *draft,
+                           int n, int *keep, int *tok, hp_error_t *err)
+{
+    int acc = 0;
+    while (acc < n && best[acc] == draft[acc])
+        acc++;
+    return accepted(d, draft, n, acc, best[acc], keep, tok, err);
 }

@@ -59,6 +59,11 @@ void hp_decoder_free(hp_decoder_t *d);
  */
 int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
                     int *tok, hp_error_t *err);
+/* hp_decoder_next with the token already chosen where the logits are
+ * (best >= 0: greedy sampling's argmax, hp_fwd_item_t.best); best < 0
+ * samples from logits as hp_decoder_next. */
+int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
+                       const float *logits, int *tok, hp_error_t *err);
 
 /* One token chosen elsewhere (an accepted speculative draft, or the
  * token drawn at a rejection): the same stops and text as for a sampled
@@ -83,6 +88,10 @@ int hp_decoder_draft(const hp_decoder_t *d, int *draft);
 int hp_decoder_accept(hp_decoder_t *d, hp_sampler_t *sm, float *prob,
                       float *rows, int stride, const int *draft, int n,
                       int *keep, int *tok, hp_error_t *err);
+/* hp_decoder_accept's greedy rule from each row's argmax, best [n + 1]
+ * (hp_fwd_item_t.best), where the logits stay on the device. */
+int hp_decoder_accept_best(hp_decoder_t *d, const int *best, const int *draft,
+                           int n, int *keep, int *tok, hp_error_t *err);
 
 /* The text that is safe to show and not yet taken (*text, length). */
 size_t hp_decoder_ready(const hp_decoder_t *d, const char **text);

@@ -116,11 +116,15 @@ typedef struct {
     const int *ids; /* [T] tokens, continuing at seq->n_pos */
     int T;          /* 1, or with verify 1..the pool's max_step */
     int verify;     /* ids = [x0, drafts]: hp_forward_accept must follow */
-    /* out */
-    float *logits;  /* [T, vocab] in ws (the caller may overwrite them),
-                       valid until ws's next use */
-    int status;     /* HP_OK, or why this sequence did not run */
-    hp_error_t err; /* status != HP_OK: the message */
+    int argmax;     /* only each row's argmax is wanted (greedy sampling):
+                       on a device the logits then stay there */
+    /* out, host memory in ws, valid until ws's next use */
+    float *logits;   /* [T, vocab] (the caller may overwrite them); NULL
+                        with argmax where backend memory is not host memory */
+    const int *best; /* with argmax: [T], each row's argmax (hp_argmax's
+                        rule: lowest index among equals) */
+    int status;      /* HP_OK, or why this sequence did not run */
+    hp_error_t err;  /* status != HP_OK: the message */
 } hp_fwd_item_t;
 
 /*

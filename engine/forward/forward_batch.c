@@ -263,6 +263,40 @@ static void unverify(const hp_model_t *m, hp_fwd_item_t *it, const plan_t *p)
     }
 }
 
+/* The step's results where the host reads them: every row's argmax when
+ * an item wants only that (on a device its logits then stay there: a
+ * vocabulary of floats per row is the step's largest copy), the logits of
+ * the other items copied to host memory where backend memory is not. */
+static int take_logits(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
+                       const plan_t *p, const float *lg, hp_error_t *err)
+{
+    const size_t V = (size_t)m->cfg.vocab_size;
+    const int host = hp_backend_host_memory(m->be);
+    int any = 0;
+    int *best = hp_fwd_buf(ws, B_BEST, (size_t)p->rows);
+    float *hl =
+        host ? (float *)lg : hp_fwd_buf(ws, B_HOSTLOGITS, (size_t)p->rows * V);
+    if (!best || !hl)
+        return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
+    for (int k = 0; k < p->live; k++)
+        any |= it[p->order[k]].argmax;
+    if (any)
+        hp_backend_argmax(m->be, best, lg, p->rows, (int)V);
+    for (int k = 0; k < p->live; k++) {
+        hp_fwd_item_t *a = &it[p->order[k]];
+        size_t r0 = (size_t)p->row[p->order[k]];
+        a->best = a->argmax ? best + r0 : NULL;
+        a->logits = NULL;
+        if (a->argmax && !host)
+            continue;
+        if (!host)
+            hp_backend_download(m->be, hl + r0 * V, lg + r0 * V,
+                                (size_t)a->T * V * sizeof(float));
+        a->logits = hl + r0 * V;
+    }
+    return hp_backend_sync(m->be, err);
+}
+
 int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
                      hp_fwd_ws_t *ws, hp_error_t *err)
 {
@@ -344,11 +378,10 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
             a->seq->spec_T = a->T;
         }
         a->seq->n_pos = p.ctx[p.order[k]];
-        a->logits = lg + (size_t)p.row[p.order[k]] * V;
     }
     hp_backend_rmsnorm(m->be, y, x, m->final_norm, p.rows, H, c->rms_eps);
     hp_backend_linear(m->be, lg, y, &m->lm_head, p.rows);
-    return hp_backend_sync(m->be, err);
+    return take_logits(m, ws, it, &p, lg, err);
 }
 
 int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
@@ -361,8 +394,8 @@ int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         rc = it.status;
     }
     if (rc == HP_OK)
-        hp_backend_download(m->be, logits, it.logits,
-                            (size_t)T * m->cfg.vocab_size * sizeof(float));
+        memcpy(logits, it.logits,
+               (size_t)T * m->cfg.vocab_size * sizeof(float));
     return rc;
 }
 

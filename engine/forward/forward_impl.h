@@ -47,10 +47,13 @@ enum {
     B_SPECQKV,
     B_SPECCONV,
     B_LOGITS,
-    B_ITEMS,  /* host; hp_forward_batch: ints per item (order, rows, ctx) */
-    B_KVBUFS, /* host; hp_forward_batch: hp_kvbuf_t * per item */
-    B_DECODE, /* host; hp_forward_batch: K and V caches, context per item */
-    B_TCACC,  /* hp_forward: a transition run's product over the pieces */
+    B_ITEMS,      /* host; hp_forward_batch: ints per item (order, rows, ctx) */
+    B_KVBUFS,     /* host; hp_forward_batch: hp_kvbuf_t * per item */
+    B_DECODE,     /* host; hp_forward_batch: K and V caches, context per item */
+    B_TCACC,      /* hp_forward: a transition run's product over the pieces */
+    B_BEST,       /* host; hp_forward_batch: each row's argmax (ints) */
+    B_HOSTLOGITS, /* host; hp_forward_batch: logits rows the host reads,
+                     where backend memory is not host memory */
     B_COUNT
 };
 

@@ -405,11 +405,15 @@ static void resolve(hp_sched_t *s, req_t *r, hp_fwd_item_t *it)
         return;
     }
     if (!it->verify) {
-        rc = hp_decoder_next(&r->dec, &s->sm, it->logits, &r->feed, &err);
+        rc = hp_decoder_next_id(&r->dec, it->best ? it->best[0] : -1, &s->sm,
+                                it->logits, &r->feed, &err);
     } else {
-        rc = hp_decoder_accept(&r->dec, &s->sm, s->prob, it->logits,
-                               s->llm->model.cfg.vocab_size, r->ids + 1,
-                               it->T - 1, &keep, &r->feed, &err);
+        rc = it->best
+                 ? hp_decoder_accept_best(&r->dec, it->best, r->ids + 1,
+                                          it->T - 1, &keep, &r->feed, &err)
+                 : hp_decoder_accept(&r->dec, &s->sm, s->prob, it->logits,
+                                     s->llm->model.cfg.vocab_size, r->ids + 1,
+                                     it->T - 1, &keep, &r->feed, &err);
         if (rc == HP_OK)
             rc = hp_forward_accept(&s->llm->model, &r->seq, &s->ws, keep, &err);
     }
@@ -430,10 +434,13 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
         int k = n - i0 < per ? n - i0 : per;
         for (int i = 0; i < k; i++) {
             req_t *r = rs[i0 + i];
-            s->items[i] = (hp_fwd_item_t){.seq = &r->seq,
-                                          .ids = r->ids,
-                                          .T = r->n_ids,
-                                          .verify = r->n_ids > 1};
+            /* greedy: the device picks the token, no logits copied */
+            s->items[i] =
+                (hp_fwd_item_t){.seq = &r->seq,
+                                .ids = r->ids,
+                                .T = r->n_ids,
+                                .verify = r->n_ids > 1,
+                                .argmax = r->dec.sampling.temperature <= 0.0f};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
         s->passes++;

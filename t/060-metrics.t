@@ -233,7 +233,7 @@ my $want = sub {
             $m->{'hypic:num_requests_running{engine="g"}'} == $run
                 && $m->{'hypic:num_requests_waiting{engine="g"}'} == $wait
                 && $m->{'hypic:slots_free{engine="g"}'} == $free;
-        }, timeout => 20);
+        }, timeout => 60);
 };
 ok($want->(2, 1, 3), 'three streams: 2 running, 1 waiting, 3 slots free')
     or diag(join ' ', map { "$_=$m->{$_}" }

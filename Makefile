@@ -27,7 +27,8 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 NO_DEVICE ?=
 SANITIZE ?=
 
-PKGS     := libcjson hiredis libpcre2-8 libxxhash libutf8proc
+# python3-embed: the chat templates run in jinja2 (engine/tokenizer/chat.c)
+PKGS     := libcjson hiredis libpcre2-8 libxxhash libutf8proc python3-embed
 # OpenBLAS's OpenMP build: its GEMM threads are our OpenMP pool, so BLAS
 # calls and our own parallel loops never oversubscribe the cores (with
 # the pthread build, idle OpenMP workers spin against BLAS threads).

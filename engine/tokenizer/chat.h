@@ -28,9 +28,10 @@ typedef struct hp_chat hp_chat_t;
 
 /*
  * Loads DIR's template and special tokens (tokenizer_config.json),
- * starting the interpreter the first time. Errors: HP_EMODEL (a template
- * that does not compile, an unreadable tokenizer_config.json), HP_EUNAVAIL
- * (no Python or no jinja2).
+ * starting the interpreter the first time. Errors: HP_EMODEL (an
+ * unreadable tokenizer_config.json), HP_EUNAVAIL (no Python or no
+ * jinja2). A template that does not compile loads: as in transformers,
+ * the requests that use it fail with the syntax error.
  */
 int hp_chat_load(hp_chat_t **out, const char *dir, hp_error_t *err);
 

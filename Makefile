@@ -183,7 +183,8 @@ $(BUILD)/nginx/Makefile: config
 	    "$${NGX_CONF_FLAGS[@]}" --add-dynamic-module=$(CURDIR) \
 	    --builddir=$(CURDIR)/$(BUILD)/nginx > $(CURDIR)/$(BUILD)/nginx/configure.log
 $(MODULE): $(BUILD)/nginx/Makefile $(MODULE_SRCS) $(HEADERS) \
-           $(wildcard engine/contract/hp_seg*.c engine/contract/hp_ipc*.c)
+           $(wildcard engine/contract/hp_seg*.c engine/contract/hp_ipc*.c \
+                      engine/contract/hp_tool*.c)
 	$(MAKE) -f $(CURDIR)/$(BUILD)/nginx/Makefile -C $(NGX_SRC) modules \
 	    > $(BUILD)/nginx/make.log || { cat $(BUILD)/nginx/make.log; exit 1; }
 

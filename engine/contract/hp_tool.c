@@ -1,4 +1,7 @@
 /* hp_tool.c - tool calls in a model's output (hp_tool.h). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* memmem, also under nginx's flags */
+#endif
 #include "engine/contract/hp_tool.h"
 
 #include <stdlib.h>

@@ -5,8 +5,9 @@
  *
  * A hypic_pass request reads its body without blocking, checks the JSON,
  * hands the prompt (or, for chat, the body, which the engine renders with
- * the model's chat template) to the engine (ngx_http_hypic_engine.c). The engine's records come back through
- * ngx_http_hypic_deliver(): streamed as server-sent events
+ * the model's chat template) to the engine (ngx_http_hypic_engine.c).
+ * The engine's records come back through ngx_http_hypic_deliver():
+ * streamed as server-sent events
  * (ngx_http_hypic_sse.c), or gathered into one JSON answer.
  */
 

@@ -82,8 +82,8 @@ static int drain(hp_tool_scan_t *s, hp_tool_sink_fn sink, void *ud)
             continue;
         }
         const char *p = memmem(s->buf, s->len, HP_TOOL_OPEN, OPEN_LEN);
-        size_t end = p ? (size_t)(p - s->buf) : s->len - partial_open(s->buf,
-                                                                      s->len);
+        size_t end =
+            p ? (size_t)(p - s->buf) : s->len - partial_open(s->buf, s->len);
         size_t text = end;
         /* whitespace before a block is not content; it is held until
          * what follows it is known */
@@ -282,8 +282,8 @@ fail:
     return -1;
 }
 
-int hp_tool_parse(const char *body, size_t len, const cJSON *tools,
-                  char **name, char **arguments)
+int hp_tool_parse(const char *body, size_t len, const cJSON *tools, char **name,
+                  char **arguments)
 {
     const char *b = body, *end = body + len;
     *name = *arguments = NULL;

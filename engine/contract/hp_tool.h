@@ -61,7 +61,7 @@ void hp_tool_scan_free(hp_tool_scan_t *s);
  * as JSON). 0, or -1 when BODY is not a well-formed call (nothing
  * allocated).
  */
-int hp_tool_parse(const char *body, size_t len, const cJSON *tools,
-                  char **name, char **arguments);
+int hp_tool_parse(const char *body, size_t len, const cJSON *tools, char **name,
+                  char **arguments);
 
 #endif

@@ -16,10 +16,10 @@
 #include <stdint.h>
 
 #include "engine/contract/hp_error.h"
-#include "engine/tokenizer/chat.h"
 #include "engine/contract/hp_log.h"
 #include "engine/model/llm.h"
 #include "engine/serve/sched.h"
+#include "engine/tokenizer/chat.h"
 
 typedef struct {
     const char *socket_path; /* unix socket nginx connects to */

@@ -55,11 +55,10 @@ static int call_is(const char *body, const cJSON *tools, const char *name,
 {
     char *n, *a;
     int rc = hp_tool_parse(body, strlen(body), tools, &n, &a);
-    int good = name ? rc == 0 && !strcmp(n, name) && !strcmp(a, args)
-                    : rc == -1;
+    int good =
+        name ? rc == 0 && !strcmp(n, name) && !strcmp(a, args) : rc == -1;
     if (!good)
-        tap_diag("got rc %d name %s args %s", rc, rc ? "-" : n,
-                 rc ? "-" : a);
+        tap_diag("got rc %d name %s args %s", rc, rc ? "-" : n, rc ? "-" : a);
     if (rc == 0) {
         free(n);
         free(a);
@@ -133,7 +132,8 @@ int main(void)
        "XML: parameters typed by the schema");
     ok(call_is("<function=get_weather>\n<parameter=zip>\n01234\n</parameter>\n"
                "<parameter=opts>\n{\"h24\": true}\n</parameter>\n</function>",
-               tools, "get_weather", "{\"zip\":\"01234\",\"opts\":{\"h24\":true}}"),
+               tools, "get_weather",
+               "{\"zip\":\"01234\",\"opts\":{\"h24\":true}}"),
        "XML: a string stays a string, an object parses");
     ok(call_is("<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n"
                "</function>",
@@ -142,15 +142,15 @@ int main(void)
     ok(call_is("<function=other>\n<parameter=n>\n5\n</parameter>\n"
                "<parameter=text>\nline one\nline two\n</parameter>\n"
                "</function>",
-               tools, "other", "{\"n\":\"5\",\"text\":\"line one\\nline two\"}"),
+               tools, "other",
+               "{\"n\":\"5\",\"text\":\"line one\\nline two\"}"),
        "XML: without a schema values are text, newlines inside kept");
     ok(call_is("<function=f>\n</function>", NULL, "f", "{}"),
        "XML: no parameters");
     ok(call_is("<function=f>\n<parameter=a>\n1\n</parameter>\n", NULL, NULL,
                NULL),
        "XML: no </function>: malformed");
-    ok(call_is("<function=f>\n<parameter=a>\n1\n</function>", NULL, NULL,
-               NULL),
+    ok(call_is("<function=f>\n<parameter=a>\n1\n</function>", NULL, NULL, NULL),
        "XML: no </parameter>: malformed");
     ok(call_is("<function=>\n</function>", NULL, NULL, NULL),
        "XML: no name: malformed");

@@ -212,8 +212,8 @@ struct hp_chat {
 };
 
 static pthread_once_t py_once = PTHREAD_ONCE_INIT;
-static PyObject *py_glue;      /* the module, NULL if it failed */
-static char py_why[512] = "";  /* why it failed */
+static PyObject *py_glue;     /* the module, NULL if it failed */
+static char py_why[512] = ""; /* why it failed */
 
 /* The pending exception as one line into err (and cleared). */
 static int py_error(hp_error_t *err, int code, const char *what)
@@ -223,8 +223,7 @@ static int py_error(hp_error_t *err, int code, const char *what)
     PyErr_NormalizeException(&type, &value, &tb);
     PyObject *s = value ? PyObject_Str(value) : NULL;
     const char *msg = s ? PyUnicode_AsUTF8(s) : NULL;
-    const char *name =
-        type ? ((PyTypeObject *)type)->tp_name : "unknown error";
+    const char *name = type ? ((PyTypeObject *)type)->tp_name : "unknown error";
     hp_error_set(err, code, "%s: %s: %s", what, name, msg ? msg : "");
     PyErr_Clear();
     Py_XDECREF(s);
@@ -248,8 +247,7 @@ static void py_start(void)
         return;
     }
     PyObject *code = Py_CompileString(GLUE, "hypic_chat", Py_file_input);
-    PyObject *mod =
-        code ? PyImport_ExecCodeModule("hypic_chat", code) : NULL;
+    PyObject *mod = code ? PyImport_ExecCodeModule("hypic_chat", code) : NULL;
     Py_XDECREF(code);
     if (!mod) {
         hp_error_t e;
@@ -303,8 +301,8 @@ int hp_chat_render(hp_chat_t *c, const char *body, size_t len, char **out,
     *out = NULL;
     *out_len = 0;
     PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *r = PyObject_CallMethod(c->chat, "render", "s#", body,
-                                      (Py_ssize_t)len);
+    PyObject *r =
+        PyObject_CallMethod(c->chat, "render", "s#", body, (Py_ssize_t)len);
     PyObject *ok = r && PyTuple_Check(r) && PyTuple_Size(r) == 2
                        ? PyTuple_GetItem(r, 0)
                        : NULL;

@@ -1983,7 +1983,10 @@ ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
             *p++ = '"';
         }
 
-        p = ngx_cpymem(p, calls->data, calls->len);
+        if (calls->len) {
+            p = ngx_cpymem(p, calls->data, calls->len);
+        }
+
         *p++ = '}';
 
     } else {

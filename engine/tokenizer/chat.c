@@ -206,6 +206,14 @@ static const char GLUE[] =
     "        m = {'thinking': said, **m, 'reasoning_content': said}\n"
     "    return m\n";
 
+/* Under LeakSanitizer: the interpreter is never finalized (a process
+ * renders until it exits), so what it holds at exit is not a leak. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+    return "leak:libpython3\nleak:libcrypto.so\n"; /* its hashlib */
+}
+
 struct hp_chat {
     PyObject *chat; /* a hypic_chat.Chat */
     char origin[64];

@@ -27,7 +27,8 @@ NVCC     ?= $(shell command -v nvcc 2>/dev/null)
 NO_DEVICE ?=
 SANITIZE ?=
 
-PKGS     := libcjson hiredis libpcre2-8 libxxhash libutf8proc
+# python3-embed: the chat templates run in jinja2 (engine/tokenizer/chat.c)
+PKGS     := libcjson hiredis libpcre2-8 libxxhash libutf8proc python3-embed
 # OpenBLAS's OpenMP build: its GEMM threads are our OpenMP pool, so BLAS
 # calls and our own parallel loops never oversubscribe the cores (with
 # the pthread build, idle OpenMP workers spin against BLAS threads).
@@ -182,7 +183,8 @@ $(BUILD)/nginx/Makefile: config
 	    "$${NGX_CONF_FLAGS[@]}" --add-dynamic-module=$(CURDIR) \
 	    --builddir=$(CURDIR)/$(BUILD)/nginx > $(CURDIR)/$(BUILD)/nginx/configure.log
 $(MODULE): $(BUILD)/nginx/Makefile $(MODULE_SRCS) $(HEADERS) \
-           $(wildcard engine/contract/hp_seg*.c engine/contract/hp_ipc*.c)
+           $(wildcard engine/contract/hp_seg*.c engine/contract/hp_ipc*.c \
+                      engine/contract/hp_tool*.c)
 	$(MAKE) -f $(CURDIR)/$(BUILD)/nginx/Makefile -C $(NGX_SRC) modules \
 	    > $(BUILD)/nginx/make.log || { cat $(BUILD)/nginx/make.log; exit 1; }
 

@@ -4,9 +4,10 @@
  * and the log phase counter.
  *
  * A hypic_pass request reads its body without blocking, checks the JSON,
- * renders the prompt (chat messages in ChatML) and hands it to the engine
- * (ngx_http_hypic_engine.c). The engine's records come back through
- * ngx_http_hypic_deliver(): streamed as server-sent events
+ * hands the prompt (or, for chat, the body, which the engine renders with
+ * the model's chat template) to the engine (ngx_http_hypic_engine.c).
+ * The engine's records come back through ngx_http_hypic_deliver():
+ * streamed as server-sent events
  * (ngx_http_hypic_sse.c), or gathered into one JSON answer.
  */
 
@@ -24,25 +25,11 @@
 #include "ngx_http_hypic_metrics.h"
 #include "ngx_http_hypic_redis.h"
 #include "ngx_http_hypic_sse.h"
+#include "ngx_http_hypic_tools.h"
 
-
-#define NGX_HTTP_HYPIC_CHATML_START      "<|im_start|>"
-#define NGX_HTTP_HYPIC_CHATML_END        "<|im_end|>\n"
-#define NGX_HTTP_HYPIC_CHATML_ASSISTANT  "<|im_start|>assistant\n"
 
 /* OpenAI's default for the legacy completions endpoint */
 #define NGX_HTTP_HYPIC_COMPLETION_TOKENS  16
-
-
-/* why a request was refused, filled by the checks */
-
-typedef struct {
-    ngx_uint_t                  status;
-    const char                 *code;
-    const char                 *param;
-    u_char                     *last;
-    u_char                      msg[NGX_MAX_ERROR_STR];
-} ngx_http_hypic_bad_t;
 
 
 static ngx_uint_t ngx_http_hypic_endpoint(ngx_str_t *uri);
@@ -80,18 +67,12 @@ static ngx_int_t ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_prompt_chat(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
-static ngx_str_t *ngx_http_hypic_chat_role(cJSON *message);
 static double ngx_http_hypic_number(cJSON *json, const char *name,
     double dflt);
 static ngx_int_t ngx_http_hypic_head(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_loc_conf_t *hlcf);
-static ngx_int_t ngx_http_hypic_append(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, u_char *data, size_t len);
 static ngx_int_t ngx_http_hypic_respond(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
-static ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad,
-    ngx_uint_t status, const char *param, const char *code,
-    const char *fmt, ...);
 static ngx_uint_t ngx_http_hypic_eval_mode(ngx_http_request_t *r,
     ngx_http_hypic_loc_conf_t *hlcf);
 static ngx_int_t ngx_http_hypic_route(ngx_http_request_t *r,
@@ -358,6 +339,14 @@ ngx_http_hypic_process(ngx_http_request_t *r)
         rc = (ctx->endpoint == NGX_HTTP_HYPIC_CHAT)
              ? ngx_http_hypic_check_chat(json, &bad)
              : ngx_http_hypic_check_completion(json, &bad);
+    }
+
+    if (rc == NGX_OK && ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+        rc = ngx_http_hypic_tools_check(json, &bad);
+
+        /* the engine renders the body with the model's chat template */
+
+        ctx->prompt = body;
     }
 
     if (rc == NGX_OK) {
@@ -1391,138 +1380,93 @@ ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
 
 
 /*
- * ChatML, as the Qwen chat templates write it:
- *
- *   <|im_start|>ROLE\nCONTENT<|im_end|>\n ... <|im_start|>assistant\n
- *
- * Content parts are concatenated text; other kinds of parts are refused.
+ * A chat request goes to the engine as its body (ctx->prompt): the
+ * engine renders it with the model's chat template. Kept here: the text
+ * content parts only (others are refused), the texts that can hold
+ * segments (for the Redis lookup), and what the answer's tool calls need.
  */
 
 static ngx_int_t
 ngx_http_hypic_prompt_chat(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     cJSON *json, ngx_http_hypic_bad_t *bad)
 {
-    cJSON       *messages, *message, *content, *part, *type, *text;
-    u_char      *p;
-    size_t       len;
-    ngx_str_t   *role;
-    ngx_uint_t   i, pass;
+    cJSON       *message, *content, *part, *type, *text;
+    ngx_str_t   *s;
+    ngx_uint_t   i;
 
-    messages = cJSON_GetObjectItemCaseSensitive(json, "messages");
+    ctx->req.flags |= HP_IPC_FLAG_CHAT;
 
-    p = NULL;
-    len = sizeof(NGX_HTTP_HYPIC_CHATML_ASSISTANT) - 1;
+    /* a byte order mark is not JSON to the engine's parser */
 
-    /* pass 0 checks and measures, pass 1 writes */
+    if (ctx->prompt.len >= 3
+        && ngx_strncmp(ctx->prompt.data, "\xef\xbb\xbf", 3) == 0)
+    {
+        ctx->prompt.data += 3;
+        ctx->prompt.len -= 3;
+    }
 
-    for (pass = 0; pass < 2; pass++) {
+    ctx->contents = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
+    if (ctx->contents == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-        if (pass == 1) {
-            p = ngx_pnalloc(r->pool, len + 1);
-            if (p == NULL) {
+    i = 0;
+
+    cJSON_ArrayForEach(message,
+                       cJSON_GetObjectItemCaseSensitive(json, "messages"))
+    {
+        content = cJSON_GetObjectItemCaseSensitive(message, "content");
+        part = cJSON_IsArray(content) ? content->child : content;
+
+        for ( /* void */ ; part; part = cJSON_IsArray(content) ? part->next
+                                                              : NULL)
+        {
+            text = part;
+
+            if (cJSON_IsArray(content)) {
+                type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                text = cJSON_GetObjectItemCaseSensitive(part, "text");
+
+                if (!cJSON_IsString(type)
+                    || ngx_strcmp(type->valuestring, "text") != 0
+                    || !cJSON_IsString(text))
+                {
+                    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                              "messages", NULL,
+                                              "'messages[%ui].content' "
+                                              "parts must be "
+                                              "{\"type\": \"text\", "
+                                              "\"text\": ...}: only "
+                                              "text is supported", i);
+                }
+            }
+
+            if (!cJSON_IsString(text)) {
+                continue;
+            }
+
+            s = ngx_array_push(ctx->contents);
+            if (s == NULL) {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }
 
-            ctx->prompt.data = p;
+            s->len = ngx_strlen(text->valuestring);
+            s->data = ngx_pnalloc(r->pool, s->len);
+            if (s->data == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            ngx_memcpy(s->data, text->valuestring, s->len);
         }
 
-        i = 0;
-
-        cJSON_ArrayForEach(message, messages) {
-            role = ngx_http_hypic_chat_role(message);
-            content = cJSON_GetObjectItemCaseSensitive(message, "content");
-
-            if (pass == 0) {
-                len += sizeof(NGX_HTTP_HYPIC_CHATML_START) - 1 + role->len
-                       + 1 + sizeof(NGX_HTTP_HYPIC_CHATML_END) - 1;
-
-            } else {
-                p = ngx_cpymem(p, NGX_HTTP_HYPIC_CHATML_START,
-                               sizeof(NGX_HTTP_HYPIC_CHATML_START) - 1);
-                p = ngx_cpymem(p, role->data, role->len);
-                *p++ = '\n';
-            }
-
-            if (cJSON_IsString(content)) {
-                if (pass == 0) {
-                    len += ngx_strlen(content->valuestring);
-
-                } else {
-                    p = ngx_cpymem(p, content->valuestring,
-                                   ngx_strlen(content->valuestring));
-                }
-            }
-
-            if (cJSON_IsArray(content)) {
-
-                cJSON_ArrayForEach(part, content) {
-                    type = cJSON_GetObjectItemCaseSensitive(part, "type");
-                    text = cJSON_GetObjectItemCaseSensitive(part, "text");
-
-                    if (!cJSON_IsString(type)
-                        || ngx_strcmp(type->valuestring, "text") != 0
-                        || !cJSON_IsString(text))
-                    {
-                        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
-                                                  "messages", NULL,
-                                                  "'messages[%ui].content' "
-                                                  "parts must be "
-                                                  "{\"type\": \"text\", "
-                                                  "\"text\": ...}: only "
-                                                  "text is supported", i);
-                    }
-
-                    if (pass == 0) {
-                        len += ngx_strlen(text->valuestring);
-
-                    } else {
-                        p = ngx_cpymem(p, text->valuestring,
-                                       ngx_strlen(text->valuestring));
-                    }
-                }
-            }
-
-            if (pass == 1) {
-                p = ngx_cpymem(p, NGX_HTTP_HYPIC_CHATML_END,
-                               sizeof(NGX_HTTP_HYPIC_CHATML_END) - 1);
-            }
-
-            i++;
-        }
+        i++;
     }
 
-    p = ngx_cpymem(p, NGX_HTTP_HYPIC_CHATML_ASSISTANT,
-                   sizeof(NGX_HTTP_HYPIC_CHATML_ASSISTANT) - 1);
-
-    ctx->prompt.len = p - ctx->prompt.data;
+    if (ngx_http_hypic_tools_setup(r, ctx, json) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
     return NGX_OK;
-}
-
-
-/* the ChatML role of a checked message: "developer" is "system" there */
-
-static ngx_str_t *
-ngx_http_hypic_chat_role(cJSON *message)
-{
-    cJSON       *role;
-    ngx_uint_t   k;
-
-    role = cJSON_GetObjectItemCaseSensitive(message, "role");
-
-    if (ngx_strcmp(role->valuestring, "developer") == 0) {
-        return &ngx_http_hypic_roles[0];
-    }
-
-    for (k = 0; ngx_http_hypic_roles[k].len; k++) {
-        if (ngx_strcmp(role->valuestring, ngx_http_hypic_roles[k].data)
-            == 0)
-        {
-            return &ngx_http_hypic_roles[k];
-        }
-    }
-
-    return &ngx_http_hypic_roles[0];
 }
 
 
@@ -1598,8 +1542,7 @@ ngx_http_hypic_head(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 }
 
 
-
-static ngx_int_t
+ngx_int_t
 ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
     const char *param, const char *code, const char *fmt, ...)
 {
@@ -1749,8 +1692,9 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
             ngx_http_hypic_first_token(r, ctx);
         }
 
-        rc = ctx->stream ? ngx_http_hypic_sse_text(r, ctx, data, len)
-                         : ngx_http_hypic_append(r, ctx, data, len);
+        rc = ctx->tools ? ngx_http_hypic_tools_text(r, ctx, data, len)
+             : ctx->stream ? ngx_http_hypic_sse_text(r, ctx, data, len)
+             : ngx_http_hypic_append(r, ctx, data, len);
 
         if (rc == NGX_ERROR) {
             ngx_http_hypic_engine_detach(ctx);
@@ -1801,7 +1745,11 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
         }
 
         if (!ctx->stream) {
-            ngx_http_finalize_request(r, ngx_http_hypic_respond(r, ctx));
+            rc = ngx_http_hypic_tools_end(r, ctx);
+
+            ngx_http_finalize_request(r, rc == NGX_OK
+                                         ? ngx_http_hypic_respond(r, ctx)
+                                         : NGX_HTTP_INTERNAL_SERVER_ERROR);
             return NGX_DONE;
         }
 
@@ -1819,7 +1767,11 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
             }
         }
 
-        ngx_http_finalize_request(r, ngx_http_hypic_sse_finish(r, ctx));
+        rc = ngx_http_hypic_tools_end(r, ctx);
+
+        ngx_http_finalize_request(r, rc == NGX_OK
+                                     ? ngx_http_hypic_sse_finish(r, ctx)
+                                     : NGX_ERROR);
         return NGX_DONE;
     }
 
@@ -1945,7 +1897,7 @@ ngx_http_hypic_first_token(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
 /* text for a non-streamed answer, gathered in the request pool */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_hypic_append(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     u_char *data, size_t len)
 {
@@ -1992,16 +1944,17 @@ ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 {
     u_char     *p;
     size_t      len;
-    ngx_str_t   body, *finish;
+    ngx_str_t   body, *finish, *calls;
 
-    finish = ngx_http_hypic_finish_reason(&ctx->final);
+    finish = ngx_http_hypic_tools_finish(ctx);
+    calls = ngx_http_hypic_tools_calls(ctx);
 
     len = ctx->head.len
           + sizeof("\"choices\":[{\"index\":0,\"message\":{\"role\":"
-                   "\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+                   "\"assistant\",\"content\":null},\"logprobs\":null,"
                    "\"finish_reason\":\"\"}],}") - 1
           + ngx_http_hypic_json_escape_len(ctx->text, ctx->text_len)
-          + finish->len + NGX_HTTP_HYPIC_USAGE_LEN;
+          + calls->len + finish->len + NGX_HTTP_HYPIC_USAGE_LEN;
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -2015,11 +1968,26 @@ ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                    sizeof("\"choices\":[{\"index\":0,") - 1);
 
     if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
-        p = ngx_cpymem(p, "\"message\":{\"role\":\"assistant\",\"content\":\"",
+        p = ngx_cpymem(p, "\"message\":{\"role\":\"assistant\",\"content\":",
                        sizeof("\"message\":{\"role\":\"assistant\","
-                              "\"content\":\"") - 1);
-        p = ngx_http_hypic_json_escape(p, ctx->text, ctx->text_len);
-        p = ngx_cpymem(p, "\"}", 2);
+                              "\"content\":") - 1);
+
+        /* only calls: content null, as OpenAI answers */
+
+        if (calls->len && ctx->text_len == 0) {
+            p = ngx_cpymem(p, "null", 4);
+
+        } else {
+            *p++ = '"';
+            p = ngx_http_hypic_json_escape(p, ctx->text, ctx->text_len);
+            *p++ = '"';
+        }
+
+        if (calls->len) {
+            p = ngx_cpymem(p, calls->data, calls->len);
+        }
+
+        *p++ = '}';
 
     } else {
         p = ngx_cpymem(p, "\"text\":\"", sizeof("\"text\":\"") - 1);

@@ -15,6 +15,23 @@
 #include "ngx_http_hypic_module.h"
 
 
+/* why a request was refused, filled by the checks */
+typedef struct {
+    ngx_uint_t                  status;
+    const char                 *code;
+    const char                 *param;
+    u_char                     *last;
+    u_char                      msg[NGX_MAX_ERROR_STR];
+} ngx_http_hypic_bad_t;
+
+/* Fills bad (a 400-like refusal naming param); returns NGX_ERROR. */
+ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
+    const char *param, const char *code, const char *fmt, ...);
+
+/* Text of a non-streamed answer, gathered in the request pool. */
+ngx_int_t ngx_http_hypic_append(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, u_char *data, size_t len);
+
 /* hypic_pass: the OpenAI API (completions, chat completions, models) */
 ngx_int_t ngx_http_hypic_pass_handler(ngx_http_request_t *r);
 

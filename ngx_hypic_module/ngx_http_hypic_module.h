@@ -118,7 +118,9 @@ typedef struct {
     unsigned                    stream:1;
     unsigned                    include_usage:1;
     hp_ipc_request_t            req;
-    ngx_str_t                   prompt;
+    ngx_str_t                   prompt;       /* chat: the body */
+    ngx_array_t                *contents;     /* chat: message texts */
+    void                       *tools;        /* ngx_http_hypic_tools.c */
     ngx_str_t                   id;           /* "cmpl-..." */
     ngx_str_t                   model;        /* model id, JSON-escaped */
     time_t                      created;

@@ -97,6 +97,9 @@ static void ngx_http_hypic_redis_del_write(void *data);
 static void ngx_http_hypic_redis_cleanup(void *data);
 static ngx_int_t ngx_http_hypic_redis_segments(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_identity_t *id);
+static ngx_int_t ngx_http_hypic_redis_keys(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_identity_t *id,
+    ngx_str_t *text, ngx_uint_t pic_only);
 static void ngx_http_hypic_redis_reply(redisAsyncContext *ac, void *reply,
     void *privdata);
 static void ngx_http_hypic_redis_holders(ngx_http_request_t *r,
@@ -634,67 +637,36 @@ ngx_http_hypic_redis_lookup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 /*
  * The cacheable segments of the prompt (the leading one and the PIC
  * ones, not empty; the question never is) as index keys, each with its
- * size in bytes: the weight of a hit.
+ * size in bytes: the weight of a hit. A chat prompt is rendered by the
+ * engine, so only what the template copies as it is can be named here:
+ * the PIC segments inside one message's text.
  */
 
 static ngx_int_t
 ngx_http_hypic_redis_segments(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_identity_t *id)
 {
-    char                        hex[HP_SEG_ID_HEX_LEN + 1];
-    u_char                     *p, *last, *key;
-    size_t                      klen;
-    uint8_t                     seg_id[16];
-    hp_seg_t                   *segs;
-    ngx_int_t                   n, i;
-    ngx_str_t                  *sep;
-    ngx_uint_t                  k;
-    ngx_http_hypic_loc_conf_t  *hlcf;
+    ngx_str_t                  *texts, one;
+    ngx_uint_t                  i, n_texts, chat;
 
-    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+    chat = (ctx->contents != NULL);
 
-    sep = &hlcf->separator;
+    if (chat) {
+        texts = ctx->contents->elts;
+        n_texts = ctx->contents->nelts;
 
-    /* the number of segments first, so the array is just big enough */
-
-    n = 1;
-    p = ctx->prompt.data;
-    last = p + ctx->prompt.len;
-
-    while ((size_t) (last - p) >= sep->len) {
-        p = memmem(p, last - p, sep->data, sep->len);
-        if (p == NULL) {
-            break;
-        }
-
-        n++;
-        p += sep->len;
+    } else {
+        one = ctx->prompt;
+        texts = &one;
+        n_texts = 1;
     }
 
     ctx->n_segs = 0;
 
-    if (n == 1) {
-        return NGX_OK;
-    }
-
-    segs = ngx_palloc(r->pool, n * sizeof(hp_seg_t));
-    if (segs == NULL) {
-        return NGX_ERROR;
-    }
-
-    n = hp_seg_split(segs, (int) n, (const char *) ctx->prompt.data,
-                     ctx->prompt.len, (const char *) sep->data, sep->len);
-
-    if (n < 0) {
-        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
-                      "hypic: segments miscounted");
-        return NGX_ERROR;
-    }
-
-    n = ngx_min(n, NGX_HTTP_HYPIC_MAX_SEGS);
-
-    ctx->seg_keys = ngx_palloc(r->pool, n * sizeof(ngx_str_t));
-    ctx->seg_bytes = ngx_palloc(r->pool, n * sizeof(uint64_t));
+    ctx->seg_keys = ngx_palloc(r->pool,
+                               NGX_HTTP_HYPIC_MAX_SEGS * sizeof(ngx_str_t));
+    ctx->seg_bytes = ngx_palloc(r->pool,
+                                NGX_HTTP_HYPIC_MAX_SEGS * sizeof(uint64_t));
 
     if (ctx->seg_keys == NULL || ctx->seg_bytes == NULL) {
         return NGX_ERROR;
@@ -716,12 +688,84 @@ ngx_http_hypic_redis_segments(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
+    for (i = 0; i < n_texts; i++) {
+        if (ngx_http_hypic_redis_keys(r, ctx, id, &texts[i], chat)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+    }
+
+    if (ngx_array_init(&ctx->nodes, r->pool, 4,
+                       sizeof(ngx_http_hypic_node_t))
+        != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the keys of one text's segments (only its PIC ones: pic_only) */
+
+static ngx_int_t
+ngx_http_hypic_redis_keys(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    ngx_http_hypic_identity_t *id, ngx_str_t *text, ngx_uint_t pic_only)
+{
+    char                        hex[HP_SEG_ID_HEX_LEN + 1];
+    u_char                     *p, *last, *key;
+    size_t                      klen;
+    uint8_t                     seg_id[16];
+    hp_seg_t                   *segs;
+    ngx_int_t                   n, i;
+    ngx_str_t                  *sep;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    sep = &hlcf->separator;
+
+    /* the number of segments first, so the array is just big enough */
+
+    n = 1;
+    p = text->data;
+    last = p + text->len;
+
+    while ((size_t) (last - p) >= sep->len) {
+        p = memmem(p, last - p, sep->data, sep->len);
+        if (p == NULL) {
+            break;
+        }
+
+        n++;
+        p += sep->len;
+    }
+
+    if (n == 1) {
+        return NGX_OK;
+    }
+
+    segs = ngx_palloc(r->pool, n * sizeof(hp_seg_t));
+    if (segs == NULL) {
+        return NGX_ERROR;
+    }
+
+    n = hp_seg_split(segs, (int) n, (const char *) text->data, text->len,
+                     (const char *) sep->data, sep->len);
+
+    if (n < 0) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "hypic: segments miscounted");
+        return NGX_ERROR;
+    }
+
     klen = ctx->model_key.len + sizeof("seg:") - 1 + HP_SEG_ID_HEX_LEN;
 
-    k = 0;
-
-    for (i = 0; i < n; i++) {
-        if (segs[i].role == HP_SEG_QUERY || segs[i].len == 0) {
+    for (i = 0; i < n && ctx->n_segs < NGX_HTTP_HYPIC_MAX_SEGS; i++) {
+        if (segs[i].role == HP_SEG_QUERY || segs[i].len == 0
+            || (pic_only && segs[i].role != HP_SEG_PIC))
+        {
             continue;
         }
 
@@ -736,19 +780,10 @@ ngx_http_hypic_redis_segments(ngx_http_request_t *r,
 
         ngx_sprintf(key, "%Vseg:%s", &ctx->model_key, hex);
 
-        ctx->seg_keys[k].data = key;
-        ctx->seg_keys[k].len = klen;
-        ctx->seg_bytes[k] = segs[i].len;
-        k++;
-    }
-
-    ctx->n_segs = k;
-
-    if (ngx_array_init(&ctx->nodes, r->pool, 4,
-                       sizeof(ngx_http_hypic_node_t))
-        != NGX_OK)
-    {
-        return NGX_ERROR;
+        ctx->seg_keys[ctx->n_segs].data = key;
+        ctx->seg_keys[ctx->n_segs].len = klen;
+        ctx->seg_bytes[ctx->n_segs] = segs[i].len;
+        ctx->n_segs++;
     }
 
     return NGX_OK;

@@ -12,6 +12,7 @@
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_json.h"
 #include "ngx_http_hypic_sse.h"
+#include "ngx_http_hypic_tools.h"
 
 
 static ngx_int_t ngx_http_hypic_sse_chunk(ngx_http_request_t *r,
@@ -116,6 +117,14 @@ ngx_http_hypic_sse_text(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
 
 ngx_int_t
+ngx_http_hypic_sse_delta(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    ngx_str_t *delta)
+{
+    return ngx_http_hypic_sse_chunk(r, ctx, delta, NULL, 0, NULL);
+}
+
+
+ngx_int_t
 ngx_http_hypic_sse_finish(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 {
     u_char       *p;
@@ -131,7 +140,7 @@ ngx_http_hypic_sse_finish(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                                   ctx->endpoint == NGX_HTTP_HYPIC_CHAT
                                   ? &empty : NULL,
                                   NULL, 0,
-                                  ngx_http_hypic_finish_reason(&ctx->final));
+                                  ngx_http_hypic_tools_finish(ctx));
 
     if (rc == NGX_ERROR) {
         return rc;

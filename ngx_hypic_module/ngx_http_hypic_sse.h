@@ -44,6 +44,10 @@ ngx_int_t ngx_http_hypic_sse_start(ngx_http_request_t *r,
 ngx_int_t ngx_http_hypic_sse_text(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, u_char *text, size_t len);
 
+/* One chunk whose delta is the JSON object delta (chat). */
+ngx_int_t ngx_http_hypic_sse_delta(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_str_t *delta);
+
 /* The chunk with finish_reason, the usage chunk if the client asked for
  * it (stream_options.include_usage), data: [DONE] and the end. */
 ngx_int_t ngx_http_hypic_sse_finish(ngx_http_request_t *r,

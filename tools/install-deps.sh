@@ -6,6 +6,8 @@
 # clang, libclang-rt-dev (libclang_rt.fuzzer, the sanitizers) and
 # libomp-dev (clang's OpenMP) build the fuzz/ targets that t/099 runs;
 # the meta packages keep the three on Debian's one clang version.
+# libpython3-dev and python3-jinja2: the engine renders chat templates with
+# jinja2 in an embedded Python (engine/tokenizer/chat.c).
 set -euo pipefail
 
 pkgs=(
@@ -16,6 +18,7 @@ pkgs=(
     libtest-base-perl
     iproute2
     clang libclang-rt-dev libomp-dev
+    libpython3-dev python3-jinja2
 )
 
 missing=()

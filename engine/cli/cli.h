@@ -7,5 +7,6 @@ int hp_cmd_generate(int argc, char **argv);
 int hp_cmd_logits(int argc, char **argv);
 int hp_cmd_state(int argc, char **argv);
 int hp_cmd_serve(int argc, char **argv);
+int hp_cmd_chat(int argc, char **argv);
 
 #endif

@@ -34,6 +34,7 @@
 #include "engine/serve/ipc_server.h"
 #include "engine/serve/prefill_pool.h"
 #include "engine/serve/sched.h"
+#include "engine/tokenizer/chat.h"
 
 /* How long a stop waits for Redis to confirm the node left the index
  * (a drained stop, one at once), and for nginx to collect the error
@@ -342,6 +343,7 @@ int hp_cmd_serve(int argc, char **argv)
     serve_t sv = {.argc = argc, .argv = argv};
     hp_serve_cfg_t *c = &sv.cfg;
     hp_llm_t llm;
+    hp_chat_t *chat = NULL;
     const hp_backend_t *be = NULL; /* where the model runs (--device) */
     hp_error_t err = {0};
     char shm[HP_IPC_NAME_BYTES], model_id[HP_IPC_MODEL_BYTES], msg[600];
@@ -429,6 +431,12 @@ int hp_cmd_serve(int argc, char **argv)
           dir, hp_backend_name(be), llm.model.cfg.n_layers,
           llm.model.cfg.hidden, wb[HK_W_F32] >> 20, wb[HK_W_BF16] >> 20,
           wb[HK_W_I8] >> 20);
+    if (hp_chat_load(&chat, dir, &err) != HP_OK) {
+        fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
+        rc = 1;
+        goto free_llm;
+    }
+    logf_(&sv.log, HP_LOG_INFO, "chat template: %s", hp_chat_origin(chat));
     take_signals(&wait_mask);
 
     cache.pub = hp_pool_create((size_t)c->num[HP_SO_PUBLIC_POOL], &err);
@@ -510,6 +518,7 @@ int hp_cmd_serve(int argc, char **argv)
         .log_ud = &sv.log,
         .fingerprint = llm.model.fingerprint,
         .wait_mask = &wait_mask,
+        .chat = chat,
     };
     sv.started_chunkwise = 1; /* the scheduler always has its pool */
     hp_sched_cfg_t scfg = {
@@ -577,6 +586,7 @@ free_llm:
     hp_index_stop(index);
     hp_pool_destroy(cache.pub);
     hp_prefix_cache_destroy(cache.prefix);
+    hp_chat_free(chat);
     hp_llm_free(&llm);
     if (rc == 0)
         log_line(&sv.log, HP_LOG_INFO, "exit 0");

@@ -19,6 +19,7 @@ static const struct {
     {"logits", hp_cmd_logits, "write last (or all) logits as safetensors"},
     {"state", hp_cmd_state, "write the states after prefill as safetensors"},
     {"serve", hp_cmd_serve, "run the engine service"},
+    {"chat", hp_cmd_chat, "the prompt the chat template makes of a request"},
 };
 
 /*

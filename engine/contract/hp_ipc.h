@@ -69,7 +69,7 @@
 #include <stdint.h>
 
 #define HP_IPC_MAGIC   0x43495048u /* "HPIC" little-endian */
-#define HP_IPC_VERSION 4u
+#define HP_IPC_VERSION 5u
 
 #define HP_IPC_MAX_STOP    4  /* stop strings per request (OpenAI's 4) */
 #define HP_IPC_STOP_BYTES  64 /* each, at most */
@@ -143,6 +143,10 @@ enum { HP_IPC_HEALTH_OK = 1, HP_IPC_HEALTH_DRAINING = 2 };
 enum { HP_IPC_POOL_PUBLIC = 0, HP_IPC_POOL_PRIVATE = 1, HP_IPC_POOLS = 2 };
 
 #define HP_IPC_FLAG_IGNORE_EOS 1u
+/* The input area holds the OpenAI chat request body (JSON), not a
+ * prompt: the engine renders it with the model's chat template, then
+ * splits the prompt on the separator as any other (version 5). */
+#define HP_IPC_FLAG_CHAT 2u
 
 /* slot->word: claim sequence (32) | owner connection id (24) | state (8) */
 #define HP_IPC_WORD(seq, owner, state)                                         \
@@ -159,7 +163,8 @@ typedef struct {
     uint32_t endpoint;        /* HP_IPC_EP_* (informational) */
     uint32_t mode;            /* HP_IPC_MODE_* asked for */
     uint32_t max_tokens;      /* 0: prefill only (warm-up) */
-    uint32_t prompt_len;      /* bytes of prompt text in the input area */
+    uint32_t prompt_len;      /* bytes in the input area (prompt, or
+                                 the chat body: HP_IPC_FLAG_CHAT) */
     float temperature;        /* 0: greedy */
     float top_p;              /* 1: off */
     int32_t top_k;            /* 0: off */

@@ -628,9 +628,24 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
         refuse(s, j, HP_EBADINPUT, "malformed request in shared memory");
         return;
     }
+    /* a chat request becomes its prompt here, off nginx's event loop,
+     * in the thread that tokenizes it next */
+    char *text = NULL;
+    size_t text_len = 0;
+    if (rq.flags & HP_IPC_FLAG_CHAT) {
+        if (!s->cfg.chat) {
+            refuse(s, j, HP_EUNAVAIL, "this engine renders no chat template");
+            return;
+        }
+        if (hp_chat_render(s->cfg.chat, hp_ipc_input(s->h, sl), rq.prompt_len,
+                           &text, &text_len, &err) != HP_OK) {
+            refuse(s, j, err.code, err.msg);
+            return;
+        }
+    }
     hp_sched_req_t req = {
-        .prompt = hp_ipc_input(s->h, sl),
-        .prompt_len = rq.prompt_len,
+        .prompt = text ? text : hp_ipc_input(s->h, sl),
+        .prompt_len = text ? text_len : rq.prompt_len,
         .mode = (int)rq.mode,
         .seam = rq.seam <= 256 ? (int)rq.seam : s->seam,
         .decode = (int)rq.decode, /* same numbers (asserted above) */
@@ -657,7 +672,9 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
     sep[rq.sep_len] = '\0';
     req.separator = sep;
 
-    if (hp_sched_submit(s->sched, &req, &err) != HP_OK)
+    int rc = hp_sched_submit(s->sched, &req, &err);
+    free(text);
+    if (rc != HP_OK)
         refuse(s, j, err.code, err.msg);
 }
 

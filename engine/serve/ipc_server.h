@@ -19,6 +19,7 @@
 #include "engine/contract/hp_log.h"
 #include "engine/model/llm.h"
 #include "engine/serve/sched.h"
+#include "engine/tokenizer/chat.h"
 
 typedef struct {
     const char *socket_path; /* unix socket nginx connects to */
@@ -37,6 +38,9 @@ typedef struct {
      * serve blocks its signals everywhere but here, so that a signal
      * never lands between the loop's look at its flags and the wait */
     const sigset_t *wait_mask;
+    /* the model's chat template: chat requests (HP_IPC_FLAG_CHAT) are
+     * rendered with it when taken; NULL refuses them */
+    hp_chat_t *chat;
 } hp_ipc_server_cfg_t;
 
 typedef struct hp_ipc_server hp_ipc_server_t;

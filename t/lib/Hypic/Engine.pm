@@ -276,8 +276,8 @@ sub json_body {
     return JSON::PP->new->canonical->encode(\%f);
 }
 
-# Messages (role, content pairs) as the module renders a chat request
-# for the engine: ChatML, open for the assistant's turn.
+# Messages (role, content pairs) as the test models' chat template
+# renders a chat request: ChatML, open for the assistant's turn.
 sub chatml {
     my $p = '';
     while (my ($role, $content) = splice @_, 0, 2) {

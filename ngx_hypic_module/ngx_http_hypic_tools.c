@@ -1,0 +1,646 @@
+
+/*
+ * HYPIC serve: tools in chat completions (see ngx_http_hypic_tools.h).
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <cJSON.h>
+
+#include "engine/contract/hp_tool.h"
+
+#include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_handler.h"
+#include "ngx_http_hypic_json.h"
+#include "ngx_http_hypic_sse.h"
+#include "ngx_http_hypic_tools.h"
+
+
+/* what an answer scanned for calls keeps (ctx->tools) */
+
+typedef struct {
+    hp_tool_scan_t              scan;
+    cJSON                      *tools;      /* the request's, for types */
+    ngx_uint_t                  n_calls;
+    unsigned                    parallel:1;
+    ngx_str_t                   calls;      /* ,"tool_calls":[...] */
+    size_t                      calls_cap;
+} ngx_http_hypic_tools_t;
+
+
+static ngx_int_t ngx_http_hypic_tools_check_list(cJSON *tools,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_tools_check_choice(cJSON *json,
+    cJSON *tools, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_tools_check_messages(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_uint_t ngx_http_hypic_tools_name_ok(cJSON *name);
+static cJSON *ngx_http_hypic_tools_find(cJSON *tools, const char *name);
+static void ngx_http_hypic_tools_cleanup(void *data);
+static int ngx_http_hypic_tools_sink(void *ud, int kind, const char *data,
+    size_t len);
+static ngx_int_t ngx_http_hypic_tools_content(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, const char *data, size_t len);
+static ngx_int_t ngx_http_hypic_tools_call(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, char *name, char *args);
+
+
+static ngx_str_t  ngx_http_hypic_tools_reason = ngx_string("tool_calls");
+static ngx_str_t  ngx_http_hypic_tools_none = ngx_null_string;
+
+
+ngx_int_t
+ngx_http_hypic_tools_check(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *tools, *item, *key;
+    const char  *reserved[] = { "messages", "tools", "documents",
+                                "add_generation_prompt", NULL };
+    ngx_uint_t   i;
+
+    tools = cJSON_GetObjectItemCaseSensitive(json, "tools");
+
+    if (cJSON_IsNull(tools)) {
+        tools = NULL;
+    }
+
+    if (tools && ngx_http_hypic_tools_check_list(tools, bad) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_http_hypic_tools_check_choice(json, tools, bad) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "parallel_tool_calls");
+
+    if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                  "parallel_tool_calls", NULL,
+                                  "'parallel_tool_calls' must be a boolean");
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "chat_template_kwargs");
+
+    if (item && !cJSON_IsNull(item)) {
+        if (!cJSON_IsObject(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "chat_template_kwargs", NULL,
+                                      "'chat_template_kwargs' must be an "
+                                      "object");
+        }
+
+        /* what the template gets from the request itself */
+
+        for (i = 0; reserved[i]; i++) {
+            key = cJSON_GetObjectItemCaseSensitive(item, reserved[i]);
+
+            if (key) {
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "chat_template_kwargs", NULL,
+                                          "'chat_template_kwargs' may not "
+                                          "set '%s'", reserved[i]);
+            }
+        }
+    }
+
+    return ngx_http_hypic_tools_check_messages(json, bad);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_tools_check_list(cJSON *tools, ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *tool, *type, *fn, *item;
+    ngx_uint_t   i;
+
+    if (!cJSON_IsArray(tools)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "tools", NULL,
+                                  "'tools' must be an array of function "
+                                  "tools");
+    }
+
+    i = 0;
+
+    cJSON_ArrayForEach(tool, tools) {
+        type = cJSON_GetObjectItemCaseSensitive(tool, "type");
+        fn = cJSON_GetObjectItemCaseSensitive(tool, "function");
+
+        if (!cJSON_IsString(type) || ngx_strcmp(type->valuestring, "function")
+            || !cJSON_IsObject(fn))
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "tools",
+                                      NULL, "'tools[%ui]' must be "
+                                      "{\"type\": \"function\", "
+                                      "\"function\": {...}}", i);
+        }
+
+        if (!ngx_http_hypic_tools_name_ok(
+                 cJSON_GetObjectItemCaseSensitive(fn, "name")))
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "tools",
+                                      NULL, "'tools[%ui].function.name' "
+                                      "must be 1 to 64 letters, digits, _ "
+                                      "or -", i);
+        }
+
+        item = cJSON_GetObjectItemCaseSensitive(fn, "description");
+
+        if (item && !cJSON_IsNull(item) && !cJSON_IsString(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "tools",
+                                      NULL, "'tools[%ui].function."
+                                      "description' must be a string", i);
+        }
+
+        item = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+
+        if (item && !cJSON_IsNull(item) && !cJSON_IsObject(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "tools",
+                                      NULL, "'tools[%ui].function."
+                                      "parameters' must be a JSON Schema "
+                                      "object", i);
+        }
+
+        i++;
+    }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_tools_check_choice(cJSON *json, cJSON *tools,
+    ngx_http_hypic_bad_t *bad)
+{
+    cJSON  *choice, *type, *fn, *name;
+
+    choice = cJSON_GetObjectItemCaseSensitive(json, "tool_choice");
+
+    if (choice == NULL || cJSON_IsNull(choice)) {
+        return NGX_OK;
+    }
+
+    if (cJSON_IsString(choice)) {
+
+        if (ngx_strcmp(choice->valuestring, "none") == 0
+            || ngx_strcmp(choice->valuestring, "auto") == 0)
+        {
+            return NGX_OK;
+        }
+
+        if (ngx_strcmp(choice->valuestring, "required") != 0) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "tool_choice", NULL,
+                                      "'tool_choice' must be \"none\", "
+                                      "\"auto\", \"required\" or "
+                                      "{\"type\": \"function\", "
+                                      "\"function\": {\"name\": ...}}");
+        }
+
+        if (cJSON_GetArraySize(tools) == 0) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "tool_choice", NULL,
+                                      "'tool_choice' \"required\" needs "
+                                      "'tools'");
+        }
+
+        return NGX_OK;
+    }
+
+    type = cJSON_GetObjectItemCaseSensitive(choice, "type");
+    fn = cJSON_GetObjectItemCaseSensitive(choice, "function");
+    name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+
+    if (!cJSON_IsObject(choice) || !cJSON_IsString(type)
+        || ngx_strcmp(type->valuestring, "function") != 0
+        || !cJSON_IsString(name))
+    {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "tool_choice",
+                                  NULL, "'tool_choice' must be \"none\", "
+                                  "\"auto\", \"required\" or "
+                                  "{\"type\": \"function\", "
+                                  "\"function\": {\"name\": ...}}");
+    }
+
+    if (ngx_http_hypic_tools_find(tools, name->valuestring) == NULL) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "tool_choice",
+                                  NULL, "'tool_choice' names the function "
+                                  "'%s', which is not in 'tools'",
+                                  name->valuestring);
+    }
+
+    return NGX_OK;
+}
+
+
+/* assistant turns with their tool calls, tool turns with their call id */
+
+static ngx_int_t
+ngx_http_hypic_tools_check_messages(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *message, *role, *calls, *call, *type, *fn, *args, *id;
+    ngx_uint_t   i, k;
+
+    i = 0;
+
+    cJSON_ArrayForEach(message,
+                       cJSON_GetObjectItemCaseSensitive(json, "messages"))
+    {
+        role = cJSON_GetObjectItemCaseSensitive(message, "role");
+
+        if (ngx_strcmp(role->valuestring, "tool") == 0) {
+            id = cJSON_GetObjectItemCaseSensitive(message, "tool_call_id");
+
+            if (!cJSON_IsString(id)) {
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "messages", NULL,
+                                          "'messages[%ui].tool_call_id' "
+                                          "must be a string", i);
+            }
+        }
+
+        calls = cJSON_GetObjectItemCaseSensitive(message, "tool_calls");
+
+        if (calls && !cJSON_IsNull(calls)) {
+
+            if (ngx_strcmp(role->valuestring, "assistant") != 0
+                || !cJSON_IsArray(calls))
+            {
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "messages", NULL,
+                                          "'messages[%ui].tool_calls' "
+                                          "must be an array, in an "
+                                          "assistant message", i);
+            }
+
+            k = 0;
+
+            cJSON_ArrayForEach(call, calls) {
+                type = cJSON_GetObjectItemCaseSensitive(call, "type");
+                fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+                args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+
+                if (!cJSON_IsString(type)
+                    || ngx_strcmp(type->valuestring, "function") != 0
+                    || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(
+                                           fn, "name"))
+                    || !(cJSON_IsString(args) || cJSON_IsObject(args)))
+                {
+                    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                              "messages", NULL,
+                                              "'messages[%ui].tool_calls"
+                                              "[%ui]' must be {\"type\": "
+                                              "\"function\", \"function\": "
+                                              "{\"name\": ..., \"arguments\":"
+                                              " ...}}", i, k);
+                }
+
+                /* the template gets the arguments as an object */
+
+                if (cJSON_IsString(args)) {
+                    fn = cJSON_Parse(args->valuestring);
+
+                    if (!cJSON_IsObject(fn)) {
+                        cJSON_Delete(fn);
+                        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                                  "messages", NULL,
+                                                  "'messages[%ui].tool_calls"
+                                                  "[%ui].function.arguments'"
+                                                  " must be a JSON object's "
+                                                  "text", i, k);
+                    }
+
+                    cJSON_Delete(fn);
+                }
+
+                k++;
+            }
+        }
+
+        i++;
+    }
+
+    return NGX_OK;
+}
+
+
+/* OpenAI's function names: 1 to 64 of [a-zA-Z0-9_-] */
+
+static ngx_uint_t
+ngx_http_hypic_tools_name_ok(cJSON *name)
+{
+    u_char  *p, c;
+    size_t   n;
+
+    if (!cJSON_IsString(name)) {
+        return 0;
+    }
+
+    p = (u_char *) name->valuestring;
+    n = ngx_strlen(p);
+
+    if (n == 0 || n > 64) {
+        return 0;
+    }
+
+    while ((c = *p++)) {
+        if (!(isalnum(c) || c == '_' || c == '-')) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+static cJSON *
+ngx_http_hypic_tools_find(cJSON *tools, const char *name)
+{
+    cJSON  *tool, *n;
+
+    cJSON_ArrayForEach(tool, tools) {
+        n = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(tool, "function"), "name");
+
+        if (cJSON_IsString(n) && ngx_strcmp(n->valuestring, name) == 0) {
+            return tool;
+        }
+    }
+
+    return NULL;
+}
+
+
+ngx_int_t
+ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    cJSON *json)
+{
+    cJSON                   *tools, *choice;
+    ngx_pool_cleanup_t      *cln;
+    ngx_http_hypic_tools_t  *t;
+
+    tools = cJSON_GetObjectItemCaseSensitive(json, "tools");
+    choice = cJSON_GetObjectItemCaseSensitive(json, "tool_choice");
+
+    /* "none": the model sees the tools but is not to call them, and what
+     * it writes is content */
+
+    if (cJSON_GetArraySize(tools) == 0
+        || (cJSON_IsString(choice)
+            && ngx_strcmp(choice->valuestring, "none") == 0))
+    {
+        return NGX_OK;
+    }
+
+    t = ngx_pcalloc(r->pool, sizeof(ngx_http_hypic_tools_t));
+    if (t == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NGX_ERROR;
+    }
+
+    t->tools = cJSON_Duplicate(tools, 1);
+    if (t->tools == NULL) {
+        return NGX_ERROR;
+    }
+
+    cln->handler = ngx_http_hypic_tools_cleanup;
+    cln->data = t;
+
+    t->parallel = !cJSON_IsFalse(
+        cJSON_GetObjectItemCaseSensitive(json, "parallel_tool_calls"));
+
+    ctx->tools = t;
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_hypic_tools_cleanup(void *data)
+{
+    ngx_http_hypic_tools_t  *t = data;
+
+    hp_tool_scan_free(&t->scan);
+    cJSON_Delete(t->tools);
+}
+
+
+ngx_int_t
+ngx_http_hypic_tools_text(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    u_char *data, size_t len)
+{
+    ngx_http_hypic_tools_t  *t = ctx->tools;
+
+    if (hp_tool_scan_feed(&t->scan, (const char *) data, len,
+                          ngx_http_hypic_tools_sink, r)
+        != 0)
+    {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_hypic_tools_end(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
+{
+    ngx_http_hypic_tools_t  *t = ctx->tools;
+
+    if (t == NULL) {
+        return NGX_OK;
+    }
+
+    if (hp_tool_scan_end(&t->scan, ngx_http_hypic_tools_sink, r) != 0) {
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static int
+ngx_http_hypic_tools_sink(void *ud, int kind, const char *data, size_t len)
+{
+    char                    *name, *args;
+    ngx_int_t                rc;
+    ngx_http_request_t      *r = ud;
+    ngx_http_hypic_ctx_t    *ctx;
+    ngx_http_hypic_tools_t  *t;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
+    t = ctx->tools;
+
+    if (kind == HP_TOOL_TEXT) {
+        return ngx_http_hypic_tools_content(r, ctx, data, len) == NGX_OK
+               ? 0 : -1;
+    }
+
+    if (hp_tool_parse(data, len, t->tools, &name, &args) != 0) {
+
+        /* not a call: the model's text, as it wrote it */
+
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "hypic: malformed tool call in %V", &ctx->id);
+
+        rc = ngx_http_hypic_tools_content(r, ctx, HP_TOOL_OPEN,
+                                          sizeof(HP_TOOL_OPEN) - 1);
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_hypic_tools_content(r, ctx, data, len);
+        }
+
+        if (rc == NGX_OK) {
+            rc = ngx_http_hypic_tools_content(r, ctx, HP_TOOL_CLOSE,
+                                              sizeof(HP_TOOL_CLOSE) - 1);
+        }
+
+        return rc == NGX_OK ? 0 : -1;
+    }
+
+    /* parallel_tool_calls false: the first call only */
+
+    rc = (t->parallel || t->n_calls == 0)
+         ? ngx_http_hypic_tools_call(r, ctx, name, args) : NGX_OK;
+
+    free(name);
+    free(args);
+
+    return rc == NGX_OK ? 0 : -1;
+}
+
+
+static ngx_int_t
+ngx_http_hypic_tools_content(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, const char *data, size_t len)
+{
+    return ctx->stream
+           ? ngx_http_hypic_sse_text(r, ctx, (u_char *) data, len)
+           : ngx_http_hypic_append(r, ctx, (u_char *) data, len);
+}
+
+
+/*
+ * {"index":N,"id":"call_...","type":"function","function":{"name":"..",
+ * "arguments":".."}}: streamed as a delta of its own (one chunk holds a
+ * whole call), or gathered for the message (without "index").
+ */
+
+static ngx_int_t
+ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    char *name, char *args)
+{
+    u_char                  *p, *q;
+    size_t                   len, nlen, alen;
+    ngx_str_t                delta;
+    ngx_http_hypic_tools_t  *t = ctx->tools;
+
+    nlen = ngx_strlen(name);
+    alen = ngx_strlen(args);
+
+    len = sizeof("{\"tool_calls\":[{\"index\":,\"id\":\"call_\","
+                 "\"type\":\"function\",\"function\":{\"name\":\"\","
+                 "\"arguments\":\"\"}}]},") - 1
+          + NGX_INT_T_LEN + 24
+          + ngx_http_hypic_json_escape_len((u_char *) name, nlen)
+          + ngx_http_hypic_json_escape_len((u_char *) args, alen);
+
+    p = ngx_pnalloc(r->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    q = p;
+
+    if (ctx->stream) {
+        q = ngx_sprintf(q, "{\"tool_calls\":[{\"index\":%ui,", t->n_calls);
+
+    } else {
+        *q++ = '{';
+    }
+
+    q = ngx_sprintf(q, "\"id\":\"call_%08xD%08xD%08xD\",\"type\":\"function\","
+                    "\"function\":{\"name\":\"",
+                    (uint32_t) ngx_random(), (uint32_t) ngx_random(),
+                    (uint32_t) ngx_random());
+    q = ngx_http_hypic_json_escape(q, (u_char *) name, nlen);
+    q = ngx_cpymem(q, "\",\"arguments\":\"", sizeof("\",\"arguments\":\"") - 1);
+    q = ngx_http_hypic_json_escape(q, (u_char *) args, alen);
+    q = ngx_cpymem(q, "\"}}", 3);
+
+    t->n_calls++;
+
+    if (ctx->stream) {
+        q = ngx_cpymem(q, "]}", 2);
+
+        delta.data = p;
+        delta.len = q - p;
+
+        return ngx_http_hypic_sse_delta(r, ctx, &delta);
+    }
+
+    /* ,"tool_calls":[CALL,CALL,...] grows in the pool */
+
+    len = (size_t) (q - p);
+
+    if (t->calls.len + len + sizeof(",\"tool_calls\":[]") > t->calls_cap) {
+        t->calls_cap = ngx_max(2 * t->calls_cap,
+                               t->calls.len + len + 256);
+
+        q = ngx_pnalloc(r->pool, t->calls_cap);
+        if (q == NULL) {
+            return NGX_ERROR;
+        }
+
+        if (t->calls.len) {
+            ngx_memcpy(q, t->calls.data, t->calls.len);
+        }
+
+        t->calls.data = q;
+    }
+
+    q = t->calls.data + t->calls.len;
+
+    if (t->calls.len == 0) {
+        q = ngx_cpymem(q, ",\"tool_calls\":[", sizeof(",\"tool_calls\":[")
+                                                 - 1);
+
+    } else {
+        q[-1] = ',';   /* over the closing bracket */
+    }
+
+    q = ngx_cpymem(q, p, len);
+    *q++ = ']';
+
+    t->calls.len = q - t->calls.data;
+
+    return NGX_OK;
+}
+
+
+ngx_str_t *
+ngx_http_hypic_tools_calls(ngx_http_hypic_ctx_t *ctx)
+{
+    ngx_http_hypic_tools_t  *t = ctx->tools;
+
+    return (t && t->calls.len) ? &t->calls : &ngx_http_hypic_tools_none;
+}
+
+
+ngx_str_t *
+ngx_http_hypic_tools_finish(ngx_http_hypic_ctx_t *ctx)
+{
+    ngx_http_hypic_tools_t  *t = ctx->tools;
+
+    if (t && t->n_calls && ctx->final.finish == HP_IPC_FINISH_STOP) {
+        return &ngx_http_hypic_tools_reason;
+    }
+
+    return ngx_http_hypic_finish_reason(&ctx->final);
+}

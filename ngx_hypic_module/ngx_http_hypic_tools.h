@@ -1,0 +1,56 @@
+
+/*
+ * HYPIC serve: tools in chat completions.
+ *
+ * The request's tools, tool_choice, parallel_tool_calls and
+ * chat_template_kwargs are checked here and go to the engine in the body,
+ * whose chat template renders them. The model's answer is scanned for
+ * its tool calls (engine/contract/hp_tool.h): they become
+ * message.tool_calls, or delta.tool_calls chunks when streamed, and
+ * finish_reason "tool_calls"; a call that does not parse is content.
+ * tool_choice "required" and a named function are honoured by the
+ * prompt only (the named tool is the only one the template sees);
+ * nothing masks the decoding yet.
+ */
+
+
+#ifndef _NGX_HTTP_HYPIC_TOOLS_H_INCLUDED_
+#define _NGX_HTTP_HYPIC_TOOLS_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <cJSON.h>
+
+#include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_handler.h"
+
+
+/* The chat request's tool fields, and those of its messages. */
+ngx_int_t ngx_http_hypic_tools_check(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+
+/* Whether the answer is scanned for calls, with what it needs for that
+ * (ctx->tools). NGX_OK or NGX_ERROR (no memory). */
+ngx_int_t ngx_http_hypic_tools_setup(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json);
+
+/* Text from the engine through the scanner: content and calls out. */
+ngx_int_t ngx_http_hypic_tools_text(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, u_char *data, size_t len);
+
+/* The end of the answer: what the scanner held goes out. */
+ngx_int_t ngx_http_hypic_tools_end(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx);
+
+/* ,"tool_calls":[...] for the non-streamed message, or an empty string */
+ngx_str_t *ngx_http_hypic_tools_calls(ngx_http_hypic_ctx_t *ctx);
+
+/* "tool_calls" when the model stopped after calling tools, else as
+ * ngx_http_hypic_finish_reason() */
+ngx_str_t *ngx_http_hypic_tools_finish(ngx_http_hypic_ctx_t *ctx);
+
+
+#endif /* _NGX_HTTP_HYPIC_TOOLS_H_INCLUDED_ */

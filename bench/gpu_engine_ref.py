@@ -119,7 +119,8 @@ class Ref:
     def over(self):
         return self.a.budget > 0 and time.time() - T0 > self.a.budget
 
-    def add(self, measure, shape, value, unit):
+    def add(self, measure, shape, value, unit, anchor=None):
+        anchor = anchor or self.anchor
         v = value if isinstance(value, str) else "%.6g" % value
         self.rows.append([measure, "%s/%s" % (self.a.name, shape), v, unit])
         log("%s %s/%s: %s %s" % (measure, self.a.name, shape, v, unit))
@@ -128,7 +129,7 @@ class Ref:
             with open(self.a.anchors, "a") as f:
                 if new:
                     f.write("measure\tshape\tvalue\tunit\tanchor\n")
-                f.write("%s\t%s/%s\t%s\t%s\t%s\n" % (measure, self.a.name, shape, v, unit, self.anchor))
+                f.write("%s\t%s/%s\t%s\t%s\t%s\n" % (measure, self.a.name, shape, v, unit, anchor))
 
     def prefill_s(self, ids):
         """Seconds of one prefill of ids [B, T], last logits only; returns
@@ -214,18 +215,23 @@ class Ref:
             self.add("logits_parity", "text", "failed: %d tokens x %d here, ours %s"
                      % (len(ids), self.vocab, "x".join(map(str, ours.shape))), "-")
             return
+        import numpy as np
+
         for dt in ("bf16", "f32"):
-            if dt == "f32":
-                self.model.to(torch.float32)
+            if dt == "f32":  # from the checkpoint again: an f32 one stays exact
+                del self.model
+                if self.cuda:
+                    torch.cuda.empty_cache()
+                self.model = transformers.AutoModelForCausalLM.from_pretrained(
+                    a.model, dtype=torch.float32).to(self.dev).eval()
             x = torch.tensor([ids], device=self.dev)
             with torch.no_grad():
                 hf = self.model(input_ids=x).logits[0].float().cpu().numpy()
-            import numpy as np
-
             err = float(np.abs(ours - hf).max() / max(np.abs(hf).max(), 1e-30))
             agree = float((ours.argmax(-1) == hf.argmax(-1)).mean())
-            self.add("logits_max_rel_err_vs_hf_" + dt, "%d tokens" % len(ids), err, "rel")
-            self.add("argmax_agree_vs_hf_" + dt, "%d tokens" % len(ids), agree, "share")
+            anchor = "transformers-" + dt
+            self.add("logits_max_rel_err_vs_" + dt, "%d tokens" % len(ids), err, "rel", anchor)
+            self.add("argmax_agree_vs_" + dt, "%d tokens" % len(ids), agree, "share", anchor)
 
 
 # ---- the merged report ----------------------------------------------------------
@@ -246,8 +252,12 @@ def merge(ours_path, anchors_path, out):
             rows.append([r["measure"], r["shape"], r["ours"], a["anchor"], a["value"], r["unit"]])
         else:
             rows.append([r["measure"], r["shape"], r["ours"], "-", "-", r["unit"]])
-    for key, a in ref.items():  # rows of the anchor alone: parity, ...
-        if key not in used:
+    for key, a in ref.items():  # rows of the anchor alone
+        if key in used:
+            continue
+        if a["unit"] in ("rel", "share"):  # parity: ours against the anchor
+            rows.append([key[0], key[1], a["value"], a["anchor"], "-", a["unit"]])
+        else:
             rows.append([key[0], key[1], "-", a["anchor"], a["value"], a["unit"]])
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "engine.tsv"), "w") as f:

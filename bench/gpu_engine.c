@@ -598,6 +598,8 @@ static void warm_up(bench_t *b)
     hp_error_t err = {0};
     double dt;
     int T = b->o->piece < 512 ? b->o->piece : 512;
+    if (T > b->ws.plan.max_ctx)
+        T = b->ws.plan.max_ctx;
     int *ids = malloc((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++)
         ids[t] = bench_prompt_id(t, b->llm.model.cfg.vocab_size);

@@ -124,6 +124,10 @@ int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
                             int B, int kvd, void *stream);
 int hk_cuda_embed(float *x, const float *table, const int *ids, int T, int H,
                   void *stream);
+/* The same from a bf16 table (bit patterns, the checkpoint's layout),
+ * widened exactly: the twin is hk_weight_rows on a BF16 weight. */
+int hk_cuda_embed_bf16(float *x, const uint16_t *table, const int *ids, int T,
+                       int H, void *stream);
 
 /* ---- causal GQA attention (hk_attention.cu) ---------------------------- */
 

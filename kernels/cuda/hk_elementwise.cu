@@ -92,6 +92,19 @@ static __global__ void hk_embed_kernel(float *x,           // [T, H]
     }
 }
 
+// bf16 tables (bit patterns) widen exactly to f32, as hk_weight_rows
+static __global__ void hk_embed_bf16_kernel(float *x,              // [T, H]
+                                            const uint16_t *table, // [V, H]
+                                            const int *ids,        // [T]
+                                            size_t n, int H)
+{
+    HK_GRID_STRIDE(e, n)
+    {
+        const size_t t = e / (size_t)H, d = e % (size_t)H;
+        x[e] = hk_bf16_to_f32(table[(size_t)ids[t] * H + d]);
+    }
+}
+
 extern "C" int hk_cuda_split_heads(float *a, float *b, float *c, const float *x,
                                    int rows, int da, int db, int dc,
                                    void *stream)
@@ -152,4 +165,14 @@ extern "C" int hk_cuda_embed(float *x, const float *table, const int *ids,
     const size_t n = (size_t)T * H;
     HK_LAUNCH_1D(hk_embed_kernel, n, HK_EW_THREADS, stream, x, table, ids, n,
                  H);
+}
+
+extern "C" int hk_cuda_embed_bf16(float *x, const uint16_t *table,
+                                  const int *ids, int T, int H, void *stream)
+{
+    if (T < 0 || H < 0)
+        return HK_CUDA_EINVAL;
+    const size_t n = (size_t)T * H;
+    HK_LAUNCH_1D(hk_embed_bf16_kernel, n, HK_EW_THREADS, stream, x, table, ids,
+                 n, H);
 }

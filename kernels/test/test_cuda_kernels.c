@@ -1038,6 +1038,23 @@ static void test_kv_store(void)
     }
 }
 
+/* x rounded to bf16 in place; the bit patterns in a new array. */
+static uint16_t *round_bf16(float *x, size_t n)
+{
+    uint16_t *b = hbytes(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        x[i] = hk_bf16_to_f32(b[i] = hk_bf16_from_f32(x[i]));
+    return b;
+}
+
+static uint16_t *dev_u16(const uint16_t *h, size_t n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
+    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
+    return d;
+}
+
 static void test_embed(void)
 {
     static const int shapes[][3] = {{1, 1, 1}, {6, 50, 64}, {33, 1000, 257}};
@@ -1056,6 +1073,16 @@ static void test_embed(void)
         RUN(hk_cuda_embed(dx, dt, dids, T, H, NULL));
         ok(same_cpu(x, dx, (size_t)T * H, "x"), "embed T=%d V=%d H=%d", T, V,
            H);
+        /* a bf16 table: the CPU's gather widens it exactly */
+        uint16_t *tb = round_bf16(table, (size_t)V * H), *dtb;
+        dtb = dev_u16(tb, (size_t)V * H);
+        hk_weight_t w = {.data = tb, .dtype = HK_W_BF16, .rows = V, .cols = H};
+        hk_weight_rows(x, &w, ids, T);
+        RUN(hk_cuda_embed_bf16(dx, dtb, dids, T, H, NULL));
+        ok(same_cpu(x, dx, (size_t)T * H, "x"), "embed_bf16 T=%d V=%d H=%d", T,
+           V, H);
+        CK(hk_cuda_free(dtb));
+        free(tb);
         CK(hk_cuda_free(dt));
         CK(hk_cuda_free(dx));
         CK(hk_cuda_free(dids));
@@ -1378,23 +1405,6 @@ static void test_sample(void)
  * blocking (BV) may differ, which no element's sum depends on. */
 #define RTOL_SAME 1e-6
 #define ATOL_SAME 1e-7
-
-/* x rounded to bf16 in place; the bit patterns in a new array. */
-static uint16_t *round_bf16(float *x, size_t n)
-{
-    uint16_t *b = hbytes(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++)
-        x[i] = hk_bf16_to_f32(b[i] = hk_bf16_from_f32(x[i]));
-    return b;
-}
-
-static uint16_t *dev_u16(const uint16_t *h, size_t n)
-{
-    void *d = NULL;
-    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
-    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
-    return d;
-}
 
 /* A device array of n device pointers. */
 static void *dev_ptrs(float *const *h, int n)

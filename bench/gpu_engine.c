@@ -180,8 +180,8 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
             ids[t] = bench_prompt_id((long)i * P + t, V);
         rc = hp_seq_reserve(&seq[i], P + n_dec + 1, err);
         if (rc == HP_OK)
-            rc = hp_prefill(m, &seq[i], &b->ws, ids, P, b->o->piece, b->lg,
-                            err);
+            rc =
+                hp_prefill(m, &seq[i], &b->ws, ids, P, b->o->piece, b->lg, err);
         tok[i] = hp_argmax(b->lg, V);
     }
     if (rc == HP_OK)
@@ -291,8 +291,8 @@ static int fixed_costs(bench_t *b, pic_t *pc, hp_seq_t *seq, double ms[3],
     int *at = calloc((size_t)p->n_segs, sizeof(int));
     int *ids = malloc((size_t)p->n_segs * 2 * w * sizeof(int) + 1);
     int *pos = malloc((size_t)p->n_segs * 2 * w * sizeof(int) + 1);
-    float *scr = hp_backend_alloc(
-        b->be, (size_t)c->lin_v_heads * c->lin_k_dim * c->lin_v_dim * 4);
+    float *scr = hp_backend_alloc(b->be, (size_t)c->lin_v_heads * c->lin_k_dim *
+                                             c->lin_v_dim * 4);
     double t[3][MAX_REPS];
     if (!ent || !at || !ids || !pos || !scr)
         rc = hp_error_set(err, HP_ENOMEM, "fixed costs: out of memory");
@@ -389,9 +389,8 @@ static void bench_pic(bench_t *b, int k, int n)
 {
     static const char *const names[] = {"ttft_full", "ttft_pic_cold",
                                         "ttft_pic_warm"};
-    static const char *const fixed[] = {"pic_compose_per_seg",
-                                        "pic_rerotate_per_seg",
-                                        "pic_seam_per_seg"};
+    static const char *const fixed[] = {
+        "pic_compose_per_seg", "pic_rerotate_per_seg", "pic_seam_per_seg"};
     char shape[64];
     hp_error_t err = {0};
     pic_t pc = {0};
@@ -644,7 +643,8 @@ int main(int argc, char **argv)
             return 1;
         }
         if (ftell(b.tsv) == 0)
-            fprintf(b.tsv, "measure\tshape\tours\tanchor\tanchor_value\tunit\n");
+            fprintf(b.tsv,
+                    "measure\tshape\tours\tanchor\tanchor_value\tunit\n");
     }
     const size_t *wb = b.llm.model.weight_bytes;
     printf("# %s on %s: %d layers, hidden %d, vocab %d; weights f32 %.0f MB, "

@@ -14,7 +14,7 @@
  *          backend synchronized before the clock stops.
  * decode   B sequences, each after a --prompt-token prompt of its own,
  *          then --decode greedy steps of all B through hp_forward_batch
- *          (the scheduler's batched step), argmax on the backend.
+ *          (the scheduler's batched step: argmax on the backend).
  * pic      lead + k documents of n tokens + query (bench_make_prompt):
  *          full (hp_assemble, every token prefilled), pic cold (the pool
  *          empty: each document prefilled on its own, cached, spliced),
@@ -112,6 +112,35 @@ static int fail_row(bench_t *b, const char *measure, const char *shape,
     return err->code;
 }
 
+/* One measurement's timed run: seconds into *dt. */
+typedef int (*once_fn)(bench_t *b, const void *arg, double *dt,
+                       hp_error_t *err);
+
+/* Runs fn --reps times (none past the budget: then HP_EBUSY) and writes
+ * the row: work over the median seconds (a rate), or with work 0 the
+ * median in ms; into *v if v is not NULL. HP_OK, or why there is none
+ * (err set; the row says so). */
+static int measure(bench_t *b, const char *name, const char *shape,
+                   const char *unit, double work, once_fn fn, const void *arg,
+                   double *v, hp_error_t *err)
+{
+    double dt[MAX_REPS], val;
+    int r = 0, rc = HP_OK;
+    if (over_budget(b)) {
+        row(b, name, shape, 0, unit, "skipped (budget)");
+        return hp_error_set(err, HP_EBUSY, "skipped (budget)");
+    }
+    for (; r < b->o->reps && rc == HP_OK; r++)
+        rc = fn(b, arg, &dt[r], err);
+    if (rc != HP_OK)
+        return fail_row(b, name, shape, unit, err);
+    val = work > 0 ? work / bench_median(dt, r) : bench_median(dt, r) * 1e3;
+    row(b, name, shape, val, unit, NULL);
+    if (v)
+        *v = val;
+    return HP_OK;
+}
+
 /* ---- prefill ------------------------------------------------------------- */
 
 /* One T-token prefill from an empty sequence, seconds into *dt. */
@@ -134,27 +163,28 @@ static int prefill_once(bench_t *b, const int *ids, int T, double *dt,
     return rc;
 }
 
+typedef struct {
+    const int *ids;
+    int T;
+} prefill_arg_t;
+
+static int prefill_run(bench_t *b, const void *arg, double *dt, hp_error_t *err)
+{
+    const prefill_arg_t *a = arg;
+    return prefill_once(b, a->ids, a->T, dt, err);
+}
+
 static void bench_prefill(bench_t *b, int T)
 {
     char shape[64];
-    double dt[MAX_REPS];
     hp_error_t err = {0};
-    snprintf(shape, sizeof(shape), "T=%d", T);
-    if (over_budget(b)) {
-        row(b, "prefill", shape, 0, "tok/s", "skipped (budget)");
-        return;
-    }
     int *ids = malloc((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++)
         ids[t] = bench_prompt_id(t, b->llm.model.cfg.vocab_size);
-    int r = 0, rc = HP_OK;
-    for (; r < b->o->reps && rc == HP_OK; r++)
-        rc = prefill_once(b, ids, T, &dt[r], &err);
+    prefill_arg_t a = {ids, T};
+    snprintf(shape, sizeof(shape), "T=%d", T);
+    measure(b, "prefill", shape, "tok/s", T, prefill_run, &a, NULL, &err);
     free(ids);
-    if (rc != HP_OK)
-        fail_row(b, "prefill", shape, "tok/s", &err);
-    else
-        row(b, "prefill", shape, T / bench_median(dt, r), "tok/s", NULL);
 }
 
 /* ---- batched decode ------------------------------------------------------ */
@@ -168,9 +198,9 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
     const int V = m->cfg.vocab_size, P = b->o->prompt;
     hp_seq_t *seq = calloc((size_t)B, sizeof(*seq));
     hp_fwd_item_t *it = calloc((size_t)B, sizeof(*it));
-    int *tok = malloc((size_t)B * sizeof(int)), *idx = malloc(B * sizeof(int));
+    int *tok = malloc((size_t)B * sizeof(int));
     int *ids = malloc((size_t)P * sizeof(int)), n_seq = 0, rc = HP_OK;
-    if (!seq || !it || !tok || !idx || !ids)
+    if (!seq || !it || !tok || !ids)
         rc = hp_error_set(err, HP_ENOMEM, "decode: out of memory");
     for (int i = 0; i < B && rc == HP_OK; i++) {
         if ((rc = hp_seq_init(&seq[i], m, err)) != HP_OK)
@@ -188,21 +218,18 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
         rc = hp_backend_sync(b->be, err);
     double a = bench_now();
     for (int s = 0; s < n_dec && rc == HP_OK; s++) {
+        /* greedy as the scheduler asks it: each row's argmax on the
+         * backend, the logits left there */
         for (int i = 0; i < B; i++)
-            it[i] = (hp_fwd_item_t){.seq = &seq[i], .ids = &tok[i], .T = 1};
+            it[i] = (hp_fwd_item_t){
+                .seq = &seq[i], .ids = &tok[i], .T = 1, .argmax = 1};
         rc = hp_forward_batch(m, it, B, &b->ws, err);
-        /* one row per item, contiguous from the lowest: one argmax call */
-        const float *base = it[0].logits;
         for (int i = 0; i < B && rc == HP_OK; i++) {
             if (it[i].status != HP_OK)
                 rc = hp_error_set(err, it[i].status, "%s", it[i].err.msg);
-            else if (it[i].logits < base)
-                base = it[i].logits;
+            else
+                tok[i] = it[i].best[0];
         }
-        if (rc == HP_OK)
-            hp_backend_argmax(b->be, idx, base, B, V);
-        for (int i = 0; i < B && rc == HP_OK; i++)
-            tok[i] = idx[(it[i].logits - base) / V];
     }
     if (rc == HP_OK)
         rc = hp_backend_sync(b->be, err);
@@ -212,29 +239,22 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
     free(seq);
     free(it);
     free(tok);
-    free(idx);
     free(ids);
     return rc;
+}
+
+static int decode_run(bench_t *b, const void *arg, double *dt, hp_error_t *err)
+{
+    return decode_once(b, *(const int *)arg, b->o->decode, dt, err);
 }
 
 static void bench_decode(bench_t *b, int B)
 {
     char shape[64];
-    double dt[MAX_REPS];
     hp_error_t err = {0};
     snprintf(shape, sizeof(shape), "B=%d", B);
-    if (over_budget(b)) {
-        row(b, "decode", shape, 0, "tok/s", "skipped (budget)");
-        return;
-    }
-    int r = 0, rc = HP_OK;
-    for (; r < b->o->reps && rc == HP_OK; r++)
-        rc = decode_once(b, B, b->o->decode, &dt[r], &err);
-    if (rc != HP_OK)
-        fail_row(b, "decode", shape, "tok/s", &err);
-    else
-        row(b, "decode", shape, (double)B * b->o->decode / bench_median(dt, r),
-            "tok/s", NULL);
+    measure(b, "decode", shape, "tok/s", (double)B * b->o->decode, decode_run,
+            &B, NULL, &err);
 }
 
 /* ---- PIC time to first token --------------------------------------------- */
@@ -385,6 +405,18 @@ static void pic_prompt(bench_t *b, pic_t *pc, int k, int n)
     pc->n = n;
 }
 
+typedef struct {
+    pic_t *pc;
+    hp_ipc_mode_t mode;
+    int warm;
+} pic_arg_t;
+
+static int pic_run(bench_t *b, const void *arg, double *dt, hp_error_t *err)
+{
+    const pic_arg_t *a = arg;
+    return assemble_once(b, a->pc, a->mode, a->warm, dt, NULL, err);
+}
+
 static void bench_pic(bench_t *b, int k, int n)
 {
     static const char *const names[] = {"ttft_full", "ttft_pic_cold",
@@ -410,52 +442,37 @@ static void bench_pic(bench_t *b, int k, int n)
         hp_prompt_free(&pc.p);
         return;
     }
-    double full = 0, warm = 0;
-    for (int mi = 0; mi < 4; mi++) {
-        int done = mi == 3; /* the fixed costs, after the warm TTFT */
-        const char *nm = done ? fixed[0] : names[mi];
-        if (over_budget(b)) {
-            for (int i = 0; i < (done ? 3 : 1); i++)
-                row(b, done ? fixed[i] : nm, shape, 0, "ms",
-                    "skipped (budget)");
+    double v[3] = {0, 0, 0}, ms[3];
+    int rc = HP_OK;
+    for (int mi = 0; mi < 3; mi++) {
+        pic_arg_t a = {&pc, mi == 0 ? HP_IPC_MODE_FULL : HP_IPC_MODE_PIC,
+                       mi == 2};
+        if (mi == 2 && rc != HP_OK && rc != HP_EBUSY) {
+            fail_row(b, names[2], shape, "ms", &err); /* as cold: no PIC */
             continue;
         }
-        hp_ipc_mode_t mode = mi == 0 ? HP_IPC_MODE_FULL : HP_IPC_MODE_PIC;
-        double dt[MAX_REPS], ms[3];
-        int r = 0, rc = HP_OK;
-        hp_seq_t seq;
-        if (done) { /* the warm result, then its pieces again */
-            rc = assemble_once(b, &pc, mode, 1, &dt[0], &seq, &err);
-            if (rc == HP_OK) {
-                rc = fixed_costs(b, &pc, &seq, ms, &err);
-                hp_seq_free(&seq);
-            }
-            for (int i = 0; i < 3; i++)
-                if (rc != HP_OK)
-                    fail_row(b, fixed[i], shape, "ms", &err);
-                else
-                    row(b, fixed[i], shape, ms[i], "ms", NULL);
-            continue;
-        }
-        for (; r < b->o->reps && rc == HP_OK; r++)
-            rc = assemble_once(b, &pc, mode, mi == 2, &dt[r], NULL, &err);
-        if (rc != HP_OK) {
-            fail_row(b, nm, shape, "ms", &err);
-            if (mi == 1) { /* PIC does not run here: neither warm nor costs */
-                fail_row(b, names[2], shape, "ms", &err);
-                for (int i = 0; i < 3; i++)
-                    fail_row(b, fixed[i], shape, "ms", &err);
-                break;
-            }
-            continue;
-        }
-        double v = bench_median(dt, r) * 1e3;
-        row(b, nm, shape, v, "ms", NULL);
-        if (mi == 0)
-            full = v;
-        if (mi == 2)
-            warm = v;
+        rc = measure(b, names[mi], shape, "ms", 0, pic_run, &a, &v[mi], &err);
     }
+    /* the fixed costs, on the warm result */
+    hp_seq_t seq;
+    if (rc == HP_OK && over_budget(b))
+        rc = hp_error_set(&err, HP_EBUSY, "skipped (budget)");
+    if (rc == HP_OK) {
+        double dt;
+        rc = assemble_once(b, &pc, HP_IPC_MODE_PIC, 1, &dt, &seq, &err);
+        if (rc == HP_OK) {
+            rc = fixed_costs(b, &pc, &seq, ms, &err);
+            hp_seq_free(&seq);
+        }
+    }
+    for (int i = 0; i < 3; i++)
+        if (rc == HP_EBUSY)
+            row(b, fixed[i], shape, 0, "ms", "skipped (budget)");
+        else if (rc != HP_OK)
+            fail_row(b, fixed[i], shape, "ms", &err);
+        else
+            row(b, fixed[i], shape, ms[i], "ms", NULL);
+    double full = v[0], warm = v[2];
     if (full > 0 && warm > 0)
         printf("# %s: warm PIC %.2fx faster than full\n", shape, full / warm);
     hp_pool_destroy(pc.cache.pub);

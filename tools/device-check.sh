@@ -215,7 +215,7 @@ if [ -x build-device/bench/gpu_engine ]; then
         step "logits $tag" 30 "$res/logits-$tag.log" "${run[@]}" \
             build-device/hypic-engine logits --model "$d" --device "$dev_name" \
             --prompt "$text" --all --out "$res/logits-$tag.safetensors"
-        lim=${DC_HF_S:-100}
+        lim=${DC_HF_S:-120}
         step "transformers $tag" "$lim" "$res/hf-$tag.log" "${DC_PYTHON:-python3}" \
             bench/gpu_engine_ref.py --model "$d" --name "$tag" \
             --device "$dev_name" \

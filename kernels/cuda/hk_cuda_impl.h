@@ -31,6 +31,13 @@
     extern __shared__ __align__(128) unsigned char name[]
 #endif
 
+/* hk_attention_tc.cu: the tensor-core attention prefill (split: bf16
+ * hi + lo operands, else bf16 once); HK_CUDA_EINVAL where it cannot run
+ * (hd, shared memory). Arguments checked by hk_cuda_attention_impl. */
+int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
+                    const float *k, const float *v, int T, int Hq, int Hkv,
+                    int hd, float scale, cudaStream_t stream);
+
 /* Every launch is followed by this: a launch error (bad configuration, no
  * device, missing kernel image for this GPU) becomes a status code, never
  * an exit. Asynchronous faults surface at the caller's next sync. */

@@ -31,8 +31,9 @@
  * precision of a bf16 flash-attention kernel. Softmax statistics are f32
  * throughout; expf where the CPU has its polynomial (~1 ulp apart).
  *
- * Shared memory at hd 256: 172 KB (Q, K/V tile as hi/lo bf16, S, P, row
- * statistics); set with cudaFuncSetAttribute; one block per SM on an H100.
+ * Shared memory at hd 256: 168 KB with split operands (Q, the K/V tile and
+ * P as hi/lo bf16, S, row statistics), one block per SM on an H100; 93 KB
+ * with bf16 operands (two blocks). Set with cudaFuncSetAttribute.
  * Requirements: hd <= 256 (rounded up to 16 with zero columns). f32
  * inputs are read as float4 when hd % 4 == 0 and the pointers allow it.
  */
@@ -75,25 +76,25 @@ struct hk_fa_smem {
     int *lim;               // [M] keys of each row (qpos + 1; 0: no row)
 };
 
+/* The lo halves only with split operands: without, a block needs 93 KB
+ * at hd 256, and two fit on an SM. */
 static __host__ __device__ size_t hk_fa_carve(hk_fa_smem *s,
-                                              unsigned char *base, int ldh)
+                                              unsigned char *base, int ldh,
+                                              bool split)
 {
     const size_t q = (size_t)HK_FA_M * ldh * 2, kv = (size_t)HK_FA_BK * ldh * 2;
-    const size_t sz[10] = {q,
-                           q,
-                           kv,
-                           kv,
-                           (size_t)HK_FA_M * HK_FA_LDS * 4,
-                           (size_t)HK_FA_M * HK_FA_LDP * 2,
-                           (size_t)HK_FA_M * HK_FA_LDP * 2,
-                           3 * HK_FA_M * 4,
-                           HK_FA_M * 4,
-                           0};
-    size_t off[10], at = 0;
-    for (int i = 0; i < 10; i++) {
-        off[i] = at;
-        at += (sz[i] + 127) / 128 * 128;
-    }
+    const size_t p = (size_t)HK_FA_M * HK_FA_LDP * 2;
+    const size_t sz[9] = {q,
+                          split ? q : 0,
+                          kv,
+                          split ? kv : 0,
+                          (size_t)HK_FA_M * HK_FA_LDS * 4,
+                          p,
+                          split ? p : 0,
+                          3 * HK_FA_M * 4,
+                          HK_FA_M * 4};
+    size_t off[9];
+    const size_t total = hk_layout(sz, 9, 128, off);
     if (s) {
         s->Qh = (__nv_bfloat16 *)(base + off[0]);
         s->Ql = (__nv_bfloat16 *)(base + off[1]);
@@ -107,7 +108,7 @@ static __host__ __device__ size_t hk_fa_carve(hk_fa_smem *s,
         s->alpha = s->l + HK_FA_M;
         s->lim = (int *)(base + off[8]);
     }
-    return off[9];
+    return total;
 }
 
 /* x -> bf16 hi (and, with SPLIT, the rounded remainder lo). */
@@ -158,7 +159,7 @@ static __global__ void __launch_bounds__(HK_FA_THREADS)
     HK_DYNAMIC_SMEM(smem);
     const int hdp = (hd + 15) / 16 * 16, ldh = hdp + 8;
     hk_fa_smem s;
-    hk_fa_carve(&s, smem, ldh);
+    hk_fa_carve(&s, smem, ldh, SPLIT);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int r = Hq / Hkv, g = blockIdx.y;
     const long long rows = (long long)T * r;
@@ -338,17 +339,6 @@ static __global__ void __launch_bounds__(HK_FA_THREADS)
     }
 }
 
-/* The largest dynamic shared memory a block of this device may have. */
-static int hk_fa_smem_max(void)
-{
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                               dev) != cudaSuccess)
-        return 48 * 1024;
-    return v;
-}
-
 int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
                     const float *k, const float *v, int T, int Hq, int Hkv,
                     int hd, float scale, cudaStream_t stream)
@@ -356,8 +346,8 @@ int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
     if (hd < 1 || hd > HK_CUDA_ATT_TC_MAX_HD)
         return HK_CUDA_EINVAL;
     const int hdp = (hd + 15) / 16 * 16;
-    const size_t sm = hk_fa_carve(NULL, NULL, hdp + 8);
-    if (sm > (size_t)hk_fa_smem_max())
+    const size_t sm = hk_fa_carve(NULL, NULL, hdp + 8, split != 0);
+    if (sm > (size_t)hk_smem_optin_max())
         return HK_CUDA_EINVAL;
     if (T == 0)
         return HK_CUDA_OK;

@@ -130,14 +130,17 @@ static void print_plan(void)
 #define RTOL_ATT 2e-5
 #define ATOL_ATT 2e-6
 /* The tensor-core prefill (FLASH): every operand split into bf16 hi + lo,
- * products hi*hi + hi*lo + lo*hi (~3 * 2^-18 of |x y| each, the dropped
- * lo*lo and the remainders), so a score is off by ~1e-5 of sum |q_d k_d|
- * scale, and so is each probability, relatively; o, a weighted mean of v,
- * by ~1e-5 of mean |v|. FLASH_BF16 rounds q, k, p, v to bf16 once (2^-9
- * relative each): ~100x more. A wrong mask, group, tile edge or rescale
- * still moves outputs by 1e-2 and more (a key of 64 dropped or doubled). */
-#define RTOL_ATT_TC   1e-4
-#define ATOL_ATT_TC   2e-5
+ * products hi*hi + hi*lo + lo*hi (~3 * 2^-18 of |x y| each: the dropped
+ * lo*lo and the remainders), so a score is off by up to ~1e-5 of
+ * sum_d |q_d k_d| scale (~1e-4 at hd 256 with O(1) entries), and each
+ * probability by as much, relatively; o, a weighted mean of v, by that
+ * times |v - o|. Under the emulator the worst element is 2.5e-5 of the
+ * outputs' rms (4e-6 absolute at hd 128 against float64); the bound leaves
+ * room for another accumulation order. FLASH_BF16 rounds q, k, p, v to
+ * bf16 once (2^-9 relative each): ~100x more. A dropped lo term, a wrong
+ * mask, group, tile edge or rescale moves outputs by 1e-3 and more. */
+#define RTOL_ATT_TC   2e-4
+#define ATOL_ATT_TC   5e-5
 #define RTOL_ATT_BF16 2e-2
 #define ATOL_ATT_BF16 4e-3
 /* Projections: in <= 512 products of O(1) x O(1/sqrt(in)) terms in
@@ -1095,10 +1098,10 @@ static void test_attention(void)
      * not multiples of them, nkeys > T (a cached prefix). */
     static const att_shape_t shapes[] = {
         {1, 1, 1, 1, 2, 2},       {5, 5, 4, 2, 64, 16},
-        {70, 200, 8, 2, 256, 64}, {3, 100, 6, 3, 33, 8},
-        {7, 40, 8, 2, 256, 64},   {1, 130, 16, 2, 256, 64},
-        {70, 70, 2, 1, 128, 128}, {150, 150, 8, 2, 64, 64},
-        {41, 300, 16, 2, 256, 64}};
+        {20, 90, 8, 2, 256, 64},  {3, 100, 6, 3, 33, 8},
+        {70, 200, 8, 2, 256, 64}, {7, 40, 8, 2, 256, 64},
+        {1, 130, 16, 2, 256, 64}, {70, 70, 2, 1, 128, 128},
+        {150, 150, 8, 2, 64, 64}, {41, 300, 16, 2, 256, 64}};
     /* Each shape on every kernel: (impl, tolerance, name). */
     static const struct {
         hk_cuda_att_impl_t impl;

@@ -201,15 +201,16 @@ static __global__ void __launch_bounds__(HK_FA_THREADS)
 
     for (int kb = 0; kb < nk; kb += HK_FA_BK) {
         const int bk = min(HK_FA_BK, nk - kb);
+        /* Row j of the tile of x (k or v) in group g; NULL past bk. */
+        auto keys = [&](const float *x) {
+            return [=](int j) -> const float * {
+                return j < bk ? x + (size_t)(kb + j) * ldkv + (size_t)g * hd
+                              : nullptr;
+            };
+        };
         /* Keys of this tile the warp's rows can see. */
         const int nvg = max(0, min(bk, rgmax - kb));
-        hk_fa_stage<SPLIT>(
-            s.Kh, s.Kl, ldh,
-            [&](int j) -> const float * {
-                return j < bk ? k + (size_t)(kb + j) * ldkv + (size_t)g * hd
-                              : nullptr;
-            },
-            hd, hdp, vec);
+        hk_fa_stage<SPLIT>(s.Kh, s.Kl, ldh, keys(k), hd, hdp, vec);
         __syncthreads();
 
         /* 2. S[rg rows, hf*32 + 0..31] = Q K^T. */
@@ -270,13 +271,7 @@ static __global__ void __launch_bounds__(HK_FA_THREADS)
             }
         }
         /* V over K (every warp is past step 2). */
-        hk_fa_stage<SPLIT>(
-            s.Kh, s.Kl, ldh,
-            [&](int j) -> const float * {
-                return j < bk ? v + (size_t)(kb + j) * ldkv + (size_t)g * hd
-                              : nullptr;
-            },
-            hd, hdp, vec);
+        hk_fa_stage<SPLIT>(s.Kh, s.Kl, ldh, keys(v), hd, hdp, vec);
         __syncthreads();
 
         /* 4. O = O alpha + P V on the warp's rows and columns. */

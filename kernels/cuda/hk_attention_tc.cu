@@ -146,6 +146,27 @@ static __device__ void hk_fa_stage(__nv_bfloat16 *dh, __nv_bfloat16 *dl,
     }
 }
 
+/* Each of the warp's first n O tiles through its 16x16 f32 tile of shared
+ * memory: stored, f(i) on the lanes' elements, loaded back if back. */
+template <class F>
+static __device__ __forceinline__ void hk_fa_tiles(hk_fa_acc *O, int n,
+                                                   float *wtile, bool back, F f)
+{
+#pragma unroll
+    for (int i = 0; i < HK_FA_OT; i++) {
+        if (i >= n)
+            break;
+        wmma::store_matrix_sync(wtile, O[i], 16, wmma::mem_row_major);
+        __syncwarp();
+        f(i);
+        __syncwarp();
+        if (back) {
+            wmma::load_matrix_sync(O[i], wtile, 16, wmma::mem_row_major);
+            __syncwarp();
+        }
+    }
+}
+
 /* Grid (row blocks, Hkv). */
 template <bool SPLIT>
 static __global__ void __launch_bounds__(HK_FA_THREADS)
@@ -278,20 +299,11 @@ static __global__ void __launch_bounds__(HK_FA_THREADS)
         bool moved = false;
         for (int i = 0; i < 16; i++)
             moved |= s.alpha[rg * 16 + i] != 1.0f;
-        if (moved) {
-#pragma unroll
-            for (int i = 0; i < HK_FA_OT; i++) {
-                if (i >= otn)
-                    break;
-                wmma::store_matrix_sync(wtile, O[i], 16, wmma::mem_row_major);
-                __syncwarp();
+        if (moved)
+            hk_fa_tiles(O, otn, wtile, true, [&](int) {
                 for (int e = lane; e < 256; e += 32)
                     wtile[e] *= s.alpha[rg * 16 + e / 16];
-                __syncwarp();
-                wmma::load_matrix_sync(O[i], wtile, 16, wmma::mem_row_major);
-                __syncwarp();
-            }
-        }
+            });
         for (int kk = 0; kk < nvg; kk += 16) {
             hk_fa_a ph, pl;
             wmma::load_matrix_sync(ph, s.Ph + rg * 16 * HK_FA_LDP + kk,
@@ -318,20 +330,14 @@ static __global__ void __launch_bounds__(HK_FA_THREADS)
     }
 
     /* o = O / l, rows mapped back to (query, head). */
-#pragma unroll
-    for (int i = 0; i < HK_FA_OT; i++) {
-        if (i >= otn)
-            break;
-        wmma::store_matrix_sync(wtile, O[i], 16, wmma::mem_row_major);
-        __syncwarp();
+    hk_fa_tiles(O, otn, wtile, false, [&](int i) {
         for (int e = lane; e < 256; e += 32) {
             const int rr = rg * 16 + e / 16, d = (ot0 + i) * 16 + e % 16;
             const float *qr = qrow(rr);
             if (qr && d < hd)
                 o[(size_t)(qr - q) + d] = wtile[e] / s.l[rr];
         }
-        __syncwarp();
-    }
+    });
 }
 
 int hk_attention_tc(int split, float *o, const float *q, const int *qpos,

@@ -6,6 +6,7 @@
  * by tools/device-check.sh.
  *
  *   gpu_kernels [--out FILE.tsv] [--dump DIR] [--budget SECONDS] [--tiny]
+ *               [--only PREFIX]
  *
  * Measured (in this order, the most wanted first):
  *   copy_d2d                       1 GiB, bytes read + written
@@ -18,14 +19,25 @@
  *                                  counts state bytes read + written;
  *                                  states rotate over >= 256 MB of sets so
  *                                  no step finds them in L2
- *   attention_decode               B requests x 4096 keys; GB/s of K and V
+ *   attention_decode[_1blk|_simple]  B requests x 4096 keys; GB/s of K
+ *                                  and V: flash-decoding (keys split over
+ *                                  blocks, with scratch); the same kernel
+ *                                  one block per (request, group) (the
+ *                                  engine's call, no scratch); the first
+ *                                  kernel (one block per (request, head))
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
- *   attention_prefill              causal, T = 4k, 16k, 64k; TFLOP/s
+ *   attention_prefill[_bf16|_simple]  causal, T = 4k, 16k, 64k (simple:
+ *                                  to 16k); TFLOP/s
+ *                                  (causal flops, 4 Hq hd T(T+1)/2): the
+ *                                  tensor-core kernel with hi/lo split
+ *                                  operands (f32 accuracy, the default),
+ *                                  with bf16 operands, the first kernel
  * A row past the budget is printed as skipped. --dump DIR writes, for a
  * small shape of each op, the inputs and our outputs (raw little-endian
  * arrays and a meta.txt per case) for bench/gpu_kernels_ref.py, which runs
  * FLA and torch on the same inputs and a float64 reference. --tiny runs
- * toy shapes (the host emulator's plumbing check).
+ * toy shapes (the host emulator's plumbing check). --only PREFIX measures
+ * (and dumps) only the ops whose names start with PREFIX, copy_d2d always.
  *
  * Inputs are synthetic, as the model makes them: q, k rows unit-norm
  * (q / sqrt(dk)), gates from hk_math_gdn_gate over the HF initialisation
@@ -64,7 +76,7 @@ static const model_t tiny_model = {"tiny", 1, 2, 32, 32, 2, 1, 32, 64, 96, 80};
                   */
 
 static FILE *tsv;
-static const char *dump_dir;
+static const char *dump_dir, *only;
 static double t_begin, budget = 1e9;
 static int tiny;
 static uint64_t rng = BENCH_SEED;
@@ -135,6 +147,13 @@ static uint16_t *to_bf16(const float *x, size_t n)
     return b;
 }
 
+/* --only: is op one of the ops to run (or a family prefix of them)? */
+static int wanted(const char *op)
+{
+    return !only || !strncmp(op, only, strlen(only)) ||
+           !strncmp(only, op, strlen(op));
+}
+
 static int over_budget(void)
 {
     return bench_now() - t_begin > budget;
@@ -154,7 +173,7 @@ static void emit(const char *op, const char *model, const char *params,
         snprintf(g, sizeof g, "%.1f", gbps);
     if (tflops >= 0)
         snprintf(f, sizeof f, "%.2f", tflops);
-    printf("| %-18s | %-13s | %-34s | %10s | %4d | %10s | %7s | %6s | %s |\n",
+    printf("| %-24s | %-13s | %-34s | %10s | %4d | %10s | %7s | %6s | %s |\n",
            op, model, params, m, reps, r, g, f, note ? note : "");
     fprintf(tsv, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", op, model, params, m,
             reps, r, g, f, note ? note : "");
@@ -215,6 +234,8 @@ static double measure(const char *op, const char *model, const char *params,
                       op_fn f, void *ctx, double tokens, double bytes,
                       double flops)
 {
+    if (!wanted(op) || (only && strncmp(op, only, strlen(only))))
+        return -1;
     if (over_budget()) {
         skipped(op, model, params, "skipped: budget");
         return -1;
@@ -691,26 +712,45 @@ static void dump_step(const model_t *m, int B)
 
 typedef struct {
     int T, N, B, Hq, Hkv, hd;
+    hk_cuda_att_impl_t impl;
     float *q, *k, *v, *o;
     int *qpos, *nctx;
     float **kcs, **vcs; /* decode: device tables */
+    float *scr;         /* decode: flash-decoding's scratch, or NULL */
 } att_ctx;
 
+/* The kernels measured: bench op, kernels, decode with scratch. */
+typedef struct {
+    const char *op;
+    hk_cuda_att_impl_t impl;
+    int scratch;
+} att_kind_t;
+static const att_kind_t att_prefill_kinds[] = {
+    {"attention_prefill", HK_CUDA_ATT_FLASH, 0},
+    {"attention_prefill_bf16", HK_CUDA_ATT_FLASH_BF16, 0},
+    {"attention_prefill_simple", HK_CUDA_ATT_SIMPLE, 0}};
+static const att_kind_t att_decode_kinds[] = {
+    {"attention_decode", HK_CUDA_ATT_FLASH, 1},
+    {"attention_decode_1blk", HK_CUDA_ATT_FLASH, 0},
+    {"attention_decode_simple", HK_CUDA_ATT_SIMPLE, 0}};
+#define N_ATT_KINDS 3
 static int att_prefill_run(void *ctx, int rep)
 {
     const att_ctx *c = ctx;
     (void)rep;
-    return hk_cuda_attention(c->o, c->q, c->qpos, c->k, c->v, c->T, c->T, c->Hq,
-                             c->Hkv, c->hd, 1.0f / sqrtf((float)c->hd), NULL);
+    return hk_cuda_attention_impl(c->impl, c->o, c->q, c->qpos, c->k, c->v,
+                                  c->T, c->T, c->Hq, c->Hkv, c->hd,
+                                  1.0f / sqrtf((float)c->hd), NULL);
 }
 
 static int att_decode_run(void *ctx, int rep)
 {
     const att_ctx *c = ctx;
     (void)rep;
-    return hk_cuda_attention_decode(
-        c->o, c->q, (const float *const *)c->kcs, (const float *const *)c->vcs,
-        c->nctx, c->B, c->Hq, c->Hkv, c->hd, 1.0f / sqrtf((float)c->hd), NULL);
+    return hk_cuda_attention_decode_ex(
+        c->impl, c->o, c->q, (const float *const *)c->kcs,
+        (const float *const *)c->vcs, c->nctx, c->B, c->Hq, c->Hkv, c->hd,
+        1.0f / sqrtf((float)c->hd), c->scr, NULL);
 }
 
 /* Random rows (R of them) repeated over n rows of width w. */
@@ -726,7 +766,8 @@ static float *dev_rand(size_t n, size_t w, double amp)
 }
 
 /* Prefill (B = 0: T queries over their own T keys) or decode (B requests,
- * one query each over N keys in its own cache). */
+ * one query each over N keys in its own cache, and flash-decoding's
+ * scratch). */
 static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
 {
     memset(c, 0, sizeof *c);
@@ -760,6 +801,9 @@ static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
     CK(hk_cuda_h2d(c->kcs, kt, (size_t)B * sizeof(float *), NULL));
     CK(hk_cuda_h2d(c->vcs, vt, (size_t)B * sizeof(float *), NULL));
     CK(hk_cuda_h2d(c->nctx, n, (size_t)B * sizeof(int), NULL));
+    const size_t ns = hk_cuda_attention_decode_scratch(B, m->Hq, m->Hkv, m->hd);
+    if (ns)
+        c->scr = dalloc(ns * sizeof(float));
     free(kt);
     free(vt);
     free(n);
@@ -767,33 +811,45 @@ static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
 
 static void att_free(att_ctx *c)
 {
-    void *bufs[] = {c->q, c->k, c->v, c->o, c->qpos, c->nctx, c->kcs, c->vcs};
+    void *bufs[] = {c->q,    c->k,   c->v,   c->o,  c->qpos,
+                    c->nctx, c->kcs, c->vcs, c->scr};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         CK(hk_cuda_free(bufs[i]));
 }
 
-/* The last prefill time of a model (ms at T): the cost grows as T^2, and a
- * call predicted to overrun the budget (warm-up + 1) is not started. */
+/* Every prefill kind at T. last_ms, last_T: each kind's last time (ms at
+ * T): the cost grows as T^2, and a call predicted to overrun the budget
+ * (warm-up + 1) is not started. */
 static void bench_att_prefill(const model_t *m, int T, double *last_ms,
                               int *last_T)
 {
     char params[128];
     snprintf(params, sizeof params, "T=%d,Hq=%d,Hkv=%d,hd=%d", T, m->Hq, m->Hkv,
              m->hd);
-    const double r = *last_T ? (double)T / *last_T : 0.0;
-    const double pred_s = *last_ms > 0 ? 2e-3 * *last_ms * r * r : 0.0;
-    if (over_budget() || bench_now() - t_begin + pred_s > budget) {
-        skipped("attention_prefill", m->name, params,
-                "skipped: budget (T^2 from the last size)");
-        return;
-    }
     att_ctx c;
-    att_setup(&c, m, T, 0, 0);
-    const double fl = 4.0 * m->Hq * m->hd * ((double)T * (T + 1) / 2.0);
-    *last_ms = measure("attention_prefill", m->name, params, att_prefill_run,
-                       &c, T, 0, fl);
-    *last_T = T;
-    att_free(&c);
+    int set = 0;
+    for (int i = 0; i < N_ATT_KINDS; i++) {
+        const att_kind_t *kd = &att_prefill_kinds[i];
+        /* SIMPLE re-reads K/V per query head: 64k would take minutes. */
+        if (!wanted(kd->op) || (kd->impl == HK_CUDA_ATT_SIMPLE && T > 16384))
+            continue;
+        const double r = last_T[i] ? (double)T / last_T[i] : 0.0;
+        const double pred_s = last_ms[i] > 0 ? 2e-3 * last_ms[i] * r * r : 0.0;
+        if (over_budget() || bench_now() - t_begin + pred_s > budget) {
+            skipped(kd->op, m->name, params,
+                    "skipped: budget (T^2 from the last size)");
+            continue;
+        }
+        if (!set)
+            att_setup(&c, m, T, 0, 0), set = 1;
+        c.impl = kd->impl;
+        const double fl = 4.0 * m->Hq * m->hd * ((double)T * (T + 1) / 2.0);
+        last_ms[i] =
+            measure(kd->op, m->name, params, att_prefill_run, &c, T, 0, fl);
+        last_T[i] = T;
+    }
+    if (set)
+        att_free(&c);
 }
 
 static void bench_att_decode(const model_t *m, int B, int N)
@@ -802,19 +858,31 @@ static void bench_att_decode(const model_t *m, int B, int N)
     snprintf(params, sizeof params, "B=%d,N=%d,Hq=%d,Hkv=%d,hd=%d", B, N, m->Hq,
              m->Hkv, m->hd);
     if (over_budget()) {
-        skipped("attention_decode", m->name, params, "skipped: budget");
+        for (int i = 0; i < N_ATT_KINDS; i++)
+            if (wanted(att_decode_kinds[i].op))
+                skipped(att_decode_kinds[i].op, m->name, params,
+                        "skipped: budget");
         return;
     }
     att_ctx c;
     att_setup(&c, m, 0, B, N);
+    float *scr = c.scr;
     const double bytes = 2.0 * B * N * m->Hkv * m->hd * 4.0;
-    measure("attention_decode", m->name, params, att_decode_run, &c, B, bytes,
-            4.0 * B * N * m->Hq * m->hd);
+    for (int i = 0; i < N_ATT_KINDS; i++) {
+        c.impl = att_decode_kinds[i].impl;
+        c.scr = att_decode_kinds[i].scratch ? scr : NULL;
+        measure(att_decode_kinds[i].op, m->name, params, att_decode_run, &c, B,
+                bytes, 4.0 * B * N * m->Hq * m->hd);
+    }
+    c.scr = scr;
     att_free(&c);
 }
 
 static void dump_att(const model_t *m, int T, int B, int N)
 {
+    const att_kind_t *kinds = B ? att_decode_kinds : att_prefill_kinds;
+    if (!wanted(kinds[0].op))
+        return;
     att_ctx c;
     att_setup(&c, m, T, B, N);
     char meta[256], name[64];
@@ -827,11 +895,23 @@ static void dump_att(const model_t *m, int T, int B, int N)
     dump_begin(name, meta);
     const size_t rows = B ? (size_t)B : (size_t)T;
     const size_t kvr = B ? (size_t)B * N : (size_t)T;
-    CK(B ? att_decode_run(&c, 0) : att_prefill_run(&c, 0));
     dump_dev("q.f32", c.q, rows * m->Hq * m->hd * 4);
     dump_dev("k.f32", c.k, kvr * m->Hkv * m->hd * 4);
     dump_dev("v.f32", c.v, kvr * m->Hkv * m->hd * 4);
-    dump_dev("o.f32", c.o, rows * m->Hq * m->hd * 4);
+    float *scr = c.scr;
+    /* o.f32, o_bf16.f32, o_simple.f32 (prefill); o.f32, o_1blk.f32,
+     * o_simple.f32 (decode): the op's suffix. */
+    for (int i = 0; i < N_ATT_KINDS; i++) {
+        char file[64] = "o.f32";
+        if (i > 0)
+            snprintf(file, sizeof file, "o_%s.f32",
+                     strrchr(kinds[i].op, '_') + 1);
+        c.impl = kinds[i].impl;
+        c.scr = kinds[i].scratch ? scr : NULL;
+        CK(B ? att_decode_run(&c, 0) : att_prefill_run(&c, 0));
+        dump_dev(file, c.o, rows * m->Hq * m->hd * 4);
+    }
+    c.scr = scr;
     att_free(&c);
 }
 
@@ -936,10 +1016,12 @@ int main(int argc, char **argv)
             budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tiny"))
             tiny = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
         else {
             fprintf(stderr,
                     "usage: %s [--out FILE.tsv] [--dump DIR] "
-                    "[--budget SECONDS] [--tiny]\n",
+                    "[--budget SECONDS] [--tiny] [--only PREFIX]\n",
                     argv[0]);
             return 2;
         }
@@ -975,12 +1057,14 @@ int main(int argc, char **argv)
     const int nm = tiny ? 1 : 2;
     if (dump_dir)
         for (int i = 0; i < nm; i++) {
-            dump_chunk(&ms[i], tiny ? 40 : i == 0 ? 1024 : 512);
-            dump_step(&ms[i], tiny ? 2 : 4);
+            if (wanted("gdn_chunk"))
+                dump_chunk(&ms[i], tiny ? 40 : i == 0 ? 1024 : 512);
+            if (wanted("gdn_step") || wanted("gdn_decode"))
+                dump_step(&ms[i], tiny ? 2 : 4);
             dump_att(&ms[i], tiny ? 24 : 512, 0, 0);
             dump_att(&ms[i], 0, tiny ? 2 : 4, tiny ? 16 : 1024);
         }
-    if (dump_dir)
+    if (dump_dir && wanted("matmul"))
         dump_mm(ms[0].name, tiny ? 4 : 64, ms[0].hidden, tiny ? 16 : 512, blas);
 
     printf("| op | model | params | ms | reps | tokens/s | GB/s | TFLOP/s | "
@@ -988,16 +1072,16 @@ int main(int argc, char **argv)
     bench_copy();
     static const int Ts[] = {4096, 16384, 65536}, Bs[] = {1, 16, 64, 256};
     const int nT = tiny ? 1 : 3, nB = tiny ? 2 : 4;
-    for (int t = 0; t < nT; t++)
+    for (int t = 0; t < nT && wanted("gdn_chunk"); t++)
         for (int i = 0; i < nm; i++)
             bench_chunk(&ms[i], tiny ? 40 : Ts[t]);
-    for (int b = 0; b < nB; b++)
+    for (int b = 0; b < nB && (wanted("gdn_step") || wanted("gdn_decode")); b++)
         for (int i = 0; i < nm; i++)
             bench_decode(&ms[i], tiny ? b + 1 : Bs[b]);
-    for (int b = 0; b < nB; b++)
+    for (int b = 0; b < nB && wanted("attention_decode"); b++)
         for (int i = 0; i < nm; i++)
             bench_att_decode(&ms[i], tiny ? b + 1 : Bs[b], tiny ? 16 : 4096);
-    for (int i = 0; i < nm; i++) {
+    for (int i = 0; i < nm && wanted("matmul"); i++) {
         const model_t *m = &ms[i];
         const int ns[2] = {tiny ? 8 : 4096, tiny ? 2 : 64};
         for (int j = 0; j < 2; j++) {
@@ -1005,12 +1089,11 @@ int main(int argc, char **argv)
             bench_mm(m->name, ns[j], m->hidden, m->mlp, blas);
         }
     }
-    double last_ms[2] = {0, 0};
-    int last_T[2] = {0, 0};
-    for (int t = 0; t < nT; t++)
+    double last_ms[2][N_ATT_KINDS] = {{0}};
+    int last_T[2][N_ATT_KINDS] = {{0}};
+    for (int t = 0; t < nT && wanted("attention_prefill"); t++)
         for (int i = 0; i < nm; i++)
-            bench_att_prefill(&ms[i], tiny ? 20 : Ts[t], &last_ms[i],
-                              &last_T[i]);
+            bench_att_prefill(&ms[i], tiny ? 20 : Ts[t], last_ms[i], last_T[i]);
     hk_cuda_blas_destroy(blas);
     fclose(tsv);
     printf("# %.1f s\n", bench_now() - t_begin);

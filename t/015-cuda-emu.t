@@ -56,9 +56,10 @@ SKIP: {
     ok($? == 0 && -s "$work/res/kernels.tsv" && -s "$work/res/report.md",
        'gpu_kernels_ref.py writes kernels.tsv and report.md')
         or diag($out);
-    # our outputs against float64: f32 kernels ~1e-7, the bf16 chunk
-    # (bf16 hi/lo splits) ~1e-5, conv states are copies
-    my %limit = (ours_bf16 => 1e-4, conv => 0);
+    # our outputs against float64: f32 kernels ~1e-7, the bf16 chunk and
+    # the tensor-core attention prefill (bf16 hi/lo splits) ~1e-5, its
+    # bf16-operand variant ~1e-3, conv states are copies
+    my %limit = (ours_bf16 => 1e-4, ours_att_bf16 => 2e-2, conv => 0);
     my (@bad, $n);
     open(my $fh, '<', "$work/res/accuracy.tsv") or die;
     <$fh>;
@@ -68,9 +69,10 @@ SKIP: {
         next unless $who =~ /^ours/;
         $n++;
         my $lim = $what eq 'conv' ? 0 : $limit{$who} // 2e-6;
+        $lim = 2e-5 if $case =~ /^attention_prefill/ && $who eq 'ours';
         push @bad, $_ unless $err <= $lim;
     }
-    ok($n == 15 && !@bad, "$n of our outputs within their float64 bounds")
+    ok($n == 19 && !@bad, "$n of our outputs within their float64 bounds")
         or diag(join "\n", @bad);
 }
 

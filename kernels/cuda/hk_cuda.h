@@ -129,28 +129,71 @@ int hk_cuda_embed(float *x, const float *table, const int *ids, int T, int H,
 int hk_cuda_embed_bf16(float *x, const uint16_t *table, const int *ids, int T,
                        int H, void *stream);
 
-/* ---- causal GQA attention (hk_attention.cu) ---------------------------- */
+/* ---- causal GQA attention (hk_attention.cu, hk_attention_tc.cu) -------- */
 
 #define HK_CUDA_ATT_MAX_HD 512
+/* The tensor-core prefill's largest head dim. */
+#define HK_CUDA_ATT_TC_MAX_HD 256
+
+/* Which kernels the attention calls run. DEFAULT is the environment's
+ * HYPIC_CUDA_ATT (simple, flash or flash_bf16; read once), else FLASH.
+ *   SIMPLE      one block per (query, head), f32 CUDA cores; decode the
+ *               same per (request, head) (the first kernels, kept to
+ *               compare against);
+ *   FLASH       prefill tiled on tensor cores, all heads of a kv group
+ *               sharing each K/V tile, f32 operands split into bf16
+ *               hi + lo (3 MMAs per product, ~1e-5 of f32); decode split
+ *               over the key axis, a group's heads sharing each K/V read;
+ *   FLASH_BF16  the same prefill with q, k, p, v rounded to bf16 once
+ *               (1 MMA, ~3e-3 relative); decode as FLASH.
+ * FLASH falls back to SIMPLE where it cannot run (hd above
+ * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs); asked for
+ * explicitly it returns HK_CUDA_EINVAL there instead. */
+typedef enum {
+    HK_CUDA_ATT_DEFAULT = 0,
+    HK_CUDA_ATT_SIMPLE = 1,
+    HK_CUDA_ATT_FLASH = 2,
+    HK_CUDA_ATT_FLASH_BF16 = 3
+} hk_cuda_att_impl_t;
 
 /* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys
  * j <= qpos[t]) v; q [T, Hq, hd], qpos [T] (device, each < N), k, v
  * [N, Hkv, hd]; query head h reads kv head h / (Hq / Hkv). RoPE and the
  * q/k norms come before, the output gate after, as on the CPU. No
- * scratch: one block per (query, head) with an online softmax. */
+ * scratch. */
 int hk_cuda_attention(float *o, const float *q, const int *qpos, const float *k,
                       const float *v, int T, int N, int Hq, int Hkv, int hd,
                       float scale, void *stream);
+/* The same with the kernels named. */
+int hk_cuda_attention_impl(hk_cuda_att_impl_t impl, float *o, const float *q,
+                           const int *qpos, const float *k, const float *v,
+                           int T, int N, int Hq, int Hkv, int hd, float scale,
+                           void *stream);
 /* Decode for B requests, one query each, each over its own cache:
  * q, o [B, Hq, hd]; kcs, vcs device arrays of B device pointers
  * ([>= n_ctx[b], Hkv, hd] each); n_ctx [B] (device): request b attends
  * its keys 0..n_ctx[b]-1, the new one included (store it first with
  * hk_cuda_kv_store_decode). Twin: hk_attention with T = 1 and
- * qpos = n_ctx - 1 per request. */
+ * qpos = n_ctx - 1 per request. Without scratch the key axis of a
+ * (request, kv group) is split over one block's warps only; see
+ * hk_cuda_attention_decode_ex. */
 int hk_cuda_attention_decode(float *o, const float *q, const float *const *kcs,
                              const float *const *vcs, const int *n_ctx, int B,
                              int Hq, int Hkv, int hd, float scale,
                              void *stream);
+/* Decode with the kernels named and scratch for flash-decoding: with
+ * scratch (hk_cuda_attention_decode_scratch floats, device) FLASH splits
+ * each (request, kv group)'s keys over several blocks, then combines the
+ * partial softmaxes in a second launch; scratch may be NULL (one block per
+ * (request, group)). */
+int hk_cuda_attention_decode_ex(hk_cuda_att_impl_t impl, float *o,
+                                const float *q, const float *const *kcs,
+                                const float *const *vcs, const int *n_ctx,
+                                int B, int Hq, int Hkv, int hd, float scale,
+                                float *scratch, void *stream);
+/* Floats of scratch hk_cuda_attention_decode_ex uses on the current
+ * device (0: it does not split at this B). */
+size_t hk_cuda_attention_decode_scratch(int B, int Hq, int Hkv, int hd);
 
 /* ---- MoE routing and dispatch (hk_moe.cu) ------------------------------ */
 

@@ -129,6 +129,20 @@ static void print_plan(void)
  * mask, group or scale moves outputs by 1e-2 and more. */
 #define RTOL_ATT 2e-5
 #define ATOL_ATT 2e-6
+/* The tensor-core prefill (FLASH): every operand split into bf16 hi + lo,
+ * products hi*hi + hi*lo + lo*hi (~3 * 2^-18 of |x y| each: the dropped
+ * lo*lo and the remainders), so a score is off by up to ~1e-5 of
+ * sum_d |q_d k_d| scale (~1e-4 at hd 256 with O(1) entries), and each
+ * probability by as much, relatively; o, a weighted mean of v, by that
+ * times |v - o|. Under the emulator the worst element is 2.5e-5 of the
+ * outputs' rms (4e-6 absolute at hd 128 against float64); the bound leaves
+ * room for another accumulation order. FLASH_BF16 rounds q, k, p, v to
+ * bf16 once (2^-9 relative each): ~100x more. A dropped lo term, a wrong
+ * mask, group, tile edge or rescale moves outputs by 1e-3 and more. */
+#define RTOL_ATT_TC   2e-4
+#define ATOL_ATT_TC   5e-5
+#define RTOL_ATT_BF16 2e-2
+#define ATOL_ATT_BF16 4e-3
 /* Projections: in <= 512 products of O(1) x O(1/sqrt(in)) terms in
  * another order (cuBLAS blocking vs OpenBLAS's): ~sqrt(in) roundings of
  * the O(1) result. The bf16 path multiplies the same rounded inputs. */
@@ -1106,18 +1120,31 @@ static void test_attention(void)
 {
     /* qpos: prefill from 0, a prompt over a cache (the last T of N), a
      * PIC splice (unordered positions). hd 256, GQA 4 and rot 64 are the
-     * Qwen3.5 attention layers (scaled down in heads). */
+     * Qwen3.5 attention layers (8:2 heads as the 0.8B); T and N past the
+     * tensor-core kernel's tiles (64 rows of (query, head), 64 keys) and
+     * not multiples of them, nkeys > T (a cached prefix). */
     static const att_shape_t shapes[] = {
         {1, 1, 1, 1, 2, 2},       {5, 5, 4, 2, 64, 16},
-        {7, 40, 8, 2, 256, 64},   {3, 100, 6, 3, 33, 8},
-        {1, 130, 16, 2, 256, 64}, {70, 70, 2, 1, 128, 128}};
+        {20, 90, 8, 2, 256, 64},  {3, 100, 6, 3, 33, 8},
+        {70, 200, 8, 2, 256, 64}, {7, 40, 8, 2, 256, 64},
+        {1, 130, 16, 2, 256, 64}, {70, 70, 2, 1, 128, 128},
+        {150, 150, 8, 2, 64, 64}, {41, 300, 16, 2, 256, 64}};
+    /* Each shape on every kernel: (impl, tolerance, name). */
+    static const struct {
+        hk_cuda_att_impl_t impl;
+        double atol, rtol;
+        const char *name;
+    } impls[] = {
+        {HK_CUDA_ATT_SIMPLE, ATOL_ATT, RTOL_ATT, "simple"},
+        {HK_CUDA_ATT_FLASH, ATOL_ATT_TC, RTOL_ATT_TC, "flash"},
+        {HK_CUDA_ATT_FLASH_BF16, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash_bf16"}};
     const float eps = 1e-6f;
     for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
         const att_shape_t *a = &shapes[s];
         const int T = a->T, N = a->N, Hq = a->Hq, Hkv = a->Hkv, hd = a->hd;
         const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
         const size_t nkn = (size_t)T * Hkv * hd;
-        int qpos[128];
+        int qpos[256];
         for (int t = 0; t < T; t++)
             qpos[t] = s == 3 ? (t * 37 + 10) % N : N - T + t;
         float *q = frand(nq, 1.0), *gate = frand(nq, 3.0);
@@ -1148,13 +1175,19 @@ static void test_attention(void)
         RUN(hk_cuda_rope(dq, dpos, T, Hq, hd, a->rot, 1e7, NULL));
         RUN(hk_cuda_rope(dkn, dpos, T, Hkv, hd, a->rot, 1e7, NULL));
         RUN(hk_cuda_kv_store(dkc, dvc, dkn, dvn, dpos, T, Hkv * hd, NULL));
-        RUN(hk_cuda_attention(dO, dq, dpos, dkc, dvc, T, N, Hq, Hkv, hd, scale,
-                              NULL));
-        int good = close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o");
-        RUN(hk_cuda_gate_mul(dO, dgate, nq, NULL));
-        good &= close_cpu(ogate, dO, nq, ATOL_ATT, RTOL_ATT, "gated o");
-        ok(good, "attention T=%d N=%d Hq=%d Hkv=%d hd=%d rot=%d%s", T, N, Hq,
-           Hkv, hd, a->rot, s == 3 ? " (unordered qpos)" : "");
+        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+            /* The previous kernel's output must not pass for this one's. */
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            RUN(hk_cuda_attention_impl(impls[m].impl, dO, dq, dpos, dkc, dvc, T,
+                                       N, Hq, Hkv, hd, scale, NULL));
+            int good = close_cpu(o, dO, nq, impls[m].atol, impls[m].rtol, "o");
+            RUN(hk_cuda_gate_mul(dO, dgate, nq, NULL));
+            good &= close_cpu(ogate, dO, nq, impls[m].atol, impls[m].rtol,
+                              "gated o");
+            ok(good, "attention %s T=%d N=%d Hq=%d Hkv=%d hd=%d rot=%d%s",
+               impls[m].name, T, N, Hq, Hkv, hd, a->rot,
+               s == 3 ? " (unordered qpos)" : "");
+        }
         CK(hk_cuda_free(dq));
         CK(hk_cuda_free(dgate));
         CK(hk_cuda_free(dkc));
@@ -1183,10 +1216,21 @@ static void test_attention(void)
  * length; the reference is hk_attention with T = 1, qpos = n_ctx - 1. */
 static void test_attention_decode(void)
 {
-    /* B, Hq, Hkv, hd; contexts below */
-    static const int shapes[][4] = {
-        {1, 1, 1, 16}, {3, 8, 2, 256}, {4, 6, 6, 64}};
+    /* B, Hq, Hkv, hd; contexts below (the emulator's 4 SMs make FLASH with
+     * scratch split 16 blocks' worth: up to 16 splits of a request, some
+     * empty, and none at B * Hkv >= 16). */
+    static const int shapes[][4] = {{1, 1, 1, 16},  {3, 8, 2, 256},
+                                    {4, 6, 6, 64},  {2, 16, 2, 128},
+                                    {4, 8, 2, 256}, {3, 4, 1, 33}};
     static const int ctx[] = {65, 1, 200, 64};
+    /* kernel, with scratch */
+    static const struct {
+        hk_cuda_att_impl_t impl;
+        int scratch;
+        const char *name;
+    } impls[] = {{HK_CUDA_ATT_SIMPLE, 0, "simple"},
+                 {HK_CUDA_ATT_FLASH, 0, "flash"},
+                 {HK_CUDA_ATT_FLASH, 1, "flash split"}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
         const int B = shapes[s][0], Hq = shapes[s][1], Hkv = shapes[s][2];
         const int hd = shapes[s][3];
@@ -1196,7 +1240,7 @@ static void test_attention_decode(void)
         float *kc[4], *vc[4], *dkc[4], *dvc[4];
         int nctx[4];
         for (int b = 0; b < B; b++) {
-            nctx[b] = ctx[b];
+            nctx[b] = ctx[(b + s) % 4];
             kc[b] = frand(nctx[b] * row, 1.0);
             vc[b] = frand(nctx[b] * row, 1.0);
             dkc[b] = dev_from(kc[b], nctx[b] * row);
@@ -1214,16 +1258,24 @@ static void test_attention_decode(void)
         CK(hk_cuda_h2d(dpv, dvc, B * sizeof(float *), NULL));
         float *dq = dev_from(q, nq), *dO = dev_alloc(nq);
         int *dctx = dev_ints(nctx, B);
-        RUN(hk_cuda_attention_decode(dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd,
-                                     scale, NULL));
-        ok(close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o"),
-           "attention_decode B=%d Hq=%d Hkv=%d hd=%d", B, Hq, Hkv, hd);
+        const size_t nscr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd);
+        float *dscr = nscr ? dev_alloc(nscr) : NULL;
+        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            RUN(hk_cuda_attention_decode_ex(
+                impls[m].impl, dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd, scale,
+                impls[m].scratch && nscr ? dscr : NULL, NULL));
+            ok(close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o"),
+               "attention_decode %s B=%d Hq=%d Hkv=%d hd=%d (scratch %zu)",
+               impls[m].name, B, Hq, Hkv, hd, impls[m].scratch ? nscr : 0);
+        }
         for (int b = 0; b < B; b++) {
             CK(hk_cuda_free(dkc[b]));
             CK(hk_cuda_free(dvc[b]));
             free(kc[b]);
             free(vc[b]);
         }
+        CK(hk_cuda_free(dscr));
         CK(hk_cuda_free(dpk));
         CK(hk_cuda_free(dpv));
         CK(hk_cuda_free(dq));
@@ -1725,6 +1777,14 @@ static void test_einval(void)
     good &=
         hk_cuda_attention(&x, &x, NULL, &x, &x, 1, 1, 1, 1,
                           HK_CUDA_ATT_MAX_HD + 1, 1.0f, NULL) == HK_CUDA_EINVAL;
+    /* The tensor-core prefill and the split decode, asked for by name,
+     * refuse what they cannot run (DEFAULT falls back to SIMPLE). */
+    good &= hk_cuda_attention_impl(HK_CUDA_ATT_FLASH, &x, &x, NULL, &x, &x, 1,
+                                   1, 1, 1, HK_CUDA_ATT_TC_MAX_HD + 8, 1.0f,
+                                   NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_attention_decode_ex(HK_CUDA_ATT_FLASH, &x, &x, NULL, NULL,
+                                        NULL, 1, 32, 1, 8, 1.0f, NULL,
+                                        NULL) == HK_CUDA_EINVAL; /* r > 16 */
     good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0,
                          NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;

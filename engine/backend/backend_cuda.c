@@ -579,16 +579,16 @@ static void cu_kvbuf_step(be_t b, float *o, float *arena,
                           const hk_kvbuf_view_t *vw, const float *q,
                           const float *k, const float *v, const float *g,
                           const float *beta, int R, int T,
-                          const hk_kvbuf_geom_t *geom, int lmax,
-                          float *scratch, int nth)
+                          const hk_kvbuf_geom_t *geom, int lmax, float *scratch,
+                          int nth)
 {
     (void)scratch, (void)nth;
     const hk_kvbuf_view_t *d =
         stage_views(b, vw, NULL, R, T, geom, NULL, "kvbuf_step");
     if (d)
         note(b,
-             hk_cuda_kvbuf_step(o, arena, d, q, k, v, g, beta, R, T, geom,
-                                lmax, NULL),
+             hk_cuda_kvbuf_step(o, arena, d, q, k, v, g, beta, R, T, geom, lmax,
+                                NULL),
              "kvbuf_step");
 }
 

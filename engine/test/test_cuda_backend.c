@@ -72,7 +72,8 @@ static void check(const char *root, const char *name)
     a = malloc(n * sizeof(float)), b = malloc(n * sizeof(float));
     int ta[TBK_TOKS], tb[TBK_TOKS];
     ra = tbr_kvbuf(&ref, a, ta, &err);
-    ok(ra == HP_OK, "%s: cpu KVBuffer run %s", name, ra == HP_OK ? "" : err.msg);
+    ok(ra == HP_OK, "%s: cpu KVBuffer run %s", name,
+       ra == HP_OK ? "" : err.msg);
     rb = tbr_kvbuf(&m, b, tb, &err);
     ok(rb == HP_OK, "%s: %s KVBuffer run %s", name, hp_backend_name(cuda),
        rb == HP_OK ? "" : err.msg);

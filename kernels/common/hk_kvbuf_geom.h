@@ -45,8 +45,7 @@ static inline HK_HOSTDEV size_t hk_kvbuf_off_w(const hk_kvbuf_geom_t *g)
 
 static inline HK_HOSTDEV size_t hk_kvbuf_off_G(const hk_kvbuf_geom_t *g)
 {
-    return hk_kvbuf_round16(hk_kvbuf_off_w(g) +
-                            (size_t)g->Hv * g->bs * g->dv);
+    return hk_kvbuf_round16(hk_kvbuf_off_w(g) + (size_t)g->Hv * g->bs * g->dv);
 }
 
 /* Floats one block takes (a multiple of 16). */

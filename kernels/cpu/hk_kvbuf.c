@@ -95,7 +95,7 @@ typedef struct {
 static size_t step_slot(int T, int lmax)
 {
     return hk_kvbuf_round16(4 * (size_t)T + 4 * (size_t)T * lmax +
-                   2 * (size_t)T * HK_KVBUF_JB);
+                            2 * (size_t)T * HK_KVBUF_JB);
 }
 
 static step_ws_t step_ws(float *ws, int T, int lmax)

@@ -334,8 +334,8 @@ int hk_cuda_kvbuf_step(float *o, float *arena, const hk_kvbuf_view_t *vw,
 int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw, const int *n,
                         int R, const hk_kvbuf_geom_t *g, void *stream);
 /* Twin of hk_kvbuf_conv_commit (state [C, K-1], x [>= m, C]): exact. */
-int hk_cuda_kvbuf_conv_commit(float *state, const float *x, int m, int C,
-                              int K, void *stream);
+int hk_cuda_kvbuf_conv_commit(float *state, const float *x, int m, int C, int K,
+                              void *stream);
 
 #ifdef __cplusplus
 }

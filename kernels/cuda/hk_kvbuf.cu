@@ -92,9 +92,8 @@ static __device__ __forceinline__ int hk_kb_col(int lane, int c)
 
 /* The lane's CPT values of a row of dv floats (0 past dv). */
 template <int CPT, bool VEC>
-static __device__ __forceinline__ void hk_kb_row(float (&x)[CPT],
-                                                 const float *row, int lane,
-                                                 int dv)
+static __device__ __forceinline__ void
+hk_kb_row(float (&x)[CPT], const float *row, int lane, int dv)
 {
     if (VEC) {
 #pragma unroll
@@ -280,7 +279,8 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
     /* 3. this call's entries, in token order, one thread per column */
     for (int j = tid; j < dv; j += HK_KB_THREADS) {
         for (int t = 0; t < T; t++) {
-            const float *cu = CU + (size_t)t * lmax, *co = CO + (size_t)t * lmax;
+            const float *cu = CU + (size_t)t * lmax,
+                        *co = CO + (size_t)t * lmax;
             float u = U[(size_t)t * dv + j], oa = O[(size_t)t * dv + j];
             for (int i = len; i < len + t; i++) {
                 if (cu[i] == 0.0f && co[i] == 0.0f)
@@ -299,8 +299,8 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
 
 template <int CPT>
 static __global__ void __launch_bounds__(HK_KB_THREADS)
-    hk_kvbuf_flush_kernel(float *arena, const hk_kvbuf_view_t *vw,
-                          const int *n, hk_kvbuf_geom_t g)
+    hk_kvbuf_flush_kernel(float *arena, const hk_kvbuf_view_t *vw, const int *n,
+                          hk_kvbuf_geom_t g)
 {
     __shared__ float kt[HK_KF_ROWS][HK_KF_TILE];
     __shared__ float cs[HK_KF_TILE];
@@ -458,20 +458,20 @@ extern "C" int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw,
     const cudaStream_t s = hk_stream(stream);
     switch (hk_kb_cpt(g->dv)) {
     case 1:
-        hk_kvbuf_flush_kernel<1><<<grid, HK_KB_THREADS, 0, s>>>(arena, vw, n,
-                                                                *g);
+        hk_kvbuf_flush_kernel<1>
+            <<<grid, HK_KB_THREADS, 0, s>>>(arena, vw, n, *g);
         break;
     case 2:
-        hk_kvbuf_flush_kernel<2><<<grid, HK_KB_THREADS, 0, s>>>(arena, vw, n,
-                                                                *g);
+        hk_kvbuf_flush_kernel<2>
+            <<<grid, HK_KB_THREADS, 0, s>>>(arena, vw, n, *g);
         break;
     case 4:
-        hk_kvbuf_flush_kernel<4><<<grid, HK_KB_THREADS, 0, s>>>(arena, vw, n,
-                                                                *g);
+        hk_kvbuf_flush_kernel<4>
+            <<<grid, HK_KB_THREADS, 0, s>>>(arena, vw, n, *g);
         break;
     default:
-        hk_kvbuf_flush_kernel<8><<<grid, HK_KB_THREADS, 0, s>>>(arena, vw, n,
-                                                                *g);
+        hk_kvbuf_flush_kernel<8>
+            <<<grid, HK_KB_THREADS, 0, s>>>(arena, vw, n, *g);
         break;
     }
     return hk_cuda_check_launch();
@@ -484,6 +484,6 @@ extern "C" int hk_cuda_kvbuf_conv_commit(float *state, const float *x, int m,
         return HK_CUDA_EINVAL;
     if (K == 1)
         return HK_CUDA_OK; /* no history */
-    HK_LAUNCH_1D(hk_kvbuf_conv_commit_kernel, (size_t)C, 128, stream, state,
-                 x, m, C, K);
+    HK_LAUNCH_1D(hk_kvbuf_conv_commit_kernel, (size_t)C, 128, stream, state, x,
+                 m, C, K);
 }

@@ -1714,12 +1714,9 @@ static void test_gdn_step(void)
  * float4 path, odd dv the scalar one. Request r % 3 == 1 has no state
  * (a KV-only buffer). */
 static const int kvb_shapes[][15] = {
-    {3, 1, 1, 2, 17, 9, 4, 0, 4, 7},
-    {2, 5, 2, 4, 32, 33, 8, 3, 8},
-    {4, 1, 2, 2, 128, 128, 16, 0, 15, 16, 37},
-    {2, 6, 1, 2, 64, 256, 16, 5, 20},
-    {2, 3, 1, 1, 48, 80, 64, 63, 1},
-    {1, 16, 1, 1, 16, 40, 16, 9}};
+    {3, 1, 1, 2, 17, 9, 4, 0, 4, 7},           {2, 5, 2, 4, 32, 33, 8, 3, 8},
+    {4, 1, 2, 2, 128, 128, 16, 0, 15, 16, 37}, {2, 6, 1, 2, 64, 256, 16, 5, 20},
+    {2, 3, 1, 1, 48, 80, 64, 63, 1},           {1, 16, 1, 1, 16, 40, 16, 9}};
 
 typedef struct {
     hk_kvbuf_geom_t g;
@@ -1764,8 +1761,8 @@ static void kvb_make(kvb_case_t *c, const int *sh)
             gdn_prob_make(&h, len, g->Hk, g->Hv, g->dk, g->dv);
             float *o = hmalloc((size_t)len * g->Hv * g->dv);
             float *ws = hmalloc(hk_kvbuf_step_scratch(g, len, c->lmax, 1));
-            hk_kvbuf_step(o, c->arena, &c->vw[r], h.q, h.k, h.v, h.g, h.beta,
-                          1, len, g, c->lmax, ws, 1);
+            hk_kvbuf_step(o, c->arena, &c->vw[r], h.q, h.k, h.v, h.g, h.beta, 1,
+                          len, g, c->lmax, ws, 1);
             free(o);
             free(ws);
             gdn_prob_free(&h);
@@ -1799,8 +1796,8 @@ static kvb_dev_t kvb_upload(const kvb_case_t *c)
     CK(hk_cuda_malloc((void **)&d.blocks, nb));
     CK(hk_cuda_h2d(d.blocks, c->blocks, nb, NULL));
     for (int r = 0; r < c->R; r++) {
-        d.S[r] = c->S[r] ? dev_from(c->S[r], (size_t)g->Hv * g->dk * g->dv)
-                         : NULL;
+        d.S[r] =
+            c->S[r] ? dev_from(c->S[r], (size_t)g->Hv * g->dk * g->dv) : NULL;
         hv[r] = (hk_kvbuf_view_t){d.S[r], d.blocks + r * c->mb, c->vw[r].len};
     }
     CK(hk_cuda_malloc((void **)&d.vw, c->R * sizeof(hk_kvbuf_view_t)));
@@ -1894,8 +1891,8 @@ static void test_kvbuf(void)
             if (c.S[r])
                 good &= close_cpu(c.S[r], d.S[r], ns, ATOL_GDN, RTOL_GDN, "S");
         good &= same_cpu(c.arena, d.arena, c.nar, "arena (unchanged)");
-        ok(good, "kvbuf_flush R=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d", R, g->Hk,
-           Hv, dk, dv, g->bs);
+        ok(good, "kvbuf_flush R=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d", R, g->Hk, Hv,
+           dk, dv, g->bs);
 
         CK(hk_cuda_free(dn));
         CK(hk_cuda_free(dO));
@@ -1914,8 +1911,8 @@ static void test_kvbuf(void)
  * none. Pure data movement: bit-exact. */
 static void test_kvbuf_conv_commit(void)
 {
-    static const int shapes[][3] = {{5, 7, 4}, {1, 33, 4}, {0, 9, 4},
-                                    {3, 130, 4}, {2, 6, 2}};
+    static const int shapes[][3] = {
+        {5, 7, 4}, {1, 33, 4}, {0, 9, 4}, {3, 130, 4}, {2, 6, 2}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
         const int m = shapes[s][0], C = shapes[s][1], K = shapes[s][2];
         const size_t nst = (size_t)C * (K - 1), nx = (size_t)(m + 1) * C;

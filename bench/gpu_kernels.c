@@ -19,6 +19,11 @@
  *                                  counts state bytes read + written;
  *                                  states rotate over >= 256 MB of sets so
  *                                  no step finds them in L2
+ *   kvbuf_{step,flush,decode,verify}  the KVBuffer at B = 1, 16, 64, 256:
+ *                                  chunkwise step, flush, their average
+ *                                  against the recurrent step, and the
+ *                                  verification of 4 drafts; GB/s from
+ *                                  the traffic model (bench_kvbuf)
  *   attention_decode[_1blk|_simple]  B requests x 4096 keys; GB/s of K
  *                                  and V: flash-decoding (keys split over
  *                                  blocks, with scratch); the same kernel
@@ -52,6 +57,7 @@
 #include <sys/stat.h>
 
 #include "bench/bench_util.h"
+#include "engine/forward/kvbuf.h"
 #include "kernels/common/hk_bf16.h"
 #include "kernels/common/hk_math.h"
 #include "kernels/cuda/hk_cuda.h"
@@ -707,6 +713,222 @@ static void dump_step(const model_t *m, int B)
     step_free(&c);
 }
 
+/* ---- KVBuffer decode -------------------------------------------------------
+ * Chunkwise decode (hk_cuda_kvbuf_step, T = 1) of R requests at the
+ * average buffer length of a flush cycle (cap = the default, the B of
+ * least traffic), the flush of full buffers, their average step (step +
+ * flush / cap), and verification of KVB_DRAFTS drafts (T = 1 + drafts),
+ * against the recurrent step (gdn_decode, and the fused gdn_step) timed in
+ * the same run. Bytes are the traffic model of engine/forward/kvbuf.h (the
+ * one bench/kvbuf_bench uses on the CPU), per request: S = Hv dk dv 4,
+ * an entry e = Hk dk 4 + Hv (4 dv + 8);
+ *   step    S + (len + 1) e          flush   2 S + cap e
+ *   decode  hp_kvbuf_bytes_chunkwise (S (1 + 2/cap) + e (cap + 3) / 2)
+ *   verify  S + (len + T) e          recurrent 2 S per token
+ * so GB/s is model bytes / time, and a row near copy_d2d's GB/s means the
+ * model's bytes are what moved; the decode row's note gives the model's
+ * speedup over the recurrent step beside the measured one. States and
+ * buffers rotate over >= 256 MB of sets, as in bench_decode. */
+#define KVB_DRAFTS 4
+#define KVB_BS     16
+
+typedef struct {
+    int R, T, nsets, lmax;
+    hk_kvbuf_geom_t g;
+    float *arena, *pool;              /* nsets x R buffers and states */
+    int *blocks, *n;                  /* block ids; flush counts [R] */
+    hk_kvbuf_view_t **vw;             /* per set: device views */
+    float *q, *k, *v, *gl, *beta, *o; /* [R*T] rows */
+} kvb_ctx;
+
+static int kvb_step_run(void *ctx, int rep)
+{
+    const kvb_ctx *c = ctx;
+    return hk_cuda_kvbuf_step(c->o, c->arena, c->vw[rep % c->nsets], c->q, c->k,
+                              c->v, c->gl, c->beta, c->R, c->T, &c->g, c->lmax,
+                              NULL);
+}
+
+static int kvb_flush_run(void *ctx, int rep)
+{
+    const kvb_ctx *c = ctx;
+    return hk_cuda_kvbuf_flush(c->arena, c->vw[rep % c->nsets], c->n, c->R,
+                               &c->g, NULL);
+}
+
+/* R buffers of len entries (blocks for lmax) over states, per set;
+ * inputs for T tokens each; flushes of cap entries. */
+static void kvb_setup(kvb_ctx *c, const model_t *m, int R, int T, int len,
+                      int cap)
+{
+    memset(c, 0, sizeof *c);
+    c->R = R, c->T = T;
+    c->g = (hk_kvbuf_geom_t){m->Hk, m->Hv, m->dk, m->dv, KVB_BS};
+    c->lmax = len + T > cap ? len + T : cap;
+    const int nb = (c->lmax + KVB_BS - 1) / KVB_BS;
+    const size_t bf = hk_kvbuf_layout_floats(&c->g);
+    const size_t ns = (size_t)m->Hv * m->dk * m->dv;
+    const double set = (double)R * (ns + nb * bf) * 4.0;
+    c->nsets = (int)ceil(ROT_BYTES / set);
+    c->nsets = tiny ? 2 : c->nsets < 1 ? 1 : c->nsets > 256 ? 256 : c->nsets;
+    const size_t nbuf = (size_t)c->nsets * R;
+
+    /* one block repeated: small keys and w, G falling by 0.05 a slot */
+    float *blk = halloc(bf * 4);
+    for (size_t i = 0; i < hk_kvbuf_off_G(&c->g); i++)
+        blk[i] = (float)(0.1 * nrand());
+    double *G = (double *)(void *)(blk + hk_kvbuf_off_G(&c->g));
+    for (int i = 0; i < m->Hv * KVB_BS; i++)
+        G[i] = -0.05 * (i % KVB_BS + 1);
+    c->arena = dev_tiled(blk, bf * 4, nbuf * nb * bf * 4);
+    float *s0 = halloc(ns * 4);
+    for (size_t i = 0; i < ns; i++)
+        s0[i] = (float)(0.1 * nrand());
+    c->pool = dev_tiled(s0, ns * 4, nbuf * ns * 4);
+    int *ids = halloc(nbuf * nb * sizeof(int));
+    for (size_t i = 0; i < nbuf * nb; i++)
+        ids[i] = (int)i;
+    c->blocks = dalloc(nbuf * nb * sizeof(int));
+    CK(hk_cuda_h2d(c->blocks, ids, nbuf * nb * sizeof(int), NULL));
+    hk_kvbuf_view_t *hv = halloc((size_t)R * sizeof(hk_kvbuf_view_t));
+    c->vw = halloc((size_t)c->nsets * sizeof(*c->vw));
+    for (int s = 0; s < c->nsets; s++) {
+        for (int r = 0; r < R; r++) {
+            const size_t b = (size_t)s * R + r;
+            hv[r] =
+                (hk_kvbuf_view_t){c->pool + b * ns, c->blocks + b * nb, len};
+        }
+        c->vw[s] = dalloc((size_t)R * sizeof(hk_kvbuf_view_t));
+        CK(hk_cuda_h2d(c->vw[s], hv, (size_t)R * sizeof(hk_kvbuf_view_t),
+                       NULL));
+    }
+    for (int r = 0; r < R; r++)
+        ids[r] = cap;
+    c->n = dalloc((size_t)R * sizeof(int));
+    CK(hk_cuda_h2d(c->n, ids, (size_t)R * sizeof(int), NULL));
+
+    const size_t rows = (size_t)R * T, nq = rows * m->Hk * m->dk;
+    const size_t nv = rows * m->Hv * m->dv, ng = rows * m->Hv;
+    float *q = halloc(nq * 4), *k = halloc(nq * 4), *v = halloc(nv * 4);
+    float *gl = halloc(ng * 4), *beta = halloc(ng * 4);
+    for (size_t r = 0; r < rows * m->Hk; r++) {
+        unit_row(q + r * m->dk, m->dk, 1.0 / sqrt((double)m->dk));
+        unit_row(k + r * m->dk, m->dk, 1.0);
+    }
+    for (size_t i = 0; i < nv; i++)
+        v[i] = (float)nrand();
+    for (size_t i = 0; i < ng; i++) {
+        gl[i] = (float)(-0.01 - 0.5 * bench_unif(&rng));
+        beta[i] = hk_math_sigmoid((float)nrand());
+    }
+    c->q = dev_tiled(q, nq * 4, nq * 4);
+    c->k = dev_tiled(k, nq * 4, nq * 4);
+    c->v = dev_tiled(v, nv * 4, nv * 4);
+    c->gl = dev_tiled(gl, ng * 4, ng * 4);
+    c->beta = dev_tiled(beta, ng * 4, ng * 4);
+    c->o = dalloc(nv * 4);
+    free(blk);
+    free(s0);
+    free(ids);
+    free(hv);
+    free(q);
+    free(k);
+    free(v);
+    free(gl);
+    free(beta);
+}
+
+static void kvb_free(kvb_ctx *c)
+{
+    void *bufs[] = {c->arena, c->pool, c->blocks, c->n,    c->q,
+                    c->k,     c->v,    c->gl,     c->beta, c->o};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        CK(hk_cuda_free(bufs[i]));
+    for (int s = 0; s < c->nsets; s++)
+        CK(hk_cuda_free(c->vw[s]));
+    free(c->vw);
+}
+
+/* Median ms of the recurrent step (gdn_decode; gdn_step in *fused) of B
+ * requests, timed here without a row of its own (bench_decode prints
+ * those). */
+static double kvb_recurrent_ms(const model_t *m, int B, double *fused)
+{
+    const double sbytes = (double)B * m->Hv * m->dk * m->dv * 4.0;
+    int nsets = (int)ceil(ROT_BYTES / sbytes), reps = 0, rc = 0;
+    nsets = tiny ? 2 : nsets < 1 ? 1 : nsets > 256 ? 256 : nsets;
+    step_ctx c;
+    step_setup(&c, m, B, nsets);
+    CK(chain_run(&c, 0));
+    CK(hk_cuda_stream_sync(NULL));
+    const double ms = time_op(decode_run, &c, &reps, &rc);
+    *fused = time_op(step_run, &c, &reps, &rc);
+    step_free(&c);
+    return ms;
+}
+
+static void bench_kvbuf(const model_t *m, int R)
+{
+    static const char *const ops[] = {"kvbuf_step", "kvbuf_flush",
+                                      "kvbuf_decode", "kvbuf_verify"};
+    hp_kvbuf_config_t kc;
+    hp_kvbuf_config_default(&kc, m->Hk, m->Hv, m->dk, m->dv);
+    const int cap = kc.cap, len = (cap - 1) / 2, T = 1 + KVB_DRAFTS;
+    const double S = hp_kvbuf_bytes_recurrent(m->Hk, m->Hv, m->dk, m->dv) / 2;
+    const double e = hp_kvbuf_bytes_kvonly(m->Hk, m->Hv, m->dk, m->dv, 0);
+    char params[128], vparams[128], note[192];
+    snprintf(params, sizeof params, "B=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,cap=%d", R,
+             m->Hk, m->Hv, m->dk, m->dv, cap);
+    snprintf(vparams, sizeof vparams,
+             "B=%d,T=%d,len=%d,Hk=%d,Hv=%d,dk=%d,dv=%d", R, T, len, m->Hk,
+             m->Hv, m->dk, m->dv);
+    if (over_budget()) {
+        for (int i = 0; i < 4; i++)
+            skipped(ops[i], m->name, i == 3 ? vparams : params,
+                    "skipped: budget");
+        return;
+    }
+    double fused = -1, rec = kvb_recurrent_ms(m, R, &fused);
+    kvb_ctx c;
+    kvb_setup(&c, m, R, 1, len, cap);
+    const double step = measure(ops[0], m->name, params, kvb_step_run, &c, R,
+                                R * (S + (len + 1) * e), 0);
+    const double flush = measure(ops[1], m->name, params, kvb_flush_run, &c, 0,
+                                 R * (2 * S + cap * e), 0);
+    kvb_free(&c);
+    if (step >= 0 && flush >= 0) {
+        const double ms = step + flush / cap, s = ms * 1e-3;
+        const double model =
+            hp_kvbuf_bytes_chunkwise(m->Hk, m->Hv, m->dk, m->dv, cap);
+        snprintf(note, sizeof note,
+                 "step+flush/cap; vs gdn_decode %.4f ms: x%.2f (model "
+                 "x%.2f); vs gdn_step %.4f ms: x%.2f",
+                 rec, rec / ms, 2 * S / model, fused, fused / ms);
+        emit(ops[2], m->name, params, ms, 0, R / s, R * model / s * 1e-9, -1,
+             note);
+    } else {
+        skipped(ops[2], m->name, params, "no step or flush time");
+    }
+    /* verification: a row of its own with the recurrent comparison */
+    if (over_budget()) {
+        skipped(ops[3], m->name, vparams, "skipped: budget");
+        return;
+    }
+    kvb_setup(&c, m, R, T, len, cap);
+    int reps = 0, rc = 0;
+    const double ver = time_op(kvb_step_run, &c, &reps, &rc);
+    kvb_free(&c);
+    if (ver < 0) {
+        snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
+        emit(ops[3], m->name, vparams, -1, reps, -1, -1, -1, note);
+        return;
+    }
+    snprintf(note, sizeof note, "vs %d gdn_decode steps: x%.2f", T,
+             T * rec / ver);
+    emit(ops[3], m->name, vparams, ver, reps, R * T / (ver * 1e-3),
+         R * (S + (len + T) * e) / (ver * 1e-3) * 1e-9, -1, note);
+}
+
 /* ---- attention
  * ------------------------------------------------------------------ */
 
@@ -1078,6 +1300,9 @@ int main(int argc, char **argv)
     for (int b = 0; b < nB && (wanted("gdn_step") || wanted("gdn_decode")); b++)
         for (int i = 0; i < nm; i++)
             bench_decode(&ms[i], tiny ? b + 1 : Bs[b]);
+    for (int b = 0; b < nB && wanted("kvbuf"); b++)
+        for (int i = 0; i < nm; i++)
+            bench_kvbuf(&ms[i], tiny ? b + 1 : Bs[b]);
     for (int b = 0; b < nB && wanted("attention_decode"); b++)
         for (int i = 0; i < nm; i++)
             bench_att_decode(&ms[i], tiny ? b + 1 : Bs[b], tiny ? 16 : 4096);

@@ -6,7 +6,7 @@
  * tests); backend.c finds it through a weak reference.
  *
  * Ops without a CUDA twin are left out (hp_backend_supports_op says so):
- * I8 projections and embeddings, axpy and the KVBuffer.
+ * I8 projections and axpy.
  * Host arrays an op takes (positions, ids, pointer lists) are copied to a
  * device staging buffer first; it grows to the largest call (a device
  * allocation, hence a sync, the first time only). Failures are kept for
@@ -195,6 +195,23 @@ static void *stage(be_t b, const void *src, size_t bytes)
         note(b, hk_cuda_h2d(c->stage + at, src, bytes, NULL), "staging");
     c->stage_used = at + bytes;
     return c->stage + at;
+}
+
+/* Host scratch of at least bytes (grown, kept), or NULL (noted). */
+static void *host_room(be_t b, size_t bytes, const char *what)
+{
+    cuda_t *c = ctx(b);
+    size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (n > c->host_cap) {
+        float *h = realloc(c->host, n * sizeof(float));
+        if (!h) {
+            note(b, HK_CUDA_ENOMEM, what);
+            return NULL;
+        }
+        c->host = h;
+        c->host_cap = n;
+    }
+    return c->host;
 }
 
 /* ---- ops ---------------------------------------------------------------- */
@@ -472,20 +489,13 @@ static void cu_moe_combine(be_t b, float *x, const float *eo, const int *slot,
 /* Built on the host and uploaded: no kernel for it. */
 static void cu_trans_identity(be_t b, float *T, int H, int dk)
 {
-    cuda_t *c = ctx(b);
     size_t n = (size_t)H * dk * dk;
-    if (n > c->host_cap) {
-        float *h = realloc(c->host, n * sizeof(float));
-        if (!h) {
-            note(b, HK_CUDA_ENOMEM, "trans_identity");
-            return;
-        }
-        c->host = h;
-        c->host_cap = n;
-    }
-    hp_backend_cpu_iface.trans_identity(b, c->host, H, dk);
+    float *h = host_room(b, n * sizeof(float), "trans_identity");
+    if (!h)
+        return;
+    hp_backend_cpu_iface.trans_identity(b, h, H, dk);
     /* synchronous from pageable memory: host may reuse it at once */
-    note(b, hk_cuda_h2d(T, c->host, n * sizeof(float), NULL), "trans_identity");
+    note(b, hk_cuda_h2d(T, h, n * sizeof(float), NULL), "trans_identity");
     note(b, hk_cuda_stream_sync(NULL), "trans_identity");
 }
 
@@ -507,6 +517,102 @@ static void cu_trans_chain(be_t b, float *T1, float *S1, hk_trans_family_t fam,
          hk_cuda_trans_chain(T1, S1, fam, T2, S2, H, dk, dv, scratch,
                              ctx(b)->blas, NULL),
          "trans_chain");
+}
+
+/* ---- KVBuffer ----------------------------------------------------------- */
+
+static size_t cu_kvbuf_block_floats(be_t b, const hk_kvbuf_geom_t *g)
+{
+    (void)b;
+    return hk_kvbuf_layout_floats(g);
+}
+
+static size_t cu_kvbuf_scratch(be_t b, const hk_kvbuf_geom_t *g, int T,
+                               int lmax, int nth)
+{
+    (void)b, (void)g, (void)T, (void)lmax, (void)nth;
+    return 16; /* none: the coefficients live in shared memory */
+}
+
+/* Entries of view r a call reads or writes: len + T (a step) or n[r] (a
+ * flush, T = 0). */
+static int view_entries(const hk_kvbuf_view_t *vw, const int *n, int r, int T)
+{
+    return n ? n[r] : vw[r].len + T;
+}
+
+/* The views as the kernels take them: R views whose block lists (the
+ * blocks of view_entries) are copied after them,
+ * then n [R] unless NULL; one staging and one upload, so the device
+ * pointers stay valid. Returns the device views, or NULL (noted). */
+static const hk_kvbuf_view_t *stage_views(be_t b, const hk_kvbuf_view_t *vw,
+                                          const int *n, int R, int T,
+                                          const hk_kvbuf_geom_t *g,
+                                          const int **dn, const char *what)
+{
+    size_t nb = 0, vb = (size_t)R * sizeof(hk_kvbuf_view_t);
+    for (int r = 0; r < R; r++) {
+        nb += (size_t)(view_entries(vw, n, r, T) + g->bs - 1) / g->bs;
+    }
+    size_t bytes = vb + (nb + (n ? (size_t)R : 0)) * sizeof(int);
+    stage_begin(b);
+    char *d = stage(b, NULL, bytes);
+    char *h = host_room(b, bytes, what);
+    if (!d || !h)
+        return NULL;
+    hk_kvbuf_view_t *hv = (hk_kvbuf_view_t *)(void *)h;
+    int *ids = (int *)(void *)(h + vb);
+    const int *dids = (const int *)(void *)(d + vb);
+    for (int r = 0; r < R; r++) {
+        int k = (view_entries(vw, n, r, T) + g->bs - 1) / g->bs;
+        hv[r] = (hk_kvbuf_view_t){vw[r].S, dids, vw[r].len};
+        memcpy(ids, vw[r].blocks, (size_t)k * sizeof(int));
+        ids += k;
+        dids += k;
+    }
+    if (n) {
+        memcpy(ids, n, (size_t)R * sizeof(int));
+        *dn = dids;
+    }
+    note(b, hk_cuda_h2d(d, h, bytes, NULL), what);
+    return (const hk_kvbuf_view_t *)(void *)d;
+}
+
+static void cu_kvbuf_step(be_t b, float *o, float *arena,
+                          const hk_kvbuf_view_t *vw, const float *q,
+                          const float *k, const float *v, const float *g,
+                          const float *beta, int R, int T,
+                          const hk_kvbuf_geom_t *geom, int lmax, float *scratch,
+                          int nth)
+{
+    (void)scratch, (void)nth;
+    const hk_kvbuf_view_t *d =
+        stage_views(b, vw, NULL, R, T, geom, NULL, "kvbuf_step");
+    if (d)
+        note(b,
+             hk_cuda_kvbuf_step(o, arena, d, q, k, v, g, beta, R, T, geom, lmax,
+                                NULL),
+             "kvbuf_step");
+}
+
+static void cu_kvbuf_flush(be_t b, float *arena, const hk_kvbuf_view_t *vw,
+                           const int *n, int R, const hk_kvbuf_geom_t *geom,
+                           float *scratch, int nth)
+{
+    (void)scratch, (void)nth;
+    const int *dn = NULL;
+    const hk_kvbuf_view_t *d =
+        stage_views(b, vw, n, R, 0, geom, &dn, "kvbuf_flush");
+    if (d)
+        note(b, hk_cuda_kvbuf_flush(arena, d, dn, R, geom, NULL),
+             "kvbuf_flush");
+}
+
+static void cu_kvbuf_conv_commit(be_t b, float *state, const float *x, int m,
+                                 int C, int K)
+{
+    note(b, hk_cuda_kvbuf_conv_commit(state, x, m, C, K, NULL),
+         "kvbuf_conv_commit");
 }
 
 static const hp_backend_i cuda_iface = {
@@ -554,6 +660,11 @@ static const hp_backend_i cuda_iface = {
     .trans_identity = cu_trans_identity,
     .trans_compose = cu_trans_compose,
     .trans_chain = cu_trans_chain,
+    .kvbuf_block_floats = cu_kvbuf_block_floats,
+    .kvbuf_scratch = cu_kvbuf_scratch,
+    .kvbuf_step = cu_kvbuf_step,
+    .kvbuf_flush = cu_kvbuf_flush,
+    .kvbuf_conv_commit = cu_kvbuf_conv_commit,
 };
 
 int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)

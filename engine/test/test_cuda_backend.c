@@ -1,7 +1,9 @@
 /*
  * test_cuda_backend.c - the CUDA backend (engine/backend/backend_cuda.c)
  * against the CPU backend on whole models: a prefill in pieces, decode
- * steps and a batched step of two sequences, every logit compared. Runs
+ * steps and a batched step of two sequences, every logit compared; then
+ * the KVBuffer (chunkwise decode, a batched step with a KV-only sequence,
+ * draft verification): logits compared, greedy tokens identical. Runs
  * on a GPU, or on the host emulator (kernels/cuda/emu/run.sh with
  * HK_EMU_ENGINE=1); SKIPs where "cuda" cannot be opened (no device, or a
  * program built without CUDA), after checking the refusal is clear.
@@ -71,6 +73,28 @@ static void check(const char *root, const char *name)
         ok(mx <= tol, "%s: logits within %.0e of the CPU's (max %.2e, l2 %.2e)",
            name, tol, mx, l2);
     }
+    free(a);
+    free(b);
+
+    n = (size_t)TBK_ROWS * m.cfg.vocab_size;
+    a = malloc(n * sizeof(float)), b = malloc(n * sizeof(float));
+    int ta[TBK_TOKS], tb[TBK_TOKS];
+    ra = tbr_kvbuf(&ref, a, ta, &err);
+    ok(ra == HP_OK, "%s: cpu KVBuffer run %s", name,
+       ra == HP_OK ? "" : err.msg);
+    rb = tbr_kvbuf(&m, b, tb, &err);
+    ok(rb == HP_OK, "%s: %s KVBuffer run %s", name, hp_backend_name(cuda),
+       rb == HP_OK ? "" : err.msg);
+    if (ra == HP_OK && rb == HP_OK) {
+        double mx, l2, tol = bf16 ? TOL_BF16 : TOL_F32;
+        test_rel_errs(a, b, n, &mx, &l2);
+        ok(mx <= tol,
+           "%s: chunkwise decode and verification: logits within %.0e of "
+           "the CPU's (max %.2e, l2 %.2e)",
+           name, tol, mx, l2);
+        ok(!memcmp(ta, tb, sizeof(ta)),
+           "%s: KVBuffer greedy tokens identical to the CPU's", name);
+    }
     hp_model_free(&m);
     hp_model_free(&ref);
     free(a);
@@ -93,8 +117,10 @@ int main(void)
        "a device that does not exist: %s", err.msg);
     ok(!hp_backend_supports_op(cuda, HP_OP_LINEAR, HK_W_I8) &&
            hp_backend_supports_op(cuda, HP_OP_LINEAR, HK_W_BF16) &&
-           !hp_backend_supports_op(cuda, HP_OP_KVBUF_STEP, 0),
-       "cuda: I8 and the KVBuffer are not supported, BF16 is");
+           hp_backend_supports_op(cuda, HP_OP_KVBUF_STEP, 0) &&
+           hp_backend_supports_op(cuda, HP_OP_KVBUF_FLUSH, 0) &&
+           hp_backend_supports_op(cuda, HP_OP_KVBUF_CONV_COMMIT, 0),
+       "cuda: I8 is not supported; BF16 and the KVBuffer are");
     rc = test_each_model(check);
     hp_backend_close(cuda);
     return rc;

@@ -30,6 +30,7 @@
 extern "C" {
 #endif
 
+#include "kernels/common/hk_kvbuf_geom.h"
 #include "kernels/cpu/hk_cpu.h"
 
 typedef enum {
@@ -355,6 +356,33 @@ int hk_cuda_trans_chain(float *T1, float *S1, hk_trans_family_t fam,
 /* Twin of hk_trans_rope_shift: S[H, dk, dv] <- R(delta) S on the key axis. */
 int hk_cuda_trans_rope_shift(float *S, int delta, int H, int dk, int dv,
                              int rot, double theta, void *stream);
+
+/* ---- KVBuffer (hk_kvbuf.cu) ---------------------------------------------
+ * Twins of kernels/cpu/hk_kvbuf.h: the same block layout in the arena
+ * (hk_kvbuf_geom.h; hk_kvbuf_block_floats floats a block), the same math.
+ * vw is a device array of R views whose S and blocks are device pointers
+ * (S may be NULL: a KV-only buffer). No scratch: the coefficients live in
+ * shared memory. dv <= HK_CUDA_KVBUF_MAX_DV, bs <= 64; with dv a multiple
+ * of 128 rows are read as float4, so states must be 16-byte aligned. */
+#define HK_CUDA_KVBUF_MAX_DV 256
+
+/* Twin of hk_kvbuf_step: T tokens per request (T = 1 a decode step, T > 1
+ * draft verification), entries appended at len .. len+T-1, outputs o
+ * [R*T, Hv, dv]. lmax >= every len + T. HK_CUDA_EINVAL also when the
+ * shared memory, about 4 T (2 dk + 2 dv + 2 lmax) bytes, exceeds the
+ * device's. */
+int hk_cuda_kvbuf_step(float *o, float *arena, const hk_kvbuf_view_t *vw,
+                       const float *q, const float *k, const float *v,
+                       const float *gl, const float *beta, int R, int T,
+                       const hk_kvbuf_geom_t *g, int lmax, void *stream);
+/* Twin of hk_kvbuf_flush: S <- e^{G_n} S + Ktilde^T W for the first n[r]
+ * (device array [R]) entries of each view; every S with n[r] > 0 must be
+ * non-NULL. */
+int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw, const int *n,
+                        int R, const hk_kvbuf_geom_t *g, void *stream);
+/* Twin of hk_kvbuf_conv_commit (state [C, K-1], x [>= m, C]): exact. */
+int hk_cuda_kvbuf_conv_commit(float *state, const float *x, int m, int C, int K,
+                              void *stream);
 
 #ifdef __cplusplus
 }

@@ -68,6 +68,18 @@ static inline int hk_cuda_status(cudaError_t e)
     }
 }
 
+/* The largest dynamic shared memory a block of the current device may
+ * opt in to (48 KB when the device cannot say). */
+static inline int hk_cuda_smem_optin(void)
+{
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               dev) != cudaSuccess)
+        return 48 * 1024;
+    return v;
+}
+
 static inline cudaStream_t hk_stream(void *s)
 {
     return (cudaStream_t)s;

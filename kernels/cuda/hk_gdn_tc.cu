@@ -590,17 +590,6 @@ extern "C" size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv,
     return bytes / sizeof(float);
 }
 
-/* The largest dynamic shared memory a block of this device may have. */
-static int hk_tc_smem_max(void)
-{
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                               dev) != cudaSuccess)
-        return 48 * 1024;
-    return v;
-}
-
 /* BV = 32 when the grid still covers every SM, else 16 (more blocks). */
 static int hk_tc_bv(int nseq, int Hv, int ncols, int dk, int dv)
 {
@@ -629,7 +618,7 @@ extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
     const int BV = hk_tc_bv(nseq, Hv, ncols, dk, dv);
     const size_t sa = hk_tc_a_carve(NULL, NULL, dk, dv, C);
     const size_t sb = hk_tc_b_carve(NULL, NULL, dk, C, BV);
-    if (sa > (size_t)hk_tc_smem_max() || sb > (size_t)hk_tc_smem_max())
+    if (sa > (size_t)hk_cuda_smem_optin() || sb > (size_t)hk_cuda_smem_optin())
         return HK_CUDA_EINVAL;
     const cudaStream_t s = hk_stream(stream);
     const size_t slots = hk_tc_slots(T, nseq, C);

@@ -25,6 +25,7 @@
 #include "kernels/common/hk_bf16.h"
 #include "kernels/common/hk_math.h"
 #include "kernels/cpu/hk_cpu.h"
+#include "kernels/cpu/hk_kvbuf.h"
 #include "t/lib/tap.h"
 #define TEST_RNG_SEED 0x6a09e667f3bcc909ull
 #include "t/lib/testrand.h"
@@ -67,7 +68,11 @@ static const char *const op_names[] = {"rmsnorm_zc",
                                        "topk",
                                        "gdn_chunk_bf16",
                                        "gdn_chunk_bf16_varlen",
-                                       "gdn_step"};
+                                       "gdn_step",
+                                       "kvbuf_step",
+                                       "kvbuf_verify",
+                                       "kvbuf_flush",
+                                       "kvbuf_conv_commit"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -1759,6 +1764,233 @@ static void test_gdn_step(void)
     }
 }
 
+/* ---- KVBuffer -------------------------------------------------------------
+ * The step is the GDN recurrence in another association (the CPU kernel
+ * matches hk_gdn_recurrent at test_gdn.c's bounds), so o, w and the
+ * flushed S get the GDN tolerances; keys are copies and G the same double
+ * sums in the same order on both sides: compared exactly. */
+
+/* R, T, Hk, Hv, dk, dv, bs, then R buffer lengths: partial blocks, a
+ * length at a block boundary, empty buffers; T > 1 is draft verification
+ * (T = 5, 6 cross the kernel's 4-token tiles); dv = 128, 256 take the
+ * float4 path, odd dv the scalar one. Request r % 3 == 1 has no state
+ * (a KV-only buffer). */
+static const int kvb_shapes[][15] = {
+    {3, 1, 1, 2, 17, 9, 4, 0, 4, 7},           {2, 5, 2, 4, 32, 33, 8, 3, 8},
+    {4, 1, 2, 2, 128, 128, 16, 0, 15, 16, 37}, {2, 6, 1, 2, 64, 256, 16, 5, 20},
+    {2, 3, 1, 1, 48, 80, 64, 63, 1},           {1, 16, 1, 1, 16, 40, 16, 9}};
+
+typedef struct {
+    hk_kvbuf_geom_t g;
+    int R, T, lmax, mb;
+    size_t bf, nar; /* floats per block, in the arena */
+    float *arena;   /* host, the CPU's */
+    int *blocks;    /* [R, mb]: block j of request r is j*R + r */
+    hk_kvbuf_view_t vw[4];
+    float *S[4]; /* host states (NULL: KV-only) */
+} kvb_case_t;
+
+/* A pool whose buffers hold len[r] entries made by the CPU step itself
+ * (R separate calls of T = len[r] tokens). */
+static void kvb_make(kvb_case_t *c, const int *sh)
+{
+    memset(c, 0, sizeof(*c));
+    c->R = sh[0], c->T = sh[1];
+    c->g = (hk_kvbuf_geom_t){sh[2], sh[3], sh[4], sh[5], sh[6]};
+    const hk_kvbuf_geom_t *g = &c->g;
+    for (int r = 0; r < c->R; r++)
+        c->lmax = sh[7 + r] + c->T > c->lmax ? sh[7 + r] + c->T : c->lmax;
+    c->mb = (c->lmax + g->bs - 1) / g->bs;
+    c->bf = hk_kvbuf_block_floats(g);
+    c->nar = (size_t)c->R * c->mb * c->bf;
+    c->arena = hmalloc(c->nar);
+    memset(c->arena, 0, c->nar * sizeof(float));
+    c->blocks = hbytes((size_t)c->R * c->mb * sizeof(int));
+    const size_t ns = (size_t)g->Hv * g->dk * g->dv;
+    for (int r = 0; r < c->R; r++) {
+        for (int j = 0; j < c->mb; j++)
+            c->blocks[r * c->mb + j] = j * c->R + r;
+        c->S[r] = NULL;
+        if (r % 3 != 1) {
+            c->S[r] = hmalloc(ns);
+            for (size_t e = 0; e < ns; e++)
+                c->S[r][e] = (float)(0.5 * nrand());
+        }
+        c->vw[r] = (hk_kvbuf_view_t){c->S[r], c->blocks + r * c->mb, 0};
+        const int len = sh[7 + r];
+        if (len > 0) {
+            gdn_prob_t h;
+            gdn_prob_make(&h, len, g->Hk, g->Hv, g->dk, g->dv);
+            float *o = hmalloc((size_t)len * g->Hv * g->dv);
+            float *ws = hmalloc(hk_kvbuf_step_scratch(g, len, c->lmax, 1));
+            hk_kvbuf_step(o, c->arena, &c->vw[r], h.q, h.k, h.v, h.g, h.beta, 1,
+                          len, g, c->lmax, ws, 1);
+            free(o);
+            free(ws);
+            gdn_prob_free(&h);
+        }
+        c->vw[r].len = len;
+    }
+}
+
+static void kvb_free(kvb_case_t *c)
+{
+    for (int r = 0; r < c->R; r++)
+        free(c->S[r]);
+    free(c->arena);
+    free(c->blocks);
+}
+
+/* The device copies: arena, states, block lists and the views over them. */
+typedef struct {
+    float *arena, *S[4];
+    int *blocks;
+    hk_kvbuf_view_t *vw;
+} kvb_dev_t;
+
+static kvb_dev_t kvb_upload(const kvb_case_t *c)
+{
+    const hk_kvbuf_geom_t *g = &c->g;
+    kvb_dev_t d;
+    hk_kvbuf_view_t hv[4];
+    d.arena = dev_from(c->arena, c->nar);
+    const size_t nb = (size_t)c->R * c->mb * sizeof(int);
+    CK(hk_cuda_malloc((void **)&d.blocks, nb));
+    CK(hk_cuda_h2d(d.blocks, c->blocks, nb, NULL));
+    for (int r = 0; r < c->R; r++) {
+        d.S[r] =
+            c->S[r] ? dev_from(c->S[r], (size_t)g->Hv * g->dk * g->dv) : NULL;
+        hv[r] = (hk_kvbuf_view_t){d.S[r], d.blocks + r * c->mb, c->vw[r].len};
+    }
+    CK(hk_cuda_malloc((void **)&d.vw, c->R * sizeof(hk_kvbuf_view_t)));
+    CK(hk_cuda_h2d(d.vw, hv, c->R * sizeof(hk_kvbuf_view_t), NULL));
+    return d;
+}
+
+static void kvb_dev_free(kvb_dev_t *d, int R)
+{
+    CK(hk_cuda_free(d->arena));
+    CK(hk_cuda_free(d->blocks));
+    CK(hk_cuda_free(d->vw));
+    for (int r = 0; r < R; r++)
+        CK(hk_cuda_free(d->S[r]));
+}
+
+/* Every entry of every buffer, up to n[r]: w within tolerance, keys and G
+ * exact. */
+static int kvb_entries_close(const kvb_case_t *c, float *ref, float *x,
+                             const int *n)
+{
+    const hk_kvbuf_geom_t *g = &c->g;
+    int good = 1;
+    double worst = 0.0;
+    for (int r = 0; r < c->R; r++) {
+        const int *bl = c->blocks + r * c->mb;
+        for (int i = 0; i < n[r]; i++) {
+            for (int h = 0; h < g->Hv; h++) {
+                double q = tap_close_ratio_f(hk_kvbuf_w(ref, g, bl, i, h),
+                                             hk_kvbuf_w(x, g, bl, i, h), g->dv,
+                                             ATOL_GDN, RTOL_GDN);
+                worst = q > worst || q != q ? q : worst;
+                good &= *hk_kvbuf_G(ref, g, bl, i, h) ==
+                        *hk_kvbuf_G(x, g, bl, i, h);
+            }
+            const size_t kb = (size_t)bl[i / g->bs] * c->bf;
+            for (size_t e = 0; e < (size_t)g->Hk * g->dk; e++)
+                good &= ref[kb + e * g->bs + i % g->bs] ==
+                        x[kb + e * g->bs + i % g->bs];
+        }
+    }
+    if (!good)
+        tap_diag("  keys or G differ");
+    if (!(worst <= 1.0) || getenv("HK_CUDA_TEST_VERBOSE"))
+        tap_diag("  w: worst |err| / (atol + rtol |ref|) = %.3g", worst);
+    return good && worst <= 1.0;
+}
+
+/* The step (T = 1 decode, T > 1 verification) over R requests with their
+ * block tables, then a flush of a prefix of each buffer with a state. */
+static void test_kvbuf(void)
+{
+    for (int s = 0; s < grid_n(NSHAPES(kvb_shapes), 3); s++) {
+        kvb_case_t c;
+        kvb_make(&c, kvb_shapes[s]);
+        const hk_kvbuf_geom_t *g = &c.g;
+        const int R = c.R, T = c.T, Hv = g->Hv, dk = g->dk, dv = g->dv;
+        const size_t no = (size_t)R * T * Hv * dv, ns = (size_t)Hv * dk * dv;
+        gdn_prob_t p; /* rows r*T + t */
+        gdn_prob_make(&p, R * T, g->Hk, Hv, dk, dv);
+        kvb_dev_t d = kvb_upload(&c);
+        gdn_dev_t di = gdn_upload(&p);
+        float *o = hmalloc(no), *dO = dev_alloc(no);
+        float *ws = hmalloc(hk_kvbuf_step_scratch(g, T, c.lmax, 2));
+        hk_kvbuf_step(o, c.arena, c.vw, p.q, p.k, p.v, p.g, p.beta, R, T, g,
+                      c.lmax, ws, 2);
+        RUN(hk_cuda_kvbuf_step(dO, d.arena, d.vw, di.q, di.k, di.v, di.g,
+                               di.beta, R, T, g, c.lmax, NULL));
+        int n[4], good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
+        for (int r = 0; r < R; r++)
+            n[r] = c.vw[r].len + T;
+        float *ar = host_from(d.arena, c.nar);
+        good &= kvb_entries_close(&c, c.arena, ar, n);
+        ok(good, "%s R=%d T=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
+           T == 1 ? "kvbuf_step" : "kvbuf_verify", R, T, g->Hk, Hv, dk, dv,
+           g->bs);
+
+        /* flush: all entries, about half, none; from the CPU's arena on
+         * both sides */
+        int *dn = NULL;
+        for (int r = 0; r < R; r++)
+            n[r] = !c.S[r] ? 0 : r % 2 ? (n[r] + 1) / 2 : n[r];
+        CK(hk_cuda_h2d(d.arena, c.arena, c.nar * sizeof(float), NULL));
+        CK(hk_cuda_malloc((void **)&dn, R * sizeof(int)));
+        CK(hk_cuda_h2d(dn, n, R * sizeof(int), NULL));
+        float *fws = hmalloc(hk_kvbuf_flush_scratch(g, c.lmax, 2));
+        hk_kvbuf_flush(c.arena, c.vw, n, R, g, fws, 2);
+        RUN(hk_cuda_kvbuf_flush(d.arena, d.vw, dn, R, g, NULL));
+        good = 1;
+        for (int r = 0; r < R; r++)
+            if (c.S[r])
+                good &= close_cpu(c.S[r], d.S[r], ns, ATOL_GDN, RTOL_GDN, "S");
+        good &= same_cpu(c.arena, d.arena, c.nar, "arena (unchanged)");
+        ok(good, "kvbuf_flush R=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d", R, g->Hk, Hv,
+           dk, dv, g->bs);
+
+        CK(hk_cuda_free(dn));
+        CK(hk_cuda_free(dO));
+        kvb_dev_free(&d, R);
+        gdn_dev_free(&di);
+        free(fws);
+        free(ws);
+        free(ar);
+        free(o);
+        gdn_prob_free(&p);
+        kvb_free(&c);
+    }
+}
+
+/* Accepting m drafts: m below, at and above the history length K-1, and
+ * none. Pure data movement: bit-exact. */
+static void test_kvbuf_conv_commit(void)
+{
+    static const int shapes[][3] = {
+        {5, 7, 4}, {1, 33, 4}, {0, 9, 4}, {3, 130, 4}, {2, 6, 2}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int m = shapes[s][0], C = shapes[s][1], K = shapes[s][2];
+        const size_t nst = (size_t)C * (K - 1), nx = (size_t)(m + 1) * C;
+        float *st = frand(nst, 1.0), *x = frand(nx, 1.0);
+        float *dst = dev_from(st, nst), *dx = dev_from(x, nx);
+        hk_kvbuf_conv_commit(st, x, m, C, K);
+        RUN(hk_cuda_kvbuf_conv_commit(dst, dx, m, C, K, NULL));
+        ok(same_cpu(st, dst, nst, "state"), "kvbuf_conv_commit m=%d C=%d K=%d",
+           m, C, K);
+        CK(hk_cuda_free(dst));
+        CK(hk_cuda_free(dx));
+        free(st);
+        free(x);
+    }
+}
+
 /* Launchers refuse bad shapes with an error code, launching nothing. */
 static void test_einval(void)
 {
@@ -1797,6 +2029,12 @@ static void test_einval(void)
                                    NULL) == HK_CUDA_EINVAL; /* dk % 16 */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
+    hk_kvbuf_geom_t kg = {1, 1, 16, HK_CUDA_KVBUF_MAX_DV + 1, 16};
+    hk_kvbuf_view_t kv = {NULL, NULL, 0};
+    good &= hk_cuda_kvbuf_step(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 1, &kg, 4,
+                               NULL) == HK_CUDA_EINVAL;
+    kg.dv = 16, kg.bs = 65;
+    good &= hk_cuda_kvbuf_flush(&x, &kv, cu, 1, &kg, NULL) == HK_CUDA_EINVAL;
     ok(good, "launchers return HK_CUDA_EINVAL on bad shapes");
 }
 
@@ -1841,6 +2079,8 @@ static void run_all(void)
     RUN_TEST(test_gdn_chunk_bf16);
     RUN_TEST(test_gdn_chunk_varlen);
     RUN_TEST(test_gdn_step);
+    RUN_TEST(test_kvbuf); /* kvbuf_step, kvbuf_verify, kvbuf_flush */
+    RUN_TEST(test_kvbuf_conv_commit);
     RUN_TEST(test_einval);
 #undef RUN_TEST
 }

@@ -6,7 +6,7 @@
  * tests); backend.c finds it through a weak reference.
  *
  * Ops without a CUDA twin are left out (hp_backend_supports_op says so):
- * I8 projections and embeddings other than F32, axpy and the KVBuffer.
+ * I8 projections, axpy and the KVBuffer.
  * Host arrays an op takes (positions, ids, pointer lists) are copied to a
  * device staging buffer first; it grows to the largest call (a device
  * allocation, hence a sync, the first time only). Failures are kept for
@@ -75,7 +75,7 @@ static int cu_supports(be_t b, hp_op_t op, int dtype)
     if (op == HP_OP_LINEAR || op == HP_OP_LINEAR_ACC)
         return dtype == HK_W_F32 || dtype == HK_W_BF16;
     if (op == HP_OP_EMBED)
-        return dtype == HK_W_F32;
+        return dtype == HK_W_F32 || dtype == HK_W_BF16 || dtype == HK_W_I8;
     return 1;
 }
 
@@ -237,14 +237,10 @@ static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
 static void cu_embed(be_t b, float *x, const hk_weight_t *w, const int *ids,
                      int T)
 {
-    if (w->dtype != HK_W_F32) {
-        cu_fail(b, HP_OP_EMBED);
-        return;
-    }
     stage_begin(b);
     const int *d = stage(b, ids, (size_t)T * sizeof(int));
     if (d)
-        note(b, hk_cuda_embed(x, w->data, d, T, w->cols, NULL), "embed");
+        note(b, hk_cuda_weight_rows(x, w, d, T, NULL), "embed");
 }
 
 static void cu_rmsnorm(be_t b, float *y, const float *x, const float *w,

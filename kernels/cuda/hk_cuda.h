@@ -124,6 +124,13 @@ int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
                             int B, int kvd, void *stream);
 int hk_cuda_embed(float *x, const float *table, const int *ids, int T, int H,
                   void *stream);
+/* Twin of hk_weight_rows (the embedding gather of any stored format):
+ * x[t, :] = W[ids[t], :] as f32, W [rows, cols] F32, BF16 or I8 with its
+ * scales (hk_weight.h); w is a host struct whose data and scales are
+ * device pointers; ids [T] device. F32 and BF16 are exact, I8 q * scale
+ * as hk_wtile. */
+int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
+                        void *stream);
 
 /* ---- causal GQA attention (hk_attention.cu) ---------------------------- */
 

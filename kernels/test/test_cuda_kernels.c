@@ -32,42 +32,20 @@
 #include "kernels/cuda/hk_cuda.h"
 #endif
 
-static const char *const op_names[] = {"rmsnorm_zc",
-                                       "rmsnorm_gated",
-                                       "l2norm",
-                                       "swiglu",
-                                       "conv1d_silu",
-                                       "conv1d_silu_decode",
-                                       "rope",
-                                       "rope_shift",
-                                       "gdn_gates",
-                                       "gdn_recurrent",
-                                       "gdn_decode",
-                                       "gdn_chunk",
-                                       "trans_compose",
-                                       "trans_chain",
-                                       "trans_rope_shift",
-                                       "matmul",
-                                       "matmul_acc",
-                                       "matmul_bf16",
-                                       "split_heads",
-                                       "gate_mul",
-                                       "scale_rows",
-                                       "kv_store",
-                                       "kv_store_decode",
-                                       "embed",
-                                       "attention",
-                                       "attention_decode",
-                                       "moe_route",
-                                       "moe_plan",
-                                       "moe_gather",
-                                       "moe_scatter",
-                                       "moe_combine",
-                                       "argmax",
-                                       "topk",
-                                       "gdn_chunk_bf16",
-                                       "gdn_chunk_bf16_varlen",
-                                       "gdn_step"};
+static const char *const op_names[] = {
+    "rmsnorm_zc",    "rmsnorm_gated",   "l2norm",
+    "swiglu",        "conv1d_silu",     "conv1d_silu_decode",
+    "rope",          "rope_shift",      "gdn_gates",
+    "gdn_recurrent", "gdn_decode",      "gdn_chunk",
+    "trans_compose", "trans_chain",     "trans_rope_shift",
+    "matmul",        "matmul_acc",      "matmul_bf16",
+    "split_heads",   "gate_mul",        "scale_rows",
+    "kv_store",      "kv_store_decode", "embed",
+    "weight_rows",   "attention",       "attention_decode",
+    "moe_route",     "moe_plan",        "moe_gather",
+    "moe_scatter",   "moe_combine",     "argmax",
+    "topk",          "gdn_chunk_bf16",  "gdn_chunk_bf16_varlen",
+    "gdn_step"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -1056,6 +1034,44 @@ static void test_embed(void)
         RUN(hk_cuda_embed(dx, dt, dids, T, H, NULL));
         ok(same_cpu(x, dx, (size_t)T * H, "x"), "embed T=%d V=%d H=%d", T, V,
            H);
+
+        /* The BF16 and I8 tables of a checkpoint: the CPU's hk_weight_rows
+         * (bf16 widened exactly, I8 q * scale with several groups per row
+         * where H allows). */
+        const size_t nt = (size_t)V * H;
+        const int G = H % 16 == 0 ? 16 : H;
+        uint16_t *tb = hbytes(nt * sizeof(uint16_t));
+        int8_t *tq = hbytes(nt);
+        float *sc = frand((size_t)V * (H / G), 0.05);
+        for (size_t i = 0; i < nt; i++) {
+            tb[i] = hk_bf16_from_f32(table[i]);
+            tq[i] = (int8_t)(int)(127.0 * table[i]);
+        }
+        void *dtb = NULL, *dtq = NULL;
+        CK(hk_cuda_malloc(&dtb, nt * sizeof(uint16_t)));
+        CK(hk_cuda_h2d(dtb, tb, nt * sizeof(uint16_t), NULL));
+        CK(hk_cuda_malloc(&dtq, nt ? nt : 1));
+        CK(hk_cuda_h2d(dtq, tq, nt, NULL));
+        float *dsc = dev_from(sc, (size_t)V * (H / G));
+        const hk_weight_t wb = {tb, NULL, HK_W_BF16, V, H, 0},
+                          wq = {tq, sc, HK_W_I8, V, H, G};
+        hk_weight_t dwb = wb, dwq = wq;
+        dwb.data = dtb;
+        dwq.data = dtq;
+        dwq.scales = dsc;
+        hk_weight_rows(x, &wb, ids, T);
+        RUN(hk_cuda_weight_rows(dx, &dwb, dids, T, NULL));
+        int good = same_cpu(x, dx, (size_t)T * H, "x bf16");
+        hk_weight_rows(x, &wq, ids, T);
+        RUN(hk_cuda_weight_rows(dx, &dwq, dids, T, NULL));
+        good &= same_cpu(x, dx, (size_t)T * H, "x i8");
+        ok(good, "weight_rows bf16, i8 (group %d) T=%d V=%d H=%d", G, T, V, H);
+        CK(hk_cuda_free(dtb));
+        CK(hk_cuda_free(dtq));
+        CK(hk_cuda_free(dsc));
+        free(tb);
+        free(tq);
+        free(sc);
         CK(hk_cuda_free(dt));
         CK(hk_cuda_free(dx));
         CK(hk_cuda_free(dids));
@@ -1719,6 +1735,9 @@ static void test_einval(void)
                          NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_matmul(&x, &x, &x, 1, 1, 1, NULL, NULL) == HK_CUDA_EINVAL;
+    const hk_weight_t wi8 = {&x, &x, HK_W_I8,
+                             1,  6,  4}; /* group must divide cols */
+    good &= hk_cuda_weight_rows(&x, &wi8, NULL, 1, NULL) == HK_CUDA_EINVAL;
     int cu[2] = {0, 1};
     float *tab[1] = {&x};
     uint16_t hb = 0;

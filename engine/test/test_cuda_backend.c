@@ -20,6 +20,13 @@
  * ops themselves are checked at f32 tolerance on an f32 copy of the MoE
  * model (converted by t/015-cuda-emu.t with tools/convert_weights.py
  * --to f32, passed as the first argument).
+ *
+ * Gated DeltaNet kernels (HYPIC_CUDA_GDN, backend_cuda.c): every model
+ * whose heads the tensor-core chunk and the fused step take runs with
+ * HYPIC_CUDA_GDN=tc (they or an error), the others (qwen3next: dv = 8)
+ * with auto (the f32 chunk there), one model with scalar (the f32 chunk
+ * and the unfused decode). On tc, a batched decode step gives each
+ * sequence what a step alone gives it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,7 +46,19 @@
 #define TOL_BF16_ROW   2e-2
 #define MIN_BF16_AGREE 0.9
 
-static const hp_backend_t *cuda;
+static const hp_backend_t *cuda, *cuda_tc, *cuda_scalar;
+
+/* Opens cuda:0 with HYPIC_CUDA_GDN=mode (NULL: unset). */
+static int open_mode(const hp_backend_t **b, const char *mode, hp_error_t *err)
+{
+    if (mode)
+        setenv("HYPIC_CUDA_GDN", mode, 1);
+    else
+        unsetenv("HYPIC_CUDA_GDN");
+    int rc = hp_backend_open(b, "cuda:0", err);
+    unsetenv("HYPIC_CUDA_GDN");
+    return rc;
+}
 
 /* The CPU's projection of bf16 weights on x rounded to bf16 first: the
  * CPU twin of hk_cuda_matmul_bf16. Other formats as the CPU. */
@@ -90,7 +109,71 @@ static double agree(const float *a, const float *b, int rows, int V,
     return (double)same / rows;
 }
 
+/* On m (on a device): two sequences' decode step batched against each
+ * step alone, from the same prompts. */
+static void batch_vs_alone(const hp_model_t *m, const char *name)
+{
+    const int V = m->cfg.vocab_size, ids[6] = {3, 14, 15, 92, 65, 35};
+    hp_error_t err = {0};
+    hp_fwd_plan_t plan = {16, 0, 2, 1};
+    hp_fwd_ws_t ws;
+    hp_seq_t s[4];
+    float *a = malloc(4 * (size_t)V * sizeof(float));
+    int rc = hp_fwd_ws_init(&ws, m, &plan, &err);
+    for (int i = 0; i < 4 && rc == HP_OK; i++) /* s[i] and s[i+2] alike */
+        if ((rc = hp_seq_init(&s[i], m, &err)) == HP_OK)
+            rc = hp_forward(m, &s[i], &ws, ids + (i % 2), NULL, 4 - i % 2, NULL,
+                            HP_LOGITS_NONE, NULL, &err);
+    hp_fwd_item_t it[2] = {{.seq = &s[0], .ids = &ids[4], .T = 1},
+                           {.seq = &s[1], .ids = &ids[5], .T = 1}};
+    if (rc == HP_OK)
+        rc = hp_forward_batch(m, it, 2, &ws, &err);
+    for (int i = 0; i < 2 && rc == HP_OK; i++) {
+        if ((rc = it[i].status) == HP_OK)
+            hp_backend_download(m->be, a + (size_t)i * V, it[i].logits,
+                                (size_t)V * sizeof(float));
+        else
+            err = it[i].err;
+    }
+    for (int i = 0; i < 2 && rc == HP_OK; i++)
+        rc = hp_forward(m, &s[2 + i], &ws, &ids[4 + i], NULL, 1, NULL,
+                        HP_LOGITS_LAST, a + (size_t)(2 + i) * V, &err);
+    double e0 = 1, e1 = 1;
+    if (rc == HP_OK) {
+        e0 = test_rel_err(a + 2 * (size_t)V, a, (size_t)V);
+        e1 = test_rel_err(a + 3 * (size_t)V, a + (size_t)V, (size_t)V);
+    }
+    ok(rc == HP_OK && e0 <= 1e-5 && e1 <= 1e-5,
+       "%s on %s: a batched decode step = each step alone (%.1e, %.1e) %s",
+       name, hp_backend_name(m->be), e0, e1, rc == HP_OK ? "" : err.msg);
+    for (int i = 0; i < 4; i++)
+        hp_seq_free(&s[i]);
+    hp_fwd_ws_free(&ws);
+    free(a);
+}
+
+static void check_on(const char *dir, const char *name,
+                     const hp_backend_t *dev);
+
 static void check_dir(const char *dir, const char *name)
+{
+    hp_model_config_t c;
+    hp_model_t ref;
+    hp_error_t err = {0};
+    if (hp_model_load(&ref, dir, &err) != HP_OK) {
+        ok(0, "%s: %s", name, err.msg);
+        return;
+    }
+    c = ref.cfg;
+    hp_model_free(&ref);
+    /* the heads the tensor-core chunk takes; the fused step takes dv % 4 */
+    int tc = c.lin_k_dim % 16 == 0 && c.lin_v_dim % 16 == 0;
+    check_on(dir, name, tc ? cuda_tc : cuda);
+    if (!strcmp(name, "qwen35-dense"))
+        check_on(dir, name, cuda_scalar);
+}
+
+static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
 {
     hp_model_t ref, m;
     hp_error_t err = {0};
@@ -99,8 +182,8 @@ static void check_dir(const char *dir, const char *name)
         return;
     }
     int bf16 = ref.weight_bytes[HK_W_BF16] > 0;
-    int rc = hp_model_load_on(&m, dir, cuda, &err);
-    if (!hp_backend_supports_op(cuda, HP_OP_EMBED, ref.embed.dtype) ||
+    int rc = hp_model_load_on(&m, dir, dev, &err);
+    if (!hp_backend_supports_op(dev, HP_OP_EMBED, ref.embed.dtype) ||
         ref.weight_bytes[HK_W_I8]) {
         ok(rc == HP_EUNAVAIL && strstr(err.msg, "cannot"),
            "%s: formats the backend does not run are refused: %s", name,
@@ -111,7 +194,7 @@ static void check_dir(const char *dir, const char *name)
         return;
     }
     if (rc != HP_OK) {
-        ok(0, "%s on %s: %s", name, hp_backend_name(cuda), err.msg);
+        ok(0, "%s on %s: %s", name, hp_backend_name(dev), err.msg);
         hp_model_free(&ref);
         return;
     }
@@ -134,7 +217,11 @@ static void check_dir(const char *dir, const char *name)
     ok(ra == HP_OK, "%s: %s run %s", name, hp_backend_name(r->be),
        ra == HP_OK ? "" : err.msg);
     int rb = tbr_run(&m, b, NULL, &err);
-    ok(rb == HP_OK, "%s: %s run %s", name, hp_backend_name(cuda),
+    ok(rb == HP_OK, "%s: %s (HYPIC_CUDA_GDN=%s) run %s", name,
+       hp_backend_name(dev),
+       dev == cuda_tc       ? "tc"
+       : dev == cuda_scalar ? "scalar"
+                            : "auto",
        rb == HP_OK ? "" : err.msg);
     if (ra == HP_OK && rb == HP_OK && !bf16) {
         double mx, l2;
@@ -148,6 +235,8 @@ static void check_dir(const char *dir, const char *name)
            "tokens agree in %.0f%% of rows",
            name, TOL_BF16_ROW, hp_backend_name(r->be), med, 100 * ag);
     }
+    if (dev == cuda_tc && !bf16)
+        batch_vs_alone(&m, name);
     hp_model_free(&m);
     hp_model_free(r);
     free(a);
@@ -166,7 +255,7 @@ static void check(const char *root, const char *name)
 int main(int argc, char **argv)
 {
     hp_error_t err = {0};
-    int rc = hp_backend_open(&cuda, "cuda:0", &err);
+    int rc = open_mode(&cuda, NULL, &err);
     if (rc != HP_OK) {
         ok(rc == HP_EUNAVAIL && (strstr(err.msg, "without CUDA") ||
                                  strstr(err.msg, "no CUDA device")),
@@ -184,9 +273,19 @@ int main(int argc, char **argv)
     ok(hp_backend_supports_op(cuda, HP_OP_EMBED, HK_W_BF16) &&
            hp_backend_supports_op(cuda, HP_OP_EMBED, HK_W_I8),
        "cuda: BF16 and I8 embeddings are gathered on the device");
+    ok(open_mode(&b, "fast", &err) == HP_EBADINPUT &&
+           strstr(err.msg, "auto, tc or scalar"),
+       "an unknown HYPIC_CUDA_GDN is refused: %s", err.msg);
+    if (open_mode(&cuda_tc, "tc", &err) != HP_OK ||
+        open_mode(&cuda_scalar, "scalar", &err) != HP_OK) {
+        ok(0, "cuda:0 with HYPIC_CUDA_GDN=tc and scalar: %s", err.msg);
+        return tap_done();
+    }
     if (argc > 1)
         check_dir(argv[1], argv[1]);
     rc = test_each_model(check);
     hp_backend_close(cuda);
+    hp_backend_close(cuda_tc);
+    hp_backend_close(cuda_scalar);
     return rc;
 }

@@ -296,6 +296,21 @@ int hk_cuda_gdn_chunk_bf16(float *o, float *const *states, float *const *tcs,
                            void *stream);
 size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv, int dk, int dv,
                                       int C);
+/* The same on f32 q, k, v (the engine's activations): each is split into
+ * bf16 hi + lo in scratch first, and every product with an input gains
+ * its lo term, so the results stay ~1e-5 relative of the f32 kernel's
+ * (hk_cuda_gdn_chunk) where bf16 inputs would cost ~1e-2. Same layouts
+ * and requirements as hk_cuda_gdn_chunk_bf16 (q, k, v need no alignment;
+ * more shared memory: dk = dv = 128 at C = 64 needs 200 KB, an H100's
+ * block has 227 KB, an A100's 163 KB: HK_CUDA_EINVAL where the device's
+ * limit is exceeded, launching nothing). Scratch grows with T and nseq. */
+int hk_cuda_gdn_chunk_tc(float *o, float *const *states, float *const *tcs,
+                         const float *q, const float *k, const float *v,
+                         const float *g, const float *beta,
+                         const int *cu_seqlens, int nseq, int T, int Hk, int Hv,
+                         int dk, int dv, int C, float *scratch, void *stream);
+size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
+                                    int dv, int C);
 
 /* ---- transition algebra (hk_transition.cu) ----------------------------- */
 

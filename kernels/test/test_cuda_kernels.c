@@ -45,7 +45,7 @@ static const char *const op_names[] = {
     "moe_route",     "moe_plan",        "moe_gather",
     "moe_scatter",   "moe_combine",     "argmax",
     "topk",          "gdn_chunk_bf16",  "gdn_chunk_bf16_varlen",
-    "gdn_step"};
+    "gdn_chunk_tc",  "gdn_step"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -1633,6 +1633,82 @@ static void test_gdn_chunk_varlen(void)
 #undef VL_MAX
 }
 
+/* The tensor-core chunk on f32 inputs (hk_cuda_gdn_chunk_tc, the engine's
+ * prefill): against the CPU on the same unrounded inputs, within the bf16
+ * kernel's budget against its rounded ones (RTOL_TC: every operand keeps
+ * ~16 bits; an input without its lo half errs by ~2^-9, 1e-2 of the
+ * outputs), one case of several sequences (an empty one) in one call. */
+static void test_gdn_chunk_tc(void)
+{
+    /* T, Hk, Hv, dk, dv, C, want Tc (test_gdn_chunk_bf16's shapes) */
+    static const int shapes[][7] = {{37, 1, 2, 32, 16, 16, 1},
+                                    {70, 1, 2, 64, 32, 64, 1},
+                                    {0, 1, 1, 16, 16, 16, 1},
+                                    {130, 2, 4, 64, 64, 32, 0},
+                                    {100, 1, 2, 128, 128, 64, 1}};
+    const int nshape = grid_n(NSHAPES(shapes), 2);
+    for (int s = 0; s <= nshape; s++) {
+        /* s == nshape: sequences of 5, 0 and 40 tokens in one call */
+        const int vl = s == nshape, nseq = vl ? 3 : 1;
+        const int *sh = vl ? (const int[]){45, 1, 2, 32, 32, 32, 1} : shapes[s];
+        int cu[4] = {0, sh[0], sh[0], sh[0]};
+        if (vl)
+            cu[1] = cu[2] = 5;
+        const int T = sh[0], Hk = sh[1], Hv = sh[2], dk = sh[3], dv = sh[4];
+        const int C = sh[5], want_tc = sh[6];
+        gdn_prob_t p;
+        gdn_prob_make(&p, T, Hk, Hv, dk, dv);
+        const size_t no = (size_t)T * Hv * dv, ns = (size_t)Hv * dk * dv;
+        const size_t nt = (size_t)Hv * dk * dk, ldq = (size_t)Hk * dk;
+        const size_t ldv = (size_t)Hv * dv;
+        float *scr = hmalloc(hk_gdn_chunk_scratch(Hv, dk, dv, C));
+        float *o = hmalloc(no), *S[3], *Tc[3], *dS[3], *dTc[3];
+        gdn_dev_t f = gdn_upload(&p);
+        for (int b = 0; b < nseq; b++) {
+            const size_t r = (size_t)cu[b];
+            S[b] = b == 0 ? fdup(p.S0, ns) : frand(ns, 0.5);
+            Tc[b] = hmalloc(nt);
+            dS[b] = dev_from(S[b], ns);
+            dTc[b] = want_tc ? dev_alloc(nt) : NULL;
+            hk_gdn_chunk(o + r * ldv, S[b], Tc[b], p.q + r * ldq, p.k + r * ldq,
+                         p.v + r * ldv, p.g + r * Hv, p.beta + r * Hv,
+                         cu[b + 1] - cu[b], Hk, Hv, dk, dv, C, scr);
+        }
+        void *dst = dev_ptrs(dS, nseq), *dtc = dev_ptrs(dTc, nseq);
+        int *dcu = dev_ints(cu, (size_t)nseq + 1);
+        float *dscr =
+            dev_alloc(hk_cuda_gdn_chunk_tc_scratch(T, nseq, Hk, Hv, dk, dv, C));
+        float *dO = dev_alloc(no);
+        RUN(hk_cuda_gdn_chunk_tc(dO, dst, want_tc ? dtc : NULL, f.q, f.k, f.v,
+                                 f.g, f.beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
+                                 dscr, NULL));
+        int good = close_cpu(o, dO, no, ATOL_TC, RTOL_TC, "o vs CPU");
+        for (int b = 0; b < nseq; b++) {
+            good &= close_cpu(S[b], dS[b], ns, ATOL_TC, RTOL_TC, "S vs CPU");
+            if (want_tc)
+                good &=
+                    close_cpu(Tc[b], dTc[b], nt, ATOL_TC, RTOL_TC, "Tc vs CPU");
+            CK(hk_cuda_free(dS[b]));
+            CK(hk_cuda_free(dTc[b]));
+            free(S[b]);
+            free(Tc[b]);
+        }
+        ok(good,
+           "gdn_chunk_tc (f32 in) nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d "
+           "C=%d%s",
+           nseq, T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
+        gdn_dev_free(&f);
+        CK(hk_cuda_free(dst));
+        CK(hk_cuda_free(dtc));
+        CK(hk_cuda_free(dcu));
+        CK(hk_cuda_free(dscr));
+        CK(hk_cuda_free(dO));
+        free(scr);
+        free(o);
+        gdn_prob_free(&p);
+    }
+}
+
 /* The fused decode step against the CPU's unfused sequence per request:
  * conv (T = 1), split, l2 norms, gates, recurrence (T = 1). Conv states are
  * copies: bit-exact; o and S within the GDN budget (the norms' sums differ
@@ -1789,6 +1865,7 @@ static void run_all(void)
     RUN_TEST(test_sample); /* argmax, topk */
     RUN_TEST(test_gdn_chunk_bf16);
     RUN_TEST(test_gdn_chunk_varlen);
+    RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);
     RUN_TEST(test_einval);
 #undef RUN_TEST

@@ -250,10 +250,16 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
     if (n == 0)
         return; /* a spare slot: the whole block leaves */
 
-    if (tid == 0) { /* in double, the CPU's order */
+    /* gamma in double, the CPU's order, by one thread from the chunk's g
+     * staged first by all (a serial loop over global loads waits for each
+     * in turn); s.bg is free until the staging's barrier below */
+    for (int i = tid; i < n; i += blockDim.x)
+        s.bg[i] = g[(size_t)(t0 + i) * Hv + h];
+    __syncthreads();
+    if (tid == 0) {
         double acc = 0.0;
         for (int i = 0; i < n; i++) {
-            acc += g[(size_t)(t0 + i) * Hv + h];
+            acc += s.bg[i];
             s.gam[i] = acc;
             ws.gam[hc * C + i] = acc;
         }

@@ -87,7 +87,7 @@ static double agree(const float *a, const float *b, int rows, int V,
                     double *median)
 {
     int same = 0;
-    double e[TBR_ROWS];
+    double e[TBR_ROWS] = {0};
     for (int r = 0; r < rows; r++) {
         const float *x = a + (size_t)r * V, *y = b + (size_t)r * V;
         int ia = 0, ib = 0;

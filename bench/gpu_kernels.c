@@ -10,8 +10,11 @@
  *
  * Measured (in this order, the most wanted first):
  *   copy_d2d                       1 GiB, bytes read + written
- *   gdn_chunk_{f32,bf16}[_tc]      prefill, T = 4k, 16k, 64k (C = 64;
- *                                  _tc: with T_C)
+ *   gdn_chunk_{f32,bf16,f32mma}[_tc]  prefill, T = 4k, 16k, 64k (C = 64;
+ *                                  _tc: with T_C): the f32 kernel, the
+ *                                  tensor-core one on bf16 inputs and on
+ *                                  f32 inputs (the engine's default,
+ *                                  HYPIC_CUDA_GDN=auto; f32 is =scalar)
  *   gdn_step / gdn_decode / gdn_decode_chain   decode, B = 1, 16, 64, 256:
  *                                  the fused step; the unfused recurrence
  *                                  alone; the unfused chain (conv, split,
@@ -386,8 +389,12 @@ static void gdn_host_make(gdn_host_t *p, const model_t *m, int R)
 /* ---- GDN chunked prefill ---------------------------------------------------
  */
 
+/* the chunk kernels measured: hk_cuda_gdn_chunk, hk_cuda_gdn_chunk_bf16,
+ * hk_cuda_gdn_chunk_tc */
+enum { CH_F32, CH_BF16, CH_F32MMA, CH_KINDS };
+
 typedef struct {
-    int T, Hk, Hv, dk, dv, bf16, tc;
+    int T, Hk, Hv, dk, dv, kind, tc;
     float *q, *k, *v, *g, *beta, *o, *S, *Tc, *scr;
     uint16_t *qb, *kb, *vb;
     float **states, **tcs; /* device tables of one pointer */
@@ -398,11 +405,16 @@ static int chunk_run(void *ctx, int rep)
 {
     const chunk_ctx *c = ctx;
     (void)rep;
-    if (c->bf16)
+    if (c->kind == CH_BF16)
         return hk_cuda_gdn_chunk_bf16(c->o, c->states, c->tc ? c->tcs : NULL,
                                       c->qb, c->kb, c->vb, c->g, c->beta, c->cu,
                                       1, c->T, c->Hk, c->Hv, c->dk, c->dv,
                                       CHUNK, c->scr, NULL);
+    if (c->kind == CH_F32MMA)
+        return hk_cuda_gdn_chunk_tc(c->o, c->states, c->tc ? c->tcs : NULL,
+                                    c->q, c->k, c->v, c->g, c->beta, c->cu, 1,
+                                    c->T, c->Hk, c->Hv, c->dk, c->dv, CHUNK,
+                                    c->scr, NULL);
     return hk_cuda_gdn_chunk(c->o, c->S, c->tc ? c->Tc : NULL, c->q, c->k, c->v,
                              c->g, c->beta, c->T, c->Hk, c->Hv, c->dk, c->dv,
                              CHUNK, c->scr, NULL);
@@ -430,7 +442,8 @@ static void chunk_setup(chunk_ctx *c, const gdn_host_t *p, int T)
     c->Tc = dalloc((size_t)p->Hv * p->dk * p->dk * 4);
     const size_t s1 = hk_cuda_gdn_chunk_scratch(T, p->Hv, p->dk, p->dv, CHUNK);
     const size_t s2 =
-        hk_cuda_gdn_chunk_bf16_scratch(T, 1, p->Hv, p->dk, p->dv, CHUNK);
+        hk_cuda_gdn_chunk_tc_scratch(T, 1, p->Hk, p->Hv, p->dk, p->dv, CHUNK);
+    /* the f32-in entry's scratch holds the bf16 one's and more */
     c->scr = dalloc((s1 > s2 ? s1 : s2) * 4);
     c->states = dalloc(sizeof(float *));
     c->tcs = dalloc(sizeof(float *));
@@ -452,8 +465,9 @@ static void chunk_free(chunk_ctx *c)
         CK(hk_cuda_free(bufs[i]));
 }
 
-static const char *const chunk_ops[4] = {"gdn_chunk_f32", "gdn_chunk_f32_tc",
-                                         "gdn_chunk_bf16", "gdn_chunk_bf16_tc"};
+static const char *const chunk_ops[2 * CH_KINDS] = {
+    "gdn_chunk_f32",     "gdn_chunk_f32_tc", "gdn_chunk_bf16",
+    "gdn_chunk_bf16_tc", "gdn_chunk_f32mma", "gdn_chunk_f32mma_tc"};
 
 static void bench_chunk(const model_t *m, int T)
 {
@@ -461,7 +475,7 @@ static void bench_chunk(const model_t *m, int T)
     snprintf(params, sizeof params, "T=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,C=%d", T,
              m->Hk, m->Hv, m->dk, m->dv, CHUNK);
     if (over_budget()) {
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < 2 * CH_KINDS; v++)
             skipped(chunk_ops[v], m->name, params, "skipped: budget");
         return;
     }
@@ -473,8 +487,8 @@ static void bench_chunk(const model_t *m, int T)
      * C (dk + dv) per token and head, 2 per multiply-add; Tc 2 dk^2 more */
     const double base = 2.0 * T * m->Hv *
                         (3.0 * m->dk * m->dv + (double)CHUNK * (m->dk + m->dv));
-    for (int v = 0; v < 4; v++) {
-        c.bf16 = v >= 2;
+    for (int v = 0; v < 2 * CH_KINDS; v++) {
+        c.kind = v / 2;
         c.tc = v % 2;
         const double fl = base + (c.tc ? 4.0 * T * m->Hv * m->dk * m->dk : 0.0);
         measure(chunk_ops[v], m->name, params, chunk_run, &c, T, 0, fl);
@@ -504,17 +518,18 @@ static void dump_chunk(const model_t *m, int T)
     dump_host("g.f32", p.g, (size_t)T * m->Hv * 4);
     dump_host("beta.f32", p.beta, (size_t)T * m->Hv * 4);
     dump_host("S0.f32", p.S0, ns * 4);
-    for (int b = 0; b < 2; b++) {
+    static const char *const kinds[CH_KINDS] = {"f32", "bf16", "f32mma"};
+    for (int b = 0; b < CH_KINDS; b++) {
         CK(hk_cuda_h2d(c.S, p.S0, ns * 4, NULL));
-        c.bf16 = b;
+        c.kind = b;
         c.tc = 1;
         CK(chunk_run(&c, 0));
         char f[32];
-        snprintf(f, sizeof f, "o_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "o_%s.f32", kinds[b]);
         dump_dev(f, c.o, nv * 4);
-        snprintf(f, sizeof f, "S_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "S_%s.f32", kinds[b]);
         dump_dev(f, c.S, ns * 4);
-        snprintf(f, sizeof f, "Tc_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "Tc_%s.f32", kinds[b]);
         dump_dev(f, c.Tc, (size_t)m->Hv * m->dk * m->dk * 4);
     }
     chunk_free(&c);

@@ -11,6 +11,18 @@
  * device staging buffer first; it grows to the largest call (a device
  * allocation, hence a sync, the first time only). Failures are kept for
  * hp_backend_sync, the first one with its op.
+ *
+ * Gated DeltaNet kernels, chosen at open by HYPIC_CUDA_GDN:
+ *   auto (default)  the chunked prefill on tensor cores on f32 inputs
+ *                   (hk_cuda_gdn_chunk_tc, chunk 64, else 32 or 16 where
+ *                   shared memory is short) and the fused decode step
+ *                   (hk_cuda_gdn_step); the f32 kernels where a shape
+ *                   rules those out (dk or dv not a multiple of 16, dv
+ *                   not of 4)
+ *   tc              those only: a shape they cannot take is an error
+ *   scalar          the f32 kernels only: hk_cuda_gdn_chunk (the
+ *                   caller's chunk) and the unfused decode chain, so one
+ *                   run can time both on the same device
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,9 +32,12 @@
 #include "engine/backend/backend_impl.h"
 #include "kernels/cuda/hk_cuda.h"
 
+typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
+
 typedef struct {
     struct hp_backend self;
     int device;
+    gdn_mode_t gdn; /* HYPIC_CUDA_GDN */
     hk_cuda_blas_t *blas;
     int rc;            /* first failure since the last sync (hk_cuda) */
     char what[96];     /* ... and where */
@@ -75,7 +90,7 @@ static int cu_supports(be_t b, hp_op_t op, int dtype)
     if (op == HP_OP_LINEAR || op == HP_OP_LINEAR_ACC)
         return dtype == HK_W_F32 || dtype == HK_W_BF16;
     if (op == HP_OP_EMBED)
-        return dtype == HK_W_F32 || dtype == HK_W_BF16;
+        return dtype == HK_W_F32 || dtype == HK_W_BF16 || dtype == HK_W_I8;
     return 1;
 }
 
@@ -254,17 +269,10 @@ static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
 static void cu_embed(be_t b, float *x, const hk_weight_t *w, const int *ids,
                      int T)
 {
-    if (w->dtype != HK_W_F32 && w->dtype != HK_W_BF16) {
-        cu_fail(b, HP_OP_EMBED);
-        return;
-    }
     stage_begin(b);
     const int *d = stage(b, ids, (size_t)T * sizeof(int));
-    if (d && w->dtype == HK_W_BF16)
-        note(b, hk_cuda_embed_bf16(x, w->data, d, T, w->cols, NULL),
-             "embed (bf16)");
-    else if (d)
-        note(b, hk_cuda_embed(x, w->data, d, T, w->cols, NULL), "embed");
+    if (d)
+        note(b, hk_cuda_weight_rows(x, w, d, T, NULL), "embed");
 }
 
 static void cu_rmsnorm(be_t b, float *y, const float *x, const float *w,
@@ -378,21 +386,83 @@ static void cu_gdn_decode(be_t b, float *o, float *const *states,
             "gdn_decode");
 }
 
+/* The tensor-core chunk on one sequence, chunk 64 or the largest that
+ * fits the device; HK_CUDA_EINVAL (nothing launched) for a shape it
+ * cannot take. */
+static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
+                    const float *k, const float *v, const float *g,
+                    const float *beta, int T, int Hk, int Hv, int dk, int dv,
+                    float *scratch)
+{
+    const int cu[2] = {0, T};
+    stage_begin(b);
+    float *const *ds = stage(b, &S, sizeof(float *));
+    float *const *dt = Tc ? stage(b, &Tc, sizeof(float *)) : NULL;
+    const int *dcu = stage(b, cu, sizeof(cu));
+    if (!ds || (Tc && !dt) || !dcu)
+        return HK_CUDA_ENOMEM; /* noted by stage */
+    int rc = HK_CUDA_EINVAL;
+    for (int c = HK_CUDA_GDN_MAX_C; c >= 16 && rc == HK_CUDA_EINVAL; c /= 2)
+        rc = hk_cuda_gdn_chunk_tc(o, ds, dt, q, k, v, g, beta, dcu, 1, T, Hk,
+                                  Hv, dk, dv, c, scratch, NULL);
+    return rc;
+}
+
 static void cu_gdn_chunk(be_t b, float *o, float *S, float *Tc, const float *q,
                          const float *k, const float *v, const float *g,
                          const float *beta, int T, int Hk, int Hv, int dk,
                          int dv, int C, float *scratch)
 {
+    gdn_mode_t mode = ctx(b)->gdn;
+    if (mode != GDN_SCALAR) {
+        int rc =
+            chunk_tc(b, o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv, scratch);
+        if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
+            note(b, rc, "gdn_chunk (tensor cores)");
+            return;
+        }
+    }
     note(b,
          hk_cuda_gdn_chunk(o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv, C,
                            scratch, NULL),
          "gdn_chunk");
 }
 
+/* Room for either kernel (Hk <= Hv: Hv bounds the key heads). */
 static size_t cu_gdn_chunk_scratch(be_t b, int T, int Hv, int dk, int dv, int C)
 {
-    (void)b;
-    return hk_cuda_gdn_chunk_scratch(T, Hv, dk, dv, C);
+    size_t f32 = hk_cuda_gdn_chunk_scratch(T, Hv, dk, dv, C);
+    size_t tc = ctx(b)->gdn == GDN_SCALAR
+                    ? 0
+                    : hk_cuda_gdn_chunk_tc_scratch(T, 1, Hv, Hv, dk, dv,
+                                                   HK_CUDA_GDN_MAX_C);
+    return f32 > tc ? f32 : tc;
+}
+
+static void cu_gdn_step(be_t b, float *o, float *const *states,
+                        float *const *conv_states, const float *qkv,
+                        const float *a, const float *bp, const float *conv_w,
+                        const float *A_log, const float *dt_bias, int B, int Hk,
+                        int Hv, int dk, int dv, int K, float eps, float q_scale,
+                        float *scratch)
+{
+    gdn_mode_t mode = ctx(b)->gdn;
+    if (mode != GDN_SCALAR) {
+        stage_begin(b);
+        float *const *ds = stage(b, states, (size_t)B * sizeof(float *));
+        float *const *dc = stage(b, conv_states, (size_t)B * sizeof(float *));
+        if (!ds || !dc)
+            return;
+        int rc = hk_cuda_gdn_step(o, ds, dc, qkv, a, bp, conv_w, A_log, dt_bias,
+                                  B, Hk, Hv, dk, dv, K, eps, q_scale, NULL);
+        if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
+            note(b, rc, "gdn_step (fused)");
+            return;
+        }
+    }
+    hp_backend_gdn_step_ops(b, o, states, conv_states, qkv, a, bp, conv_w,
+                            A_log, dt_bias, B, Hk, Hv, dk, dv, K, eps, q_scale,
+                            scratch);
 }
 
 static void cu_rope(be_t b, float *x, const int *pos, int T, int nh, int hd,
@@ -647,6 +717,10 @@ static const hp_backend_i cuda_iface = {
     .gdn_decode = cu_gdn_decode,
     .gdn_chunk = cu_gdn_chunk,
     .gdn_chunk_scratch = cu_gdn_chunk_scratch,
+    .gdn_step = cu_gdn_step,
+    /* the unfused chain's: auto falls back to it on shapes the fused
+     * kernel cannot take */
+    .gdn_step_scratch = hp_backend_gdn_step_floats,
     .rope = cu_rope,
     .rope_shift = cu_rope_shift,
     .attention = cu_attention,
@@ -681,6 +755,15 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if ((rc = hk_cuda_set_device(device)) != HK_CUDA_OK)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
+    static const char *const modes[] = {"auto", "tc", "scalar"};
+    const char *e = getenv("HYPIC_CUDA_GDN");
+    int gdn = e && *e ? -1 : GDN_AUTO;
+    for (int i = 0; gdn < 0 && i < 3; i++)
+        gdn = strcmp(e, modes[i]) ? -1 : i;
+    if (gdn < 0)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "HYPIC_CUDA_GDN=%s: expected auto, tc or scalar",
+                            e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)
         return hp_error_set(err, HP_ENOMEM, "device cuda:%d: out of memory",
@@ -691,6 +774,7 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
                             device, hk_cuda_strerror(rc));
     }
     c->device = device;
+    c->gdn = (gdn_mode_t)gdn;
     c->self.iface = &cuda_iface;
     c->self.ctx = c;
     c->self.host_memory = 0;

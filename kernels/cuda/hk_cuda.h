@@ -125,10 +125,13 @@ int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
                             int B, int kvd, void *stream);
 int hk_cuda_embed(float *x, const float *table, const int *ids, int T, int H,
                   void *stream);
-/* The same from a bf16 table (bit patterns, the checkpoint's layout),
- * widened exactly: the twin is hk_weight_rows on a BF16 weight. */
-int hk_cuda_embed_bf16(float *x, const uint16_t *table, const int *ids, int T,
-                       int H, void *stream);
+/* Twin of hk_weight_rows (the embedding gather of any stored format):
+ * x[t, :] = W[ids[t], :] as f32, W [rows, cols] F32, BF16 or I8 with its
+ * scales (hk_weight.h); w is a host struct whose data and scales are
+ * device pointers; ids [T] device. F32 and BF16 are exact, I8 q * scale
+ * as hk_wtile. */
+int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
+                        void *stream);
 
 /* ---- causal GQA attention (hk_attention.cu, hk_attention_tc.cu) -------- */
 
@@ -337,6 +340,21 @@ int hk_cuda_gdn_chunk_bf16(float *o, float *const *states, float *const *tcs,
                            void *stream);
 size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv, int dk, int dv,
                                       int C);
+/* The same on f32 q, k, v (the engine's activations): each is split into
+ * bf16 hi + lo in scratch first, and every product with an input gains
+ * its lo term, so the results stay ~1e-5 relative of the f32 kernel's
+ * (hk_cuda_gdn_chunk) where bf16 inputs would cost ~1e-2. Same layouts
+ * and requirements as hk_cuda_gdn_chunk_bf16 (q, k, v need no alignment;
+ * more shared memory: dk = dv = 128 at C = 64 needs 200 KB, an H100's
+ * block has 227 KB, an A100's 163 KB: HK_CUDA_EINVAL where the device's
+ * limit is exceeded, launching nothing). Scratch grows with T and nseq. */
+int hk_cuda_gdn_chunk_tc(float *o, float *const *states, float *const *tcs,
+                         const float *q, const float *k, const float *v,
+                         const float *g, const float *beta,
+                         const int *cu_seqlens, int nseq, int T, int Hk, int Hv,
+                         int dk, int dv, int C, float *scratch, void *stream);
+size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
+                                    int dv, int C);
 
 /* ---- transition algebra (hk_transition.cu) ----------------------------- */
 

@@ -33,46 +33,7 @@
 #include "kernels/cuda/hk_cuda.h"
 #endif
 
-static const char *const op_names[] = {"rmsnorm_zc",
-                                       "rmsnorm_gated",
-                                       "l2norm",
-                                       "swiglu",
-                                       "conv1d_silu",
-                                       "conv1d_silu_decode",
-                                       "rope",
-                                       "rope_shift",
-                                       "gdn_gates",
-                                       "gdn_recurrent",
-                                       "gdn_decode",
-                                       "gdn_chunk",
-                                       "trans_compose",
-                                       "trans_chain",
-                                       "trans_rope_shift",
-                                       "matmul",
-                                       "matmul_acc",
-                                       "matmul_bf16",
-                                       "split_heads",
-                                       "gate_mul",
-                                       "scale_rows",
-                                       "kv_store",
-                                       "kv_store_decode",
-                                       "embed",
-                                       "attention",
-                                       "attention_decode",
-                                       "moe_route",
-                                       "moe_plan",
-                                       "moe_gather",
-                                       "moe_scatter",
-                                       "moe_combine",
-                                       "argmax",
-                                       "topk",
-                                       "gdn_chunk_bf16",
-                                       "gdn_chunk_bf16_varlen",
-                                       "gdn_step",
-                                       "kvbuf_step",
-                                       "kvbuf_verify",
-                                       "kvbuf_flush",
-                                       "kvbuf_conv_commit"};
+static const char *const op_names[] = {"rmsnorm_zc", "rmsnorm_gated", "l2norm", "swiglu", "conv1d_silu", "conv1d_silu_decode", "rope", "rope_shift", "gdn_gates", "gdn_recurrent", "gdn_decode", "gdn_chunk", "trans_compose", "trans_chain", "trans_rope_shift", "matmul", "matmul_acc", "matmul_bf16", "split_heads", "gate_mul", "scale_rows", "kv_store", "kv_store_decode", "embed", "weight_rows", "attention", "attention_decode", "moe_route", "moe_plan", "moe_gather", "moe_scatter", "moe_combine", "argmax", "topk", "gdn_chunk_bf16", "gdn_chunk_bf16_varlen", "gdn_chunk_tc", "gdn_step", "kvbuf_step", "kvbuf_verify", "kvbuf_flush", "kvbuf_conv_commit"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -1092,16 +1053,44 @@ static void test_embed(void)
         RUN(hk_cuda_embed(dx, dt, dids, T, H, NULL));
         ok(same_cpu(x, dx, (size_t)T * H, "x"), "embed T=%d V=%d H=%d", T, V,
            H);
-        /* a bf16 table: the CPU's gather widens it exactly */
-        uint16_t *tb = round_bf16(table, (size_t)V * H), *dtb;
-        dtb = dev_u16(tb, (size_t)V * H);
-        hk_weight_t w = {.data = tb, .dtype = HK_W_BF16, .rows = V, .cols = H};
-        hk_weight_rows(x, &w, ids, T);
-        RUN(hk_cuda_embed_bf16(dx, dtb, dids, T, H, NULL));
-        ok(same_cpu(x, dx, (size_t)T * H, "x"), "embed_bf16 T=%d V=%d H=%d", T,
-           V, H);
+
+        /* The BF16 and I8 tables of a checkpoint: the CPU's hk_weight_rows
+         * (bf16 widened exactly, I8 q * scale with several groups per row
+         * where H allows). */
+        const size_t nt = (size_t)V * H;
+        const int G = H % 16 == 0 ? 16 : H;
+        uint16_t *tb = hbytes(nt * sizeof(uint16_t));
+        int8_t *tq = hbytes(nt);
+        float *sc = frand((size_t)V * (H / G), 0.05);
+        for (size_t i = 0; i < nt; i++) {
+            tb[i] = hk_bf16_from_f32(table[i]);
+            tq[i] = (int8_t)(int)(127.0 * table[i]);
+        }
+        void *dtb = NULL, *dtq = NULL;
+        CK(hk_cuda_malloc(&dtb, nt * sizeof(uint16_t)));
+        CK(hk_cuda_h2d(dtb, tb, nt * sizeof(uint16_t), NULL));
+        CK(hk_cuda_malloc(&dtq, nt ? nt : 1));
+        CK(hk_cuda_h2d(dtq, tq, nt, NULL));
+        float *dsc = dev_from(sc, (size_t)V * (H / G));
+        const hk_weight_t wb = {tb, NULL, HK_W_BF16, V, H, 0},
+                          wq = {tq, sc, HK_W_I8, V, H, G};
+        hk_weight_t dwb = wb, dwq = wq;
+        dwb.data = dtb;
+        dwq.data = dtq;
+        dwq.scales = dsc;
+        hk_weight_rows(x, &wb, ids, T);
+        RUN(hk_cuda_weight_rows(dx, &dwb, dids, T, NULL));
+        int good = same_cpu(x, dx, (size_t)T * H, "x bf16");
+        hk_weight_rows(x, &wq, ids, T);
+        RUN(hk_cuda_weight_rows(dx, &dwq, dids, T, NULL));
+        good &= same_cpu(x, dx, (size_t)T * H, "x i8");
+        ok(good, "weight_rows bf16, i8 (group %d) T=%d V=%d H=%d", G, T, V, H);
         CK(hk_cuda_free(dtb));
+        CK(hk_cuda_free(dtq));
+        CK(hk_cuda_free(dsc));
         free(tb);
+        free(tq);
+        free(sc);
         CK(hk_cuda_free(dt));
         CK(hk_cuda_free(dx));
         CK(hk_cuda_free(dids));
@@ -1684,6 +1673,82 @@ static void test_gdn_chunk_varlen(void)
 #undef VL_MAX
 }
 
+/* The tensor-core chunk on f32 inputs (hk_cuda_gdn_chunk_tc, the engine's
+ * prefill): against the CPU on the same unrounded inputs, within the bf16
+ * kernel's budget against its rounded ones (RTOL_TC: every operand keeps
+ * ~16 bits; an input without its lo half errs by ~2^-9, 1e-2 of the
+ * outputs), one case of several sequences (an empty one) in one call. */
+static void test_gdn_chunk_tc(void)
+{
+    /* T, Hk, Hv, dk, dv, C, want Tc (test_gdn_chunk_bf16's shapes) */
+    static const int shapes[][7] = {{37, 1, 2, 32, 16, 16, 1},
+                                    {70, 1, 2, 64, 32, 64, 1},
+                                    {0, 1, 1, 16, 16, 16, 1},
+                                    {130, 2, 4, 64, 64, 32, 0},
+                                    {100, 1, 2, 128, 128, 64, 1}};
+    const int nshape = grid_n(NSHAPES(shapes), 2);
+    for (int s = 0; s <= nshape; s++) {
+        /* s == nshape: sequences of 5, 0 and 40 tokens in one call */
+        const int vl = s == nshape, nseq = vl ? 3 : 1;
+        const int *sh = vl ? (const int[]){45, 1, 2, 32, 32, 32, 1} : shapes[s];
+        int cu[4] = {0, sh[0], sh[0], sh[0]};
+        if (vl)
+            cu[1] = cu[2] = 5;
+        const int T = sh[0], Hk = sh[1], Hv = sh[2], dk = sh[3], dv = sh[4];
+        const int C = sh[5], want_tc = sh[6];
+        gdn_prob_t p;
+        gdn_prob_make(&p, T, Hk, Hv, dk, dv);
+        const size_t no = (size_t)T * Hv * dv, ns = (size_t)Hv * dk * dv;
+        const size_t nt = (size_t)Hv * dk * dk, ldq = (size_t)Hk * dk;
+        const size_t ldv = (size_t)Hv * dv;
+        float *scr = hmalloc(hk_gdn_chunk_scratch(Hv, dk, dv, C));
+        float *o = hmalloc(no), *S[3], *Tc[3], *dS[3], *dTc[3];
+        gdn_dev_t f = gdn_upload(&p);
+        for (int b = 0; b < nseq; b++) {
+            const size_t r = (size_t)cu[b];
+            S[b] = b == 0 ? fdup(p.S0, ns) : frand(ns, 0.5);
+            Tc[b] = hmalloc(nt);
+            dS[b] = dev_from(S[b], ns);
+            dTc[b] = want_tc ? dev_alloc(nt) : NULL;
+            hk_gdn_chunk(o + r * ldv, S[b], Tc[b], p.q + r * ldq, p.k + r * ldq,
+                         p.v + r * ldv, p.g + r * Hv, p.beta + r * Hv,
+                         cu[b + 1] - cu[b], Hk, Hv, dk, dv, C, scr);
+        }
+        void *dst = dev_ptrs(dS, nseq), *dtc = dev_ptrs(dTc, nseq);
+        int *dcu = dev_ints(cu, (size_t)nseq + 1);
+        float *dscr =
+            dev_alloc(hk_cuda_gdn_chunk_tc_scratch(T, nseq, Hk, Hv, dk, dv, C));
+        float *dO = dev_alloc(no);
+        RUN(hk_cuda_gdn_chunk_tc(dO, dst, want_tc ? dtc : NULL, f.q, f.k, f.v,
+                                 f.g, f.beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
+                                 dscr, NULL));
+        int good = close_cpu(o, dO, no, ATOL_TC, RTOL_TC, "o vs CPU");
+        for (int b = 0; b < nseq; b++) {
+            good &= close_cpu(S[b], dS[b], ns, ATOL_TC, RTOL_TC, "S vs CPU");
+            if (want_tc)
+                good &=
+                    close_cpu(Tc[b], dTc[b], nt, ATOL_TC, RTOL_TC, "Tc vs CPU");
+            CK(hk_cuda_free(dS[b]));
+            CK(hk_cuda_free(dTc[b]));
+            free(S[b]);
+            free(Tc[b]);
+        }
+        ok(good,
+           "gdn_chunk_tc (f32 in) nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d "
+           "C=%d%s",
+           nseq, T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
+        gdn_dev_free(&f);
+        CK(hk_cuda_free(dst));
+        CK(hk_cuda_free(dtc));
+        CK(hk_cuda_free(dcu));
+        CK(hk_cuda_free(dscr));
+        CK(hk_cuda_free(dO));
+        free(scr);
+        free(o);
+        gdn_prob_free(&p);
+    }
+}
+
 /* The fused decode step against the CPU's unfused sequence per request:
  * conv (T = 1), split, l2 norms, gates, recurrence (T = 1). Conv states are
  * copies: bit-exact; o and S within the GDN budget (the norms' sums differ
@@ -2021,6 +2086,9 @@ static void test_einval(void)
                          NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_matmul(&x, &x, &x, 1, 1, 1, NULL, NULL) == HK_CUDA_EINVAL;
+    const hk_weight_t wi8 = {&x, &x, HK_W_I8,
+                             1,  6,  4}; /* group must divide cols */
+    good &= hk_cuda_weight_rows(&x, &wi8, NULL, 1, NULL) == HK_CUDA_EINVAL;
     int cu[2] = {0, 1};
     float *tab[1] = {&x};
     uint16_t hb = 0;
@@ -2078,6 +2146,7 @@ static void run_all(void)
     RUN_TEST(test_sample); /* argmax, topk */
     RUN_TEST(test_gdn_chunk_bf16);
     RUN_TEST(test_gdn_chunk_varlen);
+    RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);
     RUN_TEST(test_kvbuf); /* kvbuf_step, kvbuf_verify, kvbuf_flush */
     RUN_TEST(test_kvbuf_conv_commit);

@@ -311,10 +311,9 @@ static int fixed_costs(bench_t *b, pic_t *pc, hp_seq_t *seq, double ms[3],
     int *at = calloc((size_t)p->n_segs, sizeof(int));
     int *ids = malloc((size_t)p->n_segs * 2 * w * sizeof(int) + 1);
     int *pos = malloc((size_t)p->n_segs * 2 * w * sizeof(int) + 1);
-    float *scr = hp_backend_alloc(b->be, (size_t)c->lin_v_heads * c->lin_k_dim *
-                                             c->lin_v_dim * 4);
+    hp_fwd_jump_mem_t jm = hp_fwd_jump_mem(&b->ws);
     double t[3][MAX_REPS];
-    if (!ent || !at || !ids || !pos || !scr)
+    if (!ent || !at || !ids || !pos)
         rc = hp_error_set(err, HP_ENOMEM, "fixed costs: out of memory");
     for (int i = 0; i < p->n_segs && rc == HP_OK; i++) {
         const hp_prompt_seg_t *s = &p->segs[i];
@@ -341,7 +340,7 @@ static int fixed_costs(bench_t *b, pic_t *pc, hp_seq_t *seq, double ms[3],
                 if (c->layer_kind[l] == HP_LAYER_LINEAR)
                     hp_assemble_compose(b->be, c, l, seq->layers[l].S,
                                         seq->layers[l].conv, ent[j]->data, 0,
-                                        scr);
+                                        &jm);
         rc = hp_backend_sync(b->be, err);
         double a2 = bench_now();
         for (int j = 0; j < k && rc == HP_OK; j++)
@@ -363,7 +362,6 @@ static int fixed_costs(bench_t *b, pic_t *pc, hp_seq_t *seq, double ms[3],
         ms[i] = r > 0 ? bench_median(t[i], r) * 1e3 : 0;
     for (int j = 0; j < k; j++)
         hp_pool_release(pc->cache.pub, ent[j]);
-    hp_backend_free(b->be, scr);
     free(ent);
     free(at);
     free(ids);

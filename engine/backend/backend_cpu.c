@@ -122,8 +122,7 @@ static void cpu_scale_rows(be_t b, float *x, const float *s, int rows, int dim,
 static void cpu_axpy(be_t b, float *y, float a, const float *x, size_t n)
 {
     (void)b;
-    for (size_t i = 0; i < n; i++)
-        y[i] += a * x[i];
+    hk_axpy(y, a, x, n);
 }
 
 static void cpu_kv_store(be_t b, float *kc, float *vc, const float *k,

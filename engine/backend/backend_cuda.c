@@ -6,7 +6,7 @@
  * tests); backend.c finds it through a weak reference.
  *
  * Ops without a CUDA twin are left out (hp_backend_supports_op says so):
- * I8 projections and axpy.
+ * I8 projections.
  * Host arrays an op takes (positions, ids, pointer lists) are copied to a
  * device staging buffer first; it grows to the largest call (a device
  * allocation, hence a sync, the first time only). Failures are kept for
@@ -583,6 +583,11 @@ static void cu_moe_combine(be_t b, float *x, const float *eo, const int *slot,
     note(b, hk_cuda_moe_combine(x, eo, slot, T, k, H, NULL), "moe_combine");
 }
 
+static void cu_axpy(be_t b, float *y, float a, const float *x, size_t n)
+{
+    note(b, hk_cuda_axpy(y, a, x, n, NULL), "axpy");
+}
+
 /* Built on the host and uploaded: no kernel for it. */
 static void cu_trans_identity(be_t b, float *T, int H, int dk)
 {
@@ -760,6 +765,7 @@ static const hp_backend_i cuda_iface = {
     .moe_combine = cu_moe_combine,
     .trans_identity = cu_trans_identity,
     .trans_compose = cu_trans_compose,
+    .axpy = cu_axpy,
     .trans_chain = cu_trans_chain,
     .kvbuf_block_floats = cu_kvbuf_block_floats,
     .kvbuf_scratch = cu_kvbuf_scratch,

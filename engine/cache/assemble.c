@@ -119,26 +119,38 @@ int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
 
 typedef struct {
     const hp_model_config_t *c;
-    const hp_backend_t *be; /* host memory (assemble_spliced checks) */
-    hp_pool_entry_t **ent;  /* [n_jumps] */
+    const hp_backend_t *be;
+    hp_pool_entry_t **ent; /* [n_jumps] */
     int naive;
-    float *scratch; /* [dk, dv] */
+    hp_fwd_jump_mem_t jm;
 } splice_t;
 
+/* The entries are host memory: on a device the tuple goes up into the
+ * jump buffers first (on the CPU the ops read the entry itself). */
 void hp_assemble_compose(const hp_backend_t *be, const hp_model_config_t *c,
                          int l, float *S, float *conv, void *e, int naive,
-                         float *scratch)
+                         const hp_fwd_jump_mem_t *jm)
 {
     const hp_segc_hdr_t *h = e;
     int Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
-    if (naive) { /* S <- S + S_C|0: drops T_C, the structural error */
-        hp_backend_axpy(be, S, 1.0f, hp_segc_S(c, e, l), (size_t)Hv * dk * dv);
-    } else { /* S <- T_C S + S_C|0 (Eq. 6) */
-        hp_backend_trans_compose(be, S, HK_TRANS_DENSE, hp_segc_T(c, e, l), S,
-                                 hp_segc_S(c, e, l), Hv, dk, dv, scratch);
+    int host = hp_backend_host_memory(be);
+    const float *S0 = hp_segc_S(c, e, l), *T = hp_segc_T(c, e, l);
+    if (!host) {
+        hp_backend_upload(be, jm->s, S0, c->state_floats * sizeof(float));
+        S0 = jm->s;
     }
-    hp_segc_conv_jump(conv, hp_segc_conv(c, e, l), h->n_int, hp_cfg_conv_dim(c),
-                      c->conv_kernel);
+    if (naive) { /* S <- S + S_C|0: drops T_C, the structural error */
+        hp_backend_axpy(be, S, 1.0f, S0, c->state_floats);
+    } else { /* S <- T_C S + S_C|0 (Eq. 6) */
+        if (!host) {
+            hp_backend_upload(be, jm->t, T, c->trans_floats * sizeof(float));
+            T = jm->t;
+        }
+        hp_backend_trans_compose(be, S, HK_TRANS_DENSE, T, S, S0, Hv, dk, dv,
+                                 jm->scr);
+    }
+    hp_segc_conv_jump(be, conv, hp_segc_conv(c, e, l), h->n_int,
+                      hp_cfg_conv_dim(c), c->conv_kernel);
 }
 
 static int splice_jump(void *ud, int l, int j, float *S, float *conv,
@@ -148,7 +160,7 @@ static int splice_jump(void *ud, int l, int j, float *S, float *conv,
     (void)Tc;
     (void)err;
     hp_assemble_compose(sp->be, sp->c, l, S, conv, sp->ent[j]->data, sp->naive,
-                        sp->scratch);
+                        &sp->jm);
     return HP_OK;
 }
 
@@ -179,21 +191,18 @@ static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
     const hp_model_config_t *c = &m->cfg;
     int naive = mode == HP_IPC_MODE_NAIVE, rc = HP_OK, first = 0;
     int n_run = 0, n_jump = 0;
-    /* the splice updates the states in place from host cache entries */
-    if (!hp_backend_host_memory(m->be))
-        return hp_error_set(err, HP_EUNAVAIL,
-                            "assemble: spliced prompts on backend %s are not "
-                            "supported yet",
-                            hp_backend_name(m->be));
     int *ids = malloc((size_t)p->n * sizeof(int));
     int *pos = malloc((size_t)p->n * sizeof(int));
     int *after = malloc((size_t)(p->n_segs + 1) * sizeof(int));
     hp_pool_entry_t **ent = calloc((size_t)p->n_segs + 1, sizeof(*ent));
     hp_pool_entry_t *lead = NULL;
-    splice_t sp = {c, m->be, ent, naive,
-                   malloc((size_t)c->lin_k_dim * c->lin_v_dim * 4)};
-    if (!ids || !pos || !after || !ent || !sp.scratch) {
+    splice_t sp = {c, m->be, ent, naive, hp_fwd_jump_mem(ws)};
+    if (!ids || !pos || !after || !ent) {
         rc = hp_error_set(err, HP_ENOMEM, "assemble: out of memory");
+        goto done;
+    }
+    if (c->n_lin > 0 && !sp.jm.s) {
+        rc = hp_error_set(err, HP_EINTERNAL, "assemble: no workspace");
         goto done;
     }
     if ((rc = hp_seq_reserve(seq, p->n, err)) != HP_OK)
@@ -263,7 +272,6 @@ done:
         hp_pool_release(cache->pub, ent[j]);
     if (lead)
         hp_pool_release(cache->pub, lead);
-    free(sp.scratch);
     free(ent);
     free(after);
     free(pos);

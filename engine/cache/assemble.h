@@ -97,15 +97,15 @@ int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
  *
  * compose: linear layer l's state S and conv history jump over the
  *   entry's interior: S <- T_C S + S_C|0 (naive: S + S_C|0), the conv
- *   history becomes the entry's tail. scratch [dk, dv] floats of backend
- *   memory.
+ *   history becomes the entry's tail. jm: the workspace's jump buffers
+ *   (hp_fwd_jump_mem), where a device stages the entry's tuple.
  * splice_kv: every full layer's interior K/V rows copied to positions
  *   [at, at + n_int) of seq (reserved), K re-rotated from segment-local
  *   positions by shift (K_b = R(b - a) K_a).
  */
 void hp_assemble_compose(const hp_backend_t *be, const hp_model_config_t *c,
                          int l, float *S, float *conv, void *e, int naive,
-                         float *scratch);
+                         const hp_fwd_jump_mem_t *jm);
 void hp_assemble_splice_kv(hp_seq_t *seq, void *e, int at, int shift);
 
 #endif

@@ -140,12 +140,15 @@ int hp_segc_build_state(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
 }
 
 /* The capture pass: jump 0 (after the head) parks S_head in the entry's S
- * slot; jump 1 (after the interior) turns S_end into S_C|0. */
+ * slot; jump 1 (after the interior) turns S_end into S_C|0 = S_end -
+ * T_C S_head in backend memory and stores it there. The entry is host
+ * memory: on a device S_head goes back up for the product, and the
+ * results come down (on the CPU the entry is worked on in place). */
 typedef struct {
     const hp_model_config_t *c;
-    const hp_backend_t *be; /* host memory (hp_segc_build_pic checks) */
+    const hp_backend_t *be;
     void *e;
-    float *tmp; /* [2, dk, dv]: T S_head, and the kernel's scratch */
+    hp_fwd_jump_mem_t jm;
 } capture_t;
 
 static int capture_jump(void *ud, int l, int j, float *S, float *conv,
@@ -153,27 +156,30 @@ static int capture_jump(void *ud, int l, int j, float *S, float *conv,
 {
     capture_t *cp = ud;
     const hp_model_config_t *c = cp->c;
+    const hp_backend_t *be = cp->be;
     float *S0 = hp_segc_S(c, cp->e, l);
+    size_t sb = c->state_floats * sizeof(float);
     if (j == 0) {
-        memcpy(S0, S, c->state_floats * 4);
+        hp_backend_download(be, S0, S, sb);
         return HP_OK;
     }
     if (!Tc)
         return hp_error_set(err, HP_EINTERNAL, "segcache: no transition");
-    int Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
-    float *T = hp_segc_T(c, cp->e, l);
-    memcpy(T, Tc, c->trans_floats * 4);
-    /* S_C|0 = S_end - T_C S_head, per head */
-    for (int h = 0; h < Hv; h++) {
-        const float *Th = T + (size_t)h * dk * dk;
-        float *Sh = S0 + (size_t)h * dk * dv;
-        const float *Eh = S + (size_t)h * dk * dv;
-        hp_backend_trans_compose(cp->be, cp->tmp, HK_TRANS_DENSE, Th, Sh, NULL,
-                                 1, dk, dv, cp->tmp + (size_t)dk * dv);
-        hp_backend_copy(cp->be, Sh, Eh, (size_t)dk * dv * sizeof(float));
-        hp_backend_axpy(cp->be, Sh, -1.0f, cp->tmp, (size_t)dk * dv);
-    }
-    memcpy(hp_segc_conv(c, cp->e, l), conv, c->conv_floats * 4);
+    int host = hp_backend_host_memory(be);
+    float *head = host ? S0 : cp->jm.t;
+    if (!host)
+        hp_backend_upload(be, head, S0, sb);
+    hp_backend_trans_compose(be, cp->jm.s, HK_TRANS_DENSE, Tc, head, NULL,
+                             c->lin_v_heads, c->lin_k_dim, c->lin_v_dim,
+                             cp->jm.scr);
+    hp_backend_copy(be, head, S, sb);
+    hp_backend_axpy(be, head, -1.0f, cp->jm.s, c->state_floats);
+    if (!host)
+        hp_backend_download(be, S0, head, sb);
+    hp_backend_download(be, hp_segc_T(c, cp->e, l), Tc,
+                        c->trans_floats * sizeof(float));
+    hp_backend_download(be, hp_segc_conv(c, cp->e, l), conv,
+                        c->conv_floats * sizeof(float));
     return HP_OK;
 }
 
@@ -192,23 +198,15 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
                          .n_tok = n,
                          .w = w,
                          .n_int = n_int};
-    /* the capture reads and writes the states in place, next to the
-     * entry: host memory only, for now */
-    if (!hp_backend_host_memory(m->be))
-        return hp_error_set(err, HP_EUNAVAIL,
-                            "segcache: PIC capture on backend %s is not "
-                            "supported yet",
-                            hp_backend_name(m->be));
     hp_seq_t seq;
     int rc = hp_seq_init(&seq, m, err);
     if (rc != HP_OK)
         return rc;
-    capture_t cp = {c, m->be, e,
-                    malloc((size_t)2 * c->lin_k_dim * c->lin_v_dim * 4)};
+    capture_t cp = {c, m->be, e, hp_fwd_jump_mem(ws)};
     int after[2] = {w, n - w};
     hp_jumps_t jumps = {after, 2, 1, capture_jump, &cp};
-    if (!cp.tmp)
-        rc = hp_error_set(err, HP_ENOMEM, "segcache: out of memory");
+    if (c->n_lin > 0 && !cp.jm.s)
+        rc = hp_error_set(err, HP_EINTERNAL, "segcache: no workspace");
     if (rc == HP_OK)
         rc = hp_forward(m, &seq, ws, ids, NULL, n - w, &jumps, HP_LOGITS_NONE,
                         NULL, err);
@@ -216,22 +214,36 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
         if (c->layer_kind[l] == HP_LAYER_FULL)
             hp_seq_kv_pack(&seq, l, w, n_int, hp_segc_K(c, e, l),
                            hp_segc_V(c, e, l));
-    free(cp.tmp);
+    /* a device reports its failures here, before the entry is published */
+    if (rc == HP_OK)
+        rc = hp_backend_sync(m->be, err);
     hp_seq_free(&seq);
     return rc;
 }
 
-void hp_segc_conv_jump(float *conv, const float *tail, int n_int, int C, int Kc)
+void hp_segc_conv_jump(const hp_backend_t *be, float *conv, const float *tail,
+                       int n_int, int C, int Kc)
 {
     int K1 = Kc - 1;
     if (n_int >= K1) {
-        memcpy(conv, tail, (size_t)C * K1 * 4);
+        hp_backend_upload(be, conv, tail, (size_t)C * K1 * sizeof(float));
         return;
     }
-    for (int ch = 0; ch < C; ch++) {
-        float *r = conv + (size_t)ch * K1;
-        const float *t = tail + (size_t)ch * K1;
-        memmove(r, r + n_int, (size_t)(K1 - n_int) * 4);
-        memcpy(r + K1 - n_int, t + K1 - n_int, (size_t)n_int * 4);
+    /* rare (an interior of one or two tokens): rows through the host, a
+     * block of channels at a time */
+    float buf[1024];
+    int per = (int)(sizeof(buf) / sizeof(float)) / K1;
+    for (int c0 = 0; c0 < C; c0 += per) {
+        int nc = C - c0 < per ? C - c0 : per;
+        size_t bytes = (size_t)nc * K1 * sizeof(float);
+        hp_backend_download(be, buf, conv + (size_t)c0 * K1, bytes);
+        for (int ch = 0; ch < nc; ch++) {
+            float *r = buf + (size_t)ch * K1;
+            const float *t = tail + (size_t)(c0 + ch) * K1;
+            memmove(r, r + n_int, (size_t)(K1 - n_int) * sizeof(float));
+            memcpy(r + K1 - n_int, t + K1 - n_int,
+                   (size_t)n_int * sizeof(float));
+        }
+        hp_backend_upload(be, conv + (size_t)c0 * K1, buf, bytes);
     }
 }

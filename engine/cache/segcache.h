@@ -68,9 +68,10 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
                       const int *ids, int n, int w, hp_error_t *err);
 
 /* After jumping over n_int interior tokens, the conv history [C, Kc-1]
- * becomes the cached tail; an interior shorter than Kc-1 keeps the front
- * of the running history (shifted). */
-void hp_segc_conv_jump(float *conv, const float *tail, int n_int, int C,
-                       int Kc);
+ * (backend memory) becomes the cached tail (host memory, the entry's);
+ * an interior shorter than Kc-1 keeps the front of the running history
+ * (shifted). */
+void hp_segc_conv_jump(const hp_backend_t *be, float *conv, const float *tail,
+                       int n_int, int C, int Kc);
 
 #endif

@@ -105,6 +105,11 @@ static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
     n[B_DECODE] = 5 * batch; /* two pointers and an int each */
     n[B_BEST] = brows;
     n[B_HOSTLOGITS] = hp_backend_host_memory(be) ? 0 : brows * c->vocab_size;
+    if (c->n_lin > 0) {
+        n[B_JUMPT] = zmax(c->trans_floats, c->state_floats);
+        n[B_JUMPS] = c->state_floats;
+        n[B_JUMPSCR] = c->state_floats;
+    }
 }
 
 /* Layout of the two allocations: in the host one the tables, the
@@ -194,6 +199,15 @@ void *hp_fwd_buf(hp_fwd_ws_t *ws, int id, size_t n)
     if (!ws->mem || n > ws->cap[id])
         return NULL;
     return ws->buf[id];
+}
+
+hp_fwd_jump_mem_t hp_fwd_jump_mem(hp_fwd_ws_t *ws)
+{
+    hp_fwd_jump_mem_t j = {NULL, NULL, NULL};
+    if (ws->mem && ws->cap[B_JUMPS] > 0)
+        j = (hp_fwd_jump_mem_t){ws->buf[B_JUMPT], ws->buf[B_JUMPS],
+                                ws->buf[B_JUMPSCR]};
+    return j;
 }
 
 /* ---- a call in pieces -------------------------------------------------- */

@@ -212,6 +212,8 @@ void hk_split_heads(float *a, float *b, float *c, const float *x, int rows,
                     int da, int db, int dc);
 /* o[i] *= sigmoid(gate[i]) (the attention output gate). */
 void hk_gate_mul(float *o, const float *gate, size_t n);
+/* y[i] += a x[i] (the naive splice; S_C|0 = S_end - T_C S_head). */
+void hk_axpy(float *y, float a, const float *x, size_t n);
 /* x[r, :] *= s[r], or sigmoid(s[r]) when sigm (the MoE routing weights and
  * the shared expert's gate). */
 void hk_scale_rows(float *x, const float *s, int rows, int dim, int sigm);

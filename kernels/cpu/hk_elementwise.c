@@ -39,6 +39,14 @@ void hk_gate_mul(float *o,          // [n]
         o[i] *= hk_sigmoid(gate[i]);
 }
 
+void hk_axpy(float *y,                // [n]
+             float a, const float *x, // [n]
+             size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 void hk_scale_rows(float *x,       // [rows, dim]
                    const float *s, // [rows]
                    int rows, int dim, int sigm)

@@ -113,6 +113,8 @@ int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w, int n,
 int hk_cuda_split_heads(float *a, float *b, float *c, const float *x, int rows,
                         int da, int db, int dc, void *stream);
 int hk_cuda_gate_mul(float *o, const float *gate, size_t n, void *stream);
+/* Twin of hk_axpy: y += a x. */
+int hk_cuda_axpy(float *y, float a, const float *x, size_t n, void *stream);
 int hk_cuda_scale_rows(float *x, const float *s, int rows, int dim, int sigm,
                        void *stream);
 int hk_cuda_kv_store(float *kc, float *vc, const float *k, const float *v,

@@ -38,6 +38,13 @@ static __global__ void hk_gate_mul_kernel(float *o, const float *gate, size_t n)
     o[i] *= hk_math_sigmoid(gate[i]);
 }
 
+static __global__ void hk_axpy_kernel(float *y, float a, const float *x,
+                                      size_t n)
+{
+    HK_GRID_STRIDE(i, n)
+    y[i] += a * x[i];
+}
+
 static __global__ void hk_scale_rows_kernel(float *x,       // [rows, dim]
                                             const float *s, // [rows]
                                             size_t n, int dim, int sigm)
@@ -122,6 +129,12 @@ extern "C" int hk_cuda_gate_mul(float *o, const float *gate, size_t n,
                                 void *stream)
 {
     HK_LAUNCH_1D(hk_gate_mul_kernel, n, HK_EW_THREADS, stream, o, gate, n);
+}
+
+extern "C" int hk_cuda_axpy(float *y, float a, const float *x, size_t n,
+                            void *stream)
+{
+    HK_LAUNCH_1D(hk_axpy_kernel, n, HK_EW_THREADS, stream, y, a, x, n);
 }
 
 extern "C" int hk_cuda_scale_rows(float *x, const float *s, int rows, int dim,

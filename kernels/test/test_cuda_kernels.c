@@ -33,7 +33,49 @@
 #include "kernels/cuda/hk_cuda.h"
 #endif
 
-static const char *const op_names[] = {"rmsnorm_zc", "rmsnorm_gated", "l2norm", "swiglu", "conv1d_silu", "conv1d_silu_decode", "rope", "rope_shift", "gdn_gates", "gdn_recurrent", "gdn_decode", "gdn_chunk", "trans_compose", "trans_chain", "trans_rope_shift", "matmul", "matmul_acc", "matmul_bf16", "split_heads", "gate_mul", "scale_rows", "kv_store", "kv_store_decode", "embed", "weight_rows", "attention", "attention_decode", "moe_route", "moe_plan", "moe_gather", "moe_scatter", "moe_combine", "argmax", "topk", "gdn_chunk_bf16", "gdn_chunk_bf16_varlen", "gdn_chunk_tc", "gdn_step", "kvbuf_step", "kvbuf_verify", "kvbuf_flush", "kvbuf_conv_commit"};
+static const char *const op_names[] = {"rmsnorm_zc",
+                                       "rmsnorm_gated",
+                                       "l2norm",
+                                       "swiglu",
+                                       "conv1d_silu",
+                                       "conv1d_silu_decode",
+                                       "rope",
+                                       "rope_shift",
+                                       "gdn_gates",
+                                       "gdn_recurrent",
+                                       "gdn_decode",
+                                       "gdn_chunk",
+                                       "trans_compose",
+                                       "trans_chain",
+                                       "trans_rope_shift",
+                                       "matmul",
+                                       "matmul_acc",
+                                       "matmul_bf16",
+                                       "split_heads",
+                                       "gate_mul",
+                                       "axpy",
+                                       "scale_rows",
+                                       "kv_store",
+                                       "kv_store_decode",
+                                       "embed",
+                                       "weight_rows",
+                                       "attention",
+                                       "attention_decode",
+                                       "moe_route",
+                                       "moe_plan",
+                                       "moe_gather",
+                                       "moe_scatter",
+                                       "moe_combine",
+                                       "argmax",
+                                       "topk",
+                                       "gdn_chunk_bf16",
+                                       "gdn_chunk_bf16_varlen",
+                                       "gdn_chunk_tc",
+                                       "gdn_step",
+                                       "kvbuf_step",
+                                       "kvbuf_verify",
+                                       "kvbuf_flush",
+                                       "kvbuf_conv_commit"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -937,6 +979,11 @@ static void test_gate_scale(void)
         hk_gate_mul(y, gt, n);
         RUN(hk_cuda_gate_mul(dy, dgt, n, NULL));
         ok(close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "o"), "gate_mul n=%zu", n);
+        memcpy(y, o, n * sizeof(float));
+        CK(hk_cuda_h2d(dy, o, n * sizeof(float), NULL));
+        hk_axpy(y, -0.75f, gt, n);
+        RUN(hk_cuda_axpy(dy, -0.75f, dgt, n, NULL));
+        ok(close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "y"), "axpy n=%zu", n);
         int good = 1;
         for (int sigm = 0; sigm < 2; sigm++) {
             memcpy(y, o, n * sizeof(float));

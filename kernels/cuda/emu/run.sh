@@ -13,8 +13,10 @@
 # (build only);
 # HK_EMU_BUILD is the work folder (default /tmp/hk_emu_build); HK_EMU_BENCH=1
 # also builds bench/gpu_kernels against the emulator; HK_EMU_ENGINE=path/to/
-# libhypic.a also builds engine/test/test_cuda_backend.c (the CUDA backend
-# on whole models, against the CPU backend) and runs it in tid order.
+# libhypic.a also builds engine/test/test_cuda_backend.c and test_cuda_pic.c
+# (the CUDA backend on whole models and the caches, against the CPU
+# backend) and runs them in tid order, and links hypic-engine and
+# bench/gpu_engine against the emulated device.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 cpu_lib=${1:-build/libhk_cpu.a}
@@ -63,18 +65,38 @@ if [ -n "${HK_EMU_BENCH:-}" ]; then
         -lopenblas -lstdc++ -lm -lpthread -fopenmp
 fi
 if [[ -n ${HK_EMU_ENGINE:-} ]]; then
+    # the CUDA backend's whole-model tests (engine/test/test_cuda_*.c)
+    for t in backend pic; do
+        # shellcheck disable=SC2046
+        gcc -std=c11 -D_GNU_SOURCE -g -O2 -fopenmp -Wall -Wextra -Werror \
+            -I. -I/usr/include/x86_64-linux-gnu/openblas-openmp -DHK_HAVE_CUDA \
+            -o "$out/test_cuda_$t" "engine/test/test_cuda_$t.c" \
+            engine/backend/backend_cuda.c "$HK_EMU_ENGINE" \
+            "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas -Wl,-rpath,$blas \
+            -lopenblas $(pkg-config --libs libcjson hiredis libpcre2-8 \
+            libxxhash libutf8proc) -lstdc++ -lm -lpthread -lrt
+        for order in ${HK_EMU_ORDERS-forward}; do
+            echo "# test_cuda_$t on the emulator, threads in $order order"
+            HK_EMU_ORDER=$order "$out/test_cuda_$t"
+        done
+    done
+    # hypic-engine and bench/gpu_engine on the emulated device (t/015 runs
+    # them with --device cuda on toy shapes)
+    pkgs="libcjson hiredis libpcre2-8 libxxhash libutf8proc python3-embed"
     # shellcheck disable=SC2046
     gcc -std=c11 -D_GNU_SOURCE -g -O2 -fopenmp -Wall -Wextra -Werror \
-        -I. -I/usr/include/x86_64-linux-gnu/openblas-openmp -DHK_HAVE_CUDA \
-        -o "$out/test_cuda_backend" engine/test/test_cuda_backend.c \
-        engine/backend/backend_cuda.c "$HK_EMU_ENGINE" \
-        "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas -Wl,-rpath,$blas \
-        -lopenblas $(pkg-config --libs libcjson hiredis libpcre2-8 libxxhash \
-        libutf8proc) -lstdc++ -lm -lpthread -lrt
-    for order in ${HK_EMU_ORDERS-forward}; do
-        echo "# the CUDA backend on the emulator, threads in $order order"
-        HK_EMU_ORDER=$order "$out/test_cuda_backend"
-    done
+        -I. $(pkg-config --cflags $pkgs) -DHK_HAVE_CUDA \
+        -o "$out/hypic-engine" engine/cli/*.c engine/backend/backend_cuda.c \
+        "$HK_EMU_ENGINE" "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas \
+        -Wl,-rpath,$blas -lopenblas $(pkg-config --libs $pkgs) -lstdc++ -lm \
+        -lpthread -lrt
+    # shellcheck disable=SC2046
+    gcc -std=c11 -D_GNU_SOURCE -g -O2 -fopenmp -Wall -Wextra -Werror \
+        -I. $(pkg-config --cflags $pkgs) -DHK_HAVE_CUDA \
+        -o "$out/gpu_engine" bench/gpu_engine.c engine/backend/backend_cuda.c \
+        "$HK_EMU_ENGINE" "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas \
+        -Wl,-rpath,$blas -lopenblas $(pkg-config --libs $pkgs) -lstdc++ -lm \
+        -lpthread -lrt
 fi
 for order in ${HK_EMU_ORDERS-forward reverse}; do
     echo "# emulator, threads in $order order"

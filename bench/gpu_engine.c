@@ -624,7 +624,13 @@ static void warm_up(bench_t *b)
     if (decode_once(b, B, 2, &dt, &err) != HP_OK)
         fprintf(stderr, "# warm-up decode: %s\n", err.msg);
     pic_t pc = {0};
-    int n = 4 * b->o->seam + 8;
+    /* two documents with interiors, within the plan's context */
+    int n = 4 * b->o->seam + 8,
+        room = (b->ws.plan.max_ctx - b->o->lead - b->o->query) / 2;
+    if (n > room)
+        n = room;
+    if (n <= 2 * b->o->seam)
+        return;
     pic_prompt(b, &pc, 2, n);
     pc.cache.pub = hp_pool_create(64u << 20, &err);
     if (pc.cache.pub &&

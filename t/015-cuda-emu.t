@@ -7,7 +7,9 @@
 # bench/gpu_kernels_ref.py on its dumps: the plumbing the GPU host's
 # device check runs, and our outputs against a float64 reference. Then
 # the CUDA backend (engine/backend/backend_cuda.c) on the emulator: whole
-# test models against the CPU backend (engine/test/test_cuda_backend.c).
+# test models against the CPU backend (engine/test/test_cuda_backend.c),
+# the caches there (test_cuda_pic.c), and hypic-engine and
+# bench/gpu_engine with --device cuda.
 
 use strict;
 use warnings;
@@ -96,6 +98,54 @@ SKIP: {
        'the CUDA backend on whole models agrees with the CPU backend ('
        . ($pass // 0) . '/' . ($plan // '?') . ')')
         or diag($out);
+}
+
+# The caches on the emulated device (test_cuda_pic: capture, warm and cold
+# splice, naive, prefix resume against the CPU backend) on one model here;
+# `make test-cuda-emu` and a GPU run all of them.
+{
+    my $out = `HK_EMU_ORDER=forward $work/test_cuda_pic qwen35-dense 2>&1`;
+    my $rc = $?;
+    my @lines = split /\n/, $out;
+    my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
+    my $pass = grep { /^ok \d+/ } @lines;
+    ok($rc == 0 && defined $plan && $plan > 2 && $pass == $plan,
+       'PIC, naive and prefix resume on the CUDA backend agree with the CPU ('
+       . ($pass // 0) . '/' . ($plan // '?') . ')')
+        or diag($out);
+}
+
+# hypic-engine on the emulated device: pic mode (each document captured,
+# then spliced warm) gives the CPU's greedy text.
+{
+    my $prompt = join('<|pic_sep|>', 'Lead.',
+                      'The capital of Zorvia is Quellam, by the sea.',
+                      'Water boils at one hundred degrees.', 'Capital?');
+    my %text;
+    for my $dev (qw(cpu cuda)) {
+        $text{$dev} = `HK_EMU_ORDER=forward $work/hypic-engine generate --model models/test/qwen35-dense --device $dev --mode pic --seam 3 --max-tokens 3 --prompt '$prompt' 2>&1`;
+        $text{"$dev rc"} = $?;
+    }
+    ok($text{'cpu rc'} == 0 && $text{'cuda rc'} == 0
+       && $text{cuda} eq $text{cpu},
+       'generate --mode pic --device cuda gives the CPU\'s text')
+        or diag("cpu: $text{cpu}\ncuda: $text{cuda}");
+}
+
+# bench/gpu_engine's PIC rows on the emulated device (toy shapes): every
+# one a figure, none "unsupported".
+{
+    my $out = `HK_EMU_ORDER=forward $work/gpu_engine --model models/test/qwen35-dense --device cuda --tokens '' --batch '' --decode 1 --pic 1x10 --seam 3 --reps 1 --lead 2 --query 2 --piece 16 --tsv $work/engine.tsv 2>&1`;
+    my $rc = $?;
+    my %v;
+    if (open my $fh, '<', "$work/engine.tsv") {
+        for (<$fh>) { my @f = split /\t/; $v{$f[0]} = $f[2]; }
+    }
+    my @want = qw(ttft_full ttft_pic_cold ttft_pic_warm pic_compose_per_seg
+                  pic_rerotate_per_seg pic_seam_per_seg);
+    my @bad = grep { ($v{$_} // '') !~ /^[0-9.e+-]+$/ || $v{$_} <= 0 } @want;
+    ok($rc == 0 && !@bad, 'gpu_engine --device cuda: every PIC row measured')
+        or diag("bad: @bad\n$out");
 }
 
 done_testing();

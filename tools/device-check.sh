@@ -17,7 +17,8 @@
 #   1. nvidia-smi (what the device is)
 #   2. every CUDA test (build-device/test/test_cuda_*), full shape grid
 #   3. engine parity: hypic-engine generate, greedy, --device cuda against
-#      --device cpu on models/test/* and models/default (parity.md)
+#      --device cpu on models/test/* and models/default, modes full and
+#      pic (parity.md)
 #   4. per checkpoint (once generated): build-device/bench/gpu_engine
 #      (prefill, batched decode, PIC TTFT), hypic-engine logits on a short
 #      text, bench/gpu_engine_ref.py (transformers+FLA on the same
@@ -143,31 +144,39 @@ done
 
 # Greedy text on the device against the CPU's, on the committed models.
 parity() {
-    local m st rows=0 bad=0 o=${TMPDIR:-/tmp}/dc-parity.$$
-    echo "| model | $dev_name vs cpu |"
-    echo "|---|---|"
+    local m st mode rows=0 bad=0 o=${TMPDIR:-/tmp}/dc-parity.$$
+    local doc='The capital of France is Paris, on the Seine.<|pic_sep|>'
+    echo "| model | mode | $dev_name vs cpu |"
+    echo "|---|---|---|"
     for m in models/test/* models/default; do
         [ -f "$m/config.json" ] || continue
-        rows=$((rows + 1))
-        gen=("${run[@]}" build-device/hypic-engine generate --model "$m"
-            --prompt 'The capital of France is' --max-tokens 16
-            --temperature 0)
-        "${gen[@]}" --device cpu >"$o.cpu" 2>&1
-        if ! "${gen[@]}" --device "$dev_name" >"$o.dev" 2>&1; then
-            st="refused or failed: $(tail -1 "$o.dev")"
-            # a format the backend does not run is refused by name
-            grep -q 'cannot' "$o.dev" || bad=$((bad + 1))
-        elif cmp -s "$o.cpu" "$o.dev"; then
-            st="same greedy text"
-        else
-            st="DIFFERENT (outputs: $(od -An -c "$o.cpu" | head -2 | tr -s ' ') / $(od -An -c "$o.dev" | head -2 | tr -s ' '))"
-            bad=$((bad + 1))
-        fi
-        echo "| $(basename "$m") | $st |"
+        # pic: two documents captured, then spliced warm (seam 3)
+        for mode in full pic; do
+            rows=$((rows + 1))
+            gen=("${run[@]}" build-device/hypic-engine generate --model "$m"
+                --max-tokens 16 --temperature 0 --mode "$mode" --seam 3)
+            if [ "$mode" = pic ]; then
+                gen+=(--prompt "Notes.<|pic_sep|>$doc${doc/Paris/Lyon}The capital of France is")
+            else
+                gen+=(--prompt 'The capital of France is')
+            fi
+            "${gen[@]}" --device cpu >"$o.cpu" 2>&1
+            if ! "${gen[@]}" --device "$dev_name" >"$o.dev" 2>&1; then
+                st="refused or failed: $(tail -1 "$o.dev")"
+                # a format the backend does not run is refused by name
+                grep -q 'cannot' "$o.dev" || bad=$((bad + 1))
+            elif cmp -s "$o.cpu" "$o.dev"; then
+                st="same greedy text"
+            else
+                st="DIFFERENT (outputs: $(od -An -c "$o.cpu" | head -2 | tr -s ' ') / $(od -An -c "$o.dev" | head -2 | tr -s ' '))"
+                bad=$((bad + 1))
+            fi
+            echo "| $(basename "$m") | $mode | $st |"
+        done
     done
     rm -f "$o.cpu" "$o.dev"
     echo
-    echo "$rows models, $bad differ or fail"
+    echo "$rows runs, $bad differ or fail"
     [ "$bad" = 0 ]
 }
 dev_name=${DC_DEVICE:-cuda}

@@ -10,7 +10,10 @@
  * Measured (in this order, the most wanted first):
  *   copy_d2d                       1 GiB, bytes read + written
  *   gdn_chunk_{f32,bf16}[_tc]      prefill, T = 4k, 16k, 64k (C = 64;
- *                                  _tc: with T_C)
+ *                                  _tc: with T_C); bf16_fast: one bf16
+ *                                  MMA per product (HK_CUDA_GDN_TC_FAST);
+ *                                  bf16_v1: the older structure, outputs
+ *                                  in the sequential pass
  *   gdn_step / gdn_decode / gdn_decode_chain   decode, B = 1, 16, 64, 256:
  *                                  the fused step; the unfused recurrence
  *                                  alone; the unfused chain (conv, split,
@@ -361,6 +364,7 @@ static void gdn_host_make(gdn_host_t *p, const model_t *m, int R)
 
 typedef struct {
     int T, Hk, Hv, dk, dv, bf16, tc;
+    unsigned flags; /* hk_cuda_gdn_chunk_bf16_ex's */
     float *q, *k, *v, *g, *beta, *o, *S, *Tc, *scr;
     uint16_t *qb, *kb, *vb;
     float **states, **tcs; /* device tables of one pointer */
@@ -372,10 +376,10 @@ static int chunk_run(void *ctx, int rep)
     const chunk_ctx *c = ctx;
     (void)rep;
     if (c->bf16)
-        return hk_cuda_gdn_chunk_bf16(c->o, c->states, c->tc ? c->tcs : NULL,
-                                      c->qb, c->kb, c->vb, c->g, c->beta, c->cu,
-                                      1, c->T, c->Hk, c->Hv, c->dk, c->dv,
-                                      CHUNK, c->scr, NULL);
+        return hk_cuda_gdn_chunk_bf16_ex(
+            c->o, c->states, c->tc ? c->tcs : NULL, c->qb, c->kb, c->vb, c->g,
+            c->beta, c->cu, 1, c->T, c->Hk, c->Hv, c->dk, c->dv, CHUNK, c->scr,
+            c->flags, NULL);
     return hk_cuda_gdn_chunk(c->o, c->S, c->tc ? c->Tc : NULL, c->q, c->k, c->v,
                              c->g, c->beta, c->T, c->Hk, c->Hv, c->dk, c->dv,
                              CHUNK, c->scr, NULL);
@@ -425,8 +429,14 @@ static void chunk_free(chunk_ctx *c)
         CK(hk_cuda_free(bufs[i]));
 }
 
-static const char *const chunk_ops[4] = {"gdn_chunk_f32", "gdn_chunk_f32_tc",
-                                         "gdn_chunk_bf16", "gdn_chunk_bf16_tc"};
+/* Pairs without and with T_C; each bf16 variant's flags. */
+#define N_CHUNK_OPS 8
+static const char *const chunk_ops[N_CHUNK_OPS] = {
+    "gdn_chunk_f32",       "gdn_chunk_f32_tc",       "gdn_chunk_bf16",
+    "gdn_chunk_bf16_tc",   "gdn_chunk_bf16_fast",    "gdn_chunk_bf16_fast_tc",
+    "gdn_chunk_bf16_v1",   "gdn_chunk_bf16_v1_tc"};
+static const unsigned chunk_flags[N_CHUNK_OPS / 2] = {
+    0, 0, HK_CUDA_GDN_TC_FAST, HK_CUDA_GDN_TC_V1};
 
 static void bench_chunk(const model_t *m, int T)
 {
@@ -434,7 +444,7 @@ static void bench_chunk(const model_t *m, int T)
     snprintf(params, sizeof params, "T=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,C=%d", T,
              m->Hk, m->Hv, m->dk, m->dv, CHUNK);
     if (over_budget()) {
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < N_CHUNK_OPS; v++)
             skipped(chunk_ops[v], m->name, params, "skipped: budget");
         return;
     }
@@ -446,9 +456,10 @@ static void bench_chunk(const model_t *m, int T)
      * C (dk + dv) per token and head, 2 per multiply-add; Tc 2 dk^2 more */
     const double base = 2.0 * T * m->Hv *
                         (3.0 * m->dk * m->dv + (double)CHUNK * (m->dk + m->dv));
-    for (int v = 0; v < 4; v++) {
+    for (int v = 0; v < N_CHUNK_OPS; v++) {
         c.bf16 = v >= 2;
         c.tc = v % 2;
+        c.flags = chunk_flags[v / 2];
         const double fl = base + (c.tc ? 4.0 * T * m->Hv * m->dk * m->dk : 0.0);
         measure(chunk_ops[v], m->name, params, chunk_run, &c, T, 0, fl);
     }
@@ -477,17 +488,21 @@ static void dump_chunk(const model_t *m, int T)
     dump_host("g.f32", p.g, (size_t)T * m->Hv * 4);
     dump_host("beta.f32", p.beta, (size_t)T * m->Hv * 4);
     dump_host("S0.f32", p.S0, ns * 4);
-    for (int b = 0; b < 2; b++) {
+    /* f32, then each bf16 variant (file suffixes as gpu_kernels_ref.py) */
+    static const char *const var[N_CHUNK_OPS / 2] = {"f32", "bf16",
+                                                     "bf16fast", "bf16v1"};
+    for (int b = 0; b < N_CHUNK_OPS / 2; b++) {
         CK(hk_cuda_h2d(c.S, p.S0, ns * 4, NULL));
-        c.bf16 = b;
+        c.bf16 = b > 0;
         c.tc = 1;
+        c.flags = chunk_flags[b];
         CK(chunk_run(&c, 0));
         char f[32];
-        snprintf(f, sizeof f, "o_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "o_%s.f32", var[b]);
         dump_dev(f, c.o, nv * 4);
-        snprintf(f, sizeof f, "S_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "S_%s.f32", var[b]);
         dump_dev(f, c.S, ns * 4);
-        snprintf(f, sizeof f, "Tc_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "Tc_%s.f32", var[b]);
         dump_dev(f, c.Tc, (size_t)m->Hv * m->dk * m->dk * 4);
     }
     chunk_free(&c);

@@ -57,8 +57,10 @@ SKIP: {
        'gpu_kernels_ref.py writes kernels.tsv and report.md')
         or diag($out);
     # our outputs against float64: f32 kernels ~1e-7, the bf16 chunk
-    # (bf16 hi/lo splits) ~1e-5, conv states are copies
-    my %limit = (ours_bf16 => 1e-4, conv => 0);
+    # (bf16 hi/lo splits) ~1e-5, its fast variant (single bf16 products,
+    # as FLA's bf16 path) ~3e-3 here, conv states are copies
+    my %limit = (ours_bf16 => 1e-4, ours_bf16v1 => 1e-4, conv => 0,
+                 ours_bf16fast => 1e-2);
     my (@bad, $n);
     open(my $fh, '<', "$work/res/accuracy.tsv") or die;
     <$fh>;
@@ -70,7 +72,7 @@ SKIP: {
         my $lim = $what eq 'conv' ? 0 : $limit{$who} // 2e-6;
         push @bad, $_ unless $err <= $lim;
     }
-    ok($n == 15 && !@bad, "$n of our outputs within their float64 bounds")
+    ok($n == 21 && !@bad, "$n of our outputs within their float64 bounds")
         or diag(join "\n", @bad);
 }
 

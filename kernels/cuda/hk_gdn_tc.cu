@@ -30,6 +30,10 @@
  *      Tc's columns are more blocks of the same launch running the same
  *      recurrence with U = 0 from e_j (T_C in the same pass); no O.
  *      BV = 32, or 16 when 32 would leave SMs idle.
+ * That is v1 (HK_CUDA_GDN_TC_V1). The default, v2 (below kernel B),
+ * replaces B by a sequential pass that computes only the states (and
+ * writes each chunk's starting state and Vn to scratch) and a parallel
+ * output launch; HK_CUDA_GDN_TC_FAST runs v2 on single bf16 products.
  * Tiles of a chunk's last 16 tokens that run past its end are staged in
  * shared memory with zero rows, so no load reads past a sequence or the
  * buffer. Tiny values are flushed as on the CPU (gdn_math.h).

@@ -376,10 +376,10 @@ static int chunk_run(void *ctx, int rep)
     const chunk_ctx *c = ctx;
     (void)rep;
     if (c->bf16)
-        return hk_cuda_gdn_chunk_bf16_ex(
-            c->o, c->states, c->tc ? c->tcs : NULL, c->qb, c->kb, c->vb, c->g,
-            c->beta, c->cu, 1, c->T, c->Hk, c->Hv, c->dk, c->dv, CHUNK, c->scr,
-            c->flags, NULL);
+        return hk_cuda_gdn_chunk_bf16_ex(c->o, c->states, c->tc ? c->tcs : NULL,
+                                         c->qb, c->kb, c->vb, c->g, c->beta,
+                                         c->cu, 1, c->T, c->Hk, c->Hv, c->dk,
+                                         c->dv, CHUNK, c->scr, c->flags, NULL);
     return hk_cuda_gdn_chunk(c->o, c->S, c->tc ? c->Tc : NULL, c->q, c->k, c->v,
                              c->g, c->beta, c->T, c->Hk, c->Hv, c->dk, c->dv,
                              CHUNK, c->scr, NULL);
@@ -432,11 +432,11 @@ static void chunk_free(chunk_ctx *c)
 /* Pairs without and with T_C; each bf16 variant's flags. */
 #define N_CHUNK_OPS 8
 static const char *const chunk_ops[N_CHUNK_OPS] = {
-    "gdn_chunk_f32",       "gdn_chunk_f32_tc",       "gdn_chunk_bf16",
-    "gdn_chunk_bf16_tc",   "gdn_chunk_bf16_fast",    "gdn_chunk_bf16_fast_tc",
-    "gdn_chunk_bf16_v1",   "gdn_chunk_bf16_v1_tc"};
-static const unsigned chunk_flags[N_CHUNK_OPS / 2] = {
-    0, 0, HK_CUDA_GDN_TC_FAST, HK_CUDA_GDN_TC_V1};
+    "gdn_chunk_f32",     "gdn_chunk_f32_tc",    "gdn_chunk_bf16",
+    "gdn_chunk_bf16_tc", "gdn_chunk_bf16_fast", "gdn_chunk_bf16_fast_tc",
+    "gdn_chunk_bf16_v1", "gdn_chunk_bf16_v1_tc"};
+static const unsigned chunk_flags[N_CHUNK_OPS / 2] = {0, 0, HK_CUDA_GDN_TC_FAST,
+                                                      HK_CUDA_GDN_TC_V1};
 
 static void bench_chunk(const model_t *m, int T)
 {
@@ -489,8 +489,8 @@ static void dump_chunk(const model_t *m, int T)
     dump_host("beta.f32", p.beta, (size_t)T * m->Hv * 4);
     dump_host("S0.f32", p.S0, ns * 4);
     /* f32, then each bf16 variant (file suffixes as gpu_kernels_ref.py) */
-    static const char *const var[N_CHUNK_OPS / 2] = {"f32", "bf16",
-                                                     "bf16fast", "bf16v1"};
+    static const char *const var[N_CHUNK_OPS / 2] = {"f32", "bf16", "bf16fast",
+                                                     "bf16v1"};
     for (int b = 0; b < N_CHUNK_OPS / 2; b++) {
         CK(hk_cuda_h2d(c.S, p.S0, ns * 4, NULL));
         c.bf16 = b > 0;

@@ -300,13 +300,13 @@ size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv, int dk, int dv,
 #define HK_CUDA_GDN_TC_FAST  1u
 #define HK_CUDA_GDN_TC_V1    2u
 #define HK_CUDA_GDN_TC_FLAGS 3u
-int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states,
-                              float *const *tcs, const uint16_t *q,
-                              const uint16_t *k, const uint16_t *v,
-                              const float *g, const float *beta,
-                              const int *cu_seqlens, int nseq, int T, int Hk,
-                              int Hv, int dk, int dv, int C, float *scratch,
-                              unsigned flags, void *stream);
+int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
+                              const uint16_t *q, const uint16_t *k,
+                              const uint16_t *v, const float *g,
+                              const float *beta, const int *cu_seqlens,
+                              int nseq, int T, int Hk, int Hv, int dk, int dv,
+                              int C, float *scratch, unsigned flags,
+                              void *stream);
 
 /* ---- transition algebra (hk_transition.cu) ----------------------------- */
 

@@ -791,8 +791,8 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS)
             const int ti = r / NB, tj = r % NB;
             hk_facc acc;
             if (part == 0 && !is_tc)
-                wmma::load_matrix_sync(acc, Ub + ti * 16 * ldf + tj * 16,
-                                       ldf, wmma::mem_row_major);
+                wmma::load_matrix_sync(acc, Ub + ti * 16 * ldf + tj * 16, ldf,
+                                       wmma::mem_row_major);
             else
                 wmma::fill_fragment(acc, 0.0f);
             for (int kk = part * (nk / KS); kk < (part + 1) * (nk / KS); kk++) {
@@ -800,16 +800,16 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS)
                 hk_fa_row a;
                 wmma::load_matrix_sync(
                     sh, hk_bf(s.Sh + kk * 16 * ldh + tj * 16), ldh);
-                wmma::load_matrix_sync(
-                    a, hk_bf(Wh + ti * 16 * ldk + kk * 16), ldk);
+                wmma::load_matrix_sync(a, hk_bf(Wh + ti * 16 * ldk + kk * 16),
+                                       ldk);
                 wmma::mma_sync(acc, a, sh, acc);
                 if (fast)
                     continue;
                 wmma::load_matrix_sync(
                     sl, hk_bf(s.Sl + kk * 16 * ldh + tj * 16), ldh);
                 wmma::mma_sync(acc, a, sl, acc);
-                wmma::load_matrix_sync(
-                    a, hk_bf(Wl + ti * 16 * ldk + kk * 16), ldk);
+                wmma::load_matrix_sync(a, hk_bf(Wl + ti * 16 * ldk + kk * 16),
+                                       ldk);
                 wmma::mma_sync(acc, a, sh, acc);
             }
             wmma::store_matrix_sync(s.Vf + (part * C + ti * 16) * ldf + tj * 16,
@@ -853,8 +853,8 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS)
             for (int kk = 0; kk < nt; kk++) {
                 hk_fa_col a;
                 hk_fb_row xh, xl;
-                wmma::load_matrix_sync(
-                    a, hk_bf(Kb + kk * 16 * ldk + ti * 16), ldk);
+                wmma::load_matrix_sync(a, hk_bf(Kb + kk * 16 * ldk + ti * 16),
+                                       ldk);
                 wmma::load_matrix_sync(
                     xh, hk_bf(s.Xh + kk * 16 * ldh + tj * 16), ldh);
                 wmma::mma_sync(acc, a, xh, acc);
@@ -899,15 +899,12 @@ static __host__ __device__ size_t hk_tc_o_carve(hk_tc_o_smem *s,
 {
     const int ldk = dk + HK_PAD16, ldo = BVO + HK_PAD16;
     const int ldp = C + HK_PAD16;
-    const size_t sz[9] = {(size_t)C * ldk * 2,
-                          (size_t)dk * ldo * 2,
-                          (size_t)dk * ldo * 2,
-                          (size_t)C * ldp * 2,
-                          (size_t)C * ldp * 2,
-                          (size_t)C * ldo * 2,
-                          (size_t)C * ldo * 2,
-                          (size_t)(HK_TC_O_THREADS / 32) * 2 * 16 * 20 * 4,
-                          (size_t)C * 4};
+    const size_t sz[9] = {
+        (size_t)C * ldk * 2,  (size_t)dk * ldo * 2,
+        (size_t)dk * ldo * 2, (size_t)C * ldp * 2,
+        (size_t)C * ldp * 2,  (size_t)C * ldo * 2,
+        (size_t)C * ldo * 2,  (size_t)(HK_TC_O_THREADS / 32) * 2 * 16 * 20 * 4,
+        (size_t)C * 4};
     size_t off[9];
     const size_t at = hk_tc_layout(sz, 9, 128, off);
     if (s) {
@@ -1110,8 +1107,8 @@ static int hk_tc_run(float *o, float *const *states, float *const *tcs,
     const int fast = flags & HK_CUDA_GDN_TC_FAST ? 1 : 0;
     const size_t lim = (size_t)hk_tc_smem_max();
     const int BVO = dv % 32 ? 16 : 32;
-    int PBV = flags & HK_CUDA_GDN_TC_V1 ? 0 : hk_tc_pass_bv(nseq, Hv, ncols,
-                                                             dk, C);
+    int PBV =
+        flags & HK_CUDA_GDN_TC_V1 ? 0 : hk_tc_pass_bv(nseq, Hv, ncols, dk, C);
     const size_t so = hk_tc_o_carve(NULL, NULL, dk, C, BVO);
     if (so > lim)
         PBV = 0;
@@ -1141,9 +1138,8 @@ static int hk_tc_run(float *o, float *const *states, float *const *tcs,
     const dim3 grid(ncols / BV, Hv, nseq);
 #define HK_TC_STATE(KERNEL, N, THREADS, ...)                                   \
     do {                                                                       \
-        cudaFuncSetAttribute(KERNEL<N>,                                        \
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                             (int)sb);                                         \
+        cudaFuncSetAttribute(                                                  \
+            KERNEL<N>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sb);  \
         KERNEL<N><<<grid, THREADS, sb, s>>>(__VA_ARGS__);                      \
     } while (0)
     if (!PBV) {
@@ -1158,11 +1154,11 @@ static int hk_tc_run(float *o, float *const *states, float *const *tcs,
         return hk_cuda_check_launch();
     }
     if (BV == 32)
-        HK_TC_STATE(hk_gdn_tc_pass_kernel, 32, HK_TC_P_THREADS, ws, states,
-                    tcs, k, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C, fast);
+        HK_TC_STATE(hk_gdn_tc_pass_kernel, 32, HK_TC_P_THREADS, ws, states, tcs,
+                    k, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C, fast);
     else
-        HK_TC_STATE(hk_gdn_tc_pass_kernel, 16, HK_TC_P_THREADS, ws, states,
-                    tcs, k, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C, fast);
+        HK_TC_STATE(hk_gdn_tc_pass_kernel, 16, HK_TC_P_THREADS, ws, states, tcs,
+                    k, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C, fast);
 #undef HK_TC_STATE
     if ((rc = hk_cuda_check_launch()) || T == 0)
         return rc;
@@ -1186,14 +1182,11 @@ extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
                      Hv, dk, dv, C, scratch, 0, stream);
 }
 
-extern "C" int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states,
-                                         float *const *tcs, const uint16_t *q,
-                                         const uint16_t *k, const uint16_t *v,
-                                         const float *g, const float *beta,
-                                         const int *cu_seqlens, int nseq,
-                                         int T, int Hk, int Hv, int dk, int dv,
-                                         int C, float *scratch, unsigned flags,
-                                         void *stream)
+extern "C" int hk_cuda_gdn_chunk_bf16_ex(
+    float *o, float *const *states, float *const *tcs, const uint16_t *q,
+    const uint16_t *k, const uint16_t *v, const float *g, const float *beta,
+    const int *cu_seqlens, int nseq, int T, int Hk, int Hv, int dk, int dv,
+    int C, float *scratch, unsigned flags, void *stream)
 {
     return hk_tc_run(o, states, tcs, q, k, v, g, beta, cu_seqlens, nseq, T, Hk,
                      Hv, dk, dv, C, scratch, flags, stream);

@@ -6,6 +6,7 @@
  * by tools/device-check.sh.
  *
  *   gpu_kernels [--out FILE.tsv] [--dump DIR] [--budget SECONDS] [--tiny]
+ *               [--only WORD]
  *
  * Measured (in this order, the most wanted first):
  *   copy_d2d                       1 GiB, bytes read + written
@@ -28,7 +29,8 @@
  * small shape of each op, the inputs and our outputs (raw little-endian
  * arrays and a meta.txt per case) for bench/gpu_kernels_ref.py, which runs
  * FLA and torch on the same inputs and a float64 reference. --tiny runs
- * toy shapes (the host emulator's plumbing check).
+ * toy shapes (the host emulator's plumbing check). --only WORD times the
+ * copy and the sections whose op names hold WORD (e.g. gdn_chunk).
  *
  * Inputs are synthetic, as the model makes them: q, k rows unit-norm
  * (q / sqrt(dk)), gates from hk_math_gdn_gate over the HF initialisation
@@ -70,9 +72,16 @@ static FILE *tsv;
 static const char *dump_dir;
 static double t_begin, budget = 1e9;
 static int tiny;
+static const char *only;
 static uint64_t rng = BENCH_SEED;
 
 /* ---- plumbing ------------------------------------------------------------ */
+
+/* Whether a section with these op names runs (--only). */
+static int section(const char *ops)
+{
+    return !only || strstr(ops, only) != NULL;
+}
 
 static void die(const char *what, int rc)
 {
@@ -951,10 +960,12 @@ int main(int argc, char **argv)
             budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tiny"))
             tiny = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
         else {
             fprintf(stderr,
                     "usage: %s [--out FILE.tsv] [--dump DIR] "
-                    "[--budget SECONDS] [--tiny]\n",
+                    "[--budget SECONDS] [--tiny] [--only WORD]\n",
                     argv[0]);
             return 2;
         }
@@ -1003,16 +1014,16 @@ int main(int argc, char **argv)
     bench_copy();
     static const int Ts[] = {4096, 16384, 65536}, Bs[] = {1, 16, 64, 256};
     const int nT = tiny ? 1 : 3, nB = tiny ? 2 : 4;
-    for (int t = 0; t < nT; t++)
+    for (int t = 0; t < nT && section("gdn_chunk_f32 gdn_chunk_bf16"); t++)
         for (int i = 0; i < nm; i++)
             bench_chunk(&ms[i], tiny ? 40 : Ts[t]);
-    for (int b = 0; b < nB; b++)
+    for (int b = 0; b < nB && section("gdn_step gdn_decode_chain"); b++)
         for (int i = 0; i < nm; i++)
             bench_decode(&ms[i], tiny ? b + 1 : Bs[b]);
-    for (int b = 0; b < nB; b++)
+    for (int b = 0; b < nB && section("attention_decode"); b++)
         for (int i = 0; i < nm; i++)
             bench_att_decode(&ms[i], tiny ? b + 1 : Bs[b], tiny ? 16 : 4096);
-    for (int i = 0; i < nm; i++) {
+    for (int i = 0; i < nm && section("matmul_f32 matmul_bf16"); i++) {
         const model_t *m = &ms[i];
         const int ns[2] = {tiny ? 8 : 4096, tiny ? 2 : 64};
         for (int j = 0; j < 2; j++) {
@@ -1022,7 +1033,7 @@ int main(int argc, char **argv)
     }
     double last_ms[2] = {0, 0};
     int last_T[2] = {0, 0};
-    for (int t = 0; t < nT; t++)
+    for (int t = 0; t < nT && section("attention_prefill"); t++)
         for (int i = 0; i < nm; i++)
             bench_att_prefill(&ms[i], tiny ? 20 : Ts[t], &last_ms[i],
                               &last_T[i]);

@@ -1200,7 +1200,7 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     const size_t lim = (size_t)hk_tc_smem_max();
     p->BVO = dv % 32 ? 16 : 32;
     p->so = hk_tc_o_carve(NULL, NULL, dk, C, p->BVO, lo);
-    p->PBV = flags & HK_CUDA_GDN_TC_V1 || p->so > lim
+    p->PBV = (flags & HK_CUDA_GDN_TC_V1) || p->so > lim
                  ? 0
                  : hk_tc_pass_bv(nseq, Hv, ncols, dk, C, lo);
     p->BV = p->PBV ? p->PBV : hk_tc_bv(nseq, Hv, ncols, dk, dv);

@@ -14,7 +14,11 @@
  *                                  _tc: with T_C): the f32 kernel, the
  *                                  tensor-core one on bf16 inputs and on
  *                                  f32 inputs (the engine's default,
- *                                  HYPIC_CUDA_GDN=auto; f32 is =scalar)
+ *                                  HYPIC_CUDA_GDN=auto; f32 is =scalar);
+ *                                  {bf16,f32mma}_fast: one bf16 MMA per
+ *                                  product (HK_CUDA_GDN_TC_FAST);
+ *                                  {bf16,f32mma}_v1: the older structure,
+ *                                  outputs in the sequential pass
  *   gdn_step / gdn_decode / gdn_decode_chain   decode, B = 1, 16, 64, 256:
  *                                  the fused step; the unfused recurrence
  *                                  alone; the unfused chain (conv, split,
@@ -395,6 +399,7 @@ enum { CH_F32, CH_BF16, CH_F32MMA, CH_KINDS };
 
 typedef struct {
     int T, Hk, Hv, dk, dv, kind, tc;
+    unsigned flags; /* the _ex entries' */
     float *q, *k, *v, *g, *beta, *o, *S, *Tc, *scr;
     uint16_t *qb, *kb, *vb;
     float **states, **tcs; /* device tables of one pointer */
@@ -406,15 +411,15 @@ static int chunk_run(void *ctx, int rep)
     const chunk_ctx *c = ctx;
     (void)rep;
     if (c->kind == CH_BF16)
-        return hk_cuda_gdn_chunk_bf16(c->o, c->states, c->tc ? c->tcs : NULL,
-                                      c->qb, c->kb, c->vb, c->g, c->beta, c->cu,
-                                      1, c->T, c->Hk, c->Hv, c->dk, c->dv,
-                                      CHUNK, c->scr, NULL);
+        return hk_cuda_gdn_chunk_bf16_ex(c->o, c->states, c->tc ? c->tcs : NULL,
+                                         c->qb, c->kb, c->vb, c->g, c->beta,
+                                         c->cu, 1, c->T, c->Hk, c->Hv, c->dk,
+                                         c->dv, CHUNK, c->scr, c->flags, NULL);
     if (c->kind == CH_F32MMA)
-        return hk_cuda_gdn_chunk_tc(c->o, c->states, c->tc ? c->tcs : NULL,
-                                    c->q, c->k, c->v, c->g, c->beta, c->cu, 1,
-                                    c->T, c->Hk, c->Hv, c->dk, c->dv, CHUNK,
-                                    c->scr, NULL);
+        return hk_cuda_gdn_chunk_tc_ex(c->o, c->states, c->tc ? c->tcs : NULL,
+                                       c->q, c->k, c->v, c->g, c->beta, c->cu,
+                                       1, c->T, c->Hk, c->Hv, c->dk, c->dv,
+                                       CHUNK, c->scr, c->flags, NULL);
     return hk_cuda_gdn_chunk(c->o, c->S, c->tc ? c->Tc : NULL, c->q, c->k, c->v,
                              c->g, c->beta, c->T, c->Hk, c->Hv, c->dk, c->dv,
                              CHUNK, c->scr, NULL);
@@ -465,9 +470,29 @@ static void chunk_free(chunk_ctx *c)
         CK(hk_cuda_free(bufs[i]));
 }
 
-static const char *const chunk_ops[2 * CH_KINDS] = {
-    "gdn_chunk_f32",     "gdn_chunk_f32_tc", "gdn_chunk_bf16",
-    "gdn_chunk_bf16_tc", "gdn_chunk_f32mma", "gdn_chunk_f32mma_tc"};
+/* The variants: kernel, flags, op name and the dump files' suffix
+ * (gpu_kernels_ref.py's), each timed without and with T_C. */
+static const struct {
+    int kind;
+    unsigned flags;
+    const char *op, *var;
+} chunk_vars[] = {
+    {CH_F32, 0, "gdn_chunk_f32", "f32"},
+    {CH_BF16, 0, "gdn_chunk_bf16", "bf16"},
+    {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast"},
+    {CH_BF16, HK_CUDA_GDN_TC_V1, "gdn_chunk_bf16_v1", "bf16v1"},
+    {CH_F32MMA, 0, "gdn_chunk_f32mma", "f32mma"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_FAST, "gdn_chunk_f32mma_fast", "f32mmafast"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1"},
+};
+#define N_CHUNK_VARS (int)(sizeof chunk_vars / sizeof chunk_vars[0])
+
+/* op of variant v / 2, "_tc" appended when v is odd */
+static const char *chunk_op(int v, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s%s", chunk_vars[v / 2].op, v % 2 ? "_tc" : "");
+    return buf;
+}
 
 static void bench_chunk(const model_t *m, int T)
 {
@@ -475,8 +500,11 @@ static void bench_chunk(const model_t *m, int T)
     snprintf(params, sizeof params, "T=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,C=%d", T,
              m->Hk, m->Hv, m->dk, m->dv, CHUNK);
     if (over_budget()) {
-        for (int v = 0; v < 2 * CH_KINDS; v++)
-            skipped(chunk_ops[v], m->name, params, "skipped: budget");
+        for (int v = 0; v < 2 * N_CHUNK_VARS; v++) {
+            char op[48];
+            skipped(chunk_op(v, op, sizeof op), m->name, params,
+                    "skipped: budget");
+        }
         return;
     }
     gdn_host_t p;
@@ -487,11 +515,14 @@ static void bench_chunk(const model_t *m, int T)
      * C (dk + dv) per token and head, 2 per multiply-add; Tc 2 dk^2 more */
     const double base = 2.0 * T * m->Hv *
                         (3.0 * m->dk * m->dv + (double)CHUNK * (m->dk + m->dv));
-    for (int v = 0; v < 2 * CH_KINDS; v++) {
-        c.kind = v / 2;
+    for (int v = 0; v < 2 * N_CHUNK_VARS; v++) {
+        c.kind = chunk_vars[v / 2].kind;
+        c.flags = chunk_vars[v / 2].flags;
         c.tc = v % 2;
         const double fl = base + (c.tc ? 4.0 * T * m->Hv * m->dk * m->dk : 0.0);
-        measure(chunk_ops[v], m->name, params, chunk_run, &c, T, 0, fl);
+        char op[48];
+        measure(chunk_op(v, op, sizeof op), m->name, params, chunk_run, &c, T,
+                0, fl);
     }
     chunk_free(&c);
     free(p.q);
@@ -518,18 +549,19 @@ static void dump_chunk(const model_t *m, int T)
     dump_host("g.f32", p.g, (size_t)T * m->Hv * 4);
     dump_host("beta.f32", p.beta, (size_t)T * m->Hv * 4);
     dump_host("S0.f32", p.S0, ns * 4);
-    static const char *const kinds[CH_KINDS] = {"f32", "bf16", "f32mma"};
-    for (int b = 0; b < CH_KINDS; b++) {
+    for (int b = 0; b < N_CHUNK_VARS; b++) {
         CK(hk_cuda_h2d(c.S, p.S0, ns * 4, NULL));
-        c.kind = b;
+        c.kind = chunk_vars[b].kind;
+        c.flags = chunk_vars[b].flags;
+        const char *var = chunk_vars[b].var;
         c.tc = 1;
         CK(chunk_run(&c, 0));
         char f[32];
-        snprintf(f, sizeof f, "o_%s.f32", kinds[b]);
+        snprintf(f, sizeof f, "o_%s.f32", var);
         dump_dev(f, c.o, nv * 4);
-        snprintf(f, sizeof f, "S_%s.f32", kinds[b]);
+        snprintf(f, sizeof f, "S_%s.f32", var);
         dump_dev(f, c.S, ns * 4);
-        snprintf(f, sizeof f, "Tc_%s.f32", kinds[b]);
+        snprintf(f, sizeof f, "Tc_%s.f32", var);
         dump_dev(f, c.Tc, (size_t)m->Hv * m->dk * m->dk * 4);
     }
     chunk_free(&c);

@@ -285,7 +285,8 @@ def case_accuracy(d, case, anc, rows):
         g, beta = arr(d, "g.f32", (T, Hv)), arr(d, "beta.f32", (T, Hv))
         S0 = arr(d, "S0.f32", (Hv, dk, dv))
         o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
-        for var in ("f32", "bf16", "f32mma"):
+        for var in ("f32", "bf16", "bf16fast", "bf16v1", "f32mma",
+                    "f32mmafast", "f32mmav1"):
             add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
             add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
             add("Tc", "ours_" + var, arr(d, "Tc_%s.f32" % var, Tc.shape),
@@ -394,8 +395,17 @@ ERR_OF = {
     "gdn_chunk_f32_tc": ("gdn_chunk", "ours_f32", ("o", "S", "Tc")),
     "gdn_chunk_bf16": ("gdn_chunk", "ours_bf16", ("o", "S")),
     "gdn_chunk_bf16_tc": ("gdn_chunk", "ours_bf16", ("o", "S", "Tc")),
+    "gdn_chunk_bf16_fast": ("gdn_chunk", "ours_bf16fast", ("o", "S")),
+    "gdn_chunk_bf16_fast_tc": ("gdn_chunk", "ours_bf16fast", ("o", "S", "Tc")),
+    "gdn_chunk_bf16_v1": ("gdn_chunk", "ours_bf16v1", ("o", "S")),
+    "gdn_chunk_bf16_v1_tc": ("gdn_chunk", "ours_bf16v1", ("o", "S", "Tc")),
     "gdn_chunk_f32mma": ("gdn_chunk", "ours_f32mma", ("o", "S")),
     "gdn_chunk_f32mma_tc": ("gdn_chunk", "ours_f32mma", ("o", "S", "Tc")),
+    "gdn_chunk_f32mma_fast": ("gdn_chunk", "ours_f32mmafast", ("o", "S")),
+    "gdn_chunk_f32mma_fast_tc": ("gdn_chunk", "ours_f32mmafast",
+                                 ("o", "S", "Tc")),
+    "gdn_chunk_f32mma_v1": ("gdn_chunk", "ours_f32mmav1", ("o", "S")),
+    "gdn_chunk_f32mma_v1_tc": ("gdn_chunk", "ours_f32mmav1", ("o", "S", "Tc")),
     "gdn_step": ("gdn_step", "ours_step", ("o", "S")),
     "gdn_decode": ("gdn_step", "ours_chain", ("o", "S")),
     "gdn_decode_chain": ("gdn_step", "ours_chain", ("o", "S")),

@@ -23,6 +23,9 @@
  *   scalar          the f32 kernels only: hk_cuda_gdn_chunk (the
  *                   caller's chunk) and the unfused decode chain, so one
  *                   run can time both on the same device
+ *   tc_v1, tc_fast  tc with the prefill's older structure (outputs in the
+ *                   sequential pass) or its single-bf16 products (~1e-3),
+ *                   HK_CUDA_GDN_TC_V1 / _FAST, to time them in the engine
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,8 +43,9 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
 typedef struct {
     struct hp_backend self;
     int device;
-    int sms;        /* multiprocessors: bounds flash-decoding's split */
-    gdn_mode_t gdn; /* HYPIC_CUDA_GDN */
+    int sms;            /* multiprocessors: bounds flash-decoding's split */
+    gdn_mode_t gdn;     /* HYPIC_CUDA_GDN */
+    unsigned gdn_flags; /* ... and hk_cuda_gdn_chunk_tc_ex's flags */
     hk_cuda_blas_t *blas;
     int rc;            /* first failure since the last sync (hk_cuda) */
     char what[96];     /* ... and where */
@@ -418,8 +422,9 @@ static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
         return HK_CUDA_ENOMEM; /* noted by stage */
     int rc = HK_CUDA_EINVAL;
     for (int c = HK_CUDA_GDN_MAX_C; c >= 16 && rc == HK_CUDA_EINVAL; c /= 2)
-        rc = hk_cuda_gdn_chunk_tc(o, ds, dt, q, k, v, g, beta, dcu, 1, T, Hk,
-                                  Hv, dk, dv, c, scratch, NULL);
+        rc = hk_cuda_gdn_chunk_tc_ex(o, ds, dt, q, k, v, g, beta, dcu, 1, T, Hk,
+                                     Hv, dk, dv, c, scratch, ctx(b)->gdn_flags,
+                                     NULL);
     return rc;
 }
 
@@ -788,15 +793,19 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if ((rc = hk_cuda_set_device(device)) != HK_CUDA_OK)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
-    static const char *const modes[] = {"auto", "tc", "scalar"};
+    static const char *const modes[] = {"auto", "tc", "scalar", "tc_v1",
+                                        "tc_fast"};
+    static const unsigned mode_flags[] = {0, 0, 0, HK_CUDA_GDN_TC_V1,
+                                          HK_CUDA_GDN_TC_FAST};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
-    for (int i = 0; gdn < 0 && i < 3; i++)
+    for (int i = 0; gdn < 0 && i < 5; i++)
         gdn = strcmp(e, modes[i]) ? -1 : i;
     if (gdn < 0)
-        return hp_error_set(err, HP_EBADINPUT,
-                            "HYPIC_CUDA_GDN=%s: expected auto, tc or scalar",
-                            e);
+        return hp_error_set(
+            err, HP_EBADINPUT,
+            "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, tc_v1 or tc_fast",
+            e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)
         return hp_error_set(err, HP_ENOMEM, "device cuda:%d: out of memory",
@@ -807,7 +816,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
                             device, hk_cuda_strerror(rc));
     }
     c->device = device;
-    c->gdn = (gdn_mode_t)gdn;
+    c->gdn = gdn > GDN_SCALAR ? GDN_TC : (gdn_mode_t)gdn;
+    c->gdn_flags = mode_flags[gdn];
     {
         char nm[8];
         size_t mem = 0;

@@ -357,6 +357,32 @@ int hk_cuda_gdn_chunk_tc(float *o, float *const *states, float *const *tcs,
                          int dk, int dv, int C, float *scratch, void *stream);
 size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
                                     int dv, int C);
+/* hk_cuda_gdn_chunk_bf16 with flags (0: the same call).
+ * HK_CUDA_GDN_TC_FAST: the state pass and the outputs multiply the hi
+ * halves only, one bf16 MMA per product (FLA's bf16 accuracy, ~1e-3 of
+ * O(1) outputs) where the default keeps ~1e-5.
+ * HK_CUDA_GDN_TC_V1: the older structure, outputs inside the sequential
+ * pass (for comparison; FAST is ignored there). The default computes the
+ * states alone in the sequential pass and the outputs in a parallel
+ * launch; shapes whose tiles do not fit its shared memory use v1. */
+#define HK_CUDA_GDN_TC_FAST  1u
+#define HK_CUDA_GDN_TC_V1    2u
+#define HK_CUDA_GDN_TC_FLAGS 3u
+int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
+                              const uint16_t *q, const uint16_t *k,
+                              const uint16_t *v, const float *g,
+                              const float *beta, const int *cu_seqlens,
+                              int nseq, int T, int Hk, int Hv, int dk, int dv,
+                              int C, float *scratch, unsigned flags,
+                              void *stream);
+/* hk_cuda_gdn_chunk_tc with the same flags (FAST drops the inputs' lo
+ * terms in the state pass and the outputs too). */
+int hk_cuda_gdn_chunk_tc_ex(float *o, float *const *states, float *const *tcs,
+                            const float *q, const float *k, const float *v,
+                            const float *g, const float *beta,
+                            const int *cu_seqlens, int nseq, int T, int Hk,
+                            int Hv, int dk, int dv, int C, float *scratch,
+                            unsigned flags, void *stream);
 
 /* ---- transition algebra (hk_transition.cu) ----------------------------- */
 

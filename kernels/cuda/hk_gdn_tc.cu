@@ -30,6 +30,10 @@
  *      Tc's columns are more blocks of the same launch running the same
  *      recurrence with U = 0 from e_j (T_C in the same pass); no O.
  *      BV = 32, or 16 when 32 would leave SMs idle.
+ * That is v1 (HK_CUDA_GDN_TC_V1). The default, v2 (below kernel B),
+ * replaces B by a sequential pass that computes only the states (and
+ * writes each chunk's starting state and Vn to scratch) and a parallel
+ * output launch; HK_CUDA_GDN_TC_FAST runs v2 on single bf16 products.
  * Tiles of a chunk's last 16 tokens that run past its end are staged in
  * shared memory with zero rows, so no load reads past a sequence or the
  * buffer. Tiny values are flushed as on the CPU (gdn_math.h).
@@ -44,6 +48,7 @@
  * (bf16 entry), every state and Tc 32-byte aligned (wmma tiles).
  */
 #include <cuda_bf16.h>
+#include <cuda_pipeline.h>
 #include <mma.h>
 
 #include "kernels/common/gdn_math.h"
@@ -92,6 +97,11 @@ struct hk_tc_ws {
     uint16_t *Wl; //                        -W, lo
     uint16_t *Ph; // [Hv * nslots, C, C]   P, hi
     uint16_t *Pl; //                        P, lo
+    /* Written by the state pass of the split variant (v2) only. */
+    uint16_t *Sh; // [Hv * nslots, dk, dv]  chunk's starting state, hi
+    uint16_t *Sl; //                        lo
+    uint16_t *Vh; // [Hv * nslots, C, dv]   Vn, hi
+    uint16_t *Vl; //                        lo
 };
 
 /* Offsets of n regions of sz[i] bytes laid end to end, each starting on
@@ -116,12 +126,14 @@ static size_t hk_tc_slots(int T, int nseq, int C)
 static size_t hk_tc_ws_bytes(size_t slots, int Hv, int dk, int dv, int C,
                              hk_tc_ws *ws, unsigned char *base)
 {
-    const size_t rows = slots * Hv * C;
-    const size_t sz[6] = {rows * sizeof(double), rows * dv * sizeof(float),
-                          rows * dk * 2,         rows * dk * 2,
-                          rows * C * 2,          rows * C * 2};
-    size_t off[6];
-    const size_t at = hk_tc_layout(sz, 6, 256, off);
+    const size_t rows = slots * Hv * C, srows = slots * Hv * dk;
+    const size_t sz[10] = {rows * sizeof(double), rows * dv * sizeof(float),
+                           rows * dk * 2,         rows * dk * 2,
+                           rows * C * 2,          rows * C * 2,
+                           srows * dv * 2,        srows * dv * 2,
+                           rows * dv * 2,         rows * dv * 2};
+    size_t off[10];
+    const size_t at = hk_tc_layout(sz, 10, 256, off);
     if (ws) {
         ws->gam = (double *)(base + off[0]);
         ws->U = (float *)(base + off[1]);
@@ -129,6 +141,10 @@ static size_t hk_tc_ws_bytes(size_t slots, int Hv, int dk, int dv, int C,
         ws->Wl = (uint16_t *)(base + off[3]);
         ws->Ph = (uint16_t *)(base + off[4]);
         ws->Pl = (uint16_t *)(base + off[5]);
+        ws->Sh = (uint16_t *)(base + off[6]);
+        ws->Sl = (uint16_t *)(base + off[7]);
+        ws->Vh = (uint16_t *)(base + off[8]);
+        ws->Vl = (uint16_t *)(base + off[9]);
     }
     return at;
 }
@@ -651,6 +667,479 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
     }
 }
 
+/* ---- v2: the state pass computes states only; outputs in parallel -------
+ *
+ * Kernel B of v1 does the outputs inside the sequential loop and reads
+ * its W, Q, K tiles straight from global memory, so each chunk step waits
+ * on loads. v2 splits it:
+ *   P. per (sequence, value head, BV columns of [S | Tc]), 8 warps,
+ *      sequential over chunks: Vn = U - W S; S = e^{gamma_n} S + K^T X.
+ *      The next chunk's W, K, U and gamma are copied into the other half
+ *      of a double buffer (cp.async) while this chunk computes; the S
+ *      columns also write the chunk's starting state (its hi/lo split,
+ *      which W S needs anyway) and Vn to scratch.
+ *   O. per (chunk slot, BVO output columns, value head), 8 warps, all in
+ *      parallel: O = e^{gamma} (Q S_c) + P Vn.
+ * Precision: the same hi/lo splits as v1, or with fast set single bf16
+ * products of the hi parts in P and O (FLA's bf16 accuracy, ~1e-3 of
+ * O(1) outputs; half the MMAs and scratch reads). Kernel A is shared.
+ * With LO (f32 inputs) P stages K's lo rows too and O Q's, for the lo
+ * terms K^T X and Q S gain (not with fast). */
+
+#define HK_TC_P_THREADS 256
+#define HK_TC_O_THREADS 256
+
+struct hk_tc_p_smem {
+    uint16_t *Wh[2], *Wl[2]; // [C][dk + 8]   -W of a chunk, double buffered
+    uint16_t *Kb[2];         // [C][dk + 8]   K rows (zero past the chunk)
+    uint16_t *Kl[2];         // [C][dk + 8]   their lo parts (LO only)
+    float *Ub[2];            // [C][BV + 4]   U columns
+    double *gb[2];           // [C]           gamma
+    float *Sf;               // [dk][BV + 4]  the state tile, f32
+    uint16_t *Sh, *Sl;       // [dk][BV + 8]  its split
+    float *Vf;               // [2][C][BV + 4] Vn, partial sums over dk
+    uint16_t *Xh, *Xl;       // [C][BV + 8]   e^{gamma_n - gamma} Vn split
+    float *en;               // [C]
+};
+
+static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
+                                                unsigned char *p, int dk, int C,
+                                                int BV, bool lo)
+{
+    const int ldk = dk + HK_PAD16, ldf = BV + HK_PAD32, ldh = BV + HK_PAD16;
+    const size_t w = (size_t)C * ldk * 2, u = (size_t)C * ldf * 4;
+    const size_t sz[19] = {w,
+                           w,
+                           w,
+                           w,
+                           w,
+                           w,
+                           u,
+                           u,
+                           (size_t)C * 8,
+                           (size_t)C * 8,
+                           (size_t)dk * ldf * 4,
+                           (size_t)dk * ldh * 2,
+                           (size_t)dk * ldh * 2,
+                           2 * u,
+                           (size_t)C * ldh * 2,
+                           (size_t)C * ldh * 2,
+                           (size_t)C * 4,
+                           lo ? w : 0,
+                           lo ? w : 0};
+    size_t off[19];
+    const size_t at = hk_tc_layout(sz, 19, 128, off);
+    if (s) {
+        for (int i = 0; i < 2; i++) {
+            s->Wh[i] = (uint16_t *)(p + off[i]);
+            s->Wl[i] = (uint16_t *)(p + off[2 + i]);
+            s->Kb[i] = (uint16_t *)(p + off[4 + i]);
+            s->Ub[i] = (float *)(p + off[6 + i]);
+            s->gb[i] = (double *)(p + off[8 + i]);
+            s->Kl[i] = lo ? (uint16_t *)(p + off[17 + i]) : NULL;
+        }
+        s->Sf = (float *)(p + off[10]);
+        s->Sh = (uint16_t *)(p + off[11]);
+        s->Sl = (uint16_t *)(p + off[12]);
+        s->Vf = (float *)(p + off[13]);
+        s->Xh = (uint16_t *)(p + off[14]);
+        s->Xl = (uint16_t *)(p + off[15]);
+        s->en = (float *)(p + off[16]);
+    }
+    return at;
+}
+
+/* Issues (and commits) the copies of chunk slot hc (tokens t0.., n of
+ * them) into buffer bf: the rows of its nt 16-row tiles of -W (hi; lo
+ * unless fast) and K (zeros past n, nothing read there; K's lo rows from
+ * klr unless NULL), U's BV columns from col0 (S columns only), gamma. */
+static __device__ void hk_tc_p_fetch(const hk_tc_p_smem &s, const hk_tc_ws &ws,
+                                     const uint16_t *kr, const uint16_t *klr,
+                                     size_t ldq, int bf, size_t hc, int n,
+                                     int dk, int dv, int C, int BV, int col0,
+                                     bool is_tc, int fast)
+{
+    const int rows = (n + 15) / 16 * 16, ldk = dk + HK_PAD16;
+    const int ldf = BV + HK_PAD32, vk = dk / 8, vu = BV / 4;
+    /* selects, not an index: an indexed pointer array goes to the stack */
+    uint16_t *Wh = bf ? s.Wh[1] : s.Wh[0], *Wl = bf ? s.Wl[1] : s.Wl[0];
+    uint16_t *Kb = bf ? s.Kb[1] : s.Kb[0], *Kl = bf ? s.Kl[1] : s.Kl[0];
+    float *Ub = bf ? s.Ub[1] : s.Ub[0];
+    double *gb = bf ? s.gb[1] : s.gb[0];
+    for (int e = threadIdx.x; e < rows * vk; e += blockDim.x) {
+        const int i = e / vk, c = (e % vk) * 8;
+        const size_t at = (hc * C + i) * dk + c;
+        __pipeline_memcpy_async(Wh + i * ldk + c, ws.Wh + at, 16);
+        if (!fast)
+            __pipeline_memcpy_async(Wl + i * ldk + c, ws.Wl + at, 16);
+        const bool in = i < n;
+        __pipeline_memcpy_async(Kb + i * ldk + c,
+                                in ? kr + (size_t)i * ldq + c : kr, 16,
+                                in ? 0 : 16);
+        if (klr)
+            __pipeline_memcpy_async(Kl + i * ldk + c,
+                                    in ? klr + (size_t)i * ldq + c : klr, 16,
+                                    in ? 0 : 16);
+    }
+    if (!is_tc)
+        for (int e = threadIdx.x; e < rows * vu; e += blockDim.x) {
+            const int i = e / vu, c = (e % vu) * 4;
+            __pipeline_memcpy_async(Ub + i * ldf + c,
+                                    ws.U + (hc * C + i) * dv + col0 + c, 16);
+        }
+    for (int e = threadIdx.x; e < C / 2; e += blockDim.x)
+        __pipeline_memcpy_async(gb + 2 * e, ws.gam + hc * C + 2 * e, 16);
+    __pipeline_commit();
+}
+
+/* Kernel P: column block blockIdx.x of [S | Tc], value head blockIdx.y,
+ * sequence blockIdx.z. LO: K has lo parts (f32 inputs). */
+template <int BV, bool LO>
+static __global__ void __launch_bounds__(HK_TC_P_THREADS)
+    hk_gdn_tc_pass_kernel(hk_tc_ws ws, float *const *states, float *const *tcs,
+                          hk_tc_in in, const int *cu, int nslots, int Hk,
+                          int Hv, int dk, int dv, int C, int fast)
+{
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ int first;
+    hk_tc_p_smem s;
+    hk_tc_p_carve(&s, smem, dk, C, BV, LO);
+    const int h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nwarps = blockDim.x >> 5;
+    const bool is_tc = (int)blockIdx.x * BV >= dv;
+    const int col0 = is_tc ? blockIdx.x * BV - dv : blockIdx.x * BV;
+    const int ldf = BV + HK_PAD32, ldh = BV + HK_PAD16, ldk = dk + HK_PAD16;
+    const size_t ldq = (size_t)Hk * dk;
+    const int ldg = is_tc ? dk : dv;
+    float *Sg =
+        is_tc ? tcs[b] + (size_t)h * dk * dk : states[b] + (size_t)h * dk * dv;
+    const int ts = cu[b], len = cu[b + 1] - cu[b], nch = (len + C - 1) / C;
+    const int NB = BV / 16, nk = dk / 16;
+    /* Two warps split each Vn tile's dk sum (BV = 16 has fewer tiles than
+     * warps); the same at every BV, so sums do not depend on it. */
+    const int KS = nk % 2 == 0 ? 2 : 1;
+    const uint16_t *kh0 = in.k + (size_t)kh * dk;
+    const uint16_t *kl0 = LO && !fast ? in.kl + (size_t)kh * dk : NULL;
+
+    if (tid == 0) { /* this sequence's first chunk slot */
+        int acc = 0;
+        for (int i = 0; i < b; i++)
+            acc += (cu[i + 1] - cu[i] + C - 1) / C;
+        first = acc;
+    }
+    for (int e = tid; e < dk * BV; e += blockDim.x) {
+        const int i = e / BV, j = e % BV;
+        const float x = is_tc ? (i == col0 + j ? 1.0f : 0.0f)
+                              : Sg[(size_t)i * ldg + col0 + j];
+        s.Sf[i * ldf + j] = x;
+        hk_bf16_split(x, &s.Sh[i * ldh + j], &s.Sl[i * ldh + j]);
+    }
+    __syncthreads();
+    if (nch > 0)
+        hk_tc_p_fetch(s, ws, kh0 + (size_t)ts * ldq,
+                      kl0 ? kl0 + (size_t)ts * ldq : NULL, ldq, 0,
+                      (size_t)h * nslots + first, min(C, len), dk, dv, C, BV,
+                      col0, is_tc, fast);
+
+    for (int c = 0; c < nch; c++) {
+        const int bf = c & 1, n = min(C, len - c * C), nt = (n + 15) / 16;
+        const size_t hc = (size_t)h * nslots + first + c;
+        __pipeline_wait_prior(0);
+        /* chunk c's copies landed everywhere; last step's S split is
+         * written; every read of buffer bf ^ 1 (chunk c - 1) is done */
+        __syncthreads();
+        if (c + 1 < nch) {
+            const size_t rn = (size_t)(ts + (c + 1) * C) * ldq;
+            hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, bf ^ 1,
+                          hc + 1, min(C, len - (c + 1) * C), dk, dv, C, BV,
+                          col0, is_tc, fast);
+        }
+        const double *gam = bf ? s.gb[1] : s.gb[0];
+        const uint16_t *Wh = bf ? s.Wh[1] : s.Wh[0];
+        const uint16_t *Wl = bf ? s.Wl[1] : s.Wl[0];
+        const uint16_t *Kb = bf ? s.Kb[1] : s.Kb[0];
+        const uint16_t *Kl = bf ? s.Kl[1] : s.Kl[0];
+        const float *Ub = bf ? s.Ub[1] : s.Ub[0];
+        if (!is_tc) /* the chunk's starting state, for the output kernel */
+            for (int e = tid; e < dk * NB * 2; e += blockDim.x) {
+                const int i = e / (NB * 2), j = (e % (NB * 2)) * 8;
+                const size_t at = (hc * dk + i) * dv + col0 + j;
+                *reinterpret_cast<uint4 *>(ws.Sh + at) =
+                    *reinterpret_cast<const uint4 *>(s.Sh + i * ldh + j);
+                if (!fast)
+                    *reinterpret_cast<uint4 *>(ws.Sl + at) =
+                        *reinterpret_cast<const uint4 *>(s.Sl + i * ldh + j);
+            }
+
+        /* Vn = U + (-W) S, the dk sum in KS parts. */
+        for (int idx = warp; idx < nt * NB * KS; idx += nwarps) {
+            const int part = idx / (nt * NB), r = idx % (nt * NB);
+            const int ti = r / NB, tj = r % NB;
+            hk_facc acc;
+            if (part == 0 && !is_tc)
+                wmma::load_matrix_sync(acc, Ub + ti * 16 * ldf + tj * 16, ldf,
+                                       wmma::mem_row_major);
+            else
+                wmma::fill_fragment(acc, 0.0f);
+            for (int kk = part * (nk / KS); kk < (part + 1) * (nk / KS); kk++) {
+                hk_fb_row sh, sl;
+                hk_fa_row a;
+                wmma::load_matrix_sync(
+                    sh, hk_bf(s.Sh + kk * 16 * ldh + tj * 16), ldh);
+                wmma::load_matrix_sync(a, hk_bf(Wh + ti * 16 * ldk + kk * 16),
+                                       ldk);
+                wmma::mma_sync(acc, a, sh, acc);
+                if (fast)
+                    continue;
+                wmma::load_matrix_sync(
+                    sl, hk_bf(s.Sl + kk * 16 * ldh + tj * 16), ldh);
+                wmma::mma_sync(acc, a, sl, acc);
+                wmma::load_matrix_sync(a, hk_bf(Wl + ti * 16 * ldk + kk * 16),
+                                       ldk);
+                wmma::mma_sync(acc, a, sh, acc);
+            }
+            wmma::store_matrix_sync(s.Vf + (part * C + ti * 16) * ldf + tj * 16,
+                                    acc, ldf, wmma::mem_row_major);
+        }
+        for (int i = tid; i < C; i += blockDim.x)
+            s.en[i] = i < n ? hk_gdn_decay(gam[n - 1] - gam[i]) : 0.0f;
+        __syncthreads();
+
+        /* Vn to scratch (S columns); e^{gamma_n - gamma} Vn split; S's
+         * e^{gamma_n}. Rows past the chunk are 0 (U and W rows are). */
+        for (int e = tid; e < nt * 16 * BV; e += blockDim.x) {
+            const int i = e / BV, j = e % BV;
+            float vn = s.Vf[i * ldf + j];
+            if (KS > 1)
+                vn += s.Vf[(C + i) * ldf + j];
+            if (is_tc && fabsf(vn) < HK_GDN_TINY)
+                vn = 0.0f;
+            if (!is_tc) {
+                const size_t at = (hc * C + i) * dv + col0 + j;
+                uint16_t hi, lo;
+                hk_bf16_split(vn, &hi, &lo);
+                ws.Vh[at] = hi;
+                if (!fast)
+                    ws.Vl[at] = lo;
+            }
+            hk_bf16_split(s.en[i] * vn, &s.Xh[i * ldh + j], &s.Xl[i * ldh + j]);
+        }
+        const float egn = hk_gdn_decay(gam[n - 1]);
+        for (int e = tid; e < dk * BV; e += blockDim.x)
+            s.Sf[(e / BV) * ldf + e % BV] *= egn;
+        __syncthreads();
+
+        /* S += K^T X; each warp splits the tiles it wrote for the next
+         * chunk's W S. */
+        for (int idx = warp; idx < nk * NB; idx += nwarps) {
+            const int ti = idx / NB, tj = idx % NB;
+            float *St = s.Sf + ti * 16 * ldf + tj * 16;
+            hk_facc acc;
+            wmma::load_matrix_sync(acc, St, ldf, wmma::mem_row_major);
+            for (int kk = 0; kk < nt; kk++) {
+                hk_fa_col a;
+                hk_fb_row xh, xl;
+                wmma::load_matrix_sync(a, hk_bf(Kb + kk * 16 * ldk + ti * 16),
+                                       ldk);
+                wmma::load_matrix_sync(
+                    xh, hk_bf(s.Xh + kk * 16 * ldh + tj * 16), ldh);
+                wmma::mma_sync(acc, a, xh, acc);
+                if (fast)
+                    continue;
+                wmma::load_matrix_sync(
+                    xl, hk_bf(s.Xl + kk * 16 * ldh + tj * 16), ldh);
+                wmma::mma_sync(acc, a, xl, acc);
+                if (LO) { /* + K_lo^T X_hi */
+                    wmma::load_matrix_sync(
+                        a, hk_bf(Kl + kk * 16 * ldk + ti * 16), ldk);
+                    wmma::mma_sync(acc, a, xh, acc);
+                }
+            }
+            if (is_tc)
+                for (int e = 0; e < acc.num_elements; e++)
+                    if (fabsf(acc.x[e]) < HK_GDN_TINY)
+                        acc.x[e] = 0.0f;
+            wmma::store_matrix_sync(St, acc, ldf, wmma::mem_row_major);
+            __syncwarp();
+            for (int e = lane; e < 256; e += 32) {
+                const int r = ti * 16 + e / 16, cc = tj * 16 + e % 16;
+                hk_bf16_split(s.Sf[r * ldf + cc], &s.Sh[r * ldh + cc],
+                              &s.Sl[r * ldh + cc]);
+            }
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < dk * BV; e += blockDim.x) {
+        const int i = e / BV, j = e % BV;
+        Sg[(size_t)i * ldg + col0 + j] = s.Sf[i * ldf + j];
+    }
+}
+
+struct hk_tc_o_smem {
+    uint16_t *Qs;      // [C][dk + 8]   Q rows (zero past the chunk)
+    uint16_t *Ql;      // [C][dk + 8]   their lo parts (LO only)
+    uint16_t *Sh, *Sl; // [dk][BVO + 8] the chunk's starting state, split
+    uint16_t *Ph, *Pl; // [C][C + 8]
+    uint16_t *Vh, *Vl; // [C][BVO + 8]  Vn split
+    float *stage;      // [warps][2][16][20]
+    float *eg;         // [C]
+};
+
+static __host__ __device__ size_t hk_tc_o_carve(hk_tc_o_smem *s,
+                                                unsigned char *p, int dk, int C,
+                                                int BVO, bool lo)
+{
+    const int ldk = dk + HK_PAD16, ldo = BVO + HK_PAD16;
+    const int ldp = C + HK_PAD16;
+    const size_t sz[10] = {
+        (size_t)C * ldk * 2,  (size_t)dk * ldo * 2,
+        (size_t)dk * ldo * 2, (size_t)C * ldp * 2,
+        (size_t)C * ldp * 2,  (size_t)C * ldo * 2,
+        (size_t)C * ldo * 2,  (size_t)(HK_TC_O_THREADS / 32) * 2 * 16 * 20 * 4,
+        (size_t)C * 4,        lo ? (size_t)C * ldk * 2 : 0};
+    size_t off[10];
+    const size_t at = hk_tc_layout(sz, 10, 128, off);
+    if (s) {
+        s->Qs = (uint16_t *)(p + off[0]);
+        s->Sh = (uint16_t *)(p + off[1]);
+        s->Sl = (uint16_t *)(p + off[2]);
+        s->Ph = (uint16_t *)(p + off[3]);
+        s->Pl = (uint16_t *)(p + off[4]);
+        s->Vh = (uint16_t *)(p + off[5]);
+        s->Vl = (uint16_t *)(p + off[6]);
+        s->stage = (float *)(p + off[7]);
+        s->eg = (float *)(p + off[8]);
+        s->Ql = lo ? (uint16_t *)(p + off[9]) : NULL;
+    }
+    return at;
+}
+
+/* Kernel O: chunk slot blockIdx.x, output columns blockIdx.y * BVO..
+ * (BVO = 32, or 16 where dv is not a multiple of 32), value head
+ * blockIdx.z. LO: Q has lo parts (f32 inputs). */
+template <bool LO>
+static __global__ void __launch_bounds__(HK_TC_O_THREADS)
+    hk_gdn_tc_out_kernel(hk_tc_ws ws, float *o, hk_tc_in in, const int *cu,
+                         int nseq, int nslots, int Hk, int Hv, int dk, int dv,
+                         int C, int BVO, int fast)
+{
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ int loc[2];
+    hk_tc_o_smem s;
+    hk_tc_o_carve(&s, smem, dk, C, BVO, LO);
+    const int NB = BVO / 16;
+    const int h = blockIdx.z, kh = h / (Hv / Hk), col0 = blockIdx.y * BVO;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nwarps = blockDim.x >> 5;
+    const size_t hc = (size_t)h * nslots + blockIdx.x;
+    const size_t ldq = (size_t)Hk * dk, ldov = (size_t)Hv * dv;
+    const int ldk = dk + HK_PAD16, ldo = BVO + HK_PAD16, ldp = C + HK_PAD16;
+
+    if (tid == 0)
+        hk_tc_locate(cu, nseq, C, blockIdx.x, &loc[0], &loc[1]);
+    __syncthreads();
+    const int t0 = loc[0], n = loc[1], nt = (n + 15) / 16, rows = nt * 16;
+    if (n == 0)
+        return; /* a spare slot: the whole block leaves */
+
+    const size_t r0 = (size_t)t0 * ldq + (size_t)kh * dk;
+    const uint16_t *qr = in.q + r0, *qlr = LO ? in.ql + r0 : NULL;
+    for (int e = tid; e < rows * (dk / 8); e += blockDim.x) {
+        const int i = e / (dk / 8), c = (e % (dk / 8)) * 8;
+        const bool inr = i < n;
+        __pipeline_memcpy_async(s.Qs + i * ldk + c,
+                                inr ? qr + (size_t)i * ldq + c : qr, 16,
+                                inr ? 0 : 16);
+        if (LO && !fast)
+            __pipeline_memcpy_async(s.Ql + i * ldk + c,
+                                    inr ? qlr + (size_t)i * ldq + c : qlr, 16,
+                                    inr ? 0 : 16);
+    }
+    for (int e = tid; e < dk * (BVO / 8); e += blockDim.x) {
+        const int i = e / (BVO / 8), c = (e % (BVO / 8)) * 8;
+        const size_t at = (hc * dk + i) * dv + col0 + c;
+        __pipeline_memcpy_async(s.Sh + i * ldo + c, ws.Sh + at, 16);
+        if (!fast)
+            __pipeline_memcpy_async(s.Sl + i * ldo + c, ws.Sl + at, 16);
+    }
+    for (int e = tid; e < rows * (C / 8); e += blockDim.x) {
+        const int i = e / (C / 8), c = (e % (C / 8)) * 8;
+        const size_t at = (hc * C + i) * C + c;
+        __pipeline_memcpy_async(s.Ph + i * ldp + c, ws.Ph + at, 16);
+        if (!fast)
+            __pipeline_memcpy_async(s.Pl + i * ldp + c, ws.Pl + at, 16);
+    }
+    for (int e = tid; e < rows * (BVO / 8); e += blockDim.x) {
+        const int i = e / (BVO / 8), c = (e % (BVO / 8)) * 8;
+        const size_t at = (hc * C + i) * dv + col0 + c;
+        __pipeline_memcpy_async(s.Vh + i * ldo + c, ws.Vh + at, 16);
+        if (!fast)
+            __pipeline_memcpy_async(s.Vl + i * ldo + c, ws.Vl + at, 16);
+    }
+    __pipeline_commit();
+    for (int i = tid; i < C; i += blockDim.x)
+        s.eg[i] = i < n ? hk_gdn_decay(ws.gam[hc * C + i]) : 0.0f;
+    __pipeline_wait_prior(0);
+    __syncthreads();
+
+    /* X = Q S_c (dk deep) and Y = P Vn (P lower triangular: kk <= ti);
+     * o = e^gamma X + Y, rows of the chunk only. */
+    float *stg = s.stage + warp * 2 * 16 * 20;
+    for (int idx = warp; idx < nt * NB; idx += nwarps) {
+        const int ti = idx / NB, tj = idx % NB;
+        hk_facc x, y;
+        wmma::fill_fragment(x, 0.0f);
+        wmma::fill_fragment(y, 0.0f);
+        for (int kk = 0; kk < dk / 16; kk++) {
+            hk_fa_row a;
+            hk_fb_row sh, sl;
+            wmma::load_matrix_sync(a, hk_bf(s.Qs + ti * 16 * ldk + kk * 16),
+                                   ldk);
+            wmma::load_matrix_sync(sh, hk_bf(s.Sh + kk * 16 * ldo + tj * 16),
+                                   ldo);
+            wmma::mma_sync(x, a, sh, x);
+            if (fast)
+                continue;
+            wmma::load_matrix_sync(sl, hk_bf(s.Sl + kk * 16 * ldo + tj * 16),
+                                   ldo);
+            wmma::mma_sync(x, a, sl, x);
+            if (LO) { /* + Q_lo S_hi */
+                wmma::load_matrix_sync(a, hk_bf(s.Ql + ti * 16 * ldk + kk * 16),
+                                       ldk);
+                wmma::mma_sync(x, a, sh, x);
+            }
+        }
+        for (int kk = 0; kk <= ti; kk++) {
+            hk_fa_row ph, pl;
+            hk_fb_row vh, vl;
+            wmma::load_matrix_sync(ph, hk_bf(s.Ph + ti * 16 * ldp + kk * 16),
+                                   ldp);
+            wmma::load_matrix_sync(vh, hk_bf(s.Vh + kk * 16 * ldo + tj * 16),
+                                   ldo);
+            wmma::mma_sync(y, ph, vh, y);
+            if (fast)
+                continue;
+            wmma::load_matrix_sync(pl, hk_bf(s.Pl + ti * 16 * ldp + kk * 16),
+                                   ldp);
+            wmma::load_matrix_sync(vl, hk_bf(s.Vl + kk * 16 * ldo + tj * 16),
+                                   ldo);
+            wmma::mma_sync(y, ph, vl, y);
+            wmma::mma_sync(y, pl, vh, y);
+        }
+        wmma::store_matrix_sync(stg, x, 20, wmma::mem_row_major);
+        wmma::store_matrix_sync(stg + 16 * 20, y, 20, wmma::mem_row_major);
+        __syncwarp();
+        for (int e = lane; e < 256; e += 32) {
+            const int r = e / 16, c = e % 16, i = ti * 16 + r;
+            if (i < n)
+                o[(size_t)(t0 + i) * ldov + (size_t)h * dv + col0 + tj * 16 +
+                  c] = s.eg[i] * stg[r * 20 + c] + stg[16 * 20 + r * 20 + c];
+        }
+        __syncwarp(); /* stg is rewritten by the warp's next tile */
+    }
+}
+
 /* The largest dynamic shared memory a block of this device may have. */
 static int hk_tc_smem_max(void)
 {
@@ -662,15 +1151,63 @@ static int hk_tc_smem_max(void)
     return v;
 }
 
-/* BV = 32 when the grid still covers every SM, else 16 (more blocks). */
-static int hk_tc_bv(int nseq, int Hv, int ncols, int dk, int dv)
+/* The SM count (4 where the device cannot say). */
+static int hk_tc_sms(void)
 {
     int dev = 0, sms = 0;
-    if (dk % 32 || dv % 32 || cudaGetDevice(&dev) != cudaSuccess ||
+    if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-            cudaSuccess)
+            cudaSuccess ||
+        sms < 1)
+        return 4;
+    return sms;
+}
+
+/* v1's BV: 32 when the grid still covers every SM, else 16 (more blocks). */
+static int hk_tc_bv(int nseq, int Hv, int ncols, int dk, int dv)
+{
+    if (dk % 32 || dv % 32)
         return 16;
-    return (long long)nseq * Hv * (ncols / 32) >= sms ? 32 : 16;
+    return (long long)nseq * Hv * (ncols / 32) >= hk_tc_sms() ? 32 : 16;
+}
+
+/* v2's pass runs one block per SM (its double buffer takes most of the
+ * shared memory) and each chunk step's time grows with BV: BV = 16 while
+ * the blocks fit in one wave, else 32 (half the blocks, each twice the
+ * MMAs but the same W and K bytes). 0: no BV fits the shared memory. */
+static int hk_tc_pass_bv(int nseq, int Hv, int ncols, int dk, int C, bool lo)
+{
+    const size_t lim = (size_t)hk_tc_smem_max();
+    const bool f16 = hk_tc_p_carve(NULL, NULL, dk, C, 16, lo) <= lim;
+    const bool f32 = hk_tc_p_carve(NULL, NULL, dk, C, 32, lo) <= lim &&
+                     ncols % 32 == 0 && dk % 32 == 0;
+    if (f32 && (!f16 || (long long)nseq * Hv * (ncols / 16) > hk_tc_sms()))
+        return 32;
+    return f16 ? 16 : 0;
+}
+
+/* The launches of one call: v2 (pass BV > 0) unless flags ask for v1 or
+ * v2's tiles do not fit the shared memory; each kernel's bytes. */
+struct hk_tc_plan {
+    int BV, PBV, BVO;
+    size_t sa, sb, so;
+};
+
+/* Plans a call: 0, or 1 where kernel A or B / P does not fit. */
+static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
+                          int dv, int C, bool lo, unsigned flags)
+{
+    const size_t lim = (size_t)hk_tc_smem_max();
+    p->BVO = dv % 32 ? 16 : 32;
+    p->so = hk_tc_o_carve(NULL, NULL, dk, C, p->BVO, lo);
+    p->PBV = (flags & HK_CUDA_GDN_TC_V1) || p->so > lim
+                 ? 0
+                 : hk_tc_pass_bv(nseq, Hv, ncols, dk, C, lo);
+    p->BV = p->PBV ? p->PBV : hk_tc_bv(nseq, Hv, ncols, dk, dv);
+    p->sa = hk_tc_a_carve(NULL, NULL, dk, dv, C, lo);
+    p->sb = p->PBV ? hk_tc_p_carve(NULL, NULL, dk, C, p->BV, lo)
+                   : hk_tc_b_carve(NULL, NULL, dk, C, p->BV, lo);
+    return p->sa > lim || p->sb > lim;
 }
 
 /* f32 x[n] into bf16 hi[n] + lo[n] (hk_bf16_split). */
@@ -683,78 +1220,83 @@ static __global__ void hk_tc_split_kernel(uint16_t *hi, uint16_t *lo,
     }
 }
 
-/* Both entries: checks, then the two launches on inputs `in` (lo parts
- * when lo), chunk workspace at ws_base. */
-static int hk_gdn_tc_run(float *o, float *const *states, float *const *tcs,
-                         hk_tc_in in, bool lo, const float *g,
-                         const float *beta, const int *cu_seqlens, int nseq,
-                         int T, int Hk, int Hv, int dk, int dv, int C,
-                         void *ws_base, cudaStream_t s)
+/* Both entries: the launches on inputs `in` (lo parts when lo), chunk
+ * workspace at ws_base, as planned by hk_tc_plan_for (fast: flags' FAST). */
+template <bool LO>
+static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
+                            hk_tc_in in, const hk_tc_plan &p, int fast,
+                            const float *g, const float *beta,
+                            const int *cu_seqlens, int nseq, int T, int Hk,
+                            int Hv, int dk, int dv, int C, void *ws_base,
+                            cudaStream_t s)
 {
     const int ncols = dv + (tcs ? dk : 0);
-    const int BV = hk_tc_bv(nseq, Hv, ncols, dk, dv);
-    const size_t sa = hk_tc_a_carve(NULL, NULL, dk, dv, C, lo);
-    const size_t sb = hk_tc_b_carve(NULL, NULL, dk, C, BV, lo);
     const size_t slots = hk_tc_slots(T, nseq, C);
     hk_tc_ws ws;
     hk_tc_ws_bytes(slots, Hv, dk, dv, C, &ws, (unsigned char *)ws_base);
     int rc;
 
     if (T > 0) {
-#define HK_TC_LOCAL(L)                                                         \
-    do {                                                                       \
-        cudaFuncSetAttribute(hk_gdn_tc_local_kernel<L>,                        \
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                             (int)sa);                                         \
-        hk_gdn_tc_local_kernel<L>                                              \
-            <<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, sa, s>>>(           \
-                ws, in, g, beta, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, \
-                C);                                                            \
-    } while (0)
-        if (lo)
-            HK_TC_LOCAL(true);
-        else
-            HK_TC_LOCAL(false);
-#undef HK_TC_LOCAL
+        cudaFuncSetAttribute(hk_gdn_tc_local_kernel<LO>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)p.sa);
+        hk_gdn_tc_local_kernel<LO>
+            <<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, p.sa, s>>>(
+                ws, in, g, beta, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv,
+                C);
         if ((rc = hk_cuda_check_launch()))
             return rc;
     }
-    const dim3 grid(ncols / BV, Hv, nseq);
-#define HK_TC_STATE(N, L)                                                      \
+    const dim3 grid(ncols / p.BV, Hv, nseq);
+#define HK_TC_STATE(KERNEL, N, THREADS, ...)                                   \
     do {                                                                       \
-        cudaFuncSetAttribute(hk_gdn_tc_state_kernel<N, L>,                     \
+        cudaFuncSetAttribute(KERNEL<N, LO>,                                    \
                              cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                             (int)sb);                                         \
-        hk_gdn_tc_state_kernel<N, L><<<grid, HK_TC_B_THREADS, sb, s>>>(        \
-            ws, o, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv,    \
-            C);                                                                \
+                             (int)p.sb);                                       \
+        KERNEL<N, LO><<<grid, THREADS, p.sb, s>>>(__VA_ARGS__);                \
     } while (0)
-    if (BV == 32 && lo)
-        HK_TC_STATE(32, true);
-    else if (BV == 32)
-        HK_TC_STATE(32, false);
-    else if (lo)
-        HK_TC_STATE(16, true);
+    if (!p.PBV) {
+        if (p.BV == 32)
+            HK_TC_STATE(hk_gdn_tc_state_kernel, 32, HK_TC_B_THREADS, ws, o,
+                        states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv,
+                        C);
+        else
+            HK_TC_STATE(hk_gdn_tc_state_kernel, 16, HK_TC_B_THREADS, ws, o,
+                        states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv,
+                        C);
+        return hk_cuda_check_launch();
+    }
+    if (p.BV == 32)
+        HK_TC_STATE(hk_gdn_tc_pass_kernel, 32, HK_TC_P_THREADS, ws, states, tcs,
+                    in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C, fast);
     else
-        HK_TC_STATE(16, false);
+        HK_TC_STATE(hk_gdn_tc_pass_kernel, 16, HK_TC_P_THREADS, ws, states, tcs,
+                    in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C, fast);
 #undef HK_TC_STATE
+    if ((rc = hk_cuda_check_launch()) || T == 0)
+        return rc;
+    cudaFuncSetAttribute(hk_gdn_tc_out_kernel<LO>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)p.so);
+    hk_gdn_tc_out_kernel<LO>
+        <<<dim3((unsigned)slots, dv / p.BVO, Hv), HK_TC_O_THREADS, p.so, s>>>(
+            ws, o, in, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, C, p.BVO,
+            fast);
     return hk_cuda_check_launch();
 }
 
-/* Shapes both entries refuse (HK_CUDA_EINVAL), the shared memory included:
- * 0 when the kernels can run them. */
-static int hk_tc_bad(int T, int nseq, int Hk, int Hv, int dk, int dv, int C,
-                     bool lo, bool want_tc)
+/* Shapes and flags both entries refuse (HK_CUDA_EINVAL), the shared
+ * memory included: 0 when the kernels can run them, with plan p. */
+static int hk_tc_bad(hk_tc_plan *p, int T, int nseq, int Hk, int Hv, int dk,
+                     int dv, int C, bool lo, bool want_tc, unsigned flags)
 {
     if (T < 0 || nseq < 1 || nseq > HK_CUDA_MAX_GRID_YZ || Hk < 1 || Hv < 1 ||
         Hv % Hk || Hv > HK_CUDA_MAX_GRID_YZ || dk < 16 || dk % 16 ||
         dk > HK_CUDA_GDN_MAX_DK || dv < 16 || dv % 16 || C < 16 || C % 16 ||
-        C > HK_CUDA_GDN_MAX_C)
+        C > HK_CUDA_GDN_MAX_C || (flags & ~(unsigned)HK_CUDA_GDN_TC_FLAGS))
         return 1;
-    const int BV = hk_tc_bv(nseq, Hv, dv + (want_tc ? dk : 0), dk, dv);
-    const size_t mx = (size_t)hk_tc_smem_max();
-    return hk_tc_a_carve(NULL, NULL, dk, dv, C, lo) > mx ||
-           hk_tc_b_carve(NULL, NULL, dk, C, BV, lo) > mx;
+    return hk_tc_plan_for(p, nseq, Hv, dv + (want_tc ? dk : 0), dk, dv, C, lo,
+                          flags);
 }
 
 extern "C" size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv,
@@ -767,6 +1309,22 @@ extern "C" size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv,
     return bytes / sizeof(float);
 }
 
+extern "C" int hk_cuda_gdn_chunk_bf16_ex(
+    float *o, float *const *states, float *const *tcs, const uint16_t *q,
+    const uint16_t *k, const uint16_t *v, const float *g, const float *beta,
+    const int *cu_seqlens, int nseq, int T, int Hk, int Hv, int dk, int dv,
+    int C, float *scratch, unsigned flags, void *stream)
+{
+    hk_tc_plan p;
+    if (hk_tc_bad(&p, T, nseq, Hk, Hv, dk, dv, C, false, tcs != NULL, flags) ||
+        !states || !cu_seqlens || (T > 0 && !scratch))
+        return HK_CUDA_EINVAL;
+    const hk_tc_in in = {q, k, v, NULL, NULL, NULL};
+    return hk_gdn_tc_launch<false>(
+        o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0, g, beta,
+        cu_seqlens, nseq, T, Hk, Hv, dk, dv, C, scratch, hk_stream(stream));
+}
+
 extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
                                       float *const *tcs, const uint16_t *q,
                                       const uint16_t *k, const uint16_t *v,
@@ -775,12 +1333,9 @@ extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
                                       int Hk, int Hv, int dk, int dv, int C,
                                       float *scratch, void *stream)
 {
-    if (hk_tc_bad(T, nseq, Hk, Hv, dk, dv, C, false, tcs != NULL) || !states ||
-        !cu_seqlens || (T > 0 && !scratch))
-        return HK_CUDA_EINVAL;
-    const hk_tc_in in = {q, k, v, NULL, NULL, NULL};
-    return hk_gdn_tc_run(o, states, tcs, in, false, g, beta, cu_seqlens, nseq,
-                         T, Hk, Hv, dk, dv, C, scratch, hk_stream(stream));
+    return hk_cuda_gdn_chunk_bf16_ex(o, states, tcs, q, k, v, g, beta,
+                                     cu_seqlens, nseq, T, Hk, Hv, dk, dv, C,
+                                     scratch, 0, stream);
 }
 
 /* The f32 entry's scratch: the chunk workspace, then q, k (T Hk dk each)
@@ -813,16 +1368,15 @@ extern "C" size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv,
            sizeof(float);
 }
 
-extern "C" int hk_cuda_gdn_chunk_tc(float *o, float *const *states,
-                                    float *const *tcs, const float *q,
-                                    const float *k, const float *v,
-                                    const float *g, const float *beta,
-                                    const int *cu_seqlens, int nseq, int T,
-                                    int Hk, int Hv, int dk, int dv, int C,
-                                    float *scratch, void *stream)
+extern "C" int hk_cuda_gdn_chunk_tc_ex(
+    float *o, float *const *states, float *const *tcs, const float *q,
+    const float *k, const float *v, const float *g, const float *beta,
+    const int *cu_seqlens, int nseq, int T, int Hk, int Hv, int dk, int dv,
+    int C, float *scratch, unsigned flags, void *stream)
 {
-    if (hk_tc_bad(T, nseq, Hk, Hv, dk, dv, C, true, tcs != NULL) || !states ||
-        !cu_seqlens || (T > 0 && !scratch))
+    hk_tc_plan p;
+    if (hk_tc_bad(&p, T, nseq, Hk, Hv, dk, dv, C, true, tcs != NULL, flags) ||
+        !states || !cu_seqlens || (T > 0 && !scratch))
         return HK_CUDA_EINVAL;
     const cudaStream_t s = hk_stream(stream);
     size_t off[6];
@@ -842,6 +1396,20 @@ extern "C" int hk_cuda_gdn_chunk_tc(float *o, float *const *states,
             return rc;
     }
     const hk_tc_in in = {h[0], h[2], h[4], h[1], h[3], h[5]};
-    return hk_gdn_tc_run(o, states, tcs, in, true, g, beta, cu_seqlens, nseq, T,
-                         Hk, Hv, dk, dv, C, scratch, s);
+    return hk_gdn_tc_launch<true>(
+        o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0, g, beta,
+        cu_seqlens, nseq, T, Hk, Hv, dk, dv, C, scratch, s);
+}
+
+extern "C" int hk_cuda_gdn_chunk_tc(float *o, float *const *states,
+                                    float *const *tcs, const float *q,
+                                    const float *k, const float *v,
+                                    const float *g, const float *beta,
+                                    const int *cu_seqlens, int nseq, int T,
+                                    int Hk, int Hv, int dk, int dv, int C,
+                                    float *scratch, void *stream)
+{
+    return hk_cuda_gdn_chunk_tc_ex(o, states, tcs, q, k, v, g, beta, cu_seqlens,
+                                   nseq, T, Hk, Hv, dk, dv, C, scratch, 0,
+                                   stream);
 }

@@ -1494,6 +1494,12 @@ static void test_sample(void)
  * the sums; a wrong chunk or head is off by O(1). */
 #define RTOL_BF16 2e-2
 #define ATOL_BF16 1e-2
+/* HK_CUDA_GDN_TC_FAST against the CPU on the rounded inputs: S, W, Vn and
+ * P enter their products rounded to bf16 once (2^-9 relative), as FLA's
+ * bf16 path: ~1e-3 of the O(1) outputs; the hi/lo kernels' 1e-5 would fail
+ * this. It still catches a wrong mask, decay or row (1e-2 and more). */
+#define RTOL_FAST 1e-2
+#define ATOL_FAST 4e-3
 /* The same kernel on the same rows, batched or alone: only the column
  * blocking (BV) may differ, which no element's sum depends on. */
 #define RTOL_SAME 1e-6
@@ -1536,15 +1542,21 @@ static void gdn_bf16_free(gdn_bf16_t *d)
 /* One bf16-in chunked call over the sequences of cu (host offsets). */
 static void tc_run(float *dO, float **dS, float **dTc, const gdn_bf16_t *x,
                    const gdn_dev_t *f, const int *cu, int nseq, int Hk, int Hv,
-                   int dk, int dv, int C)
+                   int dk, int dv, int C, unsigned flags)
 {
     const int T = cu[nseq];
     void *dst = dev_ptrs(dS, nseq), *dtc = dTc ? dev_ptrs(dTc, nseq) : NULL;
     int *dcu = dev_ints(cu, (size_t)nseq + 1);
     float *scr =
         dev_alloc(hk_cuda_gdn_chunk_bf16_scratch(T, nseq, Hv, dk, dv, C));
-    RUN(hk_cuda_gdn_chunk_bf16(dO, dst, dtc, x->q, x->k, x->v, f->g, f->beta,
-                               dcu, nseq, T, Hk, Hv, dk, dv, C, scr, NULL));
+    if (flags)
+        RUN(hk_cuda_gdn_chunk_bf16_ex(dO, dst, dtc, x->q, x->k, x->v, f->g,
+                                      f->beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
+                                      scr, flags, NULL));
+    else
+        RUN(hk_cuda_gdn_chunk_bf16(dO, dst, dtc, x->q, x->k, x->v, f->g,
+                                   f->beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
+                                   scr, NULL));
     CK(hk_cuda_free(dst));
     CK(hk_cuda_free(dtc));
     CK(hk_cuda_free(dcu));
@@ -1589,35 +1601,45 @@ static void test_gdn_chunk_bf16(void)
         float *o3 = host_from(dO3, no), *S3 = host_from(dS3, ns);
         float *Tc3 = host_from(dTc3, nt);
 
-        float *dS = dev_from(p.S0, ns), *dO = dev_alloc(no);
-        float *dTc = want_tc ? dev_alloc(nt) : NULL;
-        const int cu[2] = {0, T};
-        tc_run(dO, &dS, want_tc ? &dTc : NULL, &x, &f, cu, 1, Hk, Hv, dk, dv,
-               C);
-        int good = close_cpu(o1, dO, no, ATOL_TC, RTOL_TC, "o vs CPU");
-        good &= close_cpu(S1, dS, ns, ATOL_TC, RTOL_TC, "S vs CPU");
-        good &= close_cpu(o3, dO, no, ATOL_TC, RTOL_TC, "o vs f32 kernel");
-        good &= close_cpu(S3, dS, ns, ATOL_TC, RTOL_TC, "S vs f32 kernel");
-        good &= close_cpu(o2, dO, no, ATOL_BF16, RTOL_BF16, "o vs f32 inputs");
-        good &= close_cpu(S2, dS, ns, ATOL_BF16, RTOL_BF16, "S vs f32 inputs");
-        if (want_tc) {
-            good &= close_cpu(Tc1, dTc, nt, ATOL_TC, RTOL_TC, "Tc vs CPU");
+        /* each structure (v2, v1) and v2's fast precision */
+        static const unsigned vflags[3] = {0, HK_CUDA_GDN_TC_V1,
+                                           HK_CUDA_GDN_TC_FAST};
+        static const char *const vname[3] = {"", " v1", " fast"};
+        for (int vi = 0; vi < 3; vi++) {
+            const int fast = vflags[vi] == HK_CUDA_GDN_TC_FAST;
+            const double at = fast ? ATOL_FAST : ATOL_TC;
+            const double rt = fast ? RTOL_FAST : RTOL_TC;
+            float *dS = dev_from(p.S0, ns), *dO = dev_alloc(no);
+            float *dTc = want_tc ? dev_alloc(nt) : NULL;
+            const int cu[2] = {0, T};
+            tc_run(dO, &dS, want_tc ? &dTc : NULL, &x, &f, cu, 1, Hk, Hv, dk,
+                   dv, C, vflags[vi]);
+            int good = close_cpu(o1, dO, no, at, rt, "o vs CPU");
+            good &= close_cpu(S1, dS, ns, at, rt, "S vs CPU");
+            good &= close_cpu(o3, dO, no, at, rt, "o vs f32 kernel");
+            good &= close_cpu(S3, dS, ns, at, rt, "S vs f32 kernel");
             good &=
-                close_cpu(Tc3, dTc, nt, ATOL_TC, RTOL_TC, "Tc vs f32 kernel");
-            good &= close_cpu(Tc2, dTc, nt, ATOL_BF16, RTOL_BF16,
-                              "Tc vs f32 inputs");
+                close_cpu(o2, dO, no, ATOL_BF16, RTOL_BF16, "o vs f32 inputs");
+            good &=
+                close_cpu(S2, dS, ns, ATOL_BF16, RTOL_BF16, "S vs f32 inputs");
+            if (want_tc) {
+                good &= close_cpu(Tc1, dTc, nt, at, rt, "Tc vs CPU");
+                good &= close_cpu(Tc3, dTc, nt, at, rt, "Tc vs f32 kernel");
+                good &= close_cpu(Tc2, dTc, nt, ATOL_BF16, RTOL_BF16,
+                                  "Tc vs f32 inputs");
+            }
+            ok(good, "gdn_chunk_bf16%s T=%d Hk=%d Hv=%d dk=%d dv=%d C=%d%s",
+               vname[vi], T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
+            CK(hk_cuda_free(dS));
+            CK(hk_cuda_free(dO));
+            CK(hk_cuda_free(dTc));
         }
-        ok(good, "gdn_chunk_bf16 T=%d Hk=%d Hv=%d dk=%d dv=%d C=%d%s", T, Hk,
-           Hv, dk, dv, C, want_tc ? " +Tc" : "");
         gdn_bf16_free(&x);
         gdn_dev_free(&f);
         CK(hk_cuda_free(dS3));
         CK(hk_cuda_free(dO3));
         CK(hk_cuda_free(dTc3));
         CK(hk_cuda_free(dscr));
-        CK(hk_cuda_free(dS));
-        CK(hk_cuda_free(dO));
-        CK(hk_cuda_free(dTc));
         free(scr);
         free(o1);
         free(S1);
@@ -1642,7 +1664,9 @@ static void test_gdn_chunk_varlen(void)
         int nseq, len[VL_MAX], Hk, Hv, dk, dv, C;
     } cases[] = {{5, {5, 0, 70, 16, 33}, 1, 2, 32, 32, 32},
                  {4, {130, 64, 1, 200}, 2, 4, 64, 64, 64}};
-    for (int s = 0; s < grid_n(NSHAPES(cases), 1); s++) {
+    for (int vs = 0; vs < 2 * grid_n(NSHAPES(cases), 1); vs++) {
+        const int s = vs / 2; /* each case in v2, then v1 */
+        const unsigned flags = vs % 2 ? HK_CUDA_GDN_TC_V1 : 0;
         const int nseq = cases[s].nseq, Hk = cases[s].Hk, Hv = cases[s].Hv;
         const int dk = cases[s].dk, dv = cases[s].dv, C = cases[s].C;
         int cu[VL_MAX + 1] = {0};
@@ -1674,7 +1698,7 @@ static void test_gdn_chunk_varlen(void)
                          p.v + r * ldv, p.g + r * Hv, p.beta + r * Hv,
                          cases[s].len[b], Hk, Hv, dk, dv, C, scr);
         }
-        tc_run(dO, dS, dTc, &x, &f, cu, nseq, Hk, Hv, dk, dv, C);
+        tc_run(dO, dS, dTc, &x, &f, cu, nseq, Hk, Hv, dk, dv, C, flags);
         for (int b = 0; b < nseq; b++) { /* each alone, same kernel */
             const size_t r = (size_t)cu[b];
             const gdn_bf16_t xb = {x.q + r * ldq, x.k + r * ldq, x.v + r * ldv};
@@ -1682,7 +1706,7 @@ static void test_gdn_chunk_varlen(void)
                                   f.beta + r * Hv};
             const int cub[2] = {0, cases[s].len[b]};
             tc_run(dO1 + r * ldv, &dS1[b], &dTc1[b], &xb, &fb, cub, 1, Hk, Hv,
-                   dk, dv, C);
+                   dk, dv, C, flags);
         }
         int good = close_cpu(o, dO, no, ATOL_TC, RTOL_TC, "o vs CPU");
         float *o1 = host_from(dO1, no);
@@ -1705,9 +1729,9 @@ static void test_gdn_chunk_varlen(void)
             free(Tc[b]);
         }
         ok(good,
-           "gdn_chunk_bf16 varlen nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d "
+           "gdn_chunk_bf16%s varlen nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d "
            "C=%d +Tc",
-           nseq, T, Hk, Hv, dk, dv, C);
+           flags ? " v1" : "", nseq, T, Hk, Hv, dk, dv, C);
         gdn_bf16_free(&x);
         gdn_dev_free(&f);
         CK(hk_cuda_free(dO));
@@ -1721,10 +1745,11 @@ static void test_gdn_chunk_varlen(void)
 }
 
 /* The tensor-core chunk on f32 inputs (hk_cuda_gdn_chunk_tc, the engine's
- * prefill): against the CPU on the same unrounded inputs, within the bf16
- * kernel's budget against its rounded ones (RTOL_TC: every operand keeps
- * ~16 bits; an input without its lo half errs by ~2^-9, 1e-2 of the
- * outputs), one case of several sequences (an empty one) in one call. */
+ * prefill), each structure (v2, v1) and v2's fast precision: against the
+ * CPU on the same unrounded inputs, within the bf16 kernel's budget against
+ * its rounded ones (RTOL_TC: every operand keeps ~16 bits; an input without
+ * its lo half errs by ~2^-9, 1e-2 of the outputs; fast: RTOL_FAST), one
+ * case of several sequences (an empty one) in one call. */
 static void test_gdn_chunk_tc(void)
 {
     /* T, Hk, Hv, dk, dv, C, want Tc (test_gdn_chunk_bf16's shapes) */
@@ -1733,6 +1758,9 @@ static void test_gdn_chunk_tc(void)
                                     {0, 1, 1, 16, 16, 16, 1},
                                     {130, 2, 4, 64, 64, 32, 0},
                                     {100, 1, 2, 128, 128, 64, 1}};
+    static const unsigned vflags[3] = {0, HK_CUDA_GDN_TC_V1,
+                                       HK_CUDA_GDN_TC_FAST};
+    static const char *const vname[3] = {"", " v1", " fast"};
     const int nshape = grid_n(NSHAPES(shapes), 2);
     for (int s = 0; s <= nshape; s++) {
         /* s == nshape: sequences of 5, 0 and 40 tokens in one call */
@@ -1749,47 +1777,62 @@ static void test_gdn_chunk_tc(void)
         const size_t nt = (size_t)Hv * dk * dk, ldq = (size_t)Hk * dk;
         const size_t ldv = (size_t)Hv * dv;
         float *scr = hmalloc(hk_gdn_chunk_scratch(Hv, dk, dv, C));
-        float *o = hmalloc(no), *S[3], *Tc[3], *dS[3], *dTc[3];
+        float *o = hmalloc(no), *S0[3], *S[3], *Tc[3], *dS[3], *dTc[3];
         gdn_dev_t f = gdn_upload(&p);
         for (int b = 0; b < nseq; b++) {
             const size_t r = (size_t)cu[b];
-            S[b] = b == 0 ? fdup(p.S0, ns) : frand(ns, 0.5);
+            S0[b] = b == 0 ? fdup(p.S0, ns) : frand(ns, 0.5);
+            S[b] = fdup(S0[b], ns);
             Tc[b] = hmalloc(nt);
-            dS[b] = dev_from(S[b], ns);
-            dTc[b] = want_tc ? dev_alloc(nt) : NULL;
             hk_gdn_chunk(o + r * ldv, S[b], Tc[b], p.q + r * ldq, p.k + r * ldq,
                          p.v + r * ldv, p.g + r * Hv, p.beta + r * Hv,
                          cu[b + 1] - cu[b], Hk, Hv, dk, dv, C, scr);
         }
-        void *dst = dev_ptrs(dS, nseq), *dtc = dev_ptrs(dTc, nseq);
         int *dcu = dev_ints(cu, (size_t)nseq + 1);
         float *dscr =
             dev_alloc(hk_cuda_gdn_chunk_tc_scratch(T, nseq, Hk, Hv, dk, dv, C));
-        float *dO = dev_alloc(no);
-        RUN(hk_cuda_gdn_chunk_tc(dO, dst, want_tc ? dtc : NULL, f.q, f.k, f.v,
-                                 f.g, f.beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
-                                 dscr, NULL));
-        int good = close_cpu(o, dO, no, ATOL_TC, RTOL_TC, "o vs CPU");
+        for (int vi = 0; vi < 3; vi++) {
+            const int fast = vflags[vi] == HK_CUDA_GDN_TC_FAST;
+            const double at = fast ? ATOL_FAST : ATOL_TC;
+            const double rt = fast ? RTOL_FAST : RTOL_TC;
+            for (int b = 0; b < nseq; b++) {
+                dS[b] = dev_from(S0[b], ns);
+                dTc[b] = want_tc ? dev_alloc(nt) : NULL;
+            }
+            void *dst = dev_ptrs(dS, nseq), *dtc = dev_ptrs(dTc, nseq);
+            float *dO = dev_alloc(no);
+            if (vflags[vi]) /* the default through the plain entry */
+                RUN(hk_cuda_gdn_chunk_tc_ex(
+                    dO, dst, want_tc ? dtc : NULL, f.q, f.k, f.v, f.g, f.beta,
+                    dcu, nseq, T, Hk, Hv, dk, dv, C, dscr, vflags[vi], NULL));
+            else
+                RUN(hk_cuda_gdn_chunk_tc(dO, dst, want_tc ? dtc : NULL, f.q,
+                                         f.k, f.v, f.g, f.beta, dcu, nseq, T,
+                                         Hk, Hv, dk, dv, C, dscr, NULL));
+            int good = close_cpu(o, dO, no, at, rt, "o vs CPU");
+            for (int b = 0; b < nseq; b++) {
+                good &= close_cpu(S[b], dS[b], ns, at, rt, "S vs CPU");
+                if (want_tc)
+                    good &= close_cpu(Tc[b], dTc[b], nt, at, rt, "Tc vs CPU");
+                CK(hk_cuda_free(dS[b]));
+                CK(hk_cuda_free(dTc[b]));
+            }
+            ok(good,
+               "gdn_chunk_tc (f32 in)%s nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d "
+               "C=%d%s",
+               vname[vi], nseq, T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
+            CK(hk_cuda_free(dst));
+            CK(hk_cuda_free(dtc));
+            CK(hk_cuda_free(dO));
+        }
         for (int b = 0; b < nseq; b++) {
-            good &= close_cpu(S[b], dS[b], ns, ATOL_TC, RTOL_TC, "S vs CPU");
-            if (want_tc)
-                good &=
-                    close_cpu(Tc[b], dTc[b], nt, ATOL_TC, RTOL_TC, "Tc vs CPU");
-            CK(hk_cuda_free(dS[b]));
-            CK(hk_cuda_free(dTc[b]));
+            free(S0[b]);
             free(S[b]);
             free(Tc[b]);
         }
-        ok(good,
-           "gdn_chunk_tc (f32 in) nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d "
-           "C=%d%s",
-           nseq, T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
         gdn_dev_free(&f);
-        CK(hk_cuda_free(dst));
-        CK(hk_cuda_free(dtc));
         CK(hk_cuda_free(dcu));
         CK(hk_cuda_free(dscr));
-        CK(hk_cuda_free(dO));
         free(scr);
         free(o);
         gdn_prob_free(&p);
@@ -2142,6 +2185,12 @@ static void test_einval(void)
     good &= hk_cuda_gdn_chunk_bf16(&x, tab, NULL, &hb, &hb, &hb, &x, &x, cu, 1,
                                    1, 1, 1, 24, 16, 16, &x,
                                    NULL) == HK_CUDA_EINVAL; /* dk % 16 */
+    good &= hk_cuda_gdn_chunk_bf16_ex(&x, tab, NULL, &hb, &hb, &hb, &x, &x, cu,
+                                      1, 1, 1, 1, 16, 16, 16, &x, 4u,
+                                      NULL) == HK_CUDA_EINVAL; /* flags */
+    good &= hk_cuda_gdn_chunk_tc_ex(&x, tab, NULL, &x, &x, &x, &x, &x, cu, 1, 1,
+                                    1, 1, 16, 16, 16, &x, 4u,
+                                    NULL) == HK_CUDA_EINVAL; /* flags */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
     hk_kvbuf_geom_t kg = {1, 1, 16, HK_CUDA_KVBUF_MAX_DV + 1, 16};

@@ -18,6 +18,7 @@
 #include <cJSON.h>
 
 #include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_choice.h"
 #include "ngx_http_hypic_engine.h"
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_json.h"
@@ -32,17 +33,6 @@
 
 /* OpenAI's default for the legacy completions endpoint */
 #define NGX_HTTP_HYPIC_COMPLETION_TOKENS  16
-
-
-/* why a request was refused, filled by the checks */
-
-typedef struct {
-    ngx_uint_t                  status;
-    const char                 *code;
-    const char                 *param;
-    u_char                     *last;
-    u_char                      msg[NGX_MAX_ERROR_STR];
-} ngx_http_hypic_bad_t;
 
 
 static ngx_uint_t ngx_http_hypic_endpoint(ngx_str_t *uri);
@@ -60,8 +50,6 @@ static ngx_int_t ngx_http_hypic_refuse_json(ngx_pool_t *pool,
     ngx_http_hypic_json_err_t *err, size_t size, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf,
     cJSON *json, ngx_http_hypic_bad_t *bad);
-static ngx_int_t ngx_http_hypic_check_number(cJSON *json, const char *name,
-    double min, double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_completion(cJSON *json,
     ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_chat(cJSON *json,
@@ -85,13 +73,8 @@ static double ngx_http_hypic_number(cJSON *json, const char *name,
     double dflt);
 static ngx_int_t ngx_http_hypic_head(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_loc_conf_t *hlcf);
-static ngx_int_t ngx_http_hypic_append(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, u_char *data, size_t len);
 static ngx_int_t ngx_http_hypic_respond(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
-static ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad,
-    ngx_uint_t status, const char *param, const char *code,
-    const char *fmt, ...);
 static ngx_uint_t ngx_http_hypic_eval_mode(ngx_http_request_t *r,
     ngx_http_hypic_loc_conf_t *hlcf);
 static ngx_int_t ngx_http_hypic_route(ngx_http_request_t *r,
@@ -362,6 +345,12 @@ ngx_http_hypic_process(ngx_http_request_t *r)
 
     if (rc == NGX_OK) {
         rc = ngx_http_hypic_check_extras(json, &bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_choices_check(json,
+                                          ctx->endpoint
+                                          == NGX_HTTP_HYPIC_CHAT, &bad);
     }
 
     if (rc == NGX_OK) {
@@ -843,10 +832,6 @@ ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
     }
 
     if (rc == NGX_OK) {
-        rc = ngx_http_hypic_check_number(json, "n", 1, 1, 1, bad);
-    }
-
-    if (rc == NGX_OK) {
         rc = ngx_http_hypic_check_number(json, "temperature", 0, 2, 0, bad);
     }
 
@@ -858,7 +843,7 @@ ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_hypic_check_number(cJSON *json, const char *name, double min,
     double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad)
 {
@@ -1354,6 +1339,10 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     ctx->created = ngx_time();
 
+    if (ngx_http_hypic_choices_init(r, ctx, json) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     return ngx_http_hypic_head(r, ctx, hlcf);
 }
 
@@ -1599,7 +1588,7 @@ ngx_http_hypic_head(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
     const char *param, const char *code, const char *fmt, ...)
 {
@@ -1740,17 +1729,24 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
         return NGX_OK;
 
     case HP_IPC_REC_TEXT:
+    case HP_IPC_REC_TOKEN:
+    case HP_IPC_REC_END:
 
         if (!ctx->started) {
             break;
         }
 
-        if (!ctx->ttft_set && len) {
+        if (!ctx->ttft_set && type == HP_IPC_REC_TEXT
+            && len > sizeof(hp_ipc_text_t))
+        {
             ngx_http_hypic_first_token(r, ctx);
         }
 
-        rc = ctx->stream ? ngx_http_hypic_sse_text(r, ctx, data, len)
-                         : ngx_http_hypic_append(r, ctx, data, len);
+        rc = ngx_http_hypic_choices_record(r, ctx, type, data, len);
+
+        if (rc == NGX_DECLINED) {
+            break;
+        }
 
         if (rc == NGX_ERROR) {
             ngx_http_hypic_engine_detach(ctx);
@@ -1943,65 +1939,20 @@ ngx_http_hypic_first_token(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 }
 
 
-/* text for a non-streamed answer, gathered in the request pool */
-
-static ngx_int_t
-ngx_http_hypic_append(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    u_char *data, size_t len)
-{
-    u_char  *p;
-    size_t   cap;
-
-    if (ctx->text_len + len > ctx->text_cap) {
-        cap = ngx_max(2 * ctx->text_cap, ctx->text_len + len);
-        cap = ngx_max(cap, 1024);
-
-        p = ngx_pnalloc(r->pool, cap);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (ctx->text_len) {
-            ngx_memcpy(p, ctx->text, ctx->text_len);
-        }
-
-        if (ctx->text) {
-            ngx_pfree(r->pool, ctx->text);
-        }
-
-        ctx->text = p;
-        ctx->text_cap = cap;
-    }
-
-    ngx_memcpy(ctx->text + ctx->text_len, data, len);
-    ctx->text_len += len;
-
-    return NGX_OK;
-}
-
-
-/*
- * HEAD"choices":[{"index":0,"text":"T","logprobs":null,
- *     "finish_reason":"F"}],"usage":{..}}
- *
- * (chat: "message":{"role":"assistant","content":"T"} for "text":"T")
- */
+/* HEAD"choices":[..],"usage":{..}} */
 
 static ngx_int_t
 ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 {
     u_char     *p;
     size_t      len;
-    ngx_str_t   body, *finish;
+    ngx_str_t   body, choices;
 
-    finish = ngx_http_hypic_finish_reason(&ctx->final);
+    if (ngx_http_hypic_choices_json(r, ctx, &choices) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-    len = ctx->head.len
-          + sizeof("\"choices\":[{\"index\":0,\"message\":{\"role\":"
-                   "\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-                   "\"finish_reason\":\"\"}],}") - 1
-          + ngx_http_hypic_json_escape_len(ctx->text, ctx->text_len)
-          + finish->len + NGX_HTTP_HYPIC_USAGE_LEN;
+    len = ctx->head.len + choices.len + 2 + NGX_HTTP_HYPIC_USAGE_LEN;
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -2011,24 +1962,8 @@ ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     body.data = p;
 
     p = ngx_cpymem(p, ctx->head.data, ctx->head.len);
-    p = ngx_cpymem(p, "\"choices\":[{\"index\":0,",
-                   sizeof("\"choices\":[{\"index\":0,") - 1);
-
-    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
-        p = ngx_cpymem(p, "\"message\":{\"role\":\"assistant\",\"content\":\"",
-                       sizeof("\"message\":{\"role\":\"assistant\","
-                              "\"content\":\"") - 1);
-        p = ngx_http_hypic_json_escape(p, ctx->text, ctx->text_len);
-        p = ngx_cpymem(p, "\"}", 2);
-
-    } else {
-        p = ngx_cpymem(p, "\"text\":\"", sizeof("\"text\":\"") - 1);
-        p = ngx_http_hypic_json_escape(p, ctx->text, ctx->text_len);
-        *p++ = '"';
-    }
-
-    p = ngx_sprintf(p, ",\"logprobs\":null,\"finish_reason\":\"%V\"}],",
-                    finish);
+    p = ngx_cpymem(p, choices.data, choices.len);
+    *p++ = ',';
     p = ngx_http_hypic_usage(p, &ctx->final);
     *p++ = '}';
 

@@ -147,8 +147,9 @@ static void on_start(void *ud, const hp_sched_start_t *s)
     pthread_mutex_unlock(&mu);
 }
 
-static size_t on_text(void *ud, const char *t, size_t len)
+static size_t on_text(void *ud, int choice, const char *t, size_t len)
 {
+    (void)choice;
     col_t *c = ud;
     pthread_mutex_lock(&mu);
     c->offers++;
@@ -404,14 +405,14 @@ static void il_start(void *ud, const hp_sched_start_t *st)
     pthread_mutex_unlock(&mu);
 }
 
-static size_t il_text(void *ud, const char *t, size_t len)
+static size_t il_text(void *ud, int choice, const char *t, size_t len)
 {
     col_t *c = ud;
     pthread_mutex_lock(&mu);
     if (c->id == 1 && c->len == 0)
         texts_at_first = cols[0].offers;
     pthread_mutex_unlock(&mu);
-    return on_text(ud, t, len);
+    return on_text(ud, choice, t, len);
 }
 
 static void test_interleave(void)

@@ -185,7 +185,10 @@ static void on_done(void *ud, const hp_sched_final_t *f)
     pthread_mutex_unlock(&mu);
 }
 
-static const hp_sched_ops_t ops = {on_start, on_text, on_cancelled, on_done};
+static const hp_sched_ops_t ops = {.start = on_start,
+                                   .text = on_text,
+                                   .cancelled = on_cancelled,
+                                   .done = on_done};
 
 /* Waits for cond over c (bounded: a failure, never a measurement). */
 static int wait_for(col_t *c, int (*cond)(col_t *))
@@ -418,8 +421,10 @@ static size_t il_text(void *ud, int choice, const char *t, size_t len)
 static void test_interleave(void)
 {
     static char longp[4000];
-    static const hp_sched_ops_t il_ops = {il_start, il_text, on_cancelled,
-                                          on_done};
+    static const hp_sched_ops_t il_ops = {.start = il_start,
+                                          .text = il_text,
+                                          .cancelled = on_cancelled,
+                                          .done = on_done};
     hp_error_t err = {0};
     int *ids, n;
 

@@ -176,6 +176,10 @@ ngx_http_hypic_choices_record(ngx_http_request_t *r,
     data += sizeof(hp_ipc_text_t);
     len -= sizeof(hp_ipc_text_t);
 
+    if (len == 0) {
+        return NGX_OK;
+    }
+
     if (!ctx->stream) {
         if (ngx_http_hypic_buf_reserve(r->pool, &ch->text, len) != NGX_OK) {
             return NGX_ERROR;
@@ -183,10 +187,6 @@ ngx_http_hypic_choices_record(ngx_http_request_t *r,
 
         ch->text.len = ngx_cpymem(ch->text.data + ch->text.len, data, len)
                        - ch->text.data;
-        return NGX_OK;
-    }
-
-    if (len == 0) {
         return NGX_OK;
     }
 
@@ -415,15 +415,24 @@ ngx_http_hypic_choice_logprobs(ngx_http_request_t *r,
 
     out->data = p;
 
+    /* (no entries: the buffers may not exist yet) */
+
     if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
         p = ngx_cpymem(p, chat[0], ngx_strlen(chat[0]));
-        p = ngx_cpymem(p, ch->lp[0].data, ch->lp[0].len);
+
+        if (ch->lp[0].len) {
+            p = ngx_cpymem(p, ch->lp[0].data, ch->lp[0].len);
+        }
+
         p = ngx_cpymem(p, chat[1], ngx_strlen(chat[1]));
 
     } else {
         for (k = 0; k < 4; k++) {
             p = ngx_cpymem(p, cmpl[k], ngx_strlen(cmpl[k]));
-            p = ngx_cpymem(p, ch->lp[k].data, ch->lp[k].len);
+
+            if (ch->lp[k].len) {
+                p = ngx_cpymem(p, ch->lp[k].data, ch->lp[k].len);
+            }
         }
 
         p = ngx_cpymem(p, cmpl[4], ngx_strlen(cmpl[4]));

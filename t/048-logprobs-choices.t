@@ -303,7 +303,7 @@ ok($last->{usage} && !@{ $last->{choices} }
 
 
 
-=== TEST 6: max_completion_tokens wins; stop strings leave their tokens out
+=== TEST 6: max_completion_tokens wins; stop strings leave their tokens out; nothing generated
 --- http_config
     @ENGINE@
 --- config
@@ -312,12 +312,21 @@ ok($last->{usage} && !@{ $last->{choices} }
 [main::chat(max_completion_tokens => 3, max_tokens => 9,
             ignore_eos => JSON::PP::true()),
  main::cmpl(temperature => 0, max_tokens => 24, logprobs => 1,
-            ignore_eos => JSON::PP::true())]
+            ignore_eos => JSON::PP::true()),
+ main::chat(max_tokens => 0, n => 2, logprobs => JSON::PP::true()),
+ main::cmpl(max_tokens => 0, logprobs => 3)]
 --- error_code: 200
 --- response_check
 my ($r) = @_;
 is(json_of($r->[0])->{usage}{completion_tokens}, 3,
    'max_completion_tokens 3 over max_tokens 9');
+is_deeply([map { [$_->{index}, $_->{logprobs}{content},
+                  $_->{finish_reason}] } @{ json_of($r->[2])->{choices} }],
+          [[0, [], 'length'], [1, [], 'length']],
+          'nothing generated: empty content in each choice');
+is_deeply(json_of($r->[3])->{choices}[0]{logprobs},
+          { tokens => [], token_logprobs => [], top_logprobs => [],
+            text_offset => [] }, 'and empty arrays for completions');
 # a stop string of two tokens from the middle of the greedy answer
 my $full = json_of($r->[1])->{choices}[0]{logprobs}{tokens};
 my $i = int(@$full / 2);

@@ -84,8 +84,7 @@
 
 #define HP_IPC_MAX_CHOICES  16  /* n, choices per request */
 #define HP_IPC_MAX_LOGPROBS 20  /* alternatives per token (OpenAI's 20) */
-#define HP_IPC_TOKEN_BYTES  256 /* a token's bytes in a TOKEN record, at most  \
-                                 */
+#define HP_IPC_TOKEN_BYTES  256 /* most bytes of a token in a TOKEN record */
 
 #define HP_IPC_TEXT_MAX   2048 /* largest text in a TEXT record */
 #define HP_IPC_REC_HEADER 8    /* u32 type, u32 length; records 8-aligned */

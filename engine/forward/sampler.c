@@ -154,16 +154,17 @@ void hp_sampler_probs(hp_sampler_t *s, float *out, const float *logits,
 void hp_logprobs(hp_logprobs_t *out, const float *logits, int V, int token,
                  int n_top)
 {
-    float mx = logits[hp_argmax(logits, V)];
-    double sum = 0.0;
-    int k = 0;
+    int a = hp_argmax(logits, V), k = 0;
+    float mx = logits[a];
+    double sum = 1.0; /* the maximum's own term */
 
     if (n_top > HP_LOGPROBS_MAX_TOP)
         n_top = HP_LOGPROBS_MAX_TOP;
     if (n_top > V)
         n_top = V;
     for (int i = 0; i < V; i++)
-        sum += exp((double)logits[i] - mx);
+        if (i != a)
+            sum += exp((double)logits[i] - mx);
     double lse = mx + log(sum);
     /* the top n_top by insertion: a logit enters only past the smallest
      * kept one, so the vocabulary is read once */

@@ -287,3 +287,52 @@ int hp_decoder_accept_best(hp_decoder_t *d, const int *best, const int *draft,
         acc++;
     return accepted(d, NULL, 0, draft, n, acc, best[acc], keep, tok, err);
 }
+
+int hp_decoder_fork(hp_decoder_t *dst, const hp_decoder_t *d, uint64_t seed,
+                    hp_error_t *err)
+{
+    hp_gen_params_t p = {
+        .max_tokens = d->max_tokens,
+        .sampling = d->sampling,
+        .n_stop = d->n_stop,
+        .ignore_eos = d->ignore_eos,
+        .speculative = d->spec,
+        .ctx = d->ids,
+        .n_ctx = d->n_prompt,
+        .logprobs = d->logprobs,
+        .top_logprobs = d->top_logprobs,
+    };
+    p.sampling.seed = seed;
+    for (int i = 0; i < d->n_stop; i++)
+        p.stop[i] = d->stop[i];
+    return hp_decoder_init(dst, d->llm, &p, err);
+}
+
+int hp_decoder_logprobs_ready(const hp_decoder_t *d, const hp_decoder_lp_t **lp)
+{
+    int end = d->lp_taken;
+    *lp = d->lp + d->lp_taken;
+    if (d->done && !d->stopped)
+        return d->n_lp - d->lp_taken;
+    /* a token whose text starts past the safe text waits (or, stopped,
+     * belongs to the stop string) */
+    while (end < d->n_lp && d->lp[end].off < d->safe)
+        end++;
+    return end - d->lp_taken;
+}
+
+void hp_decoder_logprobs_take(hp_decoder_t *d, int n)
+{
+    d->lp_taken += n;
+    if (d->lp_taken >= d->n_lp)
+        d->lp_taken = d->n_lp = 0; /* all taken: the room is reused */
+}
+
+size_t hp_decoder_chars(hp_decoder_t *d, size_t off)
+{
+    if (off > d->text.len)
+        off = d->text.len;
+    for (; d->chars_at < off; d->chars_at++)
+        d->chars += ((unsigned char)d->text.data[d->chars_at] & 0xc0) != 0x80;
+    return d->chars;
+}

@@ -27,9 +27,13 @@ our $MODEL = "$Hypic::Nginx::REPO/models/test/qwen35-dense";
 my $why = Hypic::Engine->why_not || (-d $MODEL ? '' : "no $MODEL");
 plan(skip_all => $why) if $why;
 
+# HYPIC_TEST_DEVICE=cuda: the same checks with the engine on a GPU (greedy
+# answers with logprobs must copy the logits back from the device)
 our $engine = Hypic::Engine->start(
     args => ['--model', $MODEL, '--node', 'l-node', '--slots', 8,
-             '--batch', 4]);
+             '--batch', 4,
+             $ENV{HYPIC_TEST_DEVICE} ? ('--device', $ENV{HYPIC_TEST_DEVICE})
+                                     : ()]);
 
 add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
                    . ' model=tiny-1;');

@@ -149,12 +149,13 @@ $(BUILD)/bench/%: bench/%.c $(LIBHYPIC) $(LIBKCPU) $(HEADERS) \
 	    $(LIBS_ALL)
 
 # GPU benches (bench/gpu_*.c): linked with libhk_cuda.a, built only with it.
+# With the CUDA backend too (gpu_engine runs the whole model there).
 $(BUILD)/bench/gpu_%: bench/gpu_%.c $(LIBHYPIC) $(LIBKCPU) $(CUDA_TARGET) \
-                      $(HEADERS) $(wildcard bench/*.h)
+                      $(CUDA_BACKEND) $(HEADERS) $(wildcard bench/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  BENCH   $@")
-	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(CUDA_TARGET) \
-	    $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL) $(CUDA_LIBS)
+	$(Q)$(CC) $(CFLAGS_ALL) $(LDFLAGS_ALL) -o $@ $< $(CUDA_BACKEND) \
+	    $(CUDA_TARGET) $(LIBHYPIC) $(LIBKCPU) $(LIBS_ALL) $(CUDA_LIBS)
 
 # CUDA twins: compiled and linked here, run only where a device exists.
 # Machine code for A100 (sm_80) and H100 (sm_90a), and compute_90 PTX that

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_engine.h"
 #include "bench/bench_util.h"
 #include "engine/forward/forward.h"
 #include "engine/forward/sampler.h"
@@ -71,18 +72,6 @@ static double gemm_flops_per_token(const hp_model_config_t *c)
             w += 3.0 * H * c->intermediate;
     }
     return 2.0 * w;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* A T-token prefill (seconds into *tp) then n_dec greedy steps (*td). */
@@ -184,8 +173,7 @@ int main(int argc, char **argv)
     int wT = 64;
     ids = malloc((size_t)wT * sizeof(int));
     for (int t = 0; t < wT; t++)
-        ids[t] = (int)((t * 7919u + 13) %
-                       (unsigned)(c->vocab_size < 4000 ? c->vocab_size : 4000));
+        ids[t] = bench_prompt_id(t, c->vocab_size);
     if (run_once(m, &ws, ids, wT, piece, 4, lg, tp, td, &err) != HP_OK)
         return bench_fail(&err);
     free(ids);
@@ -195,14 +183,12 @@ int main(int argc, char **argv)
         int T = bench_next_int(&s);
         ids = malloc((size_t)T * sizeof(int));
         for (int t = 0; t < T; t++)
-            ids[t] =
-                (int)((t * 7919u + 13) %
-                      (unsigned)(c->vocab_size < 4000 ? c->vocab_size : 4000));
+            ids[t] = bench_prompt_id(t, c->vocab_size);
         for (int r = 0; r < reps; r++)
             if (run_once(m, &ws, ids, T, piece, n_dec, lg, &tp[r], &td[r],
                          &err) != HP_OK)
                 return bench_fail(&err);
-        double dt = median(tp, reps), dd = median(td, reps);
+        double dt = bench_median(tp, reps), dd = bench_median(td, reps);
         double gf = fpt * T / dt / 1e9;
         printf("| %d | %.1f | %.1f | %.0f%% | %.2f |\n", T, T / dt, gf,
                100 * gf / peak, n_dec / dd);

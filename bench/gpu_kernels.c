@@ -6,11 +6,15 @@
  * by tools/device-check.sh.
  *
  *   gpu_kernels [--out FILE.tsv] [--dump DIR] [--budget SECONDS] [--tiny]
+ *               [--only PREFIX]
  *
  * Measured (in this order, the most wanted first):
  *   copy_d2d                       1 GiB, bytes read + written
- *   gdn_chunk_{f32,bf16}[_tc]      prefill, T = 4k, 16k, 64k (C = 64;
- *                                  _tc: with T_C)
+ *   gdn_chunk_{f32,bf16,f32mma}[_tc]  prefill, T = 4k, 16k, 64k (C = 64;
+ *                                  _tc: with T_C): the f32 kernel, the
+ *                                  tensor-core one on bf16 inputs and on
+ *                                  f32 inputs (the engine's default,
+ *                                  HYPIC_CUDA_GDN=auto; f32 is =scalar)
  *   gdn_step / gdn_decode / gdn_decode_chain   decode, B = 1, 16, 64, 256:
  *                                  the fused step; the unfused recurrence
  *                                  alone; the unfused chain (conv, split,
@@ -18,14 +22,30 @@
  *                                  counts state bytes read + written;
  *                                  states rotate over >= 256 MB of sets so
  *                                  no step finds them in L2
- *   attention_decode               B requests x 4096 keys; GB/s of K and V
+ *   kvbuf_{step,flush,decode,verify}  the KVBuffer at B = 1, 16, 64, 256:
+ *                                  chunkwise step, flush, their average
+ *                                  against the recurrent step, and the
+ *                                  verification of 4 drafts; GB/s from
+ *                                  the traffic model (bench_kvbuf)
+ *   attention_decode[_1blk|_simple]  B requests x 4096 keys; GB/s of K
+ *                                  and V: flash-decoding (keys split over
+ *                                  blocks, with scratch); the same kernel
+ *                                  one block per (request, group) (the
+ *                                  engine's call, no scratch); the first
+ *                                  kernel (one block per (request, head))
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
- *   attention_prefill              causal, T = 4k, 16k, 64k; TFLOP/s
+ *   attention_prefill[_bf16|_simple]  causal, T = 4k, 16k, 64k (simple:
+ *                                  to 16k); TFLOP/s
+ *                                  (causal flops, 4 Hq hd T(T+1)/2): the
+ *                                  tensor-core kernel with hi/lo split
+ *                                  operands (f32 accuracy, the default),
+ *                                  with bf16 operands, the first kernel
  * A row past the budget is printed as skipped. --dump DIR writes, for a
  * small shape of each op, the inputs and our outputs (raw little-endian
  * arrays and a meta.txt per case) for bench/gpu_kernels_ref.py, which runs
  * FLA and torch on the same inputs and a float64 reference. --tiny runs
- * toy shapes (the host emulator's plumbing check).
+ * toy shapes (the host emulator's plumbing check). --only PREFIX measures
+ * (and dumps) only the ops whose names start with PREFIX, copy_d2d always.
  *
  * Inputs are synthetic, as the model makes them: q, k rows unit-norm
  * (q / sqrt(dk)), gates from hk_math_gdn_gate over the HF initialisation
@@ -40,6 +60,7 @@
 #include <sys/stat.h>
 
 #include "bench/bench_util.h"
+#include "engine/forward/kvbuf.h"
 #include "kernels/common/hk_bf16.h"
 #include "kernels/common/hk_math.h"
 #include "kernels/cuda/hk_cuda.h"
@@ -64,7 +85,7 @@ static const model_t tiny_model = {"tiny", 1, 2, 32, 32, 2, 1, 32, 64, 96, 80};
                   */
 
 static FILE *tsv;
-static const char *dump_dir;
+static const char *dump_dir, *only;
 static double t_begin, budget = 1e9;
 static int tiny;
 static uint64_t rng = BENCH_SEED;
@@ -135,6 +156,13 @@ static uint16_t *to_bf16(const float *x, size_t n)
     return b;
 }
 
+/* --only: is op one of the ops to run (or a family prefix of them)? */
+static int wanted(const char *op)
+{
+    return !only || !strncmp(op, only, strlen(only)) ||
+           !strncmp(only, op, strlen(op));
+}
+
 static int over_budget(void)
 {
     return bench_now() - t_begin > budget;
@@ -154,7 +182,7 @@ static void emit(const char *op, const char *model, const char *params,
         snprintf(g, sizeof g, "%.1f", gbps);
     if (tflops >= 0)
         snprintf(f, sizeof f, "%.2f", tflops);
-    printf("| %-18s | %-13s | %-34s | %10s | %4d | %10s | %7s | %6s | %s |\n",
+    printf("| %-24s | %-13s | %-34s | %10s | %4d | %10s | %7s | %6s | %s |\n",
            op, model, params, m, reps, r, g, f, note ? note : "");
     fprintf(tsv, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", op, model, params, m,
             reps, r, g, f, note ? note : "");
@@ -215,6 +243,8 @@ static double measure(const char *op, const char *model, const char *params,
                       op_fn f, void *ctx, double tokens, double bytes,
                       double flops)
 {
+    if (!wanted(op) || (only && strncmp(op, only, strlen(only))))
+        return -1;
     if (over_budget()) {
         skipped(op, model, params, "skipped: budget");
         return -1;
@@ -359,8 +389,12 @@ static void gdn_host_make(gdn_host_t *p, const model_t *m, int R)
 /* ---- GDN chunked prefill ---------------------------------------------------
  */
 
+/* the chunk kernels measured: hk_cuda_gdn_chunk, hk_cuda_gdn_chunk_bf16,
+ * hk_cuda_gdn_chunk_tc */
+enum { CH_F32, CH_BF16, CH_F32MMA, CH_KINDS };
+
 typedef struct {
-    int T, Hk, Hv, dk, dv, bf16, tc;
+    int T, Hk, Hv, dk, dv, kind, tc;
     float *q, *k, *v, *g, *beta, *o, *S, *Tc, *scr;
     uint16_t *qb, *kb, *vb;
     float **states, **tcs; /* device tables of one pointer */
@@ -371,11 +405,16 @@ static int chunk_run(void *ctx, int rep)
 {
     const chunk_ctx *c = ctx;
     (void)rep;
-    if (c->bf16)
+    if (c->kind == CH_BF16)
         return hk_cuda_gdn_chunk_bf16(c->o, c->states, c->tc ? c->tcs : NULL,
                                       c->qb, c->kb, c->vb, c->g, c->beta, c->cu,
                                       1, c->T, c->Hk, c->Hv, c->dk, c->dv,
                                       CHUNK, c->scr, NULL);
+    if (c->kind == CH_F32MMA)
+        return hk_cuda_gdn_chunk_tc(c->o, c->states, c->tc ? c->tcs : NULL,
+                                    c->q, c->k, c->v, c->g, c->beta, c->cu, 1,
+                                    c->T, c->Hk, c->Hv, c->dk, c->dv, CHUNK,
+                                    c->scr, NULL);
     return hk_cuda_gdn_chunk(c->o, c->S, c->tc ? c->Tc : NULL, c->q, c->k, c->v,
                              c->g, c->beta, c->T, c->Hk, c->Hv, c->dk, c->dv,
                              CHUNK, c->scr, NULL);
@@ -403,7 +442,8 @@ static void chunk_setup(chunk_ctx *c, const gdn_host_t *p, int T)
     c->Tc = dalloc((size_t)p->Hv * p->dk * p->dk * 4);
     const size_t s1 = hk_cuda_gdn_chunk_scratch(T, p->Hv, p->dk, p->dv, CHUNK);
     const size_t s2 =
-        hk_cuda_gdn_chunk_bf16_scratch(T, 1, p->Hv, p->dk, p->dv, CHUNK);
+        hk_cuda_gdn_chunk_tc_scratch(T, 1, p->Hk, p->Hv, p->dk, p->dv, CHUNK);
+    /* the f32-in entry's scratch holds the bf16 one's and more */
     c->scr = dalloc((s1 > s2 ? s1 : s2) * 4);
     c->states = dalloc(sizeof(float *));
     c->tcs = dalloc(sizeof(float *));
@@ -425,8 +465,9 @@ static void chunk_free(chunk_ctx *c)
         CK(hk_cuda_free(bufs[i]));
 }
 
-static const char *const chunk_ops[4] = {"gdn_chunk_f32", "gdn_chunk_f32_tc",
-                                         "gdn_chunk_bf16", "gdn_chunk_bf16_tc"};
+static const char *const chunk_ops[2 * CH_KINDS] = {
+    "gdn_chunk_f32",     "gdn_chunk_f32_tc", "gdn_chunk_bf16",
+    "gdn_chunk_bf16_tc", "gdn_chunk_f32mma", "gdn_chunk_f32mma_tc"};
 
 static void bench_chunk(const model_t *m, int T)
 {
@@ -434,7 +475,7 @@ static void bench_chunk(const model_t *m, int T)
     snprintf(params, sizeof params, "T=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,C=%d", T,
              m->Hk, m->Hv, m->dk, m->dv, CHUNK);
     if (over_budget()) {
-        for (int v = 0; v < 4; v++)
+        for (int v = 0; v < 2 * CH_KINDS; v++)
             skipped(chunk_ops[v], m->name, params, "skipped: budget");
         return;
     }
@@ -446,8 +487,8 @@ static void bench_chunk(const model_t *m, int T)
      * C (dk + dv) per token and head, 2 per multiply-add; Tc 2 dk^2 more */
     const double base = 2.0 * T * m->Hv *
                         (3.0 * m->dk * m->dv + (double)CHUNK * (m->dk + m->dv));
-    for (int v = 0; v < 4; v++) {
-        c.bf16 = v >= 2;
+    for (int v = 0; v < 2 * CH_KINDS; v++) {
+        c.kind = v / 2;
         c.tc = v % 2;
         const double fl = base + (c.tc ? 4.0 * T * m->Hv * m->dk * m->dk : 0.0);
         measure(chunk_ops[v], m->name, params, chunk_run, &c, T, 0, fl);
@@ -477,17 +518,18 @@ static void dump_chunk(const model_t *m, int T)
     dump_host("g.f32", p.g, (size_t)T * m->Hv * 4);
     dump_host("beta.f32", p.beta, (size_t)T * m->Hv * 4);
     dump_host("S0.f32", p.S0, ns * 4);
-    for (int b = 0; b < 2; b++) {
+    static const char *const kinds[CH_KINDS] = {"f32", "bf16", "f32mma"};
+    for (int b = 0; b < CH_KINDS; b++) {
         CK(hk_cuda_h2d(c.S, p.S0, ns * 4, NULL));
-        c.bf16 = b;
+        c.kind = b;
         c.tc = 1;
         CK(chunk_run(&c, 0));
         char f[32];
-        snprintf(f, sizeof f, "o_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "o_%s.f32", kinds[b]);
         dump_dev(f, c.o, nv * 4);
-        snprintf(f, sizeof f, "S_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "S_%s.f32", kinds[b]);
         dump_dev(f, c.S, ns * 4);
-        snprintf(f, sizeof f, "Tc_%s.f32", b ? "bf16" : "f32");
+        snprintf(f, sizeof f, "Tc_%s.f32", kinds[b]);
         dump_dev(f, c.Tc, (size_t)m->Hv * m->dk * m->dk * 4);
     }
     chunk_free(&c);
@@ -686,31 +728,266 @@ static void dump_step(const model_t *m, int B)
     step_free(&c);
 }
 
+/* ---- KVBuffer decode -------------------------------------------------------
+ * Chunkwise decode (hk_cuda_kvbuf_step, T = 1) of R requests at the
+ * average buffer length of a flush cycle (cap = the default, the B of
+ * least traffic), the flush of full buffers, their average step (step +
+ * flush / cap), and verification of KVB_DRAFTS drafts (T = 1 + drafts),
+ * against the recurrent step (gdn_decode, and the fused gdn_step) timed in
+ * the same run. Bytes are the traffic model of engine/forward/kvbuf.h (the
+ * one bench/kvbuf_bench uses on the CPU), per request: S = Hv dk dv 4,
+ * an entry e = Hk dk 4 + Hv (4 dv + 8);
+ *   step    S + (len + 1) e          flush   2 S + cap e
+ *   decode  hp_kvbuf_bytes_chunkwise (S (1 + 2/cap) + e (cap + 3) / 2)
+ *   verify  S + (len + T) e          recurrent 2 S per token
+ * so GB/s is model bytes / time, and a row near copy_d2d's GB/s means the
+ * model's bytes are what moved; the decode row's note gives the model's
+ * speedup over the recurrent step beside the measured one. States and
+ * buffers rotate over >= 256 MB of sets, as in bench_decode. */
+#define KVB_DRAFTS 4
+#define KVB_BS     16
+
+typedef struct {
+    int R, T, nsets, lmax;
+    hk_kvbuf_geom_t g;
+    float *arena, *pool;              /* nsets x R buffers and states */
+    int *blocks, *n;                  /* block ids; flush counts [R] */
+    hk_kvbuf_view_t **vw;             /* per set: device views */
+    float *q, *k, *v, *gl, *beta, *o; /* [R*T] rows */
+} kvb_ctx;
+
+static int kvb_step_run(void *ctx, int rep)
+{
+    const kvb_ctx *c = ctx;
+    return hk_cuda_kvbuf_step(c->o, c->arena, c->vw[rep % c->nsets], c->q, c->k,
+                              c->v, c->gl, c->beta, c->R, c->T, &c->g, c->lmax,
+                              NULL);
+}
+
+static int kvb_flush_run(void *ctx, int rep)
+{
+    const kvb_ctx *c = ctx;
+    return hk_cuda_kvbuf_flush(c->arena, c->vw[rep % c->nsets], c->n, c->R,
+                               &c->g, NULL);
+}
+
+/* R buffers of len entries (blocks for lmax) over states, per set;
+ * inputs for T tokens each; flushes of cap entries. */
+static void kvb_setup(kvb_ctx *c, const model_t *m, int R, int T, int len,
+                      int cap)
+{
+    memset(c, 0, sizeof *c);
+    c->R = R, c->T = T;
+    c->g = (hk_kvbuf_geom_t){m->Hk, m->Hv, m->dk, m->dv, KVB_BS};
+    c->lmax = len + T > cap ? len + T : cap;
+    const int nb = (c->lmax + KVB_BS - 1) / KVB_BS;
+    const size_t bf = hk_kvbuf_layout_floats(&c->g);
+    const size_t ns = (size_t)m->Hv * m->dk * m->dv;
+    const double set = (double)R * (ns + nb * bf) * 4.0;
+    c->nsets = (int)ceil(ROT_BYTES / set);
+    c->nsets = tiny ? 2 : c->nsets < 1 ? 1 : c->nsets > 256 ? 256 : c->nsets;
+    const size_t nbuf = (size_t)c->nsets * R;
+
+    /* one block repeated: small keys and w, G falling by 0.05 a slot */
+    float *blk = halloc(bf * 4);
+    for (size_t i = 0; i < hk_kvbuf_off_G(&c->g); i++)
+        blk[i] = (float)(0.1 * nrand());
+    double *G = (double *)(void *)(blk + hk_kvbuf_off_G(&c->g));
+    for (int i = 0; i < m->Hv * KVB_BS; i++)
+        G[i] = -0.05 * (i % KVB_BS + 1);
+    c->arena = dev_tiled(blk, bf * 4, nbuf * nb * bf * 4);
+    float *s0 = halloc(ns * 4);
+    for (size_t i = 0; i < ns; i++)
+        s0[i] = (float)(0.1 * nrand());
+    c->pool = dev_tiled(s0, ns * 4, nbuf * ns * 4);
+    int *ids = halloc(nbuf * nb * sizeof(int));
+    for (size_t i = 0; i < nbuf * nb; i++)
+        ids[i] = (int)i;
+    c->blocks = dalloc(nbuf * nb * sizeof(int));
+    CK(hk_cuda_h2d(c->blocks, ids, nbuf * nb * sizeof(int), NULL));
+    hk_kvbuf_view_t *hv = halloc((size_t)R * sizeof(hk_kvbuf_view_t));
+    c->vw = halloc((size_t)c->nsets * sizeof(*c->vw));
+    for (int s = 0; s < c->nsets; s++) {
+        for (int r = 0; r < R; r++) {
+            const size_t b = (size_t)s * R + r;
+            hv[r] =
+                (hk_kvbuf_view_t){c->pool + b * ns, c->blocks + b * nb, len};
+        }
+        c->vw[s] = dalloc((size_t)R * sizeof(hk_kvbuf_view_t));
+        CK(hk_cuda_h2d(c->vw[s], hv, (size_t)R * sizeof(hk_kvbuf_view_t),
+                       NULL));
+    }
+    for (int r = 0; r < R; r++)
+        ids[r] = cap;
+    c->n = dalloc((size_t)R * sizeof(int));
+    CK(hk_cuda_h2d(c->n, ids, (size_t)R * sizeof(int), NULL));
+
+    const size_t rows = (size_t)R * T, nq = rows * m->Hk * m->dk;
+    const size_t nv = rows * m->Hv * m->dv, ng = rows * m->Hv;
+    float *q = halloc(nq * 4), *k = halloc(nq * 4), *v = halloc(nv * 4);
+    float *gl = halloc(ng * 4), *beta = halloc(ng * 4);
+    for (size_t r = 0; r < rows * m->Hk; r++) {
+        unit_row(q + r * m->dk, m->dk, 1.0 / sqrt((double)m->dk));
+        unit_row(k + r * m->dk, m->dk, 1.0);
+    }
+    for (size_t i = 0; i < nv; i++)
+        v[i] = (float)nrand();
+    for (size_t i = 0; i < ng; i++) {
+        gl[i] = (float)(-0.01 - 0.5 * bench_unif(&rng));
+        beta[i] = hk_math_sigmoid((float)nrand());
+    }
+    c->q = dev_tiled(q, nq * 4, nq * 4);
+    c->k = dev_tiled(k, nq * 4, nq * 4);
+    c->v = dev_tiled(v, nv * 4, nv * 4);
+    c->gl = dev_tiled(gl, ng * 4, ng * 4);
+    c->beta = dev_tiled(beta, ng * 4, ng * 4);
+    c->o = dalloc(nv * 4);
+    free(blk);
+    free(s0);
+    free(ids);
+    free(hv);
+    free(q);
+    free(k);
+    free(v);
+    free(gl);
+    free(beta);
+}
+
+static void kvb_free(kvb_ctx *c)
+{
+    void *bufs[] = {c->arena, c->pool, c->blocks, c->n,    c->q,
+                    c->k,     c->v,    c->gl,     c->beta, c->o};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        CK(hk_cuda_free(bufs[i]));
+    for (int s = 0; s < c->nsets; s++)
+        CK(hk_cuda_free(c->vw[s]));
+    free(c->vw);
+}
+
+/* Median ms of the recurrent step (gdn_decode; gdn_step in *fused) of B
+ * requests, timed here without a row of its own (bench_decode prints
+ * those). */
+static double kvb_recurrent_ms(const model_t *m, int B, double *fused)
+{
+    const double sbytes = (double)B * m->Hv * m->dk * m->dv * 4.0;
+    int nsets = (int)ceil(ROT_BYTES / sbytes), reps = 0, rc = 0;
+    nsets = tiny ? 2 : nsets < 1 ? 1 : nsets > 256 ? 256 : nsets;
+    step_ctx c;
+    step_setup(&c, m, B, nsets);
+    CK(chain_run(&c, 0));
+    CK(hk_cuda_stream_sync(NULL));
+    const double ms = time_op(decode_run, &c, &reps, &rc);
+    *fused = time_op(step_run, &c, &reps, &rc);
+    step_free(&c);
+    return ms;
+}
+
+static void bench_kvbuf(const model_t *m, int R)
+{
+    static const char *const ops[] = {"kvbuf_step", "kvbuf_flush",
+                                      "kvbuf_decode", "kvbuf_verify"};
+    hp_kvbuf_config_t kc;
+    hp_kvbuf_config_default(&kc, m->Hk, m->Hv, m->dk, m->dv);
+    const int cap = kc.cap, len = (cap - 1) / 2, T = 1 + KVB_DRAFTS;
+    const double S = hp_kvbuf_bytes_recurrent(m->Hk, m->Hv, m->dk, m->dv) / 2;
+    const double e = hp_kvbuf_bytes_kvonly(m->Hk, m->Hv, m->dk, m->dv, 0);
+    char params[128], vparams[128], note[192];
+    snprintf(params, sizeof params, "B=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,cap=%d", R,
+             m->Hk, m->Hv, m->dk, m->dv, cap);
+    snprintf(vparams, sizeof vparams,
+             "B=%d,T=%d,len=%d,Hk=%d,Hv=%d,dk=%d,dv=%d", R, T, len, m->Hk,
+             m->Hv, m->dk, m->dv);
+    if (over_budget()) {
+        for (int i = 0; i < 4; i++)
+            skipped(ops[i], m->name, i == 3 ? vparams : params,
+                    "skipped: budget");
+        return;
+    }
+    double fused = -1, rec = kvb_recurrent_ms(m, R, &fused);
+    kvb_ctx c;
+    kvb_setup(&c, m, R, 1, len, cap);
+    const double step = measure(ops[0], m->name, params, kvb_step_run, &c, R,
+                                R * (S + (len + 1) * e), 0);
+    const double flush = measure(ops[1], m->name, params, kvb_flush_run, &c, 0,
+                                 R * (2 * S + cap * e), 0);
+    kvb_free(&c);
+    if (step >= 0 && flush >= 0) {
+        const double ms = step + flush / cap, s = ms * 1e-3;
+        const double model =
+            hp_kvbuf_bytes_chunkwise(m->Hk, m->Hv, m->dk, m->dv, cap);
+        snprintf(note, sizeof note,
+                 "step+flush/cap; vs gdn_decode %.4f ms: x%.2f (model "
+                 "x%.2f); vs gdn_step %.4f ms: x%.2f",
+                 rec, rec / ms, 2 * S / model, fused, fused / ms);
+        emit(ops[2], m->name, params, ms, 0, R / s, R * model / s * 1e-9, -1,
+             note);
+    } else {
+        skipped(ops[2], m->name, params, "no step or flush time");
+    }
+    /* verification: a row of its own with the recurrent comparison */
+    if (over_budget()) {
+        skipped(ops[3], m->name, vparams, "skipped: budget");
+        return;
+    }
+    kvb_setup(&c, m, R, T, len, cap);
+    int reps = 0, rc = 0;
+    const double ver = time_op(kvb_step_run, &c, &reps, &rc);
+    kvb_free(&c);
+    if (ver < 0) {
+        snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
+        emit(ops[3], m->name, vparams, -1, reps, -1, -1, -1, note);
+        return;
+    }
+    snprintf(note, sizeof note, "vs %d gdn_decode steps: x%.2f", T,
+             T * rec / ver);
+    emit(ops[3], m->name, vparams, ver, reps, R * T / (ver * 1e-3),
+         R * (S + (len + T) * e) / (ver * 1e-3) * 1e-9, -1, note);
+}
+
 /* ---- attention
  * ------------------------------------------------------------------ */
 
 typedef struct {
     int T, N, B, Hq, Hkv, hd;
+    hk_cuda_att_impl_t impl;
     float *q, *k, *v, *o;
     int *qpos, *nctx;
     float **kcs, **vcs; /* decode: device tables */
+    float *scr;         /* decode: flash-decoding's scratch, or NULL */
 } att_ctx;
 
+/* The kernels measured: bench op, kernels, decode with scratch. */
+typedef struct {
+    const char *op;
+    hk_cuda_att_impl_t impl;
+    int scratch;
+} att_kind_t;
+static const att_kind_t att_prefill_kinds[] = {
+    {"attention_prefill", HK_CUDA_ATT_FLASH, 0},
+    {"attention_prefill_bf16", HK_CUDA_ATT_FLASH_BF16, 0},
+    {"attention_prefill_simple", HK_CUDA_ATT_SIMPLE, 0}};
+static const att_kind_t att_decode_kinds[] = {
+    {"attention_decode", HK_CUDA_ATT_FLASH, 1},
+    {"attention_decode_1blk", HK_CUDA_ATT_FLASH, 0},
+    {"attention_decode_simple", HK_CUDA_ATT_SIMPLE, 0}};
+#define N_ATT_KINDS 3
 static int att_prefill_run(void *ctx, int rep)
 {
     const att_ctx *c = ctx;
     (void)rep;
-    return hk_cuda_attention(c->o, c->q, c->qpos, c->k, c->v, c->T, c->T, c->Hq,
-                             c->Hkv, c->hd, 1.0f / sqrtf((float)c->hd), NULL);
+    return hk_cuda_attention_impl(c->impl, c->o, c->q, c->qpos, c->k, c->v,
+                                  c->T, c->T, c->Hq, c->Hkv, c->hd,
+                                  1.0f / sqrtf((float)c->hd), NULL);
 }
 
 static int att_decode_run(void *ctx, int rep)
 {
     const att_ctx *c = ctx;
     (void)rep;
-    return hk_cuda_attention_decode(
-        c->o, c->q, (const float *const *)c->kcs, (const float *const *)c->vcs,
-        c->nctx, c->B, c->Hq, c->Hkv, c->hd, 1.0f / sqrtf((float)c->hd), NULL);
+    return hk_cuda_attention_decode_ex(
+        c->impl, c->o, c->q, (const float *const *)c->kcs,
+        (const float *const *)c->vcs, c->nctx, c->B, c->Hq, c->Hkv, c->hd,
+        1.0f / sqrtf((float)c->hd), c->scr, NULL);
 }
 
 /* Random rows (R of them) repeated over n rows of width w. */
@@ -726,7 +1003,8 @@ static float *dev_rand(size_t n, size_t w, double amp)
 }
 
 /* Prefill (B = 0: T queries over their own T keys) or decode (B requests,
- * one query each over N keys in its own cache). */
+ * one query each over N keys in its own cache, and flash-decoding's
+ * scratch). */
 static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
 {
     memset(c, 0, sizeof *c);
@@ -760,6 +1038,9 @@ static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
     CK(hk_cuda_h2d(c->kcs, kt, (size_t)B * sizeof(float *), NULL));
     CK(hk_cuda_h2d(c->vcs, vt, (size_t)B * sizeof(float *), NULL));
     CK(hk_cuda_h2d(c->nctx, n, (size_t)B * sizeof(int), NULL));
+    const size_t ns = hk_cuda_attention_decode_scratch(B, m->Hq, m->Hkv, m->hd);
+    if (ns)
+        c->scr = dalloc(ns * sizeof(float));
     free(kt);
     free(vt);
     free(n);
@@ -767,33 +1048,45 @@ static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
 
 static void att_free(att_ctx *c)
 {
-    void *bufs[] = {c->q, c->k, c->v, c->o, c->qpos, c->nctx, c->kcs, c->vcs};
+    void *bufs[] = {c->q,    c->k,   c->v,   c->o,  c->qpos,
+                    c->nctx, c->kcs, c->vcs, c->scr};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         CK(hk_cuda_free(bufs[i]));
 }
 
-/* The last prefill time of a model (ms at T): the cost grows as T^2, and a
- * call predicted to overrun the budget (warm-up + 1) is not started. */
+/* Every prefill kind at T. last_ms, last_T: each kind's last time (ms at
+ * T): the cost grows as T^2, and a call predicted to overrun the budget
+ * (warm-up + 1) is not started. */
 static void bench_att_prefill(const model_t *m, int T, double *last_ms,
                               int *last_T)
 {
     char params[128];
     snprintf(params, sizeof params, "T=%d,Hq=%d,Hkv=%d,hd=%d", T, m->Hq, m->Hkv,
              m->hd);
-    const double r = *last_T ? (double)T / *last_T : 0.0;
-    const double pred_s = *last_ms > 0 ? 2e-3 * *last_ms * r * r : 0.0;
-    if (over_budget() || bench_now() - t_begin + pred_s > budget) {
-        skipped("attention_prefill", m->name, params,
-                "skipped: budget (T^2 from the last size)");
-        return;
-    }
     att_ctx c;
-    att_setup(&c, m, T, 0, 0);
-    const double fl = 4.0 * m->Hq * m->hd * ((double)T * (T + 1) / 2.0);
-    *last_ms = measure("attention_prefill", m->name, params, att_prefill_run,
-                       &c, T, 0, fl);
-    *last_T = T;
-    att_free(&c);
+    int set = 0;
+    for (int i = 0; i < N_ATT_KINDS; i++) {
+        const att_kind_t *kd = &att_prefill_kinds[i];
+        /* SIMPLE re-reads K/V per query head: 64k would take minutes. */
+        if (!wanted(kd->op) || (kd->impl == HK_CUDA_ATT_SIMPLE && T > 16384))
+            continue;
+        const double r = last_T[i] ? (double)T / last_T[i] : 0.0;
+        const double pred_s = last_ms[i] > 0 ? 2e-3 * last_ms[i] * r * r : 0.0;
+        if (over_budget() || bench_now() - t_begin + pred_s > budget) {
+            skipped(kd->op, m->name, params,
+                    "skipped: budget (T^2 from the last size)");
+            continue;
+        }
+        if (!set)
+            att_setup(&c, m, T, 0, 0), set = 1;
+        c.impl = kd->impl;
+        const double fl = 4.0 * m->Hq * m->hd * ((double)T * (T + 1) / 2.0);
+        last_ms[i] =
+            measure(kd->op, m->name, params, att_prefill_run, &c, T, 0, fl);
+        last_T[i] = T;
+    }
+    if (set)
+        att_free(&c);
 }
 
 static void bench_att_decode(const model_t *m, int B, int N)
@@ -802,19 +1095,31 @@ static void bench_att_decode(const model_t *m, int B, int N)
     snprintf(params, sizeof params, "B=%d,N=%d,Hq=%d,Hkv=%d,hd=%d", B, N, m->Hq,
              m->Hkv, m->hd);
     if (over_budget()) {
-        skipped("attention_decode", m->name, params, "skipped: budget");
+        for (int i = 0; i < N_ATT_KINDS; i++)
+            if (wanted(att_decode_kinds[i].op))
+                skipped(att_decode_kinds[i].op, m->name, params,
+                        "skipped: budget");
         return;
     }
     att_ctx c;
     att_setup(&c, m, 0, B, N);
+    float *scr = c.scr;
     const double bytes = 2.0 * B * N * m->Hkv * m->hd * 4.0;
-    measure("attention_decode", m->name, params, att_decode_run, &c, B, bytes,
-            4.0 * B * N * m->Hq * m->hd);
+    for (int i = 0; i < N_ATT_KINDS; i++) {
+        c.impl = att_decode_kinds[i].impl;
+        c.scr = att_decode_kinds[i].scratch ? scr : NULL;
+        measure(att_decode_kinds[i].op, m->name, params, att_decode_run, &c, B,
+                bytes, 4.0 * B * N * m->Hq * m->hd);
+    }
+    c.scr = scr;
     att_free(&c);
 }
 
 static void dump_att(const model_t *m, int T, int B, int N)
 {
+    const att_kind_t *kinds = B ? att_decode_kinds : att_prefill_kinds;
+    if (!wanted(kinds[0].op))
+        return;
     att_ctx c;
     att_setup(&c, m, T, B, N);
     char meta[256], name[64];
@@ -827,11 +1132,23 @@ static void dump_att(const model_t *m, int T, int B, int N)
     dump_begin(name, meta);
     const size_t rows = B ? (size_t)B : (size_t)T;
     const size_t kvr = B ? (size_t)B * N : (size_t)T;
-    CK(B ? att_decode_run(&c, 0) : att_prefill_run(&c, 0));
     dump_dev("q.f32", c.q, rows * m->Hq * m->hd * 4);
     dump_dev("k.f32", c.k, kvr * m->Hkv * m->hd * 4);
     dump_dev("v.f32", c.v, kvr * m->Hkv * m->hd * 4);
-    dump_dev("o.f32", c.o, rows * m->Hq * m->hd * 4);
+    float *scr = c.scr;
+    /* o.f32, o_bf16.f32, o_simple.f32 (prefill); o.f32, o_1blk.f32,
+     * o_simple.f32 (decode): the op's suffix. */
+    for (int i = 0; i < N_ATT_KINDS; i++) {
+        char file[64] = "o.f32";
+        if (i > 0)
+            snprintf(file, sizeof file, "o_%s.f32",
+                     strrchr(kinds[i].op, '_') + 1);
+        c.impl = kinds[i].impl;
+        c.scr = kinds[i].scratch ? scr : NULL;
+        CK(B ? att_decode_run(&c, 0) : att_prefill_run(&c, 0));
+        dump_dev(file, c.o, rows * m->Hq * m->hd * 4);
+    }
+    c.scr = scr;
     att_free(&c);
 }
 
@@ -936,10 +1253,12 @@ int main(int argc, char **argv)
             budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tiny"))
             tiny = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
         else {
             fprintf(stderr,
                     "usage: %s [--out FILE.tsv] [--dump DIR] "
-                    "[--budget SECONDS] [--tiny]\n",
+                    "[--budget SECONDS] [--tiny] [--only PREFIX]\n",
                     argv[0]);
             return 2;
         }
@@ -975,12 +1294,14 @@ int main(int argc, char **argv)
     const int nm = tiny ? 1 : 2;
     if (dump_dir)
         for (int i = 0; i < nm; i++) {
-            dump_chunk(&ms[i], tiny ? 40 : i == 0 ? 1024 : 512);
-            dump_step(&ms[i], tiny ? 2 : 4);
+            if (wanted("gdn_chunk"))
+                dump_chunk(&ms[i], tiny ? 40 : i == 0 ? 1024 : 512);
+            if (wanted("gdn_step") || wanted("gdn_decode"))
+                dump_step(&ms[i], tiny ? 2 : 4);
             dump_att(&ms[i], tiny ? 24 : 512, 0, 0);
             dump_att(&ms[i], 0, tiny ? 2 : 4, tiny ? 16 : 1024);
         }
-    if (dump_dir)
+    if (dump_dir && wanted("matmul"))
         dump_mm(ms[0].name, tiny ? 4 : 64, ms[0].hidden, tiny ? 16 : 512, blas);
 
     printf("| op | model | params | ms | reps | tokens/s | GB/s | TFLOP/s | "
@@ -988,16 +1309,19 @@ int main(int argc, char **argv)
     bench_copy();
     static const int Ts[] = {4096, 16384, 65536}, Bs[] = {1, 16, 64, 256};
     const int nT = tiny ? 1 : 3, nB = tiny ? 2 : 4;
-    for (int t = 0; t < nT; t++)
+    for (int t = 0; t < nT && wanted("gdn_chunk"); t++)
         for (int i = 0; i < nm; i++)
             bench_chunk(&ms[i], tiny ? 40 : Ts[t]);
-    for (int b = 0; b < nB; b++)
+    for (int b = 0; b < nB && (wanted("gdn_step") || wanted("gdn_decode")); b++)
         for (int i = 0; i < nm; i++)
             bench_decode(&ms[i], tiny ? b + 1 : Bs[b]);
-    for (int b = 0; b < nB; b++)
+    for (int b = 0; b < nB && wanted("kvbuf"); b++)
+        for (int i = 0; i < nm; i++)
+            bench_kvbuf(&ms[i], tiny ? b + 1 : Bs[b]);
+    for (int b = 0; b < nB && wanted("attention_decode"); b++)
         for (int i = 0; i < nm; i++)
             bench_att_decode(&ms[i], tiny ? b + 1 : Bs[b], tiny ? 16 : 4096);
-    for (int i = 0; i < nm; i++) {
+    for (int i = 0; i < nm && wanted("matmul"); i++) {
         const model_t *m = &ms[i];
         const int ns[2] = {tiny ? 8 : 4096, tiny ? 2 : 64};
         for (int j = 0; j < 2; j++) {
@@ -1005,12 +1329,11 @@ int main(int argc, char **argv)
             bench_mm(m->name, ns[j], m->hidden, m->mlp, blas);
         }
     }
-    double last_ms[2] = {0, 0};
-    int last_T[2] = {0, 0};
-    for (int t = 0; t < nT; t++)
+    double last_ms[2][N_ATT_KINDS] = {{0}};
+    int last_T[2][N_ATT_KINDS] = {{0}};
+    for (int t = 0; t < nT && wanted("attention_prefill"); t++)
         for (int i = 0; i < nm; i++)
-            bench_att_prefill(&ms[i], tiny ? 20 : Ts[t], &last_ms[i],
-                              &last_T[i]);
+            bench_att_prefill(&ms[i], tiny ? 20 : Ts[t], last_ms[i], last_T[i]);
     hk_cuda_blas_destroy(blas);
     fclose(tsv);
     printf("# %.1f s\n", bench_now() - t_begin);

@@ -285,7 +285,7 @@ def case_accuracy(d, case, anc, rows):
         g, beta = arr(d, "g.f32", (T, Hv)), arr(d, "beta.f32", (T, Hv))
         S0 = arr(d, "S0.f32", (Hv, dk, dv))
         o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
-        for var in ("f32", "bf16"):
+        for var in ("f32", "bf16", "f32mma"):
             add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
             add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
             add("Tc", "ours_" + var, arr(d, "Tc_%s.f32" % var, Tc.shape),
@@ -355,6 +355,12 @@ def case_accuracy(d, case, anc, rows):
             ours = arr(d, "o.f32", o.shape)
             qs, ks, vs = q[:, None], k, v
         add("o", "ours", ours, o)
+        # the other kernels of the op (gpu_kernels.c's att_*_kinds)
+        for var in ("bf16", "simple", "1blk"):
+            f = os.path.join(d, "o_%s.f32" % var)
+            if os.path.exists(f):
+                add("o", "ours_att_" + var, arr(d, "o_%s.f32" % var, o.shape),
+                    o)
         if anc.torch:
             for name, dt in (("sdpa_f32", anc.torch.float32),
                              ("sdpa_bf16", anc.torch.bfloat16)):
@@ -388,11 +394,19 @@ ERR_OF = {
     "gdn_chunk_f32_tc": ("gdn_chunk", "ours_f32", ("o", "S", "Tc")),
     "gdn_chunk_bf16": ("gdn_chunk", "ours_bf16", ("o", "S")),
     "gdn_chunk_bf16_tc": ("gdn_chunk", "ours_bf16", ("o", "S", "Tc")),
+    "gdn_chunk_f32mma": ("gdn_chunk", "ours_f32mma", ("o", "S")),
+    "gdn_chunk_f32mma_tc": ("gdn_chunk", "ours_f32mma", ("o", "S", "Tc")),
     "gdn_step": ("gdn_step", "ours_step", ("o", "S")),
     "gdn_decode": ("gdn_step", "ours_chain", ("o", "S")),
     "gdn_decode_chain": ("gdn_step", "ours_chain", ("o", "S")),
     "attention_prefill": ("attention_prefill", "ours", ("o",)),
+    "attention_prefill_bf16": ("attention_prefill", "ours_att_bf16", ("o",)),
+    "attention_prefill_simple": ("attention_prefill", "ours_att_simple",
+                                 ("o",)),
     "attention_decode": ("attention_decode", "ours", ("o",)),
+    "attention_decode_1blk": ("attention_decode", "ours_att_1blk", ("o",)),
+    "attention_decode_simple": ("attention_decode", "ours_att_simple",
+                                ("o",)),
     "matmul_f32": ("matmul", "ours_f32", ("y",)),
     "matmul_bf16": ("matmul", "ours_bf16", ("y",)),
 }
@@ -432,10 +446,10 @@ def anchors_for(op):
                 "fla fused_recurrent_gated_delta_rule bf16"]
     if op in ("gdn_decode", "gdn_decode_chain"):
         return ["fla fused_recurrent_gated_delta_rule f32"]
-    if op == "attention_prefill":
+    if op.startswith("attention_prefill"):
         return ["torch sdpa f32", "torch sdpa bf16"]
-    if op == "attention_decode":
-        return ["torch sdpa f32"]
+    if op.startswith("attention_decode"):
+        return ["torch sdpa f32", "torch sdpa bf16"]
     if op == "matmul_f32":
         return ["torch matmul f32 (no tf32)"]
     if op == "matmul_bf16":
@@ -453,8 +467,9 @@ def priority(r):
         return 1
     if op.startswith("gdn_chunk"):
         return 2
-    return {"attention_decode": 3, "matmul_f32": 4, "matmul_bf16": 4}.get(
-        op, 5)
+    if op.startswith("attention_decode"):
+        return 3
+    return {"matmul_f32": 4, "matmul_bf16": 4}.get(op, 5)
 
 
 def run_anchor(anc, name, p, deadline):

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_engine.h"
 #include "bench/bench_util.h"
 #include "engine/cache/assemble.h"
 
@@ -25,36 +26,6 @@ static uint64_t rng = BENCH_SEED;
 static int next_id(int V)
 {
     return (int)(bench_xorshift(&rng) % (uint64_t)V);
-}
-
-/* A prompt of lead + docs (in the given order) + query. */
-static void make_prompt(hp_prompt_t *p, const hp_llm_t *llm, int **doc,
-                        const int *dlen, const int *order, int nd,
-                        const int *lead, int nl, const int *query, int nq)
-{
-    int n = nl + nq;
-    for (int i = 0; i < nd; i++)
-        n += dlen[i];
-    p->ids = malloc((size_t)n * sizeof(int));
-    p->segs = calloc((size_t)nd + 2, sizeof(*p->segs));
-    p->n = 0;
-    p->n_segs = 0;
-    for (int s = 0; s < nd + 2; s++) {
-        const int *src = s == 0        ? lead
-                         : s == nd + 1 ? query
-                                       : doc[order[s - 1]];
-        int len = s == 0 ? nl : s == nd + 1 ? nq : dlen[order[s - 1]];
-        hp_prompt_seg_t *g = &p->segs[p->n_segs++];
-        g->start = p->n;
-        g->len = len;
-        g->role = s == 0        ? HP_SEG_LEAD
-                  : s == nd + 1 ? HP_SEG_QUERY
-                                : HP_SEG_PIC;
-        hp_seg_id(g->id, llm->model.fingerprint, g->role, (const char *)src,
-                  (size_t)len * sizeof(int));
-        memcpy(p->ids + p->n, src, (size_t)len * sizeof(int));
-        p->n += len;
-    }
 }
 
 static double rel(const float *a, const float *b, size_t n)
@@ -117,8 +88,8 @@ int main(int argc, char **argv)
         rot[i] = (i + 1) % nd;
     }
     hp_prompt_t p, pw;
-    make_prompt(&p, &llm, doc, dlen, order, nd, lead, nl, query, nq);
-    make_prompt(&pw, &llm, doc, dlen, rot, nd, lead, nl, query, nq);
+    bench_make_prompt(&p, &llm, doc, dlen, order, nd, lead, nl, query, nq);
+    bench_make_prompt(&pw, &llm, doc, dlen, rot, nd, lead, nl, query, nq);
 
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, 48ull << 30);

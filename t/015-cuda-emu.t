@@ -56,9 +56,12 @@ SKIP: {
     ok($? == 0 && -s "$work/res/kernels.tsv" && -s "$work/res/report.md",
        'gpu_kernels_ref.py writes kernels.tsv and report.md')
         or diag($out);
-    # our outputs against float64: f32 kernels ~1e-7, the bf16 chunk
-    # (bf16 hi/lo splits) ~1e-5, conv states are copies
-    my %limit = (ours_bf16 => 1e-4, conv => 0);
+    # our outputs against float64: f32 kernels ~1e-7, the bf16 chunk, the
+    # f32-in tensor-core one and the tensor-core attention prefill (bf16
+    # hi/lo splits) ~1e-5, its bf16-operand variant ~1e-3, conv states are
+    # copies
+    my %limit = (ours_bf16 => 1e-4, ours_f32mma => 1e-4, ours_att_bf16 => 2e-2,
+                 conv => 0);
     my (@bad, $n);
     open(my $fh, '<', "$work/res/accuracy.tsv") or die;
     <$fh>;
@@ -68,14 +71,23 @@ SKIP: {
         next unless $who =~ /^ours/;
         $n++;
         my $lim = $what eq 'conv' ? 0 : $limit{$who} // 2e-6;
+        $lim = 2e-5 if $case =~ /^attention_prefill/ && $who eq 'ours';
         push @bad, $_ unless $err <= $lim;
     }
-    ok($n == 15 && !@bad, "$n of our outputs within their float64 bounds")
+    ok($n == 22 && !@bad, "$n of our outputs within their float64 bounds")
         or diag(join "\n", @bad);
 }
 
 {
-    my $out = `HK_EMU_ORDER=forward $work/test_cuda_backend 2>&1`;
+    # An f32 copy of the bf16 MoE model: its MoE ops at f32 tolerance
+    # (test_cuda_backend.c says why the bf16 one cannot be held to it).
+    my $moe = '';
+    unless (python_module('numpy')) {
+        system("rm -rf $work/moe-f32 && python3 tools/convert_weights.py "
+               . "--to f32 models/test/qwen35-moe $work/moe-f32 >/dev/null");
+        $moe = "$work/moe-f32" if $? == 0;
+    }
+    my $out = `HK_EMU_ORDER=forward $work/test_cuda_backend $moe 2>&1`;
     my $rc = $?;
     my @lines = split /\n/, $out;
     my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;

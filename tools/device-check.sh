@@ -1,27 +1,44 @@
 #!/usr/bin/env bash
 # device-check.sh - everything the GPU host should run, in one call of the
-# device tool (/work/shared/device/README.md), within ~8 minutes:
+# device tool (/work/shared/device/README.md), within ~7 minutes:
 #
 #   here:      ../shared/device/pack.sh
 #              python3 -m pip download --no-deps --only-binary=:all: \
 #                  -d .device/whl fla-core==0.6.0
 #   device:    run(carry: [".device"], command: "bash tools/device-check.sh",
-#                  timeout_s: 560)
+#                  timeout_s: 600)
 #
 # Steps, each under its own `timeout`; a failed or timed-out step is
 # reported and the next still runs:
+#   0. in the background from the start: the benchmark checkpoints
+#      (tools/gen_model.py --fast, bf16): the Qwen3.5-0.8B shape
+#      (bench/llamacpp_compare.py's GEN_ARGS) and a 9B-like shape
+#      (Qwen3.5-9B's widths, 8 layers instead of 32, tied head)
 #   1. nvidia-smi (what the device is)
 #   2. every CUDA test (build-device/test/test_cuda_*), full shape grid
-#   3. build-device/bench/gpu_kernels: timings, copy bandwidth, dumps
-#   4. bench/gpu_kernels_ref.py: FLA / torch on the same inputs and shapes,
+#   3. engine parity: hypic-engine generate, greedy, --device cuda against
+#      --device cpu on models/test/* and models/default (parity.md)
+#   4. per checkpoint (once generated): build-device/bench/gpu_engine
+#      (prefill, batched decode, PIC TTFT), hypic-engine logits on a short
+#      text, bench/gpu_engine_ref.py (transformers+FLA on the same
+#      checkpoint, logits parity); engine.tsv and engine.md
+#   5. build-device/bench/gpu_kernels: timings, copy bandwidth, dumps
+#   6. bench/gpu_kernels_ref.py: FLA / torch on the same inputs and shapes,
 #      a float64 reference; kernels.tsv, accuracy.tsv, report.md
 # Everything goes to $OUT/gpu/<date>-<device>/ (OUT defaults to
 # /tmp/device-check), summarized in device-check.md there. Without a
 # device (no nvidia-smi, or no CUDA device) the same report says so, the
-# tests SKIP, and the reference script still checks the dumps it finds.
-# Copy the folder to bench/results/gpu/ afterwards.
+# tests SKIP, the engine steps run on the CPU with toy shapes (DC_DEVICE
+# and the shape knobs below), and the reference script still checks the
+# dumps it finds. Copy the folder to bench/results/gpu/ afterwards.
 #
-# Limits (seconds) can be changed: DC_TEST_S, DC_BENCH_S, DC_REF_S.
+# Limits (seconds) can be changed: DC_TEST_S (each CUDA test), DC_PARITY_S,
+# DC_GEN_S (the checkpoints), DC_ENGINE_S and DC_HF_S (each checkpoint's
+# gpu_engine and gpu_engine_ref.py), DC_BENCH_S, DC_REF_S; DC_KERNELS=0
+# skips steps 5-6. The engine steps: DC_DEVICE (cuda, or cpu without a
+# GPU), DC_MODELS ("q35-0.8b q35-9b-l8", or checkpoint folders),
+# DC_TOKENS, DC_BATCH, DC_DECODE, DC_PIC, DC_REPS; DC_PYTHON runs
+# gpu_engine_ref.py (python3: it needs torch and transformers).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -81,6 +98,40 @@ if ls .device/whl/*.whl >/dev/null 2>&1; then
         export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
+# The benchmark checkpoints, generated while the tests run (numpy on every
+# core; nothing is timed until they are done).
+gen_dir=${DC_GEN_DIR:-/tmp/dc-models}
+mkdir -p "$gen_dir"
+read -r -a q08_args < <(python3 -c 'import sys; sys.path.insert(0, "bench")
+import llamacpp_compare as l; print(" ".join(l.GEN_ARGS))')
+# Qwen3.5-9B's widths (reference: qwen3-hybrid-architecture.md) with 8
+# layers (6 linear + 2 full) instead of 32, and a tied head: it generates
+# in seconds and loads twice (ours, transformers) within the budget.
+q9_args=(--arch qwen3_5 --hidden 4096 --layers 8 --heads 16 --kv-heads 4
+    --head-dim 256 --lin-k-heads 16 --lin-v-heads 32 --lin-k-dim 128
+    --lin-v-dim 128 --intermediate 12288 --vocab 248320 --tied --seed 1)
+gen_one() { # NAME ARGS...: one checkpoint, .done when complete
+    local d=$gen_dir/$1
+    shift
+    [ -f "$d/.done" ] && return 0
+    rm -rf "$d"
+    timeout "${DC_GEN_S:-240}" python3 tools/gen_model.py "$@" --dtype bf16 \
+        --fast --max-positions 262144 --out "$d" && touch "$d/.done"
+}
+engine_models=${DC_MODELS:-q35-0.8b q35-9b-l8}
+(
+    t0=$(date +%s)
+    for m in $engine_models; do
+        case $m in
+        q35-0.8b) gen_one "$m" "${q08_args[@]}" ;;
+        q35-9b-l8) gen_one "$m" "${q9_args[@]}" ;;
+        esac
+    done
+    echo "generated in $(($(date +%s) - t0)) s"
+) >"$res/gen.log" 2>&1 &
+gen_pid=$!
+t_gen=$(date +%s)
+
 found=0
 for t in build-device/test/test_cuda_*; do
     [ -x "$t" ] || continue
@@ -90,24 +141,125 @@ for t in build-device/test/test_cuda_*; do
 done
 [ $found = 1 ] || echo "| CUDA tests | missing (no build-device/test/test_cuda_*: run pack.sh) | 0 | |" >>"$sum"
 
-if [ -x build-device/bench/gpu_kernels ]; then
-    step gpu_kernels "${DC_BENCH_S:-200}" "$res/bench.md" "${run[@]}" \
+# Greedy text on the device against the CPU's, on the committed models.
+parity() {
+    local m st rows=0 bad=0 o=${TMPDIR:-/tmp}/dc-parity.$$
+    echo "| model | $dev_name vs cpu |"
+    echo "|---|---|"
+    for m in models/test/* models/default; do
+        [ -f "$m/config.json" ] || continue
+        rows=$((rows + 1))
+        gen=("${run[@]}" build-device/hypic-engine generate --model "$m"
+            --prompt 'The capital of France is' --max-tokens 16
+            --temperature 0)
+        "${gen[@]}" --device cpu >"$o.cpu" 2>&1
+        if ! "${gen[@]}" --device "$dev_name" >"$o.dev" 2>&1; then
+            st="refused or failed: $(tail -1 "$o.dev")"
+            # a format the backend does not run is refused by name
+            grep -q 'cannot' "$o.dev" || bad=$((bad + 1))
+        elif cmp -s "$o.cpu" "$o.dev"; then
+            st="same greedy text"
+        else
+            st="DIFFERENT (outputs: $(od -An -c "$o.cpu" | head -2 | tr -s ' ') / $(od -An -c "$o.dev" | head -2 | tr -s ' '))"
+            bad=$((bad + 1))
+        fi
+        echo "| $(basename "$m") | $st |"
+    done
+    rm -f "$o.cpu" "$o.dev"
+    echo
+    echo "$rows models, $bad differ or fail"
+    [ "$bad" = 0 ]
+}
+dev_name=${DC_DEVICE:-cuda}
+[ -n "$name" ] || dev_name=${DC_DEVICE:-cpu}
+if [ -x build-device/hypic-engine ]; then
+    step "engine parity ($dev_name vs cpu)" "${DC_PARITY_S:-60}" \
+        "$res/parity.md" bash -c "$(declare -p run dev_name)
+            $(declare -f parity); parity"
+else
+    echo "| engine parity | missing (no build-device/hypic-engine) | 0 | |" >>"$sum"
+fi
+
+# The engine on the device against transformers, per checkpoint. Without
+# a GPU: toy shapes on the CPU (the plumbing).
+if [ -n "$name" ]; then
+    e_tok=${DC_TOKENS:-4096,16384} e_batch=${DC_BATCH:-1,16,64,256}
+    e_dec=${DC_DECODE:-16} e_pic=${DC_PIC:-4x4096,8x4096}
+else
+    e_tok=${DC_TOKENS:-256,1024} e_batch=${DC_BATCH:-1,4,16}
+    e_dec=${DC_DECODE:-4} e_pic=${DC_PIC:-2x128,4x128}
+fi
+e_reps=${DC_REPS:-3}
+text='The capital of France is Paris. The capital of Kabel is Glaek, and'
+wait_gen() { # the background generation (each checkpoint under DC_GEN_S)
+    wait "$gen_pid"
+    echo "| checkpoints | $(tail -1 "$res/gen.log") | $(($(date +%s) - t_gen)) | in the background from the start |" >>"$sum"
+}
+rm -f "$res/engine_ours.tsv" "$res/engine_hf.tsv"
+if [ -x build-device/bench/gpu_engine ]; then
+    wait_gen
+    for m in $engine_models; do
+        d=$m
+        [ -d "$d" ] || d=$gen_dir/$m
+        tag=$(basename "$d")
+        if [ ! -f "$d/config.json" ] || { [ -d "$gen_dir/$m" ] && [ ! -f "$d/.done" ]; }; then
+            echo "| gpu_engine $tag | missing (not generated: gen.log) | 0 | |" >>"$sum"
+            continue
+        fi
+        lim=${DC_ENGINE_S:-50}
+        step "gpu_engine $tag" "$lim" "$res/engine-$tag.md" "${run[@]}" \
+            build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
+            --tokens "$e_tok" --batch "$e_batch" --decode "$e_dec" \
+            --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \
+            --budget "$((lim * 7 / 10))"
+        step "logits $tag" 30 "$res/logits-$tag.log" "${run[@]}" \
+            build-device/hypic-engine logits --model "$d" --device "$dev_name" \
+            --prompt "$text" --all --out "$res/logits-$tag.safetensors"
+        lim=${DC_HF_S:-120}
+        step "transformers $tag" "$lim" "$res/hf-$tag.log" "${DC_PYTHON:-python3}" \
+            bench/gpu_engine_ref.py --model "$d" --name "$tag" \
+            --device "$dev_name" \
+            --tokens "$e_tok" --batch "$e_batch" --decode "$e_dec" \
+            --reps "$e_reps" --ours "$res/engine_ours.tsv" \
+            --anchors "$res/engine_hf.tsv" --logits \
+            "$res/logits-$tag.safetensors" --text "$text" --out "$res" \
+            --budget "$((lim * 7 / 10))"
+        rm -f "$res/logits-$tag.safetensors"
+    done
+    # the merge again: a transformers step that timed out wrote none
+    [ -f "$res/engine_ours.tsv" ] && python3 bench/gpu_engine_ref.py \
+        --ours "$res/engine_ours.tsv" --anchors "$res/engine_hf.tsv" \
+        --out "$res" >/dev/null 2>&1
+else
+    echo "| gpu_engine | missing (no build-device/bench/gpu_engine) | 0 | |" >>"$sum"
+fi
+wait "$gen_pid" 2>/dev/null
+
+if [ "${DC_KERNELS:-1}" = 0 ]; then
+    echo "| gpu_kernels, gpu_kernels_ref | skipped (DC_KERNELS=0) | 0 | |" >>"$sum"
+elif [ -x build-device/bench/gpu_kernels ]; then
+    step gpu_kernels "${DC_BENCH_S:-75}" "$res/bench.md" "${run[@]}" \
         build-device/bench/gpu_kernels --out "$res/bench.tsv" \
-        --dump "$res/dump" --budget "$((${DC_BENCH_S:-200} - 50))"
+        --dump "$res/dump" --budget "$((${DC_BENCH_S:-75} * 6 / 10))"
 else
     echo "| gpu_kernels | missing (no build-device/bench/gpu_kernels) | 0 | |" >>"$sum"
 fi
 
-step gpu_kernels_ref "${DC_REF_S:-170}" "$res/ref.log" python3 \
-    bench/gpu_kernels_ref.py --bench "$res/bench.tsv" --dump "$res/dump" \
-    --out "$res" --budget "$((${DC_REF_S:-170} - 40))"
+[ "${DC_KERNELS:-1}" = 0 ] ||
+    step gpu_kernels_ref "${DC_REF_S:-60}" "$res/ref.log" python3 \
+        bench/gpu_kernels_ref.py --bench "$res/bench.tsv" --dump "$res/dump" \
+        --out "$res" --budget "$((${DC_REF_S:-60} * 6 / 10))"
 rm -rf "$res/dump" # inputs and outputs: large, and rebuilt on every run
 
 {
     echo
-    echo "Total: $(($(date +%s) - t_all)) s. Results: kernels.tsv, accuracy.tsv,"
-    echo "report.md (below), bench.md (the C bench's table), *.tap."
+    echo "Total: $(($(date +%s) - t_all)) s. Results: engine.tsv, engine.md"
+    echo "(below), engine-*.md (gpu_engine's tables), hf-*.log, parity.md,"
+    echo "kernels.tsv, accuracy.tsv, report.md (below), bench.md (the C"
+    echo "bench's table), *.tap."
     echo
+    [ -f "$res/parity.md" ] && cat "$res/parity.md" && echo
+    [ -f "$res/engine.md" ] && cat "$res/engine.md" && echo
     [ -f "$res/report.md" ] && cat "$res/report.md"
 } >>"$sum"
 echo "results in $res" >&2

@@ -63,6 +63,10 @@ def parse_args(argv=None):
       help="add a one-layer multi-token-prediction head (mtp.*, ignored by loaders)")
     a("--rms-eps", type=float, default=1e-6)
     a("--seed", type=int, default=0)
+    a("--max-positions", type=int, default=4096, help="max_position_embeddings in the config")
+    a("--fast", action="store_true",
+      help="draw the weights in f32 on every core (other numbers than without it, same "
+           "distributions and format): multi-GB benchmark checkpoints in seconds")
     a("--out", required=True)
     args = p.parse_args(argv)
     if args.wrapper and args.arch == "qwen3_next":
@@ -128,7 +132,7 @@ def text_config(args, vocab, ids):
         "head_dim": args.head_dim,
         "hidden_act": "silu",
         "rms_norm_eps": args.rms_eps,
-        "max_position_embeddings": 4096,
+        "max_position_embeddings": args.max_positions,
         "initializer_range": 0.02,
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -247,11 +251,26 @@ class Init:
     """Random weights that keep a tiny model numerically alive: unit-scale
     activations, decays from ~0.999 to ~0 per step, decisive routing."""
 
-    def __init__(self, seed):
+    def __init__(self, seed, fast=False):
         self.rng = np.random.default_rng(seed)
+        # fast: each array drawn in pieces, each piece from its own stream
+        # (spawned in order, so a seed still names one checkpoint)
+        self.seeds = np.random.SeedSequence(seed) if fast else None
 
     def normal(self, shape, std):
-        return (self.rng.standard_normal(shape) * std).astype(np.float32)
+        if self.seeds is None:
+            return (self.rng.standard_normal(shape) * std).astype(np.float32)
+        out = np.empty(int(np.prod(shape, dtype=np.int64)), np.float32)
+        n = (out.size + hflib.PIECE - 1) // hflib.PIECE
+        streams = dict(zip(range(0, out.size, hflib.PIECE), self.seeds.spawn(n)))
+
+        def part(s):
+            np.random.Generator(np.random.PCG64(streams[s.start])).standard_normal(
+                out=out[s], dtype=np.float32)
+            out[s] *= np.float32(std)
+
+        hflib.pieces(out.size, part)
+        return out.reshape(shape)
 
     def lin(self, out, inp, gain=1.0):
         return self.normal((out, inp), gain / math.sqrt(inp))
@@ -413,7 +432,7 @@ def mtp_tensors(args, ini):
 
 
 def weights(args, vocab, n_tok):
-    ini = Init(args.seed)
+    ini = Init(args.seed, args.fast)
     pre = "model.language_model." if args.wrapper else "model."
     H = args.hidden
     # rows past the tokenizer are padding: zero, so their logit (0) never

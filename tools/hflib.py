@@ -222,13 +222,46 @@ _DT = {
 }
 
 
+# Elements per piece of the array helpers below: pieces run on a thread
+# pool (numpy releases the GIL inside ufuncs and the generators' fills).
+PIECE = 1 << 22
+
+
+def pieces(n, fn):
+    """Calls fn(slice) over [0, n) in PIECE-sized slices, on threads."""
+    import concurrent.futures
+    import os
+
+    sl = [slice(i, min(i + PIECE, n)) for i in range(0, n, PIECE)]
+    if len(sl) <= 1:
+        for s in sl:
+            fn(s)
+        return
+    with concurrent.futures.ThreadPoolExecutor(min(len(sl), os.cpu_count() or 1)) as ex:
+        list(ex.map(fn, sl))
+
+
 def f32_to_bf16_bits(x):
-    """Round-to-nearest-even f32 -> bf16, as uint16 bit patterns."""
+    """Round-to-nearest-even f32 -> bf16, as uint16 bit patterns (a NaN
+    stays a quiet NaN of the same sign)."""
     u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    nan = np.isnan(x)
-    rounded = np.where(nan, (u >> 16) | 0x40, rounded)
-    return rounded.astype(np.uint16)
+    out = np.empty(u.shape, np.uint16)
+    uf, of = u.reshape(-1), out.reshape(-1)
+
+    def part(s):
+        a = uf[s]
+        t = a >> 16
+        t &= 1
+        t += 0x7FFF
+        t += a  # wraps in uint32 as the rounding expects
+        t >>= 16
+        nan = (a & 0x7FFFFFFF) > 0x7F800000
+        if nan.any():
+            t[nan] = (a[nan] >> 16) | 0x40
+        of[s] = t
+
+    pieces(uf.size, part)
+    return out
 
 
 def bf16_bits_to_f32(b):
@@ -237,30 +270,28 @@ def bf16_bits_to_f32(b):
 
 def write_safetensors(path, tensors, metadata=None):
     """tensors: list of (name, dtype, array). BF16 arrays are given as f32 and
-    rounded here. Header padded with spaces to a multiple of 8."""
-    header, blobs, off = {}, [], 0
+    rounded here. Header padded with spaces to a multiple of 8. Written one
+    tensor at a time (a checkpoint of several GB is never held twice)."""
+    header, off = {}, 0
     if metadata:
         header["__metadata__"] = {k: str(v) for k, v in metadata.items()}
     for name, dt, arr in tensors:
-        arr = np.asarray(arr)
-        if dt == "BF16":
-            raw = f32_to_bf16_bits(arr.astype(np.float32)).tobytes()
-        else:
-            raw = np.ascontiguousarray(arr, dtype=_DT[dt]).tobytes()
-        header[name] = {
-            "dtype": dt,
-            "shape": list(arr.shape),
-            "data_offsets": [off, off + len(raw)],
-        }
-        blobs.append(raw)
-        off += len(raw)
+        shape = list(np.shape(arr))
+        size = int(np.prod(shape, dtype=np.int64)) * (2 if dt == "BF16" else _DT[dt].itemsize)
+        header[name] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + size]}
+        off += size
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h)))
         f.write(h)
-        for b in blobs:
-            f.write(b)
+        for name, dt, arr in tensors:
+            arr = np.asarray(arr)
+            if dt == "BF16":
+                raw = f32_to_bf16_bits(arr.astype(np.float32, copy=False))
+            else:
+                raw = np.ascontiguousarray(arr, dtype=_DT[dt])
+            f.write(memoryview(raw.reshape(-1)).cast("B"))
 
 
 def read_safetensors(path):

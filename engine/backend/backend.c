@@ -95,6 +95,8 @@ static int entry(const hp_backend_i *i, hp_op_t op)
         return i->gdn_decode != NULL;
     case HP_OP_GDN_CHUNK:
         return i->gdn_chunk != NULL;
+    case HP_OP_GDN_STEP:
+        return i->gdn_step != NULL;
     case HP_OP_ROPE:
         return i->rope != NULL;
     case HP_OP_ROPE_SHIFT:
@@ -368,6 +370,54 @@ size_t hp_backend_gdn_chunk_scratch(const hp_backend_t *b, int T, int Hv,
     return b->iface->gdn_chunk_scratch
                ? b->iface->gdn_chunk_scratch(b, T, Hv, dk, dv, C)
                : 0;
+}
+
+void hp_backend_gdn_step(const hp_backend_t *b, float *o, float *const *states,
+                         float *const *conv_states, const float *qkv,
+                         const float *a, const float *bp, const float *conv_w,
+                         const float *A_log, const float *dt_bias, int B,
+                         int Hk, int Hv, int dk, int dv, int K, float eps,
+                         float q_scale, float *scratch)
+{
+    CALL(HP_OP_GDN_STEP, gdn_step, o, states, conv_states, qkv, a, bp, conv_w,
+         A_log, dt_bias, B, Hk, Hv, dk, dv, K, eps, q_scale, scratch);
+}
+
+size_t hp_backend_gdn_step_scratch(const hp_backend_t *b, int B, int Hk, int Hv,
+                                   int dk, int dv)
+{
+    return b->iface->gdn_step_scratch
+               ? b->iface->gdn_step_scratch(b, B, Hk, Hv, dk, dv)
+               : 0;
+}
+
+/* [B, cd] conv output, q, k [B, Hk dk], v [B, Hv dv], g, beta [B, Hv] */
+size_t hp_backend_gdn_step_floats(be_t b, int B, int Hk, int Hv, int dk, int dv)
+{
+    (void)b;
+    size_t cd = 2 * (size_t)Hk * dk + (size_t)Hv * dv;
+    return (size_t)B * (2 * cd + 2 * (size_t)Hv);
+}
+
+void hp_backend_gdn_step_ops(be_t b, float *o, float *const *states,
+                             float *const *conv_states, const float *qkv,
+                             const float *a, const float *bp,
+                             const float *conv_w, const float *A_log,
+                             const float *dt_bias, int B, int Hk, int Hv,
+                             int dk, int dv, int K, float eps, float q_scale,
+                             float *scratch)
+{
+    const size_t kd = (size_t)Hk * dk, vd = (size_t)Hv * dv;
+    const int cd = (int)(2 * kd + vd);
+    float *cv = scratch, *q = cv + (size_t)B * cd, *k = q + (size_t)B * kd;
+    float *v = k + (size_t)B * kd, *g = v + (size_t)B * vd;
+    float *beta = g + (size_t)B * Hv;
+    hp_backend_conv1d_silu_decode(b, cv, conv_states, qkv, conv_w, B, cd, K);
+    hp_backend_split_heads(b, q, k, v, cv, B, (int)kd, (int)kd, (int)vd);
+    hp_backend_l2norm(b, q, B * Hk, dk, eps, q_scale);
+    hp_backend_l2norm(b, k, B * Hk, dk, eps, 1.0f);
+    hp_backend_gdn_gates(b, g, beta, a, bp, A_log, dt_bias, B, Hv);
+    hp_backend_gdn_decode(b, o, states, q, k, v, g, beta, B, Hk, Hv, dk, dv);
 }
 
 void hp_backend_rope(const hp_backend_t *b, float *x, const int *pos, int T,

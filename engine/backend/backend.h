@@ -49,6 +49,7 @@ typedef enum {
     HP_OP_GDN_RECURRENT,
     HP_OP_GDN_DECODE,
     HP_OP_GDN_CHUNK,
+    HP_OP_GDN_STEP,
     HP_OP_ROPE,
     HP_OP_ROPE_SHIFT,
     HP_OP_ATTENTION,
@@ -210,6 +211,24 @@ void hp_backend_gdn_chunk(const hp_backend_t *b, float *o, float *S, float *Tc,
 /* Floats of gdn_chunk's scratch for up to T tokens. */
 size_t hp_backend_gdn_chunk_scratch(const hp_backend_t *b, int T, int Hv,
                                     int dk, int dv, int C);
+/* One decode step of the linear mixer for B requests, from the raw
+ * projections to the recurrence's output: qkv [B, cd] (the q | k | v
+ * channels, cd = 2 Hk dk + Hv dv) through the causal conv + SiLU
+ * (conv_states [B] host array of backend pointers to [cd, K-1], conv_w
+ * [cd, K]), the l2 norms of q (times q_scale) and k (eps inside the
+ * root), the gates from a, bp [B, Hv] (A_log, dt_bias [Hv]) and the step
+ * on states [B] (host array of backend pointers to [Hv, dk, dv]); o
+ * [B, Hv, dv]. Exactly conv1d_silu_decode, split_heads, l2norm twice,
+ * gdn_gates and gdn_decode in turn (the CPU's), which a device may fuse
+ * into one launch. scratch: gdn_step_scratch floats. */
+void hp_backend_gdn_step(const hp_backend_t *b, float *o, float *const *states,
+                         float *const *conv_states, const float *qkv,
+                         const float *a, const float *bp, const float *conv_w,
+                         const float *A_log, const float *dt_bias, int B,
+                         int Hk, int Hv, int dk, int dv, int K, float eps,
+                         float q_scale, float *scratch);
+size_t hp_backend_gdn_step_scratch(const hp_backend_t *b, int B, int Hk, int Hv,
+                                   int dk, int dv);
 
 /* ---- RoPE, attention ---------------------------------------------------- */
 

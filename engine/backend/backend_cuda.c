@@ -6,11 +6,23 @@
  * tests); backend.c finds it through a weak reference.
  *
  * Ops without a CUDA twin are left out (hp_backend_supports_op says so):
- * I8 projections and embeddings other than F32, axpy and the KVBuffer.
+ * I8 projections and axpy.
  * Host arrays an op takes (positions, ids, pointer lists) are copied to a
  * device staging buffer first; it grows to the largest call (a device
  * allocation, hence a sync, the first time only). Failures are kept for
  * hp_backend_sync, the first one with its op.
+ *
+ * Gated DeltaNet kernels, chosen at open by HYPIC_CUDA_GDN:
+ *   auto (default)  the chunked prefill on tensor cores on f32 inputs
+ *                   (hk_cuda_gdn_chunk_tc, chunk 64, else 32 or 16 where
+ *                   shared memory is short) and the fused decode step
+ *                   (hk_cuda_gdn_step); the f32 kernels where a shape
+ *                   rules those out (dk or dv not a multiple of 16, dv
+ *                   not of 4)
+ *   tc              those only: a shape they cannot take is an error
+ *   scalar          the f32 kernels only: hk_cuda_gdn_chunk (the
+ *                   caller's chunk) and the unfused decode chain, so one
+ *                   run can time both on the same device
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -20,9 +32,12 @@
 #include "engine/backend/backend_impl.h"
 #include "kernels/cuda/hk_cuda.h"
 
+typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
+
 typedef struct {
     struct hp_backend self;
     int device;
+    gdn_mode_t gdn; /* HYPIC_CUDA_GDN */
     hk_cuda_blas_t *blas;
     int rc;            /* first failure since the last sync (hk_cuda) */
     char what[96];     /* ... and where */
@@ -75,7 +90,7 @@ static int cu_supports(be_t b, hp_op_t op, int dtype)
     if (op == HP_OP_LINEAR || op == HP_OP_LINEAR_ACC)
         return dtype == HK_W_F32 || dtype == HK_W_BF16;
     if (op == HP_OP_EMBED)
-        return dtype == HK_W_F32;
+        return dtype == HK_W_F32 || dtype == HK_W_BF16 || dtype == HK_W_I8;
     return 1;
 }
 
@@ -197,6 +212,23 @@ static void *stage(be_t b, const void *src, size_t bytes)
     return c->stage + at;
 }
 
+/* Host scratch of at least bytes (grown, kept), or NULL (noted). */
+static void *host_room(be_t b, size_t bytes, const char *what)
+{
+    cuda_t *c = ctx(b);
+    size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (n > c->host_cap) {
+        float *h = realloc(c->host, n * sizeof(float));
+        if (!h) {
+            note(b, HK_CUDA_ENOMEM, what);
+            return NULL;
+        }
+        c->host = h;
+        c->host_cap = n;
+    }
+    return c->host;
+}
+
 /* ---- ops ---------------------------------------------------------------- */
 
 static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
@@ -237,14 +269,10 @@ static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
 static void cu_embed(be_t b, float *x, const hk_weight_t *w, const int *ids,
                      int T)
 {
-    if (w->dtype != HK_W_F32) {
-        cu_fail(b, HP_OP_EMBED);
-        return;
-    }
     stage_begin(b);
     const int *d = stage(b, ids, (size_t)T * sizeof(int));
     if (d)
-        note(b, hk_cuda_embed(x, w->data, d, T, w->cols, NULL), "embed");
+        note(b, hk_cuda_weight_rows(x, w, d, T, NULL), "embed");
 }
 
 static void cu_rmsnorm(be_t b, float *y, const float *x, const float *w,
@@ -358,21 +386,83 @@ static void cu_gdn_decode(be_t b, float *o, float *const *states,
             "gdn_decode");
 }
 
+/* The tensor-core chunk on one sequence, chunk 64 or the largest that
+ * fits the device; HK_CUDA_EINVAL (nothing launched) for a shape it
+ * cannot take. */
+static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
+                    const float *k, const float *v, const float *g,
+                    const float *beta, int T, int Hk, int Hv, int dk, int dv,
+                    float *scratch)
+{
+    const int cu[2] = {0, T};
+    stage_begin(b);
+    float *const *ds = stage(b, &S, sizeof(float *));
+    float *const *dt = Tc ? stage(b, &Tc, sizeof(float *)) : NULL;
+    const int *dcu = stage(b, cu, sizeof(cu));
+    if (!ds || (Tc && !dt) || !dcu)
+        return HK_CUDA_ENOMEM; /* noted by stage */
+    int rc = HK_CUDA_EINVAL;
+    for (int c = HK_CUDA_GDN_MAX_C; c >= 16 && rc == HK_CUDA_EINVAL; c /= 2)
+        rc = hk_cuda_gdn_chunk_tc(o, ds, dt, q, k, v, g, beta, dcu, 1, T, Hk,
+                                  Hv, dk, dv, c, scratch, NULL);
+    return rc;
+}
+
 static void cu_gdn_chunk(be_t b, float *o, float *S, float *Tc, const float *q,
                          const float *k, const float *v, const float *g,
                          const float *beta, int T, int Hk, int Hv, int dk,
                          int dv, int C, float *scratch)
 {
+    gdn_mode_t mode = ctx(b)->gdn;
+    if (mode != GDN_SCALAR) {
+        int rc =
+            chunk_tc(b, o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv, scratch);
+        if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
+            note(b, rc, "gdn_chunk (tensor cores)");
+            return;
+        }
+    }
     note(b,
          hk_cuda_gdn_chunk(o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv, C,
                            scratch, NULL),
          "gdn_chunk");
 }
 
+/* Room for either kernel (Hk <= Hv: Hv bounds the key heads). */
 static size_t cu_gdn_chunk_scratch(be_t b, int T, int Hv, int dk, int dv, int C)
 {
-    (void)b;
-    return hk_cuda_gdn_chunk_scratch(T, Hv, dk, dv, C);
+    size_t f32 = hk_cuda_gdn_chunk_scratch(T, Hv, dk, dv, C);
+    size_t tc = ctx(b)->gdn == GDN_SCALAR
+                    ? 0
+                    : hk_cuda_gdn_chunk_tc_scratch(T, 1, Hv, Hv, dk, dv,
+                                                   HK_CUDA_GDN_MAX_C);
+    return f32 > tc ? f32 : tc;
+}
+
+static void cu_gdn_step(be_t b, float *o, float *const *states,
+                        float *const *conv_states, const float *qkv,
+                        const float *a, const float *bp, const float *conv_w,
+                        const float *A_log, const float *dt_bias, int B, int Hk,
+                        int Hv, int dk, int dv, int K, float eps, float q_scale,
+                        float *scratch)
+{
+    gdn_mode_t mode = ctx(b)->gdn;
+    if (mode != GDN_SCALAR) {
+        stage_begin(b);
+        float *const *ds = stage(b, states, (size_t)B * sizeof(float *));
+        float *const *dc = stage(b, conv_states, (size_t)B * sizeof(float *));
+        if (!ds || !dc)
+            return;
+        int rc = hk_cuda_gdn_step(o, ds, dc, qkv, a, bp, conv_w, A_log, dt_bias,
+                                  B, Hk, Hv, dk, dv, K, eps, q_scale, NULL);
+        if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
+            note(b, rc, "gdn_step (fused)");
+            return;
+        }
+    }
+    hp_backend_gdn_step_ops(b, o, states, conv_states, qkv, a, bp, conv_w,
+                            A_log, dt_bias, B, Hk, Hv, dk, dv, K, eps, q_scale,
+                            scratch);
 }
 
 static void cu_rope(be_t b, float *x, const int *pos, int T, int nh, int hd,
@@ -469,20 +559,13 @@ static void cu_moe_combine(be_t b, float *x, const float *eo, const int *slot,
 /* Built on the host and uploaded: no kernel for it. */
 static void cu_trans_identity(be_t b, float *T, int H, int dk)
 {
-    cuda_t *c = ctx(b);
     size_t n = (size_t)H * dk * dk;
-    if (n > c->host_cap) {
-        float *h = realloc(c->host, n * sizeof(float));
-        if (!h) {
-            note(b, HK_CUDA_ENOMEM, "trans_identity");
-            return;
-        }
-        c->host = h;
-        c->host_cap = n;
-    }
-    hp_backend_cpu_iface.trans_identity(b, c->host, H, dk);
+    float *h = host_room(b, n * sizeof(float), "trans_identity");
+    if (!h)
+        return;
+    hp_backend_cpu_iface.trans_identity(b, h, H, dk);
     /* synchronous from pageable memory: host may reuse it at once */
-    note(b, hk_cuda_h2d(T, c->host, n * sizeof(float), NULL), "trans_identity");
+    note(b, hk_cuda_h2d(T, h, n * sizeof(float), NULL), "trans_identity");
     note(b, hk_cuda_stream_sync(NULL), "trans_identity");
 }
 
@@ -504,6 +587,102 @@ static void cu_trans_chain(be_t b, float *T1, float *S1, hk_trans_family_t fam,
          hk_cuda_trans_chain(T1, S1, fam, T2, S2, H, dk, dv, scratch,
                              ctx(b)->blas, NULL),
          "trans_chain");
+}
+
+/* ---- KVBuffer ----------------------------------------------------------- */
+
+static size_t cu_kvbuf_block_floats(be_t b, const hk_kvbuf_geom_t *g)
+{
+    (void)b;
+    return hk_kvbuf_layout_floats(g);
+}
+
+static size_t cu_kvbuf_scratch(be_t b, const hk_kvbuf_geom_t *g, int T,
+                               int lmax, int nth)
+{
+    (void)b, (void)g, (void)T, (void)lmax, (void)nth;
+    return 16; /* none: the coefficients live in shared memory */
+}
+
+/* Entries of view r a call reads or writes: len + T (a step) or n[r] (a
+ * flush, T = 0). */
+static int view_entries(const hk_kvbuf_view_t *vw, const int *n, int r, int T)
+{
+    return n ? n[r] : vw[r].len + T;
+}
+
+/* The views as the kernels take them: R views whose block lists (the
+ * blocks of view_entries) are copied after them,
+ * then n [R] unless NULL; one staging and one upload, so the device
+ * pointers stay valid. Returns the device views, or NULL (noted). */
+static const hk_kvbuf_view_t *stage_views(be_t b, const hk_kvbuf_view_t *vw,
+                                          const int *n, int R, int T,
+                                          const hk_kvbuf_geom_t *g,
+                                          const int **dn, const char *what)
+{
+    size_t nb = 0, vb = (size_t)R * sizeof(hk_kvbuf_view_t);
+    for (int r = 0; r < R; r++) {
+        nb += (size_t)(view_entries(vw, n, r, T) + g->bs - 1) / g->bs;
+    }
+    size_t bytes = vb + (nb + (n ? (size_t)R : 0)) * sizeof(int);
+    stage_begin(b);
+    char *d = stage(b, NULL, bytes);
+    char *h = host_room(b, bytes, what);
+    if (!d || !h)
+        return NULL;
+    hk_kvbuf_view_t *hv = (hk_kvbuf_view_t *)(void *)h;
+    int *ids = (int *)(void *)(h + vb);
+    const int *dids = (const int *)(void *)(d + vb);
+    for (int r = 0; r < R; r++) {
+        int k = (view_entries(vw, n, r, T) + g->bs - 1) / g->bs;
+        hv[r] = (hk_kvbuf_view_t){vw[r].S, dids, vw[r].len};
+        memcpy(ids, vw[r].blocks, (size_t)k * sizeof(int));
+        ids += k;
+        dids += k;
+    }
+    if (n) {
+        memcpy(ids, n, (size_t)R * sizeof(int));
+        *dn = dids;
+    }
+    note(b, hk_cuda_h2d(d, h, bytes, NULL), what);
+    return (const hk_kvbuf_view_t *)(void *)d;
+}
+
+static void cu_kvbuf_step(be_t b, float *o, float *arena,
+                          const hk_kvbuf_view_t *vw, const float *q,
+                          const float *k, const float *v, const float *g,
+                          const float *beta, int R, int T,
+                          const hk_kvbuf_geom_t *geom, int lmax, float *scratch,
+                          int nth)
+{
+    (void)scratch, (void)nth;
+    const hk_kvbuf_view_t *d =
+        stage_views(b, vw, NULL, R, T, geom, NULL, "kvbuf_step");
+    if (d)
+        note(b,
+             hk_cuda_kvbuf_step(o, arena, d, q, k, v, g, beta, R, T, geom, lmax,
+                                NULL),
+             "kvbuf_step");
+}
+
+static void cu_kvbuf_flush(be_t b, float *arena, const hk_kvbuf_view_t *vw,
+                           const int *n, int R, const hk_kvbuf_geom_t *geom,
+                           float *scratch, int nth)
+{
+    (void)scratch, (void)nth;
+    const int *dn = NULL;
+    const hk_kvbuf_view_t *d =
+        stage_views(b, vw, n, R, 0, geom, &dn, "kvbuf_flush");
+    if (d)
+        note(b, hk_cuda_kvbuf_flush(arena, d, dn, R, geom, NULL),
+             "kvbuf_flush");
+}
+
+static void cu_kvbuf_conv_commit(be_t b, float *state, const float *x, int m,
+                                 int C, int K)
+{
+    note(b, hk_cuda_kvbuf_conv_commit(state, x, m, C, K, NULL),
+         "kvbuf_conv_commit");
 }
 
 static const hp_backend_i cuda_iface = {
@@ -538,6 +717,10 @@ static const hp_backend_i cuda_iface = {
     .gdn_decode = cu_gdn_decode,
     .gdn_chunk = cu_gdn_chunk,
     .gdn_chunk_scratch = cu_gdn_chunk_scratch,
+    .gdn_step = cu_gdn_step,
+    /* the unfused chain's: auto falls back to it on shapes the fused
+     * kernel cannot take */
+    .gdn_step_scratch = hp_backend_gdn_step_floats,
     .rope = cu_rope,
     .rope_shift = cu_rope_shift,
     .attention = cu_attention,
@@ -551,6 +734,11 @@ static const hp_backend_i cuda_iface = {
     .trans_identity = cu_trans_identity,
     .trans_compose = cu_trans_compose,
     .trans_chain = cu_trans_chain,
+    .kvbuf_block_floats = cu_kvbuf_block_floats,
+    .kvbuf_scratch = cu_kvbuf_scratch,
+    .kvbuf_step = cu_kvbuf_step,
+    .kvbuf_flush = cu_kvbuf_flush,
+    .kvbuf_conv_commit = cu_kvbuf_conv_commit,
 };
 
 int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
@@ -567,6 +755,15 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if ((rc = hk_cuda_set_device(device)) != HK_CUDA_OK)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
+    static const char *const modes[] = {"auto", "tc", "scalar"};
+    const char *e = getenv("HYPIC_CUDA_GDN");
+    int gdn = e && *e ? -1 : GDN_AUTO;
+    for (int i = 0; gdn < 0 && i < 3; i++)
+        gdn = strcmp(e, modes[i]) ? -1 : i;
+    if (gdn < 0)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "HYPIC_CUDA_GDN=%s: expected auto, tc or scalar",
+                            e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)
         return hp_error_set(err, HP_ENOMEM, "device cuda:%d: out of memory",
@@ -577,6 +774,7 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
                             device, hk_cuda_strerror(rc));
     }
     c->device = device;
+    c->gdn = (gdn_mode_t)gdn;
     c->self.iface = &cuda_iface;
     c->self.ctx = c;
     c->self.host_memory = 0;

@@ -76,6 +76,13 @@ typedef struct {
                       const float *beta, int T, int Hk, int Hv, int dk, int dv,
                       int C, float *scratch);
     size_t (*gdn_chunk_scratch)(be_t b, int T, int Hv, int dk, int dv, int C);
+    void (*gdn_step)(be_t b, float *o, float *const *states,
+                     float *const *conv_states, const float *qkv,
+                     const float *a, const float *bp, const float *conv_w,
+                     const float *A_log, const float *dt_bias, int B, int Hk,
+                     int Hv, int dk, int dv, int K, float eps, float q_scale,
+                     float *scratch);
+    size_t (*gdn_step_scratch)(be_t b, int B, int Hk, int Hv, int dk, int dv);
     void (*rope)(be_t b, float *x, const int *pos, int T, int nh, int hd,
                  int rot, double theta);
     void (*rope_shift)(be_t b, float *x, int delta, int T, int nh, int hd,
@@ -130,6 +137,20 @@ struct hp_backend {
 
 /* The CPU table (backend_cpu.c). */
 extern const hp_backend_i hp_backend_cpu_iface;
+
+/* gdn_step as the backend's own conv1d_silu_decode, split_heads, l2norm,
+ * gdn_gates and gdn_decode (backend.c): the CPU's gdn_step, and a device's
+ * where its fused kernel cannot take the shape. Its scratch:
+ * hp_backend_gdn_step_floats. */
+void hp_backend_gdn_step_ops(be_t b, float *o, float *const *states,
+                             float *const *conv_states, const float *qkv,
+                             const float *a, const float *bp,
+                             const float *conv_w, const float *A_log,
+                             const float *dt_bias, int B, int Hk, int Hv,
+                             int dk, int dv, int K, float eps, float q_scale,
+                             float *scratch);
+size_t hp_backend_gdn_step_floats(be_t b, int B, int Hk, int Hv, int dk,
+                                  int dv);
 
 /* Opens CUDA device `device` (backend_cuda.c). Weak: only the programs
  * built with the CUDA library link backend_cuda.c (Makefile), elsewhere

@@ -125,32 +125,34 @@ typedef struct {
     float *scratch; /* [dk, dv] */
 } splice_t;
 
+void hp_assemble_compose(const hp_backend_t *be, const hp_model_config_t *c,
+                         int l, float *S, float *conv, void *e, int naive,
+                         float *scratch)
+{
+    const hp_segc_hdr_t *h = e;
+    int Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
+    if (naive) { /* S <- S + S_C|0: drops T_C, the structural error */
+        hp_backend_axpy(be, S, 1.0f, hp_segc_S(c, e, l), (size_t)Hv * dk * dv);
+    } else { /* S <- T_C S + S_C|0 (Eq. 6) */
+        hp_backend_trans_compose(be, S, HK_TRANS_DENSE, hp_segc_T(c, e, l), S,
+                                 hp_segc_S(c, e, l), Hv, dk, dv, scratch);
+    }
+    hp_segc_conv_jump(conv, hp_segc_conv(c, e, l), h->n_int, hp_cfg_conv_dim(c),
+                      c->conv_kernel);
+}
+
 static int splice_jump(void *ud, int l, int j, float *S, float *conv,
                        const float *Tc, hp_error_t *err)
 {
     splice_t *sp = ud;
-    const hp_model_config_t *c = sp->c;
-    void *e = sp->ent[j]->data;
-    const hp_segc_hdr_t *h = e;
-    int Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
     (void)Tc;
     (void)err;
-    if (sp->naive) { /* S <- S + S_C|0: drops T_C, the structural error */
-        hp_backend_axpy(sp->be, S, 1.0f, hp_segc_S(c, e, l),
-                        (size_t)Hv * dk * dv);
-    } else { /* S <- T_C S + S_C|0 (Eq. 6) */
-        hp_backend_trans_compose(sp->be, S, HK_TRANS_DENSE, hp_segc_T(c, e, l),
-                                 S, hp_segc_S(c, e, l), Hv, dk, dv,
-                                 sp->scratch);
-    }
-    hp_segc_conv_jump(conv, hp_segc_conv(c, e, l), h->n_int, hp_cfg_conv_dim(c),
-                      c->conv_kernel);
+    hp_assemble_compose(sp->be, sp->c, l, S, conv, sp->ent[j]->data, sp->naive,
+                        sp->scratch);
     return HP_OK;
 }
 
-/* Copies an entry's K/V rows to global positions [at, at + rows), K
- * re-rotated from segment-local positions by `shift` (K_b = R(b-a) K_a). */
-static void splice_kv(hp_seq_t *seq, void *e, int at, int shift)
+void hp_assemble_splice_kv(hp_seq_t *seq, void *e, int at, int shift)
 {
     const hp_model_config_t *c = &seq->model->cfg;
     const hp_segc_hdr_t *h = e;
@@ -232,7 +234,7 @@ static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
             rc = err->code ? err->code : HP_ENOMEM;
             goto done;
         }
-        splice_kv(seq, ent[n_jump]->data, g + cut, g);
+        hp_assemble_splice_kv(seq, ent[n_jump]->data, g + cut, g);
         st->cached_tokens += s->len - 2 * cut;
         after[n_jump++] = n_run;
         for (int t = s->len - cut; t < s->len; t++, n_run++) { /* tail */

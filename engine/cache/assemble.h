@@ -90,4 +90,22 @@ int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
                           hp_ipc_mode_t mode, int w, hp_assemble_stats_t *stats,
                           hp_error_t *err);
 
+/*
+ * The two halves of the splice, one cached PIC (or naive) entry e (a pool
+ * entry's data) at a time; hp_assemble runs them, and the benches time
+ * them on their own (bench/gpu_engine.c: the per-segment fixed costs).
+ *
+ * compose: linear layer l's state S and conv history jump over the
+ *   entry's interior: S <- T_C S + S_C|0 (naive: S + S_C|0), the conv
+ *   history becomes the entry's tail. scratch [dk, dv] floats of backend
+ *   memory.
+ * splice_kv: every full layer's interior K/V rows copied to positions
+ *   [at, at + n_int) of seq (reserved), K re-rotated from segment-local
+ *   positions by shift (K_b = R(b - a) K_a).
+ */
+void hp_assemble_compose(const hp_backend_t *be, const hp_model_config_t *c,
+                         int l, float *S, float *conv, void *e, int naive,
+                         float *scratch);
+void hp_assemble_splice_kv(hp_seq_t *seq, void *e, int at, int shift);
+
 #endif

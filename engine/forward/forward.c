@@ -41,8 +41,6 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
     hp_backend_linear(m->be, b->z, y, &w->in_z, T);
     hp_backend_linear(m->be, b->beta, y, &w->in_b, T);
     hp_backend_linear(m->be, b->g, y, &w->in_a, T);
-    hp_backend_gdn_gates(m->be, b->g, b->beta, b->g, b->beta, w->A_log,
-                         w->dt_bias, T, Hv);
     return HP_OK;
 }
 
@@ -55,22 +53,49 @@ void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
     hp_backend_conv1d_silu(m->be, b->cv + (size_t)start * cd, hist,
                            b->qkv + (size_t)start * cd, m->layers[l].conv_w, n,
                            cd, c->conv_kernel);
-    hp_fwd_lin_split(m, b, start, end);
+    hp_fwd_lin_split(m, l, b, start, end);
 }
 
-void hp_fwd_lin_split(const hp_model_t *m, const hp_fwd_lin_t *b, int start,
-                      int end)
+/* q and k's l2 norm: eps inside the root, q scaled by dk^-1/2 */
+#define L2_EPS 1e-6f
+static float q_scale(int dk)
+{
+    return 1.0f / sqrtf((float)dk);
+}
+
+void hp_fwd_lin_split(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                      int start, int end)
 {
     const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
     int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
     int kd = Hk * dk, vd = hp_cfg_value_dim(c), n = end - start;
+    int Hv = c->lin_v_heads;
     hp_backend_split_heads(m->be, b->q + (size_t)start * kd,
                            b->k + (size_t)start * kd, b->v + (size_t)start * vd,
                            b->cv + (size_t)start * cd, n, kd, kd, vd);
-    hp_backend_l2norm(m->be, b->q + (size_t)start * kd, n * Hk, dk, 1e-6f,
-                      1.0f / sqrtf((float)dk));
-    hp_backend_l2norm(m->be, b->k + (size_t)start * kd, n * Hk, dk, 1e-6f,
+    hp_backend_l2norm(m->be, b->q + (size_t)start * kd, n * Hk, dk, L2_EPS,
+                      q_scale(dk));
+    hp_backend_l2norm(m->be, b->k + (size_t)start * kd, n * Hk, dk, L2_EPS,
                       1.0f);
+    float *g = b->g + (size_t)start * Hv, *beta = b->beta + (size_t)start * Hv;
+    hp_backend_gdn_gates(m->be, g, beta, g, beta, w->A_log, w->dt_bias, n, Hv);
+}
+
+void hp_fwd_lin_step(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                     float *const *S, float *const *conv, int r0, int R,
+                     float *scratch)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
+    int Hk = c->lin_k_heads, Hv = c->lin_v_heads;
+    int dk = c->lin_k_dim, dv = c->lin_v_dim, cd = hp_cfg_conv_dim(c);
+    size_t vd = hp_cfg_value_dim(c);
+    hp_backend_gdn_step(m->be, b->o + r0 * vd, S, conv,
+                        b->qkv + (size_t)r0 * cd, b->g + (size_t)r0 * Hv,
+                        b->beta + (size_t)r0 * Hv, w->conv_w, w->A_log,
+                        w->dt_bias, R, Hk, Hv, dk, dv, c->conv_kernel, L2_EPS,
+                        q_scale(dk), scratch);
 }
 
 void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
@@ -116,6 +141,17 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     int rc = hp_fwd_lin_begin(m, l, ws, y, T, &b, err);
     if (rc != HP_OK)
         return rc;
+    if (T == 1 && !jumps && !kb) {
+        /* a decode step: the batched step's op (hp_forward_batch) */
+        float *sscr =
+            hp_fwd_buf(ws, B_SCRATCH,
+                       hp_backend_gdn_step_scratch(m->be, 1, Hk, Hv, dk, dv));
+        if (!sscr)
+            return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+        hp_fwd_lin_step(m, l, &b, &sl->S, &sl->conv, 0, 1, sscr);
+        hp_fwd_lin_end(m, l, &b, x, T);
+        return HP_OK;
+    }
 
     /* Runs between jumps: conv and recurrence continue from the state the
      * previous run (or the jump) left. */

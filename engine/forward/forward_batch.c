@@ -118,6 +118,13 @@ static void note_specs(hp_fwd_ws_t *ws, const hp_fwd_item_t *it,
     }
 }
 
+/* A recurrent one-token step: neither through a KVBuffer nor a
+ * verification (a run of them goes through hp_fwd_lin_step). */
+static int is_step(const hp_fwd_item_t *it)
+{
+    return !is_kvdec(it) && !it->verify;
+}
+
 /* A Gated DeltaNet layer over every row. */
 static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
                        hp_fwd_item_t *it, const plan_t *p, float *y, float *x,
@@ -130,15 +137,18 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
     hp_kvbuf_t **bufs = hp_fwd_buf(ws, B_KVBUFS, 2 * (size_t)p->live);
     float *raw = p->vrows ? ws->buf[B_SPECQKV] : NULL;
     float *hcopy = p->vrows ? ws->buf[B_SPECCONV] : NULL;
+    float *sscr =
+        hp_fwd_buf(ws, B_SCRATCH,
+                   hp_backend_gdn_step_scratch(m->be, p->live, Hk, Hv, dk, dv));
     hp_fwd_lin_t b;
     int rc = hp_fwd_lin_begin(m, l, ws, y, p->rows, &b, err);
     if (rc != HP_OK)
         return rc;
-    if (!bufs)
+    if (!bufs || !sscr)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    /* the pointer lists of the batched ops, one list at a time */
-    float **sts = (float **)(void *)bufs;
+    /* the pointer lists of the batched ops, one list (or two) at a time */
+    float **sts = (float **)(void *)bufs, **cvs = sts + p->live;
     for (int k = 0; k < p->live;) {
         int i = p->order[k], r0 = p->row[i], T = it[i].T, R = 0;
         hp_seq_layer_t *sl = &it[i].seq->layers[l];
@@ -155,15 +165,19 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
             k++;
             continue;
         }
-        /* a run of one-token steps, contiguous rows: one conv call */
-        while (k + R < p->live && !it[p->order[k + R]].verify) {
+        if (is_step(&it[i])) { /* the next loop's, fused */
+            k++;
+            continue;
+        }
+        /* a run of KVBuffer steps, contiguous rows: one conv call */
+        while (k + R < p->live && is_kvdec(&it[p->order[k + R]])) {
             sts[R] = it[p->order[k + R]].seq->layers[l].conv;
             R++;
         }
         hp_backend_conv1d_silu_decode(m->be, b.cv + (size_t)r0 * cd, sts,
                                       b.qkv + (size_t)r0 * cd,
                                       m->layers[l].conv_w, R, cd, Kc);
-        hp_fwd_lin_split(m, &b, r0, r0 + R);
+        hp_fwd_lin_split(m, l, &b, r0, r0 + R);
         k += R;
     }
 
@@ -189,13 +203,14 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
             rc = hp_kvbuf_verify(s->kvpool, bufs, 1, it[i].T, o, q, kk, v, g,
                                  be, err);
         } else {
-            /* a run of recurrent one-token steps: one decode call */
-            for (R = 0; k + R < p->live && !is_kvdec(&it[p->order[k + R]]) &&
-                        !it[p->order[k + R]].verify;
-                 R++)
-                sts[R] = it[p->order[k + R]].seq->layers[l].S;
-            hp_backend_gdn_decode(m->be, o, sts, q, kk, v, g, be, R, Hk, Hv, dk,
-                                  dv);
+            /* a run of recurrent one-token steps, contiguous rows: conv,
+             * norms, gates and recurrence in one call */
+            for (R = 0; k + R < p->live && is_step(&it[p->order[k + R]]); R++) {
+                hp_seq_layer_t *sl = &it[p->order[k + R]].seq->layers[l];
+                sts[R] = sl->S;
+                cvs[R] = sl->conv;
+            }
+            hp_fwd_lin_step(m, l, &b, sts, cvs, r0, R, sscr);
         }
         k += R;
     }

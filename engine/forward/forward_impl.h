@@ -84,8 +84,9 @@ typedef struct {
     float *o;    /* [T, Hv, dv] */
 } hp_fwd_lin_t;
 
-/* Buffers for T rows, the four projections of y [T, hidden] and the
- * gates. HP_ENOMEM. */
+/* Buffers for T rows, the four projections of y [T, hidden] (beta and g
+ * hold the raw b and a projections until the gates are formed:
+ * hp_fwd_lin_split, or the fused hp_fwd_lin_step). HP_ENOMEM. */
 int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
                      const float *y, int T, hp_fwd_lin_t *b, hp_error_t *err);
 /* Rows [start, end) of one sequence: causal conv continuing from hist
@@ -94,9 +95,16 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
 void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                      float *hist, int start, int end);
 /* Rows [start, end) of the conv output into q, k, v, q and k
- * L2-normalized (q scaled by dk^-1/2). */
-void hp_fwd_lin_split(const hp_model_t *m, const hp_fwd_lin_t *b, int start,
-                      int end);
+ * L2-normalized (q scaled by dk^-1/2); their gates formed in beta and g. */
+void hp_fwd_lin_split(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                      int start, int end);
+/* Rows [r0, r0 + R): one decode token for each of R sequences, with the
+ * layer's states S[R] and conv histories conv[R] (host arrays): conv,
+ * split, norms, gates and recurrence in one op (hp_backend_gdn_step)
+ * into o. scratch: hp_backend_gdn_step_scratch(R, ...) floats. */
+void hp_fwd_lin_step(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                     float *const *S, float *const *conv, int r0, int R,
+                     float *scratch);
 /* Gated RMSNorm of o by z, then x [T, hidden] += o out_proj^T. */
 void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
                     int T);

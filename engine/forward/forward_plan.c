@@ -74,11 +74,15 @@ static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
     n[B_BETA] = n[B_G] = R * Hv;
     n[B_P] = R * 2 * qd;
     n[B_GATE] = n[B_UP] = R * I;
-    n[B_SCRATCH] =
-        zmax(zmax(ascr, hp_backend_gdn_chunk_scratch(
-                            be, p->max_tokens, c->lin_v_heads, c->lin_k_dim,
-                            c->lin_v_dim, HP_FWD_GDN_CHUNK)),
-             (size_t)c->lin_k_dim * c->lin_k_dim);
+    /* a decode step's fused mixer: one sequence, or the batch's */
+    size_t sscr = hp_backend_gdn_step_scratch(be, batch > 1 ? (int)batch : 1,
+                                              c->lin_k_heads, c->lin_v_heads,
+                                              c->lin_k_dim, c->lin_v_dim);
+    n[B_SCRATCH] = zmax(zmax(zmax(ascr, sscr),
+                             hp_backend_gdn_chunk_scratch(
+                                 be, p->max_tokens, c->lin_v_heads,
+                                 c->lin_k_dim, c->lin_v_dim, HP_FWD_GDN_CHUNK)),
+                        (size_t)c->lin_k_dim * c->lin_k_dim);
     if (E > 0) {
         n[B_ROUTE] = R * E;
         n[B_XG] = n[B_EO] = R * H;

@@ -13,7 +13,10 @@
 
 #include "engine/forward/dump.h"
 #include "engine/forward/forward.h"
+#include "engine/forward/kvbuf.h"
 #include "engine/forward/sampler.h"
+#include "engine/forward/seq.h"
+#include "engine/forward/spec.h"
 
 #define TBR_PROMPT 37
 #define TBR_STEPS  4
@@ -83,6 +86,111 @@ static inline int tbr_run(const hp_model_t *m, float *out, const char *dump,
     hp_seq_free(&s[0]);
     hp_seq_free(&s[1]);
     hp_fwd_ws_free(&ws);
+    return rc;
+}
+
+/* The KVBuffer run (tbr_kvbuf): greedy steps of chunkwise decode after the
+ * prompt (buffers flushing every TBK_CAP entries), one batched step of
+ * that sequence with a KV-only one (a short prompt through its buffers),
+ * then verification steps of TBK_DRAFT drafts each on a third sequence:
+ * the drafts are the first run's greedy tokens, the last one made wrong
+ * every other step, so both full and partial acceptance run. */
+#define TBK_STEPS 10
+#define TBK_CAP   4
+#define TBK_SPEC  4
+#define TBK_DRAFT 3
+/* logits rows and tokens a run writes */
+#define TBK_ROWS (TBK_STEPS + 2 + TBK_SPEC * (TBK_DRAFT + 1))
+#define TBK_TOKS (TBK_STEPS + TBK_SPEC)
+
+/* out [TBK_ROWS, vocab], toks [TBK_TOKS]: the chunkwise greedy tokens,
+ * then the tokens each verification step accepted up to (its `next`). */
+static inline int tbr_kvbuf(const hp_model_t *m, float *out, int *toks,
+                            hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    const int V = c->vocab_size;
+    int ids[TBR_PROMPT], rc;
+    for (int i = 0; i < TBR_PROMPT; i++)
+        ids[i] = (i * 7919 + 13) % V;
+    hp_fwd_plan_t plan = {16, 0, 2, TBK_DRAFT + 1};
+    hp_kvbuf_config_t kc;
+    hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
+                            c->lin_v_dim);
+    kc.cap = TBK_CAP;
+    kc.max_step = TBK_DRAFT + 1;
+    kc.n_blocks = 3 * c->n_layers * (kc.cap_kvonly / kc.block_tokens + 3);
+    kc.be = m->be;
+    hp_kvbuf_pool_t pool;
+    hp_fwd_ws_t ws;
+    hp_seq_t s[3];
+    if ((rc = hp_kvbuf_pool_init(&pool, &kc, err)) != HP_OK)
+        return rc;
+    if ((rc = hp_fwd_ws_init(&ws, m, &plan, err)) != HP_OK) {
+        hp_kvbuf_pool_free(&pool);
+        return rc;
+    }
+    for (int i = 0; i < 3; i++)
+        hp_seq_init(&s[i], m, err);
+    float *row = out;
+    /* chunkwise greedy decode */
+    rc = hp_forward(m, &s[0], &ws, ids, NULL, TBR_PROMPT, NULL, HP_LOGITS_LAST,
+                    row, err);
+    if (rc == HP_OK)
+        rc = hp_seq_kvbuf_open(&s[0], &pool, err);
+    for (int t = 0; t < TBK_STEPS && rc == HP_OK; t++) {
+        toks[t] = hp_argmax(row, V);
+        row += V;
+        if (t + 1 < TBK_STEPS)
+            rc = hp_forward(m, &s[0], &ws, &toks[t], NULL, 1, NULL,
+                            HP_LOGITS_LAST, row, err);
+    }
+    /* a batched step with a KV-only sequence */
+    if (rc == HP_OK)
+        rc = hp_seq_kvbuf_open(&s[1], &pool, err);
+    if (rc == HP_OK)
+        rc = hp_forward(m, &s[1], &ws, ids, NULL, 5, NULL, HP_LOGITS_NONE, NULL,
+                        err);
+    hp_fwd_item_t it[2] = {{.seq = &s[0], .ids = &toks[TBK_STEPS - 1], .T = 1},
+                           {.seq = &s[1], .ids = &ids[5], .T = 1}};
+    if (rc == HP_OK)
+        rc = hp_forward_batch(m, it, 2, &ws, err);
+    for (int i = 0; i < 2 && rc == HP_OK; i++) {
+        if (it[i].status != HP_OK)
+            rc = hp_error_set(err, it[i].status, "%s", it[i].err.msg);
+        else
+            memcpy(row, it[i].logits, (size_t)V * 4);
+        row += V;
+    }
+    /* verification */
+    float *vrow = row;
+    if (rc == HP_OK)
+        rc = hp_forward(m, &s[2], &ws, ids, NULL, TBR_PROMPT, NULL,
+                        HP_LOGITS_LAST, vrow, err);
+    if (rc == HP_OK)
+        rc = hp_seq_kvbuf_open(&s[2], &pool, err);
+    int x0 = rc == HP_OK ? hp_argmax(vrow, V) : 0, done = 1;
+    for (int j = 0; j < TBK_SPEC && rc == HP_OK; j++) {
+        int in[TBK_DRAFT + 1], d[TBK_DRAFT], next;
+        in[0] = x0;
+        for (int i = 0; i < TBK_DRAFT; i++)
+            d[i] = in[i + 1] = toks[(done + i) % TBK_STEPS];
+        if (j % 2)
+            d[TBK_DRAFT - 1] = in[TBK_DRAFT] = (d[TBK_DRAFT - 1] + 1) % V;
+        rc = hp_forward_verify(m, &s[2], &ws, in, TBK_DRAFT + 1, row, err);
+        if (rc != HP_OK)
+            break;
+        int a = hp_spec_accept_greedy(row, V, d, TBK_DRAFT, &next);
+        rc = hp_forward_accept(m, &s[2], &ws, a + 1, err);
+        row += (size_t)(TBK_DRAFT + 1) * V;
+        toks[TBK_STEPS + j] = next;
+        x0 = next;
+        done += a + 1;
+    }
+    for (int i = 0; i < 3; i++)
+        hp_seq_free(&s[i]);
+    hp_fwd_ws_free(&ws);
+    hp_kvbuf_pool_free(&pool);
     return rc;
 }
 

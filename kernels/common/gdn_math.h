@@ -34,4 +34,14 @@ static inline HK_HOSTDEV float hk_gdn_decay(double x)
     return x < HK_GDN_LOG_TINY ? 0.0f : (float)exp(x);
 }
 
+/* The same exponentiated in single precision, for the KVBuffer's factors
+ * (one per buffered entry, value head and token): rounding x to f32
+ * perturbs the factor by |x| 6e-8 relative, i.e. by at most
+ * max x e^{-x} 6e-8 = 2e-8 of the term's own scale, below f32 rounding,
+ * and expf is several times cheaper than exp. */
+static inline HK_HOSTDEV float hk_gdn_decayf(double x)
+{
+    return x < HK_GDN_LOG_TINY ? 0.0f : expf((float)x);
+}
+
 #endif

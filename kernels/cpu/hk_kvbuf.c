@@ -48,36 +48,9 @@
 #define HK_KVBUF_PF_ROWS  8
 #define HK_KVBUF_PF_BYTES 2048
 
-static size_t round16(size_t n)
-{
-    return (n + 15) & ~(size_t)15;
-}
-
-/* e^{x} for a log-space difference x = G_t - G_i <= 0 formed in double,
- * exponentiated in single precision: rounding x to f32 perturbs the factor
- * by |x| 6e-8 relative, i.e. by at most max x e^{-x} 6e-8 = 2e-8 of the
- * term's own scale, below f32 rounding, and expf is several times cheaper
- * than exp (this runs once per buffered entry, value head and token).
- * Flushed to 0 below e^{-69} as hk_gdn_decay. */
-static inline float decayf(double x)
-{
-    return x < HK_GDN_LOG_TINY ? 0.0f : expf((float)x);
-}
-
-/* Region offsets inside a block, in floats. */
-static size_t off_w(const hk_kvbuf_geom_t *g)
-{
-    return round16((size_t)g->Hk * g->dk * g->bs);
-}
-
-static size_t off_G(const hk_kvbuf_geom_t *g)
-{
-    return round16(off_w(g) + (size_t)g->Hv * g->bs * g->dv);
-}
-
 size_t hk_kvbuf_block_floats(const hk_kvbuf_geom_t *g)
 {
-    return round16(off_G(g) + 2 * (size_t)g->Hv * g->bs);
+    return hk_kvbuf_layout_floats(g);
 }
 
 static float *block_base(float *arena, const hk_kvbuf_geom_t *g,
@@ -96,7 +69,7 @@ static float *block_keys(float *arena, const hk_kvbuf_geom_t *g,
 float *hk_kvbuf_w(float *arena, const hk_kvbuf_geom_t *g, const int *blocks,
                   int i, int h)
 {
-    return block_base(arena, g, blocks, i) + off_w(g) +
+    return block_base(arena, g, blocks, i) + hk_kvbuf_off_w(g) +
            ((size_t)h * g->bs + i % g->bs) * g->dv;
 }
 
@@ -106,7 +79,7 @@ double *hk_kvbuf_G(float *arena, const hk_kvbuf_geom_t *g, const int *blocks,
     /* The arena is untyped allocated memory; the G region is only ever
      * accessed as double (64-byte aligned), so this is a valid view. */
     /* cppcheck-suppress invalidPointerCast */
-    return (double *)(block_base(arena, g, blocks, i) + off_G(g)) +
+    return (double *)(block_base(arena, g, blocks, i) + hk_kvbuf_off_G(g)) +
            (size_t)h * g->bs + i % g->bs;
 }
 
@@ -121,8 +94,8 @@ typedef struct {
 
 static size_t step_slot(int T, int lmax)
 {
-    return round16(4 * (size_t)T + 4 * (size_t)T * lmax +
-                   2 * (size_t)T * HK_KVBUF_JB);
+    return hk_kvbuf_round16(4 * (size_t)T + 4 * (size_t)T * lmax +
+                            2 * (size_t)T * HK_KVBUF_JB);
 }
 
 static step_ws_t step_ws(float *ws, int T, int lmax)
@@ -152,7 +125,7 @@ size_t hk_kvbuf_step_scratch(const hk_kvbuf_geom_t *g, int T, int lmax, int nth)
 /* Per-thread scratch of the flush: Ktilde^T [dk, nmax], W [nmax, dv]. */
 static size_t flush_slot(const hk_kvbuf_geom_t *g, int nmax)
 {
-    return round16((size_t)nmax * (g->dk + g->dv));
+    return hk_kvbuf_round16((size_t)nmax * (g->dk + g->dv));
 }
 
 size_t hk_kvbuf_flush_scratch(const hk_kvbuf_geom_t *g, int nmax, int nth)
@@ -435,7 +408,7 @@ static void step_head(const head_t *H, const step_ws_t *w, const float *gl)
             const int nb = len + t - b0 < bs ? len + t - b0 : bs;
             const double *Gb = hk_kvbuf_G(H->arena, g, blocks, b0, h);
             for (int s = 0; s < nb; s++) {
-                const float c = decayf(w->Gt[t] - Gb[s]);
+                const float c = hk_gdn_decayf(w->Gt[t] - Gb[s]);
                 w->CU[o + b0 + s] = c * w->KK[o + b0 + s];
                 w->CO[o + b0 + s] = c * w->KQ[o + b0 + s];
             }
@@ -562,7 +535,7 @@ void hk_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw, const int *n,
             const double *Gb = hk_kvbuf_G(arena, g, V->blocks, b0, h);
             const float *K = block_keys(arena, g, V->blocks, b0, h / r_);
             for (int s = 0; s < nb; s++)
-                c[s] = decayf(Gn - Gb[s]);
+                c[s] = hk_gdn_decayf(Gn - Gb[s]);
             for (int e = 0; e < dk; e++) {
                 const float *restrict Ke = K + (size_t)e * bs;
                 float *restrict Ae = A + (size_t)e * m + b0;

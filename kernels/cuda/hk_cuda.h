@@ -30,6 +30,7 @@
 extern "C" {
 #endif
 
+#include "kernels/common/hk_kvbuf_geom.h"
 #include "kernels/cpu/hk_cpu.h"
 
 typedef enum {
@@ -124,29 +125,79 @@ int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
                             int B, int kvd, void *stream);
 int hk_cuda_embed(float *x, const float *table, const int *ids, int T, int H,
                   void *stream);
+/* Twin of hk_weight_rows (the embedding gather of any stored format):
+ * x[t, :] = W[ids[t], :] as f32, W [rows, cols] F32, BF16 or I8 with its
+ * scales (hk_weight.h); w is a host struct whose data and scales are
+ * device pointers; ids [T] device. F32 and BF16 are exact, I8 q * scale
+ * as hk_wtile. */
+int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
+                        void *stream);
 
-/* ---- causal GQA attention (hk_attention.cu) ---------------------------- */
+/* ---- causal GQA attention (hk_attention.cu, hk_attention_tc.cu) -------- */
 
 #define HK_CUDA_ATT_MAX_HD 512
+/* The tensor-core prefill's largest head dim. */
+#define HK_CUDA_ATT_TC_MAX_HD 256
+
+/* Which kernels the attention calls run. DEFAULT is the environment's
+ * HYPIC_CUDA_ATT (simple, flash or flash_bf16; read once), else FLASH.
+ *   SIMPLE      one block per (query, head), f32 CUDA cores; decode the
+ *               same per (request, head) (the first kernels, kept to
+ *               compare against);
+ *   FLASH       prefill tiled on tensor cores, all heads of a kv group
+ *               sharing each K/V tile, f32 operands split into bf16
+ *               hi + lo (3 MMAs per product, ~1e-5 of f32); decode split
+ *               over the key axis, a group's heads sharing each K/V read;
+ *   FLASH_BF16  the same prefill with q, k, p, v rounded to bf16 once
+ *               (1 MMA, ~3e-3 relative); decode as FLASH.
+ * FLASH falls back to SIMPLE where it cannot run (hd above
+ * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs); asked for
+ * explicitly it returns HK_CUDA_EINVAL there instead. */
+typedef enum {
+    HK_CUDA_ATT_DEFAULT = 0,
+    HK_CUDA_ATT_SIMPLE = 1,
+    HK_CUDA_ATT_FLASH = 2,
+    HK_CUDA_ATT_FLASH_BF16 = 3
+} hk_cuda_att_impl_t;
 
 /* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys
  * j <= qpos[t]) v; q [T, Hq, hd], qpos [T] (device, each < N), k, v
  * [N, Hkv, hd]; query head h reads kv head h / (Hq / Hkv). RoPE and the
  * q/k norms come before, the output gate after, as on the CPU. No
- * scratch: one block per (query, head) with an online softmax. */
+ * scratch. */
 int hk_cuda_attention(float *o, const float *q, const int *qpos, const float *k,
                       const float *v, int T, int N, int Hq, int Hkv, int hd,
                       float scale, void *stream);
+/* The same with the kernels named. */
+int hk_cuda_attention_impl(hk_cuda_att_impl_t impl, float *o, const float *q,
+                           const int *qpos, const float *k, const float *v,
+                           int T, int N, int Hq, int Hkv, int hd, float scale,
+                           void *stream);
 /* Decode for B requests, one query each, each over its own cache:
  * q, o [B, Hq, hd]; kcs, vcs device arrays of B device pointers
  * ([>= n_ctx[b], Hkv, hd] each); n_ctx [B] (device): request b attends
  * its keys 0..n_ctx[b]-1, the new one included (store it first with
  * hk_cuda_kv_store_decode). Twin: hk_attention with T = 1 and
- * qpos = n_ctx - 1 per request. */
+ * qpos = n_ctx - 1 per request. Without scratch the key axis of a
+ * (request, kv group) is split over one block's warps only; see
+ * hk_cuda_attention_decode_ex. */
 int hk_cuda_attention_decode(float *o, const float *q, const float *const *kcs,
                              const float *const *vcs, const int *n_ctx, int B,
                              int Hq, int Hkv, int hd, float scale,
                              void *stream);
+/* Decode with the kernels named and scratch for flash-decoding: with
+ * scratch (hk_cuda_attention_decode_scratch floats, device) FLASH splits
+ * each (request, kv group)'s keys over several blocks, then combines the
+ * partial softmaxes in a second launch; scratch may be NULL (one block per
+ * (request, group)). */
+int hk_cuda_attention_decode_ex(hk_cuda_att_impl_t impl, float *o,
+                                const float *q, const float *const *kcs,
+                                const float *const *vcs, const int *n_ctx,
+                                int B, int Hq, int Hkv, int hd, float scale,
+                                float *scratch, void *stream);
+/* Floats of scratch hk_cuda_attention_decode_ex uses on the current
+ * device (0: it does not split at this B). */
+size_t hk_cuda_attention_decode_scratch(int B, int Hq, int Hkv, int hd);
 
 /* ---- MoE routing and dispatch (hk_moe.cu) ------------------------------ */
 
@@ -289,6 +340,21 @@ int hk_cuda_gdn_chunk_bf16(float *o, float *const *states, float *const *tcs,
                            void *stream);
 size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv, int dk, int dv,
                                       int C);
+/* The same on f32 q, k, v (the engine's activations): each is split into
+ * bf16 hi + lo in scratch first, and every product with an input gains
+ * its lo term, so the results stay ~1e-5 relative of the f32 kernel's
+ * (hk_cuda_gdn_chunk) where bf16 inputs would cost ~1e-2. Same layouts
+ * and requirements as hk_cuda_gdn_chunk_bf16 (q, k, v need no alignment;
+ * more shared memory: dk = dv = 128 at C = 64 needs 200 KB, an H100's
+ * block has 227 KB, an A100's 163 KB: HK_CUDA_EINVAL where the device's
+ * limit is exceeded, launching nothing). Scratch grows with T and nseq. */
+int hk_cuda_gdn_chunk_tc(float *o, float *const *states, float *const *tcs,
+                         const float *q, const float *k, const float *v,
+                         const float *g, const float *beta,
+                         const int *cu_seqlens, int nseq, int T, int Hk, int Hv,
+                         int dk, int dv, int C, float *scratch, void *stream);
+size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
+                                    int dv, int C);
 
 /* ---- transition algebra (hk_transition.cu) ----------------------------- */
 
@@ -308,6 +374,33 @@ int hk_cuda_trans_chain(float *T1, float *S1, hk_trans_family_t fam,
 /* Twin of hk_trans_rope_shift: S[H, dk, dv] <- R(delta) S on the key axis. */
 int hk_cuda_trans_rope_shift(float *S, int delta, int H, int dk, int dv,
                              int rot, double theta, void *stream);
+
+/* ---- KVBuffer (hk_kvbuf.cu) ---------------------------------------------
+ * Twins of kernels/cpu/hk_kvbuf.h: the same block layout in the arena
+ * (hk_kvbuf_geom.h; hk_kvbuf_block_floats floats a block), the same math.
+ * vw is a device array of R views whose S and blocks are device pointers
+ * (S may be NULL: a KV-only buffer). No scratch: the coefficients live in
+ * shared memory. dv <= HK_CUDA_KVBUF_MAX_DV, bs <= 64; with dv a multiple
+ * of 128 rows are read as float4, so states must be 16-byte aligned. */
+#define HK_CUDA_KVBUF_MAX_DV 256
+
+/* Twin of hk_kvbuf_step: T tokens per request (T = 1 a decode step, T > 1
+ * draft verification), entries appended at len .. len+T-1, outputs o
+ * [R*T, Hv, dv]. lmax >= every len + T. HK_CUDA_EINVAL also when the
+ * shared memory, about 4 T (2 dk + 2 dv + 2 lmax) bytes, exceeds the
+ * device's. */
+int hk_cuda_kvbuf_step(float *o, float *arena, const hk_kvbuf_view_t *vw,
+                       const float *q, const float *k, const float *v,
+                       const float *gl, const float *beta, int R, int T,
+                       const hk_kvbuf_geom_t *g, int lmax, void *stream);
+/* Twin of hk_kvbuf_flush: S <- e^{G_n} S + Ktilde^T W for the first n[r]
+ * (device array [R]) entries of each view; every S with n[r] > 0 must be
+ * non-NULL. */
+int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw, const int *n,
+                        int R, const hk_kvbuf_geom_t *g, void *stream);
+/* Twin of hk_kvbuf_conv_commit (state [C, K-1], x [>= m, C]): exact. */
+int hk_cuda_kvbuf_conv_commit(float *state, const float *x, int m, int C, int K,
+                              void *stream);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,13 @@
     extern __shared__ __align__(128) unsigned char name[]
 #endif
 
+/* hk_attention_tc.cu: the tensor-core attention prefill (split: bf16
+ * hi + lo operands, else bf16 once); HK_CUDA_EINVAL where it cannot run
+ * (hd, shared memory). Arguments checked by hk_cuda_attention_impl. */
+int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
+                    const float *k, const float *v, int T, int Hq, int Hkv,
+                    int hd, float scale, cudaStream_t stream);
+
 /* Every launch is followed by this: a launch error (bad configuration, no
  * device, missing kernel image for this GPU) becomes a status code, never
  * an exit. Asynchronous faults surface at the caller's next sync. */
@@ -61,9 +68,46 @@ static inline int hk_cuda_status(cudaError_t e)
     }
 }
 
+/* The largest dynamic shared memory a block of the current device may
+ * opt in to (48 KB when the device cannot say). */
+static inline int hk_cuda_smem_optin(void)
+{
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               dev) != cudaSuccess)
+        return 48 * 1024;
+    return v;
+}
+
 static inline cudaStream_t hk_stream(void *s)
 {
     return (cudaStream_t)s;
+}
+
+/* The largest dynamic shared memory a block of the current device may opt
+ * in to (cudaFuncSetAttribute); 48 KB when the query fails. */
+static inline int hk_smem_optin_max(void)
+{
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                               dev) != cudaSuccess)
+        return 48 * 1024;
+    return v;
+}
+
+/* Offsets of n regions of sz[i] bytes laid end to end, each starting on an
+ * `align` boundary; returns the total. */
+static inline __host__ __device__ size_t hk_layout(const size_t *sz, int n,
+                                                   size_t align, size_t *off)
+{
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        off[i] = at;
+        at += (sz[i] + align - 1) / align * align;
+    }
+    return at;
 }
 
 /* The handle behind hk_cuda_blas_t (hk_matmul.cu creates it). */

@@ -1,7 +1,8 @@
 /*
  * hk_elementwise.cu - CUDA twins of hk_elementwise.c: head splitting, the
  * output gate, row scaling, the K/V cache store (one sequence, or one row
- * for each of B requests) and the token embedding.
+ * for each of B requests) and the token embedding (rows of an F32, BF16
+ * or I8 matrix).
  *
  * All are grid-stride loops over output elements: copies are exact, the
  * products the same single multiply as on the CPU (sigmoid from
@@ -80,15 +81,27 @@ static __global__ void hk_kv_store_decode_kernel(float *const *kcs,
     }
 }
 
-static __global__ void hk_embed_kernel(float *x,           // [T, H]
-                                       const float *table, // [V, H]
-                                       const int *ids,     // [T]
-                                       size_t n, int H)
+/* Row ids[t] of a weight matrix as f32, the way hk_wtile widens it:
+ * exact for F32 and BF16, q * scale for I8 (one scale per group of
+ * columns). */
+template <int DT>
+static __global__ void hk_weight_rows_kernel(float *x,         // [T, H]
+                                             const void *data, // [V, H]
+                                             const float *scales, int group,
+                                             const int *ids, // [T]
+                                             size_t n, int H)
 {
     HK_GRID_STRIDE(e, n)
     {
         const size_t t = e / (size_t)H, d = e % (size_t)H;
-        x[e] = table[(size_t)ids[t] * H + d];
+        const size_t at = (size_t)ids[t] * H + d;
+        if (DT == HK_W_F32)
+            x[e] = ((const float *)data)[at];
+        else if (DT == HK_W_BF16)
+            x[e] = hk_bf16_to_f32(((const uint16_t *)data)[at]);
+        else
+            x[e] = (float)((const int8_t *)data)[at] *
+                   scales[(size_t)ids[t] * (H / group) + d / group];
     }
 }
 
@@ -147,9 +160,25 @@ extern "C" int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
 extern "C" int hk_cuda_embed(float *x, const float *table, const int *ids,
                              int T, int H, void *stream)
 {
-    if (T < 0 || H < 0)
+    const hk_weight_t w = {table, NULL, HK_W_F32, 0, H, H};
+    return hk_cuda_weight_rows(x, &w, ids, T, stream);
+}
+
+extern "C" int hk_cuda_weight_rows(float *x, const hk_weight_t *w,
+                                   const int *ids, int T, void *stream)
+{
+    const int H = w->cols;
+    if (T < 0 || H < 0 ||
+        (w->dtype == HK_W_I8 && (w->group < 1 || H % w->group || !w->scales)) ||
+        (w->dtype != HK_W_F32 && w->dtype != HK_W_BF16 && w->dtype != HK_W_I8))
         return HK_CUDA_EINVAL;
     const size_t n = (size_t)T * H;
-    HK_LAUNCH_1D(hk_embed_kernel, n, HK_EW_THREADS, stream, x, table, ids, n,
-                 H);
+    if (w->dtype == HK_W_F32)
+        HK_LAUNCH_1D(hk_weight_rows_kernel<HK_W_F32>, n, HK_EW_THREADS, stream,
+                     x, w->data, w->scales, w->group, ids, n, H);
+    if (w->dtype == HK_W_BF16)
+        HK_LAUNCH_1D(hk_weight_rows_kernel<HK_W_BF16>, n, HK_EW_THREADS, stream,
+                     x, w->data, w->scales, w->group, ids, n, H);
+    HK_LAUNCH_1D(hk_weight_rows_kernel<HK_W_I8>, n, HK_EW_THREADS, stream, x,
+                 w->data, w->scales, w->group, ids, n, H);
 }

@@ -34,8 +34,14 @@
  * shared memory with zero rows, so no load reads past a sequence or the
  * buffer. Tiny values are flushed as on the CPU (gdn_math.h).
  *
- * Requirements: dk, dv, C multiples of 16; dk <= 256; C <= 64; q, k, v,
- * o, every state and Tc 32-byte aligned (wmma tiles).
+ * f32 inputs (hk_cuda_gdn_chunk_tc, the engine's activations): q, k, v
+ * are split into bf16 hi + lo arrays in scratch first (one pass), and the
+ * same kernels run with LO set: every product with an input gains its lo
+ * term (hi*hi + hi*lo + lo*hi), so no operand keeps fewer than ~16
+ * significant bits and the results stay ~1e-5 of the f32 kernel's.
+ *
+ * Requirements: dk, dv, C multiples of 16; dk <= 256; C <= 64; q, k, v
+ * (bf16 entry), every state and Tc 32-byte aligned (wmma tiles).
  */
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -70,6 +76,13 @@ static __device__ __forceinline__ const __nv_bfloat16 *hk_bf(const uint16_t *p)
 {
     return reinterpret_cast<const __nv_bfloat16 *>(p);
 }
+
+/* The inputs as bf16 bit patterns: hi parts, and with f32 inputs their lo
+ * parts (NULL for bf16 inputs, which are exact). */
+struct hk_tc_in {
+    const uint16_t *q, *k, *v;
+    const uint16_t *ql, *kl, *vl;
+};
 
 /* Scratch regions; slot hc = h * nslots + chunk slot. */
 struct hk_tc_ws {
@@ -158,6 +171,7 @@ static __device__ void hk_tc_stage(uint16_t *dst, int ldd, const uint16_t *src,
 /* Shared memory of kernel A, in bytes, and its carving. */
 struct hk_tc_a_smem {
     uint16_t *Ks, *Qs, *Vs; // [C][dk + 8], [C][dk + 8], [C][dv + 8]
+    uint16_t *Kl, *Ql, *Vl; // their lo parts (f32 inputs only)
     float *G;               // [2C][C + 4]: K K^T then Q K^T
     float *Ti;              // [C][C + 4]
     uint16_t *Tb[4];        // [C][C + 8]: Tinv diag(beta) hi, lo;
@@ -169,19 +183,27 @@ struct hk_tc_a_smem {
 
 static __host__ __device__ size_t hk_tc_a_carve(hk_tc_a_smem *s,
                                                 unsigned char *p, int dk,
-                                                int dv, int C)
+                                                int dv, int C, bool lo)
 {
     const int ldk = dk + HK_PAD16, ldv = dv + HK_PAD16;
     const int ldc = C + HK_PAD32, ldb = C + HK_PAD16;
-    const size_t sz[12] = {
-        (size_t)C * ldk * 2, (size_t)C * ldk * 2,
-        (size_t)C * ldv * 2, (size_t)2 * C * ldc * 4,
-        (size_t)C * ldc * 4, (size_t)C * ldb * 2,
-        (size_t)C * ldb * 2, (size_t)C * ldb * 2,
-        (size_t)C * ldb * 2, (size_t)(HK_TC_A_THREADS / 32) * 16 * 20 * 4,
-        (size_t)C * 8,       (size_t)2 * C * 4};
-    size_t off[12];
-    const size_t at = hk_tc_layout(sz, 12, 128, off);
+    const size_t sz[15] = {(size_t)C * ldk * 2,
+                           (size_t)C * ldk * 2,
+                           (size_t)C * ldv * 2,
+                           (size_t)2 * C * ldc * 4,
+                           (size_t)C * ldc * 4,
+                           (size_t)C * ldb * 2,
+                           (size_t)C * ldb * 2,
+                           (size_t)C * ldb * 2,
+                           (size_t)C * ldb * 2,
+                           (size_t)(HK_TC_A_THREADS / 32) * 16 * 20 * 4,
+                           (size_t)C * 8,
+                           (size_t)2 * C * 4,
+                           lo ? (size_t)C * ldk * 2 : 0,
+                           lo ? (size_t)C * ldk * 2 : 0,
+                           lo ? (size_t)C * ldv * 2 : 0};
+    size_t off[15];
+    const size_t at = hk_tc_layout(sz, 15, 128, off);
     if (s) {
         s->Ks = (uint16_t *)(p + off[0]);
         s->Qs = (uint16_t *)(p + off[1]);
@@ -194,21 +216,25 @@ static __host__ __device__ size_t hk_tc_a_carve(hk_tc_a_smem *s,
         s->gam = (double *)(p + off[10]);
         s->bv = (float *)(p + off[11]);
         s->bg = s->bv + C;
+        s->Kl = lo ? (uint16_t *)(p + off[12]) : NULL;
+        s->Ql = lo ? (uint16_t *)(p + off[13]) : NULL;
+        s->Vl = lo ? (uint16_t *)(p + off[14]) : NULL;
     }
     return at;
 }
 
-/* Kernel A: chunk slot blockIdx.x, value head blockIdx.y. */
+/* Kernel A: chunk slot blockIdx.x, value head blockIdx.y. LO: the inputs
+ * have lo parts (f32 inputs). */
+template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_A_THREADS)
-    hk_gdn_tc_local_kernel(hk_tc_ws ws, const uint16_t *q, const uint16_t *k,
-                           const uint16_t *v, const float *g, const float *beta,
-                           const int *cu, int nseq, int nslots, int Hk, int Hv,
-                           int dk, int dv, int C)
+    hk_gdn_tc_local_kernel(hk_tc_ws ws, hk_tc_in in, const float *g,
+                           const float *beta, const int *cu, int nseq,
+                           int nslots, int Hk, int Hv, int dk, int dv, int C)
 {
     HK_DYNAMIC_SMEM(smem);
     __shared__ int loc[2];
     hk_tc_a_smem s;
-    hk_tc_a_carve(&s, smem, dk, dv, C);
+    hk_tc_a_carve(&s, smem, dk, dv, C, LO);
     const int h = blockIdx.y, kh = h / (Hv / Hk);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nwarps = blockDim.x >> 5;
@@ -224,20 +250,30 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
     if (n == 0)
         return; /* a spare slot: the whole block leaves */
 
-    if (tid == 0) { /* in double, the CPU's order */
+    /* gamma in double, the CPU's order, by one thread from the chunk's g
+     * staged first by all (a serial loop over global loads waits for each
+     * in turn); s.bg is free until the staging's barrier below */
+    for (int i = tid; i < n; i += blockDim.x)
+        s.bg[i] = g[(size_t)(t0 + i) * Hv + h];
+    __syncthreads();
+    if (tid == 0) {
         double acc = 0.0;
         for (int i = 0; i < n; i++) {
-            acc += g[(size_t)(t0 + i) * Hv + h];
+            acc += s.bg[i];
             s.gam[i] = acc;
             ws.gam[hc * C + i] = acc;
         }
     }
-    hk_tc_stage(s.Ks, ldk, k + (size_t)t0 * ldq + (size_t)kh * dk, ldq, C, n,
-                dk);
-    hk_tc_stage(s.Qs, ldk, q + (size_t)t0 * ldq + (size_t)kh * dk, ldq, C, n,
-                dk);
-    hk_tc_stage(s.Vs, ldv, v + (size_t)t0 * ldvg + (size_t)h * dv, ldvg, C, n,
-                dv);
+    const size_t rq = (size_t)t0 * ldq + (size_t)kh * dk;
+    const size_t rv = (size_t)t0 * ldvg + (size_t)h * dv;
+    hk_tc_stage(s.Ks, ldk, in.k + rq, ldq, C, n, dk);
+    hk_tc_stage(s.Qs, ldk, in.q + rq, ldq, C, n, dk);
+    hk_tc_stage(s.Vs, ldv, in.v + rv, ldvg, C, n, dv);
+    if (LO) {
+        hk_tc_stage(s.Kl, ldk, in.kl + rq, ldq, C, n, dk);
+        hk_tc_stage(s.Ql, ldk, in.ql + rq, ldq, C, n, dk);
+        hk_tc_stage(s.Vl, ldv, in.vl + rv, ldvg, C, n, dv);
+    }
     __syncthreads();
     for (int i = tid; i < C; i += blockDim.x) {
         const float bi = i < n ? beta[(size_t)(t0 + i) * Hv + h] : 0.0f;
@@ -259,10 +295,19 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
         for (int kk = 0; kk < dk / 16; kk++) {
             hk_fa_row a;
             hk_fb_col b;
-            wmma::load_matrix_sync(a, hk_bf(X + ti * 16 * ldk + kk * 16), ldk);
-            wmma::load_matrix_sync(b, hk_bf(s.Ks + tj * 16 * ldk + kk * 16),
-                                   ldk);
+            const int xa = ti * 16 * ldk + kk * 16,
+                      ka = tj * 16 * ldk + kk * 16;
+            wmma::load_matrix_sync(a, hk_bf(X + xa), ldk);
+            wmma::load_matrix_sync(b, hk_bf(s.Ks + ka), ldk);
             wmma::mma_sync(acc, a, b, acc);
+            if (LO) { /* + hi lo^T + lo hi^T */
+                hk_fb_col bl;
+                wmma::load_matrix_sync(bl, hk_bf(s.Kl + ka), ldk);
+                wmma::mma_sync(acc, a, bl, acc);
+                wmma::load_matrix_sync(a, hk_bf((which ? s.Ql : s.Kl) + xa),
+                                       ldk);
+                wmma::mma_sync(acc, a, b, acc);
+            }
         }
         wmma::store_matrix_sync(s.G + (which * C + ti * 16) * ldc + tj * 16,
                                 acc, ldc, wmma::mem_row_major);
@@ -316,7 +361,9 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
         const int ti = idx / (nu + nw), tj = idx % (nu + nw);
         const bool isw = tj >= nu;
         const uint16_t *Th = s.Tb[isw ? 2 : 0], *Tl = s.Tb[isw ? 3 : 1];
-        const uint16_t *B = isw ? s.Ks + (tj - nu) * 16 : s.Vs + tj * 16;
+        const int cB = isw ? (tj - nu) * 16 : tj * 16;
+        const uint16_t *B = (isw ? s.Ks : s.Vs) + cB;
+        const uint16_t *Bl = LO ? (isw ? s.Kl : s.Vl) + cB : NULL;
         const int ldB = isw ? ldk : ldv;
         hk_facc acc;
         wmma::fill_fragment(acc, 0.0f);
@@ -330,6 +377,10 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
             wmma::load_matrix_sync(b, hk_bf(B + kk * 16 * ldB), ldB);
             wmma::mma_sync(acc, ah, b, acc);
             wmma::mma_sync(acc, al, b, acc);
+            if (LO) {
+                wmma::load_matrix_sync(b, hk_bf(Bl + kk * 16 * ldB), ldB);
+                wmma::mma_sync(acc, ah, b, acc);
+            }
         }
         if (!isw) {
             wmma::store_matrix_sync(ws.U + (hc * C + ti * 16) * dv + tj * 16,
@@ -359,20 +410,24 @@ struct hk_tc_b_smem {
     uint16_t *Xh, *Xl;   // [C][BV + 8]   e^{gamma_n - gamma} Vn split
     uint16_t *Kst, *Qst; // [16][dk + 8]  a last partial token tile
     float *eg, *en;      // [C]
+    uint16_t *Ksl, *Qsl; // [16][dk + 8]  its lo parts (f32 inputs only)
 };
 
 static __host__ __device__ size_t hk_tc_b_carve(hk_tc_b_smem *s,
                                                 unsigned char *p, int dk, int C,
-                                                int BV)
+                                                int BV, bool lo)
 {
     const int ldf = BV + HK_PAD32, ldh = BV + HK_PAD16, ldk = dk + HK_PAD16;
-    const size_t sz[12] = {
-        (size_t)dk * ldf * 4, (size_t)dk * ldh * 2, (size_t)dk * ldh * 2,
-        (size_t)C * ldf * 4,  (size_t)C * ldf * 4,  (size_t)C * ldh * 2,
-        (size_t)C * ldh * 2,  (size_t)C * ldh * 2,  (size_t)C * ldh * 2,
-        (size_t)16 * ldk * 2, (size_t)16 * ldk * 2, (size_t)2 * C * 4};
-    size_t off[12];
-    const size_t at = hk_tc_layout(sz, 12, 128, off);
+    const size_t sz[14] = {
+        (size_t)dk * ldf * 4,          (size_t)dk * ldh * 2,
+        (size_t)dk * ldh * 2,          (size_t)C * ldf * 4,
+        (size_t)C * ldf * 4,           (size_t)C * ldh * 2,
+        (size_t)C * ldh * 2,           (size_t)C * ldh * 2,
+        (size_t)C * ldh * 2,           (size_t)16 * ldk * 2,
+        (size_t)16 * ldk * 2,          (size_t)2 * C * 4,
+        lo ? (size_t)16 * ldk * 2 : 0, lo ? (size_t)16 * ldk * 2 : 0};
+    size_t off[14];
+    const size_t at = hk_tc_layout(sz, 14, 128, off);
     if (s) {
         s->Sf = (float *)(p + off[0]);
         s->Sh = (uint16_t *)(p + off[1]);
@@ -387,23 +442,24 @@ static __host__ __device__ size_t hk_tc_b_carve(hk_tc_b_smem *s,
         s->Qst = (uint16_t *)(p + off[10]);
         s->eg = (float *)(p + off[11]);
         s->en = s->eg + C;
+        s->Ksl = lo ? (uint16_t *)(p + off[12]) : NULL;
+        s->Qsl = lo ? (uint16_t *)(p + off[13]) : NULL;
     }
     return at;
 }
 
 /* Kernel B: column block blockIdx.x of [S | Tc] (dv / BV of S, then
  * dk / BV of Tc), value head blockIdx.y, sequence blockIdx.z. */
-template <int BV>
+template <int BV, bool LO>
 static __global__ void __launch_bounds__(HK_TC_B_THREADS)
     hk_gdn_tc_state_kernel(hk_tc_ws ws, float *o, float *const *states,
-                           float *const *tcs, const uint16_t *q,
-                           const uint16_t *k, const int *cu, int nslots, int Hk,
-                           int Hv, int dk, int dv, int C)
+                           float *const *tcs, hk_tc_in in, const int *cu,
+                           int nslots, int Hk, int Hv, int dk, int dv, int C)
 {
     HK_DYNAMIC_SMEM(smem);
     __shared__ int first;
     hk_tc_b_smem s;
-    hk_tc_b_carve(&s, smem, dk, C, BV);
+    hk_tc_b_carve(&s, smem, dk, C, BV, LO);
     const int h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
     const int tid = threadIdx.x, warp = tid >> 5, nwarps = blockDim.x >> 5;
     const bool is_tc = (int)blockIdx.x * BV >= dv;
@@ -449,9 +505,14 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
         if (part) {
             const size_t r0 = (size_t)(t0 + (nt - 1) * 16) * ldq + kh * dk;
             const int left = n - (nt - 1) * 16;
-            hk_tc_stage(s.Kst, ldk, k + r0, ldq, 16, left, dk);
+            hk_tc_stage(s.Kst, ldk, in.k + r0, ldq, 16, left, dk);
             if (!is_tc)
-                hk_tc_stage(s.Qst, ldk, q + r0, ldq, 16, left, dk);
+                hk_tc_stage(s.Qst, ldk, in.q + r0, ldq, 16, left, dk);
+            if (LO) {
+                hk_tc_stage(s.Ksl, ldk, in.kl + r0, ldq, 16, left, dk);
+                if (!is_tc)
+                    hk_tc_stage(s.Qsl, ldk, in.ql + r0, ldq, 16, left, dk);
+            }
         }
         __syncthreads();
 
@@ -459,8 +520,9 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
         for (int idx = warp; idx < nt * NB; idx += nwarps) {
             const int ti = idx / NB, tj = idx % NB;
             const bool st = part && ti == nt - 1;
-            const uint16_t *Qt =
-                st ? s.Qst : q + (size_t)(t0 + ti * 16) * ldq + (size_t)kh * dk;
+            const size_t rq = (size_t)(t0 + ti * 16) * ldq + (size_t)kh * dk;
+            const uint16_t *Qt = st ? s.Qst : in.q + rq;
+            const uint16_t *Qtl = !LO ? NULL : st ? s.Qsl : in.ql + rq;
             const unsigned ldqt = st ? (unsigned)ldk : (unsigned)ldq;
             const uint16_t *Wh = ws.Wh + (hc * C + ti * 16) * dk;
             const uint16_t *Wl = ws.Wl + (hc * C + ti * 16) * dk;
@@ -489,6 +551,10 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
                 wmma::load_matrix_sync(a, hk_bf(Qt + kk * 16), ldqt);
                 wmma::mma_sync(x, a, sh, x);
                 wmma::mma_sync(x, a, sl, x);
+                if (LO) {
+                    wmma::load_matrix_sync(a, hk_bf(Qtl + kk * 16), ldqt);
+                    wmma::mma_sync(x, a, sh, x);
+                }
             }
             wmma::store_matrix_sync(s.Vf + ti * 16 * ldf + tj * 16, vn, ldf,
                                     wmma::mem_row_major);
@@ -544,19 +610,24 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
             wmma::load_matrix_sync(acc, St, ldf, wmma::mem_row_major);
             for (int kk = 0; kk < nt; kk++) {
                 const bool st = part && kk == nt - 1;
-                const uint16_t *Kt = st ? s.Kst + ti * 16
-                                        : k + (size_t)(t0 + kk * 16) * ldq +
-                                              (size_t)kh * dk + ti * 16;
+                const size_t rk =
+                    (size_t)(t0 + kk * 16) * ldq + (size_t)kh * dk + ti * 16;
+                const uint16_t *Kt = st ? s.Kst + ti * 16 : in.k + rk;
+                const unsigned ldkt = st ? (unsigned)ldk : (unsigned)ldq;
                 hk_fa_col a;
                 hk_fb_row xh, xl;
-                wmma::load_matrix_sync(a, hk_bf(Kt),
-                                       st ? (unsigned)ldk : (unsigned)ldq);
+                wmma::load_matrix_sync(a, hk_bf(Kt), ldkt);
                 wmma::load_matrix_sync(
                     xh, hk_bf(s.Xh + kk * 16 * ldh + tj * 16), ldh);
                 wmma::load_matrix_sync(
                     xl, hk_bf(s.Xl + kk * 16 * ldh + tj * 16), ldh);
                 wmma::mma_sync(acc, a, xh, acc);
                 wmma::mma_sync(acc, a, xl, acc);
+                if (LO) {
+                    wmma::load_matrix_sync(
+                        a, hk_bf(st ? s.Ksl + ti * 16 : in.kl + rk), ldkt);
+                    wmma::mma_sync(acc, a, xh, acc);
+                }
             }
             if (is_tc)
                 for (int e = 0; e < acc.num_elements; e++)
@@ -578,16 +649,6 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
         const int i = e / BV, j = e % BV;
         Sg[(size_t)i * ldg + col0 + j] = s.Sf[i * ldf + j];
     }
-}
-
-extern "C" size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv,
-                                                 int dk, int dv, int C)
-{
-    if (T < 0 || nseq < 1 || Hv < 1 || dk < 1 || dv < 1 || C < 1)
-        return 0;
-    const size_t bytes =
-        hk_tc_ws_bytes(hk_tc_slots(T, nseq, C), Hv, dk, dv, C, NULL, NULL);
-    return bytes / sizeof(float);
 }
 
 /* The largest dynamic shared memory a block of this device may have. */
@@ -612,6 +673,100 @@ static int hk_tc_bv(int nseq, int Hv, int ncols, int dk, int dv)
     return (long long)nseq * Hv * (ncols / 32) >= sms ? 32 : 16;
 }
 
+/* f32 x[n] into bf16 hi[n] + lo[n] (hk_bf16_split). */
+static __global__ void hk_tc_split_kernel(uint16_t *hi, uint16_t *lo,
+                                          const float *x, size_t n)
+{
+    HK_GRID_STRIDE(e, n)
+    {
+        hk_bf16_split(x[e], &hi[e], &lo[e]);
+    }
+}
+
+/* Both entries: checks, then the two launches on inputs `in` (lo parts
+ * when lo), chunk workspace at ws_base. */
+static int hk_gdn_tc_run(float *o, float *const *states, float *const *tcs,
+                         hk_tc_in in, bool lo, const float *g,
+                         const float *beta, const int *cu_seqlens, int nseq,
+                         int T, int Hk, int Hv, int dk, int dv, int C,
+                         void *ws_base, cudaStream_t s)
+{
+    const int ncols = dv + (tcs ? dk : 0);
+    const int BV = hk_tc_bv(nseq, Hv, ncols, dk, dv);
+    const size_t sa = hk_tc_a_carve(NULL, NULL, dk, dv, C, lo);
+    const size_t sb = hk_tc_b_carve(NULL, NULL, dk, C, BV, lo);
+    const size_t slots = hk_tc_slots(T, nseq, C);
+    hk_tc_ws ws;
+    hk_tc_ws_bytes(slots, Hv, dk, dv, C, &ws, (unsigned char *)ws_base);
+    int rc;
+
+    if (T > 0) {
+#define HK_TC_LOCAL(L)                                                         \
+    do {                                                                       \
+        cudaFuncSetAttribute(hk_gdn_tc_local_kernel<L>,                        \
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                             (int)sa);                                         \
+        hk_gdn_tc_local_kernel<L>                                              \
+            <<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, sa, s>>>(           \
+                ws, in, g, beta, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, \
+                C);                                                            \
+    } while (0)
+        if (lo)
+            HK_TC_LOCAL(true);
+        else
+            HK_TC_LOCAL(false);
+#undef HK_TC_LOCAL
+        if ((rc = hk_cuda_check_launch()))
+            return rc;
+    }
+    const dim3 grid(ncols / BV, Hv, nseq);
+#define HK_TC_STATE(N, L)                                                      \
+    do {                                                                       \
+        cudaFuncSetAttribute(hk_gdn_tc_state_kernel<N, L>,                     \
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                             (int)sb);                                         \
+        hk_gdn_tc_state_kernel<N, L><<<grid, HK_TC_B_THREADS, sb, s>>>(        \
+            ws, o, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv,    \
+            C);                                                                \
+    } while (0)
+    if (BV == 32 && lo)
+        HK_TC_STATE(32, true);
+    else if (BV == 32)
+        HK_TC_STATE(32, false);
+    else if (lo)
+        HK_TC_STATE(16, true);
+    else
+        HK_TC_STATE(16, false);
+#undef HK_TC_STATE
+    return hk_cuda_check_launch();
+}
+
+/* Shapes both entries refuse (HK_CUDA_EINVAL), the shared memory included:
+ * 0 when the kernels can run them. */
+static int hk_tc_bad(int T, int nseq, int Hk, int Hv, int dk, int dv, int C,
+                     bool lo, bool want_tc)
+{
+    if (T < 0 || nseq < 1 || nseq > HK_CUDA_MAX_GRID_YZ || Hk < 1 || Hv < 1 ||
+        Hv % Hk || Hv > HK_CUDA_MAX_GRID_YZ || dk < 16 || dk % 16 ||
+        dk > HK_CUDA_GDN_MAX_DK || dv < 16 || dv % 16 || C < 16 || C % 16 ||
+        C > HK_CUDA_GDN_MAX_C)
+        return 1;
+    const int BV = hk_tc_bv(nseq, Hv, dv + (want_tc ? dk : 0), dk, dv);
+    const size_t mx = (size_t)hk_tc_smem_max();
+    return hk_tc_a_carve(NULL, NULL, dk, dv, C, lo) > mx ||
+           hk_tc_b_carve(NULL, NULL, dk, C, BV, lo) > mx;
+}
+
+extern "C" size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv,
+                                                 int dk, int dv, int C)
+{
+    if (T < 0 || nseq < 1 || Hv < 1 || dk < 1 || dv < 1 || C < 1)
+        return 0;
+    const size_t bytes =
+        hk_tc_ws_bytes(hk_tc_slots(T, nseq, C), Hv, dk, dv, C, NULL, NULL);
+    return bytes / sizeof(float);
+}
+
 extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
                                       float *const *tcs, const uint16_t *q,
                                       const uint16_t *k, const uint16_t *v,
@@ -620,47 +775,73 @@ extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
                                       int Hk, int Hv, int dk, int dv, int C,
                                       float *scratch, void *stream)
 {
-    if (T < 0 || nseq < 1 || nseq > HK_CUDA_MAX_GRID_YZ || Hk < 1 || Hv < 1 ||
-        Hv % Hk || Hv > HK_CUDA_MAX_GRID_YZ || dk < 16 || dk % 16 ||
-        dk > HK_CUDA_GDN_MAX_DK || dv < 16 || dv % 16 || C < 16 || C % 16 ||
-        C > HK_CUDA_GDN_MAX_C || !states || !cu_seqlens || (T > 0 && !scratch))
+    if (hk_tc_bad(T, nseq, Hk, Hv, dk, dv, C, false, tcs != NULL) || !states ||
+        !cu_seqlens || (T > 0 && !scratch))
         return HK_CUDA_EINVAL;
-    const int ncols = dv + (tcs ? dk : 0);
-    const int BV = hk_tc_bv(nseq, Hv, ncols, dk, dv);
-    const size_t sa = hk_tc_a_carve(NULL, NULL, dk, dv, C);
-    const size_t sb = hk_tc_b_carve(NULL, NULL, dk, C, BV);
-    if (sa > (size_t)hk_tc_smem_max() || sb > (size_t)hk_tc_smem_max())
+    const hk_tc_in in = {q, k, v, NULL, NULL, NULL};
+    return hk_gdn_tc_run(o, states, tcs, in, false, g, beta, cu_seqlens, nseq,
+                         T, Hk, Hv, dk, dv, C, scratch, hk_stream(stream));
+}
+
+/* The f32 entry's scratch: the chunk workspace, then q, k (T Hk dk each)
+ * and v (T Hv dv) as hi and lo halves; byte offsets in off[6]. */
+static size_t hk_tc_f32_bytes(int T, int nseq, int Hk, int Hv, int dk, int dv,
+                              int C, size_t *off)
+{
+    const size_t nq = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv;
+    const size_t sz[7] = {
+        hk_tc_ws_bytes(hk_tc_slots(T, nseq, C), Hv, dk, dv, C, NULL, NULL),
+        nq * 2,
+        nq * 2,
+        nq * 2,
+        nq * 2,
+        nv * 2,
+        nv * 2};
+    size_t o7[7];
+    const size_t at = hk_tc_layout(sz, 7, 256, o7);
+    for (int i = 0; off && i < 6; i++)
+        off[i] = o7[i + 1];
+    return at;
+}
+
+extern "C" size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv,
+                                               int dk, int dv, int C)
+{
+    if (T < 0 || nseq < 1 || Hk < 1 || Hv < 1 || dk < 1 || dv < 1 || C < 1)
+        return 0;
+    return (hk_tc_f32_bytes(T, nseq, Hk, Hv, dk, dv, C, NULL) + 3) /
+           sizeof(float);
+}
+
+extern "C" int hk_cuda_gdn_chunk_tc(float *o, float *const *states,
+                                    float *const *tcs, const float *q,
+                                    const float *k, const float *v,
+                                    const float *g, const float *beta,
+                                    const int *cu_seqlens, int nseq, int T,
+                                    int Hk, int Hv, int dk, int dv, int C,
+                                    float *scratch, void *stream)
+{
+    if (hk_tc_bad(T, nseq, Hk, Hv, dk, dv, C, true, tcs != NULL) || !states ||
+        !cu_seqlens || (T > 0 && !scratch))
         return HK_CUDA_EINVAL;
     const cudaStream_t s = hk_stream(stream);
-    const size_t slots = hk_tc_slots(T, nseq, C);
-    hk_tc_ws ws;
-    hk_tc_ws_bytes(slots, Hv, dk, dv, C, &ws, (unsigned char *)scratch);
-    int rc;
-
-    if (T > 0) {
-        cudaFuncSetAttribute(hk_gdn_tc_local_kernel,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)sa);
-        hk_gdn_tc_local_kernel<<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, sa,
-                                 s>>>(ws, q, k, v, g, beta, cu_seqlens, nseq,
-                                      (int)slots, Hk, Hv, dk, dv, C);
-        if ((rc = hk_cuda_check_launch()))
+    size_t off[6];
+    hk_tc_f32_bytes(T, nseq, Hk, Hv, dk, dv, C, off);
+    unsigned char *base = (unsigned char *)scratch;
+    uint16_t *h[6];
+    for (int i = 0; i < 6; i++)
+        h[i] = (uint16_t *)(base + off[i]);
+    const size_t nq = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv;
+    const float *src[3] = {q, k, v};
+    const size_t n[3] = {nq, nq, nv};
+    for (int i = 0; i < 3 && T > 0; i++) {
+        hk_tc_split_kernel<<<hk_grid_1d(n[i], 256), 256, 0, s>>>(
+            h[2 * i], h[2 * i + 1], src[i], n[i]);
+        int rc = hk_cuda_check_launch();
+        if (rc)
             return rc;
     }
-    const dim3 grid(ncols / BV, Hv, nseq);
-#define HK_TC_STATE(N)                                                         \
-    do {                                                                       \
-        cudaFuncSetAttribute(hk_gdn_tc_state_kernel<N>,                        \
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                             (int)sb);                                         \
-        hk_gdn_tc_state_kernel<N><<<grid, HK_TC_B_THREADS, sb, s>>>(           \
-            ws, o, states, tcs, q, k, cu_seqlens, (int)slots, Hk, Hv, dk, dv,  \
-            C);                                                                \
-    } while (0)
-    if (BV == 32)
-        HK_TC_STATE(32);
-    else
-        HK_TC_STATE(16);
-#undef HK_TC_STATE
-    return hk_cuda_check_launch();
+    const hk_tc_in in = {h[0], h[2], h[4], h[1], h[3], h[5]};
+    return hk_gdn_tc_run(o, states, tcs, in, true, g, beta, cu_seqlens, nseq, T,
+                         Hk, Hv, dk, dv, C, scratch, s);
 }

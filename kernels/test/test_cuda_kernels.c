@@ -25,6 +25,7 @@
 #include "kernels/common/hk_bf16.h"
 #include "kernels/common/hk_math.h"
 #include "kernels/cpu/hk_cpu.h"
+#include "kernels/cpu/hk_kvbuf.h"
 #include "t/lib/tap.h"
 #define TEST_RNG_SEED 0x6a09e667f3bcc909ull
 #include "t/lib/testrand.h"
@@ -32,42 +33,7 @@
 #include "kernels/cuda/hk_cuda.h"
 #endif
 
-static const char *const op_names[] = {"rmsnorm_zc",
-                                       "rmsnorm_gated",
-                                       "l2norm",
-                                       "swiglu",
-                                       "conv1d_silu",
-                                       "conv1d_silu_decode",
-                                       "rope",
-                                       "rope_shift",
-                                       "gdn_gates",
-                                       "gdn_recurrent",
-                                       "gdn_decode",
-                                       "gdn_chunk",
-                                       "trans_compose",
-                                       "trans_chain",
-                                       "trans_rope_shift",
-                                       "matmul",
-                                       "matmul_acc",
-                                       "matmul_bf16",
-                                       "split_heads",
-                                       "gate_mul",
-                                       "scale_rows",
-                                       "kv_store",
-                                       "kv_store_decode",
-                                       "embed",
-                                       "attention",
-                                       "attention_decode",
-                                       "moe_route",
-                                       "moe_plan",
-                                       "moe_gather",
-                                       "moe_scatter",
-                                       "moe_combine",
-                                       "argmax",
-                                       "topk",
-                                       "gdn_chunk_bf16",
-                                       "gdn_chunk_bf16_varlen",
-                                       "gdn_step"};
+static const char *const op_names[] = {"rmsnorm_zc", "rmsnorm_gated", "l2norm", "swiglu", "conv1d_silu", "conv1d_silu_decode", "rope", "rope_shift", "gdn_gates", "gdn_recurrent", "gdn_decode", "gdn_chunk", "trans_compose", "trans_chain", "trans_rope_shift", "matmul", "matmul_acc", "matmul_bf16", "split_heads", "gate_mul", "scale_rows", "kv_store", "kv_store_decode", "embed", "weight_rows", "attention", "attention_decode", "moe_route", "moe_plan", "moe_gather", "moe_scatter", "moe_combine", "argmax", "topk", "gdn_chunk_bf16", "gdn_chunk_bf16_varlen", "gdn_chunk_tc", "gdn_step", "kvbuf_step", "kvbuf_verify", "kvbuf_flush", "kvbuf_conv_commit"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -129,6 +95,20 @@ static void print_plan(void)
  * mask, group or scale moves outputs by 1e-2 and more. */
 #define RTOL_ATT 2e-5
 #define ATOL_ATT 2e-6
+/* The tensor-core prefill (FLASH): every operand split into bf16 hi + lo,
+ * products hi*hi + hi*lo + lo*hi (~3 * 2^-18 of |x y| each: the dropped
+ * lo*lo and the remainders), so a score is off by up to ~1e-5 of
+ * sum_d |q_d k_d| scale (~1e-4 at hd 256 with O(1) entries), and each
+ * probability by as much, relatively; o, a weighted mean of v, by that
+ * times |v - o|. Under the emulator the worst element is 2.5e-5 of the
+ * outputs' rms (4e-6 absolute at hd 128 against float64); the bound leaves
+ * room for another accumulation order. FLASH_BF16 rounds q, k, p, v to
+ * bf16 once (2^-9 relative each): ~100x more. A dropped lo term, a wrong
+ * mask, group, tile edge or rescale moves outputs by 1e-3 and more. */
+#define RTOL_ATT_TC   2e-4
+#define ATOL_ATT_TC   5e-5
+#define RTOL_ATT_BF16 2e-2
+#define ATOL_ATT_BF16 4e-3
 /* Projections: in <= 512 products of O(1) x O(1/sqrt(in)) terms in
  * another order (cuBLAS blocking vs OpenBLAS's): ~sqrt(in) roundings of
  * the O(1) result. The bf16 path multiplies the same rounded inputs. */
@@ -1038,6 +1018,23 @@ static void test_kv_store(void)
     }
 }
 
+/* x rounded to bf16 in place; the bit patterns in a new array. */
+static uint16_t *round_bf16(float *x, size_t n)
+{
+    uint16_t *b = hbytes(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        x[i] = hk_bf16_to_f32(b[i] = hk_bf16_from_f32(x[i]));
+    return b;
+}
+
+static uint16_t *dev_u16(const uint16_t *h, size_t n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
+    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
+    return d;
+}
+
 static void test_embed(void)
 {
     static const int shapes[][3] = {{1, 1, 1}, {6, 50, 64}, {33, 1000, 257}};
@@ -1056,6 +1053,44 @@ static void test_embed(void)
         RUN(hk_cuda_embed(dx, dt, dids, T, H, NULL));
         ok(same_cpu(x, dx, (size_t)T * H, "x"), "embed T=%d V=%d H=%d", T, V,
            H);
+
+        /* The BF16 and I8 tables of a checkpoint: the CPU's hk_weight_rows
+         * (bf16 widened exactly, I8 q * scale with several groups per row
+         * where H allows). */
+        const size_t nt = (size_t)V * H;
+        const int G = H % 16 == 0 ? 16 : H;
+        uint16_t *tb = hbytes(nt * sizeof(uint16_t));
+        int8_t *tq = hbytes(nt);
+        float *sc = frand((size_t)V * (H / G), 0.05);
+        for (size_t i = 0; i < nt; i++) {
+            tb[i] = hk_bf16_from_f32(table[i]);
+            tq[i] = (int8_t)(int)(127.0 * table[i]);
+        }
+        void *dtb = NULL, *dtq = NULL;
+        CK(hk_cuda_malloc(&dtb, nt * sizeof(uint16_t)));
+        CK(hk_cuda_h2d(dtb, tb, nt * sizeof(uint16_t), NULL));
+        CK(hk_cuda_malloc(&dtq, nt ? nt : 1));
+        CK(hk_cuda_h2d(dtq, tq, nt, NULL));
+        float *dsc = dev_from(sc, (size_t)V * (H / G));
+        const hk_weight_t wb = {tb, NULL, HK_W_BF16, V, H, 0},
+                          wq = {tq, sc, HK_W_I8, V, H, G};
+        hk_weight_t dwb = wb, dwq = wq;
+        dwb.data = dtb;
+        dwq.data = dtq;
+        dwq.scales = dsc;
+        hk_weight_rows(x, &wb, ids, T);
+        RUN(hk_cuda_weight_rows(dx, &dwb, dids, T, NULL));
+        int good = same_cpu(x, dx, (size_t)T * H, "x bf16");
+        hk_weight_rows(x, &wq, ids, T);
+        RUN(hk_cuda_weight_rows(dx, &dwq, dids, T, NULL));
+        good &= same_cpu(x, dx, (size_t)T * H, "x i8");
+        ok(good, "weight_rows bf16, i8 (group %d) T=%d V=%d H=%d", G, T, V, H);
+        CK(hk_cuda_free(dtb));
+        CK(hk_cuda_free(dtq));
+        CK(hk_cuda_free(dsc));
+        free(tb);
+        free(tq);
+        free(sc);
         CK(hk_cuda_free(dt));
         CK(hk_cuda_free(dx));
         CK(hk_cuda_free(dids));
@@ -1079,18 +1114,31 @@ static void test_attention(void)
 {
     /* qpos: prefill from 0, a prompt over a cache (the last T of N), a
      * PIC splice (unordered positions). hd 256, GQA 4 and rot 64 are the
-     * Qwen3.5 attention layers (scaled down in heads). */
+     * Qwen3.5 attention layers (8:2 heads as the 0.8B); T and N past the
+     * tensor-core kernel's tiles (64 rows of (query, head), 64 keys) and
+     * not multiples of them, nkeys > T (a cached prefix). */
     static const att_shape_t shapes[] = {
         {1, 1, 1, 1, 2, 2},       {5, 5, 4, 2, 64, 16},
-        {7, 40, 8, 2, 256, 64},   {3, 100, 6, 3, 33, 8},
-        {1, 130, 16, 2, 256, 64}, {70, 70, 2, 1, 128, 128}};
+        {20, 90, 8, 2, 256, 64},  {3, 100, 6, 3, 33, 8},
+        {70, 200, 8, 2, 256, 64}, {7, 40, 8, 2, 256, 64},
+        {1, 130, 16, 2, 256, 64}, {70, 70, 2, 1, 128, 128},
+        {150, 150, 8, 2, 64, 64}, {41, 300, 16, 2, 256, 64}};
+    /* Each shape on every kernel: (impl, tolerance, name). */
+    static const struct {
+        hk_cuda_att_impl_t impl;
+        double atol, rtol;
+        const char *name;
+    } impls[] = {
+        {HK_CUDA_ATT_SIMPLE, ATOL_ATT, RTOL_ATT, "simple"},
+        {HK_CUDA_ATT_FLASH, ATOL_ATT_TC, RTOL_ATT_TC, "flash"},
+        {HK_CUDA_ATT_FLASH_BF16, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash_bf16"}};
     const float eps = 1e-6f;
     for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
         const att_shape_t *a = &shapes[s];
         const int T = a->T, N = a->N, Hq = a->Hq, Hkv = a->Hkv, hd = a->hd;
         const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
         const size_t nkn = (size_t)T * Hkv * hd;
-        int qpos[128];
+        int qpos[256];
         for (int t = 0; t < T; t++)
             qpos[t] = s == 3 ? (t * 37 + 10) % N : N - T + t;
         float *q = frand(nq, 1.0), *gate = frand(nq, 3.0);
@@ -1121,13 +1169,19 @@ static void test_attention(void)
         RUN(hk_cuda_rope(dq, dpos, T, Hq, hd, a->rot, 1e7, NULL));
         RUN(hk_cuda_rope(dkn, dpos, T, Hkv, hd, a->rot, 1e7, NULL));
         RUN(hk_cuda_kv_store(dkc, dvc, dkn, dvn, dpos, T, Hkv * hd, NULL));
-        RUN(hk_cuda_attention(dO, dq, dpos, dkc, dvc, T, N, Hq, Hkv, hd, scale,
-                              NULL));
-        int good = close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o");
-        RUN(hk_cuda_gate_mul(dO, dgate, nq, NULL));
-        good &= close_cpu(ogate, dO, nq, ATOL_ATT, RTOL_ATT, "gated o");
-        ok(good, "attention T=%d N=%d Hq=%d Hkv=%d hd=%d rot=%d%s", T, N, Hq,
-           Hkv, hd, a->rot, s == 3 ? " (unordered qpos)" : "");
+        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+            /* The previous kernel's output must not pass for this one's. */
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            RUN(hk_cuda_attention_impl(impls[m].impl, dO, dq, dpos, dkc, dvc, T,
+                                       N, Hq, Hkv, hd, scale, NULL));
+            int good = close_cpu(o, dO, nq, impls[m].atol, impls[m].rtol, "o");
+            RUN(hk_cuda_gate_mul(dO, dgate, nq, NULL));
+            good &= close_cpu(ogate, dO, nq, impls[m].atol, impls[m].rtol,
+                              "gated o");
+            ok(good, "attention %s T=%d N=%d Hq=%d Hkv=%d hd=%d rot=%d%s",
+               impls[m].name, T, N, Hq, Hkv, hd, a->rot,
+               s == 3 ? " (unordered qpos)" : "");
+        }
         CK(hk_cuda_free(dq));
         CK(hk_cuda_free(dgate));
         CK(hk_cuda_free(dkc));
@@ -1156,10 +1210,21 @@ static void test_attention(void)
  * length; the reference is hk_attention with T = 1, qpos = n_ctx - 1. */
 static void test_attention_decode(void)
 {
-    /* B, Hq, Hkv, hd; contexts below */
-    static const int shapes[][4] = {
-        {1, 1, 1, 16}, {3, 8, 2, 256}, {4, 6, 6, 64}};
+    /* B, Hq, Hkv, hd; contexts below (the emulator's 4 SMs make FLASH with
+     * scratch split 16 blocks' worth: up to 16 splits of a request, some
+     * empty, and none at B * Hkv >= 16). */
+    static const int shapes[][4] = {{1, 1, 1, 16},  {3, 8, 2, 256},
+                                    {4, 6, 6, 64},  {2, 16, 2, 128},
+                                    {4, 8, 2, 256}, {3, 4, 1, 33}};
     static const int ctx[] = {65, 1, 200, 64};
+    /* kernel, with scratch */
+    static const struct {
+        hk_cuda_att_impl_t impl;
+        int scratch;
+        const char *name;
+    } impls[] = {{HK_CUDA_ATT_SIMPLE, 0, "simple"},
+                 {HK_CUDA_ATT_FLASH, 0, "flash"},
+                 {HK_CUDA_ATT_FLASH, 1, "flash split"}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
         const int B = shapes[s][0], Hq = shapes[s][1], Hkv = shapes[s][2];
         const int hd = shapes[s][3];
@@ -1169,7 +1234,7 @@ static void test_attention_decode(void)
         float *kc[4], *vc[4], *dkc[4], *dvc[4];
         int nctx[4];
         for (int b = 0; b < B; b++) {
-            nctx[b] = ctx[b];
+            nctx[b] = ctx[(b + s) % 4];
             kc[b] = frand(nctx[b] * row, 1.0);
             vc[b] = frand(nctx[b] * row, 1.0);
             dkc[b] = dev_from(kc[b], nctx[b] * row);
@@ -1187,16 +1252,24 @@ static void test_attention_decode(void)
         CK(hk_cuda_h2d(dpv, dvc, B * sizeof(float *), NULL));
         float *dq = dev_from(q, nq), *dO = dev_alloc(nq);
         int *dctx = dev_ints(nctx, B);
-        RUN(hk_cuda_attention_decode(dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd,
-                                     scale, NULL));
-        ok(close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o"),
-           "attention_decode B=%d Hq=%d Hkv=%d hd=%d", B, Hq, Hkv, hd);
+        const size_t nscr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd);
+        float *dscr = nscr ? dev_alloc(nscr) : NULL;
+        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            RUN(hk_cuda_attention_decode_ex(
+                impls[m].impl, dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd, scale,
+                impls[m].scratch && nscr ? dscr : NULL, NULL));
+            ok(close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o"),
+               "attention_decode %s B=%d Hq=%d Hkv=%d hd=%d (scratch %zu)",
+               impls[m].name, B, Hq, Hkv, hd, impls[m].scratch ? nscr : 0);
+        }
         for (int b = 0; b < B; b++) {
             CK(hk_cuda_free(dkc[b]));
             CK(hk_cuda_free(dvc[b]));
             free(kc[b]);
             free(vc[b]);
         }
+        CK(hk_cuda_free(dscr));
         CK(hk_cuda_free(dpk));
         CK(hk_cuda_free(dpv));
         CK(hk_cuda_free(dq));
@@ -1378,23 +1451,6 @@ static void test_sample(void)
  * blocking (BV) may differ, which no element's sum depends on. */
 #define RTOL_SAME 1e-6
 #define ATOL_SAME 1e-7
-
-/* x rounded to bf16 in place; the bit patterns in a new array. */
-static uint16_t *round_bf16(float *x, size_t n)
-{
-    uint16_t *b = hbytes(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++)
-        x[i] = hk_bf16_to_f32(b[i] = hk_bf16_from_f32(x[i]));
-    return b;
-}
-
-static uint16_t *dev_u16(const uint16_t *h, size_t n)
-{
-    void *d = NULL;
-    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
-    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
-    return d;
-}
 
 /* A device array of n device pointers. */
 static void *dev_ptrs(float *const *h, int n)
@@ -1617,6 +1673,82 @@ static void test_gdn_chunk_varlen(void)
 #undef VL_MAX
 }
 
+/* The tensor-core chunk on f32 inputs (hk_cuda_gdn_chunk_tc, the engine's
+ * prefill): against the CPU on the same unrounded inputs, within the bf16
+ * kernel's budget against its rounded ones (RTOL_TC: every operand keeps
+ * ~16 bits; an input without its lo half errs by ~2^-9, 1e-2 of the
+ * outputs), one case of several sequences (an empty one) in one call. */
+static void test_gdn_chunk_tc(void)
+{
+    /* T, Hk, Hv, dk, dv, C, want Tc (test_gdn_chunk_bf16's shapes) */
+    static const int shapes[][7] = {{37, 1, 2, 32, 16, 16, 1},
+                                    {70, 1, 2, 64, 32, 64, 1},
+                                    {0, 1, 1, 16, 16, 16, 1},
+                                    {130, 2, 4, 64, 64, 32, 0},
+                                    {100, 1, 2, 128, 128, 64, 1}};
+    const int nshape = grid_n(NSHAPES(shapes), 2);
+    for (int s = 0; s <= nshape; s++) {
+        /* s == nshape: sequences of 5, 0 and 40 tokens in one call */
+        const int vl = s == nshape, nseq = vl ? 3 : 1;
+        const int *sh = vl ? (const int[]){45, 1, 2, 32, 32, 32, 1} : shapes[s];
+        int cu[4] = {0, sh[0], sh[0], sh[0]};
+        if (vl)
+            cu[1] = cu[2] = 5;
+        const int T = sh[0], Hk = sh[1], Hv = sh[2], dk = sh[3], dv = sh[4];
+        const int C = sh[5], want_tc = sh[6];
+        gdn_prob_t p;
+        gdn_prob_make(&p, T, Hk, Hv, dk, dv);
+        const size_t no = (size_t)T * Hv * dv, ns = (size_t)Hv * dk * dv;
+        const size_t nt = (size_t)Hv * dk * dk, ldq = (size_t)Hk * dk;
+        const size_t ldv = (size_t)Hv * dv;
+        float *scr = hmalloc(hk_gdn_chunk_scratch(Hv, dk, dv, C));
+        float *o = hmalloc(no), *S[3], *Tc[3], *dS[3], *dTc[3];
+        gdn_dev_t f = gdn_upload(&p);
+        for (int b = 0; b < nseq; b++) {
+            const size_t r = (size_t)cu[b];
+            S[b] = b == 0 ? fdup(p.S0, ns) : frand(ns, 0.5);
+            Tc[b] = hmalloc(nt);
+            dS[b] = dev_from(S[b], ns);
+            dTc[b] = want_tc ? dev_alloc(nt) : NULL;
+            hk_gdn_chunk(o + r * ldv, S[b], Tc[b], p.q + r * ldq, p.k + r * ldq,
+                         p.v + r * ldv, p.g + r * Hv, p.beta + r * Hv,
+                         cu[b + 1] - cu[b], Hk, Hv, dk, dv, C, scr);
+        }
+        void *dst = dev_ptrs(dS, nseq), *dtc = dev_ptrs(dTc, nseq);
+        int *dcu = dev_ints(cu, (size_t)nseq + 1);
+        float *dscr =
+            dev_alloc(hk_cuda_gdn_chunk_tc_scratch(T, nseq, Hk, Hv, dk, dv, C));
+        float *dO = dev_alloc(no);
+        RUN(hk_cuda_gdn_chunk_tc(dO, dst, want_tc ? dtc : NULL, f.q, f.k, f.v,
+                                 f.g, f.beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
+                                 dscr, NULL));
+        int good = close_cpu(o, dO, no, ATOL_TC, RTOL_TC, "o vs CPU");
+        for (int b = 0; b < nseq; b++) {
+            good &= close_cpu(S[b], dS[b], ns, ATOL_TC, RTOL_TC, "S vs CPU");
+            if (want_tc)
+                good &=
+                    close_cpu(Tc[b], dTc[b], nt, ATOL_TC, RTOL_TC, "Tc vs CPU");
+            CK(hk_cuda_free(dS[b]));
+            CK(hk_cuda_free(dTc[b]));
+            free(S[b]);
+            free(Tc[b]);
+        }
+        ok(good,
+           "gdn_chunk_tc (f32 in) nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d "
+           "C=%d%s",
+           nseq, T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
+        gdn_dev_free(&f);
+        CK(hk_cuda_free(dst));
+        CK(hk_cuda_free(dtc));
+        CK(hk_cuda_free(dcu));
+        CK(hk_cuda_free(dscr));
+        CK(hk_cuda_free(dO));
+        free(scr);
+        free(o);
+        gdn_prob_free(&p);
+    }
+}
+
 /* The fused decode step against the CPU's unfused sequence per request:
  * conv (T = 1), split, l2 norms, gates, recurrence (T = 1). Conv states are
  * copies: bit-exact; o and S within the GDN budget (the norms' sums differ
@@ -1697,6 +1829,233 @@ static void test_gdn_step(void)
     }
 }
 
+/* ---- KVBuffer -------------------------------------------------------------
+ * The step is the GDN recurrence in another association (the CPU kernel
+ * matches hk_gdn_recurrent at test_gdn.c's bounds), so o, w and the
+ * flushed S get the GDN tolerances; keys are copies and G the same double
+ * sums in the same order on both sides: compared exactly. */
+
+/* R, T, Hk, Hv, dk, dv, bs, then R buffer lengths: partial blocks, a
+ * length at a block boundary, empty buffers; T > 1 is draft verification
+ * (T = 5, 6 cross the kernel's 4-token tiles); dv = 128, 256 take the
+ * float4 path, odd dv the scalar one. Request r % 3 == 1 has no state
+ * (a KV-only buffer). */
+static const int kvb_shapes[][15] = {
+    {3, 1, 1, 2, 17, 9, 4, 0, 4, 7},           {2, 5, 2, 4, 32, 33, 8, 3, 8},
+    {4, 1, 2, 2, 128, 128, 16, 0, 15, 16, 37}, {2, 6, 1, 2, 64, 256, 16, 5, 20},
+    {2, 3, 1, 1, 48, 80, 64, 63, 1},           {1, 16, 1, 1, 16, 40, 16, 9}};
+
+typedef struct {
+    hk_kvbuf_geom_t g;
+    int R, T, lmax, mb;
+    size_t bf, nar; /* floats per block, in the arena */
+    float *arena;   /* host, the CPU's */
+    int *blocks;    /* [R, mb]: block j of request r is j*R + r */
+    hk_kvbuf_view_t vw[4];
+    float *S[4]; /* host states (NULL: KV-only) */
+} kvb_case_t;
+
+/* A pool whose buffers hold len[r] entries made by the CPU step itself
+ * (R separate calls of T = len[r] tokens). */
+static void kvb_make(kvb_case_t *c, const int *sh)
+{
+    memset(c, 0, sizeof(*c));
+    c->R = sh[0], c->T = sh[1];
+    c->g = (hk_kvbuf_geom_t){sh[2], sh[3], sh[4], sh[5], sh[6]};
+    const hk_kvbuf_geom_t *g = &c->g;
+    for (int r = 0; r < c->R; r++)
+        c->lmax = sh[7 + r] + c->T > c->lmax ? sh[7 + r] + c->T : c->lmax;
+    c->mb = (c->lmax + g->bs - 1) / g->bs;
+    c->bf = hk_kvbuf_block_floats(g);
+    c->nar = (size_t)c->R * c->mb * c->bf;
+    c->arena = hmalloc(c->nar);
+    memset(c->arena, 0, c->nar * sizeof(float));
+    c->blocks = hbytes((size_t)c->R * c->mb * sizeof(int));
+    const size_t ns = (size_t)g->Hv * g->dk * g->dv;
+    for (int r = 0; r < c->R; r++) {
+        for (int j = 0; j < c->mb; j++)
+            c->blocks[r * c->mb + j] = j * c->R + r;
+        c->S[r] = NULL;
+        if (r % 3 != 1) {
+            c->S[r] = hmalloc(ns);
+            for (size_t e = 0; e < ns; e++)
+                c->S[r][e] = (float)(0.5 * nrand());
+        }
+        c->vw[r] = (hk_kvbuf_view_t){c->S[r], c->blocks + r * c->mb, 0};
+        const int len = sh[7 + r];
+        if (len > 0) {
+            gdn_prob_t h;
+            gdn_prob_make(&h, len, g->Hk, g->Hv, g->dk, g->dv);
+            float *o = hmalloc((size_t)len * g->Hv * g->dv);
+            float *ws = hmalloc(hk_kvbuf_step_scratch(g, len, c->lmax, 1));
+            hk_kvbuf_step(o, c->arena, &c->vw[r], h.q, h.k, h.v, h.g, h.beta, 1,
+                          len, g, c->lmax, ws, 1);
+            free(o);
+            free(ws);
+            gdn_prob_free(&h);
+        }
+        c->vw[r].len = len;
+    }
+}
+
+static void kvb_free(kvb_case_t *c)
+{
+    for (int r = 0; r < c->R; r++)
+        free(c->S[r]);
+    free(c->arena);
+    free(c->blocks);
+}
+
+/* The device copies: arena, states, block lists and the views over them. */
+typedef struct {
+    float *arena, *S[4];
+    int *blocks;
+    hk_kvbuf_view_t *vw;
+} kvb_dev_t;
+
+static kvb_dev_t kvb_upload(const kvb_case_t *c)
+{
+    const hk_kvbuf_geom_t *g = &c->g;
+    kvb_dev_t d;
+    hk_kvbuf_view_t hv[4];
+    d.arena = dev_from(c->arena, c->nar);
+    const size_t nb = (size_t)c->R * c->mb * sizeof(int);
+    CK(hk_cuda_malloc((void **)&d.blocks, nb));
+    CK(hk_cuda_h2d(d.blocks, c->blocks, nb, NULL));
+    for (int r = 0; r < c->R; r++) {
+        d.S[r] =
+            c->S[r] ? dev_from(c->S[r], (size_t)g->Hv * g->dk * g->dv) : NULL;
+        hv[r] = (hk_kvbuf_view_t){d.S[r], d.blocks + r * c->mb, c->vw[r].len};
+    }
+    CK(hk_cuda_malloc((void **)&d.vw, c->R * sizeof(hk_kvbuf_view_t)));
+    CK(hk_cuda_h2d(d.vw, hv, c->R * sizeof(hk_kvbuf_view_t), NULL));
+    return d;
+}
+
+static void kvb_dev_free(kvb_dev_t *d, int R)
+{
+    CK(hk_cuda_free(d->arena));
+    CK(hk_cuda_free(d->blocks));
+    CK(hk_cuda_free(d->vw));
+    for (int r = 0; r < R; r++)
+        CK(hk_cuda_free(d->S[r]));
+}
+
+/* Every entry of every buffer, up to n[r]: w within tolerance, keys and G
+ * exact. */
+static int kvb_entries_close(const kvb_case_t *c, float *ref, float *x,
+                             const int *n)
+{
+    const hk_kvbuf_geom_t *g = &c->g;
+    int good = 1;
+    double worst = 0.0;
+    for (int r = 0; r < c->R; r++) {
+        const int *bl = c->blocks + r * c->mb;
+        for (int i = 0; i < n[r]; i++) {
+            for (int h = 0; h < g->Hv; h++) {
+                double q = tap_close_ratio_f(hk_kvbuf_w(ref, g, bl, i, h),
+                                             hk_kvbuf_w(x, g, bl, i, h), g->dv,
+                                             ATOL_GDN, RTOL_GDN);
+                worst = q > worst || q != q ? q : worst;
+                good &= *hk_kvbuf_G(ref, g, bl, i, h) ==
+                        *hk_kvbuf_G(x, g, bl, i, h);
+            }
+            const size_t kb = (size_t)bl[i / g->bs] * c->bf;
+            for (size_t e = 0; e < (size_t)g->Hk * g->dk; e++)
+                good &= ref[kb + e * g->bs + i % g->bs] ==
+                        x[kb + e * g->bs + i % g->bs];
+        }
+    }
+    if (!good)
+        tap_diag("  keys or G differ");
+    if (!(worst <= 1.0) || getenv("HK_CUDA_TEST_VERBOSE"))
+        tap_diag("  w: worst |err| / (atol + rtol |ref|) = %.3g", worst);
+    return good && worst <= 1.0;
+}
+
+/* The step (T = 1 decode, T > 1 verification) over R requests with their
+ * block tables, then a flush of a prefix of each buffer with a state. */
+static void test_kvbuf(void)
+{
+    for (int s = 0; s < grid_n(NSHAPES(kvb_shapes), 3); s++) {
+        kvb_case_t c;
+        kvb_make(&c, kvb_shapes[s]);
+        const hk_kvbuf_geom_t *g = &c.g;
+        const int R = c.R, T = c.T, Hv = g->Hv, dk = g->dk, dv = g->dv;
+        const size_t no = (size_t)R * T * Hv * dv, ns = (size_t)Hv * dk * dv;
+        gdn_prob_t p; /* rows r*T + t */
+        gdn_prob_make(&p, R * T, g->Hk, Hv, dk, dv);
+        kvb_dev_t d = kvb_upload(&c);
+        gdn_dev_t di = gdn_upload(&p);
+        float *o = hmalloc(no), *dO = dev_alloc(no);
+        float *ws = hmalloc(hk_kvbuf_step_scratch(g, T, c.lmax, 2));
+        hk_kvbuf_step(o, c.arena, c.vw, p.q, p.k, p.v, p.g, p.beta, R, T, g,
+                      c.lmax, ws, 2);
+        RUN(hk_cuda_kvbuf_step(dO, d.arena, d.vw, di.q, di.k, di.v, di.g,
+                               di.beta, R, T, g, c.lmax, NULL));
+        int n[4], good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
+        for (int r = 0; r < R; r++)
+            n[r] = c.vw[r].len + T;
+        float *ar = host_from(d.arena, c.nar);
+        good &= kvb_entries_close(&c, c.arena, ar, n);
+        ok(good, "%s R=%d T=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
+           T == 1 ? "kvbuf_step" : "kvbuf_verify", R, T, g->Hk, Hv, dk, dv,
+           g->bs);
+
+        /* flush: all entries, about half, none; from the CPU's arena on
+         * both sides */
+        int *dn = NULL;
+        for (int r = 0; r < R; r++)
+            n[r] = !c.S[r] ? 0 : r % 2 ? (n[r] + 1) / 2 : n[r];
+        CK(hk_cuda_h2d(d.arena, c.arena, c.nar * sizeof(float), NULL));
+        CK(hk_cuda_malloc((void **)&dn, R * sizeof(int)));
+        CK(hk_cuda_h2d(dn, n, R * sizeof(int), NULL));
+        float *fws = hmalloc(hk_kvbuf_flush_scratch(g, c.lmax, 2));
+        hk_kvbuf_flush(c.arena, c.vw, n, R, g, fws, 2);
+        RUN(hk_cuda_kvbuf_flush(d.arena, d.vw, dn, R, g, NULL));
+        good = 1;
+        for (int r = 0; r < R; r++)
+            if (c.S[r])
+                good &= close_cpu(c.S[r], d.S[r], ns, ATOL_GDN, RTOL_GDN, "S");
+        good &= same_cpu(c.arena, d.arena, c.nar, "arena (unchanged)");
+        ok(good, "kvbuf_flush R=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d", R, g->Hk, Hv,
+           dk, dv, g->bs);
+
+        CK(hk_cuda_free(dn));
+        CK(hk_cuda_free(dO));
+        kvb_dev_free(&d, R);
+        gdn_dev_free(&di);
+        free(fws);
+        free(ws);
+        free(ar);
+        free(o);
+        gdn_prob_free(&p);
+        kvb_free(&c);
+    }
+}
+
+/* Accepting m drafts: m below, at and above the history length K-1, and
+ * none. Pure data movement: bit-exact. */
+static void test_kvbuf_conv_commit(void)
+{
+    static const int shapes[][3] = {
+        {5, 7, 4}, {1, 33, 4}, {0, 9, 4}, {3, 130, 4}, {2, 6, 2}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int m = shapes[s][0], C = shapes[s][1], K = shapes[s][2];
+        const size_t nst = (size_t)C * (K - 1), nx = (size_t)(m + 1) * C;
+        float *st = frand(nst, 1.0), *x = frand(nx, 1.0);
+        float *dst = dev_from(st, nst), *dx = dev_from(x, nx);
+        hk_kvbuf_conv_commit(st, x, m, C, K);
+        RUN(hk_cuda_kvbuf_conv_commit(dst, dx, m, C, K, NULL));
+        ok(same_cpu(st, dst, nst, "state"), "kvbuf_conv_commit m=%d C=%d K=%d",
+           m, C, K);
+        CK(hk_cuda_free(dst));
+        CK(hk_cuda_free(dx));
+        free(st);
+        free(x);
+    }
+}
+
 /* Launchers refuse bad shapes with an error code, launching nothing. */
 static void test_einval(void)
 {
@@ -1715,10 +2074,21 @@ static void test_einval(void)
     good &=
         hk_cuda_attention(&x, &x, NULL, &x, &x, 1, 1, 1, 1,
                           HK_CUDA_ATT_MAX_HD + 1, 1.0f, NULL) == HK_CUDA_EINVAL;
+    /* The tensor-core prefill and the split decode, asked for by name,
+     * refuse what they cannot run (DEFAULT falls back to SIMPLE). */
+    good &= hk_cuda_attention_impl(HK_CUDA_ATT_FLASH, &x, &x, NULL, &x, &x, 1,
+                                   1, 1, 1, HK_CUDA_ATT_TC_MAX_HD + 8, 1.0f,
+                                   NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_attention_decode_ex(HK_CUDA_ATT_FLASH, &x, &x, NULL, NULL,
+                                        NULL, 1, 32, 1, 8, 1.0f, NULL,
+                                        NULL) == HK_CUDA_EINVAL; /* r > 16 */
     good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0,
                          NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_matmul(&x, &x, &x, 1, 1, 1, NULL, NULL) == HK_CUDA_EINVAL;
+    const hk_weight_t wi8 = {&x, &x, HK_W_I8,
+                             1,  6,  4}; /* group must divide cols */
+    good &= hk_cuda_weight_rows(&x, &wi8, NULL, 1, NULL) == HK_CUDA_EINVAL;
     int cu[2] = {0, 1};
     float *tab[1] = {&x};
     uint16_t hb = 0;
@@ -1727,6 +2097,12 @@ static void test_einval(void)
                                    NULL) == HK_CUDA_EINVAL; /* dk % 16 */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
+    hk_kvbuf_geom_t kg = {1, 1, 16, HK_CUDA_KVBUF_MAX_DV + 1, 16};
+    hk_kvbuf_view_t kv = {NULL, NULL, 0};
+    good &= hk_cuda_kvbuf_step(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 1, &kg, 4,
+                               NULL) == HK_CUDA_EINVAL;
+    kg.dv = 16, kg.bs = 65;
+    good &= hk_cuda_kvbuf_flush(&x, &kv, cu, 1, &kg, NULL) == HK_CUDA_EINVAL;
     ok(good, "launchers return HK_CUDA_EINVAL on bad shapes");
 }
 
@@ -1770,7 +2146,10 @@ static void run_all(void)
     RUN_TEST(test_sample); /* argmax, topk */
     RUN_TEST(test_gdn_chunk_bf16);
     RUN_TEST(test_gdn_chunk_varlen);
+    RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);
+    RUN_TEST(test_kvbuf); /* kvbuf_step, kvbuf_verify, kvbuf_flush */
+    RUN_TEST(test_kvbuf_conv_commit);
     RUN_TEST(test_einval);
 #undef RUN_TEST
 }

@@ -5,8 +5,10 @@
 becomes
     hk_emu_launch(grid, block, smem, stream, [=]() { name(args); })
 
-name may carry template arguments (kernel<R>); args may span lines,
-including backslash-continued macro lines, which are kept verbatim.
+name may carry template arguments (kernel<R>), and a macro's line
+continuation may stand between it and <<< (clang-format breaks long
+launches there); args may span lines, including backslash-continued macro
+lines, which are kept verbatim.
 Usage: emu_rewrite.py in.cu out.cpp
 """
 import re
@@ -15,7 +17,7 @@ import sys
 
 def rewrite(src):
     out, pos = [], 0
-    name_re = re.compile(r"([A-Za-z_]\w*(?:<[^<>]*>)?)\s*$")
+    name_re = re.compile(r"([A-Za-z_]\w*(?:<[^<>]*>)?)(?:\s|\\)*$")
     while True:
         i = src.find("<<<", pos)
         if i < 0:

@@ -53,11 +53,13 @@ gcc -std=c11 -D_GNU_SOURCE -g -O2 -fopenmp -Wall -Wextra -Werror -Wshadow \
     -DHK_HAVE_CUDA -o "$out/test_cuda_kernels" \
     kernels/test/test_cuda_kernels.c "$out/libhk_cuda_emu.a" "$cpu_lib" \
     -L$blas -Wl,-rpath,$blas -lopenblas -lstdc++ -lm -lpthread
-# HK_EMU_BENCH=1: bench/gpu_kernels too (its --tiny plumbing runs here).
+# HK_EMU_BENCH=1: bench/gpu_kernels too (its --tiny plumbing runs here;
+# the KVBuffer rows take the traffic model from libhypic.a).
 if [ -n "${HK_EMU_BENCH:-}" ]; then
     gcc -std=c11 -D_GNU_SOURCE -g -O2 -Wall -Wextra -Werror -Wshadow \
         -Wno-unused-parameter -I. -o "$out/gpu_kernels" bench/gpu_kernels.c \
-        "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas -Wl,-rpath,$blas \
+        "$out/libhk_cuda_emu.a" "${HK_EMU_ENGINE:-build/libhypic.a}" \
+        "$cpu_lib" -L$blas -Wl,-rpath,$blas \
         -lopenblas -lstdc++ -lm -lpthread -fopenmp
 fi
 if [[ -n ${HK_EMU_ENGINE:-} ]]; then

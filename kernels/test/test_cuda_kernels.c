@@ -33,7 +33,21 @@
 #include "kernels/cuda/hk_cuda.h"
 #endif
 
-static const char *const op_names[] = {"rmsnorm_zc", "rmsnorm_gated", "l2norm", "swiglu", "conv1d_silu", "conv1d_silu_decode", "rope", "rope_shift", "gdn_gates", "gdn_recurrent", "gdn_decode", "gdn_chunk", "trans_compose", "trans_chain", "trans_rope_shift", "matmul", "matmul_acc", "matmul_bf16", "split_heads", "gate_mul", "scale_rows", "kv_store", "kv_store_decode", "embed", "weight_rows", "attention", "attention_decode", "moe_route", "moe_plan", "moe_gather", "moe_scatter", "moe_combine", "argmax", "topk", "gdn_chunk_bf16", "gdn_chunk_bf16_varlen", "gdn_chunk_tc", "gdn_step", "kvbuf_step", "kvbuf_verify", "kvbuf_flush", "kvbuf_conv_commit"};
+static const char *const op_names[] = {
+    "rmsnorm_zc",    "rmsnorm_gated",   "l2norm",
+    "swiglu",        "conv1d_silu",     "conv1d_silu_decode",
+    "rope",          "rope_shift",      "gdn_gates",
+    "gdn_recurrent", "gdn_decode",      "gdn_chunk",
+    "trans_compose", "trans_chain",     "trans_rope_shift",
+    "matmul",        "matmul_acc",      "matmul_bf16",
+    "split_heads",   "gate_mul",        "scale_rows",
+    "kv_store",      "kv_store_decode", "embed",
+    "weight_rows",   "attention",       "attention_decode",
+    "moe_route",     "moe_plan",        "moe_gather",
+    "moe_scatter",   "moe_combine",     "argmax",
+    "topk",          "gdn_chunk_bf16",  "gdn_chunk_bf16_varlen",
+    "gdn_chunk_tc",  "gdn_step",        "kvbuf_step",
+    "kvbuf_verify",  "kvbuf_flush",     "kvbuf_conv_commit"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)

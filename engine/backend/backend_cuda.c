@@ -34,9 +34,13 @@
 
 typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
 
+/* Staging buffers one op may outgrow (one per array it stages, at most) */
+#define STAGE_RETIRED 8
+
 typedef struct {
     struct hp_backend self;
     int device;
+    int sms;        /* multiprocessors: bounds flash-decoding's split */
     gdn_mode_t gdn; /* HYPIC_CUDA_GDN */
     hk_cuda_blas_t *blas;
     int rc;            /* first failure since the last sync (hk_cuda) */
@@ -44,10 +48,12 @@ typedef struct {
     char *stage;       /* device staging of host arrays */
     size_t stage_cap;  /* bytes */
     size_t stage_used; /* bytes taken by the op being issued */
-    uint16_t *xb;      /* x rounded to bf16 for bf16 projections */
-    size_t xb_cap;     /* elements */
-    float *host;       /* host scratch (the identity) */
-    size_t host_cap;   /* floats */
+    void *retired[STAGE_RETIRED]; /* outgrown staging the op still uses */
+    int n_retired;
+    uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
+    size_t xb_cap;   /* elements */
+    float *host;     /* host scratch (the identity) */
+    size_t host_cap; /* floats */
 } cuda_t;
 
 static cuda_t *ctx(be_t b)
@@ -94,10 +100,13 @@ static int cu_supports(be_t b, hp_op_t op, int dtype)
     return 1;
 }
 
+static void stage_begin(be_t b);
+
 static void cu_close(be_t b)
 {
     cuda_t *c = ctx(b);
     hk_cuda_blas_destroy(c->blas);
+    stage_begin(b); /* frees outgrown staging */
     hk_cuda_free(c->stage);
     hk_cuda_free(c->xb);
     free(c->host);
@@ -182,7 +191,11 @@ static void cu_unplace(be_t b, const void *p)
  * that read the previous op's). */
 static void stage_begin(be_t b)
 {
-    ctx(b)->stage_used = 0;
+    cuda_t *c = ctx(b);
+    c->stage_used = 0;
+    for (int i = 0; i < c->n_retired; i++)
+        hk_cuda_free(c->retired[i]); /* the ops that read them are issued */
+    c->n_retired = 0;
 }
 
 /* Device room for bytes, a copy of host array src unless it is NULL; or
@@ -192,19 +205,21 @@ static void *stage(be_t b, const void *src, size_t bytes)
     cuda_t *c = ctx(b);
     size_t at = (c->stage_used + 255) & ~(size_t)255;
     if (at + bytes > c->stage_cap) {
-        /* grows to fit: earlier staging of this op is copied again */
+        /* grows to fit, in a new buffer from its start: pointers this op
+         * was handed stay valid in the old one, freed at the next op */
         size_t cap = 2 * (at + bytes) + (1 << 16);
         char *n = NULL;
-        int rc = hk_cuda_malloc((void **)&n, cap);
+        int rc = c->n_retired < STAGE_RETIRED ? hk_cuda_malloc((void **)&n, cap)
+                                              : HK_CUDA_ENOMEM;
         if (rc != HK_CUDA_OK) {
             note(b, rc, "staging");
             return NULL;
         }
-        if (at)
-            note(b, hk_cuda_d2d(n, c->stage, at, NULL), "staging");
-        hk_cuda_free(c->stage);
+        if (c->stage)
+            c->retired[c->n_retired++] = c->stage;
         c->stage = n;
         c->stage_cap = cap;
+        at = 0;
     }
     if (src)
         note(b, hk_cuda_h2d(c->stage + at, src, bytes, NULL), "staging");
@@ -494,10 +509,17 @@ static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
              "attention");
 }
 
+/* Prefill needs none (online softmax per tile). Decode (T = 1) splits the
+ * keys of each (request, kv group) over blocks while B Hkv is under four
+ * blocks per SM (hk_cuda_attention_decode_scratch): B Hkv splits < 8 SMs,
+ * so B Hq splits < 8 SMs Hq whatever B and Hkv are, each split keeping
+ * 2 + hd floats per query head. */
 static size_t cu_attention_scratch(be_t b, int T, int N, int Hq)
 {
-    (void)b, (void)T, (void)N, (void)Hq;
-    return 0; /* one block per (query, head), online softmax */
+    (void)N;
+    if (T != 1)
+        return 0;
+    return (size_t)8 * ctx(b)->sms * Hq * (2 + HK_CUDA_ATT_TC_MAX_HD);
 }
 
 static void cu_attention_decode(be_t b, float *o, const float *q,
@@ -506,15 +528,20 @@ static void cu_attention_decode(be_t b, float *o, const float *q,
                                 int B, int Hq, int Hkv, int hd, float scale,
                                 float *scratch)
 {
-    (void)scratch;
     stage_begin(b);
     const float *const *dk = stage(b, kcs, (size_t)B * sizeof(float *));
     const float *const *dv = stage(b, vcs, (size_t)B * sizeof(float *));
     const int *dn = stage(b, n_ctx, (size_t)B * sizeof(int));
+    /* flash-decoding needs the scratch its split takes: the plan's (see
+     * cu_attention_scratch) unless the head dim is past its bound */
+    float *scr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd) <=
+                         cu_attention_scratch(b, 1, 0, Hq)
+                     ? scratch
+                     : NULL;
     if (dk && dv && dn)
         note(b,
-             hk_cuda_attention_decode(o, q, dk, dv, dn, B, Hq, Hkv, hd, scale,
-                                      NULL),
+             hk_cuda_attention_decode_ex(HK_CUDA_ATT_DEFAULT, o, q, dk, dv, dn,
+                                         B, Hq, Hkv, hd, scale, scr, NULL),
              "attention_decode");
 }
 
@@ -775,6 +802,13 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     }
     c->device = device;
     c->gdn = (gdn_mode_t)gdn;
+    {
+        char nm[8];
+        size_t mem = 0;
+        if (hk_cuda_device_info(nm, sizeof(nm), &c->sms, &mem) != HK_CUDA_OK ||
+            c->sms < 1)
+            c->sms = 1;
+    }
     c->self.iface = &cuda_iface;
     c->self.ctx = c;
     c->self.host_memory = 0;

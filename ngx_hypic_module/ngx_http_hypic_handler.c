@@ -19,6 +19,7 @@
 #include <cJSON.h>
 
 #include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_choice.h"
 #include "ngx_http_hypic_engine.h"
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_json.h"
@@ -47,8 +48,6 @@ static ngx_int_t ngx_http_hypic_refuse_json(ngx_pool_t *pool,
     ngx_http_hypic_json_err_t *err, size_t size, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf,
     cJSON *json, ngx_http_hypic_bad_t *bad);
-static ngx_int_t ngx_http_hypic_check_number(cJSON *json, const char *name,
-    double min, double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_completion(cJSON *json,
     ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_check_chat(cJSON *json,
@@ -351,6 +350,12 @@ ngx_http_hypic_process(ngx_http_request_t *r)
 
     if (rc == NGX_OK) {
         rc = ngx_http_hypic_check_extras(json, &bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_choices_check(json,
+                                          ctx->endpoint
+                                          == NGX_HTTP_HYPIC_CHAT, &bad);
     }
 
     if (rc == NGX_OK) {
@@ -832,10 +837,6 @@ ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
     }
 
     if (rc == NGX_OK) {
-        rc = ngx_http_hypic_check_number(json, "n", 1, 1, 1, bad);
-    }
-
-    if (rc == NGX_OK) {
         rc = ngx_http_hypic_check_number(json, "temperature", 0, 2, 0, bad);
     }
 
@@ -847,7 +848,7 @@ ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
 }
 
 
-static ngx_int_t
+ngx_int_t
 ngx_http_hypic_check_number(cJSON *json, const char *name, double min,
     double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad)
 {
@@ -1343,6 +1344,14 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     ctx->created = ngx_time();
 
+    /* the tools' scanners are per choice */
+
+    if (ngx_http_hypic_choices_init(r, ctx, json) != NGX_OK
+        || (chat && ngx_http_hypic_tools_setup(r, ctx, json) != NGX_OK))
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
     return ngx_http_hypic_head(r, ctx, hlcf);
 }
 
@@ -1382,8 +1391,8 @@ ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
 /*
  * A chat request goes to the engine as its body (ctx->prompt): the
  * engine renders it with the model's chat template. Kept here: the text
- * content parts only (others are refused), the texts that can hold
- * segments (for the Redis lookup), and what the answer's tool calls need.
+ * content parts only (others are refused) and the texts that can hold
+ * segments (for the Redis lookup).
  */
 
 static ngx_int_t
@@ -1460,10 +1469,6 @@ ngx_http_hypic_prompt_chat(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         }
 
         i++;
-    }
-
-    if (ngx_http_hypic_tools_setup(r, ctx, json) != NGX_OK) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     return NGX_OK;
@@ -1683,18 +1688,24 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
         return NGX_OK;
 
     case HP_IPC_REC_TEXT:
+    case HP_IPC_REC_TOKEN:
+    case HP_IPC_REC_END:
 
         if (!ctx->started) {
             break;
         }
 
-        if (!ctx->ttft_set && len) {
+        if (!ctx->ttft_set && type == HP_IPC_REC_TEXT
+            && len > sizeof(hp_ipc_text_t))
+        {
             ngx_http_hypic_first_token(r, ctx);
         }
 
-        rc = ctx->tools ? ngx_http_hypic_tools_text(r, ctx, data, len)
-             : ctx->stream ? ngx_http_hypic_sse_text(r, ctx, data, len)
-             : ngx_http_hypic_append(r, ctx, data, len);
+        rc = ngx_http_hypic_choices_record(r, ctx, type, data, len);
+
+        if (rc == NGX_DECLINED) {
+            break;
+        }
 
         if (rc == NGX_ERROR) {
             ngx_http_hypic_engine_detach(ctx);
@@ -1745,7 +1756,7 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
         }
 
         if (!ctx->stream) {
-            rc = ngx_http_hypic_tools_end(r, ctx);
+            rc = ngx_http_hypic_choices_end(r, ctx);
 
             ngx_http_finalize_request(r, rc == NGX_OK
                                          ? ngx_http_hypic_respond(r, ctx)
@@ -1767,7 +1778,7 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
             }
         }
 
-        rc = ngx_http_hypic_tools_end(r, ctx);
+        rc = ngx_http_hypic_choices_end(r, ctx);
 
         ngx_http_finalize_request(r, rc == NGX_OK
                                      ? ngx_http_hypic_sse_finish(r, ctx)
@@ -1895,66 +1906,20 @@ ngx_http_hypic_first_token(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 }
 
 
-/* text for a non-streamed answer, gathered in the request pool */
-
-ngx_int_t
-ngx_http_hypic_append(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    u_char *data, size_t len)
-{
-    u_char  *p;
-    size_t   cap;
-
-    if (ctx->text_len + len > ctx->text_cap) {
-        cap = ngx_max(2 * ctx->text_cap, ctx->text_len + len);
-        cap = ngx_max(cap, 1024);
-
-        p = ngx_pnalloc(r->pool, cap);
-        if (p == NULL) {
-            return NGX_ERROR;
-        }
-
-        if (ctx->text_len) {
-            ngx_memcpy(p, ctx->text, ctx->text_len);
-        }
-
-        if (ctx->text) {
-            ngx_pfree(r->pool, ctx->text);
-        }
-
-        ctx->text = p;
-        ctx->text_cap = cap;
-    }
-
-    ngx_memcpy(ctx->text + ctx->text_len, data, len);
-    ctx->text_len += len;
-
-    return NGX_OK;
-}
-
-
-/*
- * HEAD"choices":[{"index":0,"text":"T","logprobs":null,
- *     "finish_reason":"F"}],"usage":{..}}
- *
- * (chat: "message":{"role":"assistant","content":"T"} for "text":"T")
- */
+/* HEAD"choices":[..],"usage":{..}} */
 
 static ngx_int_t
 ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 {
     u_char     *p;
     size_t      len;
-    ngx_str_t   body, *finish, *calls;
+    ngx_str_t   body, choices;
 
-    finish = ngx_http_hypic_tools_finish(ctx);
-    calls = ngx_http_hypic_tools_calls(ctx);
+    if (ngx_http_hypic_choices_json(r, ctx, &choices) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-    len = ctx->head.len
-          + sizeof("\"choices\":[{\"index\":0,\"message\":{\"role\":"
-                   "\"assistant\",\"content\":null},\"logprobs\":null,"
-                   "\"finish_reason\":\"\"}],}") - 1
-          + ngx_http_hypic_json_escape_len(ctx->text, ctx->text_len)
-          + calls->len + finish->len + NGX_HTTP_HYPIC_USAGE_LEN;
+    len = ctx->head.len + choices.len + 2 + NGX_HTTP_HYPIC_USAGE_LEN;
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -1964,39 +1929,8 @@ ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     body.data = p;
 
     p = ngx_cpymem(p, ctx->head.data, ctx->head.len);
-    p = ngx_cpymem(p, "\"choices\":[{\"index\":0,",
-                   sizeof("\"choices\":[{\"index\":0,") - 1);
-
-    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
-        p = ngx_cpymem(p, "\"message\":{\"role\":\"assistant\",\"content\":",
-                       sizeof("\"message\":{\"role\":\"assistant\","
-                              "\"content\":") - 1);
-
-        /* only calls: content null, as OpenAI answers */
-
-        if (calls->len && ctx->text_len == 0) {
-            p = ngx_cpymem(p, "null", 4);
-
-        } else {
-            *p++ = '"';
-            p = ngx_http_hypic_json_escape(p, ctx->text, ctx->text_len);
-            *p++ = '"';
-        }
-
-        if (calls->len) {
-            p = ngx_cpymem(p, calls->data, calls->len);
-        }
-
-        *p++ = '}';
-
-    } else {
-        p = ngx_cpymem(p, "\"text\":\"", sizeof("\"text\":\"") - 1);
-        p = ngx_http_hypic_json_escape(p, ctx->text, ctx->text_len);
-        *p++ = '"';
-    }
-
-    p = ngx_sprintf(p, ",\"logprobs\":null,\"finish_reason\":\"%V\"}],",
-                    finish);
+    p = ngx_cpymem(p, choices.data, choices.len);
+    *p++ = ',';
     p = ngx_http_hypic_usage(p, &ctx->final);
     *p++ = '}';
 

@@ -12,10 +12,13 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <cJSON.h>
+
 #include "ngx_http_hypic_module.h"
 
 
 /* why a request was refused, filled by the checks */
+
 typedef struct {
     ngx_uint_t                  status;
     const char                 *code;
@@ -24,13 +27,6 @@ typedef struct {
     u_char                      msg[NGX_MAX_ERROR_STR];
 } ngx_http_hypic_bad_t;
 
-/* Fills bad (a 400-like refusal naming param); returns NGX_ERROR. */
-ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
-    const char *param, const char *code, const char *fmt, ...);
-
-/* Text of a non-streamed answer, gathered in the request pool. */
-ngx_int_t ngx_http_hypic_append(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, u_char *data, size_t len);
 
 /* hypic_pass: the OpenAI API (completions, chat completions, models) */
 ngx_int_t ngx_http_hypic_pass_handler(ngx_http_request_t *r);
@@ -68,6 +64,15 @@ ngx_int_t ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type,
  */
 void ngx_http_hypic_fail(ngx_http_request_t *r, ngx_uint_t status,
     const char *type, const char *code, const char *fmt, ...);
+
+/* Fills bad (param and code may be NULL); returns NGX_ERROR. */
+ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
+    const char *param, const char *code, const char *fmt, ...);
+
+/* Checks that json's field name, if there and not null, is a number in
+ * [min, max] (an integer if integer): NGX_OK or NGX_ERROR with bad. */
+ngx_int_t ngx_http_hypic_check_number(cJSON *json, const char *name,
+    double min, double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad);
 
 /* X-Hypic-Mode, X-Hypic-Node and X-Hypic-Segments of an answer. */
 ngx_int_t ngx_http_hypic_add_headers(ngx_http_request_t *r,

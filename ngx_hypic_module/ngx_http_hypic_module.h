@@ -46,6 +46,9 @@
 /* a worker's connection to one engine (ngx_http_hypic_engine.c) */
 typedef struct ngx_http_hypic_link_s  ngx_http_hypic_link_t;
 
+/* one choice of an answer (ngx_http_hypic_choice.c) */
+typedef struct ngx_http_hypic_choice_s  ngx_http_hypic_choice_t;
+
 /* one Redis lookup in flight (ngx_http_hypic_redis.c) */
 typedef struct ngx_http_hypic_lookup_s  ngx_http_hypic_lookup_t;
 
@@ -163,9 +166,8 @@ typedef struct {
     ngx_str_t                   head;         /* JSON common to chunks */
     ngx_chain_t                *free;         /* SSE buffers to reuse */
     ngx_chain_t                *busy;         /* ... and those in flight */
-    u_char                     *text;         /* non-streamed text */
-    size_t                      text_len;
-    size_t                      text_cap;
+    ngx_http_hypic_choice_t    *choices;      /* [n] (choice.c) */
+    ngx_uint_t                  n;
 } ngx_http_hypic_ctx_t;
 
 

@@ -12,12 +12,8 @@
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_json.h"
 #include "ngx_http_hypic_sse.h"
-#include "ngx_http_hypic_tools.h"
 
 
-static ngx_int_t ngx_http_hypic_sse_chunk(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, ngx_str_t *delta, u_char *text, size_t len,
-    ngx_str_t *finish);
 static ngx_chain_t *ngx_http_hypic_sse_buf(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, size_t size);
 static ngx_int_t ngx_http_hypic_sse_send(ngx_http_request_t *r,
@@ -40,6 +36,7 @@ ngx_http_hypic_sse_start(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 {
     ngx_int_t                   rc;
     ngx_str_t                   role;
+    ngx_uint_t                  i;
     ngx_table_elt_t            *h;
     ngx_http_hypic_loc_conf_t  *hlcf;
 
@@ -100,27 +97,17 @@ ngx_http_hypic_sse_start(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     ngx_str_set(&role, "{\"role\":\"assistant\",\"content\":\"\"}");
 
-    return ngx_http_hypic_sse_chunk(r, ctx, &role, NULL, 0, NULL);
-}
+    /* each choice begins with its own */
 
+    for (i = 0; i < ctx->n; i++) {
+        rc = ngx_http_hypic_sse_chunk(r, ctx, i, &role, NULL, 0, NULL, NULL);
 
-ngx_int_t
-ngx_http_hypic_sse_text(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    u_char *text, size_t len)
-{
-    if (len == 0) {
-        return NGX_OK;
+        if (rc == NGX_ERROR) {
+            return rc;
+        }
     }
 
-    return ngx_http_hypic_sse_chunk(r, ctx, NULL, text, len, NULL);
-}
-
-
-ngx_int_t
-ngx_http_hypic_sse_delta(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    ngx_str_t *delta)
-{
-    return ngx_http_hypic_sse_chunk(r, ctx, delta, NULL, 0, NULL);
+    return NGX_OK;
 }
 
 
@@ -129,22 +116,8 @@ ngx_http_hypic_sse_finish(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 {
     u_char       *p;
     size_t        len;
-    ngx_int_t     rc;
-    ngx_str_t     empty;
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
-
-    ngx_str_set(&empty, "{}");
-
-    rc = ngx_http_hypic_sse_chunk(r, ctx,
-                                  ctx->endpoint == NGX_HTTP_HYPIC_CHAT
-                                  ? &empty : NULL,
-                                  NULL, 0,
-                                  ngx_http_hypic_tools_finish(ctx));
-
-    if (rc == NGX_ERROR) {
-        return rc;
-    }
 
     len = sizeof("data: \"choices\":[],}\n\n") - 1 + ctx->head.len
           + NGX_HTTP_HYPIC_USAGE_LEN + sizeof(ngx_http_hypic_sse_done) - 1;
@@ -248,34 +221,29 @@ ngx_http_hypic_usage(u_char *p, hp_ipc_final_t *final)
 
 
 ngx_str_t *
-ngx_http_hypic_finish_reason(hp_ipc_final_t *final)
+ngx_http_hypic_finish_name(ngx_uint_t finish)
 {
-    return (final->finish == HP_IPC_FINISH_STOP)
+    return (finish == HP_IPC_FINISH_STOP)
            ? &ngx_http_hypic_finish_stop : &ngx_http_hypic_finish_length;
 }
 
 
-/*
- * data: HEAD"choices":[{"index":0,"delta":DELTA,"logprobs":null,
- *       "finish_reason":FINISH}]}
- *
- * For chat the delta is DELTA, or {"content":"TEXT"}; for completions it
- * is "text":"TEXT" instead. FINISH NULL is null.
- */
-
-static ngx_int_t
+ngx_int_t
 ngx_http_hypic_sse_chunk(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    ngx_str_t *delta, u_char *text, size_t len, ngx_str_t *finish)
+    ngx_uint_t index, ngx_str_t *delta, u_char *text, size_t len,
+    ngx_str_t *logprobs, ngx_str_t *finish)
 {
     u_char       *p;
     size_t        size;
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
 
-    size = sizeof("data: \"choices\":[{\"index\":0,\"delta\":{\"content\":\""
+    size = sizeof("data: \"choices\":[{\"index\":,\"delta\":{\"content\":\""
                   "\"},\"logprobs\":null,\"finish_reason\":\"\"}]}\n\n") - 1
-           + ctx->head.len + ngx_http_hypic_json_escape_len(text, len)
-           + (delta ? delta->len : 0) + (finish ? finish->len : 0);
+           + NGX_INT_T_LEN + ctx->head.len
+           + ngx_http_hypic_json_escape_len(text, len)
+           + (delta ? delta->len : 0) + (finish ? finish->len : 0)
+           + (logprobs ? logprobs->len : 0);
 
     cl = ngx_http_hypic_sse_buf(r, ctx, size);
     if (cl == NULL) {
@@ -286,8 +254,7 @@ ngx_http_hypic_sse_chunk(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     p = ngx_cpymem(b->last, "data: ", sizeof("data: ") - 1);
     p = ngx_cpymem(p, ctx->head.data, ctx->head.len);
-    p = ngx_cpymem(p, "\"choices\":[{\"index\":0,",
-                   sizeof("\"choices\":[{\"index\":0,") - 1);
+    p = ngx_sprintf(p, "\"choices\":[{\"index\":%ui,", index);
 
     if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
         p = ngx_cpymem(p, "\"delta\":", sizeof("\"delta\":") - 1);
@@ -308,8 +275,16 @@ ngx_http_hypic_sse_chunk(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         *p++ = '"';
     }
 
-    p = ngx_cpymem(p, ",\"logprobs\":null,\"finish_reason\":",
-                   sizeof(",\"logprobs\":null,\"finish_reason\":") - 1);
+    p = ngx_cpymem(p, ",\"logprobs\":", sizeof(",\"logprobs\":") - 1);
+
+    if (logprobs && logprobs->len) {
+        p = ngx_cpymem(p, logprobs->data, logprobs->len);
+
+    } else {
+        p = ngx_cpymem(p, "null", sizeof("null") - 1);
+    }
+
+    p = ngx_cpymem(p, ",\"finish_reason\":", sizeof(",\"finish_reason\":") - 1);
 
     if (finish) {
         *p++ = '"';

@@ -35,21 +35,26 @@
 
 /*
  * Status 200, text/event-stream, the X-Hypic-* headers, then for chat the
- * first chunk (the assistant role); starts the hypic_heartbeat timer.
+ * first chunk of each choice (the assistant role); starts the
+ * hypic_heartbeat timer.
  */
 ngx_int_t ngx_http_hypic_sse_start(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
 
-/* One chunk of text (whole UTF-8 characters from the engine). */
-ngx_int_t ngx_http_hypic_sse_text(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, u_char *text, size_t len);
+/*
+ * data: HEAD"choices":[{"index":INDEX,"delta":DELTA,"logprobs":LOGPROBS,
+ *       "finish_reason":FINISH}]}
+ *
+ * For chat the delta is DELTA, or {"content":"TEXT"}; for completions it
+ * is "text":"TEXT" instead. LOGPROBS NULL or empty, FINISH NULL: null.
+ */
+ngx_int_t ngx_http_hypic_sse_chunk(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_uint_t index, ngx_str_t *delta,
+    u_char *text, size_t len, ngx_str_t *logprobs, ngx_str_t *finish);
 
-/* One chunk whose delta is the JSON object delta (chat). */
-ngx_int_t ngx_http_hypic_sse_delta(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, ngx_str_t *delta);
-
-/* The chunk with finish_reason, the usage chunk if the client asked for
- * it (stream_options.include_usage), data: [DONE] and the end. */
+/* The usage chunk if the client asked for it
+ * (stream_options.include_usage), data: [DONE] and the end; the choices
+ * have had their last chunks (ngx_http_hypic_choices_end). */
 ngx_int_t ngx_http_hypic_sse_finish(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx);
 
@@ -61,8 +66,8 @@ ngx_int_t ngx_http_hypic_sse_error(ngx_http_request_t *r,
 /* Writes "usage":{...} for a FINAL record; returns the end. */
 u_char *ngx_http_hypic_usage(u_char *p, hp_ipc_final_t *final);
 
-/* "stop" or "length" */
-ngx_str_t *ngx_http_hypic_finish_reason(hp_ipc_final_t *final);
+/* "stop" or "length" of an HP_IPC_FINISH_* */
+ngx_str_t *ngx_http_hypic_finish_name(ngx_uint_t finish);
 
 
 #endif /* _NGX_HTTP_HYPIC_SSE_H_INCLUDED_ */

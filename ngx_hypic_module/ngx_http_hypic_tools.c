@@ -13,22 +13,39 @@
 #include "engine/contract/hp_tool.h"
 
 #include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_choice.h"
 #include "ngx_http_hypic_handler.h"
 #include "ngx_http_hypic_json.h"
 #include "ngx_http_hypic_sse.h"
 #include "ngx_http_hypic_tools.h"
 
 
-/* what an answer scanned for calls keeps (ctx->tools) */
+/* one choice's calls */
 
 typedef struct {
     hp_tool_scan_t              scan;
-    cJSON                      *tools;      /* the request's, for types */
     ngx_uint_t                  n_calls;
-    unsigned                    parallel:1;
     ngx_str_t                   calls;      /* ,"tool_calls":[...] */
     size_t                      calls_cap;
+} ngx_http_hypic_tools_choice_t;
+
+
+/* what an answer scanned for calls keeps (ctx->tools) */
+
+typedef struct {
+    cJSON                          *tools;    /* the request's, for types */
+    unsigned                        parallel:1;
+    ngx_uint_t                      n;
+    ngx_http_hypic_tools_choice_t  *choice;   /* [n]: one per choice */
 } ngx_http_hypic_tools_t;
+
+
+/* what the scanner's sink is called for: a choice of a request */
+
+typedef struct {
+    ngx_http_request_t         *r;
+    ngx_uint_t                  i;
+} ngx_http_hypic_tools_sink_t;
 
 
 static ngx_int_t ngx_http_hypic_tools_check_list(cJSON *tools,
@@ -43,9 +60,9 @@ static void ngx_http_hypic_tools_cleanup(void *data);
 static int ngx_http_hypic_tools_sink(void *ud, int kind, const char *data,
     size_t len);
 static ngx_int_t ngx_http_hypic_tools_content(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, const char *data, size_t len);
+    ngx_http_hypic_ctx_t *ctx, ngx_uint_t i, const char *data, size_t len);
 static ngx_int_t ngx_http_hypic_tools_call(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, char *name, char *args);
+    ngx_http_hypic_ctx_t *ctx, ngx_uint_t i, char *name, char *args);
 
 
 static ngx_str_t  ngx_http_hypic_tools_reason = ngx_string("tool_calls");
@@ -399,6 +416,14 @@ ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return NGX_ERROR;
     }
 
+    t->choice = ngx_pcalloc(r->pool,
+                            ctx->n * sizeof(ngx_http_hypic_tools_choice_t));
+    if (t->choice == NULL) {
+        return NGX_ERROR;
+    }
+
+    t->n = ctx->n;
+
     cln = ngx_pool_cleanup_add(r->pool, 0);
     if (cln == NULL) {
         return NGX_ERROR;
@@ -424,21 +449,29 @@ ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 static void
 ngx_http_hypic_tools_cleanup(void *data)
 {
+    ngx_uint_t               i;
     ngx_http_hypic_tools_t  *t = data;
 
-    hp_tool_scan_free(&t->scan);
+    for (i = 0; i < t->n; i++) {
+        hp_tool_scan_free(&t->choice[i].scan);
+    }
+
     cJSON_Delete(t->tools);
 }
 
 
 ngx_int_t
 ngx_http_hypic_tools_text(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    u_char *data, size_t len)
+    ngx_uint_t i, u_char *data, size_t len)
 {
-    ngx_http_hypic_tools_t  *t = ctx->tools;
+    ngx_http_hypic_tools_t       *t = ctx->tools;
+    ngx_http_hypic_tools_sink_t   sink;
 
-    if (hp_tool_scan_feed(&t->scan, (const char *) data, len,
-                          ngx_http_hypic_tools_sink, r)
+    sink.r = r;
+    sink.i = i;
+
+    if (hp_tool_scan_feed(&t->choice[i].scan, (const char *) data, len,
+                          ngx_http_hypic_tools_sink, &sink)
         != 0)
     {
         return NGX_ERROR;
@@ -449,15 +482,23 @@ ngx_http_hypic_tools_text(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
 
 ngx_int_t
-ngx_http_hypic_tools_end(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
+ngx_http_hypic_tools_end(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    ngx_uint_t i)
 {
-    ngx_http_hypic_tools_t  *t = ctx->tools;
+    ngx_http_hypic_tools_t       *t = ctx->tools;
+    ngx_http_hypic_tools_sink_t   sink;
 
     if (t == NULL) {
         return NGX_OK;
     }
 
-    if (hp_tool_scan_end(&t->scan, ngx_http_hypic_tools_sink, r) != 0) {
+    sink.r = r;
+    sink.i = i;
+
+    if (hp_tool_scan_end(&t->choice[i].scan, ngx_http_hypic_tools_sink,
+                         &sink)
+        != 0)
+    {
         return NGX_ERROR;
     }
 
@@ -468,17 +509,23 @@ ngx_http_hypic_tools_end(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 static int
 ngx_http_hypic_tools_sink(void *ud, int kind, const char *data, size_t len)
 {
-    char                    *name, *args;
-    ngx_int_t                rc;
-    ngx_http_request_t      *r = ud;
-    ngx_http_hypic_ctx_t    *ctx;
-    ngx_http_hypic_tools_t  *t;
+    char                           *name, *args;
+    ngx_int_t                       rc;
+    ngx_uint_t                      i;
+    ngx_http_request_t             *r;
+    ngx_http_hypic_ctx_t           *ctx;
+    ngx_http_hypic_tools_t         *t;
+    ngx_http_hypic_tools_sink_t    *sink = ud;
+    ngx_http_hypic_tools_choice_t  *tc;
 
+    r = sink->r;
+    i = sink->i;
     ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
     t = ctx->tools;
+    tc = &t->choice[i];
 
     if (kind == HP_TOOL_TEXT) {
-        return ngx_http_hypic_tools_content(r, ctx, data, len) == NGX_OK
+        return ngx_http_hypic_tools_content(r, ctx, i, data, len) == NGX_OK
                ? 0 : -1;
     }
 
@@ -489,15 +536,15 @@ ngx_http_hypic_tools_sink(void *ud, int kind, const char *data, size_t len)
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                        "hypic: malformed tool call in %V", &ctx->id);
 
-        rc = ngx_http_hypic_tools_content(r, ctx, HP_TOOL_OPEN,
+        rc = ngx_http_hypic_tools_content(r, ctx, i, HP_TOOL_OPEN,
                                           sizeof(HP_TOOL_OPEN) - 1);
 
         if (rc == NGX_OK) {
-            rc = ngx_http_hypic_tools_content(r, ctx, data, len);
+            rc = ngx_http_hypic_tools_content(r, ctx, i, data, len);
         }
 
         if (rc == NGX_OK) {
-            rc = ngx_http_hypic_tools_content(r, ctx, HP_TOOL_CLOSE,
+            rc = ngx_http_hypic_tools_content(r, ctx, i, HP_TOOL_CLOSE,
                                               sizeof(HP_TOOL_CLOSE) - 1);
         }
 
@@ -506,8 +553,8 @@ ngx_http_hypic_tools_sink(void *ud, int kind, const char *data, size_t len)
 
     /* parallel_tool_calls false: the first call only */
 
-    rc = (t->parallel || t->n_calls == 0)
-         ? ngx_http_hypic_tools_call(r, ctx, name, args) : NGX_OK;
+    rc = (t->parallel || tc->n_calls == 0)
+         ? ngx_http_hypic_tools_call(r, ctx, i, name, args) : NGX_OK;
 
     free(name);
     free(args);
@@ -518,11 +565,13 @@ ngx_http_hypic_tools_sink(void *ud, int kind, const char *data, size_t len)
 
 static ngx_int_t
 ngx_http_hypic_tools_content(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, const char *data, size_t len)
+    ngx_http_hypic_ctx_t *ctx, ngx_uint_t i, const char *data, size_t len)
 {
-    return ctx->stream
-           ? ngx_http_hypic_sse_text(r, ctx, (u_char *) data, len)
-           : ngx_http_hypic_append(r, ctx, (u_char *) data, len);
+    if (len == 0) {
+        return NGX_OK;
+    }
+
+    return ngx_http_hypic_choice_text(r, ctx, i, (u_char *) data, len);
 }
 
 
@@ -534,12 +583,13 @@ ngx_http_hypic_tools_content(ngx_http_request_t *r,
 
 static ngx_int_t
 ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    char *name, char *args)
+    ngx_uint_t i, char *name, char *args)
 {
-    u_char                  *p, *q;
-    size_t                   len, nlen, alen;
-    ngx_str_t                delta;
-    ngx_http_hypic_tools_t  *t = ctx->tools;
+    u_char                         *p, *q;
+    size_t                          len, nlen, alen;
+    ngx_str_t                       delta;
+    ngx_http_hypic_tools_t         *t = ctx->tools;
+    ngx_http_hypic_tools_choice_t  *tc = &t->choice[i];
 
     nlen = ngx_strlen(name);
     alen = ngx_strlen(args);
@@ -559,7 +609,7 @@ ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     q = p;
 
     if (ctx->stream) {
-        q = ngx_sprintf(q, "{\"tool_calls\":[{\"index\":%ui,", t->n_calls);
+        q = ngx_sprintf(q, "{\"tool_calls\":[{\"index\":%ui,", tc->n_calls);
 
     } else {
         *q++ = '{';
@@ -574,7 +624,7 @@ ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     q = ngx_http_hypic_json_escape(q, (u_char *) args, alen);
     q = ngx_cpymem(q, "\"}}", 3);
 
-    t->n_calls++;
+    tc->n_calls++;
 
     if (ctx->stream) {
         q = ngx_cpymem(q, "]}", 2);
@@ -582,32 +632,32 @@ ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         delta.data = p;
         delta.len = q - p;
 
-        return ngx_http_hypic_sse_delta(r, ctx, &delta);
+        return ngx_http_hypic_choice_chunk(r, ctx, i, &delta, NULL, 0, NULL);
     }
 
     /* ,"tool_calls":[CALL,CALL,...] grows in the pool */
 
     len = (size_t) (q - p);
 
-    if (t->calls.len + len + sizeof(",\"tool_calls\":[]") > t->calls_cap) {
-        t->calls_cap = ngx_max(2 * t->calls_cap,
-                               t->calls.len + len + 256);
+    if (tc->calls.len + len + sizeof(",\"tool_calls\":[]") > tc->calls_cap) {
+        tc->calls_cap = ngx_max(2 * tc->calls_cap,
+                                tc->calls.len + len + 256);
 
-        q = ngx_pnalloc(r->pool, t->calls_cap);
+        q = ngx_pnalloc(r->pool, tc->calls_cap);
         if (q == NULL) {
             return NGX_ERROR;
         }
 
-        if (t->calls.len) {
-            ngx_memcpy(q, t->calls.data, t->calls.len);
+        if (tc->calls.len) {
+            ngx_memcpy(q, tc->calls.data, tc->calls.len);
         }
 
-        t->calls.data = q;
+        tc->calls.data = q;
     }
 
-    q = t->calls.data + t->calls.len;
+    q = tc->calls.data + tc->calls.len;
 
-    if (t->calls.len == 0) {
+    if (tc->calls.len == 0) {
         q = ngx_cpymem(q, ",\"tool_calls\":[", sizeof(",\"tool_calls\":[")
                                                  - 1);
 
@@ -618,29 +668,31 @@ ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     q = ngx_cpymem(q, p, len);
     *q++ = ']';
 
-    t->calls.len = q - t->calls.data;
+    tc->calls.len = q - tc->calls.data;
 
     return NGX_OK;
 }
 
 
 ngx_str_t *
-ngx_http_hypic_tools_calls(ngx_http_hypic_ctx_t *ctx)
+ngx_http_hypic_tools_calls(ngx_http_hypic_ctx_t *ctx, ngx_uint_t i)
 {
     ngx_http_hypic_tools_t  *t = ctx->tools;
 
-    return (t && t->calls.len) ? &t->calls : &ngx_http_hypic_tools_none;
+    return (t && t->choice[i].calls.len) ? &t->choice[i].calls
+                                         : &ngx_http_hypic_tools_none;
 }
 
 
 ngx_str_t *
-ngx_http_hypic_tools_finish(ngx_http_hypic_ctx_t *ctx)
+ngx_http_hypic_tools_finish(ngx_http_hypic_ctx_t *ctx, ngx_uint_t i,
+    ngx_uint_t finish)
 {
     ngx_http_hypic_tools_t  *t = ctx->tools;
 
-    if (t && t->n_calls && ctx->final.finish == HP_IPC_FINISH_STOP) {
+    if (t && t->choice[i].n_calls && finish == HP_IPC_FINISH_STOP) {
         return &ngx_http_hypic_tools_reason;
     }
 
-    return ngx_http_hypic_finish_reason(&ctx->final);
+    return ngx_http_hypic_finish_name(finish);
 }

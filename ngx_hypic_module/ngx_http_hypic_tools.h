@@ -33,24 +33,29 @@ ngx_int_t ngx_http_hypic_tools_check(cJSON *json,
     ngx_http_hypic_bad_t *bad);
 
 /* Whether the answer is scanned for calls, with what it needs for that
- * (ctx->tools). NGX_OK or NGX_ERROR (no memory). */
+ * (ctx->tools, a scanner per choice: after ngx_http_hypic_choices_init).
+ * NGX_OK or NGX_ERROR (no memory). */
 ngx_int_t ngx_http_hypic_tools_setup(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, cJSON *json);
 
-/* Text from the engine through the scanner: content and calls out. */
+/* Text of choice i from the engine through its scanner: content and
+ * calls out, each choice's calls numbered from 0. */
 ngx_int_t ngx_http_hypic_tools_text(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, u_char *data, size_t len);
+    ngx_http_hypic_ctx_t *ctx, ngx_uint_t i, u_char *data, size_t len);
 
-/* The end of the answer: what the scanner held goes out. */
+/* The end of choice i: what its scanner held goes out. */
 ngx_int_t ngx_http_hypic_tools_end(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx);
+    ngx_http_hypic_ctx_t *ctx, ngx_uint_t i);
 
-/* ,"tool_calls":[...] for the non-streamed message, or an empty string */
-ngx_str_t *ngx_http_hypic_tools_calls(ngx_http_hypic_ctx_t *ctx);
+/* ,"tool_calls":[...] for choice i's non-streamed message, or an empty
+ * string */
+ngx_str_t *ngx_http_hypic_tools_calls(ngx_http_hypic_ctx_t *ctx,
+    ngx_uint_t i);
 
-/* "tool_calls" when the model stopped after calling tools, else as
- * ngx_http_hypic_finish_reason() */
-ngx_str_t *ngx_http_hypic_tools_finish(ngx_http_hypic_ctx_t *ctx);
+/* "tool_calls" when choice i stopped after calling tools, else the name
+ * of its finish (HP_IPC_FINISH_*) */
+ngx_str_t *ngx_http_hypic_tools_finish(ngx_http_hypic_ctx_t *ctx,
+    ngx_uint_t i, ngx_uint_t finish);
 
 
 #endif /* _NGX_HTTP_HYPIC_TOOLS_H_INCLUDED_ */

@@ -1,7 +1,9 @@
 # The official OpenAI Python client against nginx and a real engine
 # (models/test/qwen35-dense): models.list, a chat completion streamed and
 # not, whose texts must be equal (greedy), a streamed legacy completion,
-# usage with cached tokens, and errors the client raises as the right
+# usage with cached tokens, chat and legacy logprobs (the client's types;
+# each <= 0, alternatives sorted, summing to at most 1), n=3, and errors
+# the client raises as the right
 # exception, with their code, also those nginx itself answers (through
 # the shipped error pages). The client is installed with pip when
 # missing; the suite is skipped when that is not possible.
@@ -31,7 +33,7 @@ add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
 sub openai_client { python_module('openai', $PYTHON) }
 
 our $CLIENT = <<'PY';
-import json, sys
+import json, math, sys
 import openai
 
 base, model = sys.argv[1], sys.argv[2]
@@ -81,6 +83,38 @@ pieces = client.completions.create(model=model, prompt="Once upon a time",
 out["legacy_text"] = legacy.choices[0].text
 out["legacy_stream_text"] = "".join(p.choices[0].text for p in pieces
                                     if p.choices)
+
+# log-probabilities as the client types them, and n choices
+lp = client.chat.completions.create(model=model, messages=msgs,
+                                    max_tokens=12, temperature=0.8, seed=3,
+                                    logprobs=True, top_logprobs=5)
+checks = []
+for e in lp.choices[0].logprobs.content:
+    tops = [t.logprob for t in e.top_logprobs]
+    same = [t.logprob for t in e.top_logprobs if t.bytes == e.bytes]
+    checks.append({
+        "le0": e.logprob <= 0,
+        "five": len(tops) == 5,
+        "sorted": tops == sorted(tops, reverse=True),
+        "mass": sum(math.exp(t) for t in tops) <= 1 + 1e-6,
+        "same": all(abs(x - e.logprob) < 1e-6 for x in same),
+        "bytes": isinstance(e.bytes, list)})
+out["logprobs"] = {"n": len(checks),
+                   "tokens": lp.usage.completion_tokens,
+                   "bad": [c for c in checks if not all(c.values())]}
+three = client.chat.completions.create(model=model, messages=msgs,
+                                       max_tokens=8, temperature=1, seed=11,
+                                       n=3)
+out["n3"] = sorted(c.index for c in three.choices)
+legacy_lp = client.completions.create(model=model, prompt="Once upon a time",
+                                      max_tokens=6, temperature=0,
+                                      logprobs=2)
+ll = legacy_lp.choices[0].logprobs
+out["legacy_lp"] = {"tokens": len(ll.tokens) == legacy_lp.usage.completion_tokens,
+                    "text": "".join(ll.tokens) == legacy_lp.choices[0].text,
+                    "offsets": ll.text_offset[0] if ll.text_offset else -1,
+                    "le0": all(x <= 0 for x in ll.token_logprobs)}
+out["legacy_lp"] = {k: int(v) for k, v in out["legacy_lp"].items()}
 
 try:
     client.chat.completions.create(model=model, messages=[],
@@ -150,6 +184,16 @@ cmp_ok($r->{usage}{cached} // 0, '>', 0,
        'the document was reused by the second request (cached_tokens)');
 is($r->{legacy_stream_text}, $r->{legacy_text},
    'a legacy completion, streamed and not');
+ok($r->{logprobs}{n} && $r->{logprobs}{n} == $r->{logprobs}{tokens}
+   && !@{ $r->{logprobs}{bad} },
+   "chat logprobs: $r->{logprobs}{n} entries, each <= 0, 5 alternatives "
+   . 'sorted, summing to at most 1, the token\'s own where it is among '
+   . 'them') or diag(JSON::PP->new->encode($r->{logprobs}));
+is_deeply($r->{n3}, [0, 1, 2], 'n=3: three choices');
+is_deeply($r->{legacy_lp}, { tokens => 1, text => 1, offsets => 0,
+                             le0 => 1 },
+          'legacy completion logprobs: a token each, spelling the text, '
+          . 'offsets from 0, logprobs <= 0');
 is_deeply($r->{error}, { status => 400, param => 'messages',
                          type => 'invalid_request_error' },
           'a bad request raises BadRequestError');

@@ -9,6 +9,9 @@
 # spec sent again is a cache hit; the template's own refusal and every
 # invalid combination are OpenAI 400s naming the field; and the official
 # openai SDK runs a tools round trip (its tool results back to the model).
+# With n choices and logprobs: each choice scans its own text for calls
+# (streamed deltas under the choice's index, calls numbered per choice)
+# and keeps the log-probabilities of all its tokens, calls' included.
 
 use strict;
 use warnings;
@@ -114,6 +117,56 @@ s, r = chat(tools=[WEATHER, TIME], chat_template_kwargs=OFF,
 out["named"] = {"status": s, "prompt_tokens": r["usage"]["prompt_tokens"]}
 s, r = chat(tools=[TIME], chat_template_kwargs=OFF)
 out["time_only_tokens"] = r["usage"]["prompt_tokens"]
+
+# n choices and logprobs with tools: each choice its calls and its tokens
+def calls_of(m):
+    return [[c["function"]["name"], c["function"]["arguments"]]
+            for c in m.get("tool_calls") or []]
+
+s, r = chat(tools=[WEATHER, TIME], chat_template_kwargs=OFF, n=2,
+            logprobs=True, top_logprobs=2)
+out["n2"] = {"status": s,
+             "choices": [{"index": c["index"], "content": c["message"].get(
+                              "content", "absent"),
+                          "calls": calls_of(c["message"]),
+                          "ids": [t["id"] for t in
+                                  c["message"].get("tool_calls") or []],
+                          "finish": c["finish_reason"],
+                          "lp": [[e["token"], len(e["top_logprobs"])]
+                                 for e in (c["logprobs"] or {}).get(
+                                     "content") or []]}
+                         for c in r.get("choices", [])],
+             "completion_tokens": r.get("usage", {}).get("completion_tokens")}
+s, chunks, last = stream(tools=[WEATHER, TIME], chat_template_kwargs=OFF,
+                         n=2, logprobs=True, top_logprobs=2)
+per = {}
+for c in chunks:
+    for ch in c["choices"]:
+        p = per.setdefault(ch["index"], {"calls": [], "content": "",
+                                         "finish": [], "lp": []})
+        d = ch.get("delta") or {}
+        p["content"] += d.get("content") or ""
+        p["calls"] += [[t["index"], t["function"]["name"],
+                        t["function"]["arguments"]]
+                       for t in d.get("tool_calls") or []]
+        if ch.get("finish_reason"):
+            p["finish"].append(ch["finish_reason"])
+        p["lp"] += [e["token"] for e in
+                    (ch.get("logprobs") or {}).get("content") or []]
+out["n2_stream"] = {"status": s, "last": last, "choices": per}
+# calls cut short in both choices: each scanner holds its own text
+s, r = chat(tools=[WEATHER, TIME], chat_template_kwargs=OFF, n=2,
+            stop=["</function>"])
+out["n2_cut"] = [[c["message"].get("content"), calls_of(c["message"]),
+                  c["finish_reason"]] for c in r.get("choices", [])]
+s, chunks, last = stream(tools=[WEATHER, TIME], chat_template_kwargs=OFF,
+                         n=2, stop=["</function>"])
+per = {}
+for c in chunks:
+    for ch in c["choices"]:
+        per[ch["index"]] = per.get(ch["index"], "") + (
+            (ch.get("delta") or {}).get("content") or "")
+out["n2_cut_stream"] = per
 
 # the tool spec as a cached segment: the same tools again hit the cache
 doc = "The harbour has three piers; ferries use the middle one. " * 4
@@ -248,8 +301,54 @@ ok(!grep({ length($_->{content} // '') } @{ $st->{deltas} || [] }),
    'streamed: no content');
 is($st->{finish}[-1], 'tool_calls', 'streamed: finish_reason tool_calls');
 
+my $n2 = $r->{n2} || {};
+my @n2 = @{ $n2->{choices} || [] };
+is($n2->{status}, 200, 'n 2, logprobs, tools: 200');
+is_deeply([map { $_->{index} } @n2], [0, 1], '... two choices, in order');
+for my $c (@n2) {
+    my $i = $c->{index};
+    is($c->{content}, undef, "choice $i: only calls, content null");
+    is_deeply($c->{calls},
+              [['get_weather', '{"city":"Paris","days":3}'],
+               ['get_time', '{"zone":"CET"}']],
+              "choice $i: its own two calls");
+    is($c->{finish}, 'tool_calls', "choice $i: finish_reason tool_calls");
+    ok(@{ $c->{lp} } > 0 && !grep({ $_->[1] != 2 } @{ $c->{lp} }),
+       "choice $i: logprobs of its tokens, 2 alternatives each")
+        or diag(JSON::PP->new->encode($c->{lp}));
+    my $text = join '', map { $_->[0] } @{ $c->{lp} };
+    like($text, qr/^<tool_call>.*get_weather.*get_time/s,
+         "choice $i: the tokens spell its calls");
+}
+is(scalar @{ $n2[0]{lp} || [] } + scalar @{ $n2[1]{lp} || [] },
+   $n2->{completion_tokens}, 'a logprob for every completion token');
+my %ids = map { $_ => 1 } map { @{ $_->{ids} } } @n2;
+is(scalar keys %ids, 4, 'four distinct call ids');
+
+my $n2s = $r->{n2_stream} || {};
+is($n2s->{status}, 200, 'streamed n 2, logprobs, tools: 200');
+is($n2s->{last}, '[DONE]', '... ends with [DONE]');
+is_deeply([sort keys %{ $n2s->{choices} || {} }], [0, 1],
+          '... chunks of both choices');
+for my $i (0, 1) {
+    my $c = $n2s->{choices}{$i} || {};
+    is_deeply($c->{calls},
+              [[0, 'get_weather', '{"city":"Paris","days":3}'],
+               [1, 'get_time', '{"zone":"CET"}']],
+              "streamed choice $i: delta.tool_calls numbered from 0");
+    is($c->{content}, '', "streamed choice $i: no content");
+    is_deeply($c->{finish}, ['tool_calls'],
+              "streamed choice $i: one finish_reason, tool_calls");
+    is_deeply($c->{lp}, [map { $_->[0] } @{ $n2[$i]{lp} || [] }],
+              "streamed choice $i: the same tokens' logprobs as gathered");
+}
+
 my $cut = "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
           . "</parameter>\n<parameter=days>\n3\n</parameter>\n";
+is_deeply($r->{n2_cut}, [[$cut, [], 'stop'], [$cut, [], 'stop']],
+          'n 2, calls cut short: each choice its own text as content');
+is_deeply($r->{n2_cut_stream}, { 0 => $cut, 1 => $cut },
+          'streamed: the same, per choice');
 is($r->{cut}{message}{content}, $cut,
    'a call cut short (stop string) is content, not an error');
 ok(!$r->{cut}{message}{tool_calls}, '... and no call');

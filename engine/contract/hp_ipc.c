@@ -324,6 +324,40 @@ size_t hp_ipc_utf8_cut(const char *text, size_t len, size_t max)
     return n ? n : max;
 }
 
+/* ---- TOKEN records ---------------------------------------------------- */
+
+/* an entry: float logprob, u32 byte count, the bytes padded to 4 */
+void hp_ipc_token_add(void *rec, uint32_t *len, float logprob,
+                      const void *bytes, uint32_t n)
+{
+    unsigned char *p = (unsigned char *)rec + *len;
+    if (n > HP_IPC_TOKEN_BYTES)
+        n = HP_IPC_TOKEN_BYTES;
+    memcpy(p, &logprob, 4);
+    memcpy(p + 4, &n, 4);
+    if (n)
+        memcpy(p + 8, bytes, n);
+    memset(p + 8 + n, 0, (4 - n % 4) % 4);
+    *len += 8 + (n + 3) / 4 * 4;
+}
+
+int hp_ipc_token_next(const void *rec, uint32_t len, uint32_t *off,
+                      float *logprob, const unsigned char **bytes, uint32_t *n)
+{
+    const unsigned char *p = (const unsigned char *)rec + *off;
+    uint32_t k;
+    if (*off >= len || len - *off < 8)
+        return 0;
+    memcpy(logprob, p, 4);
+    memcpy(&k, p + 4, 4);
+    if (k > HP_IPC_TOKEN_BYTES || (k + 3) / 4 * 4 > len - *off - 8)
+        return 0;
+    *bytes = p + 8;
+    *n = k;
+    *off += 8 + (k + 3) / 4 * 4;
+    return 1;
+}
+
 /* ---- errors ---------------------------------------------------------- */
 
 /* One row per hp_status_t from HP_EBADINPUT on, in order. */

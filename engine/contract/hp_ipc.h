@@ -43,8 +43,12 @@
  *   input area) while CLAIMED and never touches it again; the engine reads
  *   it after taking the slot. The engine then streams records into the
  *   slot's output ring: START (prompt accepted, prefill begins), TEXT
- *   (UTF-8 pieces, whole characters, stop strings already applied) and
- *   one FINAL (finish reason, usage, TTFT, or an error code and message).
+ *   (UTF-8 pieces of one choice, whole characters, stop strings already
+ *   applied), with logprobs asked for a TOKEN per generated token before
+ *   the TEXT its text starts in, an END per choice once its text is out
+ *   (its finish reason), and one FINAL (finish reason, usage, TTFT, or an
+ *   error code and message). A request of n choices prefills once and
+ *   interleaves its choices' records, each under the choice's index.
  *   Release is one protocol for both ends: whoever is done sets `cancel`
  *   and then frees the slot if it is not RUNNING; an engine that finishes
  *   a RUNNING slot whose cancel flag is set frees it itself. So nginx
@@ -69,7 +73,7 @@
 #include <stdint.h>
 
 #define HP_IPC_MAGIC   0x43495048u /* "HPIC" little-endian */
-#define HP_IPC_VERSION 5u
+#define HP_IPC_VERSION 6u          /* 5: chat bodies; 6: choices and logprobs */
 
 #define HP_IPC_MAX_STOP    4  /* stop strings per request (OpenAI's 4) */
 #define HP_IPC_STOP_BYTES  64 /* each, at most */
@@ -78,10 +82,15 @@
 #define HP_IPC_NAME_BYTES  64
 #define HP_IPC_MODEL_BYTES 128
 
-#define HP_IPC_TEXT_MAX   2048 /* largest TEXT record payload */
+#define HP_IPC_MAX_CHOICES  16  /* n, choices per request */
+#define HP_IPC_MAX_LOGPROBS 20  /* alternatives per token (OpenAI's 20) */
+#define HP_IPC_TOKEN_BYTES  256 /* most bytes of a token in a TOKEN record */
+
+#define HP_IPC_TEXT_MAX   2048 /* largest text in a TEXT record */
 #define HP_IPC_REC_HEADER 8    /* u32 type, u32 length; records 8-aligned */
-/* A reader's buffer of this size holds any record. */
-#define HP_IPC_RECORD_MAX HP_IPC_TEXT_MAX
+/* A reader's buffer of this size holds any record (a TOKEN of 21
+ * entries of HP_IPC_TOKEN_BYTES is the largest). */
+#define HP_IPC_RECORD_MAX 6144
 /* Room always kept free for START and FINAL by TEXT writers. */
 #define HP_IPC_RING_RESERVE 1024
 #define HP_IPC_RING_MIN     (4 * HP_IPC_TEXT_MAX)
@@ -96,7 +105,13 @@ enum {
 };
 
 /* record types */
-enum { HP_IPC_REC_START = 1, HP_IPC_REC_TEXT = 2, HP_IPC_REC_FINAL = 3 };
+enum {
+    HP_IPC_REC_START = 1,
+    HP_IPC_REC_TEXT = 2, /* hp_ipc_text_t, then the text */
+    HP_IPC_REC_FINAL = 3,
+    HP_IPC_REC_TOKEN = 4, /* hp_ipc_token_t, then its entries */
+    HP_IPC_REC_END = 5    /* hp_ipc_end_t */
+};
 
 /* prefill modes (DESIGN §4): the one enum of the module, the engine and
  * the assembler; a request asks for one, the engine reports the one it
@@ -145,7 +160,7 @@ enum { HP_IPC_POOL_PUBLIC = 0, HP_IPC_POOL_PRIVATE = 1, HP_IPC_POOLS = 2 };
 #define HP_IPC_FLAG_IGNORE_EOS 1u
 /* The input area holds the OpenAI chat request body (JSON), not a
  * prompt: the engine renders it with the model's chat template, then
- * splits the prompt on the separator as any other (version 5). */
+ * splits the prompt on the separator as any other. */
 #define HP_IPC_FLAG_CHAT 2u
 
 /* slot->word: claim sequence (32) | owner connection id (24) | state (8) */
@@ -175,12 +190,14 @@ typedef struct {
     uint32_t stop_len[HP_IPC_MAX_STOP];
     char stop[HP_IPC_MAX_STOP][HP_IPC_STOP_BYTES];
     uint32_t sep_len; /* 0: do not split */
-    uint32_t reserved;
+    uint32_t n;       /* choices, 1..HP_IPC_MAX_CHOICES (0: one) */
     char separator[HP_IPC_SEP_BYTES];
     uint32_t decode;      /* HP_IPC_DECODE_* asked for */
     uint32_t speculative; /* HP_IPC_SPEC_* */
     uint32_t max_draft;   /* 1..HP_IPC_MAX_DRAFT; 0: the engine's */
-    uint32_t reserved2;
+    /* 0: no log-probabilities; else 1 + the alternatives per token
+     * (0..HP_IPC_MAX_LOGPROBS): TOKEN records */
+    uint32_t logprobs;
 } hp_ipc_request_t;
 
 /* START record: the prompt is accepted and its prefill begins. */
@@ -216,6 +233,33 @@ typedef struct {
     /* of cached_tokens: pulled from peers that held them (peer fetch) */
     uint32_t fetched_tokens;
 } hp_ipc_final_t;
+
+/* TEXT record: this header, then the text of choice `choice`. */
+typedef struct {
+    uint32_t choice;
+    uint32_t reserved;
+} hp_ipc_text_t;
+
+/*
+ * TOKEN record: one generated token of choice `choice`, then 1 + n_top
+ * entries (hp_ipc_token_add / hp_ipc_token_next): the token itself, then
+ * the likeliest tokens by falling log-probability. Log-probabilities are
+ * the model's (log-softmax of the raw logits).
+ */
+typedef struct {
+    uint32_t choice;
+    uint32_t text_offset; /* characters of the choice's text before it */
+    uint32_t n_top;
+    uint32_t reserved;
+} hp_ipc_token_t;
+
+/* END record: choice `choice` ended, all its text sent. */
+typedef struct {
+    uint32_t choice;
+    uint32_t finish; /* HP_IPC_FINISH_LENGTH or _STOP */
+    uint32_t completion_tokens;
+    uint32_t reserved;
+} hp_ipc_end_t;
 
 /* Sent by the engine on every accepted connection, with the segment's fd
  * as SCM_RIGHTS ancillary data on the same message. */
@@ -283,6 +327,15 @@ typedef struct {
 
 /* The layout is the contract: any change here is a version bump. */
 _Static_assert(sizeof(hp_ipc_request_t) == 472, "hp_ipc_request_t layout");
+_Static_assert(offsetof(hp_ipc_request_t, flags) == 104 &&
+                   offsetof(hp_ipc_request_t, n) == 388 &&
+                   offsetof(hp_ipc_request_t, logprobs) == 468,
+               "hp_ipc_request_t layout");
+_Static_assert(sizeof(hp_ipc_text_t) == 8 && sizeof(hp_ipc_token_t) == 16 &&
+                   sizeof(hp_ipc_end_t) == 16,
+               "TEXT, TOKEN and END record layouts");
+_Static_assert(HP_IPC_VERSION == 6u,
+               "the layouts above are version 6's: bump both together");
 _Static_assert(sizeof(hp_ipc_start_t) == 32, "hp_ipc_start_t layout");
 _Static_assert(sizeof(hp_ipc_final_t) == 352, "hp_ipc_final_t layout");
 _Static_assert(sizeof(hp_ipc_hello_t) == 96, "hp_ipc_hello_t layout");
@@ -303,6 +356,15 @@ _Static_assert(offsetof(hp_ipc_slot_t, req) + sizeof(hp_ipc_request_t) <=
 _Static_assert(sizeof(hp_ipc_final_t) + HP_IPC_REC_HEADER <=
                    HP_IPC_RING_RESERVE / 2,
                "FINAL fits the reserve");
+_Static_assert(sizeof(hp_ipc_token_t) +
+                       (1 + HP_IPC_MAX_LOGPROBS) * (8 + HP_IPC_TOKEN_BYTES) <=
+                   HP_IPC_RECORD_MAX,
+               "the largest TOKEN fits a record");
+_Static_assert(sizeof(hp_ipc_text_t) + HP_IPC_TEXT_MAX <= HP_IPC_RECORD_MAX,
+               "the largest TEXT fits a record");
+_Static_assert(HP_IPC_RECORD_MAX + HP_IPC_REC_HEADER + HP_IPC_RING_RESERVE <=
+                   HP_IPC_RING_MIN,
+               "any record fits the smallest ring");
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "shared-memory atomics must be lock-free");
 
@@ -398,6 +460,20 @@ int hp_ipc_ring_get(const hp_ipc_header_t *h, hp_ipc_slot_t *s, uint32_t *type,
 /* Largest prefix of text[0..len) of at most max bytes that ends on a
  * UTF-8 character boundary (for splitting TEXT records). */
 size_t hp_ipc_utf8_cut(const char *text, size_t len, size_t max);
+
+/* ---- TOKEN records ---------------------------------------------------- */
+
+/* Appends an entry (a token's log-probability and its bytes, at most
+ * HP_IPC_TOKEN_BYTES of them) to the TOKEN record of *len bytes at rec,
+ * which must have room for it: 8 + HP_IPC_TOKEN_BYTES bytes. */
+void hp_ipc_token_add(void *rec, uint32_t *len, float logprob,
+                      const void *bytes, uint32_t n);
+
+/* Reads the entry at *off (start: sizeof(hp_ipc_token_t)) of the TOKEN
+ * record rec[len]: 1 with *off past it, 0 at the end or where the record
+ * is malformed. *bytes points into rec. */
+int hp_ipc_token_next(const void *rec, uint32_t len, uint32_t *off,
+                      float *logprob, const unsigned char **bytes, uint32_t *n);
 
 /* ---- errors ---------------------------------------------------------- */
 

@@ -71,6 +71,11 @@ int hp_decoder_init(hp_decoder_t *d, const hp_llm_t *llm,
             d->max_stop = strlen(p->stop[i]);
         d->n_stop++;
     }
+    d->logprobs = p->logprobs != 0;
+    d->top_logprobs = p->top_logprobs < 0 ? 0
+                      : p->top_logprobs > HP_LOGPROBS_MAX_TOP
+                          ? HP_LOGPROBS_MAX_TOP
+                          : p->top_logprobs;
     d->spec = p->speculative > 0 ? p->speculative : 0;
     if (d->spec && p->n_ctx > 0) {
         /* the drafter looks up in the prompt, then in the output */
@@ -95,6 +100,7 @@ void hp_decoder_free(hp_decoder_t *d)
     for (int i = 0; i < d->n_stop; i++)
         free(d->stop[i]);
     free(d->ids);
+    free(d->lp);
     hp_tokenizer_text_free(&d->text);
     memset(d, 0, sizeof(*d));
 }
@@ -115,7 +121,28 @@ static int dec_end(hp_decoder_t *d, hp_finish_t finish, int flush,
     return HP_OK;
 }
 
-int hp_decoder_push(hp_decoder_t *d, int t, hp_error_t *err)
+/* The entry of token t, counted just now, from the logits it was
+ * chosen from (rows of the sampler's V). */
+static int note_logprobs(hp_decoder_t *d, int t, const float *logits, int V,
+                         hp_error_t *err)
+{
+    if (d->n_lp == d->cap_lp) {
+        int cap = d->cap_lp ? 2 * d->cap_lp : 16;
+        hp_decoder_lp_t *lp = realloc(d->lp, (size_t)cap * sizeof(*lp));
+        if (!lp)
+            return hp_error_set(err, HP_ENOMEM, "decoder: out of memory");
+        d->lp = lp;
+        d->cap_lp = cap;
+    }
+    hp_decoder_lp_t *e = &d->lp[d->n_lp++];
+    hp_logprobs(&e->lp, logits, V, t, d->top_logprobs);
+    e->off = d->text.len;
+    return HP_OK;
+}
+
+/* hp_decoder_push, with the logits t was chosen from (NULL: none) */
+static int push(hp_decoder_t *d, int t, const float *logits, int V,
+                hp_error_t *err)
 {
     if (d->done)
         return HP_OK;
@@ -131,6 +158,11 @@ int hp_decoder_push(hp_decoder_t *d, int t, hp_error_t *err)
         d->ids = ids;
         d->cap_ids = cap;
     }
+    if (d->logprobs && logits) {
+        int rc = note_logprobs(d, t, logits, V, err);
+        if (rc != HP_OK)
+            return rc;
+    }
     d->ids[d->n_ids++] = t;
     d->n_tokens++;
     d->last = t;
@@ -143,6 +175,7 @@ int hp_decoder_push(hp_decoder_t *d, int t, hp_error_t *err)
     if (at >= 0) {
         /* the stop string and whatever follows it are dropped */
         d->safe = (size_t)at > d->shown ? (size_t)at : d->shown;
+        d->stopped = 1;
         return dec_end(d, HP_FINISH_STOP, 0, err);
     }
     size_t safe = d->text.len - holdback(d, d->text.data, d->text.len);
@@ -151,6 +184,11 @@ int hp_decoder_push(hp_decoder_t *d, int t, hp_error_t *err)
     if (d->n_tokens == d->max_tokens)
         return dec_end(d, HP_FINISH_LENGTH, 1, err);
     return HP_OK;
+}
+
+int hp_decoder_push(hp_decoder_t *d, int t, hp_error_t *err)
+{
+    return push(d, t, NULL, 0, err);
 }
 
 int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
@@ -168,7 +206,8 @@ int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
     if (d->n_tokens >= d->max_tokens)
         return dec_end(d, HP_FINISH_LENGTH, 1, err);
     int t = best >= 0 ? best : hp_sample(sm, logits, &d->sampling, &d->rng);
-    int rc = hp_decoder_push(d, t, err);
+    /* logits may be NULL where the device chose best (no logprobs then) */
+    int rc = push(d, t, logits, sm->V, err);
     if (rc == HP_OK && !d->done)
         *tok = t;
     return rc;
@@ -198,24 +237,27 @@ int hp_decoder_draft(const hp_decoder_t *d, int *draft)
 }
 
 /* After acceptance: acc of the n drafts taken, then the model's own next
- * token where they stopped. */
-static int accepted(hp_decoder_t *d, const int *draft, int n, int acc, int next,
-                    int *keep, int *tok, hp_error_t *err)
+ * token where they stopped; rows [n + 1] of V logits they were checked
+ * against (NULL: chosen on the device, no logprobs). */
+static int accepted(hp_decoder_t *d, const float *rows, int V, const int *draft,
+                    int n, int acc, int next, int *keep, int *tok,
+                    hp_error_t *err)
 {
     int rc = HP_OK;
     d->drafted += n;
     d->accepted += acc;
     *keep = 1; /* the token fed before the drafts */
     *tok = -1;
+    /* row j holds the logits draft j was checked against */
     for (int j = 0; j < acc && rc == HP_OK && !d->done; j++) {
-        rc = hp_decoder_push(d, draft[j], err);
+        rc = push(d, draft[j], rows ? rows + (size_t)j * V : NULL, V, err);
         if (rc == HP_OK && !d->done)
             (*keep)++;
     }
     /* the model's own token where the drafts stopped: the next one to
      * feed, chosen without a fresh forward pass */
     if (rc == HP_OK && !d->done)
-        rc = hp_decoder_push(d, next, err);
+        rc = push(d, next, rows ? rows + (size_t)acc * V : NULL, V, err);
     if (rc == HP_OK && !d->done)
         *tok = next;
     return rc;
@@ -234,7 +276,7 @@ int hp_decoder_accept(hp_decoder_t *d, hp_sampler_t *sm, float *prob,
               ? hp_spec_accept_sampled(sm, prob, rows, draft, n, &d->sampling,
                                        &d->rng, &next)
               : hp_spec_accept_greedy(rows, V, draft, n, &next);
-    return accepted(d, draft, n, acc, next, keep, tok, err);
+    return accepted(d, rows, V, draft, n, acc, next, keep, tok, err);
 }
 
 int hp_decoder_accept_best(hp_decoder_t *d, const int *best, const int *draft,
@@ -243,5 +285,54 @@ int hp_decoder_accept_best(hp_decoder_t *d, const int *best, const int *draft,
     int acc = 0;
     while (acc < n && best[acc] == draft[acc])
         acc++;
-    return accepted(d, draft, n, acc, best[acc], keep, tok, err);
+    return accepted(d, NULL, 0, draft, n, acc, best[acc], keep, tok, err);
+}
+
+int hp_decoder_fork(hp_decoder_t *dst, const hp_decoder_t *d, uint64_t seed,
+                    hp_error_t *err)
+{
+    hp_gen_params_t p = {
+        .max_tokens = d->max_tokens,
+        .sampling = d->sampling,
+        .n_stop = d->n_stop,
+        .ignore_eos = d->ignore_eos,
+        .speculative = d->spec,
+        .ctx = d->ids,
+        .n_ctx = d->n_prompt,
+        .logprobs = d->logprobs,
+        .top_logprobs = d->top_logprobs,
+    };
+    p.sampling.seed = seed;
+    for (int i = 0; i < d->n_stop; i++)
+        p.stop[i] = d->stop[i];
+    return hp_decoder_init(dst, d->llm, &p, err);
+}
+
+int hp_decoder_logprobs_ready(const hp_decoder_t *d, const hp_decoder_lp_t **lp)
+{
+    int end = d->lp_taken;
+    *lp = d->lp + d->lp_taken;
+    if (d->done && !d->stopped)
+        return d->n_lp - d->lp_taken;
+    /* a token whose text starts past the safe text waits (or, stopped,
+     * belongs to the stop string) */
+    while (end < d->n_lp && d->lp[end].off < d->safe)
+        end++;
+    return end - d->lp_taken;
+}
+
+void hp_decoder_logprobs_take(hp_decoder_t *d, int n)
+{
+    d->lp_taken += n;
+    if (d->lp_taken >= d->n_lp)
+        d->lp_taken = d->n_lp = 0; /* all taken: the room is reused */
+}
+
+size_t hp_decoder_chars(hp_decoder_t *d, size_t off)
+{
+    if (off > d->text.len)
+        off = d->text.len;
+    for (; d->chars_at < off; d->chars_at++)
+        d->chars += ((unsigned char)d->text.data[d->chars_at] & 0xc0) != 0x80;
+    return d->chars;
 }

@@ -17,6 +17,12 @@
 #include "engine/forward/sampler.h"
 #include "engine/model/llm.h"
 
+/* A token's log-probabilities and where its text starts. */
+typedef struct {
+    hp_logprobs_t lp;
+    size_t off; /* bytes of text before the token's own */
+} hp_decoder_lp_t;
+
 typedef struct {
     const hp_llm_t *llm;
     int max_tokens;
@@ -42,6 +48,13 @@ typedef struct {
     int spec;     /* most drafted tokens per pass, 0: off */
     int drafted;  /* tokens proposed by the drafter */
     int accepted; /* ... of which accepted */
+    /* logprobs: an entry per counted token, from the logits it was chosen
+     * from; lp[lp_taken..n_lp) not yet taken */
+    int logprobs, top_logprobs;
+    hp_decoder_lp_t *lp;
+    int n_lp, cap_lp, lp_taken;
+    int stopped;            /* a stop string ended it: text past safe dropped */
+    size_t chars_at, chars; /* text[0..chars_at) holds `chars` characters */
 } hp_decoder_t;
 
 /* Copies p (stop strings and, speculating, the prompt ids included).
@@ -92,6 +105,28 @@ int hp_decoder_accept(hp_decoder_t *d, hp_sampler_t *sm, float *prob,
  * (hp_fwd_item_t.best), where the logits stay on the device. */
 int hp_decoder_accept_best(hp_decoder_t *d, const int *best, const int *draft,
                            int n, int *keep, int *tok, hp_error_t *err);
+
+/*
+ * A copy of d's settings with a fresh state, sampling from `seed`: one
+ * more choice of the same request (n > 1). d must not have begun.
+ * HP_OK or HP_ENOMEM.
+ */
+int hp_decoder_fork(hp_decoder_t *dst, const hp_decoder_t *d, uint64_t seed,
+                    hp_error_t *err);
+
+/*
+ * The log-probability entries that may be shown (*lp, count): those of
+ * tokens whose text starts in the safe text, all of them once the
+ * generation ended, except those of tokens inside a stop string. In
+ * order; hp_decoder_logprobs_take marks n as taken.
+ */
+int hp_decoder_logprobs_ready(const hp_decoder_t *d,
+                              const hp_decoder_lp_t **lp);
+void hp_decoder_logprobs_take(hp_decoder_t *d, int n);
+
+/* Characters (UTF-8 code points) of the text before byte `off`; off must
+ * not go down from one call to the next. */
+size_t hp_decoder_chars(hp_decoder_t *d, size_t off);
 
 /* The text that is safe to show and not yet taken (*text, length). */
 size_t hp_decoder_ready(const hp_decoder_t *d, const char **text);

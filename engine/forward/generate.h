@@ -24,6 +24,10 @@ typedef struct {
     int speculative;
     const int *ctx; /* [n_ctx] prompt ids the drafter looks up in */
     int n_ctx;
+    /* 1: keep every token's log-probabilities (hp_logprobs) with
+     * top_logprobs (0..HP_LOGPROBS_MAX_TOP) alternatives */
+    int logprobs;
+    int top_logprobs;
 } hp_gen_params_t;
 
 typedef enum {

@@ -150,3 +150,46 @@ void hp_sampler_probs(hp_sampler_t *s, float *out, const float *logits,
     for (int i = 0; i < n; i++)
         out[s->idx[i]] = s->prob[s->idx[i]];
 }
+
+void hp_logprobs(hp_logprobs_t *out, const float *logits, int V, int token,
+                 int n_top)
+{
+    int a = hp_argmax(logits, V), k = 0;
+    float mx = logits[a];
+    double sum = 1.0; /* the maximum's own term */
+
+    if (n_top > HP_LOGPROBS_MAX_TOP)
+        n_top = HP_LOGPROBS_MAX_TOP;
+    if (n_top > V)
+        n_top = V;
+    for (int i = 0; i < V; i++)
+        if (i != a)
+            sum += exp((double)logits[i] - mx);
+    double lse = mx + log(sum);
+    /* the top n_top by insertion: a logit enters only past the smallest
+     * kept one, so the vocabulary is read once */
+    for (int i = 0; i < V && n_top > 0; i++) {
+        float l = logits[i];
+        if (k == n_top && l <= out->top_lp[k - 1])
+            continue;
+        int j = k < n_top ? k++ : k - 1;
+        while (j > 0 && out->top_lp[j - 1] < l) {
+            out->top_lp[j] = out->top_lp[j - 1];
+            out->top_id[j] = out->top_id[j - 1];
+            j--;
+        }
+        out->top_lp[j] = l;
+        out->top_id[j] = i;
+    }
+    for (int j = 0; j < k; j++)
+        out->top_lp[j] = (float)((double)out->top_lp[j] - lse);
+    out->n_top = k;
+    out->token = token;
+    out->logprob = (float)((double)logits[token] - lse);
+}
+
+uint64_t hp_sampling_choice_seed(uint64_t seed, int choice)
+{
+    /* a fixed odd stride: hp_rng_seed's splitmix decorrelates the rest */
+    return seed + (uint64_t)choice * 0x9e3779b97f4a7c15ULL;
+}

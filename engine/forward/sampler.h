@@ -40,6 +40,32 @@ int hp_argmax(const float *logits, int V);
 int hp_sample(hp_sampler_t *s, const float *logits, const hp_sampling_t *p,
               hp_rng_t *rng);
 
+/* Most alternatives a token's log-probabilities list (OpenAI's 20). */
+#define HP_LOGPROBS_MAX_TOP 20
+
+/* A token's log-probability and the likeliest alternatives. */
+typedef struct {
+    int token;
+    float logprob;
+    int n_top;                       /* alternatives in top_* */
+    int top_id[HP_LOGPROBS_MAX_TOP]; /* by falling logprob, lower id first */
+    float top_lp[HP_LOGPROBS_MAX_TOP];
+} hp_logprobs_t;
+
+/*
+ * Log-probabilities of the model's own distribution, log_softmax of the
+ * raw logits[0..V) (before temperature, top-k and top-p, as vLLM's
+ * default "raw_logprobs" and OpenAI report them): token's, and the
+ * n_top (<= HP_LOGPROBS_MAX_TOP) likeliest tokens'. The normalizer is
+ * summed in double.
+ */
+void hp_logprobs(hp_logprobs_t *out, const float *logits, int V, int token,
+                 int n_top);
+
+/* The seed of choice i of a request seeded `seed` (n > 1 choices): choice
+ * 0 keeps the seed, so a choice is the run of one request with its seed. */
+uint64_t hp_sampling_choice_seed(uint64_t seed, int choice);
+
 /* Probabilities after temperature / top-k / top-p filtering, written to
  * out[V] (zeros outside the kept set): the distribution hp_sample draws
  * from, used by speculative acceptance and tests. */

@@ -150,6 +150,33 @@ void hp_seq_reset(hp_seq_t *s)
     s->n_pos = 0;
 }
 
+int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err)
+{
+    const hp_model_config_t *c = &src->model->cfg;
+    if (src->kvpool || dst->kvpool)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "sequence: copy with KVBuffers open");
+    int rc = hp_seq_reserve(dst, src->kv_cap, err);
+    if (rc != HP_OK)
+        return rc;
+    size_t kv = (size_t)src->n_pos * c->kv_row * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++) {
+        const hp_seq_layer_t *a = &src->layers[l];
+        hp_seq_layer_t *b = &dst->layers[l];
+        if (c->layer_kind[l] == HP_LAYER_LINEAR) {
+            hp_backend_copy(src->be, b->S, a->S,
+                            c->state_floats * sizeof(float));
+            hp_backend_copy(src->be, b->conv, a->conv,
+                            c->conv_floats * sizeof(float));
+        } else if (kv) {
+            hp_backend_copy(src->be, b->k, a->k, kv);
+            hp_backend_copy(src->be, b->v, a->v, kv);
+        }
+    }
+    dst->n_pos = src->n_pos;
+    return HP_OK;
+}
+
 void hp_seq_state_pack(const hp_seq_t *s, int l, float *buf)
 {
     const hp_model_config_t *c = &s->model->cfg;

@@ -57,6 +57,14 @@ int hp_seq_kvbuf_open(hp_seq_t *s, hp_kvbuf_pool_t *pool, hp_error_t *err);
 int hp_seq_kvbuf_close(hp_seq_t *s, hp_error_t *err);
 
 /*
+ * dst (initialised, empty) becomes a copy of src: its states and the K/V
+ * of its positions, on the same backend. src's KVBuffers must be closed
+ * (a request forks into n choices right after its prefill). HP_ENOMEM,
+ * HP_EBADINPUT (buffers open).
+ */
+int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err);
+
+/*
  * The copies between a sequence and memory outside it (prefix-cache
  * checkpoints, segment cache entries, host memory): the one place where
  * a device backend transfers. Sizes from the model's config geometry.

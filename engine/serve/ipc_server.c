@@ -320,28 +320,71 @@ static void job_start(void *ud, const hp_sched_start_t *st)
     atomic_store(&j->dirty, 1);
 }
 
-static size_t job_text(void *ud, const char *text, size_t len)
+/* A record that leaves START and FINAL their room: 1 written, 0 the
+ * ring is full (the reader is asked for a wake-up when it drains it). */
+static int job_put(job_t *j, uint32_t type, const void *rec, uint32_t len)
+{
+    if (hp_ipc_ring_put(j->srv->h, j->slot, type, rec, len,
+                        HP_IPC_RING_RESERVE) != 0) {
+        /* full: ask the reader for a wake-up, then look once more in
+         * case it drained the ring before seeing the flag */
+        atomic_store(&j->slot->waiting, 1);
+        if (hp_ipc_ring_put(j->srv->h, j->slot, type, rec, len,
+                            HP_IPC_RING_RESERVE) != 0)
+            return 0;
+        atomic_store(&j->slot->waiting, 0);
+    }
+    atomic_store(&j->dirty, 1);
+    return 1;
+}
+
+static size_t job_text(void *ud, int choice, const char *text, size_t len)
 {
     job_t *j = ud;
     size_t off = 0;
+    unsigned char rec[sizeof(hp_ipc_text_t) + HP_IPC_TEXT_MAX];
+    hp_ipc_text_t hd = {.choice = (uint32_t)choice};
 
+    memcpy(rec, &hd, sizeof(hd));
     while (off < len) {
         size_t n = hp_ipc_utf8_cut(text + off, len - off, HP_IPC_TEXT_MAX);
-        if (hp_ipc_ring_put(j->srv->h, j->slot, HP_IPC_REC_TEXT, text + off,
-                            (uint32_t)n, HP_IPC_RING_RESERVE) != 0) {
-            /* full: ask the reader for a wake-up, then look once more in
-             * case it drained the ring before seeing the flag */
-            atomic_store(&j->slot->waiting, 1);
-            if (hp_ipc_ring_put(j->srv->h, j->slot, HP_IPC_REC_TEXT, text + off,
-                                (uint32_t)n, HP_IPC_RING_RESERVE) != 0)
-                break;
-            atomic_store(&j->slot->waiting, 0);
-        }
+        memcpy(rec + sizeof(hd), text + off, n);
+        if (!job_put(j, HP_IPC_REC_TEXT, rec, (uint32_t)(sizeof(hd) + n)))
+            break;
         off += n;
     }
-    if (off)
-        atomic_store(&j->dirty, 1);
     return off;
+}
+
+static int job_token(void *ud, const hp_sched_token_t *t)
+{
+    job_t *j = ud;
+    uint32_t len = sizeof(hp_ipc_token_t);
+    unsigned char rec[HP_IPC_RECORD_MAX];
+    hp_ipc_token_t hd = {
+        .choice = (uint32_t)t->choice,
+        .text_offset = (uint32_t)t->text_offset,
+        .n_top = (uint32_t)t->n_top,
+    };
+
+    memcpy(rec, &hd, sizeof(hd));
+    hp_ipc_token_add(rec, &len, t->tok.logprob, t->tok.bytes,
+                     (uint32_t)t->tok.len);
+    for (int i = 0; i < t->n_top && i < HP_IPC_MAX_LOGPROBS; i++)
+        hp_ipc_token_add(rec, &len, t->top[i].logprob, t->top[i].bytes,
+                         (uint32_t)t->top[i].len);
+    return job_put(j, HP_IPC_REC_TOKEN, rec, len);
+}
+
+static int job_end(void *ud, int choice, hp_finish_t finish, int tokens)
+{
+    hp_ipc_end_t rec = {
+        .choice = (uint32_t)choice,
+        .finish = finish == HP_FINISH_STOP ? HP_IPC_FINISH_STOP
+                                           : HP_IPC_FINISH_LENGTH,
+        .completion_tokens = (uint32_t)tokens,
+    };
+    return job_put(ud, HP_IPC_REC_END, &rec, sizeof(rec));
 }
 
 static int job_cancelled(void *ud)
@@ -415,6 +458,8 @@ static const hp_sched_ops_t job_ops = {
     .text = job_text,
     .cancelled = job_cancelled,
     .done = job_done,
+    .token = job_token,
+    .end = job_end,
 };
 
 void hp_ipc_server_pool(hp_ipc_server_t *s, int pool, uint64_t bytes_used,
@@ -624,7 +669,8 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
         rq.sep_len > HP_IPC_SEP_BYTES || !(rq.temperature >= 0.0f) ||
         !isfinite(rq.temperature) || !(rq.top_p > 0.0f && rq.top_p <= 1.0f) ||
         rq.top_k < 0 || rq.decode > HP_IPC_DECODE_AUTO ||
-        rq.speculative > HP_IPC_SPEC_OFF || rq.max_draft > HP_IPC_MAX_DRAFT) {
+        rq.speculative > HP_IPC_SPEC_OFF || rq.max_draft > HP_IPC_MAX_DRAFT ||
+        rq.n > HP_IPC_MAX_CHOICES || rq.logprobs > 1 + HP_IPC_MAX_LOGPROBS) {
         refuse(s, j, HP_EBADINPUT, "malformed request in shared memory");
         return;
     }
@@ -651,6 +697,7 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
         .decode = (int)rq.decode, /* same numbers (asserted above) */
         .speculative = (int)rq.speculative,
         .max_draft = (int)rq.max_draft,
+        .n = (int)rq.n,
         .ops = &job_ops,
         .ud = j,
     };
@@ -661,6 +708,8 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
     req.gen.sampling.top_k = rq.top_k;
     req.gen.sampling.seed = rq.seed;
     req.gen.ignore_eos = (rq.flags & HP_IPC_FLAG_IGNORE_EOS) != 0;
+    req.gen.logprobs = rq.logprobs > 0;
+    req.gen.top_logprobs = rq.logprobs > 0 ? (int)rq.logprobs - 1 : 0;
     for (uint32_t i = 0; i < rq.n_stop; i++) {
         uint32_t n = rq.stop_len[i] < HP_IPC_STOP_BYTES ? rq.stop_len[i]
                                                         : HP_IPC_STOP_BYTES;

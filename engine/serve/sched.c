@@ -20,7 +20,16 @@ typedef struct req {
     struct req *next; /* incoming list, then queue */
     hp_sched_ops_t ops;
     void *ud;
-    int mode; /* the mode that runs */
+    /* choices (n > 1): the first choice is the request (lead); the others
+     * are forked from it after the prefill and run beside it */
+    struct req *lead; /* itself for the first choice */
+    int choice;
+    int n_choices; /* lead: asked for */
+    int members;   /* lead: choices not yet retired, itself included */
+    int holds;     /* batch places held (lead: all until the fork) */
+    int ended;     /* the choice's end was taken */
+    int others, others_drafted, others_accepted; /* lead: retired choices' */
+    int mode;                                    /* the mode that runs */
     int seam;
     int phase;
     hp_assemble_stats_t ast;
@@ -59,6 +68,7 @@ struct hp_sched {
     req_t *q_head, *q_tail;
     req_t **running; /* [batch], in admission order */
     int n_running;
+    int held; /* batch places the running requests hold (a choice each) */
     hp_fwd_ws_t ws;
     hp_sampler_t sm;
     float *prob;            /* [V] scratch of sampled draft acceptance */
@@ -109,11 +119,11 @@ static void req_done(hp_sched_t *s, req_t *r)
     f.status = r->status;
     f.finish = r->cancelled ? HP_FINISH_CANCEL : r->dec.finish;
     f.prompt_tokens = r->prompt.n;
-    f.completion_tokens = r->dec.n_tokens;
+    f.completion_tokens = r->dec.n_tokens + r->others;
     f.mode = r->mode;
     f.decode = r->decode;
-    f.draft_tokens = r->dec.drafted;
-    f.accepted_tokens = r->dec.accepted;
+    f.draft_tokens = r->dec.drafted + r->others_drafted;
+    f.accepted_tokens = r->dec.accepted + r->others_accepted;
     f.cached_tokens = r->ast.cached_tokens;
     f.fetched_tokens = r->fetched_tokens;
     f.segs_hit = r->ast.hit_segments;
@@ -132,6 +142,32 @@ static void req_done(hp_sched_t *s, req_t *r)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* A choice retires, and the request ends with its last choice: the
+ * others' tokens and errors go to the lead, which is freed last. */
+static void retire(hp_sched_t *s, req_t *r)
+{
+    req_t *lead = r->lead;
+    s->held -= r->holds;
+    r->holds = 0;
+    if (r != lead) {
+        if (r->status != HP_OK && lead->status == HP_OK) {
+            lead->status = r->status;
+            lead->err = r->err;
+        }
+        lead->cancelled |= r->cancelled;
+        lead->others += r->dec.n_tokens;
+        lead->others_drafted += r->dec.drafted;
+        lead->others_accepted += r->dec.accepted;
+        int tokens = r->dec.n_tokens - r->counted;
+        req_free(r);
+        pthread_mutex_lock(&s->mu);
+        s->st.tokens += (uint64_t)tokens;
+        pthread_mutex_unlock(&s->mu);
+    }
+    if (--lead->members == 0)
+        req_done(s, lead);
+}
+
 static int is_cancelled(req_t *r)
 {
     if (!r->cancelled && r->ops.cancelled && r->ops.cancelled(r->ud))
@@ -139,14 +175,48 @@ static int is_cancelled(req_t *r)
     return r->cancelled;
 }
 
-/* Offers the ready text; 1 when none is left over. */
-static int deliver(req_t *r, int *produced)
+/* Another choice of the request failed: this one ends too. */
+static int group_failed(const req_t *r)
+{
+    return r->lead->status != HP_OK;
+}
+
+/* The log-probabilities of r's ready tokens; 1 when none is left over. */
+static int deliver_tokens(hp_sched_t *s, req_t *r, int *produced)
+{
+    const hp_decoder_lp_t *lp;
+    int n = r->ops.token ? hp_decoder_logprobs_ready(&r->dec, &lp) : 0, k;
+    for (k = 0; k < n; k++) {
+        hp_sched_token_t t = {.choice = r->choice, .n_top = lp[k].lp.n_top};
+        t.text_offset = hp_decoder_chars(&r->dec, lp[k].off);
+        t.tok.logprob = lp[k].lp.logprob;
+        t.tok.bytes =
+            hp_tokenizer_token_bytes(s->llm->tok, lp[k].lp.token, &t.tok.len);
+        for (int j = 0; j < t.n_top; j++) {
+            t.top[j].logprob = lp[k].lp.top_lp[j];
+            t.top[j].bytes = hp_tokenizer_token_bytes(
+                s->llm->tok, lp[k].lp.top_id[j], &t.top[j].len);
+        }
+        if (!r->ops.token(r->ud, &t))
+            break;
+    }
+    if (k) {
+        hp_decoder_logprobs_take(&r->dec, k);
+        *produced = 1;
+    }
+    return k == n;
+}
+
+/* Offers the ready tokens and text; 1 when none is left over. */
+static int deliver(hp_sched_t *s, req_t *r, int *produced)
 {
     const char *text;
+    if (!deliver_tokens(s, r, produced))
+        return 0;
     size_t len = hp_decoder_ready(&r->dec, &text);
     if (len == 0)
         return 1;
-    size_t n = r->ops.text(r->ud, text, len);
+    size_t n = r->ops.text(r->ud, r->choice, text, len);
     if (n > len)
         n = len;
     if (n) {
@@ -154,6 +224,17 @@ static int deliver(req_t *r, int *produced)
         *produced = 1;
     }
     return n == len;
+}
+
+/* A finished choice's end, once its text is all out; 1 when taken. */
+static int deliver_end(req_t *r, int *produced)
+{
+    if (!r->ended)
+        r->ended = !r->ops.end ||
+                   r->ops.end(r->ud, r->choice, r->dec.finish, r->dec.n_tokens);
+    if (r->ended && r->ops.end)
+        *produced = 1;
+    return r->ended;
 }
 
 static void fail(req_t *r, const hp_error_t *err)
@@ -196,8 +277,9 @@ static int decode_form(hp_sched_t *s, const req_t *r)
     }
     if (f != HP_SCHED_DECODE_CHUNKWISE && f != HP_SCHED_DECODE_AUTO)
         f = r->dec.spec ? HP_SCHED_DECODE_CHUNKWISE : HP_SCHED_DECODE_RECURRENT;
+    /* choices fork from the prefill's state: none in KV-only */
     if (f == HP_SCHED_DECODE_AUTO)
-        f = r->mode == HP_IPC_MODE_FULL &&
+        f = r->mode == HP_IPC_MODE_FULL && r->n_choices == 1 &&
                     r->prompt.n <= s->kvpool.cfg.cap_kvonly
                 ? HP_SCHED_DECODE_KVONLY
                 : HP_SCHED_DECODE_CHUNKWISE;
@@ -236,19 +318,78 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
         started(r, produced);
 }
 
-/* The prefill is done: decoding continues from its state, chunkwise if
- * the request's form says so (buffers that cannot open: recurrent, and no
- * speculation). */
-static void to_decode(hp_sched_t *s, req_t *r)
+/* Decoding goes on chunkwise if the choice's form says so (buffers that
+ * cannot open: recurrent, and no speculation). */
+static void open_buffers(hp_sched_t *s, req_t *r)
 {
     hp_error_t err;
-    r->phase = R_DECODE;
     if (r->decode == HP_SCHED_DECODE_CHUNKWISE && r->seq.layers &&
         !r->seq.kvpool &&
         hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err) != HP_OK) {
         r->decode = HP_SCHED_DECODE_RECURRENT;
         r->dec.spec = 0;
     }
+}
+
+/* Choice i of lead r: a copy of the prefilled state, logits and decoder
+ * settings, its own seed; it runs from now on beside the lead, in one of
+ * the batch places the lead held. */
+static int fork_choice(hp_sched_t *s, req_t *r, int i, hp_error_t *err)
+{
+    size_t V = (size_t)s->llm->model.cfg.vocab_size;
+    req_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    c->lead = r;
+    c->choice = i;
+    c->ops = r->ops;
+    c->ud = r->ud;
+    c->mode = r->mode;
+    c->seam = r->seam;
+    c->ask_decode = r->ask_decode;
+    c->decode = r->decode;
+    c->prefilled = r->prefilled;
+    c->feed = -1;
+    c->t_submit = r->t_submit;
+    c->t_admit = r->t_admit;
+    c->logits = malloc(V * sizeof(float));
+    int rc = c->logits ? HP_OK
+                       : hp_error_set(err, HP_ENOMEM,
+                                      "no memory for a choice's logits");
+    if (rc == HP_OK)
+        rc = hp_seq_init(&c->seq, &s->llm->model, err);
+    if (rc == HP_OK)
+        rc = hp_seq_copy(&c->seq, &r->seq, err);
+    if (rc == HP_OK)
+        rc = hp_decoder_fork(&c->dec, &r->dec,
+                             hp_sampling_choice_seed(r->dec.sampling.seed, i),
+                             err);
+    if (rc != HP_OK) {
+        req_free(c);
+        return rc;
+    }
+    memcpy(c->logits, r->logits, V * sizeof(float));
+    c->phase = R_DECODE;
+    c->holds = 1;
+    r->holds--;
+    r->members++;
+    s->running[s->n_running++] = c;
+    open_buffers(s, c);
+    return HP_OK;
+}
+
+/* The prefill is done: decoding continues from its state, in every
+ * choice of the request. */
+static void to_decode(hp_sched_t *s, req_t *r)
+{
+    hp_error_t err = {0};
+    r->phase = R_DECODE;
+    for (int i = 1; i < r->n_choices && r->lead == r; i++)
+        if (fork_choice(s, r, i, &err) != HP_OK) {
+            fail(r, &err);
+            return;
+        }
+    open_buffers(s, r);
 }
 
 /* A prefill worker published a segment (called in its thread): a
@@ -364,8 +505,8 @@ static void prefill_chunk(hp_sched_t *s, req_t *r)
 
 static void note_first(req_t *r)
 {
-    if (!r->t_first && r->dec.n_tokens > 0)
-        r->t_first = now_us();
+    if (!r->lead->t_first && r->dec.n_tokens > 0)
+        r->lead->t_first = now_us();
 }
 
 /* What a decoding request runs this step: the token to feed (the first
@@ -434,13 +575,15 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
         int k = n - i0 < per ? n - i0 : per;
         for (int i = 0; i < k; i++) {
             req_t *r = rs[i0 + i];
-            /* greedy: the device picks the token, no logits copied */
+            /* greedy: the device picks the token, no logits copied
+             * (unless its log-probabilities are asked for) */
             s->items[i] =
                 (hp_fwd_item_t){.seq = &r->seq,
                                 .ids = r->ids,
                                 .T = r->n_ids,
                                 .verify = r->n_ids > 1,
-                                .argmax = r->dec.sampling.temperature <= 0.0f};
+                                .argmax = r->dec.sampling.temperature <= 0.0f &&
+                                          !r->dec.logprobs};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
         s->passes++;
@@ -500,14 +643,16 @@ static int step(hp_sched_t *s)
     if (refuse_queued(s))
         produced = 1;
 
-    /* FIFO admission */
-    while (s->n_running < s->cfg.batch && s->q_head) {
+    /* FIFO admission: a request holds a batch place per choice */
+    while (s->q_head && s->held + s->q_head->n_choices <= s->cfg.batch) {
         req_t *r = s->q_head;
         s->q_head = r->next;
         if (!s->q_head)
             s->q_tail = NULL;
         r->next = NULL;
         s->running[s->n_running++] = r;
+        r->holds = r->n_choices;
+        s->held += r->holds;
         admit(s, r, &produced);
         /* cold segments go to the workers at once: LPT sees the load */
         if (r->phase == R_PREFILL && uses_workers(s, r))
@@ -532,9 +677,9 @@ static int step(hp_sched_t *s)
     int n_dec = 0;
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
-        if (is_cancelled(r) || r->phase == R_PREFILL)
+        if (is_cancelled(r) || r->phase == R_PREFILL || group_failed(r))
             continue;
-        if (!deliver(r, &produced))
+        if (!deliver(s, r, &produced))
             continue; /* its reader is behind: wait for it */
         if (r->phase == R_DECODE && plan(s, r))
             s->item_req[n_dec++] = r;
@@ -543,16 +688,18 @@ static int step(hp_sched_t *s)
         decode_step(s, s->item_req, n_dec);
     for (int i = 0; i < n_dec; i++)
         if (s->item_req[i]->status == HP_OK)
-            deliver(s->item_req[i], &produced);
+            deliver(s, s->item_req[i], &produced);
 
-    /* retire the finished (text all taken), the failed and the cancelled */
+    /* retire the finished (text and end all taken), the failed and the
+     * cancelled; a request ends with its last choice */
     int k = 0;
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
-        int gone = r->cancelled || r->status != HP_OK ||
-                   (r->phase == R_FINISH && deliver(r, &produced));
+        int gone = r->cancelled || r->status != HP_OK || group_failed(r) ||
+                   (r->phase == R_FINISH && deliver(s, r, &produced) &&
+                    deliver_end(r, &produced));
         if (gone) {
-            req_done(s, r);
+            retire(s, r);
             produced = 1;
         } else {
             s->running[k++] = r;
@@ -565,17 +712,21 @@ static int step(hp_sched_t *s)
 /* Can a step make progress now? (called with mu held) */
 static int runnable(const hp_sched_t *s)
 {
-    if (s->q_head && s->n_running < s->cfg.batch)
+    if (s->q_head && s->held + s->q_head->n_choices <= s->cfg.batch)
         return 1;
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
         const char *t;
+        const hp_decoder_lp_t *lp;
         if (r->phase == R_PREFILL) {
             if (!waiting(r))
                 return 1;
             continue; /* segment_done kicks when a segment is out */
         }
-        if (hp_decoder_ready(&r->dec, &t) == 0)
+        /* output its reader has no room for yet waits for a kick */
+        if (hp_decoder_ready(&r->dec, &t) == 0 &&
+            (!r->ops.token || hp_decoder_logprobs_ready(&r->dec, &lp) == 0) &&
+            (r->phase != R_FINISH || !r->ops.end || r->ended))
             return 1;
     }
     return 0;
@@ -674,7 +825,7 @@ static void *sched_main(void *arg)
     /* stopping: everything still held is cancelled */
     for (int i = 0; i < s->n_running; i++) {
         s->running[i]->cancelled = 1;
-        req_done(s, s->running[i]);
+        retire(s, s->running[i]);
     }
     s->n_running = 0;
     while (s->q_head) {
@@ -812,6 +963,15 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
         free(r);
         return rc;
     }
+    r->n_choices = req->n > 1 ? req->n : 1;
+    if (r->n_choices > s->cfg.batch) {
+        rc = hp_error_set(err, HP_EBADINPUT,
+                          "'n' is %d, more choices than the %d sequences "
+                          "this engine decodes at once",
+                          r->n_choices, s->cfg.batch);
+        req_free(r);
+        return rc;
+    }
     if (r->prompt.n > s->cfg.max_context) {
         rc = hp_error_set(err, HP_ETOOLARGE,
                           "the prompt is %d tokens, the model's context is "
@@ -838,6 +998,8 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     }
     r->ops = *req->ops;
     r->ud = req->ud;
+    r->lead = r;
+    r->members = 1;
     /* without pools every request runs full, and says so */
     r->mode = s->cfg.cache && req->mode >= HP_IPC_MODE_FULL &&
                       req->mode <= HP_IPC_MODE_PIC

@@ -129,17 +129,45 @@ typedef struct {
     hp_error_t err;   /* status != HP_OK: why */
 } hp_sched_final_t;
 
-/* How a request talks back; every call comes from the scheduler thread. */
+/* One token's log-probabilities as a request reports them: its bytes
+ * (owned by the tokenizer; a piece of a character may be one) and the
+ * alternatives', by falling log-probability. */
+typedef struct {
+    const char *bytes;
+    size_t len;
+    float logprob;
+} hp_sched_alt_t;
+
+typedef struct {
+    int choice;
+    size_t text_offset; /* characters of the choice's text before it */
+    hp_sched_alt_t tok;
+    int n_top;
+    hp_sched_alt_t top[HP_LOGPROBS_MAX_TOP];
+} hp_sched_token_t;
+
+/*
+ * How a request talks back; every call comes from the scheduler thread.
+ * A request of n choices reports each choice's text, tokens and end
+ * under its index (0..n-1), interleaved; start and done once.
+ */
 typedef struct {
     /* admitted: prefill begins (may be NULL) */
     void (*start)(void *ud, const hp_sched_start_t *s);
     /* text ready: returns the bytes taken (the rest is offered again
-     * after the next hp_sched_kick, and the request waits for it) */
-    size_t (*text)(void *ud, const char *text, size_t len);
+     * after the next hp_sched_kick, and the choice waits for it) */
+    size_t (*text)(void *ud, int choice, const char *text, size_t len);
     /* polled every step: non-zero ends the request (may be NULL) */
     int (*cancelled)(void *ud);
     /* the last call: the request's memory is gone after it */
     void (*done)(void *ud, const hp_sched_final_t *f);
+    /* with gen.logprobs, a token's log-probabilities, before the text
+     * that starts with it: 1 taken, 0 no room (offered again as text
+     * is); NULL: none are kept */
+    int (*token)(void *ud, const hp_sched_token_t *t);
+    /* a choice ended, all its text taken: 1 taken, 0 no room (may be
+     * NULL) */
+    int (*end)(void *ud, int choice, hp_finish_t finish, int tokens);
 } hp_sched_ops_t;
 
 typedef struct {
@@ -153,6 +181,10 @@ typedef struct {
     int max_draft;         /* 1..HP_SCHED_MAX_DRAFT (0: the server's) */
     hp_gen_params_t gen;   /* stop strings are copied; speculative and
                               ctx come from the fields above */
+    /* choices (0: one): the prompt is prefilled once and its state
+     * copied to each; choice i samples from hp_sampling_choice_seed(
+     * gen.sampling.seed, i). At most the scheduler's batch. */
+    int n;
     const hp_sched_ops_t *ops;
     void *ud;
 } hp_sched_req_t;
@@ -164,7 +196,8 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
 /*
  * Tokenizes the prompt (in the calling thread) and queues the request.
  * HP_OK: ops->done will be called exactly once. Otherwise no callback is
- * ever made: HP_EBADINPUT (no tokens, too many segments), HP_ETOOLARGE
+ * ever made: HP_EBADINPUT (no tokens, too many segments, more choices
+ * than the batch), HP_ETOOLARGE
  * (longer than the context; err->msg says so), HP_EBUSY (queue full),
  * HP_ENOMEM, or hp_sched_drain's status. Thread-safe.
  */

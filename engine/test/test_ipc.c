@@ -444,9 +444,12 @@ static int client_collect(client_t *c, hp_ipc_slot_t *s, char *text, size_t cap,
         }
         if (type == HP_IPC_REC_START)
             (*starts)++;
-        if (type == HP_IPC_REC_TEXT && n + len < cap) {
-            memcpy(text + n, buf, len);
-            n += len;
+        /* the text of choice 0, after its header */
+        if (type == HP_IPC_REC_TEXT && len >= sizeof(hp_ipc_text_t) &&
+            n + len < cap) {
+            memcpy(text + n, buf + sizeof(hp_ipc_text_t),
+                   len - sizeof(hp_ipc_text_t));
+            n += len - sizeof(hp_ipc_text_t);
         }
         if (type == HP_IPC_REC_FINAL) {
             memcpy(fin, buf, sizeof(*fin));

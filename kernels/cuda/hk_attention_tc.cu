@@ -348,7 +348,7 @@ int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
         return HK_CUDA_EINVAL;
     const int hdp = (hd + 15) / 16 * 16;
     const size_t sm = hk_fa_carve(NULL, NULL, hdp + 8, split != 0);
-    if (sm > (size_t)hk_smem_optin_max())
+    if (sm > (size_t)hk_cuda_smem_optin())
         return HK_CUDA_EINVAL;
     if (T == 0)
         return HK_CUDA_OK;

@@ -85,18 +85,6 @@ static inline cudaStream_t hk_stream(void *s)
     return (cudaStream_t)s;
 }
 
-/* The largest dynamic shared memory a block of the current device may opt
- * in to (cudaFuncSetAttribute); 48 KB when the query fails. */
-static inline int hk_smem_optin_max(void)
-{
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                               dev) != cudaSuccess)
-        return 48 * 1024;
-    return v;
-}
-
 /* Offsets of n regions of sz[i] bytes laid end to end, each starting on an
  * `align` boundary; returns the total. */
 static inline __host__ __device__ size_t hk_layout(const size_t *sz, int n,

@@ -104,19 +104,6 @@ struct hk_tc_ws {
     uint16_t *Vl; //                        lo
 };
 
-/* Offsets of n regions of sz[i] bytes laid end to end, each starting on
- * an `align` boundary; returns the total. */
-static __host__ __device__ size_t hk_tc_layout(const size_t *sz, int n,
-                                               size_t align, size_t *off)
-{
-    size_t at = 0;
-    for (int i = 0; i < n; i++) {
-        off[i] = at;
-        at += (sz[i] + align - 1) / align * align;
-    }
-    return at;
-}
-
 /* Slots: every chunk of every sequence, at most T / C + nseq. */
 static size_t hk_tc_slots(int T, int nseq, int C)
 {
@@ -133,7 +120,7 @@ static size_t hk_tc_ws_bytes(size_t slots, int Hv, int dk, int dv, int C,
                            srows * dv * 2,        srows * dv * 2,
                            rows * dv * 2,         rows * dv * 2};
     size_t off[10];
-    const size_t at = hk_tc_layout(sz, 10, 256, off);
+    const size_t at = hk_layout(sz, 10, 256, off);
     if (ws) {
         ws->gam = (double *)(base + off[0]);
         ws->U = (float *)(base + off[1]);
@@ -219,7 +206,7 @@ static __host__ __device__ size_t hk_tc_a_carve(hk_tc_a_smem *s,
                            lo ? (size_t)C * ldk * 2 : 0,
                            lo ? (size_t)C * ldv * 2 : 0};
     size_t off[15];
-    const size_t at = hk_tc_layout(sz, 15, 128, off);
+    const size_t at = hk_layout(sz, 15, 128, off);
     if (s) {
         s->Ks = (uint16_t *)(p + off[0]);
         s->Qs = (uint16_t *)(p + off[1]);
@@ -443,7 +430,7 @@ static __host__ __device__ size_t hk_tc_b_carve(hk_tc_b_smem *s,
         (size_t)16 * ldk * 2,          (size_t)2 * C * 4,
         lo ? (size_t)16 * ldk * 2 : 0, lo ? (size_t)16 * ldk * 2 : 0};
     size_t off[14];
-    const size_t at = hk_tc_layout(sz, 14, 128, off);
+    const size_t at = hk_layout(sz, 14, 128, off);
     if (s) {
         s->Sf = (float *)(p + off[0]);
         s->Sh = (uint16_t *)(p + off[1]);
@@ -728,7 +715,7 @@ static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
                            lo ? w : 0,
                            lo ? w : 0};
     size_t off[19];
-    const size_t at = hk_tc_layout(sz, 19, 128, off);
+    const size_t at = hk_layout(sz, 19, 128, off);
     if (s) {
         for (int i = 0; i < 2; i++) {
             s->Wh[i] = (uint16_t *)(p + off[i]);
@@ -999,7 +986,7 @@ static __host__ __device__ size_t hk_tc_o_carve(hk_tc_o_smem *s,
         (size_t)C * ldo * 2,  (size_t)(HK_TC_O_THREADS / 32) * 2 * 16 * 20 * 4,
         (size_t)C * 4,        lo ? (size_t)C * ldk * 2 : 0};
     size_t off[10];
-    const size_t at = hk_tc_layout(sz, 10, 128, off);
+    const size_t at = hk_layout(sz, 10, 128, off);
     if (s) {
         s->Qs = (uint16_t *)(p + off[0]);
         s->Sh = (uint16_t *)(p + off[1]);
@@ -1140,17 +1127,6 @@ static __global__ void __launch_bounds__(HK_TC_O_THREADS)
     }
 }
 
-/* The largest dynamic shared memory a block of this device may have. */
-static int hk_tc_smem_max(void)
-{
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                               dev) != cudaSuccess)
-        return 48 * 1024;
-    return v;
-}
-
 /* The SM count (4 where the device cannot say). */
 static int hk_tc_sms(void)
 {
@@ -1177,7 +1153,7 @@ static int hk_tc_bv(int nseq, int Hv, int ncols, int dk, int dv)
  * MMAs but the same W and K bytes). 0: no BV fits the shared memory. */
 static int hk_tc_pass_bv(int nseq, int Hv, int ncols, int dk, int C, bool lo)
 {
-    const size_t lim = (size_t)hk_tc_smem_max();
+    const size_t lim = (size_t)hk_cuda_smem_optin();
     const bool f16 = hk_tc_p_carve(NULL, NULL, dk, C, 16, lo) <= lim;
     const bool f32 = hk_tc_p_carve(NULL, NULL, dk, C, 32, lo) <= lim &&
                      ncols % 32 == 0 && dk % 32 == 0;
@@ -1197,7 +1173,7 @@ struct hk_tc_plan {
 static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
                           int dv, int C, bool lo, unsigned flags)
 {
-    const size_t lim = (size_t)hk_tc_smem_max();
+    const size_t lim = (size_t)hk_cuda_smem_optin();
     p->BVO = dv % 32 ? 16 : 32;
     p->so = hk_tc_o_carve(NULL, NULL, dk, C, p->BVO, lo);
     p->PBV = (flags & HK_CUDA_GDN_TC_V1) || p->so > lim
@@ -1353,7 +1329,7 @@ static size_t hk_tc_f32_bytes(int T, int nseq, int Hk, int Hv, int dk, int dv,
         nv * 2,
         nv * 2};
     size_t o7[7];
-    const size_t at = hk_tc_layout(sz, 7, 256, o7);
+    const size_t at = hk_layout(sz, 7, 256, o7);
     for (int i = 0; off && i < 6; i++)
         off[i] = o7[i + 1];
     return at;

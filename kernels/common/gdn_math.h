@@ -15,13 +15,7 @@
 
 #include <math.h>
 
-#ifndef HK_HOSTDEV
-#ifdef __CUDACC__
-#define HK_HOSTDEV __host__ __device__
-#else
-#define HK_HOSTDEV
-#endif
-#endif
+#include "kernels/common/hk_math.h" /* HK_HOSTDEV */
 
 /* log of the smallest decay factor kept; e^{-69} ~ 1.0e-30. */
 #define HK_GDN_LOG_TINY (-69.0)

@@ -12,13 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#ifndef HK_HOSTDEV
-#ifdef __CUDACC__
-#define HK_HOSTDEV __host__ __device__
-#else
-#define HK_HOSTDEV
-#endif
-#endif
+#include "kernels/common/hk_math.h" /* HK_HOSTDEV */
 
 static inline HK_HOSTDEV uint16_t hk_bf16_from_f32(float f)
 {

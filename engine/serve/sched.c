@@ -76,7 +76,8 @@ struct hp_sched {
     req_t **item_req;       /* [batch] ... and their requests */
     hp_kvbuf_pool_t kvpool; /* KVBuffer decode: blocks for every request */
     int kvb;
-    uint64_t passes; /* decode passes so far */
+    uint64_t passes;                 /* decode passes so far */
+    int shown_running, shown_queued; /* the gauges the last flush gave */
 };
 
 static int64_t now_us(void)
@@ -809,8 +810,15 @@ static void *sched_main(void *arg)
         update_stats(s);
         hp_sched_stats_t st = s->st;
         pthread_mutex_unlock(&s->mu);
-        if (produced && s->cfg.flush)
+        /* a request cancelled while queued produces nothing, yet the
+         * gauges moved: a reader must not see it waiting forever */
+        if ((produced || st.running != s->shown_running ||
+             st.queued != s->shown_queued) &&
+            s->cfg.flush) {
+            s->shown_running = st.running;
+            s->shown_queued = st.queued;
             s->cfg.flush(s->cfg.flush_ud, &st);
+        }
         pthread_mutex_lock(&s->mu);
         if (s->cfg.throttle_ms > 0 && !s->stopping &&
             (s->n_running || s->q_head)) {

@@ -588,6 +588,65 @@ static void test_cancel(void)
        "destroy cancels what is running and what waits");
 }
 
+/* What the last flush told a reader (the server's shared gauges). */
+static hp_sched_stats_t flushed;
+static int n_flushes;
+
+static void on_flush(void *ud, const hp_sched_stats_t *st)
+{
+    (void)ud;
+    pthread_mutex_lock(&mu);
+    flushed = *st;
+    n_flushes++;
+    pthread_mutex_unlock(&mu);
+}
+
+/* A queued request cancelled while the running one is stalled produces
+ * no output, yet the gauges readers see must drop it. */
+static void test_cancel_gauges(void)
+{
+    reset();
+    hp_sched_t *s;
+    hp_error_t err = {0};
+    hp_sched_cfg_t cfg = {
+        .batch = 1, .prefill_chunk = 256, .max_queue = 64, .flush = on_flush};
+    if (hp_sched_create(&s, &llm, &cfg, &err) != HP_OK) {
+        tap_diag("%s", err.msg);
+        exit(1);
+    }
+    cols[0].accept = 0; /* the running one's reader takes nothing */
+    submit(s, &cols[0], "Hello world", 100000, 0, 0, NULL, 1);
+    submit(s, &cols[1], "Once upon a time", 100000, 0, 0, NULL, 1);
+    int shown = 0;
+    for (int i = 0; i < 3000 && !shown; i++) {
+        pthread_mutex_lock(&mu);
+        shown = flushed.running == 1 && flushed.queued == 1;
+        pthread_mutex_unlock(&mu);
+        if (!shown)
+            usleep(10000);
+    }
+    ok(shown, "the gauges show 1 running, 1 queued");
+    pthread_mutex_lock(&mu);
+    cols[1].cancel = 1;
+    pthread_mutex_unlock(&mu);
+    hp_sched_kick(s);
+    ok(wait_for(&cols[1], is_done) && !cols[1].started,
+       "the queued one is cancelled");
+    int gone = 0;
+    for (int i = 0; i < 3000 && !gone; i++) {
+        pthread_mutex_lock(&mu);
+        gone = flushed.running == 1 && flushed.queued == 0;
+        pthread_mutex_unlock(&mu);
+        if (!gone)
+            usleep(10000);
+    }
+    ok(gone,
+       "the gauges drop it although nothing was produced "
+       "(running %d, queued %d after %d flushes)",
+       flushed.running, flushed.queued, n_flushes);
+    hp_sched_destroy(s);
+}
+
 static int is_started(col_t *c)
 {
     return c->started;
@@ -1130,6 +1189,7 @@ int main(void)
     test_interleave();
     test_backpressure();
     test_cancel();
+    test_cancel_gauges();
     test_drain();
     test_limits();
     test_forms();

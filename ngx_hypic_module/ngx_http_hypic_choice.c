@@ -14,7 +14,7 @@
 
 #include "ngx_http_hypic_module.h"
 #include "ngx_http_hypic_choice.h"
-#include "ngx_http_hypic_handler.h"
+#include "ngx_http_hypic_request.h"
 #include "ngx_http_hypic_json.h"
 #include "ngx_http_hypic_sse.h"
 #include "ngx_http_hypic_tools.h"

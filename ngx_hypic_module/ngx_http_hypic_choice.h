@@ -30,7 +30,7 @@
 #include <cJSON.h>
 
 #include "ngx_http_hypic_module.h"
-#include "ngx_http_hypic_handler.h"
+#include "ngx_http_hypic_request.h"
 
 
 /* a growing piece of JSON or text in the request pool */

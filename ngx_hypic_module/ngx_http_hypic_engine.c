@@ -36,6 +36,7 @@
 #include "ngx_http_hypic_module.h"
 #include "ngx_http_hypic_engine.h"
 #include "ngx_http_hypic_handler.h"
+#include "ngx_http_hypic_response.h"
 #include "ngx_http_hypic_json.h"
 
 

@@ -66,7 +66,7 @@ void ngx_http_hypic_engine_exit_process(ngx_cycle_t *cycle);
 /*
  * Hands ctx->req and ctx->prompt to the location's engine. NGX_DONE: the
  * request holds its reference and is answered later, through
- * ngx_http_hypic_deliver() and ngx_http_hypic_fail() (handler). Anything
+ * ngx_http_hypic_deliver() and ngx_http_hypic_fail() (response). Anything
  * else is what a content handler returns after an error response was
  * sent: 503 (engine down), 413 (prompt larger than the engine's slots),
  * 429 (every slot in flight).

@@ -12,20 +12,7 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
-#include <cJSON.h>
-
 #include "ngx_http_hypic_module.h"
-
-
-/* why a request was refused, filled by the checks */
-
-typedef struct {
-    ngx_uint_t                  status;
-    const char                 *code;
-    const char                 *param;
-    u_char                     *last;
-    u_char                      msg[NGX_MAX_ERROR_STR];
-} ngx_http_hypic_bad_t;
 
 
 /* hypic_pass: the OpenAI API (completions, chat completions, models) */
@@ -49,34 +36,6 @@ void ngx_http_hypic_routed(ngx_http_request_t *r);
  * had just been read: NGX_DONE, or what a content handler returns.
  */
 ngx_int_t ngx_http_hypic_route_again(ngx_http_request_t *r);
-
-/*
- * One record from the engine for r (HP_IPC_REC_*). NGX_OK: more may come;
- * NGX_DONE: the request was finalized (its ctx is gone).
- */
-ngx_int_t ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type,
-    u_char *data, size_t len);
-
-/*
- * Ends r because the engine cannot answer it: an OpenAI error with
- * status, or, once the stream has begun, an SSE error event. Lets go of
- * the engine first; finalizes the request.
- */
-void ngx_http_hypic_fail(ngx_http_request_t *r, ngx_uint_t status,
-    const char *type, const char *code, const char *fmt, ...);
-
-/* Fills bad (param and code may be NULL); returns NGX_ERROR. */
-ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
-    const char *param, const char *code, const char *fmt, ...);
-
-/* Checks that json's field name, if there and not null, is a number in
- * [min, max] (an integer if integer): NGX_OK or NGX_ERROR with bad. */
-ngx_int_t ngx_http_hypic_check_number(cJSON *json, const char *name,
-    double min, double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad);
-
-/* X-Hypic-Mode, X-Hypic-Node and X-Hypic-Segments of an answer. */
-ngx_int_t ngx_http_hypic_add_headers(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx);
 
 
 #endif /* _NGX_HTTP_HYPIC_HANDLER_H_INCLUDED_ */

@@ -9,7 +9,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_hypic_module.h"
-#include "ngx_http_hypic_handler.h"
+#include "ngx_http_hypic_response.h"
 #include "ngx_http_hypic_json.h"
 #include "ngx_http_hypic_sse.h"
 

@@ -25,7 +25,7 @@
 #include <cJSON.h>
 
 #include "ngx_http_hypic_module.h"
-#include "ngx_http_hypic_handler.h"
+#include "ngx_http_hypic_request.h"
 
 
 /* The chat request's tool fields, and those of its messages. */

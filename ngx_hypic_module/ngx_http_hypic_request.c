@@ -1,0 +1,1039 @@
+
+/*
+ * HYPIC serve: a hypic_pass request's body, checked and turned into the
+ * engine request.
+ *
+ * The body is read as one piece of memory, checked strictly as JSON, then
+ * field by field; what OpenAI would refuse is an OpenAI-shaped error
+ * naming the field. A chat request goes to the engine as its body, which
+ * the engine renders with the model's chat template.
+ */
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include <cJSON.h>
+
+#include "ngx_http_hypic_module.h"
+#include "ngx_http_hypic_choice.h"
+#include "ngx_http_hypic_json.h"
+#include "ngx_http_hypic_request.h"
+#include "ngx_http_hypic_response.h"
+#include "ngx_http_hypic_tools.h"
+
+
+/* OpenAI's default for the legacy completions endpoint */
+#define NGX_HTTP_HYPIC_COMPLETION_TOKENS  16
+
+
+static ngx_int_t ngx_http_hypic_read_body(ngx_http_request_t *r,
+    ngx_str_t *body);
+static ngx_int_t ngx_http_hypic_parse(ngx_pool_t *pool, ngx_str_t *body,
+    cJSON **json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_refuse_json(ngx_pool_t *pool,
+    ngx_http_hypic_json_err_t *err, size_t size, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf,
+    cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_completion(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_chat(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_decode(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_decode_form(cJSON *item);
+static void ngx_http_hypic_build_decode(hp_ipc_request_t *req, cJSON *json);
+static ngx_int_t ngx_http_hypic_check_extras(cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_build(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_prompt_chat(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
+static double ngx_http_hypic_number(cJSON *json, const char *name,
+    double dflt);
+static ngx_uint_t ngx_http_hypic_eval_mode(ngx_http_request_t *r,
+    ngx_http_hypic_loc_conf_t *hlcf);
+
+
+static ngx_str_t  ngx_http_hypic_roles[] = {
+    ngx_string("system"),
+    ngx_string("developer"),
+    ngx_string("user"),
+    ngx_string("assistant"),
+    ngx_string("tool"),
+    ngx_null_string
+};
+
+
+ngx_int_t
+ngx_http_hypic_request_parse(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_bad_t *bad)
+{
+    cJSON                      *json;
+    ngx_int_t                   rc;
+    ngx_str_t                   body;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+
+    if (ngx_http_hypic_read_body(r, &body) != NGX_OK) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_hypic_parse(r->pool, &body, &json, bad);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_common(hlcf, json, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = (ctx->endpoint == NGX_HTTP_HYPIC_CHAT)
+             ? ngx_http_hypic_check_chat(json, bad)
+             : ngx_http_hypic_check_completion(json, bad);
+    }
+
+    if (rc == NGX_OK && ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+        rc = ngx_http_hypic_tools_check(json, bad);
+
+        /* the engine renders the body with the model's chat template */
+
+        ctx->prompt = body;
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_extras(json, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_choices_check(json,
+                                          ctx->endpoint
+                                          == NGX_HTTP_HYPIC_CHAT, bad);
+    }
+
+    if (rc == NGX_OK) {
+        ctx->mode = ngx_http_hypic_eval_mode(r, hlcf);
+        ctx->mode_set = 1;
+        rc = ngx_http_hypic_build(r, ctx, hlcf, json, bad);
+    }
+
+    if (json) {
+        cJSON_Delete(json);
+    }
+
+    return rc;
+}
+
+
+/*
+ * The body as one piece of memory: zero-copy when nginx kept it in one
+ * buffer; otherwise copied, reading the part nginx wrote to its temp file
+ * (a local file, at most hypic_max_prompt_bytes). Empty buffers are
+ * skipped: a chunked body ends with one whose pos is NULL, and a chain
+ * may hold others (an empty chunk, a trailer).
+ */
+
+static ngx_int_t
+ngx_http_hypic_read_body(ngx_http_request_t *r, ngx_str_t *body)
+{
+    off_t         len, size;
+    u_char       *p;
+    ssize_t       n;
+    ngx_buf_t    *b, *one;
+    ngx_uint_t    nbufs;
+    ngx_chain_t  *cl;
+
+    ngx_str_null(body);
+
+    if (r->request_body == NULL) {
+        return NGX_OK;
+    }
+
+    len = 0;
+    nbufs = 0;
+    one = NULL;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size = ngx_buf_size(cl->buf);
+
+        if (size > 0) {
+            len += size;
+            nbufs++;
+            one = cl->buf;
+        }
+    }
+
+    if (len == 0) {
+        return NGX_OK;
+    }
+
+    if (nbufs == 1 && ngx_buf_in_memory(one)) {
+        body->data = one->pos;
+        body->len = one->last - one->pos;
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, (size_t) len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    body->data = p;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+        size = ngx_buf_size(b);
+
+        if (size == 0) {
+            continue;
+        }
+
+        /* as ngx_buf_size() counts it: memory first, then the file */
+
+        if (ngx_buf_in_memory(b)) {
+            p = ngx_cpymem(p, b->pos, (size_t) size);
+            continue;
+        }
+
+        n = ngx_read_file(b->file, p, (size_t) size, b->file_pos);
+
+        if (n == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        if (n != (ssize_t) size) {
+            ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                          "hypic: read only %z of %O bytes of the body "
+                          "from \"%V\"", n, size, &b->file->name);
+            return NGX_ERROR;
+        }
+
+        p += n;
+    }
+
+    body->len = p - body->data;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The body is checked strictly before cJSON reads it (see
+ * ngx_http_hypic_json_parse.c): what cJSON would lose or change is
+ * refused, naming the field, rather than passed on changed.
+ */
+
+static ngx_int_t
+ngx_http_hypic_parse(ngx_pool_t *pool, ngx_str_t *body, cJSON **json,
+    ngx_http_hypic_bad_t *bad)
+{
+    const char                **scratch;
+    ngx_http_hypic_json_err_t   err;
+
+    *json = NULL;
+
+    if (body->len == 0) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, NULL, NULL,
+                                  "We could not parse the JSON body of "
+                                  "your request: the body is empty");
+    }
+
+    if (ngx_http_hypic_json_check(body->data, body->len, &err) != NGX_OK) {
+        return ngx_http_hypic_refuse_json(pool, &err, body->len, bad);
+    }
+
+    /* the text is valid: cJSON fails only for want of memory */
+
+    *json = cJSON_ParseWithLength((const char *) body->data + err.start,
+                                  body->len - err.start);
+    if (*json == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (!cJSON_IsObject(*json)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, NULL, NULL,
+                                  "The request body must be a JSON object");
+    }
+
+    scratch = ngx_palloc(pool, err.keys * sizeof(const char *));
+    if (scratch == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ngx_http_hypic_json_unique(*json, scratch, &err) != NGX_OK) {
+        return ngx_http_hypic_refuse_json(pool, &err, 0, bad);
+    }
+
+    return NGX_OK;
+}
+
+
+/* a 400 for a refused body; size 0: the reason has no byte (unique) */
+
+static ngx_int_t
+ngx_http_hypic_refuse_json(ngx_pool_t *pool, ngx_http_hypic_json_err_t *err,
+    size_t size, ngx_http_hypic_bad_t *bad)
+{
+    size_t   n;
+    u_char  *param;
+
+    n = err->path_last - err->path;
+
+    if (n == 0) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, NULL, NULL,
+                                  "We could not parse the JSON body of "
+                                  "your request: %s at byte %uz of %uz",
+                                  err->reason, err->offset, size);
+    }
+
+    param = ngx_pnalloc(pool, n + 1);
+    if (param == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    *ngx_cpymem(param, err->path, n) = '\0';
+
+    if (size == 0) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, (char *) param,
+                                  NULL, "We could not parse the JSON body "
+                                  "of your request: %s, '%s'", err->reason,
+                                  param);
+    }
+
+    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, (char *) param,
+                              NULL, "We could not parse the JSON body of "
+                              "your request: %s at byte %uz of %uz, in '%s'",
+                              err->reason, err->offset, size, param);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
+    ngx_http_hypic_bad_t *bad)
+{
+    cJSON      *item;
+    double      max;
+    ngx_int_t   rc;
+    ngx_str_t  *model;
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "model");
+
+    if (item && !cJSON_IsNull(item)) {
+
+        if (!cJSON_IsString(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "model",
+                                      NULL, "'model' must be a string");
+        }
+
+        model = &hlcf->engine->model;
+
+        if (ngx_strlen(item->valuestring) != model->len
+            || ngx_strncmp(item->valuestring, model->data, model->len) != 0)
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_NOT_FOUND, "model",
+                                      "model_not_found",
+                                      "The model '%s' does not exist here, "
+                                      "this endpoint serves '%V'",
+                                      item->valuestring, model);
+        }
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "stream");
+
+    if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "stream", NULL,
+                                  "'stream' must be a boolean");
+    }
+
+    max = (double) hlcf->max_tokens;
+
+    rc = ngx_http_hypic_check_number(json, "max_tokens", 0, max, 1, bad);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "max_completion_tokens", 0,
+                                         max, 1, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "temperature", 0, 2, 0, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "top_p", 0, 1, 0, bad);
+    }
+
+    return rc;
+}
+
+
+ngx_int_t
+ngx_http_hypic_check_number(cJSON *json, const char *name, double min,
+    double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad)
+{
+    cJSON  *item;
+    double  v;
+
+    item = cJSON_GetObjectItemCaseSensitive(json, name);
+
+    if (item == NULL || cJSON_IsNull(item)) {
+        return NGX_OK;
+    }
+
+    if (cJSON_IsNumber(item)) {
+        v = item->valuedouble;
+
+        /* in range first, so that the cast below is defined */
+
+        if (v >= min && v <= max
+            && (!integer || v == (double) (int64_t) v))
+        {
+            return NGX_OK;
+        }
+    }
+
+    if (integer) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, name, NULL,
+                                  "'%s' must be an integer from %L to %L",
+                                  name, (int64_t) min, (int64_t) max);
+    }
+
+    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, name, NULL,
+                              "'%s' must be a number from %.1f to %.1f",
+                              name, min, max);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_check_completion(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON  *prompt, *item;
+
+    prompt = cJSON_GetObjectItemCaseSensitive(json, "prompt");
+
+    if (prompt == NULL) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt", NULL,
+                                  "Missing required parameter: 'prompt'");
+    }
+
+    if (cJSON_IsString(prompt)) {
+        return NGX_OK;
+    }
+
+    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0) {
+
+        cJSON_ArrayForEach(item, prompt) {
+            if (!cJSON_IsString(item)) {
+                break;
+            }
+        }
+
+        if (item == NULL) {
+            return NGX_OK;
+        }
+    }
+
+    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt", NULL,
+                              "'prompt' must be a string or a non-empty "
+                              "array of strings");
+}
+
+
+static ngx_int_t
+ngx_http_hypic_check_chat(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *messages, *message, *role, *content;
+    ngx_str_t    name;
+    ngx_uint_t   i, k;
+
+    messages = cJSON_GetObjectItemCaseSensitive(json, "messages");
+
+    if (messages == NULL) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                  NULL,
+                                  "Missing required parameter: 'messages'");
+    }
+
+    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                  NULL,
+                                  "'messages' must be a non-empty array");
+    }
+
+    i = 0;
+
+    cJSON_ArrayForEach(message, messages) {
+
+        if (!cJSON_IsObject(message)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                      NULL, "'messages[%ui]' must be an "
+                                      "object", i);
+        }
+
+        role = cJSON_GetObjectItemCaseSensitive(message, "role");
+
+        if (!cJSON_IsString(role)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                      NULL, "'messages[%ui].role' must be "
+                                      "a string", i);
+        }
+
+        name.data = (u_char *) role->valuestring;
+        name.len = ngx_strlen(role->valuestring);
+
+        for (k = 0; ngx_http_hypic_roles[k].len; k++) {
+            if (name.len == ngx_http_hypic_roles[k].len
+                && ngx_strncmp(name.data, ngx_http_hypic_roles[k].data,
+                               name.len)
+                   == 0)
+            {
+                break;
+            }
+        }
+
+        if (ngx_http_hypic_roles[k].len == 0) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                      NULL, "'messages[%ui].role' must be "
+                                      "system, developer, user, assistant "
+                                      "or tool, not '%V'", i, &name);
+        }
+
+        content = cJSON_GetObjectItemCaseSensitive(message, "content");
+
+        /* only an assistant turn (with tool calls) may have no content */
+
+        if (!(cJSON_IsString(content) || cJSON_IsArray(content)
+              || ((content == NULL || cJSON_IsNull(content))
+                  && ngx_strcmp(name.data, "assistant") == 0)))
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
+                                      NULL, "'messages[%ui].content' must "
+                                      "be a string or an array of content "
+                                      "parts", i);
+        }
+
+        i++;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the extensions and the fields the checks above leave alone */
+
+static ngx_int_t
+ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON      *item, *stop;
+    size_t      len;
+    ngx_int_t   rc;
+    ngx_uint_t  n;
+
+    rc = ngx_http_hypic_check_number(json, "top_k", 0, 1e9, 1, bad);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "seed", -9e18, 9e18, 1, bad);
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "ignore_eos");
+
+    if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "ignore_eos",
+                                  NULL, "'ignore_eos' must be a boolean");
+    }
+
+    if (ngx_http_hypic_check_decode(json, bad) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "stream_options");
+
+    if (item && !cJSON_IsNull(item)) {
+        if (!cJSON_IsObject(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "stream_options", NULL,
+                                      "'stream_options' must be an object");
+        }
+
+        item = cJSON_GetObjectItemCaseSensitive(item, "include_usage");
+
+        if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "stream_options", NULL,
+                                      "'stream_options.include_usage' must "
+                                      "be a boolean");
+        }
+    }
+
+    stop = cJSON_GetObjectItemCaseSensitive(json, "stop");
+
+    if (stop == NULL || cJSON_IsNull(stop)) {
+        return NGX_OK;
+    }
+
+    if (cJSON_IsString(stop)) {
+        n = 1;
+        item = stop;
+
+    } else if (cJSON_IsArray(stop)) {
+        n = cJSON_GetArraySize(stop);
+        item = stop->child;
+
+    } else {
+        n = 0;
+        item = NULL;
+    }
+
+    if ((item == NULL && !cJSON_IsArray(stop)) || n > HP_IPC_MAX_STOP) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "stop", NULL,
+                                  "'stop' must be a string or an array of "
+                                  "at most %d strings", HP_IPC_MAX_STOP);
+    }
+
+    for ( /* void */ ; item; item = cJSON_IsArray(stop) ? item->next : NULL)
+    {
+        len = cJSON_IsString(item) ? ngx_strlen(item->valuestring) : 0;
+
+        if (len == 0 || len > HP_IPC_STOP_BYTES) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "stop",
+                                      NULL, "each 'stop' sequence must be "
+                                      "a string of 1 to %d bytes",
+                                      HP_IPC_STOP_BYTES);
+        }
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The extension object "hypic": {"decode": "recurrent"|"chunkwise"|"auto",
+ * "speculative": true|false, "max_draft": 1..16}, each optional (absent:
+ * the engine's setting). Speculative drafts are verified in the KVBuffer,
+ * so they cannot go with recurrent decoding.
+ */
+
+static ngx_int_t
+ngx_http_hypic_check_decode(cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON      *opts, *item;
+    ngx_int_t   form;
+
+    opts = cJSON_GetObjectItemCaseSensitive(json, "hypic");
+
+    if (opts == NULL || cJSON_IsNull(opts)) {
+        return NGX_OK;
+    }
+
+    if (!cJSON_IsObject(opts)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "hypic", NULL,
+                                  "'hypic' must be an object with any of "
+                                  "decode, speculative, max_draft");
+    }
+
+    cJSON_ArrayForEach(item, opts) {
+        if (ngx_strcmp(item->string, "decode") != 0
+            && ngx_strcmp(item->string, "speculative") != 0
+            && ngx_strcmp(item->string, "max_draft") != 0)
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "hypic",
+                                      NULL, "'hypic.%s' is not an option: "
+                                      "'hypic' takes decode, speculative "
+                                      "and max_draft", item->string);
+        }
+    }
+
+    form = ngx_http_hypic_decode_form(
+               cJSON_GetObjectItemCaseSensitive(opts, "decode"));
+
+    if (form == NGX_ERROR) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "hypic.decode",
+                                  NULL, "'hypic.decode' must be "
+                                  "\"recurrent\", \"chunkwise\" or "
+                                  "\"auto\"");
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(opts, "speculative");
+
+    if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                  "hypic.speculative", NULL,
+                                  "'hypic.speculative' must be a boolean");
+    }
+
+    if (cJSON_IsTrue(item) && form == HP_IPC_DECODE_RECURRENT) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                  "hypic.speculative", NULL,
+                                  "'hypic.speculative' needs 'hypic.decode' "
+                                  "chunkwise or auto (drafts are verified "
+                                  "in the KVBuffer), not recurrent");
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(opts, "max_draft");
+
+    if (item && !cJSON_IsNull(item)
+        && !(cJSON_IsNumber(item) && item->valuedouble >= 1
+             && item->valuedouble <= HP_IPC_MAX_DRAFT
+             && item->valuedouble == (double) (int) item->valuedouble))
+    {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                  "hypic.max_draft", NULL,
+                                  "'hypic.max_draft' must be an integer "
+                                  "from 1 to %d", HP_IPC_MAX_DRAFT);
+    }
+
+    return NGX_OK;
+}
+
+
+/* HP_IPC_DECODE_* of a "decode" value (absent: the engine's), or
+ * NGX_ERROR */
+
+static ngx_int_t
+ngx_http_hypic_decode_form(cJSON *item)
+{
+    if (item == NULL || cJSON_IsNull(item)) {
+        return HP_IPC_DECODE_SERVER;
+    }
+
+    if (!cJSON_IsString(item)) {
+        return NGX_ERROR;
+    }
+
+    if (ngx_strcmp(item->valuestring, "recurrent") == 0) {
+        return HP_IPC_DECODE_RECURRENT;
+    }
+
+    if (ngx_strcmp(item->valuestring, "chunkwise") == 0) {
+        return HP_IPC_DECODE_CHUNKWISE;
+    }
+
+    if (ngx_strcmp(item->valuestring, "auto") == 0) {
+        return HP_IPC_DECODE_AUTO;
+    }
+
+    return NGX_ERROR;
+}
+
+
+static void
+ngx_http_hypic_build_decode(hp_ipc_request_t *req, cJSON *json)
+{
+    cJSON  *opts, *item;
+
+    opts = cJSON_GetObjectItemCaseSensitive(json, "hypic");
+
+    if (!cJSON_IsObject(opts)) {
+        return;
+    }
+
+    req->decode = (uint32_t) ngx_http_hypic_decode_form(
+                      cJSON_GetObjectItemCaseSensitive(opts, "decode"));
+
+    item = cJSON_GetObjectItemCaseSensitive(opts, "speculative");
+
+    req->speculative = cJSON_IsTrue(item) ? HP_IPC_SPEC_ON
+                       : cJSON_IsFalse(item) ? HP_IPC_SPEC_OFF
+                                             : HP_IPC_SPEC_SERVER;
+
+    item = cJSON_GetObjectItemCaseSensitive(opts, "max_draft");
+
+    if (cJSON_IsNumber(item)) {
+        req->max_draft = (uint32_t) item->valuedouble;
+    }
+}
+
+
+/*
+ * Fills ctx->req, ctx->prompt and the answer's fixed parts from a checked
+ * request. NGX_OK, NGX_ERROR with bad filled, or 500 (no memory).
+ */
+
+static ngx_int_t
+ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    ngx_http_hypic_loc_conf_t *hlcf, cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON             *item, *stop;
+    ngx_int_t          rc;
+    ngx_uint_t         chat, n;
+    hp_ipc_request_t  *req;
+
+    chat = (ctx->endpoint == NGX_HTTP_HYPIC_CHAT);
+
+    rc = chat ? ngx_http_hypic_prompt_chat(r, ctx, json, bad)
+              : ngx_http_hypic_prompt_completion(r, ctx, json, bad);
+
+    if (rc != NGX_OK) {
+        return rc;
+    }
+
+    req = &ctx->req;
+
+    req->endpoint = chat ? HP_IPC_EP_CHAT : HP_IPC_EP_COMPLETIONS;
+    req->mode = (uint32_t) ctx->mode;
+    req->seam = (uint32_t) hlcf->seam;
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "max_completion_tokens");
+
+    if (!chat || item == NULL || cJSON_IsNull(item)) {
+        item = cJSON_GetObjectItemCaseSensitive(json, "max_tokens");
+    }
+
+    req->max_tokens = (item && cJSON_IsNumber(item))
+                      ? (uint32_t) item->valuedouble
+                      : chat ? (uint32_t) hlcf->max_tokens
+                             : ngx_min(NGX_HTTP_HYPIC_COMPLETION_TOKENS,
+                                       hlcf->max_tokens);
+
+    req->temperature = (float) ngx_http_hypic_number(json, "temperature", 1);
+    req->top_p = (float) ngx_http_hypic_number(json, "top_p", 1);
+    req->top_k = (int32_t) ngx_http_hypic_number(json, "top_k", 0);
+
+    /* top_p 0 keeps only the likeliest token: that is greedy */
+
+    if (req->top_p <= 0) {
+        req->top_p = 1;
+        req->temperature = 0;
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "seed");
+
+    if (item && cJSON_IsNumber(item)) {
+        req->seed = (uint64_t) (int64_t) item->valuedouble;
+
+    } else {
+        req->seed = ((uint64_t) ngx_random() << 32)
+                    ^ (uint64_t) ngx_random()
+                    ^ (r->connection->number << 8);
+    }
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "ignore_eos");
+
+    if (cJSON_IsTrue(item)) {
+        req->flags |= HP_IPC_FLAG_IGNORE_EOS;
+    }
+
+    stop = cJSON_GetObjectItemCaseSensitive(json, "stop");
+    item = cJSON_IsString(stop) ? stop
+           : cJSON_IsArray(stop) ? stop->child : NULL;
+
+    for (n = 0; item && n < HP_IPC_MAX_STOP; n++) {
+        req->stop_len[n] = (uint32_t) ngx_strlen(item->valuestring);
+        ngx_memcpy(req->stop[n], item->valuestring, req->stop_len[n]);
+        item = cJSON_IsArray(stop) ? item->next : NULL;
+    }
+
+    req->n_stop = (uint32_t) n;
+
+    ngx_http_hypic_build_decode(req, json);
+
+    req->sep_len = (uint32_t) hlcf->separator.len;
+    ngx_memcpy(req->separator, hlcf->separator.data, hlcf->separator.len);
+
+    ctx->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(json,
+                                                                "stream"));
+
+    item = cJSON_GetObjectItemCaseSensitive(json, "stream_options");
+
+    if (ctx->stream && cJSON_IsObject(item)) {
+        ctx->include_usage = cJSON_IsTrue(
+            cJSON_GetObjectItemCaseSensitive(item, "include_usage"));
+    }
+
+    ctx->created = ngx_time();
+
+    /* the tools' scanners are per choice */
+
+    if (ngx_http_hypic_choices_init(r, ctx, json) != NGX_OK
+        || (chat && ngx_http_hypic_tools_setup(r, ctx, json) != NGX_OK))
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_hypic_response_init(r, ctx, hlcf);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON  *prompt;
+
+    prompt = cJSON_GetObjectItemCaseSensitive(json, "prompt");
+
+    if (cJSON_IsArray(prompt)) {
+        if (cJSON_GetArraySize(prompt) != 1) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt",
+                                      NULL, "only one prompt per request "
+                                      "is supported");
+        }
+
+        prompt = prompt->child;
+    }
+
+    /* cJSON keeps it until the request is built: copy it */
+
+    ctx->prompt.len = ngx_strlen(prompt->valuestring);
+    ctx->prompt.data = ngx_pnalloc(r->pool, ctx->prompt.len + 1);
+    if (ctx->prompt.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(ctx->prompt.data, prompt->valuestring, ctx->prompt.len);
+
+    return NGX_OK;
+}
+
+
+/*
+ * A chat request goes to the engine as its body (ctx->prompt): the
+ * engine renders it with the model's chat template. Kept here: the text
+ * content parts only (others are refused) and the texts that can hold
+ * segments (for the Redis lookup).
+ */
+
+static ngx_int_t
+ngx_http_hypic_prompt_chat(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    cJSON *json, ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *message, *content, *part, *type, *text;
+    ngx_str_t   *s;
+    ngx_uint_t   i;
+
+    ctx->req.flags |= HP_IPC_FLAG_CHAT;
+
+    /* a byte order mark is not JSON to the engine's parser */
+
+    if (ctx->prompt.len >= 3
+        && ngx_strncmp(ctx->prompt.data, "\xef\xbb\xbf", 3) == 0)
+    {
+        ctx->prompt.data += 3;
+        ctx->prompt.len -= 3;
+    }
+
+    ctx->contents = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
+    if (ctx->contents == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    i = 0;
+
+    cJSON_ArrayForEach(message,
+                       cJSON_GetObjectItemCaseSensitive(json, "messages"))
+    {
+        content = cJSON_GetObjectItemCaseSensitive(message, "content");
+        part = cJSON_IsArray(content) ? content->child : content;
+
+        for ( /* void */ ; part; part = cJSON_IsArray(content) ? part->next
+                                                              : NULL)
+        {
+            text = part;
+
+            if (cJSON_IsArray(content)) {
+                type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                text = cJSON_GetObjectItemCaseSensitive(part, "text");
+
+                if (!cJSON_IsString(type)
+                    || ngx_strcmp(type->valuestring, "text") != 0
+                    || !cJSON_IsString(text))
+                {
+                    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                              "messages", NULL,
+                                              "'messages[%ui].content' "
+                                              "parts must be "
+                                              "{\"type\": \"text\", "
+                                              "\"text\": ...}: only "
+                                              "text is supported", i);
+                }
+            }
+
+            if (!cJSON_IsString(text)) {
+                continue;
+            }
+
+            s = ngx_array_push(ctx->contents);
+            if (s == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            s->len = ngx_strlen(text->valuestring);
+            s->data = ngx_pnalloc(r->pool, s->len);
+            if (s->data == NULL) {
+                return NGX_HTTP_INTERNAL_SERVER_ERROR;
+            }
+
+            ngx_memcpy(s->data, text->valuestring, s->len);
+        }
+
+        i++;
+    }
+
+    return NGX_OK;
+}
+
+
+static double
+ngx_http_hypic_number(cJSON *json, const char *name, double dflt)
+{
+    cJSON  *item;
+
+    item = cJSON_GetObjectItemCaseSensitive(json, name);
+
+    return cJSON_IsNumber(item) ? item->valuedouble : dflt;
+}
+
+
+ngx_int_t
+ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
+    const char *param, const char *code, const char *fmt, ...)
+{
+    va_list  args;
+
+    bad->status = status;
+    bad->param = param;
+    bad->code = code;
+
+    va_start(args, fmt);
+    bad->last = ngx_vslprintf(bad->msg, bad->msg + sizeof(bad->msg), fmt,
+                              args);
+    va_end(args);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * hypic_mode may be a variable (split_clients, map): a value that is not a
+ * mode is the configuration's fault, so it is logged and "full", which
+ * reuses nothing and is always exact, is used.
+ */
+
+static ngx_uint_t
+ngx_http_hypic_eval_mode(ngx_http_request_t *r,
+    ngx_http_hypic_loc_conf_t *hlcf)
+{
+    ngx_int_t  mode;
+    ngx_str_t  value;
+
+    if (ngx_http_complex_value(r, hlcf->mode, &value) != NGX_OK) {
+        return HP_IPC_MODE_FULL;
+    }
+
+    mode = ngx_http_hypic_parse_mode(&value);
+
+    if (mode == NGX_ERROR) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "hypic: hypic_mode evaluated to \"%V\", which is not "
+                      "full, prefix, naive or pic; using \"full\"", &value);
+        return HP_IPC_MODE_FULL;
+    }
+
+    return (ngx_uint_t) mode;
+}

@@ -101,26 +101,26 @@ ngx_http_hypic_choices_init(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     item = cJSON_GetObjectItemCaseSensitive(json, "n");
 
-    ctx->n = cJSON_IsNumber(item) ? (ngx_uint_t) item->valuedouble : 1;
-    ctx->req.n = (uint32_t) ctx->n;
+    ctx->out.n = cJSON_IsNumber(item) ? (ngx_uint_t) item->valuedouble : 1;
+    ctx->in.req.n = (uint32_t) ctx->out.n;
 
     item = cJSON_GetObjectItemCaseSensitive(json, "logprobs");
 
-    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+    if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
         top = cJSON_GetObjectItemCaseSensitive(json, "top_logprobs");
 
         if (cJSON_IsTrue(item)) {
-            ctx->req.logprobs = 1 + (cJSON_IsNumber(top)
+            ctx->in.req.logprobs = 1 + (cJSON_IsNumber(top)
                                      ? (uint32_t) top->valuedouble : 0);
         }
 
     } else if (cJSON_IsNumber(item)) {
-        ctx->req.logprobs = 1 + (uint32_t) item->valuedouble;
+        ctx->in.req.logprobs = 1 + (uint32_t) item->valuedouble;
     }
 
-    ctx->choices = ngx_pcalloc(r->pool,
-                               ctx->n * sizeof(ngx_http_hypic_choice_t));
-    if (ctx->choices == NULL) {
+    ctx->out.choices = ngx_pcalloc(r->pool,
+                               ctx->out.n * sizeof(ngx_http_hypic_choice_t));
+    if (ctx->out.choices == NULL) {
         return NGX_ERROR;
     }
 
@@ -148,11 +148,11 @@ ngx_http_hypic_choices_record(ngx_http_request_t *r,
 
         ngx_memcpy(&end, data, len);
 
-        if (end.choice >= ctx->n || ctx->choices[end.choice].ended) {
+        if (end.choice >= ctx->out.n || ctx->out.choices[end.choice].ended) {
             return NGX_DECLINED;
         }
 
-        ch = &ctx->choices[end.choice];
+        ch = &ctx->out.choices[end.choice];
         ch->finish = end.finish;
         ch->ended = 1;
 
@@ -165,7 +165,7 @@ ngx_http_hypic_choices_record(ngx_http_request_t *r,
 
     ngx_memcpy(&text, data, sizeof(hp_ipc_text_t));
 
-    if (text.choice >= ctx->n) {
+    if (text.choice >= ctx->out.n) {
         return NGX_DECLINED;
     }
 
@@ -178,7 +178,7 @@ ngx_http_hypic_choices_record(ngx_http_request_t *r,
 
     /* with tools, the text goes through the choice's call scanner */
 
-    return ctx->tools
+    return ctx->out.tools
            ? ngx_http_hypic_tools_text(r, ctx, text.choice, data, len)
            : ngx_http_hypic_choice_text(r, ctx, text.choice, data, len);
 }
@@ -190,11 +190,11 @@ ngx_http_hypic_choice_text(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 {
     ngx_http_hypic_choice_t  *ch;
 
-    if (ctx->stream) {
+    if (ctx->in.stream) {
         return ngx_http_hypic_choice_chunk(r, ctx, i, NULL, data, len, NULL);
     }
 
-    ch = &ctx->choices[i];
+    ch = &ctx->out.choices[i];
 
     if (ngx_http_hypic_buf_reserve(r->pool, &ch->text, len) != NGX_OK) {
         return NGX_ERROR;
@@ -234,14 +234,14 @@ ngx_http_hypic_choices_end(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     /* choices the engine sent no END for end with the request */
 
-    for (i = 0; i < ctx->n; i++) {
-        ch = &ctx->choices[i];
+    for (i = 0; i < ctx->out.n; i++) {
+        ch = &ctx->out.choices[i];
 
         if (ch->ended) {
             continue;
         }
 
-        ch->finish = ctx->final.finish;
+        ch->finish = ctx->out.final.finish;
         ch->ended = 1;
 
         if (ngx_http_hypic_choice_end(r, ctx, i) != NGX_OK) {
@@ -265,14 +265,14 @@ ngx_http_hypic_choice_end(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    if (!ctx->stream) {
+    if (!ctx->in.stream) {
         return NGX_OK;
     }
 
     ngx_str_set(&empty, "{}");
 
     return ngx_http_hypic_choice_chunk(r, ctx, i,
-                                       ctx->endpoint == NGX_HTTP_HYPIC_CHAT
+                                       ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT
                                        ? &empty : NULL,
                                        NULL, 0,
                                        ngx_http_hypic_choice_finish(ctx, i));
@@ -295,13 +295,13 @@ ngx_http_hypic_choice_token(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     float                     lp[1 + HP_IPC_MAX_LOGPROBS];
     ngx_http_hypic_choice_t  *ch;
 
-    if (len < sizeof(hp_ipc_token_t) || ctx->req.logprobs == 0) {
+    if (len < sizeof(hp_ipc_token_t) || ctx->in.req.logprobs == 0) {
         return NGX_DECLINED;
     }
 
     ngx_memcpy(&tok, data, sizeof(hp_ipc_token_t));
 
-    if (tok.choice >= ctx->n || tok.n_top > HP_IPC_MAX_LOGPROBS) {
+    if (tok.choice >= ctx->out.n || tok.n_top > HP_IPC_MAX_LOGPROBS) {
         return NGX_DECLINED;
     }
 
@@ -327,9 +327,9 @@ ngx_http_hypic_choice_token(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return NGX_DECLINED;
     }
 
-    ch = &ctx->choices[tok.choice];
+    ch = &ctx->out.choices[tok.choice];
 
-    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+    if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
         b = &ch->lp[0];
 
         if (ngx_http_hypic_buf_reserve(r->pool, b, size + 32) != NGX_OK) {
@@ -472,14 +472,14 @@ ngx_http_hypic_choice_logprobs(ngx_http_request_t *r,
                                    "],\"top_logprobs\":[",
                                    "],\"text_offset\":[", "]}" };
 
-    ch = &ctx->choices[i];
+    ch = &ctx->out.choices[i];
 
     out->len = 0;
     out->data = NULL;
 
     /* null: not asked for, or nothing new in this chunk */
 
-    if (ctx->req.logprobs == 0 || (ctx->stream && ch->n_lp == 0)) {
+    if (ctx->in.req.logprobs == 0 || (ctx->in.stream && ch->n_lp == 0)) {
         return NGX_OK;
     }
 
@@ -499,7 +499,7 @@ ngx_http_hypic_choice_logprobs(ngx_http_request_t *r,
 
     /* (no entries: the buffers may not exist yet) */
 
-    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+    if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
         p = ngx_cpymem(p, chat[0], ngx_strlen(chat[0]));
 
         if (ch->lp[0].len) {
@@ -537,7 +537,7 @@ ngx_http_hypic_choice_logprobs(ngx_http_request_t *r,
 ngx_str_t *
 ngx_http_hypic_choice_finish(ngx_http_hypic_ctx_t *ctx, ngx_uint_t i)
 {
-    return ngx_http_hypic_tools_finish(ctx, i, ctx->choices[i].finish);
+    return ngx_http_hypic_tools_finish(ctx, i, ctx->out.choices[i].finish);
 }
 
 
@@ -559,21 +559,21 @@ ngx_http_hypic_choices_json(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     ngx_uint_t                i, chat;
     ngx_http_hypic_choice_t  *ch;
 
-    chat = (ctx->endpoint == NGX_HTTP_HYPIC_CHAT);
+    chat = (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT);
 
-    lp = ngx_palloc(r->pool, ctx->n * sizeof(ngx_str_t));
+    lp = ngx_palloc(r->pool, ctx->out.n * sizeof(ngx_str_t));
     if (lp == NULL) {
         return NGX_ERROR;
     }
 
     len = sizeof("\"choices\":[]");
 
-    for (i = 0; i < ctx->n; i++) {
+    for (i = 0; i < ctx->out.n; i++) {
         if (ngx_http_hypic_choice_logprobs(r, ctx, i, &lp[i]) != NGX_OK) {
             return NGX_ERROR;
         }
 
-        ch = &ctx->choices[i];
+        ch = &ctx->out.choices[i];
 
         len += sizeof("{\"index\":,\"message\":{\"role\":\"assistant\","
                       "\"content\":null},\"logprobs\":null,"
@@ -593,8 +593,8 @@ ngx_http_hypic_choices_json(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     p = ngx_cpymem(p, "\"choices\":[", sizeof("\"choices\":[") - 1);
 
-    for (i = 0; i < ctx->n; i++) {
-        ch = &ctx->choices[i];
+    for (i = 0; i < ctx->out.n; i++) {
+        ch = &ctx->out.choices[i];
 
         if (i) {
             *p++ = ',';

@@ -210,7 +210,7 @@ ngx_http_hypic_engine_submit(ngx_http_request_t *r,
         return ngx_http_hypic_engine_unavailable(r, ctx, "unavailable");
     }
 
-    if (!ctx->cleanup) {
+    if (!ctx->eng.cleanup) {
         cln = ngx_pool_cleanup_add(r->pool, 0);
         if (cln == NULL) {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -218,22 +218,22 @@ ngx_http_hypic_engine_submit(ngx_http_request_t *r,
 
         cln->handler = ngx_http_hypic_engine_cleanup;
         cln->data = ctx;
-        ctx->cleanup = 1;
+        ctx->eng.cleanup = 1;
     }
 
-    ctx->link = link;
+    ctx->eng.link = link;
 
     /* not cancelable: a worker that exits gracefully waits for us */
 
-    ctx->timeout.handler = ngx_http_hypic_engine_timeout;
-    ctx->timeout.data = r;
-    ctx->timeout.log = r->connection->log;
+    ctx->eng.timeout.handler = ngx_http_hypic_engine_timeout;
+    ctx->eng.timeout.data = r;
+    ctx->eng.timeout.log = r->connection->log;
 
-    ngx_add_timer(&ctx->timeout, hlcf->request_timeout);
+    ngx_add_timer(&ctx->eng.timeout, hlcf->request_timeout);
 
     if (link->state == NGX_HTTP_HYPIC_LINK_HELLO) {
-        ngx_queue_insert_tail(&link->waiting, &ctx->queue);
-        ctx->queued = 1;
+        ngx_queue_insert_tail(&link->waiting, &ctx->eng.queue);
+        ctx->eng.queued = 1;
         return NGX_DONE;
     }
 
@@ -261,25 +261,25 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     hp_ipc_header_t        *shm;
     ngx_http_hypic_link_t  *link;
 
-    link = ctx->link;
+    link = ctx->eng.link;
     shm = link->shm;
 
     if (ngx_http_hypic_link_stalled(link)) {
         return ngx_http_hypic_engine_unavailable(r, ctx, "not responding");
     }
 
-    ctx->node.len = link->node_len;
-    ctx->node.data = ngx_pnalloc(r->pool, link->node_len + 1);
-    if (ctx->node.data == NULL) {
+    ctx->eng.node.len = link->node_len;
+    ctx->eng.node.data = ngx_pnalloc(r->pool, link->node_len + 1);
+    if (ctx->eng.node.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_memcpy(ctx->node.data, link->node, link->node_len);
+    ngx_memcpy(ctx->eng.node.data, link->node, link->node_len);
 
-    if (ctx->prompt.len > shm->input_bytes) {
+    if (ctx->in.prompt.len > shm->input_bytes) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "hypic: prompt of %uz bytes is larger than the "
-                      "%uD the engine \"%V\" takes", ctx->prompt.len,
+                      "%uD the engine \"%V\" takes", ctx->in.prompt.len,
                       shm->input_bytes, &link->engine->name);
 
         return ngx_http_hypic_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
@@ -287,11 +287,11 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                                          "prompt_too_large", "prompt",
                                          "The prompt is %uz bytes, the "
                                          "engine takes at most %uD",
-                                         ctx->prompt.len, shm->input_bytes);
+                                         ctx->in.prompt.len, shm->input_bytes);
     }
 
     slot = hp_ipc_claim(shm, link->conn_id, (int32_t) ngx_pid, &index,
-                        &ctx->seq);
+                        &ctx->eng.seq);
 
     if (slot == NULL) {
         ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
@@ -308,28 +308,28 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                                          shm->n_slots);
     }
 
-    ngx_memcpy(&slot->req, &ctx->req, sizeof(hp_ipc_request_t));
-    slot->req.prompt_len = (uint32_t) ctx->prompt.len;
+    ngx_memcpy(&slot->req, &ctx->in.req, sizeof(hp_ipc_request_t));
+    slot->req.prompt_len = (uint32_t) ctx->in.prompt.len;
 
     p = (u_char *) hp_ipc_input(shm, slot);
-    ngx_memcpy(p, ctx->prompt.data, ctx->prompt.len);
+    ngx_memcpy(p, ctx->in.prompt.data, ctx->in.prompt.len);
 
-    ctx->slot = slot;
+    ctx->eng.slot = slot;
 
-    ngx_queue_insert_tail(&link->active, &ctx->queue);
-    ctx->queued = 1;
+    ngx_queue_insert_tail(&link->active, &ctx->eng.queue);
+    ctx->eng.queued = 1;
 
-    if (hp_ipc_submit(shm, slot, ctx->seq) != 0) {
+    if (hp_ipc_submit(shm, slot, ctx->eng.seq) != 0) {
         ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
                       "hypic: engine \"%V\" took back slot %uD before "
                       "submit", &link->engine->name, index);
-        ctx->slot = NULL;
+        ctx->eng.slot = NULL;
         return ngx_http_hypic_engine_unavailable(r, ctx, "unavailable");
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "hypic: %V in slot %uD of engine \"%V\"",
-                   &ctx->id, index, &link->engine->name);
+                   &ctx->out.id, index, &link->engine->name);
 
     if (!link->watchdog.timer_set) {
         ngx_add_timer(&link->watchdog, link->stall_timeout / 2);
@@ -351,7 +351,7 @@ ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
 
     hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
 
-    ctx->engine_error = 1;
+    ctx->out.engine_error = 1;
 
     return ngx_http_hypic_send_error(r, NGX_HTTP_SERVICE_UNAVAILABLE,
                                      NGX_HTTP_HYPIC_ENGINE_UNAVAILABLE,
@@ -365,30 +365,30 @@ ngx_http_hypic_engine_unavailable(ngx_http_request_t *r,
 void
 ngx_http_hypic_engine_detach(ngx_http_hypic_ctx_t *ctx)
 {
-    if (ctx->queued) {
-        ngx_queue_remove(&ctx->queue);
-        ctx->queued = 0;
+    if (ctx->eng.queued) {
+        ngx_queue_remove(&ctx->eng.queue);
+        ctx->eng.queued = 0;
     }
 
-    if (ctx->slot) {
+    if (ctx->eng.slot) {
         /* 0: still running, the engine frees it once it sees cancel */
 
-        if (hp_ipc_release(ctx->slot, ctx->seq) == 0 && ctx->link) {
-            ngx_http_hypic_link_wake(ctx->link);
+        if (hp_ipc_release(ctx->eng.slot, ctx->eng.seq) == 0 && ctx->eng.link) {
+            ngx_http_hypic_link_wake(ctx->eng.link);
         }
 
-        ctx->slot = NULL;
+        ctx->eng.slot = NULL;
     }
 
-    if (ctx->timeout.timer_set) {
-        ngx_del_timer(&ctx->timeout);
+    if (ctx->eng.timeout.timer_set) {
+        ngx_del_timer(&ctx->eng.timeout);
     }
 
-    if (ctx->heartbeat.timer_set) {
-        ngx_del_timer(&ctx->heartbeat);
+    if (ctx->out.heartbeat.timer_set) {
+        ngx_del_timer(&ctx->out.heartbeat);
     }
 
-    ctx->link = NULL;
+    ctx->eng.link = NULL;
 }
 
 
@@ -437,10 +437,10 @@ ngx_http_hypic_engine_read(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     hp_ipc_slot_t          *slot;
     ngx_http_hypic_link_t  *link;
 
-    link = ctx->link;
+    link = ctx->eng.link;
 
-    while (ctx->slot) {
-        slot = ctx->slot;
+    while (ctx->eng.slot) {
+        slot = ctx->eng.slot;
 
         rc = hp_ipc_ring_get(link->shm, slot, &type, buf, sizeof(buf), &len);
 
@@ -748,8 +748,8 @@ ngx_http_hypic_link_read(ngx_event_t *rev)
         ngx_queue_remove(q);
         ngx_queue_insert_tail(&link->active, q);
 
-        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
-        r = ctx->timeout.data;
+        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, eng.queue);
+        r = ctx->eng.timeout.data;
         cn = r->connection;
 
         ngx_http_hypic_engine_read(r, ctx);
@@ -964,16 +964,16 @@ ngx_http_hypic_link_up(ngx_http_hypic_link_t *link)
         q = ngx_queue_head(&link->waiting);
         ngx_queue_remove(q);
 
-        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
-        ctx->queued = 0;
+        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, eng.queue);
+        ctx->eng.queued = 0;
 
-        r = ctx->timeout.data;
+        r = ctx->eng.timeout.data;
         c = r->connection;
 
         /* one that waited to learn who the engine is routes itself now */
 
-        if (ctx->await_link) {
-            ctx->await_link = 0;
+        if (ctx->routing.await_link) {
+            ctx->routing.await_link = 0;
             rc = ngx_http_hypic_route_again(r);
 
         } else {
@@ -1037,9 +1037,9 @@ ngx_http_hypic_link_fail(ngx_http_hypic_link_t *link, const char *why,
          q != ngx_queue_sentinel(&active);
          q = ngx_queue_next(q))
     {
-        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
-        ctx->slot = NULL;
-        ctx->link = NULL;
+        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, eng.queue);
+        ctx->eng.slot = NULL;
+        ctx->eng.link = NULL;
     }
 
     ngx_http_hypic_link_close(link);
@@ -1065,10 +1065,10 @@ ngx_http_hypic_link_fail_requests(ngx_http_hypic_link_t *link,
         q = ngx_queue_head(list);
         ngx_queue_remove(q);
 
-        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, queue);
-        ctx->queued = 0;
+        ctx = ngx_queue_data(q, ngx_http_hypic_ctx_t, eng.queue);
+        ctx->eng.queued = 0;
 
-        r = ctx->timeout.data;
+        r = ctx->eng.timeout.data;
         c = r->connection;
 
         ngx_http_hypic_fail(r, NGX_HTTP_SERVICE_UNAVAILABLE,

@@ -96,8 +96,9 @@ ngx_http_hypic_pass_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->endpoint = endpoint;
-    ctx->peer_failed = (before && before->route == NGX_HTTP_HYPIC_ROUTE_PEER);
+    ctx->in.endpoint = endpoint;
+    ctx->routing.peer_failed = (before && before->routing.route
+                                          == NGX_HTTP_HYPIC_ROUTE_PEER);
 
     /* also how the ctx is found again after a redirect to hypic_peer */
 
@@ -289,7 +290,7 @@ ngx_http_hypic_process(ngx_http_request_t *r)
 
     ngx_log_debug4(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "hypic: %V for model \"%V\" via \"%V\", mode %ui",
-                   &ctx->id, &engine->model, &engine->name, ctx->mode);
+                   &ctx->out.id, &engine->model, &engine->name, ctx->in.mode);
 
     /* a client that goes away cancels its request in the engine */
 
@@ -311,16 +312,16 @@ ngx_http_hypic_route(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     ngx_int_t                  rc;
     ngx_http_hypic_identity_t  id;
 
-    ctx->route = NGX_HTTP_HYPIC_ROUTE_LOCAL;
+    ctx->routing.route = NGX_HTTP_HYPIC_ROUTE_LOCAL;
 
-    if (ctx->peer_failed) {
-        ctx->route = NGX_HTTP_HYPIC_ROUTE_FALLBACK;
+    if (ctx->routing.peer_failed) {
+        ctx->routing.route = NGX_HTTP_HYPIC_ROUTE_FALLBACK;
 
     } else if (ngx_http_hypic_hop(r)) {
 
         /* a peer chose this node: never send it on again */
 
-        ctx->route = NGX_HTTP_HYPIC_ROUTE_HOP;
+        ctx->routing.route = NGX_HTTP_HYPIC_ROUTE_HOP;
 
     } else if (hlcf->routing == NGX_HTTP_HYPIC_ROUTING_AFFINITY
                && hlcf->peer.len)
@@ -331,7 +332,7 @@ ngx_http_hypic_route(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
             /* segment ids need the engine's fingerprint: wait for its hello */
 
-            ctx->await_link = 1;
+            ctx->routing.await_link = 1;
 
             return ngx_http_hypic_engine_submit(r, ctx);
         }
@@ -348,11 +349,11 @@ ngx_http_hypic_route(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         }
 
         if (rc == NGX_DECLINED) {
-            ctx->route = NGX_HTTP_HYPIC_ROUTE_FALLBACK;
+            ctx->routing.route = NGX_HTTP_HYPIC_ROUTE_FALLBACK;
         }
     }
 
-    ctx->routed = 1;
+    ctx->routing.routed = 1;
 
     return ngx_http_hypic_engine_submit(r, ctx);
 }
@@ -381,9 +382,9 @@ ngx_http_hypic_routed(ngx_http_request_t *r)
     ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
     hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
 
-    ctx->routed = 1;
+    ctx->routing.routed = 1;
 
-    if (ctx->route == NGX_HTTP_HYPIC_ROUTE_PEER) {
+    if (ctx->routing.route == NGX_HTTP_HYPIC_ROUTE_PEER) {
         rc = ngx_http_hypic_to_peer(r, ctx, hlcf);
 
     } else {
@@ -450,7 +451,7 @@ ngx_http_hypic_to_peer(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     }
 
     h->key = ngx_http_hypic_hop_header;
-    h->value = ctx->local_node;
+    h->value = ctx->routing.local_node;
     h->lowcase_key = (u_char *) "x-hypic-hop";
     h->hash = ngx_hash_key(h->lowcase_key, h->key.len);
 #if (nginx_version >= 1023000)
@@ -458,8 +459,8 @@ ngx_http_hypic_to_peer(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 #endif
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "hypic: %V goes to node \"%V\" at %V", &ctx->id,
-                   &ctx->peer->id, &ctx->peer->addr);
+                   "hypic: %V goes to node \"%V\" at %V", &ctx->out.id,
+                   &ctx->routing.peer->id, &ctx->routing.peer->addr);
 
     (void) ngx_http_named_location(r, &hlcf->peer);
 

@@ -281,41 +281,38 @@ ngx_http_hypic_metrics_count(ngx_http_request_t *r,
         return;
     }
 
-    if (ctx->started) {
-        mode = ctx->start.mode;
+    if (ctx->out.started || ctx->out.finished) {
+        mode = ctx->out.start.mode;
 
-    } else if (ctx->finished) {
-        mode = ctx->final.mode;
-
-    } else if (ctx->mode_set) {
-        mode = ctx->mode;
+    } else if (ctx->in.mode_set) {
+        mode = ctx->in.mode;
     }
 
     mode = ngx_min(mode, NGX_HTTP_HYPIC_MODE_NONE);
 
     (void) ngx_atomic_fetch_add(&m->mode_requests[mode][status / 100], 1);
 
-    if (ctx->routed) {
-        (void) ngx_atomic_fetch_add(&m->routes[ctx->route], 1);
+    if (ctx->routing.routed) {
+        (void) ngx_atomic_fetch_add(&m->routes[ctx->routing.route], 1);
     }
 
-    if (ctx->route == NGX_HTTP_HYPIC_ROUTE_FALLBACK) {
+    if (ctx->routing.route == NGX_HTTP_HYPIC_ROUTE_FALLBACK) {
         (void) ngx_atomic_fetch_add(&m->redis_errors, 1);
     }
 
-    if (ctx->engine_error) {
+    if (ctx->out.engine_error) {
         (void) ngx_atomic_fetch_add(&m->engine_errors, 1);
     }
 
-    if (!ctx->succeeded) {
+    if (!ctx->out.succeeded) {
         return;
     }
 
     /* an answer the local engine gave in full */
 
-    if (ctx->ttft_set) {
+    if (ctx->out.ttft_set) {
         ngx_http_hypic_observe(&m->ttft, ngx_http_hypic_ttft_ms,
-                               NGX_HTTP_HYPIC_TTFT_N, ctx->ttft);
+                               NGX_HTTP_HYPIC_TTFT_N, ctx->out.ttft);
     }
 
     tp = ngx_timeofday();
@@ -326,13 +323,15 @@ ngx_http_hypic_metrics_count(ngx_http_request_t *r,
     ngx_http_hypic_observe(&m->e2e, ngx_http_hypic_e2e_ms,
                            NGX_HTTP_HYPIC_E2E_N, ngx_max(ms, 0));
 
-    hit = ctx->final.segs_hit;
-    total = ngx_max(ctx->final.segs_total, hit);
+    hit = ctx->out.final.segs_hit;
+    total = ngx_max(ctx->out.final.segs_total, hit);
 
-    (void) ngx_atomic_fetch_add(&m->prompt_tokens, ctx->final.prompt_tokens);
+    (void) ngx_atomic_fetch_add(&m->prompt_tokens,
+                                ctx->out.final.prompt_tokens);
     (void) ngx_atomic_fetch_add(&m->generation_tokens,
-                                ctx->final.completion_tokens);
-    (void) ngx_atomic_fetch_add(&m->cached_tokens, ctx->final.cached_tokens);
+                                ctx->out.final.completion_tokens);
+    (void) ngx_atomic_fetch_add(&m->cached_tokens,
+                                ctx->out.final.cached_tokens);
     (void) ngx_atomic_fetch_add(&m->segment_hits, hit);
     (void) ngx_atomic_fetch_add(&m->segment_misses, total - hit);
 }

@@ -110,25 +110,27 @@ typedef struct {
 } ngx_http_hypic_loc_conf_t;
 
 
-typedef struct {
-    off_t                       received;     /* body bytes seen so far */
-    ngx_uint_t                  endpoint;
-    ngx_uint_t                  mode;
-    unsigned                    too_large:1;
-    unsigned                    mode_set:1;   /* mode is evaluated */
+/*
+ * A hypic_pass request's context, one part per owner: what the request's
+ * body became (ngx_http_hypic_request.c), where it goes (the handler and
+ * ngx_http_hypic_redis.c), its claim on the engine
+ * (ngx_http_hypic_engine.c) and its answer (ngx_http_hypic_response.c,
+ * sse, choice, tools).
+ */
 
-    /* the request as the engine gets it (handler) */
+typedef struct {
+    ngx_uint_t                  endpoint;     /* NGX_HTTP_HYPIC_CHAT, ... */
+    ngx_uint_t                  mode;         /* HP_IPC_MODE_* */
+    unsigned                    mode_set:1;   /* mode is evaluated */
     unsigned                    stream:1;
     unsigned                    include_usage:1;
-    hp_ipc_request_t            req;
+    hp_ipc_request_t            req;          /* as the engine gets it */
     ngx_str_t                   prompt;       /* chat: the body */
     ngx_array_t                *contents;     /* chat: message texts */
-    void                       *tools;        /* ngx_http_hypic_tools.c */
-    ngx_str_t                   id;           /* "cmpl-..." */
-    ngx_str_t                   model;        /* model id, JSON-escaped */
-    time_t                      created;
+} ngx_http_hypic_in_t;
 
-    /* routing (handler, ngx_http_hypic_redis.c) */
+
+typedef struct {
     ngx_uint_t                  route;        /* NGX_HTTP_HYPIC_ROUTE_* */
     ngx_http_hypic_lookup_t    *lookup;       /* in flight, or NULL */
     ngx_event_t                 redis_timer;
@@ -142,32 +144,53 @@ typedef struct {
     unsigned                    routed:1;     /* the route is decided */
     unsigned                    peer_failed:1;  /* error_page came back */
     unsigned                    await_link:1; /* for the engine's identity */
+} ngx_http_hypic_routing_t;
 
-    /* the engine side (ngx_http_hypic_engine.c) */
+
+typedef struct {
     ngx_http_hypic_link_t      *link;
     ngx_str_t                   node;         /* the engine's node id */
     ngx_queue_t                 queue;        /* link->waiting or ->active */
     hp_ipc_slot_t              *slot;
     uint32_t                    seq;          /* the slot claim's */
     ngx_event_t                 timeout;
-    ngx_event_t                 heartbeat;
     unsigned                    queued:1;
     unsigned                    cleanup:1;
+} ngx_http_hypic_claim_t;
 
-    /* the answer (handler, sse) */
+
+typedef struct {
+    ngx_str_t                   id;           /* "chatcmpl-...", "cmpl-..." */
+    time_t                      created;
+    ngx_str_t                   head;         /* JSON common to chunks */
     unsigned                    started:1;    /* START arrived */
     unsigned                    finished:1;   /* FINAL arrived */
     unsigned                    succeeded:1;  /* ... without an error */
     unsigned                    ttft_set:1;
     unsigned                    engine_error:1; /* unavailable, failed */
     ngx_msec_int_t              ttft;         /* ms: request to 1st token */
+
+    /* what the engine answered with: START's, or FINAL's without one */
     hp_ipc_start_t              start;
     hp_ipc_final_t              final;
-    ngx_str_t                   head;         /* JSON common to chunks */
+
+    ngx_event_t                 heartbeat;    /* SSE comments while idle */
     ngx_chain_t                *free;         /* SSE buffers to reuse */
     ngx_chain_t                *busy;         /* ... and those in flight */
     ngx_http_hypic_choice_t    *choices;      /* [n] (choice.c) */
     ngx_uint_t                  n;
+    void                       *tools;        /* ngx_http_hypic_tools.c */
+} ngx_http_hypic_out_t;
+
+
+typedef struct {
+    off_t                       received;     /* body bytes seen so far */
+    unsigned                    too_large:1;
+
+    ngx_http_hypic_in_t         in;
+    ngx_http_hypic_routing_t    routing;
+    ngx_http_hypic_claim_t      eng;
+    ngx_http_hypic_out_t        out;
 } ngx_http_hypic_ctx_t;
 
 

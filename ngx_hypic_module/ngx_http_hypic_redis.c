@@ -558,7 +558,7 @@ ngx_http_hypic_redis_lookup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return rc;
     }
 
-    if (ctx->n_segs == 0) {
+    if (ctx->routing.n_segs == 0) {
         return NGX_OK;
     }
 
@@ -566,14 +566,16 @@ ngx_http_hypic_redis_lookup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return NGX_DECLINED;
     }
 
-    len = ctx->model_key.len + sizeof("node:") - 1 + ctx->local_node.len;
+    len = ctx->routing.model_key.len + sizeof("node:") - 1
+          + ctx->routing.local_node.len;
 
     key = ngx_pnalloc(r->pool, len);
     if (key == NULL) {
         return NGX_ERROR;
     }
 
-    ngx_sprintf(key, "%Vnode:%V", &ctx->model_key, &ctx->local_node);
+    ngx_sprintf(key, "%Vnode:%V", &ctx->routing.model_key,
+                &ctx->routing.local_node);
 
     lk = ngx_calloc(sizeof(ngx_http_hypic_lookup_t), r->connection->log);
     if (lk == NULL) {
@@ -585,10 +587,10 @@ ngx_http_hypic_redis_lookup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     /* round 1: the holders of every segment, and the local node's load */
 
-    for (i = 0; i < ctx->n_segs; i++) {
+    for (i = 0; i < ctx->routing.n_segs; i++) {
         if (redisAsyncCommand(rd->ac, ngx_http_hypic_redis_reply, lk,
-                              "SMEMBERS %b", ctx->seg_keys[i].data,
-                              ctx->seg_keys[i].len)
+                              "SMEMBERS %b", ctx->routing.seg_keys[i].data,
+                              ctx->routing.seg_keys[i].len)
             != REDIS_OK)
         {
             break;
@@ -597,7 +599,7 @@ ngx_http_hypic_redis_lookup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         lk->pending++;
     }
 
-    if (lk->pending == ctx->n_segs
+    if (lk->pending == ctx->routing.n_segs
         && redisAsyncCommand(rd->ac, ngx_http_hypic_redis_reply, lk,
                              "HMGET %b load", key, len)
            == REDIS_OK)
@@ -605,7 +607,7 @@ ngx_http_hypic_redis_lookup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         lk->pending++;
     }
 
-    if (lk->pending != ctx->n_segs + 1) {
+    if (lk->pending != ctx->routing.n_segs + 1) {
 
         /* the context is going away: what was sent comes back empty */
 
@@ -618,17 +620,17 @@ ngx_http_hypic_redis_lookup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return NGX_DECLINED;
     }
 
-    ctx->lookup = lk;
+    ctx->routing.lookup = lk;
 
-    ctx->redis_timer.handler = ngx_http_hypic_redis_timeout;
-    ctx->redis_timer.data = r;
-    ctx->redis_timer.log = r->connection->log;
+    ctx->routing.redis_timer.handler = ngx_http_hypic_redis_timeout;
+    ctx->routing.redis_timer.data = r;
+    ctx->routing.redis_timer.log = r->connection->log;
 
-    ngx_add_timer(&ctx->redis_timer, rd->hmcf->redis_timeout);
+    ngx_add_timer(&ctx->routing.redis_timer, rd->hmcf->redis_timeout);
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "hypic: redis lookup of %ui segments for %V",
-                   ctx->n_segs, &ctx->id);
+                   ctx->routing.n_segs, &ctx->out.id);
 
     return NGX_AGAIN;
 }
@@ -649,42 +651,43 @@ ngx_http_hypic_redis_segments(ngx_http_request_t *r,
     ngx_str_t                  *texts, one;
     ngx_uint_t                  i, n_texts, chat;
 
-    chat = (ctx->contents != NULL);
+    chat = (ctx->in.contents != NULL);
 
     if (chat) {
-        texts = ctx->contents->elts;
-        n_texts = ctx->contents->nelts;
+        texts = ctx->in.contents->elts;
+        n_texts = ctx->in.contents->nelts;
 
     } else {
-        one = ctx->prompt;
+        one = ctx->in.prompt;
         texts = &one;
         n_texts = 1;
     }
 
-    ctx->n_segs = 0;
+    ctx->routing.n_segs = 0;
 
-    ctx->seg_keys = ngx_palloc(r->pool,
+    ctx->routing.seg_keys = ngx_palloc(r->pool,
                                NGX_HTTP_HYPIC_MAX_SEGS * sizeof(ngx_str_t));
-    ctx->seg_bytes = ngx_palloc(r->pool,
+    ctx->routing.seg_bytes = ngx_palloc(r->pool,
                                 NGX_HTTP_HYPIC_MAX_SEGS * sizeof(uint64_t));
 
-    if (ctx->seg_keys == NULL || ctx->seg_bytes == NULL) {
+    if (ctx->routing.seg_keys == NULL || ctx->routing.seg_bytes == NULL) {
         return NGX_ERROR;
     }
 
     /* "hypic:{model}:", the prefix of every key of this model */
 
-    ctx->model_key.len = sizeof("hypic::") - 1 + id->model.len;
-    ctx->model_key.data = ngx_pnalloc(r->pool, ctx->model_key.len);
-    if (ctx->model_key.data == NULL) {
+    ctx->routing.model_key.len = sizeof("hypic::") - 1 + id->model.len;
+    ctx->routing.model_key.data = ngx_pnalloc(r->pool,
+                                              ctx->routing.model_key.len);
+    if (ctx->routing.model_key.data == NULL) {
         return NGX_ERROR;
     }
 
-    ngx_sprintf(ctx->model_key.data, "hypic:%V:", &id->model);
+    ngx_sprintf(ctx->routing.model_key.data, "hypic:%V:", &id->model);
 
-    ctx->local_node.len = id->node.len;
-    ctx->local_node.data = ngx_pstrdup(r->pool, &id->node);
-    if (ctx->local_node.data == NULL) {
+    ctx->routing.local_node.len = id->node.len;
+    ctx->routing.local_node.data = ngx_pstrdup(r->pool, &id->node);
+    if (ctx->routing.local_node.data == NULL) {
         return NGX_ERROR;
     }
 
@@ -696,7 +699,7 @@ ngx_http_hypic_redis_segments(ngx_http_request_t *r,
         }
     }
 
-    if (ngx_array_init(&ctx->nodes, r->pool, 4,
+    if (ngx_array_init(&ctx->routing.nodes, r->pool, 4,
                        sizeof(ngx_http_hypic_node_t))
         != NGX_OK)
     {
@@ -760,9 +763,9 @@ ngx_http_hypic_redis_keys(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    klen = ctx->model_key.len + sizeof("seg:") - 1 + HP_SEG_ID_HEX_LEN;
+    klen = ctx->routing.model_key.len + sizeof("seg:") - 1 + HP_SEG_ID_HEX_LEN;
 
-    for (i = 0; i < n && ctx->n_segs < NGX_HTTP_HYPIC_MAX_SEGS; i++) {
+    for (i = 0; i < n && ctx->routing.n_segs < NGX_HTTP_HYPIC_MAX_SEGS; i++) {
         if (segs[i].role == HP_SEG_QUERY || segs[i].len == 0
             || (pic_only && segs[i].role != HP_SEG_PIC))
         {
@@ -778,12 +781,12 @@ ngx_http_hypic_redis_keys(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
             return NGX_ERROR;
         }
 
-        ngx_sprintf(key, "%Vseg:%s", &ctx->model_key, hex);
+        ngx_sprintf(key, "%Vseg:%s", &ctx->routing.model_key, hex);
 
-        ctx->seg_keys[ctx->n_segs].data = key;
-        ctx->seg_keys[ctx->n_segs].len = klen;
-        ctx->seg_bytes[ctx->n_segs] = segs[i].len;
-        ctx->n_segs++;
+        ctx->routing.seg_keys[ctx->routing.n_segs].data = key;
+        ctx->routing.seg_keys[ctx->routing.n_segs].len = klen;
+        ctx->routing.seg_bytes[ctx->routing.n_segs] = segs[i].len;
+        ctx->routing.n_segs++;
     }
 
     return NGX_OK;
@@ -840,12 +843,12 @@ ngx_http_hypic_redis_reply(redisAsyncContext *ac, void *reply,
     } else if (lk->failed) {
         /* void */
 
-    } else if (lk->round == 1 && i < ctx->n_segs) {
+    } else if (lk->round == 1 && i < ctx->routing.n_segs) {
         ngx_http_hypic_redis_holders(r, ctx, i, rr);
 
     } else if (lk->round == 1) {
-        node = ngx_http_hypic_redis_node(r, ctx, ctx->local_node.data,
-                                         ctx->local_node.len);
+        node = ngx_http_hypic_redis_node(r, ctx, ctx->routing.local_node.data,
+                                         ctx->routing.local_node.len);
         if (node) {
             node->load = ngx_http_hypic_redis_load(
                              rr->type == REDIS_REPLY_ARRAY && rr->elements
@@ -893,9 +896,9 @@ ngx_http_hypic_redis_reply(redisAsyncContext *ac, void *reply,
         }
     }
 
-    ctx->peer = ngx_http_hypic_redis_choose(ctx);
+    ctx->routing.peer = ngx_http_hypic_redis_choose(ctx);
 
-    ngx_http_hypic_redis_finish(r, ctx, ctx->peer
+    ngx_http_hypic_redis_finish(r, ctx, ctx->routing.peer
                                         ? NGX_HTTP_HYPIC_ROUTE_PEER
                                         : NGX_HTTP_HYPIC_ROUTE_CACHE);
 }
@@ -925,7 +928,7 @@ ngx_http_hypic_redis_holders(ngx_http_request_t *r,
         node = ngx_http_hypic_redis_node(r, ctx, (u_char *) e->str,
                                          (size_t) e->len);
         if (node) {
-            node->bytes += ctx->seg_bytes[seg];
+            node->bytes += ctx->routing.seg_bytes[seg];
         }
     }
 }
@@ -940,9 +943,9 @@ ngx_http_hypic_redis_node(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     ngx_uint_t              i;
     ngx_http_hypic_node_t  *node;
 
-    node = ctx->nodes.elts;
+    node = ctx->routing.nodes.elts;
 
-    for (i = 0; i < ctx->nodes.nelts; i++) {
+    for (i = 0; i < ctx->routing.nodes.nelts; i++) {
         if (node[i].id.len == len
             && ngx_strncmp(node[i].id.data, id, len) == 0)
         {
@@ -950,11 +953,11 @@ ngx_http_hypic_redis_node(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         }
     }
 
-    if (ctx->nodes.nelts == NGX_HTTP_HYPIC_MAX_NODES) {
+    if (ctx->routing.nodes.nelts == NGX_HTTP_HYPIC_MAX_NODES) {
         return NULL;
     }
 
-    node = ngx_array_push(&ctx->nodes);
+    node = ngx_array_push(&ctx->routing.nodes);
     if (node == NULL) {
         return NULL;
     }
@@ -963,15 +966,15 @@ ngx_http_hypic_redis_node(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     node->id.data = ngx_pnalloc(r->pool, len);
     if (node->id.data == NULL) {
-        ctx->nodes.nelts--;
+        ctx->routing.nodes.nelts--;
         return NULL;
     }
 
     ngx_memcpy(node->id.data, id, len);
     node->id.len = len;
 
-    node->local = (len == ctx->local_node.len
-                   && ngx_strncmp(id, ctx->local_node.data, len) == 0);
+    node->local = (len == ctx->routing.local_node.len
+                   && ngx_strncmp(id, ctx->routing.local_node.data, len) == 0);
     node->live = node->local;
 
     return node;
@@ -997,10 +1000,10 @@ ngx_http_hypic_redis_ask_peers(ngx_http_request_t *r,
 
     rd = &ngx_http_hypic_redis;
 
-    node = ctx->nodes.elts;
+    node = ctx->routing.nodes.elts;
     local = 0;
 
-    for (i = 0; i < ctx->nodes.nelts; i++) {
+    for (i = 0; i < ctx->routing.nodes.nelts; i++) {
         if (node[i].local) {
             local = node[i].bytes;
         }
@@ -1008,7 +1011,7 @@ ngx_http_hypic_redis_ask_peers(ngx_http_request_t *r,
 
     lk->n_peers = 0;
 
-    for (i = 0; i < ctx->nodes.nelts; i++) {
+    for (i = 0; i < ctx->routing.nodes.nelts; i++) {
         if (node[i].local || node[i].bytes == 0 || node[i].bytes < local) {
             continue;
         }
@@ -1047,7 +1050,7 @@ ngx_http_hypic_redis_ask_peers(ngx_http_request_t *r,
     lk->received = 0;
 
     for (i = 0; i < lk->n_peers; i++) {
-        len = ctx->model_key.len + sizeof("node:") - 1
+        len = ctx->routing.model_key.len + sizeof("node:") - 1
               + lk->peers[i]->id.len;
 
         key = ngx_pnalloc(r->pool, len);
@@ -1055,7 +1058,8 @@ ngx_http_hypic_redis_ask_peers(ngx_http_request_t *r,
             break;
         }
 
-        ngx_sprintf(key, "%Vnode:%V", &ctx->model_key, &lk->peers[i]->id);
+        ngx_sprintf(key, "%Vnode:%V", &ctx->routing.model_key,
+                    &lk->peers[i]->id);
 
         if (redisAsyncCommand(rd->ac, ngx_http_hypic_redis_reply, lk,
                               "HMGET %b addr load", key, len)
@@ -1204,20 +1208,20 @@ ngx_http_hypic_redis_choose(ngx_http_hypic_ctx_t *ctx)
     ngx_uint_t              i;
     ngx_http_hypic_node_t  *node, *best;
 
-    node = ctx->nodes.elts;
+    node = ctx->routing.nodes.elts;
 
     best = NULL;
     best_bytes = 0;
     best_load = 0;
 
-    for (i = 0; i < ctx->nodes.nelts; i++) {
+    for (i = 0; i < ctx->routing.nodes.nelts; i++) {
         if (node[i].local) {
             best_bytes = node[i].bytes;
             best_load = node[i].load;
         }
     }
 
-    for (i = 0; i < ctx->nodes.nelts; i++) {
+    for (i = 0; i < ctx->routing.nodes.nelts; i++) {
         if (node[i].local || !node[i].live || node[i].bytes == 0) {
             continue;
         }
@@ -1243,14 +1247,14 @@ ngx_http_hypic_redis_finish(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     ngx_http_hypic_redis_abandon(ctx);
 
-    ctx->route = route;
+    ctx->routing.route = route;
 
     if (ngx_http_hypic_redis.exiting) {
         return;
     }
 
     ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "hypic: %V routed %V", &ctx->id,
+                   "hypic: %V routed %V", &ctx->out.id,
                    ngx_http_hypic_route_name(route));
 
     c = r->connection;
@@ -1266,17 +1270,17 @@ ngx_http_hypic_redis_abandon(ngx_http_hypic_ctx_t *ctx)
 {
     ngx_http_hypic_lookup_t  *lk;
 
-    if (ctx->redis_timer.timer_set) {
-        ngx_del_timer(&ctx->redis_timer);
+    if (ctx->routing.redis_timer.timer_set) {
+        ngx_del_timer(&ctx->routing.redis_timer);
     }
 
-    lk = ctx->lookup;
+    lk = ctx->routing.lookup;
 
     if (lk == NULL) {
         return;
     }
 
-    ctx->lookup = NULL;
+    ctx->routing.lookup = NULL;
     lk->request = NULL;
 
     if (lk->pending == 0) {

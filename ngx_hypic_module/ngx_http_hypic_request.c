@@ -91,17 +91,17 @@ ngx_http_hypic_request_parse(ngx_http_request_t *r,
     }
 
     if (rc == NGX_OK) {
-        rc = (ctx->endpoint == NGX_HTTP_HYPIC_CHAT)
+        rc = (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT)
              ? ngx_http_hypic_check_chat(json, bad)
              : ngx_http_hypic_check_completion(json, bad);
     }
 
-    if (rc == NGX_OK && ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+    if (rc == NGX_OK && ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
         rc = ngx_http_hypic_tools_check(json, bad);
 
         /* the engine renders the body with the model's chat template */
 
-        ctx->prompt = body;
+        ctx->in.prompt = body;
     }
 
     if (rc == NGX_OK) {
@@ -110,13 +110,13 @@ ngx_http_hypic_request_parse(ngx_http_request_t *r,
 
     if (rc == NGX_OK) {
         rc = ngx_http_hypic_choices_check(json,
-                                          ctx->endpoint
+                                          ctx->in.endpoint
                                           == NGX_HTTP_HYPIC_CHAT, bad);
     }
 
     if (rc == NGX_OK) {
-        ctx->mode = ngx_http_hypic_eval_mode(r, hlcf);
-        ctx->mode_set = 1;
+        ctx->in.mode = ngx_http_hypic_eval_mode(r, hlcf);
+        ctx->in.mode_set = 1;
         rc = ngx_http_hypic_build(r, ctx, hlcf, json, bad);
     }
 
@@ -751,7 +751,7 @@ ngx_http_hypic_build_decode(hp_ipc_request_t *req, cJSON *json)
 
 
 /*
- * Fills ctx->req, ctx->prompt and the answer's fixed parts from a checked
+ * Fills ctx->in.req, ctx->in.prompt and the answer's fixed parts from a checked
  * request. NGX_OK, NGX_ERROR with bad filled, or 500 (no memory).
  */
 
@@ -764,7 +764,7 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     ngx_uint_t         chat, n;
     hp_ipc_request_t  *req;
 
-    chat = (ctx->endpoint == NGX_HTTP_HYPIC_CHAT);
+    chat = (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT);
 
     rc = chat ? ngx_http_hypic_prompt_chat(r, ctx, json, bad)
               : ngx_http_hypic_prompt_completion(r, ctx, json, bad);
@@ -773,10 +773,10 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return rc;
     }
 
-    req = &ctx->req;
+    req = &ctx->in.req;
 
     req->endpoint = chat ? HP_IPC_EP_CHAT : HP_IPC_EP_COMPLETIONS;
-    req->mode = (uint32_t) ctx->mode;
+    req->mode = (uint32_t) ctx->in.mode;
     req->seam = (uint32_t) hlcf->seam;
 
     item = cJSON_GetObjectItemCaseSensitive(json, "max_completion_tokens");
@@ -836,17 +836,17 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     req->sep_len = (uint32_t) hlcf->separator.len;
     ngx_memcpy(req->separator, hlcf->separator.data, hlcf->separator.len);
 
-    ctx->stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(json,
+    ctx->in.stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(json,
                                                                 "stream"));
 
     item = cJSON_GetObjectItemCaseSensitive(json, "stream_options");
 
-    if (ctx->stream && cJSON_IsObject(item)) {
-        ctx->include_usage = cJSON_IsTrue(
+    if (ctx->in.stream && cJSON_IsObject(item)) {
+        ctx->in.include_usage = cJSON_IsTrue(
             cJSON_GetObjectItemCaseSensitive(item, "include_usage"));
     }
 
-    ctx->created = ngx_time();
+    ctx->out.created = ngx_time();
 
     /* the tools' scanners are per choice */
 
@@ -880,20 +880,20 @@ ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
 
     /* cJSON keeps it until the request is built: copy it */
 
-    ctx->prompt.len = ngx_strlen(prompt->valuestring);
-    ctx->prompt.data = ngx_pnalloc(r->pool, ctx->prompt.len + 1);
-    if (ctx->prompt.data == NULL) {
+    ctx->in.prompt.len = ngx_strlen(prompt->valuestring);
+    ctx->in.prompt.data = ngx_pnalloc(r->pool, ctx->in.prompt.len + 1);
+    if (ctx->in.prompt.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ngx_memcpy(ctx->prompt.data, prompt->valuestring, ctx->prompt.len);
+    ngx_memcpy(ctx->in.prompt.data, prompt->valuestring, ctx->in.prompt.len);
 
     return NGX_OK;
 }
 
 
 /*
- * A chat request goes to the engine as its body (ctx->prompt): the
+ * A chat request goes to the engine as its body (ctx->in.prompt): the
  * engine renders it with the model's chat template. Kept here: the text
  * content parts only (others are refused) and the texts that can hold
  * segments (for the Redis lookup).
@@ -907,19 +907,19 @@ ngx_http_hypic_prompt_chat(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     ngx_str_t   *s;
     ngx_uint_t   i;
 
-    ctx->req.flags |= HP_IPC_FLAG_CHAT;
+    ctx->in.req.flags |= HP_IPC_FLAG_CHAT;
 
     /* a byte order mark is not JSON to the engine's parser */
 
-    if (ctx->prompt.len >= 3
-        && ngx_strncmp(ctx->prompt.data, "\xef\xbb\xbf", 3) == 0)
+    if (ctx->in.prompt.len >= 3
+        && ngx_strncmp(ctx->in.prompt.data, "\xef\xbb\xbf", 3) == 0)
     {
-        ctx->prompt.data += 3;
-        ctx->prompt.len -= 3;
+        ctx->in.prompt.data += 3;
+        ctx->in.prompt.len -= 3;
     }
 
-    ctx->contents = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
-    if (ctx->contents == NULL) {
+    ctx->in.contents = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
+    if (ctx->in.contents == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -958,7 +958,7 @@ ngx_http_hypic_prompt_chat(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
                 continue;
             }
 
-            s = ngx_array_push(ctx->contents);
+            s = ngx_array_push(ctx->in.contents);
             if (s == NULL) {
                 return NGX_HTTP_INTERNAL_SERVER_ERROR;
             }

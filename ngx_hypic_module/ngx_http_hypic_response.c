@@ -42,33 +42,33 @@ ngx_http_hypic_response_init(ngx_http_request_t *r,
     ngx_str_t   *model;
     const char  *object, *prefix;
 
-    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+    if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
         prefix = "chatcmpl-";
-        object = ctx->stream ? "chat.completion.chunk" : "chat.completion";
+        object = ctx->in.stream ? "chat.completion.chunk" : "chat.completion";
 
     } else {
         prefix = "cmpl-";
         object = "text_completion";
     }
 
-    ctx->id.data = ngx_pnalloc(r->pool, sizeof("chatcmpl-") - 1 + 24);
-    if (ctx->id.data == NULL) {
+    ctx->out.id.data = ngx_pnalloc(r->pool, sizeof("chatcmpl-") - 1 + 24);
+    if (ctx->out.id.data == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    p = ngx_sprintf(ctx->id.data, "%s%08xD%08xD%08xD", prefix,
+    p = ngx_sprintf(ctx->out.id.data, "%s%08xD%08xD%08xD", prefix,
                     (uint32_t) ngx_random(), (uint32_t) ngx_random(),
                     (uint32_t) (r->connection->number ^ ngx_pid));
 
-    ctx->id.len = p - ctx->id.data;
+    ctx->out.id.len = p - ctx->out.id.data;
 
-    ngx_cpystrn((u_char *) ctx->req.id, ctx->id.data,
-                ngx_min(ctx->id.len + 1, HP_IPC_ID_BYTES));
+    ngx_cpystrn((u_char *) ctx->in.req.id, ctx->out.id.data,
+                ngx_min(ctx->out.id.len + 1, HP_IPC_ID_BYTES));
 
     model = &hlcf->engine->model;
 
     len = sizeof("{\"id\":\"\",\"object\":\"\",\"created\":,\"model\":\"\",")
-          - 1 + ctx->id.len + ngx_strlen(object) + NGX_TIME_T_LEN
+          - 1 + ctx->out.id.len + ngx_strlen(object) + NGX_TIME_T_LEN
           + ngx_http_hypic_json_escape_len(model->data, model->len);
 
     p = ngx_pnalloc(r->pool, len);
@@ -76,14 +76,14 @@ ngx_http_hypic_response_init(ngx_http_request_t *r,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    ctx->head.data = p;
+    ctx->out.head.data = p;
 
     p = ngx_sprintf(p, "{\"id\":\"%V\",\"object\":\"%s\",\"created\":%T,"
-                    "\"model\":\"", &ctx->id, object, ctx->created);
+                    "\"model\":\"", &ctx->out.id, object, ctx->out.created);
     p = ngx_http_hypic_json_escape(p, model->data, model->len);
     p = ngx_cpymem(p, "\",", 2);
 
-    ctx->head.len = p - ctx->head.data;
+    ctx->out.head.len = p - ctx->out.head.data;
 
     return NGX_OK;
 }
@@ -104,14 +104,14 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
 
     case HP_IPC_REC_START:
 
-        if (len != sizeof(hp_ipc_start_t) || ctx->started) {
+        if (len != sizeof(hp_ipc_start_t) || ctx->out.started) {
             break;
         }
 
-        ngx_memcpy(&ctx->start, data, len);
-        ctx->started = 1;
+        ngx_memcpy(&ctx->out.start, data, len);
+        ctx->out.started = 1;
 
-        if (!ctx->stream) {
+        if (!ctx->in.stream) {
             return NGX_OK;
         }
 
@@ -129,11 +129,11 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
     case HP_IPC_REC_TOKEN:
     case HP_IPC_REC_END:
 
-        if (!ctx->started) {
+        if (!ctx->out.started) {
             break;
         }
 
-        if (!ctx->ttft_set && type == HP_IPC_REC_TEXT
+        if (!ctx->out.ttft_set && type == HP_IPC_REC_TEXT
             && len > sizeof(hp_ipc_text_t))
         {
             ngx_http_hypic_first_token(r, ctx);
@@ -159,17 +159,27 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
             break;
         }
 
-        ngx_memcpy(&ctx->final, data, len);
-        ctx->final.code[sizeof(ctx->final.code) - 1] = '\0';
-        ctx->final.message[sizeof(ctx->final.message) - 1] = '\0';
+        ngx_memcpy(&ctx->out.final, data, len);
+        ctx->out.final.code[sizeof(ctx->out.final.code) - 1] = '\0';
+        ctx->out.final.message[sizeof(ctx->out.final.message) - 1] = '\0';
 
-        ctx->finished = 1;
-        ctx->succeeded = (ctx->final.status == 0
-                          && ctx->final.finish != HP_IPC_FINISH_ERROR);
+        ctx->out.finished = 1;
+        ctx->out.succeeded = (ctx->out.final.status == 0
+                              && ctx->out.final.finish
+                                 != HP_IPC_FINISH_ERROR);
+
+        /* what START would have said, once, for the headers and the log */
+
+        if (!ctx->out.started) {
+            ctx->out.start.mode = ctx->out.final.mode;
+            ctx->out.start.decode = ctx->out.final.decode;
+            ctx->out.start.segs_hit = ctx->out.final.segs_hit;
+            ctx->out.start.segs_total = ctx->out.final.segs_total;
+        }
 
         /* an answer without text has its first "token" at the end */
 
-        if (ctx->succeeded && !ctx->ttft_set) {
+        if (ctx->out.succeeded && !ctx->out.ttft_set) {
             ngx_http_hypic_first_token(r, ctx);
         }
 
@@ -177,23 +187,23 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
 
         ngx_http_hypic_engine_detach(ctx);
 
-        if (ctx->final.status != 0
-            || ctx->final.finish == HP_IPC_FINISH_ERROR)
+        if (ctx->out.final.status != 0
+            || ctx->out.final.finish == HP_IPC_FINISH_ERROR)
         {
-            e = hp_ipc_error(ctx->final.status);
+            e = hp_ipc_error(ctx->out.final.status);
             level = (e->http >= NGX_HTTP_INTERNAL_SERVER_ERROR)
                     ? NGX_LOG_ERR : NGX_LOG_INFO;
 
             ngx_log_error(level, r->connection->log, 0,
-                          "hypic: engine refused %V: %s (%s)", &ctx->id,
-                          ctx->final.message, e->code);
+                          "hypic: engine refused %V: %s (%s)", &ctx->out.id,
+                          ctx->out.final.message, e->code);
 
             ngx_http_hypic_fail(r, e->http, e->type, e->code, "%s",
-                                ctx->final.message);
+                                ctx->out.final.message);
             return NGX_DONE;
         }
 
-        if (!ctx->stream) {
+        if (!ctx->in.stream) {
             rc = ngx_http_hypic_choices_end(r, ctx);
 
             ngx_http_finalize_request(r, rc == NGX_OK
@@ -203,11 +213,6 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
         }
 
         if (!r->header_sent) {
-            ctx->start.mode = ctx->final.mode;
-            ctx->start.decode = ctx->final.decode;
-            ctx->start.segs_hit = ctx->final.segs_hit;
-            ctx->start.segs_total = ctx->final.segs_total;
-
             rc = ngx_http_hypic_sse_start(r, ctx);
 
             if (rc == NGX_ERROR || rc > NGX_OK) {
@@ -226,7 +231,7 @@ ngx_http_hypic_deliver(ngx_http_request_t *r, ngx_uint_t type, u_char *data,
 
     ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
                   "hypic: unexpected record %ui (%uz bytes) from the engine "
-                  "for %V", type, len, &ctx->id);
+                  "for %V", type, len, &ctx->out.id);
 
     ngx_http_hypic_fail(r, NGX_HTTP_BAD_GATEWAY, NGX_HTTP_HYPIC_SERVER_ERROR,
                         "engine_error", "The engine sent a malformed answer");
@@ -250,7 +255,7 @@ ngx_http_hypic_fail(ngx_http_request_t *r, ngx_uint_t status,
     ngx_http_hypic_engine_detach(ctx);
 
     if (status >= NGX_HTTP_INTERNAL_SERVER_ERROR) {
-        ctx->engine_error = 1;
+        ctx->out.engine_error = 1;
     }
 
     va_start(args, fmt);
@@ -282,8 +287,7 @@ ngx_http_hypic_add_headers(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     h->hash = 1;
     ngx_str_set(&h->key, "X-Hypic-Mode");
-    h->value = *ngx_http_hypic_mode_name(ctx->started ? ctx->start.mode
-                                                      : ctx->final.mode);
+    h->value = *ngx_http_hypic_mode_name(ctx->out.start.mode);
 
     h = ngx_list_push(&r->headers_out.headers);
     if (h == NULL) {
@@ -292,7 +296,7 @@ ngx_http_hypic_add_headers(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     h->hash = 1;
     ngx_str_set(&h->key, "X-Hypic-Node");
-    h->value = ctx->node;
+    h->value = ctx->eng.node;
 
     h = ngx_list_push(&r->headers_out.headers);
     if (h == NULL) {
@@ -301,8 +305,7 @@ ngx_http_hypic_add_headers(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     h->hash = 1;
     ngx_str_set(&h->key, "X-Hypic-Decode");
-    h->value = *ngx_http_hypic_decode_name(ctx->started ? ctx->start.decode
-                                                        : ctx->final.decode);
+    h->value = *ngx_http_hypic_decode_name(ctx->out.start.decode);
 
     p = ngx_pnalloc(r->pool, 2 * NGX_INT32_LEN + 1);
     if (p == NULL) {
@@ -317,11 +320,8 @@ ngx_http_hypic_add_headers(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     h->hash = 1;
     ngx_str_set(&h->key, "X-Hypic-Segments");
     h->value.data = p;
-    h->value.len = ngx_sprintf(p, "%uD/%uD",
-                               ctx->started ? ctx->start.segs_hit
-                                            : ctx->final.segs_hit,
-                               ctx->started ? ctx->start.segs_total
-                                            : ctx->final.segs_total)
+    h->value.len = ngx_sprintf(p, "%uD/%uD", ctx->out.start.segs_hit,
+                               ctx->out.start.segs_total)
                    - p;
 
     return NGX_OK;
@@ -354,10 +354,10 @@ ngx_http_hypic_first_token(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     tp = ngx_timeofday();
 
-    ctx->ttft = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
+    ctx->out.ttft = (ngx_msec_int_t) ((tp->sec - r->start_sec) * 1000
                                   + (tp->msec - r->start_msec));
-    ctx->ttft = ngx_max(ctx->ttft, 0);
-    ctx->ttft_set = 1;
+    ctx->out.ttft = ngx_max(ctx->out.ttft, 0);
+    ctx->out.ttft_set = 1;
 }
 
 
@@ -374,7 +374,7 @@ ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    len = ctx->head.len + choices.len + 2 + NGX_HTTP_HYPIC_USAGE_LEN;
+    len = ctx->out.head.len + choices.len + 2 + NGX_HTTP_HYPIC_USAGE_LEN;
 
     p = ngx_pnalloc(r->pool, len);
     if (p == NULL) {
@@ -383,10 +383,10 @@ ngx_http_hypic_respond(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     body.data = p;
 
-    p = ngx_cpymem(p, ctx->head.data, ctx->head.len);
+    p = ngx_cpymem(p, ctx->out.head.data, ctx->out.head.len);
     p = ngx_cpymem(p, choices.data, choices.len);
     *p++ = ',';
-    p = ngx_http_hypic_usage(p, &ctx->final);
+    p = ngx_http_hypic_usage(p, &ctx->out.final);
     *p++ = '}';
 
     body.len = p - body.data;

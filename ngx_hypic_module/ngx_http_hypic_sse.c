@@ -81,17 +81,17 @@ ngx_http_hypic_sse_start(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     }
 
     if (hlcf->heartbeat) {
-        ctx->heartbeat.handler = ngx_http_hypic_sse_heartbeat;
-        ctx->heartbeat.data = r;
-        ctx->heartbeat.log = r->connection->log;
+        ctx->out.heartbeat.handler = ngx_http_hypic_sse_heartbeat;
+        ctx->out.heartbeat.data = r;
+        ctx->out.heartbeat.log = r->connection->log;
 
         /* the request timeout keeps an exiting worker alive, not this */
-        ctx->heartbeat.cancelable = 1;
+        ctx->out.heartbeat.cancelable = 1;
 
-        ngx_add_timer(&ctx->heartbeat, hlcf->heartbeat);
+        ngx_add_timer(&ctx->out.heartbeat, hlcf->heartbeat);
     }
 
-    if (ctx->endpoint != NGX_HTTP_HYPIC_CHAT) {
+    if (ctx->in.endpoint != NGX_HTTP_HYPIC_CHAT) {
         return NGX_OK;
     }
 
@@ -99,7 +99,7 @@ ngx_http_hypic_sse_start(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     /* each choice begins with its own */
 
-    for (i = 0; i < ctx->n; i++) {
+    for (i = 0; i < ctx->out.n; i++) {
         rc = ngx_http_hypic_sse_chunk(r, ctx, i, &role, NULL, 0, NULL, NULL);
 
         if (rc == NGX_ERROR) {
@@ -119,7 +119,7 @@ ngx_http_hypic_sse_finish(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
 
-    len = sizeof("data: \"choices\":[],}\n\n") - 1 + ctx->head.len
+    len = sizeof("data: \"choices\":[],}\n\n") - 1 + ctx->out.head.len
           + NGX_HTTP_HYPIC_USAGE_LEN + sizeof(ngx_http_hypic_sse_done) - 1;
 
     cl = ngx_http_hypic_sse_buf(r, ctx, len);
@@ -130,11 +130,11 @@ ngx_http_hypic_sse_finish(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     b = cl->buf;
     p = b->last;
 
-    if (ctx->include_usage) {
+    if (ctx->in.include_usage) {
         p = ngx_cpymem(p, "data: ", sizeof("data: ") - 1);
-        p = ngx_cpymem(p, ctx->head.data, ctx->head.len);
+        p = ngx_cpymem(p, ctx->out.head.data, ctx->out.head.len);
         p = ngx_cpymem(p, "\"choices\":[],", sizeof("\"choices\":[],") - 1);
-        p = ngx_http_hypic_usage(p, &ctx->final);
+        p = ngx_http_hypic_usage(p, &ctx->out.final);
         p = ngx_cpymem(p, "}\n\n", sizeof("}\n\n") - 1);
     }
 
@@ -240,7 +240,7 @@ ngx_http_hypic_sse_chunk(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     size = sizeof("data: \"choices\":[{\"index\":,\"delta\":{\"content\":\""
                   "\"},\"logprobs\":null,\"finish_reason\":\"\"}]}\n\n") - 1
-           + NGX_INT_T_LEN + ctx->head.len
+           + NGX_INT_T_LEN + ctx->out.head.len
            + ngx_http_hypic_json_escape_len(text, len)
            + (delta ? delta->len : 0) + (finish ? finish->len : 0)
            + (logprobs ? logprobs->len : 0);
@@ -253,10 +253,10 @@ ngx_http_hypic_sse_chunk(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     b = cl->buf;
 
     p = ngx_cpymem(b->last, "data: ", sizeof("data: ") - 1);
-    p = ngx_cpymem(p, ctx->head.data, ctx->head.len);
+    p = ngx_cpymem(p, ctx->out.head.data, ctx->out.head.len);
     p = ngx_sprintf(p, "\"choices\":[{\"index\":%ui,", index);
 
-    if (ctx->endpoint == NGX_HTTP_HYPIC_CHAT) {
+    if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
         p = ngx_cpymem(p, "\"delta\":", sizeof("\"delta\":") - 1);
 
         if (delta) {
@@ -317,7 +317,7 @@ ngx_http_hypic_sse_buf(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     ngx_buf_t    *b;
     ngx_chain_t  *cl;
 
-    cl = ngx_chain_get_free_buf(r->pool, &ctx->free);
+    cl = ngx_chain_get_free_buf(r->pool, &ctx->out.free);
     if (cl == NULL) {
         return NULL;
     }
@@ -367,7 +367,7 @@ ngx_http_hypic_sse_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     rc = ngx_http_output_filter(r, cl);
 
-    ngx_chain_update_chains(r->pool, &ctx->free, &ctx->busy, &cl,
+    ngx_chain_update_chains(r->pool, &ctx->out.free, &ctx->out.busy, &cl,
                             (ngx_buf_tag_t) &ngx_http_hypic_module);
 
     if (rc == NGX_ERROR || last || !c->buffered) {

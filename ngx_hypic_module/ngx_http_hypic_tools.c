@@ -30,7 +30,7 @@ typedef struct {
 } ngx_http_hypic_tools_choice_t;
 
 
-/* what an answer scanned for calls keeps (ctx->tools) */
+/* what an answer scanned for calls keeps (ctx->out.tools) */
 
 typedef struct {
     cJSON                          *tools;    /* the request's, for types */
@@ -417,12 +417,12 @@ ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     }
 
     t->choice = ngx_pcalloc(r->pool,
-                            ctx->n * sizeof(ngx_http_hypic_tools_choice_t));
+                            ctx->out.n * sizeof(ngx_http_hypic_tools_choice_t));
     if (t->choice == NULL) {
         return NGX_ERROR;
     }
 
-    t->n = ctx->n;
+    t->n = ctx->out.n;
 
     cln = ngx_pool_cleanup_add(r->pool, 0);
     if (cln == NULL) {
@@ -440,7 +440,7 @@ ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     t->parallel = !cJSON_IsFalse(
         cJSON_GetObjectItemCaseSensitive(json, "parallel_tool_calls"));
 
-    ctx->tools = t;
+    ctx->out.tools = t;
 
     return NGX_OK;
 }
@@ -464,7 +464,7 @@ ngx_int_t
 ngx_http_hypic_tools_text(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     ngx_uint_t i, u_char *data, size_t len)
 {
-    ngx_http_hypic_tools_t       *t = ctx->tools;
+    ngx_http_hypic_tools_t       *t = ctx->out.tools;
     ngx_http_hypic_tools_sink_t   sink;
 
     sink.r = r;
@@ -485,7 +485,7 @@ ngx_int_t
 ngx_http_hypic_tools_end(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     ngx_uint_t i)
 {
-    ngx_http_hypic_tools_t       *t = ctx->tools;
+    ngx_http_hypic_tools_t       *t = ctx->out.tools;
     ngx_http_hypic_tools_sink_t   sink;
 
     if (t == NULL) {
@@ -521,7 +521,7 @@ ngx_http_hypic_tools_sink(void *ud, int kind, const char *data, size_t len)
     r = sink->r;
     i = sink->i;
     ctx = ngx_http_get_module_ctx(r, ngx_http_hypic_module);
-    t = ctx->tools;
+    t = ctx->out.tools;
     tc = &t->choice[i];
 
     if (kind == HP_TOOL_TEXT) {
@@ -534,7 +534,7 @@ ngx_http_hypic_tools_sink(void *ud, int kind, const char *data, size_t len)
         /* not a call: the model's text, as it wrote it */
 
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                       "hypic: malformed tool call in %V", &ctx->id);
+                       "hypic: malformed tool call in %V", &ctx->out.id);
 
         rc = ngx_http_hypic_tools_content(r, ctx, i, HP_TOOL_OPEN,
                                           sizeof(HP_TOOL_OPEN) - 1);
@@ -588,7 +588,7 @@ ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     u_char                         *p, *q;
     size_t                          len, nlen, alen;
     ngx_str_t                       delta;
-    ngx_http_hypic_tools_t         *t = ctx->tools;
+    ngx_http_hypic_tools_t         *t = ctx->out.tools;
     ngx_http_hypic_tools_choice_t  *tc = &t->choice[i];
 
     nlen = ngx_strlen(name);
@@ -608,7 +608,7 @@ ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     q = p;
 
-    if (ctx->stream) {
+    if (ctx->in.stream) {
         q = ngx_sprintf(q, "{\"tool_calls\":[{\"index\":%ui,", tc->n_calls);
 
     } else {
@@ -626,7 +626,7 @@ ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     tc->n_calls++;
 
-    if (ctx->stream) {
+    if (ctx->in.stream) {
         q = ngx_cpymem(q, "]}", 2);
 
         delta.data = p;
@@ -677,7 +677,7 @@ ngx_http_hypic_tools_call(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 ngx_str_t *
 ngx_http_hypic_tools_calls(ngx_http_hypic_ctx_t *ctx, ngx_uint_t i)
 {
-    ngx_http_hypic_tools_t  *t = ctx->tools;
+    ngx_http_hypic_tools_t  *t = ctx->out.tools;
 
     return (t && t->choice[i].calls.len) ? &t->choice[i].calls
                                          : &ngx_http_hypic_tools_none;
@@ -688,7 +688,7 @@ ngx_str_t *
 ngx_http_hypic_tools_finish(ngx_http_hypic_ctx_t *ctx, ngx_uint_t i,
     ngx_uint_t finish)
 {
-    ngx_http_hypic_tools_t  *t = ctx->tools;
+    ngx_http_hypic_tools_t  *t = ctx->out.tools;
 
     if (t && t->choice[i].n_calls && finish == HP_IPC_FINISH_STOP) {
         return &ngx_http_hypic_tools_reason;

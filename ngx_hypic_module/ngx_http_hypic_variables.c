@@ -95,9 +95,9 @@ ngx_http_hypic_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 
     /* what the engine said about the request, START or FINAL */
 
-    answered = ctx->started || ctx->finished;
-    hit = ctx->started ? ctx->start.segs_hit : ctx->final.segs_hit;
-    total = ctx->started ? ctx->start.segs_total : ctx->final.segs_total;
+    answered = ctx->out.started || ctx->out.finished;
+    hit = ctx->out.start.segs_hit;
+    total = ctx->out.start.segs_total;
 
     s = NULL;
 
@@ -106,22 +106,23 @@ ngx_http_hypic_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
     case NGX_HTTP_HYPIC_VAR_MODE:
 
         if (answered) {
-            s = ngx_http_hypic_mode_name(ctx->started ? ctx->start.mode
-                                                      : ctx->final.mode);
+            s = ngx_http_hypic_mode_name(ctx->out.start.mode);
 
-        } else if (ctx->mode_set) {
-            s = ngx_http_hypic_mode_name(ctx->mode);
+        } else if (ctx->in.mode_set) {
+            s = ngx_http_hypic_mode_name(ctx->in.mode);
         }
 
         break;
 
     case NGX_HTTP_HYPIC_VAR_NODE:
 
-        if (ctx->route == NGX_HTTP_HYPIC_ROUTE_PEER && ctx->peer) {
-            s = &ctx->peer->id;
+        if (ctx->routing.route == NGX_HTTP_HYPIC_ROUTE_PEER
+            && ctx->routing.peer)
+        {
+            s = &ctx->routing.peer->id;
 
-        } else if (ctx->node.len) {
-            s = &ctx->node;
+        } else if (ctx->eng.node.len) {
+            s = &ctx->eng.node;
         }
 
         break;
@@ -146,24 +147,26 @@ ngx_http_hypic_variable(ngx_http_request_t *r, ngx_http_variable_value_t *v,
 
     case NGX_HTTP_HYPIC_VAR_TTFT:
 
-        if (ctx->ttft_set) {
-            return ngx_http_hypic_variable_number(r, v, ctx->ttft);
+        if (ctx->out.ttft_set) {
+            return ngx_http_hypic_variable_number(r, v, ctx->out.ttft);
         }
 
         break;
 
     case NGX_HTTP_HYPIC_VAR_ROUTE:
 
-        if (ctx->routed) {
-            s = ngx_http_hypic_route_name(ctx->route);
+        if (ctx->routing.routed) {
+            s = ngx_http_hypic_route_name(ctx->routing.route);
         }
 
         break;
 
     default: /* NGX_HTTP_HYPIC_VAR_PEER */
 
-        if (ctx->route == NGX_HTTP_HYPIC_ROUTE_PEER && ctx->peer) {
-            s = &ctx->peer->addr;
+        if (ctx->routing.route == NGX_HTTP_HYPIC_ROUTE_PEER
+            && ctx->routing.peer)
+        {
+            s = &ctx->routing.peer->addr;
         }
 
         break;

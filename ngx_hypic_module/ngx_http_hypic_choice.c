@@ -38,33 +38,50 @@ static u_char *ngx_http_hypic_token_bytes(u_char *p, const u_char *bytes,
 
 
 ngx_int_t
-ngx_http_hypic_choices_check(cJSON *json, ngx_uint_t chat,
+ngx_http_hypic_choices_check(ngx_http_hypic_ctx_t *ctx, cJSON *json,
     ngx_http_hypic_bad_t *bad)
 {
-    cJSON  *item, *logprobs;
+    cJSON   *item, *logprobs;
+    double   n, top;
 
-    if (ngx_http_hypic_check_number(json, "n", 1, HP_IPC_MAX_CHOICES, 1, bad)
+    n = 1;
+
+    if (ngx_http_hypic_check_number(json, "n", 1, HP_IPC_MAX_CHOICES, 1, &n,
+                                    bad)
         != NGX_OK)
     {
         return NGX_ERROR;
     }
 
+    ctx->out.n = (ngx_uint_t) n;
+    ctx->in.req.n = (uint32_t) n;
+
     /* as vLLM: options of a stream that is not one are a mistake */
 
     item = cJSON_GetObjectItemCaseSensitive(json, "stream_options");
 
-    if (item && !cJSON_IsNull(item)
-        && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(json, "stream")))
-    {
+    if (item && !cJSON_IsNull(item) && !ctx->in.stream) {
         return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
                                   "stream_options", NULL,
                                   "'stream_options' is only allowed with "
                                   "'stream' true");
     }
 
-    if (!chat) {
-        return ngx_http_hypic_check_number(json, "logprobs", 0,
-                                           HP_IPC_MAX_LOGPROBS, 1, bad);
+    /* req.logprobs: 0 none, else 1 + the alternatives per token */
+
+    top = -1;
+
+    if (ctx->in.endpoint != NGX_HTTP_HYPIC_CHAT) {
+        if (ngx_http_hypic_check_number(json, "logprobs", 0,
+                                        HP_IPC_MAX_LOGPROBS, 1, &top, bad)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        ctx->in.req.logprobs = (uint32_t) (top + 1);
+
+        return NGX_OK;
     }
 
     logprobs = cJSON_GetObjectItemCaseSensitive(json, "logprobs");
@@ -75,18 +92,20 @@ ngx_http_hypic_choices_check(cJSON *json, ngx_uint_t chat,
     }
 
     if (ngx_http_hypic_check_number(json, "top_logprobs", 0,
-                                    HP_IPC_MAX_LOGPROBS, 1, bad)
+                                    HP_IPC_MAX_LOGPROBS, 1, &top, bad)
         != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    item = cJSON_GetObjectItemCaseSensitive(json, "top_logprobs");
-
-    if (item && !cJSON_IsNull(item) && !cJSON_IsTrue(logprobs)) {
+    if (top >= 0 && !cJSON_IsTrue(logprobs)) {
         return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "top_logprobs",
                                   NULL, "'top_logprobs' needs 'logprobs' "
                                   "set to true");
+    }
+
+    if (cJSON_IsTrue(logprobs)) {
+        ctx->in.req.logprobs = 1 + (uint32_t) ngx_max(top, 0);
     }
 
     return NGX_OK;
@@ -94,32 +113,10 @@ ngx_http_hypic_choices_check(cJSON *json, ngx_uint_t chat,
 
 
 ngx_int_t
-ngx_http_hypic_choices_init(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    cJSON *json)
+ngx_http_hypic_choices_init(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 {
-    cJSON  *item, *top;
-
-    item = cJSON_GetObjectItemCaseSensitive(json, "n");
-
-    ctx->out.n = cJSON_IsNumber(item) ? (ngx_uint_t) item->valuedouble : 1;
-    ctx->in.req.n = (uint32_t) ctx->out.n;
-
-    item = cJSON_GetObjectItemCaseSensitive(json, "logprobs");
-
-    if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
-        top = cJSON_GetObjectItemCaseSensitive(json, "top_logprobs");
-
-        if (cJSON_IsTrue(item)) {
-            ctx->in.req.logprobs = 1 + (cJSON_IsNumber(top)
-                                     ? (uint32_t) top->valuedouble : 0);
-        }
-
-    } else if (cJSON_IsNumber(item)) {
-        ctx->in.req.logprobs = 1 + (uint32_t) item->valuedouble;
-    }
-
-    ctx->out.choices = ngx_pcalloc(r->pool,
-                               ctx->out.n * sizeof(ngx_http_hypic_choice_t));
+    ctx->out.choices = ngx_pcalloc(r->pool, ctx->out.n
+                                            * sizeof(ngx_http_hypic_choice_t));
     if (ctx->out.choices == NULL) {
         return NGX_ERROR;
     }

@@ -57,15 +57,16 @@ struct ngx_http_hypic_choice_s {
 
 
 /*
- * The checks of n, logprobs, top_logprobs (chat) and stream_options:
- * NGX_OK, or NGX_ERROR with bad filled.
+ * The checks of n, logprobs, top_logprobs (chat) and stream_options,
+ * which fill ctx->out.n, req.n and req.logprobs: NGX_OK, or NGX_ERROR
+ * with bad filled.
  */
-ngx_int_t ngx_http_hypic_choices_check(cJSON *json, ngx_uint_t chat,
-    ngx_http_hypic_bad_t *bad);
+ngx_int_t ngx_http_hypic_choices_check(ngx_http_hypic_ctx_t *ctx,
+    cJSON *json, ngx_http_hypic_bad_t *bad);
 
-/* req->n and req->logprobs of a checked request, and the choices. */
+/* The choices of a checked request. NGX_OK or NGX_ERROR (no memory). */
 ngx_int_t ngx_http_hypic_choices_init(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, cJSON *json);
+    ngx_http_hypic_ctx_t *ctx);
 
 /*
  * A TEXT, TOKEN or END record: NGX_OK, NGX_ERROR (no memory, the client

@@ -3,10 +3,12 @@
  * HYPIC serve: a hypic_pass request's body, checked and turned into the
  * engine request.
  *
- * The body is read as one piece of memory, checked strictly as JSON, then
- * field by field; what OpenAI would refuse is an OpenAI-shaped error
- * naming the field. A chat request goes to the engine as its body, which
- * the engine renders with the model's chat template.
+ * The body is read as one piece of memory and checked strictly as JSON.
+ * Then one pass over its fields checks each and, in the same step, puts
+ * it where it goes: the engine request (ctx->in.req), the prompt, or how
+ * the answer is written. What OpenAI would refuse is an OpenAI-shaped
+ * error naming the field. A chat request goes to the engine as its body,
+ * which the engine renders with the model's chat template.
  */
 
 
@@ -34,27 +36,24 @@ static ngx_int_t ngx_http_hypic_parse(ngx_pool_t *pool, ngx_str_t *body,
     cJSON **json, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_refuse_json(ngx_pool_t *pool,
     ngx_http_hypic_json_err_t *err, size_t size, ngx_http_hypic_bad_t *bad);
-static ngx_int_t ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf,
+static ngx_int_t ngx_http_hypic_check_common(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_completion(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_chat(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_content(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *content, ngx_uint_t i,
+    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_extras(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_stop(hp_ipc_request_t *req,
     cJSON *json, ngx_http_hypic_bad_t *bad);
-static ngx_int_t ngx_http_hypic_check_completion(cJSON *json,
-    ngx_http_hypic_bad_t *bad);
-static ngx_int_t ngx_http_hypic_check_chat(cJSON *json,
-    ngx_http_hypic_bad_t *bad);
-static ngx_int_t ngx_http_hypic_check_decode(cJSON *json,
-    ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_check_decode(hp_ipc_request_t *req,
+    cJSON *json, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_decode_form(cJSON *item);
-static void ngx_http_hypic_build_decode(hp_ipc_request_t *req, cJSON *json);
-static ngx_int_t ngx_http_hypic_check_extras(cJSON *json,
-    ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_build(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
-    ngx_http_hypic_bad_t *bad);
-static ngx_int_t ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
-static ngx_int_t ngx_http_hypic_prompt_chat(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad);
-static double ngx_http_hypic_number(cJSON *json, const char *name,
-    double dflt);
+    ngx_http_hypic_ctx_t *ctx, cJSON *json);
 static ngx_uint_t ngx_http_hypic_eval_mode(ngx_http_request_t *r,
     ngx_http_hypic_loc_conf_t *hlcf);
 
@@ -69,16 +68,21 @@ static ngx_str_t  ngx_http_hypic_roles[] = {
 };
 
 
+/*
+ * The checks run in this order, each filling what it checked; the first
+ * that fails is the client's answer.
+ */
+
 ngx_int_t
 ngx_http_hypic_request_parse(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, ngx_http_hypic_bad_t *bad)
 {
-    cJSON                      *json;
-    ngx_int_t                   rc;
-    ngx_str_t                   body;
-    ngx_http_hypic_loc_conf_t  *hlcf;
+    cJSON      *json;
+    ngx_int_t   rc;
+    ngx_str_t   body;
+    ngx_uint_t  chat;
 
-    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+    chat = (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT);
 
     if (ngx_http_hypic_read_body(r, &body) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -87,37 +91,39 @@ ngx_http_hypic_request_parse(ngx_http_request_t *r,
     rc = ngx_http_hypic_parse(r->pool, &body, &json, bad);
 
     if (rc == NGX_OK) {
-        rc = ngx_http_hypic_check_common(hlcf, json, bad);
+        rc = ngx_http_hypic_check_common(r, ctx, json, bad);
     }
 
     if (rc == NGX_OK) {
-        rc = (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT)
-             ? ngx_http_hypic_check_chat(json, bad)
-             : ngx_http_hypic_check_completion(json, bad);
+        rc = chat ? ngx_http_hypic_check_chat(r, ctx, json, bad)
+                  : ngx_http_hypic_check_completion(r, ctx, json, bad);
     }
 
-    if (rc == NGX_OK && ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
+    if (rc == NGX_OK && chat) {
         rc = ngx_http_hypic_tools_check(json, bad);
 
-        /* the engine renders the body with the model's chat template */
+        /* the engine renders the body with the model's chat template; a
+         * byte order mark is not JSON to its parser */
 
         ctx->in.prompt = body;
+
+        if (body.len >= 3 && ngx_strncmp(body.data, "\xef\xbb\xbf", 3) == 0)
+        {
+            ctx->in.prompt.data += 3;
+            ctx->in.prompt.len -= 3;
+        }
     }
 
     if (rc == NGX_OK) {
-        rc = ngx_http_hypic_check_extras(json, bad);
+        rc = ngx_http_hypic_check_extras(r, ctx, json, bad);
     }
 
     if (rc == NGX_OK) {
-        rc = ngx_http_hypic_choices_check(json,
-                                          ctx->in.endpoint
-                                          == NGX_HTTP_HYPIC_CHAT, bad);
+        rc = ngx_http_hypic_choices_check(ctx, json, bad);
     }
 
     if (rc == NGX_OK) {
-        ctx->in.mode = ngx_http_hypic_eval_mode(r, hlcf);
-        ctx->in.mode_set = 1;
-        rc = ngx_http_hypic_build(r, ctx, hlcf, json, bad);
+        rc = ngx_http_hypic_build(r, ctx, json);
     }
 
     if (json) {
@@ -127,14 +133,6 @@ ngx_http_hypic_request_parse(ngx_http_request_t *r,
     return rc;
 }
 
-
-/*
- * The body as one piece of memory: zero-copy when nginx kept it in one
- * buffer; otherwise copied, reading the part nginx wrote to its temp file
- * (a local file, at most hypic_max_prompt_bytes). Empty buffers are
- * skipped: a chunked body ends with one whose pos is NULL, and a chain
- * may hold others (an empty chunk, a trailer).
- */
 
 static ngx_int_t
 ngx_http_hypic_read_body(ngx_http_request_t *r, ngx_str_t *body)
@@ -310,14 +308,21 @@ ngx_http_hypic_refuse_json(ngx_pool_t *pool, ngx_http_hypic_json_err_t *err,
 }
 
 
+
+/* model, stream, max_tokens, max_completion_tokens, temperature, top_p */
+
 static ngx_int_t
-ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
-    ngx_http_hypic_bad_t *bad)
+ngx_http_hypic_check_common(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    cJSON *json, ngx_http_hypic_bad_t *bad)
 {
-    cJSON      *item;
-    double      max;
-    ngx_int_t   rc;
-    ngx_str_t  *model;
+    cJSON                      *item;
+    double                      max, tokens, completion, temperature, top_p;
+    ngx_str_t                  *model;
+    hp_ipc_request_t           *req;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
+    req = &ctx->in.req;
 
     item = cJSON_GetObjectItemCaseSensitive(json, "model");
 
@@ -348,30 +353,56 @@ ngx_http_hypic_check_common(ngx_http_hypic_loc_conf_t *hlcf, cJSON *json,
                                   "'stream' must be a boolean");
     }
 
+    ctx->in.stream = cJSON_IsTrue(item);
+
     max = (double) hlcf->max_tokens;
 
-    rc = ngx_http_hypic_check_number(json, "max_tokens", 0, max, 1, bad);
+    /* chat's default is the limit, the legacy endpoint's OpenAI's 16; chat
+     * takes max_completion_tokens first, the legacy endpoint never */
 
-    if (rc == NGX_OK) {
-        rc = ngx_http_hypic_check_number(json, "max_completion_tokens", 0,
-                                         max, 1, bad);
+    tokens = (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT)
+             ? max : ngx_min(NGX_HTTP_HYPIC_COMPLETION_TOKENS, max);
+    completion = -1;
+    temperature = 1;
+    top_p = 1;
+
+    if (ngx_http_hypic_check_number(json, "max_tokens", 0, max, 1, &tokens,
+                                    bad)
+            != NGX_OK
+        || ngx_http_hypic_check_number(json, "max_completion_tokens", 0, max,
+                                       1, &completion, bad)
+           != NGX_OK
+        || ngx_http_hypic_check_number(json, "temperature", 0, 2, 0,
+                                       &temperature, bad)
+           != NGX_OK
+        || ngx_http_hypic_check_number(json, "top_p", 0, 1, 0, &top_p, bad)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
-    if (rc == NGX_OK) {
-        rc = ngx_http_hypic_check_number(json, "temperature", 0, 2, 0, bad);
+    if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT && completion >= 0) {
+        tokens = completion;
     }
 
-    if (rc == NGX_OK) {
-        rc = ngx_http_hypic_check_number(json, "top_p", 0, 1, 0, bad);
+    req->max_tokens = (uint32_t) tokens;
+    req->temperature = (float) temperature;
+    req->top_p = (float) top_p;
+
+    /* top_p 0 keeps only the likeliest token: that is greedy */
+
+    if (req->top_p <= 0) {
+        req->top_p = 1;
+        req->temperature = 0;
     }
 
-    return rc;
+    return NGX_OK;
 }
 
 
 ngx_int_t
 ngx_http_hypic_check_number(cJSON *json, const char *name, double min,
-    double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad)
+    double max, ngx_uint_t integer, double *value, ngx_http_hypic_bad_t *bad)
 {
     cJSON  *item;
     double  v;
@@ -390,6 +421,10 @@ ngx_http_hypic_check_number(cJSON *json, const char *name, double min,
         if (v >= min && v <= max
             && (!integer || v == (double) (int64_t) v))
         {
+            if (value) {
+                *value = v;
+            }
+
             return NGX_OK;
         }
     }
@@ -406,8 +441,11 @@ ngx_http_hypic_check_number(cJSON *json, const char *name, double min,
 }
 
 
+/* the legacy endpoint's prompt: one string, copied (cJSON's goes away) */
+
 static ngx_int_t
-ngx_http_hypic_check_completion(cJSON *json, ngx_http_hypic_bad_t *bad)
+ngx_http_hypic_check_completion(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad)
 {
     cJSON  *prompt, *item;
 
@@ -418,11 +456,12 @@ ngx_http_hypic_check_completion(cJSON *json, ngx_http_hypic_bad_t *bad)
                                   "Missing required parameter: 'prompt'");
     }
 
-    if (cJSON_IsString(prompt)) {
-        return NGX_OK;
-    }
+    item = NULL;
 
-    if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0) {
+    if (cJSON_IsString(prompt)) {
+        item = prompt;
+
+    } else if (cJSON_IsArray(prompt) && cJSON_GetArraySize(prompt) > 0) {
 
         cJSON_ArrayForEach(item, prompt) {
             if (!cJSON_IsString(item)) {
@@ -431,20 +470,49 @@ ngx_http_hypic_check_completion(cJSON *json, ngx_http_hypic_bad_t *bad)
         }
 
         if (item == NULL) {
-            return NGX_OK;
+            if (cJSON_GetArraySize(prompt) != 1) {
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "prompt", NULL, "only one prompt "
+                                          "per request is supported");
+            }
+
+            item = prompt->child;
+
+        } else {
+            item = NULL;
         }
     }
 
-    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt", NULL,
-                              "'prompt' must be a string or a non-empty "
-                              "array of strings");
+    if (item == NULL) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt", NULL,
+                                  "'prompt' must be a string or a "
+                                  "non-empty array of strings");
+    }
+
+    ctx->in.prompt.len = ngx_strlen(item->valuestring);
+    ctx->in.prompt.data = ngx_pnalloc(r->pool, ctx->in.prompt.len + 1);
+    if (ctx->in.prompt.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_memcpy(ctx->in.prompt.data, item->valuestring, ctx->in.prompt.len);
+
+    return NGX_OK;
 }
 
 
+/*
+ * The messages: each an object with a known role and content, whose texts
+ * are kept (ctx->in.contents) for the Redis lookup, as they may hold
+ * segments.
+ */
+
 static ngx_int_t
-ngx_http_hypic_check_chat(cJSON *json, ngx_http_hypic_bad_t *bad)
+ngx_http_hypic_check_chat(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    cJSON *json, ngx_http_hypic_bad_t *bad)
 {
     cJSON       *messages, *message, *role, *content;
+    ngx_int_t    rc;
     ngx_str_t    name;
     ngx_uint_t   i, k;
 
@@ -460,6 +528,13 @@ ngx_http_hypic_check_chat(cJSON *json, ngx_http_hypic_bad_t *bad)
         return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "messages",
                                   NULL,
                                   "'messages' must be a non-empty array");
+    }
+
+    ctx->in.req.flags |= HP_IPC_FLAG_CHAT;
+
+    ctx->in.contents = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
+    if (ctx->in.contents == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
     i = 0;
@@ -514,7 +589,72 @@ ngx_http_hypic_check_chat(cJSON *json, ngx_http_hypic_bad_t *bad)
                                       "parts", i);
         }
 
+        rc = ngx_http_hypic_check_content(r, ctx, content, i, bad);
+
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
         i++;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A message's content: its text parts only (others are refused), kept.
+ * NGX_OK, NGX_ERROR with bad, or 500 (no memory).
+ */
+
+static ngx_int_t
+ngx_http_hypic_check_content(ngx_http_request_t *r,
+    ngx_http_hypic_ctx_t *ctx, cJSON *content, ngx_uint_t i,
+    ngx_http_hypic_bad_t *bad)
+{
+    cJSON      *part, *type, *text;
+    ngx_str_t  *s;
+
+    part = cJSON_IsArray(content) ? content->child : content;
+
+    for ( /* void */ ; part; part = cJSON_IsArray(content) ? part->next
+                                                          : NULL)
+    {
+        text = part;
+
+        if (cJSON_IsArray(content)) {
+            type = cJSON_GetObjectItemCaseSensitive(part, "type");
+            text = cJSON_GetObjectItemCaseSensitive(part, "text");
+
+            if (!cJSON_IsString(type)
+                || ngx_strcmp(type->valuestring, "text") != 0
+                || !cJSON_IsString(text))
+            {
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "messages", NULL,
+                                          "'messages[%ui].content' parts "
+                                          "must be {\"type\": \"text\", "
+                                          "\"text\": ...}: only text is "
+                                          "supported", i);
+            }
+        }
+
+        if (!cJSON_IsString(text)) {
+            continue;
+        }
+
+        s = ngx_array_push(ctx->in.contents);
+        if (s == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        s->len = ngx_strlen(text->valuestring);
+        s->data = ngx_pnalloc(r->pool, s->len);
+        if (s->data == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        ngx_memcpy(s->data, text->valuestring, s->len);
     }
 
     return NGX_OK;
@@ -524,22 +664,37 @@ ngx_http_hypic_check_chat(cJSON *json, ngx_http_hypic_bad_t *bad)
 /* the extensions and the fields the checks above leave alone */
 
 static ngx_int_t
-ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
+ngx_http_hypic_check_extras(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
+    cJSON *json, ngx_http_hypic_bad_t *bad)
 {
-    cJSON      *item, *stop;
-    size_t      len;
-    ngx_int_t   rc;
-    ngx_uint_t  n;
+    cJSON             *item;
+    double             top_k, seed;
+    hp_ipc_request_t  *req;
 
-    rc = ngx_http_hypic_check_number(json, "top_k", 0, 1e9, 1, bad);
+    req = &ctx->in.req;
 
-    if (rc == NGX_OK) {
-        rc = ngx_http_hypic_check_number(json, "seed", -9e18, 9e18, 1, bad);
+    /* past the range: no seed was given */
+
+    top_k = 0;
+    seed = 1e19;
+
+    if (ngx_http_hypic_check_number(json, "top_k", 0, 1e9, 1, &top_k, bad)
+            != NGX_OK
+        || ngx_http_hypic_check_number(json, "seed", -9e18, 9e18, 1, &seed,
+                                       bad)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
     }
 
-    if (rc != NGX_OK) {
-        return rc;
-    }
+    req->top_k = (int32_t) top_k;
+
+    /* no seed: one of our own, so that choices still differ */
+
+    req->seed = (seed <= 9e18)
+                ? (uint64_t) (int64_t) seed
+                : ((uint64_t) ngx_random() << 32) ^ (uint64_t) ngx_random()
+                  ^ (r->connection->number << 8);
 
     item = cJSON_GetObjectItemCaseSensitive(json, "ignore_eos");
 
@@ -548,7 +703,11 @@ ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
                                   NULL, "'ignore_eos' must be a boolean");
     }
 
-    if (ngx_http_hypic_check_decode(json, bad) != NGX_OK) {
+    if (cJSON_IsTrue(item)) {
+        req->flags |= HP_IPC_FLAG_IGNORE_EOS;
+    }
+
+    if (ngx_http_hypic_check_decode(req, json, bad) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -569,7 +728,21 @@ ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
                                       "'stream_options.include_usage' must "
                                       "be a boolean");
         }
+
+        ctx->in.include_usage = (ctx->in.stream && cJSON_IsTrue(item));
     }
+
+    return ngx_http_hypic_check_stop(req, json, bad);
+}
+
+
+static ngx_int_t
+ngx_http_hypic_check_stop(hp_ipc_request_t *req, cJSON *json,
+    ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *item, *stop;
+    size_t       len;
+    ngx_uint_t   n;
 
     stop = cJSON_GetObjectItemCaseSensitive(json, "stop");
 
@@ -596,8 +769,7 @@ ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
                                   "at most %d strings", HP_IPC_MAX_STOP);
     }
 
-    for ( /* void */ ; item; item = cJSON_IsArray(stop) ? item->next : NULL)
-    {
+    for (n = 0; item; item = cJSON_IsArray(stop) ? item->next : NULL) {
         len = cJSON_IsString(item) ? ngx_strlen(item->valuestring) : 0;
 
         if (len == 0 || len > HP_IPC_STOP_BYTES) {
@@ -606,7 +778,13 @@ ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
                                       "a string of 1 to %d bytes",
                                       HP_IPC_STOP_BYTES);
         }
+
+        req->stop_len[n] = (uint32_t) len;
+        ngx_memcpy(req->stop[n], item->valuestring, len);
+        n++;
     }
+
+    req->n_stop = (uint32_t) n;
 
     return NGX_OK;
 }
@@ -620,7 +798,8 @@ ngx_http_hypic_check_extras(cJSON *json, ngx_http_hypic_bad_t *bad)
  */
 
 static ngx_int_t
-ngx_http_hypic_check_decode(cJSON *json, ngx_http_hypic_bad_t *bad)
+ngx_http_hypic_check_decode(hp_ipc_request_t *req, cJSON *json,
+    ngx_http_hypic_bad_t *bad)
 {
     cJSON      *opts, *item;
     ngx_int_t   form;
@@ -659,6 +838,8 @@ ngx_http_hypic_check_decode(cJSON *json, ngx_http_hypic_bad_t *bad)
                                   "\"auto\"");
     }
 
+    req->decode = (uint32_t) form;
+
     item = cJSON_GetObjectItemCaseSensitive(opts, "speculative");
 
     if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
@@ -675,6 +856,10 @@ ngx_http_hypic_check_decode(cJSON *json, ngx_http_hypic_bad_t *bad)
                                   "in the KVBuffer), not recurrent");
     }
 
+    req->speculative = cJSON_IsTrue(item) ? HP_IPC_SPEC_ON
+                       : cJSON_IsFalse(item) ? HP_IPC_SPEC_OFF
+                                             : HP_IPC_SPEC_SERVER;
+
     item = cJSON_GetObjectItemCaseSensitive(opts, "max_draft");
 
     if (item && !cJSON_IsNull(item)
@@ -686,6 +871,10 @@ ngx_http_hypic_check_decode(cJSON *json, ngx_http_hypic_bad_t *bad)
                                   "hypic.max_draft", NULL,
                                   "'hypic.max_draft' must be an integer "
                                   "from 1 to %d", HP_IPC_MAX_DRAFT);
+    }
+
+    if (cJSON_IsNumber(item)) {
+        req->max_draft = (uint32_t) item->valuedouble;
     }
 
     return NGX_OK;
@@ -722,56 +911,26 @@ ngx_http_hypic_decode_form(cJSON *item)
 }
 
 
-static void
-ngx_http_hypic_build_decode(hp_ipc_request_t *req, cJSON *json)
-{
-    cJSON  *opts, *item;
-
-    opts = cJSON_GetObjectItemCaseSensitive(json, "hypic");
-
-    if (!cJSON_IsObject(opts)) {
-        return;
-    }
-
-    req->decode = (uint32_t) ngx_http_hypic_decode_form(
-                      cJSON_GetObjectItemCaseSensitive(opts, "decode"));
-
-    item = cJSON_GetObjectItemCaseSensitive(opts, "speculative");
-
-    req->speculative = cJSON_IsTrue(item) ? HP_IPC_SPEC_ON
-                       : cJSON_IsFalse(item) ? HP_IPC_SPEC_OFF
-                                             : HP_IPC_SPEC_SERVER;
-
-    item = cJSON_GetObjectItemCaseSensitive(opts, "max_draft");
-
-    if (cJSON_IsNumber(item)) {
-        req->max_draft = (uint32_t) item->valuedouble;
-    }
-}
-
-
 /*
- * Fills ctx->in.req, ctx->in.prompt and the answer's fixed parts from a checked
- * request. NGX_OK, NGX_ERROR with bad filled, or 500 (no memory).
+ * The request is checked and its fields are in ctx->in: what the location
+ * adds (mode, seam, separator), the choices, the tools' scanners and the
+ * answer's fixed parts. NGX_OK or 500 (no memory).
  */
 
 static ngx_int_t
 ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    ngx_http_hypic_loc_conf_t *hlcf, cJSON *json, ngx_http_hypic_bad_t *bad)
+    cJSON *json)
 {
-    cJSON             *item, *stop;
-    ngx_int_t          rc;
-    ngx_uint_t         chat, n;
-    hp_ipc_request_t  *req;
+    ngx_uint_t                  chat;
+    hp_ipc_request_t           *req;
+    ngx_http_hypic_loc_conf_t  *hlcf;
+
+    hlcf = ngx_http_get_module_loc_conf(r, ngx_http_hypic_module);
 
     chat = (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT);
 
-    rc = chat ? ngx_http_hypic_prompt_chat(r, ctx, json, bad)
-              : ngx_http_hypic_prompt_completion(r, ctx, json, bad);
-
-    if (rc != NGX_OK) {
-        return rc;
-    }
+    ctx->in.mode = ngx_http_hypic_eval_mode(r, hlcf);
+    ctx->in.mode_set = 1;
 
     req = &ctx->in.req;
 
@@ -779,78 +938,12 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     req->mode = (uint32_t) ctx->in.mode;
     req->seam = (uint32_t) hlcf->seam;
 
-    item = cJSON_GetObjectItemCaseSensitive(json, "max_completion_tokens");
-
-    if (!chat || item == NULL || cJSON_IsNull(item)) {
-        item = cJSON_GetObjectItemCaseSensitive(json, "max_tokens");
-    }
-
-    req->max_tokens = (item && cJSON_IsNumber(item))
-                      ? (uint32_t) item->valuedouble
-                      : chat ? (uint32_t) hlcf->max_tokens
-                             : ngx_min(NGX_HTTP_HYPIC_COMPLETION_TOKENS,
-                                       hlcf->max_tokens);
-
-    req->temperature = (float) ngx_http_hypic_number(json, "temperature", 1);
-    req->top_p = (float) ngx_http_hypic_number(json, "top_p", 1);
-    req->top_k = (int32_t) ngx_http_hypic_number(json, "top_k", 0);
-
-    /* top_p 0 keeps only the likeliest token: that is greedy */
-
-    if (req->top_p <= 0) {
-        req->top_p = 1;
-        req->temperature = 0;
-    }
-
-    item = cJSON_GetObjectItemCaseSensitive(json, "seed");
-
-    if (item && cJSON_IsNumber(item)) {
-        req->seed = (uint64_t) (int64_t) item->valuedouble;
-
-    } else {
-        req->seed = ((uint64_t) ngx_random() << 32)
-                    ^ (uint64_t) ngx_random()
-                    ^ (r->connection->number << 8);
-    }
-
-    item = cJSON_GetObjectItemCaseSensitive(json, "ignore_eos");
-
-    if (cJSON_IsTrue(item)) {
-        req->flags |= HP_IPC_FLAG_IGNORE_EOS;
-    }
-
-    stop = cJSON_GetObjectItemCaseSensitive(json, "stop");
-    item = cJSON_IsString(stop) ? stop
-           : cJSON_IsArray(stop) ? stop->child : NULL;
-
-    for (n = 0; item && n < HP_IPC_MAX_STOP; n++) {
-        req->stop_len[n] = (uint32_t) ngx_strlen(item->valuestring);
-        ngx_memcpy(req->stop[n], item->valuestring, req->stop_len[n]);
-        item = cJSON_IsArray(stop) ? item->next : NULL;
-    }
-
-    req->n_stop = (uint32_t) n;
-
-    ngx_http_hypic_build_decode(req, json);
-
     req->sep_len = (uint32_t) hlcf->separator.len;
     ngx_memcpy(req->separator, hlcf->separator.data, hlcf->separator.len);
 
-    ctx->in.stream = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(json,
-                                                                "stream"));
-
-    item = cJSON_GetObjectItemCaseSensitive(json, "stream_options");
-
-    if (ctx->in.stream && cJSON_IsObject(item)) {
-        ctx->in.include_usage = cJSON_IsTrue(
-            cJSON_GetObjectItemCaseSensitive(item, "include_usage"));
-    }
-
-    ctx->out.created = ngx_time();
-
     /* the tools' scanners are per choice */
 
-    if (ngx_http_hypic_choices_init(r, ctx, json) != NGX_OK
+    if (ngx_http_hypic_choices_init(r, ctx) != NGX_OK
         || (chat && ngx_http_hypic_tools_setup(r, ctx, json) != NGX_OK))
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -858,137 +951,6 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 
     return ngx_http_hypic_response_init(r, ctx, hlcf);
 }
-
-
-static ngx_int_t
-ngx_http_hypic_prompt_completion(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, cJSON *json, ngx_http_hypic_bad_t *bad)
-{
-    cJSON  *prompt;
-
-    prompt = cJSON_GetObjectItemCaseSensitive(json, "prompt");
-
-    if (cJSON_IsArray(prompt)) {
-        if (cJSON_GetArraySize(prompt) != 1) {
-            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "prompt",
-                                      NULL, "only one prompt per request "
-                                      "is supported");
-        }
-
-        prompt = prompt->child;
-    }
-
-    /* cJSON keeps it until the request is built: copy it */
-
-    ctx->in.prompt.len = ngx_strlen(prompt->valuestring);
-    ctx->in.prompt.data = ngx_pnalloc(r->pool, ctx->in.prompt.len + 1);
-    if (ctx->in.prompt.data == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ngx_memcpy(ctx->in.prompt.data, prompt->valuestring, ctx->in.prompt.len);
-
-    return NGX_OK;
-}
-
-
-/*
- * A chat request goes to the engine as its body (ctx->in.prompt): the
- * engine renders it with the model's chat template. Kept here: the text
- * content parts only (others are refused) and the texts that can hold
- * segments (for the Redis lookup).
- */
-
-static ngx_int_t
-ngx_http_hypic_prompt_chat(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    cJSON *json, ngx_http_hypic_bad_t *bad)
-{
-    cJSON       *message, *content, *part, *type, *text;
-    ngx_str_t   *s;
-    ngx_uint_t   i;
-
-    ctx->in.req.flags |= HP_IPC_FLAG_CHAT;
-
-    /* a byte order mark is not JSON to the engine's parser */
-
-    if (ctx->in.prompt.len >= 3
-        && ngx_strncmp(ctx->in.prompt.data, "\xef\xbb\xbf", 3) == 0)
-    {
-        ctx->in.prompt.data += 3;
-        ctx->in.prompt.len -= 3;
-    }
-
-    ctx->in.contents = ngx_array_create(r->pool, 4, sizeof(ngx_str_t));
-    if (ctx->in.contents == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    i = 0;
-
-    cJSON_ArrayForEach(message,
-                       cJSON_GetObjectItemCaseSensitive(json, "messages"))
-    {
-        content = cJSON_GetObjectItemCaseSensitive(message, "content");
-        part = cJSON_IsArray(content) ? content->child : content;
-
-        for ( /* void */ ; part; part = cJSON_IsArray(content) ? part->next
-                                                              : NULL)
-        {
-            text = part;
-
-            if (cJSON_IsArray(content)) {
-                type = cJSON_GetObjectItemCaseSensitive(part, "type");
-                text = cJSON_GetObjectItemCaseSensitive(part, "text");
-
-                if (!cJSON_IsString(type)
-                    || ngx_strcmp(type->valuestring, "text") != 0
-                    || !cJSON_IsString(text))
-                {
-                    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
-                                              "messages", NULL,
-                                              "'messages[%ui].content' "
-                                              "parts must be "
-                                              "{\"type\": \"text\", "
-                                              "\"text\": ...}: only "
-                                              "text is supported", i);
-                }
-            }
-
-            if (!cJSON_IsString(text)) {
-                continue;
-            }
-
-            s = ngx_array_push(ctx->in.contents);
-            if (s == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-
-            s->len = ngx_strlen(text->valuestring);
-            s->data = ngx_pnalloc(r->pool, s->len);
-            if (s->data == NULL) {
-                return NGX_HTTP_INTERNAL_SERVER_ERROR;
-            }
-
-            ngx_memcpy(s->data, text->valuestring, s->len);
-        }
-
-        i++;
-    }
-
-    return NGX_OK;
-}
-
-
-static double
-ngx_http_hypic_number(cJSON *json, const char *name, double dflt)
-{
-    cJSON  *item;
-
-    item = cJSON_GetObjectItemCaseSensitive(json, name);
-
-    return cJSON_IsNumber(item) ? item->valuedouble : dflt;
-}
-
 
 ngx_int_t
 ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,

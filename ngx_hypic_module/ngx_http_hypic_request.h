@@ -41,10 +41,14 @@ ngx_int_t ngx_http_hypic_request_parse(ngx_http_request_t *r,
 ngx_int_t ngx_http_hypic_bad(ngx_http_hypic_bad_t *bad, ngx_uint_t status,
     const char *param, const char *code, const char *fmt, ...);
 
-/* Checks that json's field name, if there and not null, is a number in
- * [min, max] (an integer if integer): NGX_OK or NGX_ERROR with bad. */
+/*
+ * Checks that json's field name, if there and not null, is a number in
+ * [min, max] (an integer if integer), and then sets *value (if value is
+ * not NULL; else it is left as it was): NGX_OK or NGX_ERROR with bad.
+ */
 ngx_int_t ngx_http_hypic_check_number(cJSON *json, const char *name,
-    double min, double max, ngx_uint_t integer, ngx_http_hypic_bad_t *bad);
+    double min, double max, ngx_uint_t integer, double *value,
+    ngx_http_hypic_bad_t *bad);
 
 
 #endif /* _NGX_HTTP_HYPIC_REQUEST_H_INCLUDED_ */

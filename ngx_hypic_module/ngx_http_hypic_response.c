@@ -42,6 +42,8 @@ ngx_http_hypic_response_init(ngx_http_request_t *r,
     ngx_str_t   *model;
     const char  *object, *prefix;
 
+    ctx->out.created = ngx_time();
+
     if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT) {
         prefix = "chatcmpl-";
         object = ctx->in.stream ? "chat.completion.chunk" : "chat.completion";

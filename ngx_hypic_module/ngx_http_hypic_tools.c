@@ -54,6 +54,11 @@ static ngx_int_t ngx_http_hypic_tools_check_choice(cJSON *json,
     cJSON *tools, ngx_http_hypic_bad_t *bad);
 static ngx_int_t ngx_http_hypic_tools_check_messages(cJSON *json,
     ngx_http_hypic_bad_t *bad);
+static ngx_int_t ngx_http_hypic_tools_check_calls(cJSON *calls,
+    ngx_uint_t i, ngx_http_hypic_bad_t *bad);
+static cJSON *ngx_http_hypic_tools_call_of(cJSON *asked, const char *id);
+static ngx_int_t ngx_http_hypic_tools_answered(cJSON *asked, ngx_uint_t k,
+    ngx_http_hypic_bad_t *bad);
 static ngx_uint_t ngx_http_hypic_tools_name_ok(cJSON *name);
 static cJSON *ngx_http_hypic_tools_find(cJSON *tools, const char *name);
 static void ngx_http_hypic_tools_cleanup(void *data);
@@ -97,6 +102,13 @@ ngx_http_hypic_tools_check(cJSON *json, ngx_http_hypic_bad_t *bad)
         return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
                                   "parallel_tool_calls", NULL,
                                   "'parallel_tool_calls' must be a boolean");
+    }
+
+    if (item && !cJSON_IsNull(item) && tools == NULL) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                  "parallel_tool_calls", NULL,
+                                  "'parallel_tool_calls' is only allowed "
+                                  "when 'tools' are specified");
     }
 
     item = cJSON_GetObjectItemCaseSensitive(json, "chat_template_kwargs");
@@ -204,6 +216,15 @@ ngx_http_hypic_tools_check_choice(cJSON *json, cJSON *tools,
         if (ngx_strcmp(choice->valuestring, "none") == 0
             || ngx_strcmp(choice->valuestring, "auto") == 0)
         {
+            /* as OpenAI: a choice among no tools is a mistake */
+
+            if (tools == NULL) {
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "tool_choice", NULL,
+                                          "'tool_choice' is only allowed "
+                                          "when 'tools' are specified");
+            }
+
             return NGX_OK;
         }
 
@@ -252,13 +273,21 @@ ngx_http_hypic_tools_check_choice(cJSON *json, cJSON *tools,
 }
 
 
-/* assistant turns with their tool calls, tool turns with their call id */
+/*
+ * Assistant turns with their tool calls, tool turns with their call id;
+ * and, as OpenAI, the turns in order: the tool turns right after an
+ * assistant turn with calls answer each of its calls, and a tool turn
+ * answers one of them.
+ */
 
 static ngx_int_t
 ngx_http_hypic_tools_check_messages(cJSON *json, ngx_http_hypic_bad_t *bad)
 {
-    cJSON       *message, *role, *calls, *call, *type, *fn, *args, *id;
-    ngx_uint_t   i, k;
+    cJSON       *message, *role, *calls, *id, *asked;
+    ngx_uint_t   i, k, tool;
+
+    asked = NULL;     /* the assistant turn whose calls are answered now */
+    k = 0;
 
     i = 0;
 
@@ -266,8 +295,17 @@ ngx_http_hypic_tools_check_messages(cJSON *json, ngx_http_hypic_bad_t *bad)
                        cJSON_GetObjectItemCaseSensitive(json, "messages"))
     {
         role = cJSON_GetObjectItemCaseSensitive(message, "role");
+        tool = (ngx_strcmp(role->valuestring, "tool") == 0);
 
-        if (ngx_strcmp(role->valuestring, "tool") == 0) {
+        if (asked && !tool) {
+            if (ngx_http_hypic_tools_answered(asked, k, bad) != NGX_OK) {
+                return NGX_ERROR;
+            }
+
+            asked = NULL;
+        }
+
+        if (tool) {
             id = cJSON_GetObjectItemCaseSensitive(message, "tool_call_id");
 
             if (!cJSON_IsString(id)) {
@@ -275,6 +313,25 @@ ngx_http_hypic_tools_check_messages(cJSON *json, ngx_http_hypic_bad_t *bad)
                                           "messages", NULL,
                                           "'messages[%ui].tool_call_id' "
                                           "must be a string", i);
+            }
+
+            if (asked == NULL) {
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "messages", NULL,
+                                          "'messages[%ui]' has role 'tool' "
+                                          "but follows no assistant "
+                                          "message with 'tool_calls'", i);
+            }
+
+            if (ngx_http_hypic_tools_call_of(asked, id->valuestring)
+                == NULL)
+            {
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "messages", NULL,
+                                          "'messages[%ui].tool_call_id' "
+                                          "'%s' is not the id of a call in "
+                                          "'messages[%ui].tool_calls'", i,
+                                          id->valuestring, k);
             }
         }
 
@@ -292,51 +349,147 @@ ngx_http_hypic_tools_check_messages(cJSON *json, ngx_http_hypic_bad_t *bad)
                                           "assistant message", i);
             }
 
-            k = 0;
+            if (ngx_http_hypic_tools_check_calls(calls, i, bad) != NGX_OK) {
+                return NGX_ERROR;
+            }
 
-            cJSON_ArrayForEach(call, calls) {
-                type = cJSON_GetObjectItemCaseSensitive(call, "type");
-                fn = cJSON_GetObjectItemCaseSensitive(call, "function");
-                args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-
-                if (!cJSON_IsString(type)
-                    || ngx_strcmp(type->valuestring, "function") != 0
-                    || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(
-                                           fn, "name"))
-                    || !(cJSON_IsString(args) || cJSON_IsObject(args)))
-                {
-                    return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
-                                              "messages", NULL,
-                                              "'messages[%ui].tool_calls"
-                                              "[%ui]' must be {\"type\": "
-                                              "\"function\", \"function\": "
-                                              "{\"name\": ..., \"arguments\":"
-                                              " ...}}", i, k);
-                }
-
-                /* the template gets the arguments as an object */
-
-                if (cJSON_IsString(args)) {
-                    fn = cJSON_Parse(args->valuestring);
-
-                    if (!cJSON_IsObject(fn)) {
-                        cJSON_Delete(fn);
-                        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
-                                                  "messages", NULL,
-                                                  "'messages[%ui].tool_calls"
-                                                  "[%ui].function.arguments'"
-                                                  " must be a JSON object's "
-                                                  "text", i, k);
-                    }
-
-                    cJSON_Delete(fn);
-                }
-
-                k++;
+            if (cJSON_GetArraySize(calls) > 0) {
+                asked = message;
+                k = i;
             }
         }
 
         i++;
+    }
+
+    if (asked) {
+        return ngx_http_hypic_tools_answered(asked, k, bad);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the calls of the assistant turn messages[i] */
+
+static ngx_int_t
+ngx_http_hypic_tools_check_calls(cJSON *calls, ngx_uint_t i,
+    ngx_http_hypic_bad_t *bad)
+{
+    cJSON       *call, *type, *fn, *args;
+    ngx_uint_t   k;
+
+    k = 0;
+
+    cJSON_ArrayForEach(call, calls) {
+        type = cJSON_GetObjectItemCaseSensitive(call, "type");
+        fn = cJSON_GetObjectItemCaseSensitive(call, "function");
+        args = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+
+        if (!cJSON_IsString(type)
+            || ngx_strcmp(type->valuestring, "function") != 0
+            || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name"))
+            || !(cJSON_IsString(args) || cJSON_IsObject(args)))
+        {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "messages", NULL,
+                                      "'messages[%ui].tool_calls[%ui]' must "
+                                      "be {\"type\": \"function\", "
+                                      "\"function\": {\"name\": ..., "
+                                      "\"arguments\": ...}}", i, k);
+        }
+
+        if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(call, "id"))) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "messages", NULL,
+                                      "'messages[%ui].tool_calls[%ui].id' "
+                                      "must be a string", i, k);
+        }
+
+        /* the template gets the arguments as an object */
+
+        if (cJSON_IsString(args)) {
+            fn = cJSON_Parse(args->valuestring);
+
+            if (!cJSON_IsObject(fn)) {
+                cJSON_Delete(fn);
+                return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                          "messages", NULL,
+                                          "'messages[%ui].tool_calls[%ui]."
+                                          "function.arguments' must be a "
+                                          "JSON object's text", i, k);
+            }
+
+            cJSON_Delete(fn);
+        }
+
+        k++;
+    }
+
+    return NGX_OK;
+}
+
+
+/* the call of an assistant turn with this id, or NULL */
+
+static cJSON *
+ngx_http_hypic_tools_call_of(cJSON *asked, const char *id)
+{
+    cJSON  *call, *cid;
+
+    cJSON_ArrayForEach(call,
+                       cJSON_GetObjectItemCaseSensitive(asked, "tool_calls"))
+    {
+        cid = cJSON_GetObjectItemCaseSensitive(call, "id");
+
+        if (cJSON_IsString(cid) && ngx_strcmp(cid->valuestring, id) == 0) {
+            return call;
+        }
+    }
+
+    return NULL;
+}
+
+
+/* each call of messages[k] (asked) has its answer in the tool turns after
+ * it */
+
+static ngx_int_t
+ngx_http_hypic_tools_answered(cJSON *asked, ngx_uint_t k,
+    ngx_http_hypic_bad_t *bad)
+{
+    cJSON  *call, *id, *m, *answer;
+
+    cJSON_ArrayForEach(call,
+                       cJSON_GetObjectItemCaseSensitive(asked, "tool_calls"))
+    {
+        id = cJSON_GetObjectItemCaseSensitive(call, "id");
+
+        for (m = asked->next; m; m = m->next) {
+            if (ngx_strcmp(cJSON_GetObjectItemCaseSensitive(m, "role")
+                               ->valuestring, "tool")
+                != 0)
+            {
+                m = NULL;
+                break;
+            }
+
+            answer = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+
+            if (ngx_strcmp(answer->valuestring, id->valuestring) == 0) {
+                break;
+            }
+        }
+
+        if (m == NULL) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST,
+                                      "messages", NULL,
+                                      "an assistant message with "
+                                      "'tool_calls' must be followed by tool "
+                                      "messages answering each call: "
+                                      "'messages[%ui].tool_calls' '%s' has "
+                                      "no answer", k, id->valuestring);
+        }
     }
 
     return NGX_OK;

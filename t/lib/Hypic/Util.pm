@@ -21,18 +21,20 @@ my %live;            # pid => name, every child still running
 my $owner = $$;      # END below runs in this process only
 
 # '' when Python package $pkg imports in $python (python3 unless given),
-# installing it from PyPI if it is missing; else why not. The suites that
+# installing it from PyPI ($pip, default $pkg) if it is missing; else why
+# not. The suites that
 # drive real clients and reference scripts call it before they skip.
 sub python_module {
-    my ($pkg, $python) = @_;
+    my ($pkg, $python, $pip) = @_;
     $python //= $ENV{HYPIC_PYTHON} // 'python3';
+    $pip //= $pkg;
     my $imports = sub { system("$python -c 'import $pkg' >/dev/null 2>&1") == 0 };
     return '' if $imports->();
     return "no $python" if system("$python -c 1 >/dev/null 2>&1") != 0;
     system("timeout 300 $python -m pip install --quiet "
-           . "--disable-pip-version-check $pkg >/dev/null 2>&1");
+           . "--disable-pip-version-check '$pip' >/dev/null 2>&1");
     return '' if $imports->();
-    return "the $pkg Python package is missing and pip could not install it";
+    return "the $pkg Python package is missing and pip could not install $pip";
 }
 
 # $HYPIC_BUILD, or ./build: where the module and hypic-engine are.

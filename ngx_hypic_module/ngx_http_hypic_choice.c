@@ -42,7 +42,7 @@ ngx_http_hypic_choices_check(ngx_http_hypic_ctx_t *ctx, cJSON *json,
     ngx_http_hypic_bad_t *bad)
 {
     cJSON   *item, *logprobs;
-    double   n, top;
+    double   n, top, best;
 
     n = 1;
 
@@ -80,6 +80,25 @@ ngx_http_hypic_choices_check(ngx_http_hypic_ctx_t *ctx, cJSON *json,
         }
 
         ctx->in.req.logprobs = (uint32_t) (top + 1);
+
+        /* best_of n: the n choices are all there is to choose from */
+
+        best = n;
+
+        if (ngx_http_hypic_check_number(json, "best_of", 1,
+                                        HP_IPC_MAX_CHOICES, 1, &best, bad)
+            != NGX_OK)
+        {
+            return NGX_ERROR;
+        }
+
+        if (best != n) {
+            return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "best_of",
+                                      NULL, best < n
+                                      ? "'best_of' must be at least 'n'"
+                                      : "'best_of' greater than 'n' is not "
+                                        "supported");
+        }
 
         return NGX_OK;
     }

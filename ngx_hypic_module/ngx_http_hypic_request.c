@@ -489,6 +489,26 @@ ngx_http_hypic_check_completion(ngx_http_request_t *r,
                                   "non-empty array of strings");
     }
 
+    /* what would change the answer and is not done is refused, not
+     * ignored */
+
+    prompt = cJSON_GetObjectItemCaseSensitive(json, "echo");
+
+    if (prompt && !cJSON_IsNull(prompt) && !cJSON_IsFalse(prompt)) {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "echo", NULL,
+                                  "'echo' is not supported: it may only "
+                                  "be false");
+    }
+
+    prompt = cJSON_GetObjectItemCaseSensitive(json, "suffix");
+
+    if (prompt && !cJSON_IsNull(prompt)
+        && !(cJSON_IsString(prompt) && prompt->valuestring[0] == '\0'))
+    {
+        return ngx_http_hypic_bad(bad, NGX_HTTP_BAD_REQUEST, "suffix", NULL,
+                                  "'suffix' is not supported");
+    }
+
     ctx->in.prompt.len = ngx_strlen(item->valuestring);
     ctx->in.prompt.data = ngx_pnalloc(r->pool, ctx->in.prompt.len + 1);
     if (ctx->in.prompt.data == NULL) {
@@ -682,6 +702,18 @@ ngx_http_hypic_check_extras(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
             != NGX_OK
         || ngx_http_hypic_check_number(json, "seed", -9e18, 9e18, 1, &seed,
                                        bad)
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    /* accepted, as vLLM does without penalties, but only in range */
+
+    if (ngx_http_hypic_check_number(json, "frequency_penalty", -2, 2, 0,
+                                    NULL, bad)
+            != NGX_OK
+        || ngx_http_hypic_check_number(json, "presence_penalty", -2, 2, 0,
+                                       NULL, bad)
            != NGX_OK)
     {
         return NGX_ERROR;

@@ -3,7 +3,9 @@
 # tool_choice or parallel_tool_calls without tools; a tool turn that
 # follows no assistant turn with tool_calls, or answers no call of it; an
 # assistant turn whose calls are not all answered by the tool turns right
-# after it; a call without an id.
+# after it; a call without an id. And what the legacy endpoint cannot do
+# (echo, suffix, best_of past n) is refused rather than ignored, as are
+# penalties out of OpenAI's range.
 
 use strict;
 use warnings;
@@ -36,6 +38,12 @@ sub answer { { role => 'tool', tool_call_id => $_[0], content => '12:00' } }
 sub chat {
     return "POST /v1/chat/completions\n"
            . json_body(max_tokens => 1, messages => [user()], @_);
+}
+
+# a legacy completion request with these fields, max_tokens 1
+sub cmpl {
+    return "POST /v1/completions\n"
+           . json_body(max_tokens => 1, prompt => 'Once upon', @_);
 }
 
 sub refused {
@@ -111,6 +119,40 @@ __DATA__
  ::refused('messages', qr/'messages\[1\]\.tool_calls' 'c1' has no answer/),
  ::refused('messages', qr/'messages\[1\]\.tool_calls\[0\]\.id' must be a string/),
  { object => 'chat.completion' },
+ { object => 'chat.completion' }]
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: what would change the answer and is not done is refused, and
+the fields we take without acting on them are checked like OpenAI's
+--- http_config
+    @ENGINE@
+--- config
+    location /v1/ { hypic_pass tiny; }
+--- request eval
+[::cmpl(echo => JSON::PP::true),
+ ::cmpl(suffix => ' the end'),
+ ::cmpl(best_of => 2),
+ ::cmpl(n => 2, best_of => 1),
+ ::cmpl(frequency_penalty => 2.5),
+ ::chat(presence_penalty => -3),
+ ::chat(frequency_penalty => 'x'),
+ ::cmpl(echo => JSON::PP::false, suffix => '', best_of => 2, n => 2,
+        frequency_penalty => -2, presence_penalty => 1.5),
+ ::chat(frequency_penalty => 0.5, presence_penalty => 2)]
+--- error_code eval
+[400, 400, 400, 400, 400, 400, 400, 200, 200]
+--- response_body_json eval
+[::refused('echo', qr/'echo' is not supported/),
+ ::refused('suffix', qr/'suffix' is not supported/),
+ ::refused('best_of', qr/'best_of' greater than 'n' is not supported/),
+ ::refused('best_of', qr/'best_of' must be at least 'n'/),
+ ::refused('frequency_penalty', qr/from -2\.0 to 2\.0/),
+ ::refused('presence_penalty', qr/from -2\.0 to 2\.0/),
+ ::refused('frequency_penalty', qr/must be a number/),
+ { object => 'text_completion' },
  { object => 'chat.completion' }]
 --- no_error_log
 [error]

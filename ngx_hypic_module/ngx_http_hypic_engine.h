@@ -64,7 +64,7 @@ ngx_int_t ngx_http_hypic_engine_init_process(ngx_cycle_t *cycle);
 void ngx_http_hypic_engine_exit_process(ngx_cycle_t *cycle);
 
 /*
- * Hands ctx->req and ctx->prompt to the location's engine. NGX_DONE: the
+ * Hands ctx->in.req and ctx->in.prompt to the location's engine. NGX_DONE: the
  * request holds its reference and is answered later, through
  * ngx_http_hypic_deliver() and ngx_http_hypic_fail() (response). Anything
  * else is what a content handler returns after an error response was
@@ -83,7 +83,7 @@ void ngx_http_hypic_engine_detach(ngx_http_hypic_ctx_t *ctx);
 
 /*
  * The identity of the engine behind this worker's link: NGX_OK; NGX_AGAIN
- * while the link is not up (a request submitted with ctx->await_link set
+ * while the link is not up (a request submitted with ctx->routing.await_link
  * waits for it, then ngx_http_hypic_route_again() is called instead of
  * sending it); NGX_DECLINED when the engine publishes no fingerprint.
  * The strings live in the link until it closes: copy what must outlive

@@ -25,9 +25,9 @@ ngx_int_t ngx_http_hypic_not_allowed(ngx_http_request_t *r, char *allow);
 ngx_int_t ngx_http_hypic_handler_init(ngx_conf_t *cf);
 
 /*
- * Goes on with a request whose Redis lookup is over (ctx->route set): to
- * the local engine, or to the hypic_peer location. Finalizes r as
- * needed; the caller runs the posted requests.
+ * Goes on with a request whose Redis lookup is over (ctx->routing.route
+ * set): to the local engine, or to the hypic_peer location. Finalizes r
+ * as needed; the caller runs the posted requests.
  */
 void ngx_http_hypic_routed(ngx_http_request_t *r);
 

@@ -33,8 +33,8 @@ ngx_int_t ngx_http_hypic_redis_init_process(ngx_cycle_t *cycle);
 void ngx_http_hypic_redis_exit_process(ngx_cycle_t *cycle);
 
 /*
- * Starts the lookup for ctx->prompt, with segment ids named as the engine
- * id names them. NGX_AGAIN: the request waits; ctx->route (and ctx->peer)
+ * Starts the lookup for ctx->in.prompt, with segment ids named as the engine
+ * id names them. NGX_AGAIN: the request waits; ctx->routing.route (and .peer)
  * are set and ngx_http_hypic_routed() is called later, from the event
  * loop, within hypic_redis_timeout. NGX_OK: nothing in the prompt can be
  * cached, route locally. NGX_DECLINED: Redis cannot be asked now (down,

@@ -1,7 +1,7 @@
 
 /*
  * HYPIC serve: a hypic_pass request's body, from its bytes to the engine
- * request (ctx->req, ctx->prompt), or to the reason it is refused.
+ * request (ctx->in.req, ctx->in.prompt), or to the reason it is refused.
  */
 
 

@@ -33,7 +33,7 @@ ngx_int_t ngx_http_hypic_tools_check(cJSON *json,
     ngx_http_hypic_bad_t *bad);
 
 /* Whether the answer is scanned for calls, with what it needs for that
- * (ctx->tools, a scanner per choice: after ngx_http_hypic_choices_init).
+ * (ctx->out.tools, a scanner per choice: after ngx_http_hypic_choices_init).
  * NGX_OK or NGX_ERROR (no memory). */
 ngx_int_t ngx_http_hypic_tools_setup(ngx_http_request_t *r,
     ngx_http_hypic_ctx_t *ctx, cJSON *json);

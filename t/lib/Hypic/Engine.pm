@@ -35,21 +35,26 @@ sub test_model {
 }
 
 # How a suite that serves the test model through one engine starts: it
-# skips the whole suite (plan skip_all) where no engine can run or the
-# model is missing; else it starts `serve --model MODEL` with args and the
-# other options of start, makes @ENGINE@ the nginx line for it (upstream
-# "tiny", model "tiny-1"), and returns the engine.
+# skips the whole suite (plan skip_all) where no engine can run, the model
+# is missing or need (a sub) gives a reason; else it starts `serve --model
+# MODEL` with args and the other options of start, makes @ENGINE@ the
+# nginx line for it (upstream name, default "tiny", model id, default
+# "NAME-1"), and returns the engine. model: default test_model().
 #   our $engine = Hypic::Engine->start_suite(args => ['--slots', 2]);
 sub start_suite {
     my ($class, %o) = @_;
     require Hypic::Nginx;
-    my $model = test_model();
-    my $why = $class->why_not || (-d $model ? '' : "no $model");
+    my $model = delete $o{model} // test_model();
+    my $name = delete $o{name} // 'tiny';
+    my $id = delete $o{id} // "$name-1";
+    my $need = delete $o{need};
+    my $why = $class->why_not || (-d $model ? '' : "no $model")
+              || ($need ? $need->() : '');
     Hypic::Nginx::plan(skip_all => $why) if $why;
     my $engine = $class->start(%o, args => ['--model', $model,
                                             @{ $o{args} || [] }]);
-    Hypic::Nginx::add_vars(ENGINE => 'hypic_engine tiny unix:'
-                                     . $engine->socket . ' model=tiny-1;');
+    Hypic::Nginx::add_vars(ENGINE => "hypic_engine $name unix:"
+                                     . $engine->socket . " model=$id;");
     return $engine;
 }
 

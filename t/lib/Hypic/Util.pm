@@ -11,11 +11,13 @@ use Exporter 'import';
 use File::Spec;
 use File::Temp ();
 use IO::Socket::INET;
+use JSON::PP ();
 use POSIX ();
 use Time::HiRes qw(sleep time);
 
 our @EXPORT_OK = qw(build_dir private_dir free_port spawn wait_until
-                    port_open alive stop_pid wait_exit slurp python_module);
+                    port_open alive stop_pid wait_exit slurp python_module
+                    run_python);
 
 my %live;            # pid => name, every child still running
 my $owner = $$;      # END below runs in this process only
@@ -35,6 +37,21 @@ sub python_module {
            . "--disable-pip-version-check '$pip' >/dev/null 2>&1");
     return '' if $imports->();
     return "the $pkg Python package is missing and pip could not install $pip";
+}
+
+# Runs a Python script (text) with args in $python, within timeout
+# seconds: its exit status, its output, and its last line decoded as JSON
+# ({} if it is not).
+sub run_python {
+    my ($script, $python, $timeout, @args) = @_;
+    my $dir = private_dir('py');
+    open my $fh, '>', "$dir/script.py" or die "$dir: $!";
+    print $fh $script;
+    close $fh;
+    my $out = `timeout $timeout $python $dir/script.py @args 2>&1`;
+    my $rc = $?;
+    my $json = eval { JSON::PP->new->decode((split /\n/, $out)[-1]) } || {};
+    return ($rc, $out, $json);
 }
 
 # $HYPIC_BUILD, or ./build: where the module and hypic-engine are.

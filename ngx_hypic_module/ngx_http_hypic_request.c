@@ -317,6 +317,7 @@ ngx_http_hypic_check_common(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 {
     cJSON                      *item;
     double                      max, tokens, completion, temperature, top_p;
+    ngx_int_t                   rc;
     ngx_str_t                  *model;
     hp_ipc_request_t           *req;
     ngx_http_hypic_loc_conf_t  *hlcf;
@@ -366,19 +367,26 @@ ngx_http_hypic_check_common(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     temperature = 1;
     top_p = 1;
 
-    if (ngx_http_hypic_check_number(json, "max_tokens", 0, max, 1, &tokens,
-                                    bad)
-            != NGX_OK
-        || ngx_http_hypic_check_number(json, "max_completion_tokens", 0, max,
-                                       1, &completion, bad)
-           != NGX_OK
-        || ngx_http_hypic_check_number(json, "temperature", 0, 2, 0,
-                                       &temperature, bad)
-           != NGX_OK
-        || ngx_http_hypic_check_number(json, "top_p", 0, 1, 0, &top_p, bad)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
+    rc = ngx_http_hypic_check_number(json, "max_tokens", 0, max, 1, &tokens,
+                                     bad);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "max_completion_tokens", 0,
+                                         max, 1, &completion, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "temperature", 0, 2, 0,
+                                         &temperature, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "top_p", 0, 1, 0, &top_p,
+                                         bad);
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     if (ctx->in.endpoint == NGX_HTTP_HYPIC_CHAT && completion >= 0) {
@@ -689,6 +697,7 @@ ngx_http_hypic_check_extras(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
 {
     cJSON             *item;
     double             top_k, seed;
+    ngx_int_t          rc;
     hp_ipc_request_t  *req;
 
     req = &ctx->in.req;
@@ -698,25 +707,27 @@ ngx_http_hypic_check_extras(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     top_k = 0;
     seed = 1e19;
 
-    if (ngx_http_hypic_check_number(json, "top_k", 0, 1e9, 1, &top_k, bad)
-            != NGX_OK
-        || ngx_http_hypic_check_number(json, "seed", -9e18, 9e18, 1, &seed,
-                                       bad)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
+    rc = ngx_http_hypic_check_number(json, "top_k", 0, 1e9, 1, &top_k, bad);
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "seed", -9e18, 9e18, 1, &seed,
+                                         bad);
     }
 
-    /* accepted, as vLLM does without penalties, but only in range */
+    /* taken without effect, as by vLLM, but only within OpenAI's range */
 
-    if (ngx_http_hypic_check_number(json, "frequency_penalty", -2, 2, 0,
-                                    NULL, bad)
-            != NGX_OK
-        || ngx_http_hypic_check_number(json, "presence_penalty", -2, 2, 0,
-                                       NULL, bad)
-           != NGX_OK)
-    {
-        return NGX_ERROR;
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "frequency_penalty", -2, 2, 0,
+                                         NULL, bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_check_number(json, "presence_penalty", -2, 2, 0,
+                                         NULL, bad);
+    }
+
+    if (rc != NGX_OK) {
+        return rc;
     }
 
     req->top_k = (int32_t) top_k;

@@ -275,10 +275,11 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     ngx_memcpy(ctx->node.data, link->node, link->node_len);
 
-    if (ctx->prompt.len > shm->input_bytes) {
+    if (ctx->prompt.len + ctx->grammar.len > shm->input_bytes) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "hypic: prompt of %uz bytes is larger than the "
-                      "%uD the engine \"%V\" takes", ctx->prompt.len,
+                      "%uD the engine \"%V\" takes",
+                      ctx->prompt.len + ctx->grammar.len,
                       shm->input_bytes, &link->engine->name);
 
         return ngx_http_hypic_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
@@ -286,7 +287,8 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                                          "prompt_too_large", "prompt",
                                          "The prompt is %uz bytes, the "
                                          "engine takes at most %uD",
-                                         ctx->prompt.len, shm->input_bytes);
+                                         ctx->prompt.len + ctx->grammar.len,
+                                         shm->input_bytes);
     }
 
     slot = hp_ipc_claim(shm, link->conn_id, (int32_t) ngx_pid, &index,
@@ -310,8 +312,14 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     ngx_memcpy(&slot->req, &ctx->req, sizeof(hp_ipc_request_t));
     slot->req.prompt_len = (uint32_t) ctx->prompt.len;
 
+    slot->req.grammar_len = (uint32_t) ctx->grammar.len;
+
     p = (u_char *) hp_ipc_input(shm, slot);
-    ngx_memcpy(p, ctx->prompt.data, ctx->prompt.len);
+    p = ngx_cpymem(p, ctx->prompt.data, ctx->prompt.len);
+
+    if (ctx->grammar.len) {
+        ngx_memcpy(p, ctx->grammar.data, ctx->grammar.len);
+    }
 
     ctx->slot = slot;
 

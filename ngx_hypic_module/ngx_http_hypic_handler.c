@@ -27,6 +27,7 @@
 #include "ngx_http_hypic_redis.h"
 #include "ngx_http_hypic_sse.h"
 #include "ngx_http_hypic_tools.h"
+#include "ngx_http_hypic_format.h"
 
 
 /* OpenAI's default for the legacy completions endpoint */
@@ -356,6 +357,10 @@ ngx_http_hypic_process(ngx_http_request_t *r)
         rc = ngx_http_hypic_choices_check(json,
                                           ctx->endpoint
                                           == NGX_HTTP_HYPIC_CHAT, &bad);
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_format(r, ctx, json, &bad);
     }
 
     if (rc == NGX_OK) {

@@ -122,6 +122,7 @@ typedef struct {
     unsigned                    include_usage:1;
     hp_ipc_request_t            req;
     ngx_str_t                   prompt;       /* chat: the body */
+    ngx_str_t                   grammar;      /* constraint (format.c) */
     ngx_array_t                *contents;     /* chat: message texts */
     void                       *tools;        /* ngx_http_hypic_tools.c */
     ngx_str_t                   id;           /* "cmpl-..." */

@@ -66,7 +66,7 @@
 
 #include <cJSON.h>
 
-#define HP_GRAMMAR_WS 4 /* whitespace bytes between JSON tokens, at most */
+#define HP_GRAMMAR_WS 8 /* whitespace bytes between JSON tokens, at most */
 
 enum {
     HP_G_END = 0,

@@ -37,14 +37,13 @@ typedef struct {
 } gb_t;
 
 static const char *const annotations[] = {
-    "title",      "description", "default",  "examples", "$schema",
-    "$id",        "$comment",    "strict",   "deprecated", "readOnly",
-    "writeOnly",  NULL};
+    "title",    "description", "default",    "examples", "$schema",   "$id",
+    "$comment", "strict",      "deprecated", "readOnly", "writeOnly", NULL};
 static const char *const keywords[] = {
-    "type",     "properties", "required",  "additionalProperties",
-    "items",    "minItems",   "maxItems",  "minLength",
-    "maxLength", "enum",      "const",     "anyOf",
-    "allOf",    "$ref",       "$defs",     "definitions",
+    "type",      "properties", "required", "additionalProperties",
+    "items",     "minItems",   "maxItems", "minLength",
+    "maxLength", "enum",       "const",    "anyOf",
+    "allOf",     "$ref",       "$defs",    "definitions",
     NULL};
 
 static int fail(gb_t *b, const char *fmt, ...)
@@ -219,7 +218,10 @@ static uint32_t ws_rule(gb_t *b)
     return b->ws = next;
 }
 
-static void seq_ws(gb_t *b, seq_t *s) { seq_rule(b, s, ws_rule(b)); }
+static void seq_ws(gb_t *b, seq_t *s)
+{
+    seq_rule(b, s, ws_rule(b));
+}
 
 /* up to k more digits */
 static uint32_t digits(gb_t *b, int k)
@@ -291,7 +293,8 @@ static uint32_t number_rule(gb_t *b)
 static void seq_string(gb_t *b, seq_t *s, uint32_t lo, uint32_t hi)
 {
     seq_byte(b, s, '"');
-    seq_push(b, s, (hp_g_elem_t){.type = HP_G_STR, .arg = HP_G_STR_ARG(lo, hi)});
+    seq_push(b, s,
+             (hp_g_elem_t){.type = HP_G_STR, .arg = HP_G_STR_ARG(lo, hi)});
 }
 
 /* {"k": V, ...} with any keys, values of rule v */
@@ -405,8 +408,9 @@ static const cJSON *resolve(gb_t *b, const char *ref, const char *path)
     else if (!strncmp(ref, "#/definitions/", 14))
         defs = "definitions";
     if (!defs) {
-        fail(b, "unsupported $ref \"%s\" at %s (only \"#\", \"#/$defs/...\" "
-                "and \"#/definitions/...\")",
+        fail(b,
+             "unsupported $ref \"%s\" at %s (only \"#\", \"#/$defs/...\" "
+             "and \"#/definitions/...\")",
              ref, path);
         return NULL;
     }
@@ -490,8 +494,9 @@ static uint32_t object_rule(gb_t *b, const cJSON *sc, const char *path)
                                                : value_rule(b));
     }
     if (add && !cJSON_IsBool(add) && !cJSON_IsObject(add))
-        return fail(b, "'additionalProperties' at %s must be a boolean or a "
-                       "schema",
+        return fail(b,
+                    "'additionalProperties' at %s must be a boolean or a "
+                    "schema",
                     path),
                0;
     /* at[i][f]: properties i.. to go, f: one was written (a comma next) */
@@ -506,8 +511,8 @@ static uint32_t object_rule(gb_t *b, const cJSON *sc, const char *path)
     for (int i = n - 1; i >= 0 && !b->failed; i--) {
         const cJSON *p = cJSON_GetArrayItem(props, i);
         int required = 0;
-        cJSON_ArrayForEach(r, req) required |= !strcmp(r->valuestring,
-                                                       p->string);
+        cJSON_ArrayForEach(r, req) required |=
+            !strcmp(r->valuestring, p->string);
         snprintf(sub, sizeof(sub), "%s/properties/%s", path, p->string);
         uint32_t v = schema_rule(b, p, sub);
         cJSON *key = cJSON_CreateString(p->string);
@@ -574,8 +579,8 @@ static int type_seqs(gb_t *b, const cJSON *sc, const char *t, seq_t *s,
         if (hi >= 0 && hi < lo)
             return fail(b, "'maxItems' at %s is below 'minItems'", path);
         if (lo > MAX_UNROLL || hi > MAX_UNROLL)
-            return fail(b, "'minItems' or 'maxItems' at %s is above %d",
-                        path, MAX_UNROLL);
+            return fail(b, "'minItems' or 'maxItems' at %s is above %d", path,
+                        MAX_UNROLL);
         snprintf(sub, sizeof(sub), "%s/items", path);
         uint32_t v = items ? schema_rule(b, items, sub) : value_rule(b);
         seq_rule(b, &s[0], array_rule(b, v, lo, hi));
@@ -623,8 +628,8 @@ static uint32_t schema_rule(gb_t *b, const cJSON *sc, const char *path)
     if (all) {
         /* only the allOf: [{$ref}] pydantic writes */
         int others = 0;
-        cJSON_ArrayForEach(k, sc) others += !in_list(k->string, annotations) &&
-                                            strcmp(k->string, "allOf");
+        cJSON_ArrayForEach(k, sc) others +=
+            !in_list(k->string, annotations) && strcmp(k->string, "allOf");
         if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1 || others)
             return fail(b,
                         "'allOf' at %s is supported with one schema and no "
@@ -673,11 +678,10 @@ static uint32_t schema_rule(gb_t *b, const cJSON *sc, const char *path)
     } else if (type) {
         int nt = cJSON_IsArray(type) ? cJSON_GetArraySize(type) : 1;
         for (int i = 0; i < nt && !b->failed; i++) {
-            const cJSON *t = cJSON_IsArray(type) ? cJSON_GetArrayItem(type, i)
-                                                 : type;
+            const cJSON *t =
+                cJSON_IsArray(type) ? cJSON_GetArrayItem(type, i) : type;
             if (!cJSON_IsString(t)) {
-                fail(b, "'type' at %s must be a name or a list of names",
-                     path);
+                fail(b, "'type' at %s must be a name or a list of names", path);
                 break;
             }
             if (grow(b, (void **)&s, (uint32_t *)&cap, (uint32_t)n + 2,
@@ -818,8 +822,8 @@ static uint32_t calls_rule(gb_t *b, const cJSON *tools, const char *only,
         if (!cJSON_IsString(name) || (only && strcmp(only, name->valuestring)))
             continue;
         uint32_t r = call_rule(b, fn, xml);
-        if (b->failed || grow(b, (void **)&s, (uint32_t *)&cap,
-                              (uint32_t)n + 1, sizeof(*s)))
+        if (b->failed ||
+            grow(b, (void **)&s, (uint32_t *)&cap, (uint32_t)n + 1, sizeof(*s)))
             break;
         s[n] = (seq_t){0};
         seq_rule(b, &s[n++], r);

@@ -72,9 +72,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HP_IPC_MAGIC   0x43495048u /* "HPIC" little-endian */
-#define HP_IPC_VERSION 7u /* 5: chat bodies; 6: choices and logprobs;
-                             7: structured output (grammar_len) */
+#define HP_IPC_MAGIC 0x43495048u /* "HPIC" little-endian */
+#define HP_IPC_VERSION                                                         \
+    7u /* 5: chat bodies; 6: choices and logprobs;                             \
+          7: structured output (grammar_len) */
 
 #define HP_IPC_MAX_STOP    4  /* stop strings per request (OpenAI's 4) */
 #define HP_IPC_STOP_BYTES  64 /* each, at most */

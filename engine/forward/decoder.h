@@ -53,7 +53,7 @@ typedef struct {
     int logprobs, top_logprobs;
     hp_decoder_lp_t *lp;
     int n_lp, cap_lp, lp_taken;
-    int stopped;            /* a stop string ended it: text past safe dropped */
+    int stopped; /* a stop string ended it: text past safe dropped */
     /* structured output (p->grammar): the recogniser of the text so far,
      * the allowed tokens' bits, the masked logits, the walk's scratch */
     const hp_grammar_t *grammar;

@@ -122,9 +122,9 @@ static int is_hex(unsigned c)
 enum {
     S_CHAR = 0,
     S_ESC = 1,
-    S_HEX = 2, /* 2..5: hex digits of \u to go: 4..1 */
-    S_U1 = 10, /* one continuation byte 80..BF to go */
-    S_U2 = 11, /* two, next 80..BF */
+    S_HEX = 2,  /* 2..5: hex digits of \u to go: 4..1 */
+    S_U1 = 10,  /* one continuation byte 80..BF to go */
+    S_U2 = 11,  /* two, next 80..BF */
     S_U2A = 12, /* two, next A0..BF (after E0) */
     S_U2D = 13, /* two, next 80..9F (after ED) */
     S_U3 = 14,  /* three, next 80..BF */
@@ -338,7 +338,7 @@ int hp_gmatch_must_end(const hp_gmatch_t *m)
 /* ---- the vocabulary trie --------------------------------------------- */
 
 enum {
-    F_STR = 1, /* every token's rest below: whole UTF-8 string characters */
+    F_STR = 1,   /* every token's rest below: whole UTF-8 string characters */
     F_NO_LT = 2, /* ... without '<' */
     F_NO_NL = 4  /* ... without '\n' */
 };
@@ -347,7 +347,7 @@ typedef struct {
     uint32_t child; /* first edge in edges[] */
     uint16_t n_child;
     uint8_t flags;
-    uint8_t byte; /* of the edge into it */
+    uint8_t byte;    /* of the edge into it */
     uint32_t lo, hi; /* its subtree's tokens: order[lo..hi) */
     uint32_t n_end;  /* order[lo..lo + n_end): tokens ending here */
 } node_t;
@@ -530,8 +530,9 @@ nomem:
     free(bn);
     free(next_tok);
     hp_gmask_vocab_free(v);
-    return hp_error_set(err, HP_ENOMEM, "grammar: no memory for the "
-                                        "vocabulary trie");
+    return hp_error_set(err, HP_ENOMEM,
+                        "grammar: no memory for the "
+                        "vocabulary trie");
 }
 
 void hp_gmask_vocab_free(hp_gmask_vocab_t *v)
@@ -543,7 +544,10 @@ void hp_gmask_vocab_free(hp_gmask_vocab_t *v)
     free(v);
 }
 
-int hp_gmask_vocab_size(const hp_gmask_vocab_t *v) { return v->V; }
+int hp_gmask_vocab_size(const hp_gmask_vocab_t *v)
+{
+    return v->V;
+}
 
 void hp_gmask_scratch_free(hp_gmask_scratch_t *s)
 {
@@ -669,9 +673,15 @@ int hp_gmask_compute(const hp_gmask_vocab_t *v, const hp_gmatch_t *m,
 
 void hp_gmask_apply(const uint32_t *bits, float *logits, int V)
 {
-    for (int i = 0; i < V; i++)
-        if (!(bits[i >> 5] >> (i & 31) & 1))
-            logits[i] = -INFINITY;
+    for (int w = 0; w < (V + 31) / 32; w++) {
+        uint32_t b = bits[w];
+        int end = V - 32 * w < 32 ? V - 32 * w : 32;
+        if (b == 0xffffffffu)
+            continue; /* all allowed: the common word inside a string */
+        for (int i = 0; i < end; i++)
+            if (!(b >> i & 1))
+                logits[32 * w + i] = -INFINITY;
+    }
 }
 
 /* ---- the cache ------------------------------------------------------- */
@@ -785,7 +795,8 @@ int hp_gcache_get(hp_gcache_t *c, const char *spec, size_t len,
     if (slot < 0 && c->n == c->cap) {
         /* evict the least recently used grammar no one holds */
         for (int i = 0; i < c->n; i++)
-            if (!c->e[i].holders && (slot < 0 || c->e[i].used < c->e[slot].used))
+            if (!c->e[i].holders &&
+                (slot < 0 || c->e[i].used < c->e[slot].used))
                 slot = i;
         if (slot >= 0) {
             hp_grammar_free(c->e[slot].g);
@@ -826,9 +837,15 @@ static void adjust(hp_gcache_t *c, const hp_grammar_t *g, int by)
     pthread_mutex_unlock(&c->mu);
 }
 
-void hp_gcache_hold(hp_gcache_t *c, const hp_grammar_t *g) { adjust(c, g, 1); }
+void hp_gcache_hold(hp_gcache_t *c, const hp_grammar_t *g)
+{
+    adjust(c, g, 1);
+}
 
-void hp_gcache_put(hp_gcache_t *c, const hp_grammar_t *g) { adjust(c, g, -1); }
+void hp_gcache_put(hp_gcache_t *c, const hp_grammar_t *g)
+{
+    adjust(c, g, -1);
+}
 
 void hp_gcache_stats(hp_gcache_t *c, hp_gcache_stats_t *st)
 {

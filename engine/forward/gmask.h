@@ -46,10 +46,10 @@ typedef struct {
 
 typedef struct {
     const hp_grammar_t *g;
-    hp_gset_t set;  /* the state */
+    hp_gset_t set;       /* the state */
     hp_gset_t tmp, tmp2; /* scratch for steps */
-    uint32_t *st;   /* scratch stack [HP_GMATCH_DEPTH * 2] */
-    int overflow;   /* stacks dropped for depth or count (see below) */
+    uint32_t *st;        /* scratch stack [HP_GMATCH_DEPTH * 2] */
+    int overflow;        /* stacks dropped for depth or count (see below) */
 } hp_gmatch_t;
 
 /* Limits of one state: a stack deeper, or a set larger, is dropped (the

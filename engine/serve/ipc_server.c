@@ -667,12 +667,12 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
           j->id, index, rq.mode, rq.prompt_len);
     if (rq.prompt_len > s->cfg.input_bytes ||
         rq.grammar_len > s->cfg.input_bytes - rq.prompt_len ||
-        rq.n_stop > HP_IPC_MAX_STOP ||
-        rq.sep_len > HP_IPC_SEP_BYTES || !(rq.temperature >= 0.0f) ||
-        !isfinite(rq.temperature) || !(rq.top_p > 0.0f && rq.top_p <= 1.0f) ||
-        rq.top_k < 0 || rq.decode > HP_IPC_DECODE_AUTO ||
-        rq.speculative > HP_IPC_SPEC_OFF || rq.max_draft > HP_IPC_MAX_DRAFT ||
-        rq.n > HP_IPC_MAX_CHOICES || rq.logprobs > 1 + HP_IPC_MAX_LOGPROBS) {
+        rq.n_stop > HP_IPC_MAX_STOP || rq.sep_len > HP_IPC_SEP_BYTES ||
+        !(rq.temperature >= 0.0f) || !isfinite(rq.temperature) ||
+        !(rq.top_p > 0.0f && rq.top_p <= 1.0f) || rq.top_k < 0 ||
+        rq.decode > HP_IPC_DECODE_AUTO || rq.speculative > HP_IPC_SPEC_OFF ||
+        rq.max_draft > HP_IPC_MAX_DRAFT || rq.n > HP_IPC_MAX_CHOICES ||
+        rq.logprobs > 1 + HP_IPC_MAX_LOGPROBS) {
         refuse(s, j, HP_EBADINPUT, "malformed request in shared memory");
         return;
     }

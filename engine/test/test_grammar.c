@@ -21,7 +21,8 @@ static const char *PYD =
     " \"kind\": {\"enum\": [\"a\", \"b\"]},"
     " \"note\": {\"anyOf\": [{\"type\": \"string\"}, {\"type\": \"null\"}],"
     " \"default\": null},"
-    " \"items\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/$defs/Item\"}},"
+    " \"items\": {\"type\": \"array\", \"items\": {\"$ref\": "
+    "\"#/$defs/Item\"}},"
     " \"ok\": {\"type\": \"boolean\"}, \"score\": {\"type\": \"number\"}},"
     " \"required\": [\"id\", \"tags\", \"kind\", \"items\", \"ok\", \"score\"],"
     " \"title\": \"Model\", \"type\": \"object\","
@@ -182,8 +183,9 @@ static void requests(void)
 {
     char msg[400], spec[2048];
     const char *param = NULL;
-    hp_grammar_t *g = from_request("{\"response_format\": {\"type\": \"text\"}}",
-                                   0, 0, msg, sizeof(msg), NULL);
+    hp_grammar_t *g =
+        from_request("{\"response_format\": {\"type\": \"text\"}}", 0, 0, msg,
+                     sizeof(msg), NULL);
     ok(!g && !msg[0], "text: nothing to constrain");
     g = from_request("{\"response_format\": {\"type\": \"json_object\"}}", 0, 0,
                      msg, sizeof(msg), NULL);
@@ -241,17 +243,19 @@ static void requests(void)
 
     snprintf(spec, sizeof(spec), "{%s, \"tool_choice\": \"required\"}", TOOLS);
     g = from_request(spec, 1, 0, msg, sizeof(msg), NULL);
-    ok(g && takes(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\n"
-                     "Paris, \"France\"\n</parameter>\n<parameter=days>\n3\n"
-                     "</parameter>\n</function>\n</tool_call>") &&
+    ok(g &&
+           takes(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\n"
+                    "Paris, \"France\"\n</parameter>\n<parameter=days>\n3\n"
+                    "</parameter>\n</function>\n</tool_call>") &&
            takes(g, "<tool_call>\n<function=get_time>\n<parameter=zone>\ncet\n"
                     "</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
                     "<function=get_weather>\n<parameter=city>\nRome\n"
                     "</parameter>\n</function>\n</tool_call>"),
        "XML syntax: text strings, JSON integers, enums as text");
-    ok(g && !takes(g, "<tool_call>\n<function=get_weather>\n"
-                      "<parameter=days>\n3\n</parameter>\n</function>\n"
-                      "</tool_call>") &&
+    ok(g &&
+           !takes(g, "<tool_call>\n<function=get_weather>\n"
+                     "<parameter=days>\n3\n</parameter>\n</function>\n"
+                     "</tool_call>") &&
            !takes(g, "<tool_call>\n<function=get_weather>\n<parameter=city>\n"
                      "Rome\n</parameter>\n<parameter=days>\nx\n</parameter>\n"
                      "</function>\n</tool_call>"),
@@ -387,8 +391,9 @@ static void cache(const char *path)
            st.entries == 1,
        "another one past the capacity evicts the unheld one");
     hp_gcache_put(c, g3);
-    rc = hp_gcache_get(c, "{\"response_format\": {\"type\": \"json_schema\", "
-                          "\"json_schema\": {\"schema\": {\"type\": 1}}}}",
+    rc = hp_gcache_get(c,
+                       "{\"response_format\": {\"type\": \"json_schema\", "
+                       "\"json_schema\": {\"schema\": {\"type\": 1}}}}",
                        84, NULL, &g1, &v, &err);
     ok(rc == HP_EBADINPUT && strstr(err.msg, "'response_format'"),
        "a bad one: HP_EBADINPUT naming the field (%s)", err.msg);
@@ -461,8 +466,9 @@ static void decode(const char *path)
         free(text);
         hp_decoder_free(&d);
     }
-    ok(good == 8, "random logits under a schema: 8 of 8 outputs parse, "
-                  "validate and end \"stop\" (%d)",
+    ok(good == 8,
+       "random logits under a schema: 8 of 8 outputs parse, "
+       "validate and end \"stop\" (%d)",
        good);
     free(logits);
     hp_sampler_free(&sm);

@@ -307,7 +307,10 @@ const char *hp_chat_origin(const hp_chat_t *c)
     return c->origin;
 }
 
-int hp_chat_tool_xml(const hp_chat_t *c) { return c->tool_xml; }
+int hp_chat_tool_xml(const hp_chat_t *c)
+{
+    return c->tool_xml;
+}
 
 int hp_chat_render(hp_chat_t *c, const char *body, size_t len, char **out,
                    size_t *out_len, hp_error_t *err)

@@ -10,7 +10,9 @@
 # tool_choice "required" and a named function give tool calls whose
 # arguments parse and follow the tool's parameters, in both syntaxes
 # (without the masking the tools model answers a call only with thinking
-# on, the dense model never); the log-probabilities are the masked
+# on, the dense model never); chunkwise (KVBuffer) decode with speculation
+# asked for still masks (a masked request does not speculate); the
+# log-probabilities are the masked
 # distribution's (no alternative outside it); a schema the compiler does
 # not take is a 400 naming the keyword, param response_format.
 
@@ -152,6 +154,10 @@ for model in ("tools-1", "dense-1"):
                               c["message"]["content"].encode(),
                    "lp_finite": all(a["logprob"] > -1e30 for t in lp
                                     for a in t["top_logprobs"])}
+    s, r = chat(model, response_format=FORMAT,
+                hypic={"decode": "chunkwise", "speculative": True})
+    o["chunkwise_spec"] = {"status": s, "valid": validates(
+        r["choices"][0]["message"]["content"]) if s == 200 else r}
     s, r = chat(model, response_format=FORMAT, stream=True)
     o["stream"] = {"status": s, "valid": validates(r["content"]),
                    "finish": r["finish"]}
@@ -252,6 +258,9 @@ for my $m ('tools-1', 'dense-1') {
     ok($o->{schema}{lp_text} && $o->{schema}{lp_finite},
        "$m json_schema: logprobs of the masked distribution, text and "
        . 'alternatives');
+    is($o->{chunkwise_spec}{valid}, JSON::PP::true, "$m json_schema, "
+       . 'KVBuffer decode and speculation asked for: validates')
+        or diag(explain($o->{chunkwise_spec}));
     is($o->{stream}{valid}, JSON::PP::true, "$m json_schema streamed: "
        . 'validates') or diag($o->{stream}{valid});
     is_deeply($o->{stream}{finish}, ['stop'], "$m streamed: finish stop");

@@ -297,6 +297,18 @@ static void seq_string(gb_t *b, seq_t *s, uint32_t lo, uint32_t hi)
              (hp_g_elem_t){.type = HP_G_STR, .arg = HP_G_STR_ARG(lo, hi)});
 }
 
+/* "key": V then rule next, any key */
+static void seq_member(gb_t *b, seq_t *s, uint32_t v, uint32_t next)
+{
+    seq_string(b, s, 0, HP_G_STR_UNBOUNDED);
+    seq_ws(b, s);
+    seq_byte(b, s, ':');
+    seq_ws(b, s);
+    seq_rule(b, s, v);
+    seq_ws(b, s);
+    seq_rule(b, s, next);
+}
+
 /* {"k": V, ...} with any keys, values of rule v */
 static uint32_t map_rule(gb_t *b, uint32_t v)
 {
@@ -305,23 +317,11 @@ static uint32_t map_rule(gb_t *b, uint32_t v)
     seq_byte(b, &m[0], '}');
     seq_byte(b, &m[1], ',');
     seq_ws(b, &m[1]);
-    seq_string(b, &m[1], 0, HP_G_STR_UNBOUNDED);
-    seq_ws(b, &m[1]);
-    seq_byte(b, &m[1], ':');
-    seq_ws(b, &m[1]);
-    seq_rule(b, &m[1], v);
-    seq_ws(b, &m[1]);
-    seq_rule(b, &m[1], more);
+    seq_member(b, &m[1], v, more);
     set_rule(b, more, m, 2);
     seq_t r[2] = {{0}};
     seq_byte(b, &r[0], '}');
-    seq_string(b, &r[1], 0, HP_G_STR_UNBOUNDED);
-    seq_ws(b, &r[1]);
-    seq_byte(b, &r[1], ':');
-    seq_ws(b, &r[1]);
-    seq_rule(b, &r[1], v);
-    seq_ws(b, &r[1]);
-    seq_rule(b, &r[1], more);
+    seq_member(b, &r[1], v, more);
     uint32_t rest = make_rule(b, r, 2);
     seq_t o[1] = {{0}};
     seq_byte(b, &o[0], '{');

@@ -185,7 +185,7 @@ $(BUILD)/nginx/Makefile: config
 	    --builddir=$(CURDIR)/$(BUILD)/nginx > $(CURDIR)/$(BUILD)/nginx/configure.log
 $(MODULE): $(BUILD)/nginx/Makefile $(MODULE_SRCS) $(HEADERS) \
            $(wildcard engine/contract/hp_seg*.c engine/contract/hp_ipc*.c \
-                      engine/contract/hp_tool*.c)
+                      engine/contract/hp_tool*.c engine/contract/hp_grammar*.c)
 	$(MAKE) -f $(CURDIR)/$(BUILD)/nginx/Makefile -C $(NGX_SRC) modules \
 	    > $(BUILD)/nginx/make.log || { cat $(BUILD)/nginx/make.log; exit 1; }
 

@@ -276,10 +276,11 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 
     ngx_memcpy(ctx->eng.node.data, link->node, link->node_len);
 
-    if (ctx->in.prompt.len > shm->input_bytes) {
+    if (ctx->in.prompt.len + ctx->in.grammar.len > shm->input_bytes) {
         ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "hypic: prompt of %uz bytes is larger than the "
-                      "%uD the engine \"%V\" takes", ctx->in.prompt.len,
+                      "%uD the engine \"%V\" takes",
+                      ctx->in.prompt.len + ctx->in.grammar.len,
                       shm->input_bytes, &link->engine->name);
 
         return ngx_http_hypic_send_error(r, NGX_HTTP_REQUEST_ENTITY_TOO_LARGE,
@@ -287,7 +288,9 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
                                          "prompt_too_large", "prompt",
                                          "The prompt is %uz bytes, the "
                                          "engine takes at most %uD",
-                                         ctx->in.prompt.len, shm->input_bytes);
+                                         ctx->in.prompt.len
+                                         + ctx->in.grammar.len,
+                                         shm->input_bytes);
     }
 
     slot = hp_ipc_claim(shm, link->conn_id, (int32_t) ngx_pid, &index,
@@ -311,8 +314,14 @@ ngx_http_hypic_engine_send(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
     ngx_memcpy(&slot->req, &ctx->in.req, sizeof(hp_ipc_request_t));
     slot->req.prompt_len = (uint32_t) ctx->in.prompt.len;
 
+    slot->req.grammar_len = (uint32_t) ctx->in.grammar.len;
+
     p = (u_char *) hp_ipc_input(shm, slot);
-    ngx_memcpy(p, ctx->in.prompt.data, ctx->in.prompt.len);
+    p = ngx_cpymem(p, ctx->in.prompt.data, ctx->in.prompt.len);
+
+    if (ctx->in.grammar.len) {
+        ngx_memcpy(p, ctx->in.grammar.data, ctx->in.grammar.len);
+    }
 
     ctx->eng.slot = slot;
 

@@ -126,6 +126,7 @@ typedef struct {
     unsigned                    include_usage:1;
     hp_ipc_request_t            req;          /* as the engine gets it */
     ngx_str_t                   prompt;       /* chat: the body */
+    ngx_str_t                   grammar;      /* constraint (format.c) */
     ngx_array_t                *contents;     /* chat: message texts */
 } ngx_http_hypic_in_t;
 

@@ -22,6 +22,7 @@
 #include "ngx_http_hypic_choice.h"
 #include "ngx_http_hypic_json.h"
 #include "ngx_http_hypic_request.h"
+#include "ngx_http_hypic_format.h"
 #include "ngx_http_hypic_response.h"
 #include "ngx_http_hypic_tools.h"
 
@@ -112,6 +113,10 @@ ngx_http_hypic_request_parse(ngx_http_request_t *r,
             ctx->in.prompt.data += 3;
             ctx->in.prompt.len -= 3;
         }
+    }
+
+    if (rc == NGX_OK) {
+        rc = ngx_http_hypic_format(r, ctx, json, bad);
     }
 
     if (rc == NGX_OK) {

@@ -8,9 +8,9 @@
  * its tool calls (engine/contract/hp_tool.h): they become
  * message.tool_calls, or delta.tool_calls chunks when streamed, and
  * finish_reason "tool_calls"; a call that does not parse is content.
- * tool_choice "required" and a named function are honoured by the
- * prompt only (the named tool is the only one the template sees);
- * nothing masks the decoding yet.
+ * tool_choice "required" and a named function are enforced by the
+ * engine's decoding (ngx_http_hypic_format.c); the named tool is also
+ * the only one the template sees.
  */
 
 

@@ -72,8 +72,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HP_IPC_MAGIC   0x43495048u /* "HPIC" little-endian */
-#define HP_IPC_VERSION 6u          /* 5: chat bodies; 6: choices and logprobs */
+#define HP_IPC_MAGIC 0x43495048u /* "HPIC" little-endian */
+#define HP_IPC_VERSION                                                         \
+    7u /* 5: chat bodies; 6: choices and logprobs;                             \
+          7: structured output (grammar_len) */
 
 #define HP_IPC_MAX_STOP    4  /* stop strings per request (OpenAI's 4) */
 #define HP_IPC_STOP_BYTES  64 /* each, at most */
@@ -198,6 +200,12 @@ typedef struct {
     /* 0: no log-probabilities; else 1 + the alternatives per token
      * (0..HP_IPC_MAX_LOGPROBS): TOKEN records */
     uint32_t logprobs;
+    /* structured output: 0, or the bytes after the prompt in the input
+     * area holding the constraint, a JSON object of the request's
+     * response_format, tools, tool_choice and parallel_tool_calls
+     * (engine/contract/hp_grammar.h, which both sides compile it with) */
+    uint32_t grammar_len;
+    uint32_t reserved;
 } hp_ipc_request_t;
 
 /* START record: the prompt is accepted and its prefill begins. */
@@ -326,16 +334,17 @@ typedef struct {
 } hp_ipc_slot_t;
 
 /* The layout is the contract: any change here is a version bump. */
-_Static_assert(sizeof(hp_ipc_request_t) == 472, "hp_ipc_request_t layout");
+_Static_assert(sizeof(hp_ipc_request_t) == 480, "hp_ipc_request_t layout");
 _Static_assert(offsetof(hp_ipc_request_t, flags) == 104 &&
                    offsetof(hp_ipc_request_t, n) == 388 &&
-                   offsetof(hp_ipc_request_t, logprobs) == 468,
+                   offsetof(hp_ipc_request_t, logprobs) == 468 &&
+                   offsetof(hp_ipc_request_t, grammar_len) == 472,
                "hp_ipc_request_t layout");
 _Static_assert(sizeof(hp_ipc_text_t) == 8 && sizeof(hp_ipc_token_t) == 16 &&
                    sizeof(hp_ipc_end_t) == 16,
                "TEXT, TOKEN and END record layouts");
-_Static_assert(HP_IPC_VERSION == 6u,
-               "the layouts above are version 6's: bump both together");
+_Static_assert(HP_IPC_VERSION == 7u,
+               "the layouts above are version 7's: bump both together");
 _Static_assert(sizeof(hp_ipc_start_t) == 32, "hp_ipc_start_t layout");
 _Static_assert(sizeof(hp_ipc_final_t) == 352, "hp_ipc_final_t layout");
 _Static_assert(sizeof(hp_ipc_hello_t) == 96, "hp_ipc_hello_t layout");

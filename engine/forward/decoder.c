@@ -88,6 +88,16 @@ int hp_decoder_init(hp_decoder_t *d, const hp_llm_t *llm,
         memcpy(d->ids, p->ctx, (size_t)p->n_ctx * sizeof(int));
         d->n_ids = d->n_prompt = p->n_ctx;
     }
+    if (p->grammar) {
+        d->grammar = p->grammar;
+        d->gvocab = p->gvocab;
+        d->spec = 0; /* drafts are not checked against the grammar */
+        int rc = hp_gmatch_init(&d->gm, p->grammar, err);
+        if (rc != HP_OK) {
+            hp_decoder_free(d);
+            return rc;
+        }
+    }
     hp_rng_seed(&d->rng, p->sampling.seed);
     hp_tokenizer_stream_init(&d->st);
     d->finish = HP_FINISH_LENGTH;
@@ -101,6 +111,11 @@ void hp_decoder_free(hp_decoder_t *d)
         free(d->stop[i]);
     free(d->ids);
     free(d->lp);
+    if (d->grammar)
+        hp_gmatch_free(&d->gm);
+    free(d->allowed);
+    free(d->masked);
+    hp_gmask_scratch_free(&d->gs);
     hp_tokenizer_text_free(&d->text);
     memset(d, 0, sizeof(*d));
 }
@@ -158,6 +173,13 @@ static int push(hp_decoder_t *d, int t, const float *logits, int V,
         d->ids = ids;
         d->cap_ids = cap;
     }
+    if (d->grammar) {
+        size_t n;
+        const char *b = hp_tokenizer_token_bytes(d->llm->tok, t, &n);
+        if (!b || !hp_gmatch_feed(&d->gm, b, n))
+            return hp_error_set(err, HP_EINTERNAL,
+                                "decoder: token %d is not in the grammar", t);
+    }
     if (d->logprobs && logits) {
         int rc = note_logprobs(d, t, logits, V, err);
         if (rc != HP_OK)
@@ -181,8 +203,46 @@ static int push(hp_decoder_t *d, int t, const float *logits, int V,
     size_t safe = d->text.len - holdback(d, d->text.data, d->text.len);
     if (safe > d->safe)
         d->safe = safe;
+    if (d->grammar && hp_gmatch_must_end(&d->gm))
+        return dec_end(d, HP_FINISH_STOP, 1, err);
     if (d->n_tokens == d->max_tokens)
         return dec_end(d, HP_FINISH_LENGTH, 1, err);
+    return HP_OK;
+}
+
+/* The logits masked to what the grammar allows next (d->masked). */
+static int constrain(hp_decoder_t *d, const float *logits, int V,
+                     const float **out, hp_error_t *err)
+{
+    if (!d->masked) {
+        d->allowed = malloc((size_t)(V + 31) / 32 * sizeof(uint32_t));
+        d->masked = malloc((size_t)V * sizeof(float));
+        if (!d->allowed || !d->masked)
+            return hp_error_set(err, HP_ENOMEM, "decoder: out of memory");
+    }
+    if (hp_gmask_vocab_size(d->gvocab) != V)
+        return hp_error_set(err, HP_EINTERNAL,
+                            "decoder: the grammar's vocabulary is %d wide, "
+                            "the logits %d",
+                            hp_gmask_vocab_size(d->gvocab), V);
+    int n = hp_gmask_compute(d->gvocab, &d->gm, &d->gs, d->allowed);
+    if (n < 0)
+        return hp_error_set(err, HP_ENOMEM, "decoder: out of memory");
+    if (d->ignore_eos)
+        for (int i = 0; i < d->llm->n_stop_ids; i++) {
+            int s = d->llm->stop_ids[i];
+            if (s >= 0 && s < V && (d->allowed[s >> 5] >> (s & 31) & 1)) {
+                d->allowed[s >> 5] &= ~(1u << (s & 31));
+                n--;
+            }
+        }
+    if (n <= 0)
+        return hp_error_set(err, HP_EINTERNAL,
+                            "decoder: no token of the vocabulary continues "
+                            "the grammar");
+    memcpy(d->masked, logits, (size_t)V * sizeof(float));
+    hp_gmask_apply(d->allowed, d->masked, V);
+    *out = d->masked;
     return HP_OK;
 }
 
@@ -205,6 +265,16 @@ int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
         return HP_OK;
     if (d->n_tokens >= d->max_tokens)
         return dec_end(d, HP_FINISH_LENGTH, 1, err);
+    if (d->grammar) {
+        if (hp_gmatch_must_end(&d->gm))
+            return dec_end(d, HP_FINISH_STOP, 1, err);
+        int rc = logits ? constrain(d, logits, sm->V, &logits, err)
+                        : hp_error_set(err, HP_EINTERNAL,
+                                       "decoder: a grammar needs the logits");
+        if (rc != HP_OK)
+            return rc;
+        best = -1;
+    }
     int t = best >= 0 ? best : hp_sample(sm, logits, &d->sampling, &d->rng);
     /* logits may be NULL where the device chose best (no logprobs then) */
     int rc = push(d, t, logits, sm->V, err);
@@ -301,6 +371,8 @@ int hp_decoder_fork(hp_decoder_t *dst, const hp_decoder_t *d, uint64_t seed,
         .n_ctx = d->n_prompt,
         .logprobs = d->logprobs,
         .top_logprobs = d->top_logprobs,
+        .grammar = d->grammar,
+        .gvocab = d->gvocab,
     };
     p.sampling.seed = seed;
     for (int i = 0; i < d->n_stop; i++)

@@ -53,7 +53,15 @@ typedef struct {
     int logprobs, top_logprobs;
     hp_decoder_lp_t *lp;
     int n_lp, cap_lp, lp_taken;
-    int stopped;            /* a stop string ended it: text past safe dropped */
+    int stopped; /* a stop string ended it: text past safe dropped */
+    /* structured output (p->grammar): the recogniser of the text so far,
+     * the allowed tokens' bits, the masked logits, the walk's scratch */
+    const hp_grammar_t *grammar;
+    const hp_gmask_vocab_t *gvocab;
+    hp_gmatch_t gm;
+    uint32_t *allowed;
+    float *masked;
+    hp_gmask_scratch_t gs;
     size_t chars_at, chars; /* text[0..chars_at) holds `chars` characters */
 } hp_decoder_t;
 
@@ -64,7 +72,9 @@ int hp_decoder_init(hp_decoder_t *d, const hp_llm_t *llm,
 void hp_decoder_free(hp_decoder_t *d);
 
 /*
- * One token: samples from logits [vocab] with sm's scratch. If the
+ * One token: samples from logits [vocab] with sm's scratch (under a
+ * grammar, from the logits masked to the tokens it allows; where it must
+ * end, the generation ends "stop" without sampling). If the
  * generation goes on, *tok is the token the caller must run through the
  * model to get the next logits; if it ends, d->done and d->finish are set
  * (and *tok is -1). A budget of 0 tokens ends at the first call without
@@ -74,7 +84,8 @@ int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
                     int *tok, hp_error_t *err);
 /* hp_decoder_next with the token already chosen where the logits are
  * (best >= 0: greedy sampling's argmax, hp_fwd_item_t.best); best < 0
- * samples from logits as hp_decoder_next. */
+ * samples from logits as hp_decoder_next. Under a grammar best must be
+ * < 0 (an unmasked argmax is not the masked one). */
 int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
                        const float *logits, int *tok, hp_error_t *err);
 

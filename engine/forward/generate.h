@@ -7,6 +7,7 @@
 #define HP_GENERATE_H
 
 #include "engine/forward/forward.h"
+#include "engine/forward/gmask.h"
 #include "engine/forward/sampler.h"
 #include "engine/model/llm.h"
 
@@ -28,6 +29,13 @@ typedef struct {
      * top_logprobs (0..HP_LOGPROBS_MAX_TOP) alternatives */
     int logprobs;
     int top_logprobs;
+    /* structured output: the grammar the text must match, and the trie
+     * of the vocabulary its masks are computed over (gmask.h); both
+     * outlive the generation. NULL: free text. Logits are masked before
+     * sampling, so log-probabilities are the masked distribution's; no
+     * speculation, no device argmax. */
+    const hp_grammar_t *grammar;
+    const hp_gmask_vocab_t *gvocab;
 } hp_gen_params_t;
 
 typedef enum {

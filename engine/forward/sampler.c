@@ -170,6 +170,8 @@ void hp_logprobs(hp_logprobs_t *out, const float *logits, int V, int token,
      * kept one, so the vocabulary is read once */
     for (int i = 0; i < V && n_top > 0; i++) {
         float l = logits[i];
+        if (l == -INFINITY) /* masked out by a grammar: not a choice */
+            continue;
         if (k == n_top && l <= out->top_lp[k - 1])
             continue;
         int j = k < n_top ? k++ : k - 1;

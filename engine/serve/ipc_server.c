@@ -665,12 +665,14 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
     }
     logf_(s, HP_LOG_DEBUG, "request %s: slot %u, mode %u, %u prompt bytes",
           j->id, index, rq.mode, rq.prompt_len);
-    if (rq.prompt_len > s->cfg.input_bytes || rq.n_stop > HP_IPC_MAX_STOP ||
-        rq.sep_len > HP_IPC_SEP_BYTES || !(rq.temperature >= 0.0f) ||
-        !isfinite(rq.temperature) || !(rq.top_p > 0.0f && rq.top_p <= 1.0f) ||
-        rq.top_k < 0 || rq.decode > HP_IPC_DECODE_AUTO ||
-        rq.speculative > HP_IPC_SPEC_OFF || rq.max_draft > HP_IPC_MAX_DRAFT ||
-        rq.n > HP_IPC_MAX_CHOICES || rq.logprobs > 1 + HP_IPC_MAX_LOGPROBS) {
+    if (rq.prompt_len > s->cfg.input_bytes ||
+        rq.grammar_len > s->cfg.input_bytes - rq.prompt_len ||
+        rq.n_stop > HP_IPC_MAX_STOP || rq.sep_len > HP_IPC_SEP_BYTES ||
+        !(rq.temperature >= 0.0f) || !isfinite(rq.temperature) ||
+        !(rq.top_p > 0.0f && rq.top_p <= 1.0f) || rq.top_k < 0 ||
+        rq.decode > HP_IPC_DECODE_AUTO || rq.speculative > HP_IPC_SPEC_OFF ||
+        rq.max_draft > HP_IPC_MAX_DRAFT || rq.n > HP_IPC_MAX_CHOICES ||
+        rq.logprobs > 1 + HP_IPC_MAX_LOGPROBS) {
         refuse(s, j, HP_EBADINPUT, "malformed request in shared memory");
         return;
     }
@@ -698,9 +700,19 @@ static void take_one(hp_ipc_server_t *s, uint32_t index)
         .speculative = (int)rq.speculative,
         .max_draft = (int)rq.max_draft,
         .n = (int)rq.n,
+        .grammar = hp_ipc_input(s->h, sl) + rq.prompt_len,
+        .grammar_len = rq.grammar_len,
         .ops = &job_ops,
         .ud = j,
     };
+    /* tool calls as the template teaches them; a prompt that leaves a
+     * thought open lets the model finish it before the constrained part */
+    req.grammar_opts.tools = s->cfg.chat && hp_chat_tool_xml(s->cfg.chat)
+                                 ? HP_GRAMMAR_TOOLS_XML
+                                 : HP_GRAMMAR_TOOLS_JSON;
+    req.grammar_opts.thinking =
+        req.prompt_len >= 8 &&
+        !memcmp(req.prompt + req.prompt_len - 8, "<think>\n", 8);
     req.gen.max_tokens =
         (int)(rq.max_tokens > 1000000 ? 1000000 : rq.max_tokens);
     req.gen.sampling.temperature = rq.temperature;

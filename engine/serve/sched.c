@@ -50,6 +50,9 @@ typedef struct req {
     hp_error_t err;
     int cancelled;
     int64_t t_submit, t_admit, t_first;
+    /* structured output: the grammar held from the cache, NULL: none */
+    hp_gcache_t *gcache;
+    const hp_grammar_t *grammar;
 } req_t;
 
 struct hp_sched {
@@ -77,6 +80,7 @@ struct hp_sched {
     hp_kvbuf_pool_t kvpool; /* KVBuffer decode: blocks for every request */
     int kvb;
     uint64_t passes;                 /* decode passes so far */
+    hp_gcache_t *gcache;             /* compiled grammars (thread-safe) */
     int shown_running, shown_queued; /* the gauges the last flush gave */
 };
 
@@ -103,6 +107,8 @@ static void req_free(req_t *r)
 {
     hp_prefill_job_free(r->job); /* before the prompt it points into */
     hp_decoder_free(&r->dec);
+    if (r->grammar)
+        hp_gcache_put(r->gcache, r->grammar);
     if (r->seq.layers)
         hp_seq_free(&r->seq);
     free(r->logits);
@@ -353,6 +359,11 @@ static int fork_choice(hp_sched_t *s, req_t *r, int i, hp_error_t *err)
     c->feed = -1;
     c->t_submit = r->t_submit;
     c->t_admit = r->t_admit;
+    if (r->grammar) { /* each choice holds the grammar it decodes under */
+        c->gcache = r->gcache;
+        c->grammar = r->grammar;
+        hp_gcache_hold(c->gcache, c->grammar);
+    }
     c->logits = malloc(V * sizeof(float));
     int rc = c->logits ? HP_OK
                        : hp_error_set(err, HP_ENOMEM,
@@ -577,14 +588,15 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
         for (int i = 0; i < k; i++) {
             req_t *r = rs[i0 + i];
             /* greedy: the device picks the token, no logits copied
-             * (unless its log-probabilities are asked for) */
+             * (unless its log-probabilities are asked for, or a grammar
+             * masks them first) */
             s->items[i] =
                 (hp_fwd_item_t){.seq = &r->seq,
                                 .ids = r->ids,
                                 .T = r->n_ids,
                                 .verify = r->n_ids > 1,
                                 .argmax = r->dec.sampling.temperature <= 0.0f &&
-                                          !r->dec.logprobs};
+                                          !r->dec.logprobs && !r->dec.grammar};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
         s->passes++;
@@ -856,6 +868,7 @@ static void free_parts(hp_sched_t *s)
     free(s->items);
     free(s->item_req);
     free(s->running);
+    hp_gcache_free(s->gcache);
     free(s);
 }
 
@@ -920,6 +933,8 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
     s->item_req = calloc((size_t)s->cfg.batch, sizeof(*s->item_req));
     s->prob = malloc((size_t)V * sizeof(float));
     if (!s->running || !s->items || !s->item_req || !s->prob ||
+        hp_gcache_create(&s->gcache, 0, llm->tok, V, llm->stop_ids,
+                         llm->n_stop_ids, err) != HP_OK ||
         hp_sampler_init(&s->sm, V) != 0) {
         free_parts(s);
         return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
@@ -999,7 +1014,24 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
         spec ? (draft < HP_SCHED_MAX_DRAFT ? draft : HP_SCHED_MAX_DRAFT) : 0;
     gen.ctx = r->prompt.ids;
     gen.n_ctx = r->prompt.n;
+    /* structured output: compiled once per distinct request (cached);
+     * masked requests neither speculate nor take the device's argmax */
+    if (req->grammar_len) {
+        rc = hp_gcache_get(s->gcache, req->grammar, req->grammar_len,
+                           &req->grammar_opts, &r->grammar, &gen.gvocab, err);
+        if (rc != HP_OK) {
+            hp_prompt_free(&r->prompt);
+            free(r);
+            return rc;
+        }
+        r->gcache = s->gcache;
+        gen.grammar = r->grammar;
+        if (r->grammar)
+            gen.speculative = 0;
+    }
     if ((rc = hp_decoder_init(&r->dec, s->llm, &gen, err)) != HP_OK) {
+        if (r->grammar)
+            hp_gcache_put(r->gcache, r->grammar);
         hp_prompt_free(&r->prompt);
         free(r);
         return rc;

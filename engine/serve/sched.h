@@ -185,6 +185,13 @@ typedef struct {
      * copied to each; choice i samples from hp_sampling_choice_seed(
      * gen.sampling.seed, i). At most the scheduler's batch. */
     int n;
+    /* structured output: the constraint (hp_grammar.h's request JSON,
+     * read during hp_sched_submit only) and how the chat template writes
+     * tool calls and thinking; grammar_len 0: free text. A constraint
+     * that does not compile is HP_EBADINPUT. */
+    const char *grammar;
+    size_t grammar_len;
+    hp_grammar_opts_t grammar_opts;
     const hp_sched_ops_t *ops;
     void *ud;
 } hp_sched_req_t;

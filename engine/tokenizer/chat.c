@@ -138,6 +138,7 @@ static const char GLUE[] =
     "        if isinstance(source, str):\n"
     "            source = {'default': source}\n"
     "        self.templates = {k: Compiled(v) for k, v in source.items()}\n"
+    "        self.tool_xml = any('<function=' in v for v in source.values())\n"
     "        # the special tokens transformers hands every template\n"
     "        self.specials = {}\n"
     "        for key, value in config.items():\n"
@@ -217,6 +218,7 @@ const char *__lsan_default_suppressions(void)
 struct hp_chat {
     PyObject *chat; /* a hypic_chat.Chat */
     char origin[64];
+    int tool_xml; /* hp_chat_tool_xml */
 };
 
 static pthread_once_t py_once = PTHREAD_ONCE_INIT;
@@ -286,6 +288,9 @@ int hp_chat_load(hp_chat_t **out, const char *dir, hp_error_t *err)
         const char *s = o ? PyUnicode_AsUTF8(o) : NULL;
         snprintf(c->origin, sizeof(c->origin), "%s", s ? s : "?");
         Py_XDECREF(o);
+        o = PyObject_GetAttrString(c->chat, "tool_xml");
+        c->tool_xml = o && PyObject_IsTrue(o) == 1;
+        Py_XDECREF(o);
         PyErr_Clear();
     }
     PyGILState_Release(g);
@@ -300,6 +305,11 @@ int hp_chat_load(hp_chat_t **out, const char *dir, hp_error_t *err)
 const char *hp_chat_origin(const hp_chat_t *c)
 {
     return c->origin;
+}
+
+int hp_chat_tool_xml(const hp_chat_t *c)
+{
+    return c->tool_xml;
 }
 
 int hp_chat_render(hp_chat_t *c, const char *body, size_t len, char **out,

@@ -47,6 +47,11 @@ const char *hp_chat_origin(const hp_chat_t *c);
 int hp_chat_render(hp_chat_t *c, const char *body, size_t len, char **out,
                    size_t *out_len, hp_error_t *err);
 
+/* Whether the template teaches tool calls in Qwen's XML syntax
+ * (<function=N><parameter=K>, Qwen3-Coder and Qwen3.5) rather than JSON
+ * inside <tool_call>: the syntax structured tool calls are forced in. */
+int hp_chat_tool_xml(const hp_chat_t *c);
+
 void hp_chat_free(hp_chat_t *c);
 
 #endif

@@ -1,0 +1,856 @@
+/*
+ * gmask.c - the grammar recogniser, token masks over the vocabulary trie,
+ * and the grammar cache (gmask.h).
+ */
+#include "engine/forward/gmask.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* ---- sets of stacks ----------------------------------------------------- */
+
+static int set_reserve(hp_gset_t *s, uint32_t more)
+{
+    if (s->len + more <= s->cap)
+        return 0;
+    uint32_t cap = s->cap ? s->cap : 256;
+    while (cap < s->len + more)
+        cap *= 2;
+    uint32_t *w = realloc(s->w, (size_t)cap * sizeof(*w));
+    if (!w)
+        return -1;
+    s->w = w;
+    s->cap = cap;
+    return 0;
+}
+
+static void set_clear(hp_gset_t *s)
+{
+    s->len = 0;
+    s->n = 0;
+}
+
+/* Adds stack st[len] (pairs) unless the set has it. 0, or -1 (no
+ * memory, or the set is full: then *overflow counts it). */
+static int set_add(hp_gset_t *s, const uint32_t *st, uint32_t len,
+                   int *overflow)
+{
+    uint32_t off = 0;
+    for (int i = 0; i < s->n; i++) {
+        uint32_t l = s->w[off];
+        if (l == len && !memcmp(s->w + off + 1, st, 2 * len * sizeof(*st)))
+            return 0;
+        off += 1 + 2 * l;
+    }
+    if (s->n >= HP_GMATCH_STACKS) {
+        (*overflow)++;
+        return 0;
+    }
+    if (set_reserve(s, 1 + 2 * len))
+        return -1;
+    s->w[s->len] = len;
+    memcpy(s->w + s->len + 1, st, 2 * len * sizeof(*st));
+    s->len += 1 + 2 * len;
+    s->n++;
+    return 0;
+}
+
+/* ---- stepping ------------------------------------------------------------ */
+
+typedef struct {
+    const hp_grammar_t *g;
+    hp_gset_t *out;
+    uint32_t *st; /* [HP_GMATCH_DEPTH * 2] */
+    int overflow;
+    int nomem;
+} step_t;
+
+/* Expands the rules on top of st[len] (pairs) until every stack has a
+ * terminal on top (or is empty), adding them to out. The slot it pops
+ * is restored before it returns, so a caller's stack below stays. */
+static void expand(step_t *x, uint32_t len, int guard)
+{
+    const hp_grammar_t *g = x->g;
+    if (len == 0 || g->elems[x->st[2 * (len - 1)]].type != HP_G_RULE) {
+        if (set_add(x->out, x->st, len, &x->overflow))
+            x->nomem = 1;
+        return;
+    }
+    if (guard > 64) {
+        x->overflow++;
+        return;
+    }
+    uint32_t pos = x->st[2 * (len - 1)], aux = x->st[2 * (len - 1) + 1];
+    const hp_g_rule_t *r = &g->rules[g->elems[pos].arg];
+    uint32_t base = len - 1;
+    if (g->elems[pos + 1].type != HP_G_END) {
+        x->st[2 * base] = pos + 1;
+        x->st[2 * base + 1] = 0;
+        base++;
+    }
+    for (uint32_t a = 0; a < r->n; a++) {
+        uint32_t first = g->alts[r->first + a], l = base;
+        if (g->elems[first].type != HP_G_END) {
+            if (l >= HP_GMATCH_DEPTH) {
+                x->overflow++;
+                continue;
+            }
+            x->st[2 * l] = first;
+            x->st[2 * l + 1] = 0;
+            l++;
+        }
+        expand(x, l, guard + 1);
+        if (base > len - 1) { /* the continuation, as it was */
+            x->st[2 * (len - 1)] = pos + 1;
+            x->st[2 * (len - 1) + 1] = 0;
+        }
+    }
+    x->st[2 * (len - 1)] = pos;
+    x->st[2 * (len - 1) + 1] = aux;
+}
+
+/* Hex digit. */
+static int is_hex(unsigned c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+           (c >= 'A' && c <= 'F');
+}
+
+/* JSON string states (aux low byte) */
+enum {
+    S_CHAR = 0,
+    S_ESC = 1,
+    S_HEX = 2,  /* 2..5: hex digits of \u to go: 4..1 */
+    S_U1 = 10,  /* one continuation byte 80..BF to go */
+    S_U2 = 11,  /* two, next 80..BF */
+    S_U2A = 12, /* two, next A0..BF (after E0) */
+    S_U2D = 13, /* two, next 80..9F (after ED) */
+    S_U3 = 14,  /* three, next 80..BF */
+    S_U3A = 15, /* three, next 90..BF (after F0) */
+    S_U3D = 16  /* three, next 80..8F (after F4) */
+};
+
+/* One byte into a string body with bounds arg: 1 with *aux updated, 2
+ * closed (the quote), 0 refused. aux: state | count << 8 (the count of
+ * characters, kept only while it matters: bounded, or below the
+ * minimum, so an unbounded string keeps one state). */
+static int str_step(uint32_t arg, uint32_t *aux, unsigned c)
+{
+    unsigned st = *aux & 0xff, count = *aux >> 8;
+    unsigned lo = HP_G_STR_MIN(arg), hi = HP_G_STR_MAX(arg);
+    unsigned next = S_CHAR;
+    if (st == S_CHAR) {
+        if (c == '"')
+            return count >= lo ? 2 : 0;
+        if (c < 0x20 || (c >= 0x80 && c < 0xc2) || c > 0xf4)
+            return 0;
+        if (hi != HP_G_STR_UNBOUNDED && count >= hi)
+            return 0;
+        if (c == '\\')
+            next = S_ESC;
+        else if (c >= 0xf0)
+            next = c == 0xf0 ? S_U3A : c == 0xf4 ? S_U3D : S_U3;
+        else if (c >= 0xe0)
+            next = c == 0xe0 ? S_U2A : c == 0xed ? S_U2D : S_U2;
+        else if (c >= 0xc2)
+            next = S_U1;
+        if (hi != HP_G_STR_UNBOUNDED || count < lo)
+            count++;
+    } else if (st == S_ESC) {
+        if (c == 'u')
+            next = S_HEX;
+        else if (!strchr("\"\\/bfnrt", (int)c) || !c)
+            return 0;
+    } else if (st >= S_HEX && st < S_HEX + 4) {
+        if (!is_hex(c))
+            return 0;
+        next = st + 1 == S_HEX + 4 ? S_CHAR : st + 1;
+    } else {
+        unsigned lo_b = st == S_U2A ? 0xa0 : st == S_U3A ? 0x90 : 0x80;
+        unsigned hi_b = st == S_U2D ? 0x9f : st == S_U3D ? 0x8f : 0xbf;
+        if (c < lo_b || c > hi_b)
+            return 0;
+        next = st == S_U1 ? S_CHAR : (st >= S_U3) ? S_U2 : S_U1;
+    }
+    *aux = next | count << 8;
+    return 1;
+}
+
+/* One byte into text up to term: 1 with *aux (the term's bytes matched
+ * so far) updated, 2 the term completed. */
+static int until_step(const char *term, uint32_t tlen, uint32_t *aux,
+                      unsigned c)
+{
+    /* the longest prefix of term that ends the text matched so far + c */
+    uint32_t j = *aux + 1;
+    for (; j > 0; j--) {
+        if ((unsigned char)term[j - 1] != c)
+            continue;
+        /* term[0..j-1) must end term[0..aux) */
+        if (j - 1 <= *aux && !memcmp(term, term + *aux - (j - 1), j - 1))
+            break;
+    }
+    if (j == tlen)
+        return 2;
+    *aux = j;
+    return 1;
+}
+
+/* Feeds byte c to every stack of in, into x->out. */
+static void step(step_t *x, const hp_gset_t *in, unsigned c)
+{
+    const hp_grammar_t *g = x->g;
+    uint32_t off = 0;
+    for (int i = 0; i < in->n; i++) {
+        uint32_t len = in->w[off];
+        const uint32_t *st = in->w + off + 1;
+        off += 1 + 2 * len;
+        if (len == 0)
+            continue; /* ended: nothing may follow */
+        uint32_t pos = st[2 * (len - 1)], aux = st[2 * (len - 1) + 1];
+        const hp_g_elem_t *e = &g->elems[pos];
+        int r = 0;
+        switch (e->type) {
+        case HP_G_BYTE:
+            r = e->byte == c ? 2 : 0;
+            break;
+        case HP_G_CLASS:
+            r = (g->classes[e->arg].bits[c >> 5] >> (c & 31)) & 1 ? 2 : 0;
+            break;
+        case HP_G_STR:
+            r = str_step(e->arg, &aux, c);
+            break;
+        case HP_G_UNTIL:
+            r = until_step(g->terms[e->arg], g->term_len[e->arg], &aux, c);
+            break;
+        default:
+            break;
+        }
+        if (r == 0)
+            continue;
+        memcpy(x->st, st, 2 * len * sizeof(*st));
+        if (r == 1) { /* the same terminal, a new state */
+            x->st[2 * (len - 1) + 1] = aux;
+            if (set_add(x->out, x->st, len, &x->overflow))
+                x->nomem = 1;
+            continue;
+        }
+        /* consumed: the next position of its sequence, then expand */
+        uint32_t l = len - 1;
+        if (g->elems[pos + 1].type != HP_G_END) {
+            x->st[2 * l] = pos + 1;
+            x->st[2 * l + 1] = 0;
+            l++;
+        }
+        expand(x, l, 0);
+    }
+}
+
+/* ---- the recogniser -------------------------------------------------- */
+
+int hp_gmatch_init(hp_gmatch_t *m, const hp_grammar_t *g, hp_error_t *err)
+{
+    memset(m, 0, sizeof(*m));
+    m->g = g;
+    m->st = malloc(2 * HP_GMATCH_DEPTH * sizeof(*m->st));
+    if (!m->st)
+        return hp_error_set(err, HP_ENOMEM, "grammar: out of memory");
+    step_t x = {.g = g, .out = &m->set, .st = m->st};
+    const hp_g_rule_t *r = &g->rules[0];
+    for (uint32_t a = 0; a < r->n; a++) {
+        uint32_t first = g->alts[r->first + a], l = 0;
+        if (g->elems[first].type != HP_G_END) {
+            m->st[0] = first;
+            m->st[1] = 0;
+            l = 1;
+        }
+        expand(&x, l, 0);
+    }
+    m->overflow = x.overflow;
+    if (x.nomem) {
+        hp_gmatch_free(m);
+        return hp_error_set(err, HP_ENOMEM, "grammar: out of memory");
+    }
+    return HP_OK;
+}
+
+void hp_gmatch_free(hp_gmatch_t *m)
+{
+    free(m->set.w);
+    free(m->tmp.w);
+    free(m->tmp2.w);
+    free(m->st);
+    memset(m, 0, sizeof(*m));
+}
+
+int hp_gmatch_copy(hp_gmatch_t *m, const hp_gmatch_t *src)
+{
+    set_clear(&m->set);
+    if (set_reserve(&m->set, src->set.len))
+        return -1;
+    memcpy(m->set.w, src->set.w, src->set.len * sizeof(uint32_t));
+    m->set.len = src->set.len;
+    m->set.n = src->set.n;
+    return 0;
+}
+
+int hp_gmatch_feed(hp_gmatch_t *m, const void *bytes, size_t n)
+{
+    const unsigned char *c = bytes;
+    hp_gset_t *from = &m->set;
+    hp_gset_t *bufs[2] = {&m->tmp, &m->tmp2};
+    for (size_t i = 0; i < n; i++) {
+        hp_gset_t *into = bufs[i & 1];
+        step_t x = {.g = m->g, .out = into, .st = m->st};
+        set_clear(into);
+        step(&x, from, c[i]);
+        m->overflow += x.overflow;
+        if (x.nomem || into->n == 0)
+            return 0; /* the state is untouched */
+        from = into;
+    }
+    if (from != &m->set) {
+        hp_gset_t t = m->set;
+        m->set = *from;
+        *from = t;
+    }
+    return 1;
+}
+
+int hp_gmatch_may_end(const hp_gmatch_t *m)
+{
+    uint32_t off = 0;
+    for (int i = 0; i < m->set.n; i++) {
+        if (m->set.w[off] == 0)
+            return 1;
+        off += 1 + 2 * m->set.w[off];
+    }
+    return 0;
+}
+
+int hp_gmatch_must_end(const hp_gmatch_t *m)
+{
+    return m->set.n == 1 && m->set.w[0] == 0;
+}
+
+/* ---- the vocabulary trie --------------------------------------------- */
+
+enum {
+    F_STR = 1,   /* every token's rest below: whole UTF-8 string characters */
+    F_NO_LT = 2, /* ... without '<' */
+    F_NO_NL = 4  /* ... without '\n' */
+};
+
+typedef struct {
+    uint32_t child; /* first edge in edges[] */
+    uint16_t n_child;
+    uint8_t flags;
+    uint8_t byte;    /* of the edge into it */
+    uint32_t lo, hi; /* its subtree's tokens: order[lo..hi) */
+    uint32_t n_end;  /* order[lo..lo + n_end): tokens ending here */
+} node_t;
+
+struct hp_gmask_vocab {
+    int V;
+    node_t *nodes;
+    uint32_t n_nodes;
+    uint32_t *order; /* token ids, depth-first */
+    uint32_t n_order;
+    int stop[16];
+    int n_stop;
+    int max_depth;
+};
+
+/* Building: a plain trie with sorted child lists, then laid out depth
+ * first. */
+typedef struct {
+    uint32_t first_child, next_sibling; /* 0: none (node 0 is the root) */
+    uint32_t first_tok;                 /* tokens ending here, linked */
+    uint8_t byte, flags;
+} bnode_t;
+
+/* Whether bytes[from..n) is whole UTF-8 characters a JSON string body
+ * takes as they are (no quote, backslash or control byte). */
+static int str_safe(const unsigned char *b, size_t from, size_t n)
+{
+    uint32_t aux = 0;
+    for (size_t i = from; i < n; i++)
+        if (b[i] == '"' || b[i] == '\\' ||
+            str_step(HP_G_STR_ARG(0, HP_G_STR_UNBOUNDED), &aux, b[i]) != 1)
+            return 0;
+    return aux == 0;
+}
+
+static int tok_bytes(const hp_tokenizer_t *tok, int id, const char **b,
+                     size_t *n)
+{
+    *b = hp_tokenizer_token_bytes(tok, id, n);
+    return *b && *n > 0 && !hp_tokenizer_is_special(tok, id);
+}
+
+int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
+                         int V, const int *stop, int n_stop, hp_error_t *err)
+{
+    *out = NULL;
+    hp_gmask_vocab_t *v = calloc(1, sizeof(*v));
+    bnode_t *bn = NULL;
+    uint32_t n_bn = 1, cap_bn = 1024, *next_tok = NULL, *stk = NULL;
+    if (!v)
+        goto nomem;
+    v->V = V;
+    for (int i = 0; i < n_stop && v->n_stop < 16; i++)
+        v->stop[v->n_stop++] = stop[i];
+    bn = calloc(cap_bn, sizeof(*bn));
+    next_tok = malloc((size_t)V * sizeof(*next_tok));
+    if (!bn || !next_tok)
+        goto nomem;
+    bn[0].flags = F_STR | F_NO_LT | F_NO_NL;
+    int n_tok = 0;
+    for (int id = 0; id < V; id++) {
+        const char *b;
+        size_t n;
+        next_tok[id] = 0;
+        if (!tok_bytes(tok, id, &b, &n))
+            continue;
+        const unsigned char *u = (const unsigned char *)b;
+        uint32_t at = 0;
+        int lt = -1, nl = -1; /* last '<' and '\n' */
+        for (size_t i = 0; i < n; i++) {
+            if (u[i] == '<')
+                lt = (int)i;
+            if (u[i] == '\n')
+                nl = (int)i;
+        }
+        for (size_t d = 0; d <= n; d++) {
+            /* the rest of the token from depth d, seen from node `at` */
+            uint8_t f = (str_safe(u, d, n) ? F_STR : 0) |
+                        ((int)d > lt ? F_NO_LT : 0) |
+                        ((int)d > nl ? F_NO_NL : 0);
+            bn[at].flags &= f;
+            if (d == n)
+                break;
+            uint32_t *link = &bn[at].first_child, c;
+            while ((c = *link) && bn[c].byte < u[d])
+                link = &bn[c].next_sibling;
+            if (!c || bn[c].byte != u[d]) {
+                if (n_bn == cap_bn) {
+                    bnode_t *q = realloc(bn, 2 * cap_bn * sizeof(*bn));
+                    if (!q)
+                        goto nomem;
+                    bn = q;
+                    cap_bn *= 2;
+                    link = &bn[at].first_child; /* relocate the link */
+                    while ((c = *link) && bn[c].byte < u[d])
+                        link = &bn[c].next_sibling;
+                }
+                bn[n_bn] = (bnode_t){.next_sibling = c,
+                                     .byte = u[d],
+                                     .flags = F_STR | F_NO_LT | F_NO_NL};
+                *link = n_bn;
+                c = n_bn++;
+            }
+            at = c;
+            if ((int)d + 2 > v->max_depth)
+                v->max_depth = (int)d + 2;
+        }
+        next_tok[id] = bn[at].first_tok;
+        bn[at].first_tok = (uint32_t)id + 1;
+        n_tok++;
+    }
+    /* lay out depth first: nodes in preorder, each node's children
+     * contiguous, tokens in preorder */
+    v->nodes = calloc(n_bn, sizeof(*v->nodes));
+    v->order = malloc((size_t)(n_tok ? n_tok : 1) * sizeof(*v->order));
+    stk = malloc((size_t)n_bn * 2 * sizeof(*stk));
+    if (!v->nodes || !v->order || !stk)
+        goto nomem;
+    /* children get their new indices when their parent is laid out:
+     * BFS-like slot allocation, DFS-order tokens via an explicit stack */
+    uint32_t *newid = stk + n_bn;
+    newid[0] = 0;
+    v->n_nodes = 1;
+    /* pass 1: give every node's children contiguous indices (by a queue
+     * over old ids in preorder) */
+    uint32_t *queue = stk, qh = 0, qt = 0;
+    queue[qt++] = 0;
+    while (qh < qt) {
+        uint32_t o = queue[qh++];
+        node_t *nd = &v->nodes[newid[o]];
+        nd->byte = bn[o].byte;
+        nd->flags = bn[o].flags;
+        nd->child = v->n_nodes;
+        for (uint32_t c = bn[o].first_child; c; c = bn[c].next_sibling) {
+            newid[c] = v->n_nodes++;
+            queue[qt++] = c;
+            nd->n_child++;
+        }
+    }
+    /* pass 2: token ranges, depth first (recursion by an explicit stack
+     * of (old id, state)) */
+    {
+        uint32_t sp = 0;
+        uint32_t *ds = malloc((size_t)(v->max_depth + 2) * 2 * sizeof(*ds));
+        if (!ds)
+            goto nomem;
+        ds[0] = 0;
+        ds[1] = 0; /* old id, 0: enter / else next child to visit */
+        sp = 1;
+        while (sp) {
+            uint32_t o = ds[2 * (sp - 1)], *state = &ds[2 * (sp - 1) + 1];
+            node_t *nd = &v->nodes[newid[o]];
+            if (*state == 0) {
+                nd->lo = v->n_order;
+                for (uint32_t t = bn[o].first_tok; t; t = next_tok[t - 1])
+                    v->order[v->n_order++] = t - 1;
+                nd->n_end = v->n_order - nd->lo;
+                *state = bn[o].first_child ? bn[o].first_child : UINT32_MAX;
+            }
+            if (*state == UINT32_MAX) {
+                nd->hi = v->n_order;
+                sp--;
+                continue;
+            }
+            uint32_t c = *state;
+            *state = bn[c].next_sibling ? bn[c].next_sibling : UINT32_MAX;
+            ds[2 * sp] = c;
+            ds[2 * sp + 1] = 0;
+            sp++;
+        }
+        free(ds);
+    }
+    free(stk);
+    free(bn);
+    free(next_tok);
+    *out = v;
+    return HP_OK;
+nomem:
+    free(stk);
+    free(bn);
+    free(next_tok);
+    hp_gmask_vocab_free(v);
+    return hp_error_set(err, HP_ENOMEM,
+                        "grammar: no memory for the "
+                        "vocabulary trie");
+}
+
+void hp_gmask_vocab_free(hp_gmask_vocab_t *v)
+{
+    if (!v)
+        return;
+    free(v->nodes);
+    free(v->order);
+    free(v);
+}
+
+int hp_gmask_vocab_size(const hp_gmask_vocab_t *v)
+{
+    return v->V;
+}
+
+void hp_gmask_scratch_free(hp_gmask_scratch_t *s)
+{
+    for (int i = 0; i < s->n_lv; i++)
+        free(s->lv[i].w);
+    free(s->lv);
+    free(s->st);
+    memset(s, 0, sizeof(*s));
+}
+
+/* ---- masks ------------------------------------------------------------ */
+
+typedef struct {
+    const hp_gmask_vocab_t *v;
+    const hp_grammar_t *g;
+    hp_gmask_scratch_t *s;
+    uint32_t *bits;
+    int count;
+    int nomem;
+} walk_t;
+
+static void mark(walk_t *w, uint32_t lo, uint32_t hi)
+{
+    for (uint32_t i = lo; i < hi; i++) {
+        uint32_t t = w->v->order[i];
+        w->bits[t >> 5] |= 1u << (t & 31);
+    }
+    w->count += (int)(hi - lo);
+}
+
+/* Whether every token below node nd leaves set s as it is: s has a
+ * stack inside an unbounded string (or past its minimum) and the
+ * subtree is plain string text, or inside text up to a term whose first
+ * byte the subtree lacks. */
+static int skips(const walk_t *w, const hp_gset_t *s, const node_t *nd)
+{
+    const hp_grammar_t *g = w->g;
+    uint32_t off = 0;
+    for (int i = 0; i < s->n; i++) {
+        uint32_t len = s->w[off];
+        const uint32_t *st = s->w + off + 1;
+        off += 1 + 2 * len;
+        if (!len)
+            continue;
+        const hp_g_elem_t *e = &g->elems[st[2 * (len - 1)]];
+        uint32_t aux = st[2 * (len - 1) + 1];
+        if (e->type == HP_G_STR && (nd->flags & F_STR) && (aux & 0xff) == 0 &&
+            HP_G_STR_MAX(e->arg) == HP_G_STR_UNBOUNDED &&
+            (aux >> 8) >= HP_G_STR_MIN(e->arg))
+            return 1;
+        if (e->type == HP_G_UNTIL && aux == 0) {
+            char c = g->terms[e->arg][0];
+            if ((c == '<' && (nd->flags & F_NO_LT)) ||
+                (c == '\n' && (nd->flags & F_NO_NL)))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+static void walk(walk_t *w, uint32_t node, int depth)
+{
+    const node_t *nd = &w->v->nodes[node];
+    hp_gset_t *cur = &w->s->lv[depth];
+    if (depth > 0)
+        mark(w, nd->lo, nd->lo + nd->n_end);
+    for (uint32_t k = 0; k < nd->n_child; k++) {
+        uint32_t ci = nd->child + k;
+        const node_t *ch = &w->v->nodes[ci];
+        hp_gset_t *nx = &w->s->lv[depth + 1];
+        step_t x = {.g = w->g, .out = nx, .st = w->s->st};
+        set_clear(nx);
+        step(&x, cur, ch->byte);
+        if (x.nomem)
+            w->nomem = 1;
+        if (nx->n == 0)
+            continue;
+        if (skips(w, nx, ch))
+            mark(w, ch->lo, ch->hi);
+        else
+            walk(w, ci, depth + 1);
+    }
+}
+
+int hp_gmask_compute(const hp_gmask_vocab_t *v, const hp_gmatch_t *m,
+                     hp_gmask_scratch_t *s, uint32_t *bits)
+{
+    int need = v->max_depth + 2;
+    if (s->n_lv < need) {
+        hp_gset_t *lv = realloc(s->lv, (size_t)need * sizeof(*lv));
+        if (!lv)
+            return -1;
+        memset(lv + s->n_lv, 0, (size_t)(need - s->n_lv) * sizeof(*lv));
+        s->lv = lv;
+        s->n_lv = need;
+    }
+    if (!s->st && !(s->st = malloc(2 * HP_GMATCH_DEPTH * sizeof(*s->st))))
+        return -1;
+    memset(bits, 0, (size_t)(v->V + 31) / 32 * sizeof(*bits));
+    walk_t w = {.v = v, .g = m->g, .s = s, .bits = bits};
+    /* level 0 is the matcher's own state */
+    set_clear(&s->lv[0]);
+    if (set_reserve(&s->lv[0], m->set.len))
+        return -1;
+    memcpy(s->lv[0].w, m->set.w, m->set.len * sizeof(uint32_t));
+    s->lv[0].len = m->set.len;
+    s->lv[0].n = m->set.n;
+    if (skips(&w, &s->lv[0], &v->nodes[0]))
+        mark(&w, v->nodes[0].lo, v->nodes[0].hi);
+    else
+        walk(&w, 0, 0);
+    if (w.nomem)
+        return -1;
+    if (hp_gmatch_may_end(m))
+        for (int i = 0; i < v->n_stop; i++)
+            if (v->stop[i] >= 0 && v->stop[i] < v->V &&
+                !(bits[v->stop[i] >> 5] >> (v->stop[i] & 31) & 1)) {
+                bits[v->stop[i] >> 5] |= 1u << (v->stop[i] & 31);
+                w.count++;
+            }
+    return w.count;
+}
+
+void hp_gmask_apply(const uint32_t *bits, float *logits, int V)
+{
+    for (int w = 0; w < (V + 31) / 32; w++) {
+        uint32_t b = bits[w];
+        int end = V - 32 * w < 32 ? V - 32 * w : 32;
+        if (b == 0xffffffffu)
+            continue; /* all allowed: the common word inside a string */
+        for (int i = 0; i < end; i++)
+            if (!(b >> i & 1))
+                logits[32 * w + i] = -INFINITY;
+    }
+}
+
+/* ---- the cache ------------------------------------------------------- */
+
+typedef struct {
+    uint64_t hash;
+    hp_grammar_t *g;
+    int holders;
+    uint64_t used; /* tick of the last get */
+} centry_t;
+
+struct hp_gcache {
+    pthread_mutex_t mu;
+    centry_t *e;
+    int n, cap;
+    uint64_t tick;
+    hp_gcache_stats_t st;
+    const hp_tokenizer_t *tok;
+    int V, stop[16], n_stop;
+    hp_gmask_vocab_t *vocab;
+};
+
+int hp_gcache_create(hp_gcache_t **out, int capacity, const hp_tokenizer_t *tok,
+                     int V, const int *stop, int n_stop, hp_error_t *err)
+{
+    hp_gcache_t *c = calloc(1, sizeof(*c));
+    *out = NULL;
+    if (!c)
+        return hp_error_set(err, HP_ENOMEM, "grammar cache: out of memory");
+    c->cap = capacity > 0 ? capacity : 32;
+    c->e = calloc((size_t)c->cap, sizeof(*c->e));
+    if (!c->e) {
+        free(c);
+        return hp_error_set(err, HP_ENOMEM, "grammar cache: out of memory");
+    }
+    c->tok = tok;
+    c->V = V;
+    for (int i = 0; i < n_stop && c->n_stop < 16; i++)
+        c->stop[c->n_stop++] = stop[i];
+    pthread_mutex_init(&c->mu, NULL);
+    *out = c;
+    return HP_OK;
+}
+
+void hp_gcache_free(hp_gcache_t *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        hp_grammar_free(c->e[i].g);
+    free(c->e);
+    hp_gmask_vocab_free(c->vocab);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+int hp_gcache_get(hp_gcache_t *c, const char *spec, size_t len,
+                  const hp_grammar_opts_t *opts, const hp_grammar_t **g,
+                  const hp_gmask_vocab_t **vocab, hp_error_t *err)
+{
+    hp_grammar_opts_t o = opts ? *opts : (hp_grammar_opts_t){0};
+    XXH64_state_t *h = XXH64_createState();
+    *g = NULL;
+    *vocab = NULL;
+    if (!h)
+        return hp_error_set(err, HP_ENOMEM, "grammar cache: out of memory");
+    XXH64_reset(h, 0);
+    XXH64_update(h, &o, sizeof(o));
+    XXH64_update(h, spec, len);
+    uint64_t key = XXH64_digest(h);
+    XXH64_freeState(h);
+
+    pthread_mutex_lock(&c->mu);
+    int rc = HP_OK;
+    if (!c->vocab)
+        rc = hp_gmask_vocab_build(&c->vocab, c->tok, c->V, c->stop, c->n_stop,
+                                  err);
+    for (int i = 0; rc == HP_OK && i < c->n; i++)
+        if (c->e[i].hash == key) {
+            c->e[i].holders++;
+            c->e[i].used = ++c->tick;
+            c->st.hits++;
+            *g = c->e[i].g;
+            *vocab = c->vocab;
+            pthread_mutex_unlock(&c->mu);
+            return HP_OK;
+        }
+    pthread_mutex_unlock(&c->mu);
+    if (rc != HP_OK)
+        return rc;
+
+    /* compiled outside the lock: a big schema does not stall others */
+    hp_grammar_t *ng;
+    char msg[400];
+    const char *param;
+    if (hp_grammar_compile(spec, len, &o, &ng, msg, sizeof(msg), &param))
+        return hp_error_set(err, HP_EBADINPUT, "'%s': %s", param, msg);
+    if (!ng)
+        return HP_OK;
+
+    pthread_mutex_lock(&c->mu);
+    c->st.misses++;
+    int slot = -1;
+    for (int i = 0; i < c->n; i++)
+        if (c->e[i].hash == key) { /* compiled meanwhile by another */
+            hp_grammar_free(ng);
+            ng = c->e[i].g;
+            slot = i;
+            break;
+        }
+    if (slot < 0 && c->n == c->cap) {
+        /* evict the least recently used grammar no one holds */
+        for (int i = 0; i < c->n; i++)
+            if (!c->e[i].holders &&
+                (slot < 0 || c->e[i].used < c->e[slot].used))
+                slot = i;
+        if (slot >= 0) {
+            hp_grammar_free(c->e[slot].g);
+            c->st.evictions++;
+            c->e[slot] = (centry_t){key, ng, 0, 0};
+        } else { /* every one held: grow */
+            centry_t *e = realloc(c->e, 2 * (size_t)c->cap * sizeof(*e));
+            if (!e) {
+                pthread_mutex_unlock(&c->mu);
+                hp_grammar_free(ng);
+                return hp_error_set(err, HP_ENOMEM,
+                                    "grammar cache: out of memory");
+            }
+            c->e = e;
+            c->cap *= 2;
+        }
+    }
+    if (slot < 0) {
+        slot = c->n++;
+        c->e[slot] = (centry_t){key, ng, 0, 0};
+    }
+    c->e[slot].holders++;
+    c->e[slot].used = ++c->tick;
+    *g = ng;
+    *vocab = c->vocab;
+    pthread_mutex_unlock(&c->mu);
+    return HP_OK;
+}
+
+static void adjust(hp_gcache_t *c, const hp_grammar_t *g, int by)
+{
+    if (!g)
+        return;
+    pthread_mutex_lock(&c->mu);
+    for (int i = 0; i < c->n; i++)
+        if (c->e[i].g == g)
+            c->e[i].holders += by;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void hp_gcache_hold(hp_gcache_t *c, const hp_grammar_t *g)
+{
+    adjust(c, g, 1);
+}
+
+void hp_gcache_put(hp_gcache_t *c, const hp_grammar_t *g)
+{
+    adjust(c, g, -1);
+}
+
+void hp_gcache_stats(hp_gcache_t *c, hp_gcache_stats_t *st)
+{
+    pthread_mutex_lock(&c->mu);
+    *st = c->st;
+    st->entries = c->n;
+    pthread_mutex_unlock(&c->mu);
+}

@@ -15,6 +15,8 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include <cJSON.h>
+
 #include "engine/contract/hp_ipc.h"
 
 
@@ -127,6 +129,9 @@ typedef struct {
     hp_ipc_request_t            req;          /* as the engine gets it */
     ngx_str_t                   prompt;       /* chat: the body */
     ngx_str_t                   grammar;      /* constraint (format.c) */
+    cJSON                      *tools;        /* in the body; while parsed */
+    unsigned                    tool_calls:1; /* the answer is scanned */
+    unsigned                    parallel:1;   /* parallel_tool_calls */
     ngx_array_t                *contents;     /* chat: message texts */
 } ngx_http_hypic_in_t;
 

@@ -101,7 +101,7 @@ ngx_http_hypic_request_parse(ngx_http_request_t *r,
     }
 
     if (rc == NGX_OK && chat) {
-        rc = ngx_http_hypic_tools_check(json, bad);
+        rc = ngx_http_hypic_tools_check(ctx, json, bad);
 
         /* the engine renders the body with the model's chat template; a
          * byte order mark is not JSON to its parser */
@@ -133,6 +133,7 @@ ngx_http_hypic_request_parse(ngx_http_request_t *r,
 
     if (json) {
         cJSON_Delete(json);
+        ctx->in.tools = NULL;
     }
 
     return rc;
@@ -992,7 +993,7 @@ ngx_http_hypic_build(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     /* the tools' scanners are per choice */
 
     if (ngx_http_hypic_choices_init(r, ctx) != NGX_OK
-        || (chat && ngx_http_hypic_tools_setup(r, ctx, json) != NGX_OK))
+        || (chat && ngx_http_hypic_tools_setup(r, ctx) != NGX_OK))
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }

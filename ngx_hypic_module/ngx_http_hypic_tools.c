@@ -75,9 +75,10 @@ static ngx_str_t  ngx_http_hypic_tools_none = ngx_null_string;
 
 
 ngx_int_t
-ngx_http_hypic_tools_check(cJSON *json, ngx_http_hypic_bad_t *bad)
+ngx_http_hypic_tools_check(ngx_http_hypic_ctx_t *ctx, cJSON *json,
+    ngx_http_hypic_bad_t *bad)
 {
-    cJSON       *tools, *item, *key;
+    cJSON       *tools, *item, *key, *choice;
     const char  *reserved[] = { "messages", "tools", "documents",
                                 "add_generation_prompt", NULL };
     ngx_uint_t   i;
@@ -96,6 +97,17 @@ ngx_http_hypic_tools_check(cJSON *json, ngx_http_hypic_bad_t *bad)
         return NGX_ERROR;
     }
 
+    /* "none": the model sees the tools but is not to call them, and what
+     * it writes is content */
+
+    choice = cJSON_GetObjectItemCaseSensitive(json, "tool_choice");
+
+    ctx->in.tools = tools;
+    ctx->in.tool_calls = cJSON_GetArraySize(tools) > 0
+                         && !(cJSON_IsString(choice)
+                              && ngx_strcmp(choice->valuestring, "none")
+                                 == 0);
+
     item = cJSON_GetObjectItemCaseSensitive(json, "parallel_tool_calls");
 
     if (item && !cJSON_IsNull(item) && !cJSON_IsBool(item)) {
@@ -110,6 +122,8 @@ ngx_http_hypic_tools_check(cJSON *json, ngx_http_hypic_bad_t *bad)
                                   "'parallel_tool_calls' is only allowed "
                                   "when 'tools' are specified");
     }
+
+    ctx->in.parallel = !cJSON_IsFalse(item);
 
     item = cJSON_GetObjectItemCaseSensitive(json, "chat_template_kwargs");
 
@@ -544,23 +558,12 @@ ngx_http_hypic_tools_find(cJSON *tools, const char *name)
 
 
 ngx_int_t
-ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
-    cJSON *json)
+ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx)
 {
-    cJSON                   *tools, *choice;
     ngx_pool_cleanup_t      *cln;
     ngx_http_hypic_tools_t  *t;
 
-    tools = cJSON_GetObjectItemCaseSensitive(json, "tools");
-    choice = cJSON_GetObjectItemCaseSensitive(json, "tool_choice");
-
-    /* "none": the model sees the tools but is not to call them, and what
-     * it writes is content */
-
-    if (cJSON_GetArraySize(tools) == 0
-        || (cJSON_IsString(choice)
-            && ngx_strcmp(choice->valuestring, "none") == 0))
-    {
+    if (!ctx->in.tool_calls) {
         return NGX_OK;
     }
 
@@ -582,7 +585,9 @@ ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
         return NGX_ERROR;
     }
 
-    t->tools = cJSON_Duplicate(tools, 1);
+    /* the body's JSON is gone once the request is built */
+
+    t->tools = cJSON_Duplicate(ctx->in.tools, 1);
     if (t->tools == NULL) {
         return NGX_ERROR;
     }
@@ -590,8 +595,7 @@ ngx_http_hypic_tools_setup(ngx_http_request_t *r, ngx_http_hypic_ctx_t *ctx,
     cln->handler = ngx_http_hypic_tools_cleanup;
     cln->data = t;
 
-    t->parallel = !cJSON_IsFalse(
-        cJSON_GetObjectItemCaseSensitive(json, "parallel_tool_calls"));
+    t->parallel = ctx->in.parallel;
 
     ctx->out.tools = t;
 

@@ -28,15 +28,16 @@
 #include "ngx_http_hypic_request.h"
 
 
-/* The chat request's tool fields, and those of its messages. */
-ngx_int_t ngx_http_hypic_tools_check(cJSON *json,
-    ngx_http_hypic_bad_t *bad);
+/* The chat request's tool fields, and those of its messages; what the
+ * answer needs of them goes to ctx->in (tools, tool_calls, parallel). */
+ngx_int_t ngx_http_hypic_tools_check(ngx_http_hypic_ctx_t *ctx,
+    cJSON *json, ngx_http_hypic_bad_t *bad);
 
 /* Whether the answer is scanned for calls, with what it needs for that
  * (ctx->out.tools, a scanner per choice: after ngx_http_hypic_choices_init).
  * NGX_OK or NGX_ERROR (no memory). */
 ngx_int_t ngx_http_hypic_tools_setup(ngx_http_request_t *r,
-    ngx_http_hypic_ctx_t *ctx, cJSON *json);
+    ngx_http_hypic_ctx_t *ctx);
 
 /* Text of choice i from the engine through its scanner: content and
  * calls out, each choice's calls numbered from 0. */

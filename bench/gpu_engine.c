@@ -29,7 +29,10 @@
  * runs. Once --budget seconds have passed no new measurement starts:
  * those rows are printed and written as skipped. A path the backend does
  * not run is reported as "unsupported: why" and the rest goes on.
- * Prints a markdown table; appends rows to --tsv with the columns
+ * Prints a markdown table, line by line (a run a timeout kills keeps what
+ * it printed), and its progress on stderr (loading, warm-up, each
+ * measurement and each rep's seconds: where a cut-short run was); appends
+ * rows to --tsv with the columns
  * measure, shape, ours, anchor, anchor_value, unit (anchor columns "-":
  * bench/gpu_engine_ref.py fills them); shapes carry --name (default the
  * model folder's name).
@@ -130,8 +133,14 @@ static int measure(bench_t *b, const char *name, const char *shape,
         row(b, name, shape, 0, unit, "skipped (budget)");
         return hp_error_set(err, HP_EBUSY, "skipped (budget)");
     }
-    for (; r < b->o->reps && rc == HP_OK; r++)
+    /* progress, so a run cut short by a timeout says where it was */
+    fprintf(stderr, "# %s %s: measuring (%.1f s in)\n", name, shape,
+            bench_now() - b->t0);
+    for (; r < b->o->reps && rc == HP_OK; r++) {
         rc = fn(b, arg, &dt[r], err);
+        if (rc == HP_OK)
+            fprintf(stderr, "#   rep %d: %.4g s\n", r + 1, dt[r]);
+    }
     if (rc != HP_OK)
         return fail_row(b, name, shape, unit, err);
     val = work > 0 ? work / bench_median(dt, r) : bench_median(dt, r) * 1e3;
@@ -647,7 +656,11 @@ int main(int argc, char **argv)
     hp_error_t err = {0};
     if (parse(&o, argc, argv))
         return 2;
+    /* line-buffered even into a file: a run a timeout kills leaves every
+     * line it printed (device-check.sh's logs) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     b.t0 = bench_now();
+    fprintf(stderr, "# loading %s on %s\n", o.model, o.device);
     if (hp_backend_open(&b.be, o.device, &err) != HP_OK)
         return bench_fail(&err);
     if (hp_llm_load_on(&b.llm, o.model, b.be, &err) != HP_OK)
@@ -679,6 +692,7 @@ int main(int argc, char **argv)
            "lead %d + k x n + query %d, seam %d\n",
            o.reps, o.decode, o.prompt, o.lead, o.query, o.seam);
     double tw = bench_now();
+    fprintf(stderr, "# warm-up\n");
     warm_up(&b);
     printf("# warm-up %.1f s\n\n| measure | shape | %s | unit |\n"
            "|---|---|---|---|\n",

@@ -24,8 +24,9 @@ measures, as gpu_engine does:
     position, in bf16 (the model as benchmarked) and in f32 (the same
     weights widened: our engine's arithmetic), and the share of positions
     whose argmax agrees.
-Each figure: the median of --reps after an untimed warm-up (Triton
-compiles there). No new measurement starts once --budget seconds have
+Each figure: the median of --reps after an untimed run at the same shape
+(Triton compiles and autotunes at each shape's first call; its seconds
+are logged). No new measurement starts once --budget seconds have
 passed. Rows are appended to --anchors (measure, shape, value, unit).
 
 Then (and alone without --model): merges --ours (gpu_engine's TSV) with
@@ -163,13 +164,22 @@ class Ref:
     def median(self, fn):
         return statistics.median(fn() for _ in range(self.a.reps))
 
-    def run(self, what, fn):
-        """fn() -> (value, unit); skipped past the budget, failures kept."""
+    def run(self, what, fn, warm):
+        """fn() -> (value, unit), after warm() once untimed at the same
+        shape (Triton compiles, and autotunes, at a shape's first call: a
+        warm-up at another shape does not cover it); skipped past the
+        budget, failures kept."""
         measure, shape = what
         if self.over():
             self.add(measure, shape, "skipped (budget)", "-")
             return
         try:
+            t = time.time()
+            warm()
+            log("warm-up %s %s/%s: %.1f s" % (measure, self.a.name, shape, time.time() - t))
+            if self.over():
+                self.add(measure, shape, "skipped (budget)", "-")
+                return
             v, unit = fn()
             self.add(measure, shape, v, unit)
         except Exception as e:  # noqa: BLE001 - a failed row, the rest goes on
@@ -180,24 +190,20 @@ class Ref:
 
     def measure(self, pic_tokens):
         a = self.a
-        t = time.time()
-        try:  # warm-up: Triton compiles, cuBLAS initializes
-            self.prefill_s([prompt_ids(0, min(a.tokens + [512]), self.vocab)])
-            self.decode_s(min(a.batch + [2]), 2)
-        except Exception as e:  # noqa: BLE001
-            log("warm-up failed: %s" % e)
-        log("warm-up %.1f s" % (time.time() - t))
         for T in a.tokens:
             ids = [prompt_ids(0, T, self.vocab)]
             self.run(("prefill", "T=%d" % T),
-                     lambda: (T / self.median(lambda: self.prefill_s(ids)[0]), "tok/s"))
+                     lambda: (T / self.median(lambda: self.prefill_s(ids)[0]), "tok/s"),
+                     lambda: self.prefill_s(ids))
         for B in a.batch:
             self.run(("decode", "B=%d" % B),
-                     lambda: (B * a.decode / self.median(lambda: self.decode_s(B, a.decode)), "tok/s"))
+                     lambda: (B * a.decode / self.median(lambda: self.decode_s(B, a.decode)), "tok/s"),
+                     lambda: self.decode_s(B, a.decode))
         for shape, n in pic_tokens:
             ids = [prompt_ids(0, n, self.vocab)]
             self.run(("ttft_full", shape),
-                     lambda: (1e3 * self.median(lambda: self.prefill_s(ids)[0]), "ms"))
+                     lambda: (1e3 * self.median(lambda: self.prefill_s(ids)[0]), "ms"),
+                     lambda: self.prefill_s(ids))
 
     def parity(self):
         """Our logits of --text against transformers' (bf16, then f32)."""

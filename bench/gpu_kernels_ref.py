@@ -4,23 +4,29 @@
     gpu_kernels_ref.py --bench BENCH.tsv --dump DIR --out DIR [--budget S]
 
 Reads what gpu_kernels wrote: its timings (BENCH.tsv) and, per small case
-under DIR, the inputs and our outputs. Then:
-  * accuracy: a float64 reference of every dumped case (numpy, on the CPU:
-    the GDN recurrence token by token, T_C as the product of the per-token
-    transitions, the fused step's conv/norm/gates, causal GQA attention,
-    the projection), and the relative error of our outputs and of the
-    anchors' outputs on the same inputs: max |x - ref| / max |ref|;
+under DIR, the inputs and our outputs. Then, in this order:
+  * accuracy of ours: a float64 reference of every dumped case (numpy, on
+    the CPU, seconds per case: the GDN recurrence token by token, T_C as
+    the product of the per-token transitions, the fused step's
+    conv/norm/gates, causal GQA attention, the projection), and the
+    relative error of our outputs: max |x - ref| / max |ref|;
   * timing: each bench row's anchor at the same shape (FLA's
     chunk_gated_delta_rule and fused_recurrent_gated_delta_rule in f32 and
     bf16, torch's scaled_dot_product_attention, torch.matmul with TF32 off,
     tensor.copy_), CUDA events, median of >= 3 calls after two warm-ups
-    (Triton compiles and autotunes there), until --budget seconds are used.
+    (Triton compiles and autotunes there: tens of seconds per kernel and
+    dtype), most wanted first, none started past --budget seconds;
+  * accuracy of the anchors on the same dumped inputs, while the budget
+    lasts (last: FLA's first calls compile).
 Writes DIR/kernels.tsv (op shape ours_ms anchor anchor_ms rel_err_vs_f64),
-DIR/accuracy.tsv and DIR/report.md. Without torch, CUDA or FLA the anchors
-are reported missing and the float64 checks of our outputs still run.
+DIR/accuracy.tsv and DIR/report.md after each step, and on SIGTERM (a
+`timeout` around it) before it exits, so a run cut short keeps every row
+it has. Without torch, CUDA or FLA the anchors are reported missing and
+the float64 checks of our outputs still run.
 """
 import argparse
 import os
+import signal
 import sys
 import time
 import traceback
@@ -247,8 +253,12 @@ class Anchors:
 # ---- accuracy -------------------------------------------------------------------
 
 
-def accuracy(dump, anc):
-    """Rows (case, output, who, rel_err); who is ours_* or an anchor."""
+def accuracy(dump, anc, later):
+    """Rows (case, output, who, rel_err) of our outputs; who is ours_*.
+    The anchors' checks on the same inputs (each a call that appends its
+    rows, its float64 reference already computed) go to later: they run
+    after the anchors' timing, while the budget lasts (their first calls
+    compile FLA's Triton kernels)."""
     rows = []
     if not dump or not os.path.isdir(dump):
         return rows
@@ -256,24 +266,32 @@ def accuracy(dump, anc):
         d = os.path.join(dump, case)
         if not os.path.isfile(os.path.join(d, "meta.txt")):
             continue
+        t = time.time()
         log("float64 reference: %s" % case)
         try:
-            case_accuracy(d, case, anc, rows)
+            case_accuracy(d, case, anc, rows, later)
+        except Stop:
+            raise
         except Exception:  # noqa: BLE001 - one case's failure is reported
             log("case %s failed:\n%s" % (case, traceback.format_exc()))
+        log("float64 reference: %s done (%.1f s)" % (case, time.time() - t))
     return rows
 
 
 def anchor_try(case, who, fn):
     """Runs an anchor's accuracy check; its failure is logged, not fatal."""
+    t = time.time()
     try:
         fn()
+    except Stop:
+        raise
     except Exception:  # noqa: BLE001
         log("anchor %s on %s failed:\n%s" % (who, case,
                                               traceback.format_exc()))
+    log("anchor accuracy %s on %s (%.1f s)" % (who, case, time.time() - t))
 
 
-def case_accuracy(d, case, anc, rows):
+def case_accuracy(d, case, anc, rows, later):
     m = read_meta(d)
     op = m["op"]
     add = lambda out, who, x, ref: rows.append(  # noqa: E731
@@ -299,7 +317,7 @@ def case_accuracy(d, case, anc, rows):
                     fo, fS = anc.fla_call(0, *xs)
                     add("o", name, fo[0].float().cpu().numpy(), o)
                     add("S", name, fS[0].float().cpu().numpy(), S)
-                anchor_try(case, name, run)
+                later.append((case, name, run))
     elif op == "gdn_step":
         B, Hk, Hv, dk, dv, K = (m["B"], m["Hk"], m["Hv"], m["dk"], m["dv"],
                                 m["K"])
@@ -335,7 +353,7 @@ def case_accuracy(d, case, anc, rows):
                     fo, fS = anc.fla_call(1, *xs)
                     add("o", name, fo[:, 0].float().cpu().numpy(), o)
                     add("S", name, fS.float().cpu().numpy(), S)
-                anchor_try(case, name, run)
+                later.append((case, name, run))
     elif op in ("attention_prefill", "attention_decode"):
         Hq, Hkv, hd = m["Hq"], m["Hkv"], m["hd"]
         if op == "attention_prefill":
@@ -372,7 +390,7 @@ def case_accuracy(d, case, anc, rows):
                     so = anc.sdpa(tq, tk, tv, op == "attention_prefill")
                     so = so.transpose(1, 2).float().cpu().numpy()
                     add("o", name, so.reshape(o.shape), o)
-                anchor_try(case, name, run)
+                later.append((case, name, run))
     elif op == "matmul":
         n, i_, o_ = m["n"], m["in"], m["out"]
         x, w = arr(d, "x.f32", (n, i_)), arr(d, "w.f32", (o_, i_))
@@ -385,7 +403,7 @@ def case_accuracy(d, case, anc, rows):
                 add("y", "torch_f32", (tx @ tw.T).cpu().numpy(), y)
                 bx, bw = tx.bfloat16(), tw.bfloat16()
                 add("y", "torch_bf16", (bx @ bw.T).float().cpu().numpy(), y)
-            anchor_try(case, "torch matmul", run)
+            later.append((case, "torch matmul", run))
 
 
 # The rows of accuracy() that stand for each bench op: (dump op, who,
@@ -552,32 +570,59 @@ def fmt(x, f="%.4g"):
     return "-" if x is None else f % x
 
 
+class Stop(Exception):
+    """SIGTERM (timeout's first signal): write what there is, then exit."""
+
+
+def on_term(signum, frame):
+    raise Stop()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", help="gpu_kernels' TSV")
     ap.add_argument("--dump", help="gpu_kernels' --dump folder")
     ap.add_argument("--out", required=True, help="folder for the results")
     ap.add_argument("--budget", type=float, default=200.0,
-                    help="seconds for the anchors' timing (default 200)")
+                    help="seconds in all (default 200): no anchor timing "
+                    "or anchor accuracy check starts past it")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    signal.signal(signal.SIGTERM, on_term)
     rows, device = read_bench(a.bench)
-    anc = Anchors()
-    log("torch/CUDA: %s; FLA: %s" % (
-        "yes" if anc.torch else "no", "yes" if anc.fla else "no"))
+    acc, cache, later = [], {}, []
+    anc = None
+    try:
+        anc = Anchors()
+        log("torch/CUDA: %s; FLA: %s" % (
+            "yes" if anc.torch else "no", "yes" if anc.fla else "no"))
+        # our outputs against float64 first (numpy, seconds), then the
+        # anchors' timing most wanted first, then the anchors' own
+        # accuracy: each result is on disk as soon as it exists
+        acc += accuracy(a.dump, anc, later)
+        write_all(a, rows, device, anc, acc, cache)
+        deadline = T0 + a.budget
+        time_anchors(a, rows, device, anc, acc, cache, deadline)
+        for case, who, fn in later:
+            if time.time() > deadline:
+                log("anchor accuracy %s on %s: skipped (budget)" % (who, case))
+                continue
+            anchor_try(case, who, fn)
+            write_all(a, rows, device, anc, acc, cache)
+    except Stop:
+        log("terminated: writing what there is")
+        write_all(a, rows, device, anc, acc, cache)
+        return 124
+    write_all(a, rows, device, anc, acc, cache)
+    log("wrote %s/{kernels.tsv,accuracy.tsv,report.md}" % a.out)
+    return 0
 
-    acc = accuracy(a.dump, anc)
-    with open(os.path.join(a.out, "accuracy.tsv"), "w") as f:
-        f.write("case\toutput\twho\trel_err_vs_f64\n")
-        for case, out, who, e in acc:
-            f.write("%s\t%s\t%s\t%.3e\n" % (case, out, who, e))
 
-    deadline = T0 + a.budget
-    copy_gbps = None
-    cache, out_rows = {}, []
-    # Anchors are timed most wanted first (Triton's compiles and autotuning
-    # may use up the budget): the chunk at 16k, decode, the other chunk
-    # sizes, then attention and the projections; rows keep the bench order.
+def time_anchors(a, rows, device, anc, acc, cache, deadline):
+    """Each bench row's anchors timed into cache[(name, model, params)] =
+    (ms or None, why), most wanted first (Triton's compiles and autotuning
+    may use up the budget): the chunk at 16k, decode, the other chunk
+    sizes, then attention and the projections."""
     for r in sorted(rows, key=priority):
         for name in anchors_for(r["op"]):
             key = (name, r["model"], r["params"])
@@ -587,18 +632,27 @@ def main():
                 cache[key] = (None, "skipped: budget")
                 continue
             log("anchor %s %s %s" % key)
+            t = time.time()
             try:
                 cache[key] = run_anchor(anc, name, params(r["params"]),
                                         deadline)
+            except Stop:
+                raise
             except Exception as ex:  # noqa: BLE001 - report, go on
                 cache[key] = (None,
                               "error: %s" % str(ex).splitlines()[0][:80])
+            log("anchor %s: %s ms (%.1f s)" % (
+                name, fmt(cache[key][0]), time.time() - t))
             if anc.torch:
                 anc.torch.cuda.empty_cache()
+            write_all(a, rows, device, anc, acc, cache)
+
+
+def out_rows_of(rows, acc, cache):
+    """kernels.tsv's rows: each bench row beside each of its anchors."""
+    out_rows = []
     for r in rows:
         op, model = r["op"], r["model"]
-        if op == "copy_d2d" and r["gb_per_s"] != "-":
-            copy_gbps = float(r["gb_per_s"])
         ours = None if r["ms"] == "-" else float(r["ms"])
         e = None
         if op in ERR_OF:
@@ -606,7 +660,8 @@ def main():
             e = worst(acc, case, who, outs, model)
         for name in anchors_for(op) or ["-"]:
             key = (name, model, r["params"])
-            ams, why = cache.get(key, (None, "no anchor"))
+            ams, why = cache.get(key, (None, "no anchor" if name == "-"
+                                       else "not run"))
             ae = None
             if name in ANCHOR_WHO and op in ERR_OF:
                 case, _, outs = ERR_OF[op]
@@ -617,57 +672,76 @@ def main():
                                  rate=r["tokens_per_s"],
                                  tflops=r["tflop_per_s"],
                                  note=r.get("note") or why or ""))
+    return out_rows
 
-    with open(os.path.join(a.out, "kernels.tsv"), "w") as f:
-        f.write("op\tshape\tours_ms\tanchor\tanchor_ms\trel_err_vs_f64\n")
-        for x in out_rows:
-            f.write("%s\t%s %s\t%s\t%s\t%s\t%s\n" % (
+
+def write_all(a, rows, device, anc, acc, cache):
+    """kernels.tsv, accuracy.tsv and report.md from what there is now
+    (written whole each time, then renamed: never half a file)."""
+    out_rows = out_rows_of(rows, acc, cache)
+    copy_gbps = None
+    for r in rows:
+        if r["op"] == "copy_d2d" and r["gb_per_s"] != "-":
+            copy_gbps = float(r["gb_per_s"])
+
+    def put(fname, text):
+        path = os.path.join(a.out, fname)
+        with open(path + ".part", "w") as f:
+            f.write(text)
+        os.replace(path + ".part", path)
+
+    put("accuracy.tsv", "case\toutput\twho\trel_err_vs_f64\n" + "".join(
+        "%s\t%s\t%s\t%.3e\n" % x for x in acc))
+    put("kernels.tsv",
+        "op\tshape\tours_ms\tanchor\tanchor_ms\trel_err_vs_f64\n" + "".join(
+            "%s\t%s %s\t%s\t%s\t%s\t%s\n" % (
                 x["op"], x["model"], x["params"], fmt(x["ours"]), x["anchor"],
-                fmt(x["anchor_ms"]), fmt(x["err"], "%.2e")))
-
-    name = device or (anc.name if anc.torch else None)
-    with open(os.path.join(a.out, "report.md"), "w") as f:
-        w = f.write
-        w("# GPU kernels vs anchors\n\n")
-        if not rows or device is None:
-            w("**No CUDA device**: the C bench measured nothing (%s). "
-              "Only the float64 checks of the dumped outputs ran.\n\n"
-              % ("it found no device" if a.bench and os.path.exists(a.bench)
-               else "no bench TSV"))
-        w("- device: %s\n" % (name or "none"))
+                fmt(x["anchor_ms"]), fmt(x["err"], "%.2e"))
+            for x in out_rows))
+    torch_ok = anc is not None and anc.torch is not None
+    name = device or (anc.name if torch_ok else None)
+    L = ["# GPU kernels vs anchors\n\n"]
+    w = L.append
+    if not rows or device is None:
+        w("**No CUDA device**: the C bench measured nothing (%s). "
+          "Only the float64 checks of the dumped outputs ran.\n\n"
+          % ("it found no device" if a.bench and os.path.exists(a.bench)
+             else "no bench TSV"))
+    w("- device: %s\n" % (name or "none"))
+    if anc is None:
+        w("- anchors: none (not started)\n")
+    else:
         w("- anchors: %s\n" % ("torch %s, FLA %s" % (
-            anc.torch.__version__ if anc.torch else "-",
-            "yes" if anc.fla else "no") if anc.torch else
-            "none (%s)" % "; ".join(anc.why)))
-        w("- copy bandwidth (cudaMemcpy D2D, read + write): %s GB/s; the "
-          "decode target is 85 %% of it\n" % fmt(copy_gbps, "%.0f"))
-        w("- rel_err_vs_f64 = max |x - ref| / max |ref| against a float64 "
-          "recurrence / attention / product on the dumped small shape of "
-          "the op and model (bench/gpu_kernels.c --dump), not at each "
-          "timed size\n\n")
-        w("| op | model | params | ours ms | rate | GB/s (% copy) | "
-          "TFLOP/s | anchor | anchor ms | anchor/ours | ours err | "
-          "anchor err | note |\n")
-        w("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|\n")
-        for x in out_rows:
-            pct = ""
-            if x["gbps"] not in ("-", "") and copy_gbps:
-                pct = " (%.0f %%)" % (100.0 * float(x["gbps"]) / copy_gbps)
-            ratio = (x["anchor_ms"] / x["ours"]
-                     if x["ours"] and x["anchor_ms"] else None)
-            w("| %s | %s | %s | %s | %s | %s%s | %s | %s | %s | %s | %s | "
-              "%s | %s |\n" % (
-                  x["op"], x["model"], x["params"], fmt(x["ours"]),
-                  x["rate"], x["gbps"], pct, x["tflops"], x["anchor"],
-                  fmt(x["anchor_ms"]), fmt(ratio, "%.2f"),
-                  fmt(x["err"], "%.1e"), fmt(x["anchor_err"], "%.1e"),
-                  x["note"]))
-        w("\n## Accuracy on the dumped shapes\n\n| case | output | who | "
-          "rel err vs f64 |\n|---|---|---|---:|\n")
-        for case, out, who, e in acc:
-            w("| %s | %s | %s | %.2e |\n" % (case, out, who, e))
-    log("wrote %s/{kernels.tsv,accuracy.tsv,report.md}" % a.out)
-    return 0
+            anc.torch.__version__, "yes" if anc.fla else "no")
+            if torch_ok else "none (%s)" % "; ".join(anc.why)))
+    w("- copy bandwidth (cudaMemcpy D2D, read + write): %s GB/s; the "
+      "decode target is 85 %% of it\n" % fmt(copy_gbps, "%.0f"))
+    w("- rel_err_vs_f64 = max |x - ref| / max |ref| against a float64 "
+      "recurrence / attention / product on the dumped small shape of "
+      "the op and model (bench/gpu_kernels.c --dump), not at each "
+      "timed size\n\n")
+    w("| op | model | params | ours ms | rate | GB/s (% copy) | "
+      "TFLOP/s | anchor | anchor ms | anchor/ours | ours err | "
+      "anchor err | note |\n")
+    w("|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|\n")
+    for x in out_rows:
+        pct = ""
+        if x["gbps"] not in ("-", "") and copy_gbps:
+            pct = " (%.0f %%)" % (100.0 * float(x["gbps"]) / copy_gbps)
+        ratio = (x["anchor_ms"] / x["ours"]
+                 if x["ours"] and x["anchor_ms"] else None)
+        w("| %s | %s | %s | %s | %s | %s%s | %s | %s | %s | %s | %s | "
+          "%s | %s |\n" % (
+              x["op"], x["model"], x["params"], fmt(x["ours"]),
+              x["rate"], x["gbps"], pct, x["tflops"], x["anchor"],
+              fmt(x["anchor_ms"]), fmt(ratio, "%.2f"),
+              fmt(x["err"], "%.1e"), fmt(x["anchor_err"], "%.1e"),
+              x["note"]))
+    w("\n## Accuracy on the dumped shapes\n\n| case | output | who | "
+      "rel err vs f64 |\n|---|---|---|---:|\n")
+    for case, out, who, e in acc:
+        w("| %s | %s | %s | %.2e |\n" % (case, out, who, e))
+    put("report.md", "".join(L))
 
 
 if __name__ == "__main__":

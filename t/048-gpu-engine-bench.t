@@ -12,7 +12,7 @@ use warnings;
 use lib 't/lib';
 
 use Test::More;
-use Hypic::Util qw(build_dir private_dir slurp);
+use Hypic::Util qw(build_dir private_dir slurp wait_until);
 
 my $bench = build_dir() . '/bench/gpu_engine';
 my $engine = build_dir() . '/hypic-engine';
@@ -57,6 +57,31 @@ ok($? == 0 && @skip >= @want && !grep({ $_->[0] ne 'pic_prompt_tokens'
    'past the budget every measurement is skipped, and said so')
     or diag($out);
 like($out, qr/measurement\(s\) skipped/, 'the skipped count is printed');
+
+{
+    # a run a timeout stops mid-measurement (SIGTERM): what it printed is
+    # in its log (stdout line-buffered; progress on stderr names the
+    # measurement it was in)
+    my $pid = fork // die;
+    if (!$pid) {
+        open STDOUT, '>', "$dir/cut.out" or die;
+        open STDERR, '>', "$dir/cut.err" or die;
+        exec $bench, '--model', $model, '--device', 'cpu', '--tokens', '1024',
+            '--batch', '', '--pic', '', '--reps', '15', '--piece', '16',
+            '--name', 'cut';
+        exit 127;
+    }
+    my $started = wait_until(cond => sub {
+        (slurp("$dir/cut.err") // '') =~ /prefill T=1024: measuring/ },
+        timeout => 60);
+    kill 'TERM', $pid;
+    waitpid $pid, 0;
+    my $log = slurp("$dir/cut.out") // '';
+    ok($started && $log =~ /^# \S+ on cpu: .* loaded in /m
+       && $log =~ /^# warm-up [0-9.]+ s$/m,
+       'stopped mid-measurement: its log has the header and the warm-up')
+        or diag("stdout:\n$log\nstderr:\n" . (slurp("$dir/cut.err") // ''));
+}
 
 $out = `$bench --model $model --device cuda:7 @shape 2>&1`;
 ok($? >> 8 == 1 && $out =~ /cuda:7: |without CUDA/,

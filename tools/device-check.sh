@@ -19,13 +19,16 @@
 #   3. engine parity: hypic-engine generate, greedy, --device cuda against
 #      --device cpu on models/test/* and models/default, modes full and
 #      pic (parity.md)
-#   4. per checkpoint (once generated): build-device/bench/gpu_engine
-#      (prefill, batched decode, PIC TTFT), hypic-engine logits on a short
-#      text, bench/gpu_engine_ref.py (transformers+FLA on the same
-#      checkpoint, logits parity); engine.tsv and engine.md
+#   4. the first checkpoint of DC_MODELS (once generated):
+#      build-device/bench/gpu_engine (prefill, batched decode, PIC TTFT),
+#      hypic-engine logits on a short text, bench/gpu_engine_ref.py
+#      (transformers+FLA on the same checkpoint, each shape warmed up
+#      before it is timed, logits parity); engine.tsv and engine.md
 #   5. build-device/bench/gpu_kernels: timings, copy bandwidth, dumps
-#   6. bench/gpu_kernels_ref.py: FLA / torch on the same inputs and shapes,
-#      a float64 reference; kernels.tsv, accuracy.tsv, report.md
+#   6. bench/gpu_kernels_ref.py: our outputs against float64, FLA / torch
+#      timed on the same shapes, then their accuracy; kernels.tsv,
+#      accuracy.tsv, report.md (written as it goes: a timeout keeps rows)
+#   7. step 4 for the other checkpoints of DC_MODELS, in the time left
 # Everything goes to $OUT/gpu/<date>-<device>/ (OUT defaults to
 # /tmp/device-check), summarized in device-check.md there. Without a
 # device (no nvidia-smi, or no CUDA device) the same report says so, the
@@ -33,13 +36,19 @@
 # and the shape knobs below), and the reference script still checks the
 # dumps it finds. Copy the folder to bench/results/gpu/ afterwards.
 #
-# Limits (seconds) can be changed: DC_TEST_S (each CUDA test), DC_PARITY_S,
-# DC_GEN_S (the checkpoints), DC_ENGINE_S and DC_HF_S (each checkpoint's
-# gpu_engine and gpu_engine_ref.py), DC_BENCH_S, DC_REF_S; DC_KERNELS=0
-# skips steps 5-6. The engine steps: DC_DEVICE (cuda, or cpu without a
-# GPU), DC_MODELS ("q35-0.8b q35-9b-l8", or checkpoint folders),
-# DC_TOKENS, DC_BATCH, DC_DECODE, DC_PIC, DC_REPS; DC_PYTHON runs
-# gpu_engine_ref.py (python3: it needs torch and transformers).
+# Limits (seconds) can be changed: DC_TEST_S (each CUDA test, 90),
+# DC_PARITY_S (60), DC_GEN_S (the checkpoints, 240), DC_ENGINE_S and
+# DC_HF_S (each checkpoint's gpu_engine, 120, and gpu_engine_ref.py, 200),
+# DC_BENCH_S (75), DC_REF_S (150); DC_TOTAL_S (570: under the device
+# tool's 600 s a call) caps them all: a step gets at most what is left of
+# it less 10 s for the report, and one with under 15 s left is skipped
+# (said so in the summary). DC_STEPS picks steps: "tests parity engine
+# kernels" (the default, all; DC_KERNELS=0 drops kernels). The engine
+# steps: DC_DEVICE (cuda, or cpu without a GPU), DC_MODELS ("q35-0.8b
+# q35-9b-l8", or checkpoint folders; the first runs before the kernels,
+# the rest after them), DC_TOKENS, DC_BATCH, DC_DECODE, DC_PIC, DC_REPS;
+# DC_PYTHON runs gpu_engine_ref.py (python3: it needs torch and
+# transformers).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -58,6 +67,15 @@ res=${OUT:-/tmp/device-check}/gpu/$(date -u +%Y-%m-%d)-$dev
 mkdir -p "$res"
 sum=$res/device-check.md
 t_all=$(date +%s)
+total=${DC_TOTAL_S:-570}
+steps=" ${DC_STEPS:-tests parity engine kernels} "
+[ "${DC_KERNELS:-1}" = 0 ] && steps=${steps/ kernels / }
+want() { [[ $steps == *" $1 "* ]]; } # want STEP: DC_STEPS names it
+# lim DEFAULT: a step's limit, DEFAULT or what DC_TOTAL_S leaves (less 10 s)
+lim() {
+    local l=$((total - ($(date +%s) - t_all) - 10))
+    echo $(($1 < l ? $1 : l))
+}
 {
     echo "# device check, $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
@@ -73,6 +91,11 @@ t_all=$(date +%s)
 step() {
     local nm=$1 lim=$2 logf=$3 t0 rc st note=""
     shift 3
+    if [ "$lim" -lt 15 ]; then
+        echo "| $nm | skipped (DC_TOTAL_S=$total spent) | 0 | |" >>"$sum"
+        echo "== $nm: skipped (DC_TOTAL_S)" >&2
+        return 0
+    fi
     t0=$(date +%s)
     timeout --kill-after=10 "$lim" "$@" >"$logf" 2>&1
     rc=$?
@@ -135,12 +158,14 @@ t_gen=$(date +%s)
 
 found=0
 for t in build-device/test/test_cuda_*; do
+    want tests || break
     [ -x "$t" ] || continue
     found=1
-    step "$(basename "$t")" "${DC_TEST_S:-90}" "$res/$(basename "$t").tap" \
-        "${run[@]}" "$t"
+    step "$(basename "$t")" "$(lim "${DC_TEST_S:-90}")" \
+        "$res/$(basename "$t").tap" "${run[@]}" "$t"
 done
-[ $found = 1 ] || echo "| CUDA tests | missing (no build-device/test/test_cuda_*: run pack.sh) | 0 | |" >>"$sum"
+want tests && [ $found = 0 ] &&
+    echo "| CUDA tests | missing (no build-device/test/test_cuda_*: run pack.sh) | 0 | |" >>"$sum"
 
 # Greedy text on the device against the CPU's, on the committed models.
 parity() {
@@ -181,8 +206,10 @@ parity() {
 }
 dev_name=${DC_DEVICE:-cuda}
 [ -n "$name" ] || dev_name=${DC_DEVICE:-cpu}
-if [ -x build-device/hypic-engine ]; then
-    step "engine parity ($dev_name vs cpu)" "${DC_PARITY_S:-60}" \
+if ! want parity; then
+    :
+elif [ -x build-device/hypic-engine ]; then
+    step "engine parity ($dev_name vs cpu)" "$(lim "${DC_PARITY_S:-60}")" \
         "$res/parity.md" bash -c "$(declare -p run dev_name)
             $(declare -f parity); parity"
 else
@@ -205,60 +232,72 @@ wait_gen() { # the background generation (each checkpoint under DC_GEN_S)
     echo "| checkpoints | $(tail -1 "$res/gen.log") | $(($(date +%s) - t_gen)) | in the background from the start |" >>"$sum"
 }
 rm -f "$res/engine_ours.tsv" "$res/engine_hf.tsv"
-if [ -x build-device/bench/gpu_engine ]; then
-    wait_gen
-    for m in $engine_models; do
-        d=$m
-        [ -d "$d" ] || d=$gen_dir/$m
-        tag=$(basename "$d")
-        if [ ! -f "$d/config.json" ] || { [ -d "$gen_dir/$m" ] && [ ! -f "$d/.done" ]; }; then
-            echo "| gpu_engine $tag | missing (not generated: gen.log) | 0 | |" >>"$sum"
-            continue
-        fi
-        lim=${DC_ENGINE_S:-50}
-        step "gpu_engine $tag" "$lim" "$res/engine-$tag.md" "${run[@]}" \
-            build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
-            --tokens "$e_tok" --batch "$e_batch" --decode "$e_dec" \
-            --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \
-            --budget "$((lim * 7 / 10))"
-        step "logits $tag" 30 "$res/logits-$tag.log" "${run[@]}" \
-            build-device/hypic-engine logits --model "$d" --device "$dev_name" \
-            --prompt "$text" --all --out "$res/logits-$tag.safetensors"
-        lim=${DC_HF_S:-120}
-        step "transformers $tag" "$lim" "$res/hf-$tag.log" "${DC_PYTHON:-python3}" \
-            bench/gpu_engine_ref.py --model "$d" --name "$tag" \
-            --device "$dev_name" \
-            --tokens "$e_tok" --batch "$e_batch" --decode "$e_dec" \
-            --reps "$e_reps" --ours "$res/engine_ours.tsv" \
-            --anchors "$res/engine_hf.tsv" --logits \
-            "$res/logits-$tag.safetensors" --text "$text" --out "$res" \
-            --budget "$((lim * 7 / 10))"
-        rm -f "$res/logits-$tag.safetensors"
-    done
+waited=0
+engine_one() { # MODEL: gpu_engine, logits and transformers on it
+    local m=$1 d tag l
+    [ $waited = 1 ] || wait_gen
+    waited=1
+    d=$m
+    [ -d "$d" ] || d=$gen_dir/$m
+    tag=$(basename "$d")
+    if [ ! -f "$d/config.json" ] || { [ -d "$gen_dir/$m" ] && [ ! -f "$d/.done" ]; }; then
+        echo "| gpu_engine $tag | missing (not generated: gen.log) | 0 | |" >>"$sum"
+        return
+    fi
+    l=$(lim "${DC_ENGINE_S:-120}")
+    step "gpu_engine $tag" "$l" "$res/engine-$tag.md" "${run[@]}" \
+        build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
+        --tokens "$e_tok" --batch "$e_batch" --decode "$e_dec" \
+        --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \
+        --budget "$((l * 7 / 10))"
+    step "logits $tag" "$(lim 30)" "$res/logits-$tag.log" "${run[@]}" \
+        build-device/hypic-engine logits --model "$d" --device "$dev_name" \
+        --prompt "$text" --all --out "$res/logits-$tag.safetensors"
+    l=$(lim "${DC_HF_S:-200}")
+    step "transformers $tag" "$l" "$res/hf-$tag.log" "${DC_PYTHON:-python3}" \
+        bench/gpu_engine_ref.py --model "$d" --name "$tag" \
+        --device "$dev_name" \
+        --tokens "$e_tok" --batch "$e_batch" --decode "$e_dec" \
+        --reps "$e_reps" --ours "$res/engine_ours.tsv" \
+        --anchors "$res/engine_hf.tsv" --logits \
+        "$res/logits-$tag.safetensors" --text "$text" --out "$res" \
+        --budget "$((l * 8 / 10))"
+    rm -f "$res/logits-$tag.safetensors"
     # the merge again: a transformers step that timed out wrote none
     [ -f "$res/engine_ours.tsv" ] && python3 bench/gpu_engine_ref.py \
         --ours "$res/engine_ours.tsv" --anchors "$res/engine_hf.tsv" \
         --out "$res" >/dev/null 2>&1
-else
+}
+read -r -a models <<<"$engine_models"
+if ! want engine; then
+    models=()
+elif [ ! -x build-device/bench/gpu_engine ]; then
     echo "| gpu_engine | missing (no build-device/bench/gpu_engine) | 0 | |" >>"$sum"
+    models=()
 fi
-wait "$gen_pid" 2>/dev/null
+[ ${#models[@]} -gt 0 ] && engine_one "${models[0]}"
 
-if [ "${DC_KERNELS:-1}" = 0 ]; then
-    echo "| gpu_kernels, gpu_kernels_ref | skipped (DC_KERNELS=0) | 0 | |" >>"$sum"
+if ! want kernels; then
+    echo "| gpu_kernels, gpu_kernels_ref | skipped (DC_STEPS) | 0 | |" >>"$sum"
 elif [ -x build-device/bench/gpu_kernels ]; then
-    step gpu_kernels "${DC_BENCH_S:-75}" "$res/bench.md" "${run[@]}" \
+    l=$(lim "${DC_BENCH_S:-75}")
+    step gpu_kernels "$l" "$res/bench.md" "${run[@]}" \
         build-device/bench/gpu_kernels --out "$res/bench.tsv" \
-        --dump "$res/dump" --budget "$((${DC_BENCH_S:-75} * 6 / 10))"
+        --dump "$res/dump" --budget "$((l * 6 / 10))"
+    # it writes its files as it goes and on SIGTERM: --budget leaves 15 s
+    l=$(lim "${DC_REF_S:-150}")
+    step gpu_kernels_ref "$l" "$res/ref.log" python3 \
+        bench/gpu_kernels_ref.py --bench "$res/bench.tsv" --dump "$res/dump" \
+        --out "$res" --budget "$((l - 15))"
 else
     echo "| gpu_kernels | missing (no build-device/bench/gpu_kernels) | 0 | |" >>"$sum"
 fi
-
-[ "${DC_KERNELS:-1}" = 0 ] ||
-    step gpu_kernels_ref "${DC_REF_S:-60}" "$res/ref.log" python3 \
-        bench/gpu_kernels_ref.py --bench "$res/bench.tsv" --dump "$res/dump" \
-        --out "$res" --budget "$((${DC_REF_S:-60} * 6 / 10))"
 rm -rf "$res/dump" # inputs and outputs: large, and rebuilt on every run
+
+for m in "${models[@]:1}"; do
+    engine_one "$m"
+done
+wait "$gen_pid" 2>/dev/null
 
 {
     echo

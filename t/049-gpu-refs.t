@@ -1,0 +1,22 @@
+# The device check's reference scripts (bench/gpu_engine_ref.py,
+# bench/gpu_kernels_ref.py) around their measurements, without torch or a
+# GPU: bench/test_gpu_refs.py (each shape warmed up before it is timed,
+# engine.tsv from our rows alone, kernels.tsv's columns, a SIGTERM that
+# still leaves kernels.tsv and report.md).
+
+use strict;
+use warnings;
+use lib 't/lib';
+
+use Test::More;
+use Hypic::Util qw(python_module);
+
+my $why = python_module('numpy');
+plan skip_all => $why if $why;
+
+my $out = `python3 bench/test_gpu_refs.py -v -b 2>&1`;
+my $rc = $?;
+my @ok = $out =~ /^(test_\w+) .* \.\.\. ok$/mg;
+ok($rc == 0 && @ok == 4, 'the reference scripts\' checks pass (' . scalar(@ok)
+   . '/4)') or diag($out);
+done_testing();

@@ -5,8 +5,10 @@
  * linked into the binaries that can run on a GPU (hypic-engine, the CUDA
  * tests); backend.c finds it through a weak reference.
  *
- * Ops without a CUDA twin are left out (hp_backend_supports_op says so):
- * I8 projections.
+ * Every op has a CUDA twin (hp_backend_supports_op says 1). I8
+ * projections: hk_cuda_linear_i8, with a tile scratch of CU_I8_TILE floats
+ * for batches past HK_CUDA_I8_DIRECT rows, allocated at the first such
+ * call and kept.
  * Host arrays an op takes (positions, ids, pointer lists) are copied to a
  * device staging buffer first; it grows to the largest call (a device
  * allocation, hence a sync, the first time only). Failures are kept for
@@ -37,6 +39,10 @@
 
 typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
 
+/* Floats of the I8 projections' f32 tile (32 MiB): a whole weight of up
+ * to 8 M entries per cuBLAS call, more in tiles of rows */
+#define CU_I8_TILE ((size_t)8 << 20)
+
 /* Staging buffers one op may outgrow (one per array it stages, at most) */
 #define STAGE_RETIRED 8
 
@@ -56,6 +62,7 @@ typedef struct {
     int n_retired;
     uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
     size_t xb_cap;   /* elements */
+    float *i8_tile;  /* [CU_I8_TILE]: W dequantized, a tile of rows */
     float *host;     /* host scratch (the identity) */
     size_t host_cap; /* floats */
 } cuda_t;
@@ -97,9 +104,7 @@ static int cu_sync(be_t b, hp_error_t *err)
 static int cu_supports(be_t b, hp_op_t op, int dtype)
 {
     (void)b;
-    if (op == HP_OP_LINEAR || op == HP_OP_LINEAR_ACC)
-        return dtype == HK_W_F32 || dtype == HK_W_BF16;
-    if (op == HP_OP_EMBED)
+    if (op == HP_OP_LINEAR || op == HP_OP_LINEAR_ACC || op == HP_OP_EMBED)
         return dtype == HK_W_F32 || dtype == HK_W_BF16 || dtype == HK_W_I8;
     return 1;
 }
@@ -113,6 +118,7 @@ static void cu_close(be_t b)
     stage_begin(b); /* frees outgrown staging */
     hk_cuda_free(c->stage);
     hk_cuda_free(c->xb);
+    hk_cuda_free(c->i8_tile);
     free(c->host);
     free(c);
 }
@@ -261,6 +267,21 @@ static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
                  : hk_cuda_matmul(y, x, w->data, n, w->cols, w->rows, c->blas,
                                   NULL),
              "linear");
+        return;
+    }
+    if (w->dtype == HK_W_I8) {
+        if (n > HK_CUDA_I8_DIRECT && !c->i8_tile) {
+            int rc = hk_cuda_malloc((void **)&c->i8_tile,
+                                    CU_I8_TILE * sizeof(float));
+            if (rc != HK_CUDA_OK) {
+                note(b, rc, "linear (I8 tile)");
+                return;
+            }
+        }
+        note(b,
+             hk_cuda_linear_i8(y, x, w, n, acc, c->i8_tile,
+                               c->i8_tile ? CU_I8_TILE : 0, c->blas, NULL),
+             "linear (I8)");
         return;
     }
     if (w->dtype != HK_W_BF16) {

@@ -106,6 +106,19 @@ int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w, int n,
                         int in, int out, int acc, uint16_t *xb,
                         hk_cuda_blas_t *blas, void *stream);
 
+/* I8 weights (kernels/common/hk_weight.h; device data and scales): y[n,
+ * rows] (= or += as acc) x[n, cols] . (q * scale)^T in f32. Up to
+ * HK_CUDA_I8_DIRECT rows of x: one warp per output row reads q once.
+ * More: W dequantized to f32 into scratch a tile of rows at a time
+ * (scratch_floats / cols rows; at least one row: scratch_floats >= cols),
+ * then cublasSgemm per tile; scratch is not read by the caller. Twin:
+ * hk_linear on its generic / AVX2 path (W dequantized to f32, x as
+ * given; the AVX-512 VNNI path rounds x to 8 bits, ~1e-2 apart). */
+#define HK_CUDA_I8_DIRECT 8
+int hk_cuda_linear_i8(float *y, const float *x, const hk_weight_t *w, int n,
+                      int acc, float *scratch, size_t scratch_floats,
+                      hk_cuda_blas_t *blas, void *stream);
+
 /* ---- elementwise and data movement (hk_elementwise.cu) ----------------- */
 
 /* Twins of hk_split_heads, hk_gate_mul, hk_scale_rows, hk_kv_store and

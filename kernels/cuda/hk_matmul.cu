@@ -12,6 +12,14 @@
  * bf16 weights: cuBLAS multiplies bf16 only by bf16 (CUBLAS_COMPUTE_32F
  * lists A and B of one type), so x is first rounded to bf16, nearest even,
  * by a small kernel; accumulation and y stay f32.
+ *
+ * I8 weights (int8 q, a float scale per row and group of columns): the
+ * CPU's non-VNNI arithmetic, W = q * scale in f32 and f32 products with x
+ * as given. Few rows of x (decode): one warp per output row streams q once
+ * (1 byte a weight) and keeps n sums. More: W dequantized to f32 a tile
+ * of rows at a time into the caller's scratch, each tile one
+ * cublasSgemm into its columns of y (the compute-bound case; the tile is
+ * written and read back once per call, cheap beside n rows of products).
  */
 #include <stdlib.h>
 
@@ -80,8 +88,11 @@ static int hk_blas_status(cublasStatus_t st)
     return st == CUBLAS_STATUS_ALLOC_FAILED ? HK_CUDA_ENOMEM : HK_CUDA_EBLAS;
 }
 
-static int hk_sgemm_rm(float *y, const float *x, const float *w, int n, int in,
-                       int out, float beta, hk_cuda_blas_t *blas, void *stream)
+/* y[n, out] of a row-major y whose rows are ldy apart (the columns of a
+ * wider y from a tile of W's rows). */
+static int hk_sgemm_ld(float *y, int ldy, const float *x, const float *w, int n,
+                       int in, int out, float beta, hk_cuda_blas_t *blas,
+                       void *stream)
 {
     int skip, rc = hk_mm_args(n, in, out, blas, &skip);
     if (rc || skip)
@@ -92,7 +103,13 @@ static int hk_sgemm_rm(float *y, const float *x, const float *w, int n, int in,
     /* lda, ldb >= 1 even for in = 0 (k = 0 never reads them). */
     const int ld = in > 0 ? in : 1;
     return hk_blas_status(cublasSgemm(blas->h, CUBLAS_OP_T, CUBLAS_OP_N, out, n,
-                                      in, &alpha, w, ld, x, ld, &beta, y, out));
+                                      in, &alpha, w, ld, x, ld, &beta, y, ldy));
+}
+
+static int hk_sgemm_rm(float *y, const float *x, const float *w, int n, int in,
+                       int out, float beta, hk_cuda_blas_t *blas, void *stream)
+{
+    return hk_sgemm_ld(y, out, x, w, n, in, out, beta, blas, stream);
 }
 
 extern "C" int hk_cuda_matmul(float *y, const float *x, const float *w, int n,
@@ -135,4 +152,119 @@ extern "C" int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w,
         cublasGemmEx(blas->h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w,
                      CUDA_R_16BF, ld, xb, CUDA_R_16BF, ld, &beta, y, CUDA_R_32F,
                      out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/* ---- I8 ------------------------------------------------------------------ */
+
+#define HK_I8_WARPS 8 /* output rows per block of the direct kernel */
+
+/* y[r, o] (= or +=) sum_k x[r, k] (q[o, k] scale[o, k / G]) for r < N:
+ * one warp per o, lanes over k, N sums in registers. */
+template <int N>
+static __global__ void hk_i8_direct_kernel(float *y,        // [N, rows]
+                                           const float *x,  // [N, cols]
+                                           const int8_t *q, // [rows, cols]
+                                           const float *sc, // [rows, cols/G]
+                                           int rows, int cols, int G, int acc)
+{
+    const int lane = threadIdx.x & 31;
+    const int o = blockIdx.x * HK_I8_WARPS + (threadIdx.x >> 5);
+    /* a warp past the last row runs no k (no early exit before the
+     * shuffles) */
+    const int K = o < rows ? cols : 0;
+    const int8_t *wr = q + (size_t)(o < rows ? o : 0) * cols;
+    const float *sr = sc + (size_t)(o < rows ? o : 0) * (cols / G);
+    float s[N];
+    for (int r = 0; r < N; r++)
+        s[r] = 0.0f;
+    for (int k = lane; k < K; k += 32) {
+        const float wk = (float)wr[k] * sr[k / G];
+        for (int r = 0; r < N; r++)
+            s[r] += x[(size_t)r * cols + k] * wk;
+    }
+    for (int r = 0; r < N; r++) {
+        const float t = hk_warp_sum(s[r]);
+        if (lane == 0 && o < rows) {
+            float *yo = y + (size_t)r * rows + o;
+            *yo = acc ? *yo + t : t;
+        }
+    }
+}
+
+/* dst[i, k] = q[o0 + i, k] scale[o0 + i, k / G] for i < rb: a tile of W in
+ * f32, as hk_wtile makes it. */
+static __global__ void hk_i8_tile_kernel(float *dst, const int8_t *q,
+                                         const float *sc, size_t o0, int rb,
+                                         int cols, int G)
+{
+    const size_t n = (size_t)rb * cols;
+    HK_GRID_STRIDE(i, n)
+    {
+        const size_t o = o0 + i / (size_t)cols;
+        const int k = (int)(i % (size_t)cols);
+        dst[i] = (float)q[o * cols + k] * sc[o * (size_t)(cols / G) + k / G];
+    }
+}
+
+template <int N>
+static int hk_i8_direct(float *y, const float *x, const hk_weight_t *w, int acc,
+                        cudaStream_t s)
+{
+    const unsigned blocks =
+        (unsigned)((w->rows + HK_I8_WARPS - 1) / HK_I8_WARPS);
+    hk_i8_direct_kernel<N><<<blocks, 32 * HK_I8_WARPS, 0, s>>>(
+        y, x, (const int8_t *)w->data, w->scales, w->rows, w->cols, w->group,
+        acc);
+    return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_linear_i8(float *y, const float *x, const hk_weight_t *w,
+                                 int n, int acc, float *scratch,
+                                 size_t scratch_floats, hk_cuda_blas_t *blas,
+                                 void *stream)
+{
+    if (!w || w->dtype != HK_W_I8 || w->group < 1 || w->cols < 1 ||
+        w->cols % w->group || !w->scales || !w->data)
+        return HK_CUDA_EINVAL;
+    int skip, rc = hk_mm_args(n, w->cols, w->rows, blas, &skip);
+    if (rc || skip)
+        return rc;
+    const cudaStream_t s = hk_stream(stream);
+    switch (n) {
+    case 1:
+        return hk_i8_direct<1>(y, x, w, acc, s);
+    case 2:
+        return hk_i8_direct<2>(y, x, w, acc, s);
+    case 3:
+        return hk_i8_direct<3>(y, x, w, acc, s);
+    case 4:
+        return hk_i8_direct<4>(y, x, w, acc, s);
+    case 5:
+        return hk_i8_direct<5>(y, x, w, acc, s);
+    case 6:
+        return hk_i8_direct<6>(y, x, w, acc, s);
+    case 7:
+        return hk_i8_direct<7>(y, x, w, acc, s);
+    case 8:
+        return hk_i8_direct<8>(y, x, w, acc, s);
+    default:
+        break;
+    }
+    if (!scratch || scratch_floats < (size_t)w->cols)
+        return HK_CUDA_EINVAL;
+    size_t tile = scratch_floats / (size_t)w->cols;
+    for (size_t o0 = 0; o0 < (size_t)w->rows; o0 += tile) {
+        const int rb = (int)((size_t)w->rows - o0 < tile ? w->rows - o0 : tile);
+        const size_t ne = (size_t)rb * w->cols;
+        hk_i8_tile_kernel<<<hk_grid_1d(ne, HK_MM_THREADS), HK_MM_THREADS, 0,
+                            s>>>(scratch, (const int8_t *)w->data, w->scales,
+                                 o0, rb, w->cols, w->group);
+        if ((rc = hk_cuda_check_launch()))
+            return rc;
+        rc = hk_sgemm_ld(y + o0, w->rows, x, scratch, n, w->cols, rb,
+                         acc ? 1.0f : 0.0f, blas, stream);
+        if (rc)
+            return rc;
+    }
+    return HK_CUDA_OK;
 }

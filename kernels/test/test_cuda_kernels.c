@@ -51,6 +51,7 @@ static const char *const op_names[] = {"rmsnorm_zc",
                                        "matmul",
                                        "matmul_acc",
                                        "matmul_bf16",
+                                       "linear_i8",
                                        "split_heads",
                                        "gate_mul",
                                        "axpy",
@@ -927,6 +928,72 @@ static void test_matmul(void)
         free(y0);
         free(y);
     }
+    hk_cuda_blas_destroy(blas);
+}
+
+/* I8 weights (an int8 checkpoint's projections): the CPU twin is hk_linear
+ * on its dequantizing path (the ISA capped at AVX2: AVX-512 VNNI rounds x
+ * to 8 bits). Products of x and q * scale in f32 on both sides: the
+ * matmul's tolerance. Shapes: n 1..8 take the direct kernel, more the f32
+ * tiles (a scratch of 50 rows in the last one: six tiles and a short
+ * one); groups of 16, 64 and one per row. */
+static void test_linear_i8(void)
+{
+    static const int shapes[][5] = {
+        /* n, in, out, group, scratch rows (0: the whole weight) */
+        {1, 64, 100, 16, 0},
+        {8, 128, 33, 64, 0},
+        {3, 48, 7, 48, 0},
+        {9, 128, 257, 64, 0},
+        {17, 192, 300, 64, 50}};
+    hk_cuda_blas_t *blas = NULL;
+    CK(hk_cuda_blas_create(&blas));
+    hk_cpu_set_isa(HK_ISA_AVX2);
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
+        const int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2],
+                  G = shapes[s][3];
+        const size_t nx = (size_t)n * in, nw = (size_t)out * in;
+        const size_t ny = (size_t)n * out, ns = nw / G;
+        const size_t tile = (size_t)(shapes[s][4] ? shapes[s][4] : out) * in;
+        float *x = frand(nx, 1.0), *y0 = frand(ny, 1.0), *y = fdup(y0, ny);
+        float *sc = frand(ns, 0.5 / (127.0 * sqrt((double)in)));
+        int8_t *q = hbytes(nw);
+        for (size_t i = 0; i < nw; i++)
+            q[i] = (int8_t)(int)(127.0 * urand());
+        for (size_t i = 0; i < ns; i++)
+            sc[i] = fabsf(sc[i]) + 1e-4f;
+        void *dq = NULL;
+        CK(hk_cuda_malloc(&dq, nw));
+        CK(hk_cuda_h2d(dq, q, nw, NULL));
+        float *dx = dev_from(x, nx), *dsc = dev_from(sc, ns);
+        float *dy = dev_alloc(ny), *dtile = dev_alloc(tile);
+        const hk_weight_t w = {q, sc, HK_W_I8, out, in, G};
+        hk_weight_t dw = w;
+        dw.data = dq;
+        dw.scales = dsc;
+        int good = 1;
+        for (int acc = 0; acc < 2; acc++) {
+            memcpy(y, y0, ny * sizeof(float));
+            CK(hk_cuda_h2d(dy, y0, ny * sizeof(float), NULL));
+            (acc ? hk_linear_acc : hk_linear)(y, x, &w, n);
+            RUN(hk_cuda_linear_i8(dy, dx, &dw, n, acc, dtile, tile, blas,
+                                  NULL));
+            good &= close_cpu(y, dy, ny, ATOL_MM, RTOL_MM, acc ? "y+=" : "y=");
+        }
+        ok(good, "linear_i8 n=%d in=%d out=%d group %d (%s; = and +=)", n, in,
+           out, G, n <= HK_CUDA_I8_DIRECT ? "direct" : "f32 tiles");
+        CK(hk_cuda_free(dq));
+        CK(hk_cuda_free(dx));
+        CK(hk_cuda_free(dsc));
+        CK(hk_cuda_free(dy));
+        CK(hk_cuda_free(dtile));
+        free(x);
+        free(y0);
+        free(y);
+        free(sc);
+        free(q);
+    }
+    hk_cpu_set_isa(HK_ISA_AVX512);
     hk_cuda_blas_destroy(blas);
 }
 
@@ -2179,6 +2246,15 @@ static void test_einval(void)
     const hk_weight_t wi8 = {&x, &x, HK_W_I8,
                              1,  6,  4}; /* group must divide cols */
     good &= hk_cuda_weight_rows(&x, &wi8, NULL, 1, NULL) == HK_CUDA_EINVAL;
+    hk_cuda_blas_t *blas = NULL;
+    CK(hk_cuda_blas_create(&blas));
+    good &= hk_cuda_linear_i8(&x, &x, &wi8, 1, 0, NULL, 0, blas, NULL) ==
+            HK_CUDA_EINVAL;
+    const hk_weight_t wok = {&x, &x, HK_W_I8, 1, 8, 4};
+    good &=
+        hk_cuda_linear_i8(&x, &x, &wok, HK_CUDA_I8_DIRECT + 1, 0, &x, 7, blas,
+                          NULL) == HK_CUDA_EINVAL; /* a tile holds no row */
+    hk_cuda_blas_destroy(blas);
     int cu[2] = {0, 1};
     float *tab[1] = {&x};
     uint16_t hb = 0;
@@ -2231,6 +2307,7 @@ static void run_all(void)
     RUN_TEST(test_trans_chain);
     RUN_TEST(test_trans_rope_shift);
     RUN_TEST(test_matmul); /* matmul, matmul_acc, matmul_bf16 */
+    RUN_TEST(test_linear_i8);
     RUN_TEST(test_split_heads);
     RUN_TEST(test_gate_scale); /* gate_mul, scale_rows */
     RUN_TEST(test_kv_store);   /* kv_store, kv_store_decode */

@@ -230,26 +230,20 @@ extern "C" int hk_cuda_linear_i8(float *y, const float *x, const hk_weight_t *w,
     if (rc || skip)
         return rc;
     const cudaStream_t s = hk_stream(stream);
-    switch (n) {
-    case 1:
-        return hk_i8_direct<1>(y, x, w, acc, s);
-    case 2:
-        return hk_i8_direct<2>(y, x, w, acc, s);
-    case 3:
-        return hk_i8_direct<3>(y, x, w, acc, s);
-    case 4:
-        return hk_i8_direct<4>(y, x, w, acc, s);
-    case 5:
-        return hk_i8_direct<5>(y, x, w, acc, s);
-    case 6:
-        return hk_i8_direct<6>(y, x, w, acc, s);
-    case 7:
-        return hk_i8_direct<7>(y, x, w, acc, s);
-    case 8:
-        return hk_i8_direct<8>(y, x, w, acc, s);
-    default:
-        break;
-    }
+    /* the direct kernel with n sums in registers, n = 1..8 */
+    typedef int (*direct_fn)(float *, const float *, const hk_weight_t *, int,
+                             cudaStream_t);
+    static const direct_fn direct[HK_CUDA_I8_DIRECT + 1] = {NULL,
+                                                            hk_i8_direct<1>,
+                                                            hk_i8_direct<2>,
+                                                            hk_i8_direct<3>,
+                                                            hk_i8_direct<4>,
+                                                            hk_i8_direct<5>,
+                                                            hk_i8_direct<6>,
+                                                            hk_i8_direct<7>,
+                                                            hk_i8_direct<8>};
+    if (n <= HK_CUDA_I8_DIRECT)
+        return direct[n](y, x, w, acc, s);
     if (!scratch || scratch_floats < (size_t)w->cols)
         return HK_CUDA_EINVAL;
     size_t tile = scratch_floats / (size_t)w->cols;

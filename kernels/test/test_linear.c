@@ -44,6 +44,10 @@ static uint16_t to_bf16(float f)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
+/* Set: make_w puts -128 (which the converter never writes, but an int8
+ * checkpoint may hold) at every 7th I8 weight. */
+static int i8_floor;
+
 /* A random [rows, cols] weight of dtype (I8: groups of g columns, scales
  * max|W_g| / 127 as the converter makes them). */
 static wmat_t make_w(int dtype, int rows, int cols, int g)
@@ -79,6 +83,8 @@ static wmat_t make_w(int dtype, int rows, int cols, int g)
                 for (int k = 0; k < g; k++) {
                     size_t i = (size_t)o * cols + (size_t)j * g + k;
                     d[i] = (int8_t)lrintf(sc > 0 ? s[k] / sc : 0.0f);
+                    if (i8_floor && i % 7 == 5)
+                        d[i] = -128;
                     m.exact[i] = (float)d[i] * sc;
                 }
             }
@@ -204,6 +210,15 @@ static void check_isa(hk_isa_t isa, int dtype)
     check(isa, dtype, 300, 333, 520, 9); /* 2 x 3 blocks, 3 K slices */
     check(isa, dtype, 3, 4100, 20, 100); /* passes of 2048 columns */
     check(isa, dtype, 1, 16448, 8, 64);  /* past the VNNI stack */
+    /* VNNI's shapes: groups of 1, 2 and 4 chunks of 64, row groups of 4
+     * and 3 */
+    check(isa, dtype, 1, 1024, 300, 128);
+    check(isa, dtype, 4, 512, 77, 256);
+    check(isa, dtype, 7, 384, 50, 64);
+    i8_floor = 1; /* W's whole int8 range */
+    check(isa, dtype, 1, 256, 40, 64);
+    check(isa, dtype, 3, 256, 21, 128);
+    i8_floor = 0;
 }
 
 static void check_threads(int dtype, int n)

@@ -12,8 +12,9 @@
  * row of output is the median and the best of --reps products after one
  * untimed product, in wall time and in CPU time of the process (all its
  * threads: on a shared machine the CPU time of one thread is the steadier
- * figure, it leaves out the time the thread was not running). HK_ISA caps the ISA (hk_cpu_isa). To compare two
- * builds, run their binaries alternately and compare the medians.
+ * figure, it leaves out the time the thread was not running). HK_ISA caps the
+ * ISA (hk_cpu_isa). To compare two builds, run their binaries alternately and
+ * compare the medians.
  */
 #include <omp.h>
 
@@ -128,10 +129,8 @@ int main(int argc, char **argv)
             qsort(t, (size_t)reps, sizeof(double), cmp_dbl);
             qsort(tc, (size_t)reps, sizeof(double), cmp_dbl);
             const double med = t[reps / 2];
-            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |\n",
-                   names[dt],
-                   dt == HK_W_F32 ? "openblas"
-                                  : hk_isa_name(hk_cpu_isa(dt)),
+            printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |\n", names[dt],
+                   dt == HK_W_F32 ? "openblas" : hk_isa_name(hk_cpu_isa(dt)),
                    th, med * 1e3, t[0] * 1e3, bytes / med * 1e-9,
                    tc[reps / 2] * 1e3);
             fflush(stdout);

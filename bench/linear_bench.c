@@ -130,7 +130,9 @@ int main(int argc, char **argv)
             qsort(tc, (size_t)reps, sizeof(double), cmp_dbl);
             const double med = t[reps / 2];
             printf("| %s | %s | %d | %.2f | %.2f | %.2f | %.2f |\n", names[dt],
-                   dt == HK_W_F32 ? "openblas" : hk_isa_name(hk_cpu_isa(dt)),
+                   dt == HK_W_F32 && hk_cpu_isa(dt) != HK_ISA_AVX512
+                       ? "openblas"
+                       : hk_isa_name(hk_cpu_isa(dt)),
                    th, med * 1e3, t[0] * 1e3, bytes / med * 1e-9,
                    tc[reps / 2] * 1e3);
             fflush(stdout);

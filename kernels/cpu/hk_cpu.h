@@ -18,7 +18,9 @@
 
 /* ---- dense algebra (hk_matmul.c) -------------------------------------- */
 
-/* y[n, out] = x[n, in] . W[out, in]^T  (nn.Linear), through OpenBLAS. */
+/* y[n, out] = x[n, in] . W[out, in]^T  (nn.Linear), through OpenBLAS;
+ * up to HK_LINEAR_DIRECT rows on AVX-512 by a dot kernel streaming W
+ * once (prefetching ahead: decode reads W from DRAM). */
 void hk_matmul(float *y, const float *x, const float *w, int n, int in,
                int out);
 /* y[n, out] += x[n, in] . W[out, in]^T */

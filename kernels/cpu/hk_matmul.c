@@ -17,9 +17,12 @@
  * per task and restored at once); its pthreads build needs
  * hk_matmul_init() once to stop its own pool.
  *
- * Weights in other formats (hk_linear: BF16, I8) use the same grid: a dot
- * kernel of hk_wkern*.c for few rows, else each block widens its W rows to
- * f32 HK_MM_TILE_K columns at a time and multiplies them by sgemm.
+ * Few rows (decode) take a dot kernel of hk_wkern*.c where there is one
+ * (BF16 and I8 always, F32 on AVX-512), which computes each output alone,
+ * so they are cut into one range per thread, and y is still the same for
+ * any number of threads. More rows of BF16 or I8 use the grid: each block
+ * widens its W rows to f32 HK_MM_TILE_K columns at a time and multiplies
+ * them by sgemm.
  */
 #include <assert.h>
 #include <cblas.h>
@@ -72,6 +75,8 @@ static hk_wdot_fn *wdot_kernel(int dtype)
 {
     const hk_isa_t isa = hk_cpu_isa(dtype);
     const int bf = dtype == HK_W_BF16;
+    if (dtype == HK_W_F32)
+        return isa == HK_ISA_AVX512 ? hk_wdot_f32_avx512 : NULL;
     if (isa == HK_ISA_AVX512)
         return bf ? hk_wdot_bf16_avx512 : hk_wdot_i8_avx512;
     if (isa == HK_ISA_AVX2)
@@ -98,9 +103,10 @@ static void linear_tiles(float *y, const float *x, const hk_weight_t *w, int rn,
     omp_set_num_threads(saved);
 }
 
-/* y cut into a fixed grid of HK_MM_ROWS x HK_MM_CHUNK blocks (one block of
- * rows for a dot kernel, which streams W once for all n), spread over the
- * OpenMP threads; each block one single-threaded call. */
+/* y cut into a fixed grid of HK_MM_ROWS x HK_MM_CHUNK blocks spread over
+ * the OpenMP threads, each block one single-threaded call; or, for a dot
+ * kernel (which streams W once for all n rows), one range of outputs per
+ * thread. */
 static void linear_beta(float *y, const float *x, const hk_weight_t *w, int n,
                         float beta)
 {
@@ -116,21 +122,32 @@ static void linear_beta(float *y, const float *x, const hk_weight_t *w, int n,
                 memset(y + (size_t)i * out, 0, (size_t)out * sizeof(float));
         return;
     }
-    hk_wdot_fn *dot = w->dtype != HK_W_F32 && n <= HK_LINEAR_DIRECT
-                          ? wdot_kernel(w->dtype)
-                          : NULL;
+    hk_wdot_fn *dot = n <= HK_LINEAR_DIRECT ? wdot_kernel(w->dtype) : NULL;
     const size_t work = (size_t)n * (size_t)in * (size_t)out;
     const int nch = (out + HK_MM_CHUNK - 1) / HK_MM_CHUNK;
-    const int nrb = dot ? 1 : (n + HK_MM_ROWS - 1) / HK_MM_ROWS;
+    if (dot) {
+        /* A dot kernel computes each output alone, the same whatever
+         * range it is called on: one range per thread, so x is prepared
+         * (dealt or quantized) once per thread, not once per chunk. */
+#pragma omp parallel if (nch > 1 && work >= HK_MM_PAR_MIN)
+        {
+            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            const int per = ((out + nt - 1) / nt + 15) & ~15;
+            const int o0 = t * per < out ? t * per : out;
+            const int oc = out - o0 < per ? out - o0 : per;
+            if (oc > 0)
+                dot(y, out, x, in, n, w, o0, oc, beta);
+        }
+        return;
+    }
+    const int nrb = (n + HK_MM_ROWS - 1) / HK_MM_ROWS;
 #pragma omp parallel for schedule(static) if (nch * nrb > 1 &&                 \
                                               work >= HK_MM_PAR_MIN)
     for (int b = 0; b < nch * nrb; b++) {
         const int r0 = b / nch * HK_MM_ROWS, o0 = b % nch * HK_MM_CHUNK;
         const int rn = n - r0 < HK_MM_ROWS ? n - r0 : HK_MM_ROWS;
         const int oc = out - o0 < HK_MM_CHUNK ? out - o0 : HK_MM_CHUNK;
-        if (dot)
-            dot(y, out, x, in, n, w, o0, oc, beta);
-        else if (w->dtype == HK_W_F32)
+        if (w->dtype == HK_W_F32)
             hk_matmul_part(y, x, w->data, rn, in, out, r0, o0, oc, beta);
         else
             linear_tiles(y, x, w, rn, r0, o0, oc, beta);

@@ -121,7 +121,8 @@ static hk_isa_t cpu_best(int dtype)
                        __builtin_cpu_supports("avx512bw") &&
                        __builtin_cpu_supports("avx512vl") &&
                        __builtin_cpu_supports("avx512dq");
-    if (has512 && hk_wdot_bf16_avx512 && dtype == HK_W_BF16)
+    if (has512 && hk_wdot_bf16_avx512 &&
+        (dtype == HK_W_BF16 || dtype == HK_W_F32))
         return HK_ISA_AVX512;
     if (has512 && hk_wdot_i8_avx512 && dtype == HK_W_I8 &&
         __builtin_cpu_supports("avx512vnni"))

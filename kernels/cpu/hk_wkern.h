@@ -23,6 +23,8 @@ hk_wdot_fn hk_wdot_bf16_generic, hk_wdot_i8_generic;
 /* AVX2 + FMA and AVX-512 (hk_wkern_x86.c); NULL where not compiled. */
 extern hk_wdot_fn *const hk_wdot_bf16_avx2, *const hk_wdot_i8_avx2;
 extern hk_wdot_fn *const hk_wdot_bf16_avx512, *const hk_wdot_i8_avx512;
+/* F32 on AVX-512 (others: OpenBLAS). */
+extern hk_wdot_fn *const hk_wdot_f32_avx512;
 
 /* The VNNI kernel quantizes x on its stack: at most this many columns
  * (longer rows take the AVX2 kernel). */

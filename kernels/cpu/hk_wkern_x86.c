@@ -230,6 +230,57 @@ static T_AVX2 void i8_avx2(float *y, int ldy, const float *x, int ldx, int n,
 #undef BLK
 }
 
+/* ---- AVX-512 (F32 weights) -------------------------------------------- */
+
+/* y[r, c] (=|+=) x[r, :] . w[c, :], w rows K apart: OpenBLAS's sgemv
+ * with the prefetch of the rows ahead (the weights stream from DRAM). */
+HK_INLINE T_512 void f32_blk_512(float *y, int ldy, const float *x, int ldx,
+                                 const float *w, int K, float beta, const int R,
+                                 const int C)
+{
+    __m512 acc[4][8];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            acc[r][c] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k += 16) {
+        const __mmask16 m =
+            K - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (K - k)) - 1u);
+        __m512 xv[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++)
+            xv[r] = _mm512_maskz_loadu_ps(m, x + (size_t)r * ldx + k);
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            _mm_prefetch((const char *)(w + (size_t)(c + HK_PF * C) * K + k),
+                         HK_PF_HINT);
+            const __m512 wv = _mm512_maskz_loadu_ps(m, w + (size_t)c * K + k);
+#pragma GCC unroll 8
+            for (int r = 0; r < R; r++)
+                acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            store(y + (size_t)r * ldy + c, _mm512_reduce_add_ps(acc[r][c]),
+                  beta);
+}
+
+static T_512 void f32_512(float *y, int ldy, const float *x, int ldx, int n,
+                          const hk_weight_t *w, int o0, int oc, float beta)
+{
+    const int K = w->cols;
+    const float *W = w->data;
+#define BLK(r, o, R, C)                                                        \
+    f32_blk_512(y + (size_t)(r)*ldy + (o), ldy, x + (size_t)(r)*ldx, ldx,      \
+                W + (size_t)(o)*K, K, beta, R, C)
+    HK_WALK(n, o0, oc, 1, HK_NO_PREP, BLK)
+#undef BLK
+}
+
 /* ---- AVX-512 (BF16 weights) ------------------------------------------- */
 
 /* Columns of x per pass (the deinterleaved rows live on the stack: 4 rows
@@ -456,6 +507,7 @@ static T_VNNI void i8_512(float *y, int ldy, const float *x, int ldx, int n,
 
 hk_wdot_fn *const hk_wdot_bf16_avx2 = bf16_avx2;
 hk_wdot_fn *const hk_wdot_i8_avx2 = i8_avx2;
+hk_wdot_fn *const hk_wdot_f32_avx512 = f32_512;
 hk_wdot_fn *const hk_wdot_bf16_avx512 = bf16_512;
 hk_wdot_fn *const hk_wdot_i8_avx512 = i8_512;
 
@@ -463,6 +515,7 @@ hk_wdot_fn *const hk_wdot_i8_avx512 = i8_512;
 
 hk_wdot_fn *const hk_wdot_bf16_avx2 = NULL;
 hk_wdot_fn *const hk_wdot_i8_avx2 = NULL;
+hk_wdot_fn *const hk_wdot_f32_avx512 = NULL;
 hk_wdot_fn *const hk_wdot_bf16_avx512 = NULL;
 hk_wdot_fn *const hk_wdot_i8_avx512 = NULL;
 

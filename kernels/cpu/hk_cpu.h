@@ -32,9 +32,8 @@ void hk_matmul_acc(float *y, const float *x, const float *w, int n, int in,
  * dot-product kernel of the best ISA the CPU has (hk_cpu_isa): BF16 by
  * AVX-512, AVX2 or plain C widening W to f32 (f32's products); I8 by
  * AVX-512 VNNI on
- * x quantized per row and group to 8 bits (groups a multiple of 64; the
- * int8 products are exact, x's rounding is 1/254 of the group's largest
- * |x|), by AVX2 (also other groups) or plain C
+ * x quantized per row and group to 8 bits (the int8 products are exact,
+ * x's rounding is 1/254 of the group's largest |x|), by AVX2 or plain C
  * dequantizing W into f32 (x kept). More rows: W widened or dequantized
  * to f32 a tile at a time and multiplied by sgemm. The same fixed grid as
  * hk_matmul: y does not depend on the thread count. */

@@ -8,6 +8,8 @@
  * Blocks of R <= 4 rows of x by C outputs keep R*C accumulators in
  * registers (C = 4, or 2 for R > 2 where 4 would spill), stream C rows of
  * W once for the R rows, and reduce each accumulator once at the end.
+ *  - F32, AVX-512: W as stored, FMA with x (sgemv's arithmetic with
+ *    the prefetch below; without AVX-512, F32 decode stays on OpenBLAS).
  *  - BF16, AVX-512: a 64-byte load of W is 16 pairs of bf16; shifted
  *    up and masked they are two vectors of exact f32 (the even and the
  *    odd elements), multiplied with x dealt into its even and odd
@@ -18,18 +20,19 @@
  *    the instructions of this kernel per byte of W; measured on the
  *    Sapphire Rapids this was written on.)
  *  - BF16, AVX2: W widened to f32 (a shift), FMA with x.
- *  - I8, AVX-512 VNNI (groups a multiple of 64; others take the AVX2
- *    kernel): x quantized per row and group (the weight's group) to int8
- *    with scale max|x|/127; vpdpbusd sums u8*s8 products exactly in int32,
- *    W read as u8 (+128) and x as s8, the +128's share taken off by
- *    starting each group's sums at -128 x (per row, once). Per group:
- *    int32 -> f32 times the two scales.
+ *  - I8, AVX-512 VNNI (rows up to HK_I8_VNNI_MAXK columns in at most
+ *    HK_I8_VNNI_MAXG groups; others take the AVX2 kernel): x quantized
+ *    per row and group (the weight's group) to int8 with scale
+ *    max|x|/127; vpdpbusd sums u8*s8 products exactly in int32, W read
+ *    as u8 (+128) and x as s8, the +128's share taken off by starting
+ *    each group's sums at -128 x (per row, once). Per group: int32 ->
+ *    f32 times the two scales.
+ *  - I8, AVX2: W dequantized to f32 (q * scale, as hk_wtile does), FMA
+ *    with x: the exact f32 product, x unquantized.
  *
  * Every loop over R and C is unrolled by pragma: GCC otherwise keeps the
  * accumulator arrays in memory, a load and a store around every FMA or
  * vpdpbusd (measured: 25 % more CPU time per I8 byte, 5-10 % for BF16).
- *  - I8, AVX2: W dequantized to f32 (q * scale, as hk_wtile does), FMA
- *    with x: the exact f32 product, x unquantized.
  */
 #include "kernels/cpu/hk_wkern.h"
 
@@ -380,14 +383,25 @@ static T_512 void bf16_512(float *y, int ldy, const float *x, int ldx, int n,
 
 /* ---- AVX-512 VNNI ------------------------------------------------------- */
 
-/* Chunks of 64 columns of one row a VNNI block quantizes (its stack
- * holds their corrections); longer rows go to the AVX2 kernel. */
-#define HK_I8_VNNI_MAXC (HK_I8_VNNI_MAXK / 64)
+/* Groups of one row a VNNI block quantizes (its stack holds their
+ * scales and corrections); rows of more go to the AVX2 kernel. */
+#define HK_I8_VNNI_MAXG (HK_I8_VNNI_MAXK / 64)
 
-/* One row of x: per group of G (a multiple of 64), xs[g] = max|x| / 127
- * and xq = round(x / xs[g]) as s8; per group the vector xc[g] = -128 x
- * (xq summed by lanes of 4 bytes over the group's chunks), which takes
- * the +128 of W's u8 form back out of the same lanes. */
+/* The first rem (<= 64) bytes or 16 floats. */
+HK_INLINE T_VNNI __mmask64 mask64(int rem)
+{
+    return rem >= 64 ? ~0ull : (1ull << rem) - 1ull;
+}
+
+HK_INLINE T_VNNI __mmask16 mask16(int rem)
+{
+    return rem >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << rem) - 1u);
+}
+
+/* One row of x: per group of G, xs[g] = max|x| / 127 and xq = round(x /
+ * xs[g]) as s8; per group the vector xc[g] = -128 x (xq summed by lanes of
+ * 4 bytes over the group's chunks of 64), which takes the +128 of W's u8
+ * form back out of the same lanes. */
 static T_VNNI void quant_row(int8_t *xq, float *xs, __m512i *xc, const float *x,
                              int K, int G)
 {
@@ -396,19 +410,23 @@ static T_VNNI void quant_row(int8_t *xq, float *xs, __m512i *xc, const float *x,
         const float *xg = x + (size_t)g * G;
         __m512 mx = _mm512_setzero_ps();
         for (int kk = 0; kk < G; kk += 16)
-            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(xg + kk)));
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(
+                                       mask16(G - kk), xg + kk)));
         const float amax = _mm512_reduce_max_ps(mx);
         const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
         xs[g] = amax / 127.0f;
         int8_t *qg = xq + (size_t)g * G;
-        for (int kk = 0; kk < G; kk += 16)
-            _mm_storeu_si128(
-                (__m128i *)(qg + kk),
+        for (int kk = 0; kk < G; kk += 16) {
+            const __mmask16 m = mask16(G - kk);
+            _mm_mask_storeu_epi8(
+                qg + kk, m,
                 _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(
-                    _mm512_mul_ps(_mm512_loadu_ps(xg + kk), inv))));
+                    _mm512_mul_ps(_mm512_maskz_loadu_ps(m, xg + kk), inv))));
+        }
         __m512i s = _mm512_setzero_si512();
         for (int kk = 0; kk < G; kk += 64)
-            s = _mm512_dpbusd_epi32(s, k80, _mm512_loadu_si512(qg + kk));
+            s = _mm512_dpbusd_epi32(
+                s, k80, _mm512_maskz_loadu_epi8(mask64(G - kk), qg + kk));
         xc[g] = _mm512_sub_epi32(_mm512_setzero_si512(), s);
     }
 }
@@ -417,11 +435,13 @@ static T_VNNI void quant_row(int8_t *xq, float *xs, __m512i *xc, const float *x,
  * as s8, so the W side costs one op per load shared by the R rows and
  * the +128's share, -128 x summed, starts each group's accumulators
  * (xc). Every lane then holds exactly its int32 sum of x_q * W_q. Per
- * group: int32 -> f32, times the two scales. */
+ * group: int32 -> f32, times the two scales. G64: G is a multiple of 64
+ * (no masks; the common case), else a group's last chunk is masked. */
 HK_INLINE T_VNNI void i8_blk_512(float *y, int ldy, const int8_t *xq,
                                  const float *xs, const __m512i *xc,
                                  const int8_t *w, const float *ws, int K, int G,
-                                 float beta, const int R, const int C)
+                                 float beta, const int G64, const int R,
+                                 const int C)
 {
     const int ng = K / G;
     const __m512i k80 = _mm512_set1_epi8((char)0x80);
@@ -440,18 +460,25 @@ HK_INLINE T_VNNI void i8_blk_512(float *y, int ldy, const int8_t *xq,
             for (int c = 0; c < C; c++)
                 t[r][c] = c0;
         }
-        for (int k = g * G; k < (g + 1) * G; k += 64) {
+        const int end = (g + 1) * G;
+        for (int k = g * G; k < end; k += 64) {
+            const __mmask64 m = G64 ? ~0ull : mask64(end - k);
             __m512i xv[4];
 #pragma GCC unroll 8
             for (int r = 0; r < R; r++)
-                xv[r] = _mm512_loadu_si512(xq + (size_t)r * K + k);
+                xv[r] =
+                    G64 ? _mm512_loadu_si512(xq + (size_t)r * K + k)
+                        : _mm512_maskz_loadu_epi8(m, xq + (size_t)r * K + k);
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
                 _mm_prefetch(
                     (const char *)(w + (size_t)(c + HK_PF * C) * K + k),
                     HK_PF_HINT);
-                const __m512i wv = _mm512_xor_si512(
-                    _mm512_loadu_si512(w + (size_t)c * K + k), k80);
+                const int8_t *wc = w + (size_t)c * K + k;
+                const __m512i wv =
+                    _mm512_xor_si512(G64 ? _mm512_loadu_si512(wc)
+                                         : _mm512_maskz_loadu_epi8(m, wc),
+                                     k80);
 #pragma GCC unroll 8
                 for (int r = 0; r < R; r++)
                     t[r][c] = _mm512_dpbusd_epi32(t[r][c], wv, xv[r]);
@@ -485,22 +512,28 @@ static T_VNNI void i8_512(float *y, int ldy, const float *x, int ldx, int n,
                           const hk_weight_t *w, int o0, int oc, float beta)
 {
     const int K = w->cols, G = w->group, ng = K / G;
-    if (K > HK_I8_VNNI_MAXK || G % 64) {
+    if (K > HK_I8_VNNI_MAXK || ng > HK_I8_VNNI_MAXG) {
         i8_avx2(y, ldy, x, ldx, n, w, o0, oc, beta);
         return;
     }
     const int8_t *W = w->data;
     int8_t xq[4 * HK_I8_VNNI_MAXK];
-    float xs[4 * HK_I8_VNNI_MAXC];
-    __m512i xc[4 * HK_I8_VNNI_MAXC];
+    float xs[4 * HK_I8_VNNI_MAXG];
+    __m512i xc[4 * HK_I8_VNNI_MAXG];
 #define PREP(r, R)                                                             \
     for (int i = 0; i < (R); i++)                                              \
     quant_row(xq + (size_t)i * K, xs + (size_t)i * ng, xc + (size_t)i * ng,    \
               x + (size_t)((r) + i) * ldx, K, G)
 #define BLK(r, o, R, C)                                                        \
     i8_blk_512(y + (size_t)(r)*ldy + (o), ldy, xq, xs, xc, W + (size_t)(o)*K,  \
-               w->scales + (size_t)(o)*ng, K, G, beta, R, C)
-    HK_WALK(n, o0, oc, 1, PREP, BLK)
+               w->scales + (size_t)(o)*ng, K, G, beta, G64_, R, C)
+    if (G % 64 == 0) {
+        enum { G64_ = 1 };
+        HK_WALK(n, o0, oc, 1, PREP, BLK)
+    } else {
+        enum { G64_ = 0 };
+        HK_WALK(n, o0, oc, 1, PREP, BLK)
+    }
 #undef BLK
 #undef PREP
 }

@@ -135,6 +135,10 @@ HK_INLINE T_AVX2 void bf16_blk_avx2(float *y, int ldy, const float *x, int ldx,
             xv[r] = _mm256_loadu_ps(x + (size_t)r * ldx + k);
 #pragma GCC unroll 8
         for (int c = 0; c < C; c++) {
+            if ((k & 31) == 0) /* once per 64 bytes */
+                _mm_prefetch(
+                    (const char *)(w + (size_t)(c + HK_PF * C) * K + k),
+                    HK_PF_HINT);
             const __m128i h =
                 _mm_loadu_si128((const __m128i *)(w + (size_t)c * K + k));
             const __m256 wv = _mm256_castsi256_ps(
@@ -193,6 +197,11 @@ HK_INLINE T_AVX2 void i8_blk_avx2(float *y, int ldy, const float *x, int ldx,
                 xv[r] = _mm256_loadu_ps(x + (size_t)r * ldx + k0 + kk);
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
+                if (((k0 + kk) & 63) == 0) /* once per 64 bytes */
+                    _mm_prefetch((const char *)(w +
+                                                (size_t)(c + HK_PF * C) * K +
+                                                k0 + kk),
+                                 HK_PF_HINT);
                 const __m128i q = _mm_loadl_epi64(
                     (const __m128i *)(w + (size_t)c * K + k0 + kk));
                 const __m256 wv = _mm256_mul_ps(

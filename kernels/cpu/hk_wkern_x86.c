@@ -244,6 +244,18 @@ static T_AVX2 void i8_avx2(float *y, int ldy, const float *x, int ldx, int n,
 
 /* ---- AVX-512 (F32 weights) -------------------------------------------- */
 
+/* y[r, c] (=|+=) the sum of acc[r][c]'s lanes: every AVX-512 block's end. */
+HK_INLINE T_512 void store_512(float *y, int ldy, __m512 acc[4][8], float beta,
+                               const int R, const int C)
+{
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < C; c++)
+            store(y + (size_t)r * ldy + c, _mm512_reduce_add_ps(acc[r][c]),
+                  beta);
+}
+
 /* y[r, c] (=|+=) x[r, :] . w[c, :], w rows K apart: OpenBLAS's sgemv
  * with the prefetch of the rows ahead (the weights stream from DRAM). */
 HK_INLINE T_512 void f32_blk_512(float *y, int ldy, const float *x, int ldx,
@@ -273,12 +285,7 @@ HK_INLINE T_512 void f32_blk_512(float *y, int ldy, const float *x, int ldx,
                 acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
         }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int c = 0; c < C; c++)
-            store(y + (size_t)r * ldy + c, _mm512_reduce_add_ps(acc[r][c]),
-                  beta);
+    store_512(y, ldy, acc, beta, R, C);
 }
 
 static T_512 void f32_512(float *y, int ldy, const float *x, int ldx, int n,
@@ -359,12 +366,7 @@ HK_INLINE T_512 void bf16_blk_512(float *y, int ldy, const float *xe,
             }
         }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int c = 0; c < C; c++)
-            store(y + (size_t)r * ldy + c, _mm512_reduce_add_ps(acc[r][c]),
-                  beta);
+    store_512(y, ldy, acc, beta, R, C);
 }
 
 static T_512 void bf16_512(float *y, int ldy, const float *x, int ldx, int n,
@@ -509,12 +511,7 @@ HK_INLINE T_VNNI void i8_blk_512(float *y, int ldy, const int8_t *xq,
                                     _mm512_mul_ps(xsb[r], wsb), acc[r][c]);
         }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 8
-        for (int c = 0; c < C; c++)
-            store(y + (size_t)r * ldy + c, _mm512_reduce_add_ps(acc[r][c]),
-                  beta);
+    store_512(y, ldy, acc, beta, R, C);
 }
 
 static T_VNNI void i8_512(float *y, int ldy, const float *x, int ldx, int n,

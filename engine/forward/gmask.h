@@ -82,11 +82,19 @@ int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
 void hp_gmask_vocab_free(hp_gmask_vocab_t *v);
 int hp_gmask_vocab_size(const hp_gmask_vocab_t *v);
 
-/* Scratch of one mask computation (per decoder: not shared). */
+/* Scratch of the mask computations of one decoder (not shared; zeroed
+ * to start). It keeps the last mask and the state it was for, given back
+ * as it is for the same state, grammar and vocabulary (by address: free
+ * the scratch before those are freed and others allocated). */
 typedef struct {
     hp_gset_t *lv; /* a state per trie depth */
     int n_lv;
     uint32_t *st;
+    hp_gset_t last;      /* the last mask's state */
+    uint32_t *last_bits; /* [last_nw] */
+    size_t last_nw;
+    int last_count;
+    const void *last_g, *last_v; /* NULL: none kept */
 } hp_gmask_scratch_t;
 
 void hp_gmask_scratch_free(hp_gmask_scratch_t *s);

@@ -41,7 +41,9 @@ static int set_add(hp_gset_t *s, const uint32_t *st, uint32_t len,
     uint32_t off = 0;
     for (int i = 0; i < s->n; i++) {
         uint32_t l = s->w[off];
-        if (l == len && !memcmp(s->w + off + 1, st, 2 * len * sizeof(*st)))
+        /* the tops first: stacks of one set differ there mostly */
+        if (l == len && (!len || s->w[off + 2 * len - 1] == st[2 * len - 2]) &&
+            !memcmp(s->w + off + 1, st, 2 * len * sizeof(*st)))
             return 0;
         off += 1 + 2 * l;
     }
@@ -764,15 +766,45 @@ static int fill_base(const hp_gmask_vocab_t *v, const base_t *b, uint32_t *bits)
     return 0;
 }
 
+/* acc = a superset of the bytes some stack of s takes next (strings and
+ * texts: any), so the walk need not step the others. */
+static void first_bytes(const hp_grammar_t *g, const hp_gset_t *s,
+                        uint32_t acc[8])
+{
+    memset(acc, 0, 8 * sizeof(*acc));
+    uint32_t off = 0;
+    for (int i = 0; i < s->n; i++) {
+        uint32_t len = s->w[off];
+        const uint32_t *st = s->w + off + 1;
+        off += 1 + 2 * len;
+        if (!len)
+            continue;
+        const hp_g_elem_t *e = &g->elems[st[2 * (len - 1)]];
+        if (e->type == HP_G_BYTE) {
+            acc[e->byte >> 5] |= 1u << (e->byte & 31);
+        } else if (e->type == HP_G_CLASS) {
+            for (int k = 0; k < 8; k++)
+                acc[k] |= g->classes[e->arg].bits[k];
+        } else {
+            memset(acc, 0xff, 8 * sizeof(*acc));
+            return;
+        }
+    }
+}
+
 static void walk(walk_t *w, uint32_t node, int depth)
 {
     const node_t *nd = &w->v->nodes[node];
     hp_gset_t *cur = &w->s->lv[depth];
+    uint32_t acc[8];
     if (depth > 0)
         mark(w, nd->lo, nd->lo + nd->n_end);
+    first_bytes(w->g, cur, acc);
     for (uint32_t k = 0; k < nd->n_child; k++) {
         uint32_t ci = nd->child + k;
         const node_t *ch = &w->v->nodes[ci];
+        if (!(acc[ch->byte >> 5] >> (ch->byte & 31) & 1))
+            continue; /* no stack takes it */
         if (in_base(&w->base, ch))
             continue; /* set already */
         hp_gset_t *nx = &w->s->lv[depth + 1];

@@ -2,14 +2,18 @@
  * grammar_bench.c - the per-token cost of structured output: computing the
  * allowed-token mask (engine/forward/gmask.h) over a real vocabulary and
  * applying it to a row of logits, for json_object and a pydantic-like
- * json_schema, at every token boundary of a realistic answer (the answer
- * tokenized by the tokenizer, as a model would write it) and at named
- * points of it. Also the one-time trie build and the schema compile.
+ * json_schema (its strings unbounded, then bounded), at every token
+ * boundary of a realistic answer (the answer tokenized by the tokenizer,
+ * as a model would write it: in order, the mask kept from the token
+ * before reused where the state is the same, and each cold) and at named
+ * points of it (cold). Also the one-time trie build and the schema
+ * compile.
  *
  * Run: build/bench/grammar_bench [--tokenizer PATH] [--vocab V] [--reps N]
  * (default: the Qwen3 tokenizer under /work/shared/data, V = 248320, the
  * Qwen3.5 logit width; single-threaded, best of N reps per point).
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +212,18 @@ int main(int argc, char **argv)
     run("json_object", "{\"response_format\": {\"type\": \"json_object\"}}",
         tok, v, V, reps);
     run("json_schema (pydantic Order)", SCHEMA, tok, v, V, reps);
+    /* the same with every string bounded, as constr(max_length=64) */
+    char *b = malloc(2 * strlen(SCHEMA)), *o = b;
+    const char *str = "\"type\": \"string\"", *at, *from = SCHEMA;
+    while ((at = strstr(from, str))) {
+        memcpy(o, from, (size_t)(at - from) + strlen(str));
+        o += at - from + (ptrdiff_t)strlen(str);
+        o += sprintf(o, ", \"maxLength\": 64");
+        from = at + strlen(str);
+    }
+    strcpy(o, from);
+    run("json_schema (Order, strings of at most 64)", b, tok, v, V, reps);
+    free(b);
     hp_gmask_vocab_free(v);
     hp_tokenizer_free(tok);
     return 0;

@@ -14,14 +14,19 @@
  * tokenizer's vocabulary (hp_gmask_vocab_t, every non-special token's
  * bytes, built once per tokenizer) depth first with the recogniser's
  * state, pruning a branch at the first byte no stack takes: a token is
- * allowed when its whole byte string is. Two shortcuts keep the 248k
- * vocabulary cheap where almost everything is allowed: inside a JSON
- * string without length bounds, a subtree whose every remaining byte
- * string is whole UTF-8 characters without '"', '\\' or control bytes is
- * allowed at once (its tokens leave the state as it was); so is, inside
- * free text up to a terminator starting with '<' or '\n', a subtree
- * without that byte. Special tokens are never allowed; the model's stop
- * ids are allowed exactly where the grammar may end.
+ * allowed when its whole byte string is. Where almost everything is
+ * allowed, the 248k vocabulary is answered from classes of whole tokens
+ * computed with the trie (bitsets, word at a time): in a JSON string
+ * between characters, the tokens that stay in it (escapes and characters
+ * split across tokens included) with at most the room its maxLength
+ * leaves, and the walk goes only where a token closes the string; in
+ * free text up to a terminator starting with '<' or '\n', the tokens
+ * without that byte, and the walk goes only where one has it. Deeper in
+ * the walk, a subtree whose every rest stays in a string (or lacks the
+ * terminator's first byte) is allowed at once. The last mask is kept and
+ * given back while the state stays the same (in a string it mostly
+ * does). Special tokens are never allowed; the model's stop ids are
+ * allowed exactly where the grammar may end.
  */
 #ifndef HP_GMASK_H
 #define HP_GMASK_H

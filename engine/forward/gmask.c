@@ -684,6 +684,31 @@ static void mark(walk_t *w, uint32_t lo, uint32_t hi)
         set_bit(w, w->v->order[i]);
 }
 
+/* The tops of a set's non-empty stacks, one by one. */
+typedef struct {
+    const hp_gset_t *s;
+    uint32_t off;
+    int i;
+} tops_t;
+
+/* The next top: 1 with its element and aux, or 0 past the last. */
+static int next_top(tops_t *t, const hp_grammar_t *g, const hp_g_elem_t **e,
+                    uint32_t *aux)
+{
+    while (t->i < t->s->n) {
+        uint32_t len = t->s->w[t->off];
+        const uint32_t *st = t->s->w + t->off + 1;
+        t->off += 1 + 2 * len;
+        t->i++;
+        if (len) {
+            *e = &g->elems[st[2 * (len - 1)]];
+            *aux = st[2 * (len - 1) + 1];
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* Whether every token below node nd is allowed from set s, its rest
  * taken by one stack: a string with room for the rest's characters,
  * all plain string text, or text up to a term whose first byte the rest
@@ -691,15 +716,10 @@ static void mark(walk_t *w, uint32_t lo, uint32_t hi)
 static int skips(const walk_t *w, const hp_gset_t *s, const node_t *nd)
 {
     const hp_grammar_t *g = w->g;
-    uint32_t off = 0;
-    for (int i = 0; i < s->n; i++) {
-        uint32_t len = s->w[off];
-        const uint32_t *st = s->w + off + 1;
-        off += 1 + 2 * len;
-        if (!len)
-            continue;
-        const hp_g_elem_t *e = &g->elems[st[2 * (len - 1)]];
-        uint32_t aux = st[2 * (len - 1) + 1];
+    tops_t t = {.s = s};
+    const hp_g_elem_t *e;
+    uint32_t aux;
+    while (next_top(&t, g, &e, &aux)) {
         if ((nd->flags & F_STR) && fits(nd->maxc, str_room(e, aux)))
             return 1;
         if (e->type == HP_G_UNTIL && aux == 0) {
@@ -722,11 +742,11 @@ static int in_base(const base_t *b, const node_t *nd)
 static base_t base_of(const hp_grammar_t *g, const hp_gset_t *s)
 {
     base_t b = {.room = -1};
-    uint32_t len = s->n == 1 ? s->w[0] : 0;
-    if (!len)
+    tops_t t = {.s = s};
+    const hp_g_elem_t *e;
+    uint32_t aux;
+    if (s->n != 1 || !next_top(&t, g, &e, &aux))
         return b;
-    const hp_g_elem_t *e = &g->elems[s->w[1 + 2 * (len - 1)]];
-    uint32_t aux = s->w[2 + 2 * (len - 1)];
     b.room = str_room(e, aux);
     if (e->type == HP_G_UNTIL && aux == 0) {
         char c = g->terms[e->arg][0];
@@ -772,14 +792,10 @@ static void first_bytes(const hp_grammar_t *g, const hp_gset_t *s,
                         uint32_t acc[8])
 {
     memset(acc, 0, 8 * sizeof(*acc));
-    uint32_t off = 0;
-    for (int i = 0; i < s->n; i++) {
-        uint32_t len = s->w[off];
-        const uint32_t *st = s->w + off + 1;
-        off += 1 + 2 * len;
-        if (!len)
-            continue;
-        const hp_g_elem_t *e = &g->elems[st[2 * (len - 1)]];
+    tops_t t = {.s = s};
+    const hp_g_elem_t *e;
+    uint32_t aux;
+    while (next_top(&t, g, &e, &aux)) {
         if (e->type == HP_G_BYTE) {
             acc[e->byte >> 5] |= 1u << (e->byte & 31);
         } else if (e->type == HP_G_CLASS) {

@@ -291,6 +291,18 @@ static void requests(void)
        "a tool's schema that does not compile: param tools (%s)", msg);
 }
 
+/* The tokenizer at path, or NULL with the test skipped. */
+static hp_tokenizer_t *load(const char *path)
+{
+    hp_tokenizer_t *tok = NULL;
+    hp_error_t err;
+    if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
+        tap_skip(path);
+        return NULL;
+    }
+    return tok;
+}
+
 /* The mask at each point of text against every token fed alone: at
  * `points` points spread over it (0: every byte, so inside escapes and
  * characters too), computed in order with the scratch's kept mask and
@@ -298,12 +310,10 @@ static void requests(void)
 static void masks(const char *path, const char *what, const char *spec, int xml,
                   int think, const char *text, int points)
 {
-    hp_tokenizer_t *tok = NULL;
+    hp_tokenizer_t *tok = load(path);
     hp_error_t err;
-    if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
-        tap_skip(path);
+    if (!tok)
         return;
-    }
     int V = (int)hp_tokenizer_vocab_size(tok) + 7; /* padded, as models do */
     int stop[2] = {hp_tokenizer_token_id(tok, "<|im_end|>"),
                    hp_tokenizer_token_id(tok, "<|endoftext|>")};
@@ -382,7 +392,7 @@ static void masks(const char *path, const char *what, const char *spec, int xml,
  * token holds), escapes, characters split across tokens, two strings at
  * once, text up to a term starting with '<' or '\n'; the kept mask is
  * not given back for another grammar in the same state. */
-static void real_masks(const char *path)
+static void real_masks(const char *path, const char *required)
 {
     static const char *bounded =
         "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
@@ -404,21 +414,17 @@ static void real_masks(const char *path)
           "{\"k\": [\"a\\\"b\\u00E9\", {\"\xc3\xa9 x\": -1.5e3}], \"z\": "
           "\"x\\\\y\"}",
           0);
-    char spec[2048];
-    snprintf(spec, sizeof(spec), "{%s, \"tool_choice\": \"required\"}", TOOLS);
-    masks(path, "a thought, then XML tool calls", spec, 1, 1,
+    masks(path, "a thought, then XML tool calls", required, 1, 1,
           "Hm <b> </thin\xc3\xa9\n</think>\n\n<tool_call>\n"
           "<function=get_weather>\n<parameter=city>\nP\na<r\n</par x\n"
           "</parameter>\n</function>\n</tool_call>",
           0);
 
     /* two grammars in the same state words, one scratch */
-    hp_tokenizer_t *tok = NULL;
+    hp_tokenizer_t *tok = load(path);
     hp_error_t err;
-    if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
-        tap_skip(path);
+    if (!tok)
         return;
-    }
     int V = (int)hp_tokenizer_vocab_size(tok), stop = 0;
     char msg[400];
     hp_grammar_t *g1 = from_schema("{\"type\": \"string\", \"maxLength\": 3}",
@@ -458,12 +464,10 @@ static void real_masks(const char *path)
 
 static void cache(const char *path)
 {
-    hp_tokenizer_t *tok = NULL;
+    hp_tokenizer_t *tok = load(path);
     hp_error_t err;
-    if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
-        tap_skip(path);
+    if (!tok)
         return;
-    }
     int V = (int)hp_tokenizer_vocab_size(tok), stop = 0;
     hp_gcache_t *c = NULL;
     hp_gcache_create(&c, 1, tok, V, &stop, 1, &err);
@@ -499,12 +503,10 @@ static void cache(const char *path)
 /* The decoder on random logits under a schema: what it writes matches. */
 static void decode(const char *path)
 {
-    hp_tokenizer_t *tok = NULL;
+    hp_tokenizer_t *tok = load(path);
     hp_error_t err;
-    if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
-        tap_skip(path);
+    if (!tok)
         return;
-    }
     hp_llm_t llm = {.tok = tok, .n_stop_ids = 1};
     llm.stop_ids[0] = hp_tokenizer_token_id(tok, "<|im_end|>");
     int V = (int)hp_tokenizer_vocab_size(tok);
@@ -594,7 +596,7 @@ int main(void)
     masks(real, "json_object",
           "{\"response_format\": {\"type\": \"json_object\"}}", 0, 0,
           "{\"key\": [1, true, {\"x\": \"a b\xc3\xa9\"}], \"b\": \"t\"}", 6);
-    real_masks(real);
+    real_masks(real, spec);
     cache(small);
     decode(small);
     return tap_done();

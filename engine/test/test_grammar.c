@@ -2,6 +2,7 @@
  * to grammars (hp_grammar.h), the recogniser on texts it must take and
  * refuse, token masks against every token of real tokenizers fed one by
  * one, the grammar cache, and the decoder under a grammar. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -462,6 +463,24 @@ static void real_masks(const char *path, const char *required)
     hp_tokenizer_free(tok);
 }
 
+/* Applying a mask: -inf exactly where its bit is clear, word by word
+ * (words all clear, all set, mixed) and in a last partial word. */
+static void apply(void)
+{
+    enum { V = 32 * 5 + 7 };
+    uint32_t bits[6] = {0,           0xffffffffu, 0x80000001u,
+                        0x5a5a5a5au, 0xfffffffeu, 0x45u};
+    float l[V];
+    int bad = 0;
+    for (int i = 0; i < V; i++)
+        l[i] = (float)i;
+    hp_gmask_apply(bits, l, V);
+    for (int i = 0; i < V; i++)
+        bad += (bits[i >> 5] >> (i & 31) & 1) ? l[i] != (float)i
+                                              : l[i] != -INFINITY;
+    ok(!bad, "apply: -inf where the mask is clear, the logit where set");
+}
+
 static void cache(const char *path)
 {
     hp_tokenizer_t *tok = load(path);
@@ -597,6 +616,7 @@ int main(void)
           "{\"response_format\": {\"type\": \"json_object\"}}", 0, 0,
           "{\"key\": [1, true, {\"x\": \"a b\xc3\xa9\"}], \"b\": \"t\"}", 6);
     real_masks(real, spec);
+    apply();
     cache(small);
     decode(small);
     return tap_done();

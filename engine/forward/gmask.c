@@ -815,7 +815,10 @@ static void walk(walk_t *w, uint32_t node, int depth)
     uint32_t acc[8];
     if (depth > 0)
         mark(w, nd->lo, nd->lo + nd->n_end);
-    first_bytes(w->g, cur, acc);
+    if (nd->n_child >= 8)
+        first_bytes(w->g, cur, acc);
+    else /* not worth it */
+        memset(acc, 0xff, sizeof(acc));
     for (uint32_t k = 0; k < nd->n_child; k++) {
         uint32_t ci = nd->child + k;
         const node_t *ch = &w->v->nodes[ci];
@@ -901,8 +904,10 @@ int hp_gmask_compute(const hp_gmask_vocab_t *v, const hp_gmatch_t *m,
             if (v->stop[i] >= 0 && v->stop[i] < v->V)
                 set_bit(&w, (uint32_t)v->stop[i]);
     int count = w.count;
-    /* kept for the next step: inside a string the state often stays */
-    if (set_copy(&s->last, &m->set) == 0) {
+    /* kept for the next step where the state tends to stay: in a string
+     * or a text */
+    if ((w.base.room >= 0 || w.base.until) &&
+        set_copy(&s->last, &m->set) == 0) {
         memcpy(s->last_bits, bits, nw * sizeof(*bits));
         s->last_count = count;
         s->last_g = m->g;

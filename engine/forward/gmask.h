@@ -23,10 +23,10 @@
  * free text up to a terminator starting with '<' or '\n', the tokens
  * without that byte, and the walk goes only where one has it. Deeper in
  * the walk, a subtree whose every rest stays in a string (or lacks the
- * terminator's first byte) is allowed at once. The last mask is kept and
- * given back while the state stays the same (in a string it mostly
- * does). Special tokens are never allowed; the model's stop ids are
- * allowed exactly where the grammar may end.
+ * terminator's first byte) is allowed at once. The mask of a state in a
+ * string or such a text is kept and given back while the state stays the
+ * same (it mostly does there). Special tokens are never allowed; the
+ * model's stop ids are allowed exactly where the grammar may end.
  */
 #ifndef HP_GMASK_H
 #define HP_GMASK_H
@@ -88,7 +88,7 @@ void hp_gmask_vocab_free(hp_gmask_vocab_t *v);
 int hp_gmask_vocab_size(const hp_gmask_vocab_t *v);
 
 /* Scratch of the mask computations of one decoder (not shared; zeroed
- * to start). It keeps the last mask and the state it was for, given back
+ * to start). It holds the kept mask (see above) and its state, given back
  * as it is for the same state, grammar and vocabulary (by address: free
  * the scratch before those are freed and others allocated). */
 typedef struct {

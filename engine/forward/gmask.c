@@ -4,6 +4,7 @@
  */
 #include "engine/forward/gmask.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,9 @@ static int set_add(hp_gset_t *s, const uint32_t *st, uint32_t len,
     uint32_t off = 0;
     for (int i = 0; i < s->n; i++) {
         uint32_t l = s->w[off];
-        if (l == len && !memcmp(s->w + off + 1, st, 2 * len * sizeof(*st)))
+        /* the tops first: stacks of one set differ there mostly */
+        if (l == len && (!len || s->w[off + 2 * len - 1] == st[2 * len - 2]) &&
+            !memcmp(s->w + off + 1, st, 2 * len * sizeof(*st)))
             return 0;
         off += 1 + 2 * l;
     }
@@ -337,10 +340,15 @@ int hp_gmatch_must_end(const hp_gmatch_t *m)
 
 /* ---- the vocabulary trie --------------------------------------------- */
 
+/* Inside a JSON string between characters (S_CHAR), a token's bytes
+ * stay in it, close it (an unescaped quote) or are refused. */
 enum {
-    F_STR = 1,   /* every token's rest below: whole UTF-8 string characters */
-    F_NO_LT = 2, /* ... without '<' */
-    F_NO_NL = 4  /* ... without '\n' */
+    F_STR = 1,        /* every token's rest below stays in a string */
+    F_NO_LT = 2,      /* ... is without '<' */
+    F_NO_NL = 4,      /* ... is without '\n' */
+    F_NOCLOSE = 8,    /* no token below closes a string */
+    F_ALL_NO_LT = 16, /* no token below has '<' (F_NO_LT << 3) */
+    F_ALL_NO_NL = 32  /* ... '\n' */
 };
 
 typedef struct {
@@ -350,7 +358,15 @@ typedef struct {
     uint8_t byte;    /* of the edge into it */
     uint32_t lo, hi; /* its subtree's tokens: order[lo..hi) */
     uint32_t n_end;  /* order[lo..lo + n_end): tokens ending here */
+    uint8_t maxc;    /* the most characters a token's rest below starts in
+                        a string (F_STR), 255: 255 or more */
 } node_t;
+
+/* Classes of whole tokens, as bitsets over the vocabulary: the tokens a
+ * frequent state allows whatever their place in the trie, so a mask
+ * there starts from a copy and walks only the rest (see base_t): those
+ * that stay in a string, those without '<', without '\n'. */
+enum { C_STR, C_NO_LT, C_NO_NL, N_CLASSES };
 
 struct hp_gmask_vocab {
     int V;
@@ -361,6 +377,12 @@ struct hp_gmask_vocab {
     int stop[16];
     int n_stop;
     int max_depth;
+    uint32_t *cls[N_CLASSES]; /* [(V + 31) / 32] each */
+    int n_cls[N_CLASSES];     /* tokens in each */
+    /* the C_STR tokens by their count of characters: by_chars[
+     * chars_at[k]..chars_at[k + 1]) have k (255: 255 or more) */
+    uint32_t *by_chars;
+    uint32_t chars_at[257];
 };
 
 /* Building: a plain trie with sorted child lists, then laid out depth
@@ -368,19 +390,24 @@ struct hp_gmask_vocab {
 typedef struct {
     uint32_t first_child, next_sibling; /* 0: none (node 0 is the root) */
     uint32_t first_tok;                 /* tokens ending here, linked */
-    uint8_t byte, flags;
+    uint8_t byte, flags, maxc;
 } bnode_t;
 
-/* Whether bytes[from..n) is whole UTF-8 characters a JSON string body
- * takes as they are (no quote, backslash or control byte). */
-static int str_safe(const unsigned char *b, size_t from, size_t n)
+/* b[from..n) fed to an unbounded string between characters: 1 it stays
+ * in the string, starting *chars characters (at most 255), 2 it closes
+ * it, 0 it is refused. */
+static int in_str(const unsigned char *b, size_t from, size_t n, uint8_t *chars)
 {
-    uint32_t aux = 0;
-    for (size_t i = from; i < n; i++)
-        if (b[i] == '"' || b[i] == '\\' ||
-            str_step(HP_G_STR_ARG(0, HP_G_STR_UNBOUNDED), &aux, b[i]) != 1)
-            return 0;
-    return aux == 0;
+    uint32_t aux = S_CHAR;
+    unsigned k = 0;
+    for (size_t i = from; i < n; i++) {
+        k += (aux & 0xff) == S_CHAR; /* a character, or an escape, starts */
+        int r = str_step(HP_G_STR_ARG(0, HP_G_STR_UNBOUNDED), &aux, b[i]);
+        if (r != 1)
+            return r;
+    }
+    *chars = (uint8_t)(k < 255 ? k : 255);
+    return 1;
 }
 
 static int tok_bytes(const hp_tokenizer_t *tok, int id, const char **b,
@@ -397,6 +424,9 @@ int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
     hp_gmask_vocab_t *v = calloc(1, sizeof(*v));
     bnode_t *bn = NULL;
     uint32_t n_bn = 1, cap_bn = 1024, *next_tok = NULL, *stk = NULL;
+    uint8_t *tchars = NULL; /* a C_STR token's characters */
+    const uint8_t all =
+        F_STR | F_NO_LT | F_NO_NL | F_NOCLOSE | F_ALL_NO_LT | F_ALL_NO_NL;
     if (!v)
         goto nomem;
     v->V = V;
@@ -404,9 +434,13 @@ int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
         v->stop[v->n_stop++] = stop[i];
     bn = calloc(cap_bn, sizeof(*bn));
     next_tok = malloc((size_t)V * sizeof(*next_tok));
-    if (!bn || !next_tok)
+    tchars = calloc((size_t)V, 1);
+    if (!bn || !next_tok || !tchars)
         goto nomem;
-    bn[0].flags = F_STR | F_NO_LT | F_NO_NL;
+    for (int k = 0; k < N_CLASSES; k++)
+        if (!(v->cls[k] = calloc((size_t)(V + 31) / 32, sizeof(uint32_t))))
+            goto nomem;
+    bn[0].flags = all;
     int n_tok = 0;
     for (int id = 0; id < V; id++) {
         const char *b;
@@ -423,12 +457,26 @@ int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
             if (u[i] == '\n')
                 nl = (int)i;
         }
+        uint32_t bit = 1u << (id & 31);
+        uint8_t whole = (lt < 0 ? F_ALL_NO_LT : 0) | (nl < 0 ? F_ALL_NO_NL : 0);
+        int r = in_str(u, 0, n, &tchars[id]);
+        int in[N_CLASSES] = {
+            [C_STR] = r == 1, [C_NO_LT] = lt < 0, [C_NO_NL] = nl < 0};
+        for (int k = 0; k < N_CLASSES; k++)
+            if (in[k]) {
+                v->cls[k][id >> 5] |= bit;
+                v->n_cls[k]++;
+            }
+        whole |= r == 2 ? 0 : F_NOCLOSE;
         for (size_t d = 0; d <= n; d++) {
-            /* the rest of the token from depth d, seen from node `at` */
-            uint8_t f = (str_safe(u, d, n) ? F_STR : 0) |
+            /* the rest of the token from depth d, seen from node `at`,
+             * and the whole token */
+            uint8_t rest = 0;
+            uint8_t f = (in_str(u, d, n, &rest) == 1 ? F_STR : 0) |
                         ((int)d > lt ? F_NO_LT : 0) |
-                        ((int)d > nl ? F_NO_NL : 0);
+                        ((int)d > nl ? F_NO_NL : 0) | whole;
             bn[at].flags &= f;
+            bn[at].maxc = bn[at].maxc > rest ? bn[at].maxc : rest;
             if (d == n)
                 break;
             uint32_t *link = &bn[at].first_child, c;
@@ -445,9 +493,8 @@ int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
                     while ((c = *link) && bn[c].byte < u[d])
                         link = &bn[c].next_sibling;
                 }
-                bn[n_bn] = (bnode_t){.next_sibling = c,
-                                     .byte = u[d],
-                                     .flags = F_STR | F_NO_LT | F_NO_NL};
+                bn[n_bn] =
+                    (bnode_t){.next_sibling = c, .byte = u[d], .flags = all};
                 *link = n_bn;
                 c = n_bn++;
             }
@@ -480,6 +527,7 @@ int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
         node_t *nd = &v->nodes[newid[o]];
         nd->byte = bn[o].byte;
         nd->flags = bn[o].flags;
+        nd->maxc = bn[o].maxc;
         nd->child = v->n_nodes;
         for (uint32_t c = bn[o].first_child; c; c = bn[c].next_sibling) {
             newid[c] = v->n_nodes++;
@@ -520,12 +568,30 @@ int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
         }
         free(ds);
     }
+    /* the C_STR tokens by their characters, a counting sort */
+    v->by_chars = malloc(((size_t)v->n_cls[C_STR] + 1) * sizeof(*v->by_chars));
+    if (!v->by_chars)
+        goto nomem;
+    for (int id = 0; id < V; id++)
+        if (v->cls[C_STR][id >> 5] >> (id & 31) & 1)
+            v->chars_at[tchars[id] + 1]++;
+    for (int k = 0; k < 256; k++)
+        v->chars_at[k + 1] += v->chars_at[k];
+    {
+        uint32_t fill[256];
+        memcpy(fill, v->chars_at, sizeof(fill));
+        for (int id = 0; id < V; id++)
+            if (v->cls[C_STR][id >> 5] >> (id & 31) & 1)
+                v->by_chars[fill[tchars[id]]++] = (uint32_t)id;
+    }
+    free(tchars);
     free(stk);
     free(bn);
     free(next_tok);
     *out = v;
     return HP_OK;
 nomem:
+    free(tchars);
     free(stk);
     free(bn);
     free(next_tok);
@@ -541,6 +607,9 @@ void hp_gmask_vocab_free(hp_gmask_vocab_t *v)
         return;
     free(v->nodes);
     free(v->order);
+    for (int k = 0; k < N_CLASSES; k++)
+        free(v->cls[k]);
+    free(v->by_chars);
     free(v);
 }
 
@@ -555,48 +624,103 @@ void hp_gmask_scratch_free(hp_gmask_scratch_t *s)
         free(s->lv[i].w);
     free(s->lv);
     free(s->st);
+    free(s->last.w);
+    free(s->last_bits);
     memset(s, 0, sizeof(*s));
 }
 
 /* ---- masks ------------------------------------------------------------ */
+
+/* Room for more characters in a string whose stack top is e (aux): -1
+ * when it is not a string between characters, INT_MAX when unbounded. */
+static int str_room(const hp_g_elem_t *e, uint32_t aux)
+{
+    if (e->type != HP_G_STR || (aux & 0xff) != S_CHAR)
+        return -1;
+    if (HP_G_STR_MAX(e->arg) == HP_G_STR_UNBOUNDED)
+        return INT_MAX;
+    return (int)HP_G_STR_MAX(e->arg) - (int)(aux >> 8);
+}
+
+/* Whether c characters (255: 255 or more) fit in room. */
+static int fits(int c, int room)
+{
+    return room == INT_MAX || (c < 255 && c <= room);
+}
+
+/* What a state of one stack allows, answered from the vocabulary's
+ * classes wherever the tokens sit in the trie: in a string between
+ * characters, every C_STR token of at most `room` characters (it stays
+ * in the string); in text up to a term starting with '<' or '\n' and
+ * nothing of it matched, every token without that byte (`until`: F_NO_LT
+ * or F_NO_NL). The rest of the string's tokens are refused but those
+ * that close it, the rest of the text's hold that byte: the walk skips
+ * each subtree without those (F_NOCLOSE, F_ALL_NO_*). */
+typedef struct {
+    int room;      /* -1: not in a string */
+    uint8_t until; /* 0: not in such text */
+} base_t;
 
 typedef struct {
     const hp_gmask_vocab_t *v;
     const hp_grammar_t *g;
     hp_gmask_scratch_t *s;
     uint32_t *bits;
-    int count;
+    base_t base;
+    int count; /* bits set */
     int nomem;
 } walk_t;
 
-static void mark(walk_t *w, uint32_t lo, uint32_t hi)
+static void set_bit(walk_t *w, uint32_t t)
 {
-    for (uint32_t i = lo; i < hi; i++) {
-        uint32_t t = w->v->order[i];
-        w->bits[t >> 5] |= 1u << (t & 31);
-    }
-    w->count += (int)(hi - lo);
+    uint32_t b = 1u << (t & 31);
+    w->count += !(w->bits[t >> 5] & b); /* the base may have it */
+    w->bits[t >> 5] |= b;
 }
 
-/* Whether every token below node nd leaves set s as it is: s has a
- * stack inside an unbounded string (or past its minimum) and the
- * subtree is plain string text, or inside text up to a term whose first
- * byte the subtree lacks. */
+static void mark(walk_t *w, uint32_t lo, uint32_t hi)
+{
+    for (uint32_t i = lo; i < hi; i++)
+        set_bit(w, w->v->order[i]);
+}
+
+/* The tops of a set's non-empty stacks, one by one. */
+typedef struct {
+    const hp_gset_t *s;
+    uint32_t off;
+    int i;
+} tops_t;
+
+/* The next top: 1 with its element and aux, or 0 past the last. */
+static int next_top(tops_t *t, const hp_grammar_t *g, const hp_g_elem_t **e,
+                    uint32_t *aux)
+{
+    while (t->i < t->s->n) {
+        uint32_t len = t->s->w[t->off];
+        const uint32_t *st = t->s->w + t->off + 1;
+        t->off += 1 + 2 * len;
+        t->i++;
+        if (len) {
+            *e = &g->elems[st[2 * (len - 1)]];
+            *aux = st[2 * (len - 1) + 1];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether every token below node nd is allowed from set s, its rest
+ * taken by one stack: a string with room for the rest's characters,
+ * all plain string text, or text up to a term whose first byte the rest
+ * lacks. */
 static int skips(const walk_t *w, const hp_gset_t *s, const node_t *nd)
 {
     const hp_grammar_t *g = w->g;
-    uint32_t off = 0;
-    for (int i = 0; i < s->n; i++) {
-        uint32_t len = s->w[off];
-        const uint32_t *st = s->w + off + 1;
-        off += 1 + 2 * len;
-        if (!len)
-            continue;
-        const hp_g_elem_t *e = &g->elems[st[2 * (len - 1)]];
-        uint32_t aux = st[2 * (len - 1) + 1];
-        if (e->type == HP_G_STR && (nd->flags & F_STR) && (aux & 0xff) == 0 &&
-            HP_G_STR_MAX(e->arg) == HP_G_STR_UNBOUNDED &&
-            (aux >> 8) >= HP_G_STR_MIN(e->arg))
+    tops_t t = {.s = s};
+    const hp_g_elem_t *e;
+    uint32_t aux;
+    while (next_top(&t, g, &e, &aux)) {
+        if ((nd->flags & F_STR) && fits(nd->maxc, str_room(e, aux)))
             return 1;
         if (e->type == HP_G_UNTIL && aux == 0) {
             char c = g->terms[e->arg][0];
@@ -608,15 +732,100 @@ static int skips(const walk_t *w, const hp_gset_t *s, const node_t *nd)
     return 0;
 }
 
+/* Whether the base decides every token below node nd. */
+static int in_base(const base_t *b, const node_t *nd)
+{
+    return (b->room >= 0 && (nd->flags & F_NOCLOSE)) ||
+           (b->until && (nd->flags & b->until << 3));
+}
+
+static base_t base_of(const hp_grammar_t *g, const hp_gset_t *s)
+{
+    base_t b = {.room = -1};
+    tops_t t = {.s = s};
+    const hp_g_elem_t *e;
+    uint32_t aux;
+    if (s->n != 1 || !next_top(&t, g, &e, &aux))
+        return b;
+    b.room = str_room(e, aux);
+    if (e->type == HP_G_UNTIL && aux == 0) {
+        char c = g->terms[e->arg][0];
+        b.until = c == '<' ? F_NO_LT : c == '\n' ? F_NO_NL : 0;
+    }
+    return b;
+}
+
+/* bits = the base's tokens; how many. */
+static int fill_base(const hp_gmask_vocab_t *v, const base_t *b, uint32_t *bits)
+{
+    size_t nw = (size_t)(v->V + 31) / 32;
+    memset(bits, 0, nw * sizeof(*bits));
+    if (b->room == INT_MAX) {
+        memcpy(bits, v->cls[C_STR], nw * sizeof(*bits));
+        return (int)v->chars_at[256];
+    }
+    if (b->room >= 0) {
+        /* by_chars[0..le) have at most room characters: set those, or
+         * copy the class and clear the others, whichever is fewer */
+        uint32_t le = v->chars_at[(b->room < 254 ? b->room : 254) + 1];
+        uint32_t all = v->chars_at[256], lo = 0, hi = le;
+        if (2 * le > all) {
+            memcpy(bits, v->cls[C_STR], nw * sizeof(*bits));
+            lo = le;
+            hi = all;
+        }
+        for (uint32_t i = lo; i < hi; i++)
+            bits[v->by_chars[i] >> 5] ^= 1u << (v->by_chars[i] & 31);
+        return (int)le;
+    }
+    if (b->until) {
+        int k = b->until == F_NO_LT ? C_NO_LT : C_NO_NL;
+        memcpy(bits, v->cls[k], nw * sizeof(*bits));
+        return v->n_cls[k];
+    }
+    return 0;
+}
+
+/* acc = a superset of the bytes some stack of s takes next (strings and
+ * texts: any), so the walk need not step the others. */
+static void first_bytes(const hp_grammar_t *g, const hp_gset_t *s,
+                        uint32_t acc[8])
+{
+    memset(acc, 0, 8 * sizeof(*acc));
+    tops_t t = {.s = s};
+    const hp_g_elem_t *e;
+    uint32_t aux;
+    while (next_top(&t, g, &e, &aux)) {
+        if (e->type == HP_G_BYTE) {
+            acc[e->byte >> 5] |= 1u << (e->byte & 31);
+        } else if (e->type == HP_G_CLASS) {
+            for (int k = 0; k < 8; k++)
+                acc[k] |= g->classes[e->arg].bits[k];
+        } else {
+            memset(acc, 0xff, 8 * sizeof(*acc));
+            return;
+        }
+    }
+}
+
 static void walk(walk_t *w, uint32_t node, int depth)
 {
     const node_t *nd = &w->v->nodes[node];
     hp_gset_t *cur = &w->s->lv[depth];
+    uint32_t acc[8];
     if (depth > 0)
         mark(w, nd->lo, nd->lo + nd->n_end);
+    if (nd->n_child >= 8)
+        first_bytes(w->g, cur, acc);
+    else /* not worth it */
+        memset(acc, 0xff, sizeof(acc));
     for (uint32_t k = 0; k < nd->n_child; k++) {
         uint32_t ci = nd->child + k;
         const node_t *ch = &w->v->nodes[ci];
+        if (!(acc[ch->byte >> 5] >> (ch->byte & 31) & 1))
+            continue; /* no stack takes it */
+        if (in_base(&w->base, ch))
+            continue; /* set already */
         hp_gset_t *nx = &w->s->lv[depth + 1];
         step_t x = {.g = w->g, .out = nx, .st = w->s->st};
         set_clear(nx);
@@ -632,9 +841,32 @@ static void walk(walk_t *w, uint32_t node, int depth)
     }
 }
 
+static int set_copy(hp_gset_t *to, const hp_gset_t *from)
+{
+    set_clear(to);
+    if (set_reserve(to, from->len))
+        return -1;
+    memcpy(to->w, from->w, from->len * sizeof(*to->w));
+    to->len = from->len;
+    to->n = from->n;
+    return 0;
+}
+
+static int set_equal(const hp_gset_t *a, const hp_gset_t *b)
+{
+    return a->n == b->n && a->len == b->len &&
+           !memcmp(a->w, b->w, a->len * sizeof(*a->w));
+}
+
 int hp_gmask_compute(const hp_gmask_vocab_t *v, const hp_gmatch_t *m,
                      hp_gmask_scratch_t *s, uint32_t *bits)
 {
+    size_t nw = (size_t)(v->V + 31) / 32;
+    if (s->last_bits && s->last_g == m->g && s->last_v == v &&
+        set_equal(&s->last, &m->set)) {
+        memcpy(bits, s->last_bits, nw * sizeof(*bits));
+        return s->last_count;
+    }
     int need = v->max_depth + 2;
     if (s->n_lv < need) {
         hp_gset_t *lv = realloc(s->lv, (size_t)need * sizeof(*lv));
@@ -646,42 +878,64 @@ int hp_gmask_compute(const hp_gmask_vocab_t *v, const hp_gmatch_t *m,
     }
     if (!s->st && !(s->st = malloc(2 * HP_GMATCH_DEPTH * sizeof(*s->st))))
         return -1;
-    memset(bits, 0, (size_t)(v->V + 31) / 32 * sizeof(*bits));
+    if (s->last_nw < nw) {
+        free(s->last_bits);
+        s->last_g = NULL;
+        s->last_nw = 0;
+        if (!(s->last_bits = malloc(nw * sizeof(*bits))))
+            return -1;
+        s->last_nw = nw;
+    }
     walk_t w = {.v = v, .g = m->g, .s = s, .bits = bits};
     /* level 0 is the matcher's own state */
-    set_clear(&s->lv[0]);
-    if (set_reserve(&s->lv[0], m->set.len))
+    if (set_copy(&s->lv[0], &m->set))
         return -1;
-    memcpy(s->lv[0].w, m->set.w, m->set.len * sizeof(uint32_t));
-    s->lv[0].len = m->set.len;
-    s->lv[0].n = m->set.n;
+    w.base = base_of(m->g, &m->set);
+    w.count = fill_base(v, &w.base, bits);
     if (skips(&w, &s->lv[0], &v->nodes[0]))
         mark(&w, v->nodes[0].lo, v->nodes[0].hi);
     else
         walk(&w, 0, 0);
+    s->last_g = NULL;
     if (w.nomem)
         return -1;
     if (hp_gmatch_may_end(m))
         for (int i = 0; i < v->n_stop; i++)
-            if (v->stop[i] >= 0 && v->stop[i] < v->V &&
-                !(bits[v->stop[i] >> 5] >> (v->stop[i] & 31) & 1)) {
-                bits[v->stop[i] >> 5] |= 1u << (v->stop[i] & 31);
-                w.count++;
-            }
-    return w.count;
+            if (v->stop[i] >= 0 && v->stop[i] < v->V)
+                set_bit(&w, (uint32_t)v->stop[i]);
+    int count = w.count;
+    /* kept for the next step where the state tends to stay: in a string
+     * or a text */
+    if ((w.base.room >= 0 || w.base.until) &&
+        set_copy(&s->last, &m->set) == 0) {
+        memcpy(s->last_bits, bits, nw * sizeof(*bits));
+        s->last_count = count;
+        s->last_g = m->g;
+        s->last_v = v;
+    }
+    return count;
 }
 
 void hp_gmask_apply(const uint32_t *bits, float *logits, int V)
 {
-    for (int w = 0; w < (V + 31) / 32; w++) {
+    int full = V / 32;
+    for (int w = 0; w < full; w++) {
         uint32_t b = bits[w];
-        int end = V - 32 * w < 32 ? V - 32 * w : 32;
+        float *l = logits + 32 * (size_t)w;
         if (b == 0xffffffffu)
-            continue; /* all allowed: the common word inside a string */
-        for (int i = 0; i < end; i++)
-            if (!(b >> i & 1))
-                logits[32 * w + i] = -INFINITY;
+            continue;
+        if (b == 0) { /* stores alone, no loads: most words, mostly */
+            for (int i = 0; i < 32; i++)
+                l[i] = -INFINITY;
+            continue;
+        }
+        /* a select over the word's 32 floats, which vectorises */
+        for (int i = 0; i < 32; i++)
+            l[i] = b >> i & 1 ? l[i] : -INFINITY;
     }
+    for (int i = 32 * full; i < V; i++)
+        if (!(bits[i >> 5] >> (i & 31) & 1))
+            logits[i] = -INFINITY;
 }
 
 /* ---- the cache ------------------------------------------------------- */

@@ -14,14 +14,19 @@
  * tokenizer's vocabulary (hp_gmask_vocab_t, every non-special token's
  * bytes, built once per tokenizer) depth first with the recogniser's
  * state, pruning a branch at the first byte no stack takes: a token is
- * allowed when its whole byte string is. Two shortcuts keep the 248k
- * vocabulary cheap where almost everything is allowed: inside a JSON
- * string without length bounds, a subtree whose every remaining byte
- * string is whole UTF-8 characters without '"', '\\' or control bytes is
- * allowed at once (its tokens leave the state as it was); so is, inside
- * free text up to a terminator starting with '<' or '\n', a subtree
- * without that byte. Special tokens are never allowed; the model's stop
- * ids are allowed exactly where the grammar may end.
+ * allowed when its whole byte string is. Where almost everything is
+ * allowed, the 248k vocabulary is answered from classes of whole tokens
+ * computed with the trie (bitsets, word at a time): in a JSON string
+ * between characters, the tokens that stay in it (escapes and characters
+ * split across tokens included) with at most the room its maxLength
+ * leaves, and the walk goes only where a token closes the string; in
+ * free text up to a terminator starting with '<' or '\n', the tokens
+ * without that byte, and the walk goes only where one has it. Deeper in
+ * the walk, a subtree whose every rest stays in a string (or lacks the
+ * terminator's first byte) is allowed at once. The mask of a state in a
+ * string or such a text is kept and given back while the state stays the
+ * same (it mostly does there). Special tokens are never allowed; the
+ * model's stop ids are allowed exactly where the grammar may end.
  */
 #ifndef HP_GMASK_H
 #define HP_GMASK_H
@@ -82,11 +87,19 @@ int hp_gmask_vocab_build(hp_gmask_vocab_t **out, const hp_tokenizer_t *tok,
 void hp_gmask_vocab_free(hp_gmask_vocab_t *v);
 int hp_gmask_vocab_size(const hp_gmask_vocab_t *v);
 
-/* Scratch of one mask computation (per decoder: not shared). */
+/* Scratch of the mask computations of one decoder (not shared; zeroed
+ * to start). It holds the kept mask (see above) and its state, given back
+ * as it is for the same state, grammar and vocabulary (by address: free
+ * the scratch before those are freed and others allocated). */
 typedef struct {
     hp_gset_t *lv; /* a state per trie depth */
     int n_lv;
     uint32_t *st;
+    hp_gset_t last;      /* the last mask's state */
+    uint32_t *last_bits; /* [last_nw] */
+    size_t last_nw;
+    int last_count;
+    const void *last_g, *last_v; /* NULL: none kept */
 } hp_gmask_scratch_t;
 
 void hp_gmask_scratch_free(hp_gmask_scratch_t *s);

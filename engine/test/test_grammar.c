@@ -2,6 +2,7 @@
  * to grammars (hp_grammar.h), the recogniser on texts it must take and
  * refuse, token masks against every token of real tokenizers fed one by
  * one, the grammar cache, and the decoder under a grammar. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,41 +292,65 @@ static void requests(void)
        "a tool's schema that does not compile: param tools (%s)", msg);
 }
 
-/* The mask at each point of text against every token fed alone. */
-static void masks(const char *path, const char *spec, const char *text,
-                  int points)
+/* The tokenizer at path, or NULL with the test skipped. */
+static hp_tokenizer_t *load(const char *path)
 {
     hp_tokenizer_t *tok = NULL;
     hp_error_t err;
     if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
         tap_skip(path);
-        return;
+        return NULL;
     }
+    return tok;
+}
+
+/* The mask at each point of text against every token fed alone: at
+ * `points` points spread over it (0: every byte, so inside escapes and
+ * characters too), computed in order with the scratch's kept mask and
+ * again cold. */
+static void masks(const char *path, const char *what, const char *spec, int xml,
+                  int think, const char *text, int points)
+{
+    hp_tokenizer_t *tok = load(path);
+    hp_error_t err;
+    if (!tok)
+        return;
     int V = (int)hp_tokenizer_vocab_size(tok) + 7; /* padded, as models do */
     int stop[2] = {hp_tokenizer_token_id(tok, "<|im_end|>"),
                    hp_tokenizer_token_id(tok, "<|endoftext|>")};
     hp_gmask_vocab_t *v = NULL;
     char msg[400];
-    hp_grammar_t *g = from_request(spec, 0, 0, msg, sizeof(msg), NULL);
+    hp_grammar_t *g = from_request(spec, xml, think, msg, sizeof(msg), NULL);
     if (!ok(g && hp_gmask_vocab_build(&v, tok, V, stop, 2, &err) == HP_OK,
-            "%s: grammar and trie", path)) {
+            "%s: grammar and trie (%s)", path, msg)) {
+        hp_grammar_free(g);
         hp_tokenizer_free(tok);
         return;
     }
-    uint32_t *bits = calloc((size_t)(V + 31) / 32, sizeof(*bits));
-    hp_gmask_scratch_t s = {0};
+    size_t nw = (size_t)(V + 31) / 32;
+    uint32_t *bits = calloc(nw, sizeof(*bits));
+    uint32_t *cold = calloc(nw, sizeof(*cold));
+    hp_gmask_scratch_t s = {0}, s2 = {0};
     hp_gmatch_t m, probe;
     hp_gmatch_init(&m, g, &err);
     hp_gmatch_init(&probe, g, &err);
     size_t len = strlen(text);
+    if (!points)
+        points = (int)len;
     int bad = 0, checked = 0, allowed_total = 0;
     for (int p = 0; p <= points; p++) {
         size_t at = len * (size_t)p / (size_t)points;
         if (p > 0) {
             size_t prev = len * (size_t)(p - 1) / (size_t)points;
-            hp_gmatch_feed(&m, text + prev, at - prev);
+            bad += !hp_gmatch_feed(&m, text + prev, at - prev);
         }
         int n = hp_gmask_compute(v, &m, &s, bits), count = 0;
+        s2.last_g = NULL;
+        int n2 = hp_gmask_compute(v, &m, &s2, cold);
+        if (n2 != n || memcmp(bits, cold, nw * sizeof(*bits))) {
+            if (bad++ < 5)
+                tap_diag("at %zu: the kept mask is not the cold one", at);
+        }
         for (int id = 0; id < V; id++) {
             size_t nb;
             const char *b = hp_tokenizer_token_bytes(tok, id, &nb);
@@ -349,26 +374,119 @@ static void masks(const char *path, const char *spec, const char *text,
         checked++;
     }
     ok(!bad && checked == points + 1 && allowed_total > 0,
-       "%s: the mask is the tokens the recogniser takes, at %d points (%d "
-       "allowed in all)",
-       path, checked, allowed_total);
+       "%s, %s: the mask is the tokens the recogniser takes, at %d points "
+       "(%d allowed in all)",
+       path, what, checked, allowed_total);
     hp_gmatch_free(&m);
     hp_gmatch_free(&probe);
     hp_gmask_scratch_free(&s);
+    hp_gmask_scratch_free(&s2);
     free(bits);
+    free(cold);
     hp_gmask_vocab_free(v);
     hp_grammar_free(g);
     hp_tokenizer_free(tok);
 }
 
+/* The masks' shortcuts on the real vocabulary, at every byte: strings
+ * with and without bounds (a few characters of room, tens, more than a
+ * token holds), escapes, characters split across tokens, two strings at
+ * once, text up to a term starting with '<' or '\n'; the kept mask is
+ * not given back for another grammar in the same state. */
+static void real_masks(const char *path, const char *required)
+{
+    static const char *bounded =
+        "{\"response_format\": {\"type\": \"json_schema\", \"json_schema\": "
+        "{\"name\": \"b\", \"schema\": {\"type\": \"object\", \"properties\": "
+        "{\"s\": {\"type\": \"string\", \"minLength\": 2, \"maxLength\": 5}, "
+        "\"t\": {\"type\": \"string\", \"maxLength\": 300}, \"m\": {\"type\": "
+        "\"string\", \"maxLength\": 40}, \"u\": {\"type\": \"string\", "
+        "\"minLength\": 3}, \"a\": {\"anyOf\": [{\"type\": \"string\", "
+        "\"maxLength\": 2}, {\"type\": \"string\", \"minLength\": 4}]}}, "
+        "\"required\": [\"s\", \"t\", \"m\", \"u\", \"a\"], "
+        "\"additionalProperties\": false}}}}";
+    masks(path, "bounded strings, escapes, split characters", bounded, 0, 0,
+          "{\"s\": \"a\\u00e9\\\"\xf0\x9f\x98\x80\", \"t\": \"x\xe2\x82\xac\\/"
+          "y z\", \"m\": \"\xe4\xbd\xa0\xe5\xa5\xbd, wo\\nrld\", \"u\": "
+          "\"abc\", \"a\": \"abcd\"}",
+          0);
+    masks(path, "json_object, every byte",
+          "{\"response_format\": {\"type\": \"json_object\"}}", 0, 0,
+          "{\"k\": [\"a\\\"b\\u00E9\", {\"\xc3\xa9 x\": -1.5e3}], \"z\": "
+          "\"x\\\\y\"}",
+          0);
+    masks(path, "a thought, then XML tool calls", required, 1, 1,
+          "Hm <b> </thin\xc3\xa9\n</think>\n\n<tool_call>\n"
+          "<function=get_weather>\n<parameter=city>\nP\na<r\n</par x\n"
+          "</parameter>\n</function>\n</tool_call>",
+          0);
+
+    /* two grammars in the same state words, one scratch */
+    hp_tokenizer_t *tok = load(path);
+    hp_error_t err;
+    if (!tok)
+        return;
+    int V = (int)hp_tokenizer_vocab_size(tok), stop = 0;
+    char msg[400];
+    hp_grammar_t *g1 = from_schema("{\"type\": \"string\", \"maxLength\": 3}",
+                                   msg, sizeof(msg));
+    hp_grammar_t *g2 = from_schema("{\"type\": \"string\", \"maxLength\": 6}",
+                                   msg, sizeof(msg));
+    hp_gmask_vocab_t *v = NULL;
+    hp_gmask_vocab_build(&v, tok, V, &stop, 1, &err);
+    uint32_t *b1 = calloc((size_t)(V + 31) / 32, sizeof(*b1));
+    uint32_t *b2 = calloc((size_t)(V + 31) / 32, sizeof(*b2));
+    hp_gmask_scratch_t s = {0}, cold = {0};
+    hp_gmatch_t m1, m2;
+    hp_gmatch_init(&m1, g1, &err);
+    hp_gmatch_init(&m2, g2, &err);
+    hp_gmatch_feed(&m1, "\"ab", 3);
+    hp_gmatch_feed(&m2, "\"ab", 3);
+    int n1 = hp_gmask_compute(v, &m1, &s, b1);
+    int n2 = hp_gmask_compute(v, &m2, &s, b2);
+    int want = hp_gmask_compute(v, &m2, &cold, b1);
+    ok(m1.set.len == m2.set.len &&
+           !memcmp(m1.set.w, m2.set.w, m1.set.len * sizeof(uint32_t)) &&
+           n1 < n2 && n2 == want &&
+           !memcmp(b1, b2, (size_t)(V + 31) / 32 * sizeof(*b1)),
+       "the same state of another grammar: its own mask (%d, %d of %d)", n1, n2,
+       want);
+    hp_gmatch_free(&m1);
+    hp_gmatch_free(&m2);
+    hp_gmask_scratch_free(&s);
+    hp_gmask_scratch_free(&cold);
+    free(b1);
+    free(b2);
+    hp_gmask_vocab_free(v);
+    hp_grammar_free(g1);
+    hp_grammar_free(g2);
+    hp_tokenizer_free(tok);
+}
+
+/* Applying a mask: -inf exactly where its bit is clear, word by word
+ * (words all clear, all set, mixed) and in a last partial word. */
+static void apply(void)
+{
+    enum { V = 32 * 5 + 7 };
+    uint32_t bits[6] = {0,           0xffffffffu, 0x80000001u,
+                        0x5a5a5a5au, 0xfffffffeu, 0x45u};
+    float l[V];
+    int bad = 0;
+    for (int i = 0; i < V; i++)
+        l[i] = (float)i;
+    hp_gmask_apply(bits, l, V);
+    for (int i = 0; i < V; i++)
+        bad += (bits[i >> 5] >> (i & 31) & 1) ? l[i] != (float)i
+                                              : l[i] != -INFINITY;
+    ok(!bad, "apply: -inf where the mask is clear, the logit where set");
+}
+
 static void cache(const char *path)
 {
-    hp_tokenizer_t *tok = NULL;
+    hp_tokenizer_t *tok = load(path);
     hp_error_t err;
-    if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
-        tap_skip(path);
+    if (!tok)
         return;
-    }
     int V = (int)hp_tokenizer_vocab_size(tok), stop = 0;
     hp_gcache_t *c = NULL;
     hp_gcache_create(&c, 1, tok, V, &stop, 1, &err);
@@ -404,12 +522,10 @@ static void cache(const char *path)
 /* The decoder on random logits under a schema: what it writes matches. */
 static void decode(const char *path)
 {
-    hp_tokenizer_t *tok = NULL;
+    hp_tokenizer_t *tok = load(path);
     hp_error_t err;
-    if (hp_tokenizer_load(&tok, path, &err) != HP_OK) {
-        tap_skip(path);
+    if (!tok)
         return;
-    }
     hp_llm_t llm = {.tok = tok, .n_stop_ids = 1};
     llm.stop_ids[0] = hp_tokenizer_token_id(tok, "<|im_end|>");
     int V = (int)hp_tokenizer_vocab_size(tok);
@@ -485,18 +601,22 @@ int main(void)
         real = getenv("HYPIC_QWEN3_TOKENIZER");
     schemas();
     requests();
-    masks(small, "{\"response_format\": {\"type\": \"json_object\"}}",
+    masks(small, "json_object",
+          "{\"response_format\": {\"type\": \"json_object\"}}", 0, 0,
           "{\"key\": [1, -2.5e3, true, null, {\"x\": \"a\\u00e9\xc3\xa9\"}], "
           "\"b\": \"text with spaces\"}",
           40);
     char spec[2048];
     snprintf(spec, sizeof(spec), "{%s, \"tool_choice\": \"required\"}", TOOLS);
-    masks(small, spec,
+    masks(small, "tool call", spec, 0, 0,
           "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
           "\"Paris\", \"days\": 2}}\n</tool_call>",
           25);
-    masks(real, "{\"response_format\": {\"type\": \"json_object\"}}",
+    masks(real, "json_object",
+          "{\"response_format\": {\"type\": \"json_object\"}}", 0, 0,
           "{\"key\": [1, true, {\"x\": \"a b\xc3\xa9\"}], \"b\": \"t\"}", 6);
+    real_masks(real, spec);
+    apply();
     cache(small);
     decode(small);
     return tap_done();

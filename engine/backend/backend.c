@@ -232,6 +232,22 @@ void hp_backend_unplace(const hp_backend_t *b, const void *p)
         b->iface->unplace(b, p);
 }
 
+int hp_backend_reserve(const hp_backend_t *b, const hp_backend_plan_t *plan,
+                       hp_error_t *err)
+{
+    return b->iface->reserve ? b->iface->reserve(b, plan, err) : HP_OK;
+}
+
+unsigned long hp_backend_device_allocs(const hp_backend_t *b)
+{
+    return b->iface->device_allocs ? b->iface->device_allocs(b) : 0;
+}
+
+size_t hp_backend_mem_total(const hp_backend_t *b)
+{
+    return b->iface->mem_total ? b->iface->mem_total(b) : 0;
+}
+
 /* ---- ops ---------------------------------------------------------------- */
 
 void hp_backend_linear(const hp_backend_t *b, float *y, const float *x,

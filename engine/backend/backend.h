@@ -127,6 +127,29 @@ int hp_backend_place(const hp_backend_t *b, const void **p, size_t bytes,
                      hp_error_t *err);
 void hp_backend_unplace(const hp_backend_t *b, const void *p);
 
+/* What a server's passes ask of a backend beyond the memory its callers
+ * allocate: a device backend's own scratch (the staging of host arrays,
+ * x rounded to bf16, the I8 dequantization tile), planned once at start
+ * with the workspace so that no step allocates device memory (a
+ * cudaMalloc there synchronizes the device). */
+typedef struct {
+    int rows;       /* most rows of one projection */
+    int cols;       /* widest projection input */
+    unsigned wmask; /* weight formats present: bit (1 << hk_wtype_t) */
+    size_t stage;   /* most bytes of host arrays one op stages */
+} hp_backend_plan_t;
+
+/* Grows the backend's own scratch to serve plan (kept: the largest of all
+ * plans so far). HP_ENOMEM. CPU: nothing to do. */
+int hp_backend_reserve(const hp_backend_t *b, const hp_backend_plan_t *plan,
+                       hp_error_t *err);
+/* Device allocations this process made so far, every backend and kernel
+ * scratch included (0 on the CPU): tests check that serving makes none
+ * after its start. */
+unsigned long hp_backend_device_allocs(const hp_backend_t *b);
+/* Bytes of memory the device has in all (0: unknown, or host memory). */
+size_t hp_backend_mem_total(const hp_backend_t *b);
+
 /* ---- projections -------------------------------------------------------- */
 
 /* y[n, rows] = x[n, cols] . W^T (W in its stored format), and += . */

@@ -7,11 +7,12 @@
  *
  * Every op has a CUDA twin (hp_backend_supports_op says 1). I8
  * projections: hk_cuda_linear_i8, with a tile scratch of CU_I8_TILE floats
- * for batches past HK_CUDA_I8_DIRECT rows, allocated at the first such
- * call and kept.
+ * for batches past HK_CUDA_I8_DIRECT rows.
  * Host arrays an op takes (positions, ids, pointer lists) are copied to a
- * device staging buffer first; it grows to the largest call (a device
- * allocation, hence a sync, the first time only). Failures are kept for
+ * device staging buffer first. The staging, the I8 tile and the bf16 copy
+ * of x are sized by hp_backend_reserve (the forward workspace's plan, at
+ * a server's start); a call past the plan still grows them (a device
+ * allocation, hence a sync) rather than fail. Failures are kept for
  * hp_backend_sync, the first one with its op.
  *
  * Gated DeltaNet kernels, chosen at open by HYPIC_CUDA_GDN:
@@ -63,6 +64,7 @@ typedef struct {
     uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
     size_t xb_cap;   /* elements */
     float *i8_tile;  /* [CU_I8_TILE]: W dequantized, a tile of rows */
+    size_t mem;      /* device memory in all (bytes) */
     float *host;     /* host scratch (the identity) */
     size_t host_cap; /* floats */
 } cuda_t;
@@ -193,6 +195,52 @@ static int cu_place(be_t b, const void **p, size_t bytes, hp_error_t *err)
 static void cu_unplace(be_t b, const void *p)
 {
     cu_free(b, (void *)p);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return HK_CUDA_OK;
+    hk_cuda_free(*p);
+    *p = NULL;
+    *cap = 0;
+    int rc = hk_cuda_malloc(p, need * size);
+    if (rc == HK_CUDA_OK)
+        *cap = need;
+    return rc;
+}
+
+/* The scratch the plan's projections and staging take, now. */
+static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
+{
+    cuda_t *c = ctx(b);
+    size_t tile = c->i8_tile ? CU_I8_TILE : 0;
+    int rc = hk_cuda_stream_sync(NULL); /* nothing in flight reads them */
+    stage_begin(b);
+    if (rc == HK_CUDA_OK)
+        rc = grow((void **)&c->stage, &c->stage_cap, p->stage, 1);
+    if (rc == HK_CUDA_OK && (p->wmask & (1u << HK_W_BF16)))
+        rc = grow((void **)&c->xb, &c->xb_cap,
+                  (size_t)p->rows * (size_t)p->cols, sizeof(uint16_t));
+    if (rc == HK_CUDA_OK && (p->wmask & (1u << HK_W_I8)) &&
+        p->rows > HK_CUDA_I8_DIRECT)
+        rc = grow((void **)&c->i8_tile, &tile, CU_I8_TILE, sizeof(float));
+    if (rc != HK_CUDA_OK)
+        return hp_error_set(err, rc == HK_CUDA_ENOMEM ? HP_ENOMEM : HP_EINTERNAL,
+                            "%s: scratch for %d rows of %d: %s", b->name,
+                            p->rows, p->cols, hk_cuda_strerror(rc));
+    return HP_OK;
+}
+
+static unsigned long cu_device_allocs(be_t b)
+{
+    (void)b;
+    return hk_cuda_malloc_count();
+}
+
+static size_t cu_mem_total(be_t b)
+{
+    return ctx(b)->mem;
 }
 
 /* ---- staging ------------------------------------------------------------ */
@@ -757,6 +805,9 @@ static const hp_backend_i cuda_iface = {
     .copy = cu_copy,
     .place = cu_place,
     .unplace = cu_unplace,
+    .reserve = cu_reserve,
+    .device_allocs = cu_device_allocs,
+    .mem_total = cu_mem_total,
     .linear = cu_linear,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
@@ -845,6 +896,7 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         if (hk_cuda_device_info(nm, sizeof(nm), &c->sms, &mem) != HK_CUDA_OK ||
             c->sms < 1)
             c->sms = 1;
+        c->mem = mem;
     }
     c->self.iface = &cuda_iface;
     c->self.ctx = c;

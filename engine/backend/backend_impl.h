@@ -34,6 +34,10 @@ typedef struct {
     int (*place)(be_t b, const void **p, size_t bytes,
                  hp_error_t *err);          /* (optional) NULL: host memory */
     void (*unplace)(be_t b, const void *p); /* (optional) */
+    int (*reserve)(be_t b, const hp_backend_plan_t *plan,
+                   hp_error_t *err);         /* (optional) */
+    unsigned long (*device_allocs)(be_t b); /* (optional) */
+    size_t (*mem_total)(be_t b);            /* (optional) */
 
     /* ops (all optional) */
     void (*linear)(be_t b, float *y, const float *x, const hk_weight_t *w,

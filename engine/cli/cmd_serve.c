@@ -535,6 +535,7 @@ int hp_cmd_serve(int argc, char **argv)
         .decode = decode_form(c),
         .speculative = (int)c->num[HP_SO_SPECULATIVE],
         .max_draft = (int)c->num[HP_SO_MAX_DRAFT],
+        .seq_budget = (size_t)c->num[HP_SO_SEQ_BUDGET],
     };
 
     if (hp_ipc_server_open(&sv.srv, &icfg, &err) != HP_OK) {

@@ -85,6 +85,10 @@ static const opt_t opts[HP_SO_N] = {
      "error | warn | info | debug (default info)"},
     {"drain-timeout-ms", T_INT, 0, 1 << 30, 30000, 1, "N",
      "SIGTERM: longest wait for requests in flight (default 30000)"},
+    {"seq-budget", T_SIZE, 0, 1024 * G, 0, 0, "SIZE",
+     "running requests' states and KV, one allocation at start; a request "
+     "waits for room (default: batch x max-context on a device, capped at "
+     "half its memory; none on cpu)"},
 };
 
 static const char *const log_levels[] = {"error", "warn", "info", "debug"};

@@ -134,6 +134,34 @@ static void layout(const hp_model_t *m, const hp_fwd_plan_t *p,
     bytes[1] = at[1] * sizeof(float);
 }
 
+/* The backend's own scratch for plan p's passes (hp_backend_reserve):
+ * projections of up to R rows of the widest input; staged host arrays of
+ * one op: positions or ids of R tokens, or per sequence of the batch two
+ * pointer lists and a count, or a KVBuffer view with its block ids (up
+ * to 1024 + max_step entries of 16-token blocks, hp_kvbuf_config_default:
+ * under 128 ids); each array rounded to 256 bytes. */
+static hp_backend_plan_t backend_plan(const hp_model_t *m,
+                                      const hp_fwd_plan_t *p)
+{
+    const hp_model_config_t *c = &m->cfg;
+    size_t batch = p->max_batch > 0 ? (size_t)p->max_batch : 1;
+    size_t R = zmax((size_t)p->max_tokens, batch * (size_t)p->max_step);
+    size_t I =
+        zmax((size_t)c->intermediate,
+             zmax((size_t)c->moe_intermediate, (size_t)c->shared_intermediate));
+    size_t cols = zmax(zmax((size_t)c->hidden, I),
+                       zmax(hp_cfg_value_dim(c),
+                            (size_t)c->n_heads * (size_t)c->head_dim));
+    hp_backend_plan_t bp = {.rows = (int)R, .cols = (int)cols};
+    for (int t = 0; t < 3; t++)
+        if (m->weight_bytes[t])
+            bp.wmask |= 1u << t;
+    size_t per_seq = zmax(2 * sizeof(void *) + sizeof(int),
+                          sizeof(hk_kvbuf_view_t) + 129 * sizeof(int));
+    bp.stage = 4 * 256 + zmax(R * sizeof(int), batch * per_seq);
+    return bp;
+}
+
 static int bad_plan(const hp_fwd_plan_t *p)
 {
     return p->max_tokens < 1 || p->max_batch < 0 || p->max_step < 1 ||
@@ -171,6 +199,12 @@ int hp_fwd_ws_init(hp_fwd_ws_t *ws, const hp_model_t *m,
         return hp_error_set(err, HP_ENOMEM,
                             "forward: no memory for a workspace of %zu MiB",
                             (bytes[0] + bytes[1]) >> 20);
+    }
+    hp_backend_plan_t bp = backend_plan(m, &ws->plan);
+    int rc = hp_backend_reserve(ws->be, &bp, err);
+    if (rc != HP_OK) {
+        hp_fwd_ws_free(ws);
+        return rc;
     }
     char *tables = ws->mem; /* pointers and sizes: 8-byte aligned */
     ws->buf = (float **)(void *)tables;

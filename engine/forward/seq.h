@@ -26,6 +26,22 @@ typedef struct {
     hp_kvbuf_t kvb;
 } hp_seq_layer_t;
 
+/*
+ * A sequence pool: one backend allocation, made at a server's start, from
+ * which sequences take their memory (their linear states, conv histories
+ * and K/V caches, all of one sequence in one extent), so that a request's
+ * admission, prefill and decode make no device allocation (on CUDA each
+ * cudaMalloc may synchronize the device). First fit over a free list of
+ * extents (host memory), merged again when freed; an extent is sized
+ * for the most positions its sequence will hold (the scheduler reserves
+ * prompt + max_tokens + drafts at admission), so it does not move while
+ * the request runs. A sequence that outgrows its extent moves to a larger
+ * one (a copy inside the pool) or fails with HP_ENOMEM as on the CPU.
+ * The byte budget is its caller's (hp_sched_cfg_t.seq_budget). Thread
+ * safe.
+ */
+typedef struct hp_seq_pool hp_seq_pool_t;
+
 typedef struct {
     const hp_model_t *model;
     const hp_backend_t *be;  /* the model's: where the states live */
@@ -35,6 +51,9 @@ typedef struct {
     hp_kvbuf_pool_t *kvpool; /* non-NULL: linear layers use the KVBuffer */
     int spec_T;     /* tokens of an unresolved hp_forward_verify, else 0 */
     int spec_start; /* n_pos before that verification */
+    hp_seq_pool_t *pool; /* non-NULL: the memory is an extent of it */
+    size_t pool_off;     /* ... at this offset, of pool_len bytes */
+    size_t pool_len;
 } hp_seq_t;
 
 /* Creates an empty sequence (zero states). Returns HP_OK or HP_ENOMEM. */
@@ -84,5 +103,22 @@ void hp_seq_kv_unpack(hp_seq_t *s, int l, int at, int n, const float *k,
 
 /* Bytes a sequence of n positions holds (states + KV). */
 size_t hp_seq_bytes(const hp_model_t *m, int n);
+
+/* A pool of bytes of backend memory be (one allocation, now). HP_ENOMEM
+ * naming the budget. */
+int hp_seq_pool_create(hp_seq_pool_t **p, const hp_backend_t *be,
+                       size_t bytes, hp_error_t *err);
+void hp_seq_pool_free(hp_seq_pool_t *p); /* its sequences freed first */
+/* The pool's size; the bytes of its free extents in all; its largest. */
+size_t hp_seq_pool_bytes(const hp_seq_pool_t *p);
+size_t hp_seq_pool_free_bytes(const hp_seq_pool_t *p, size_t *largest);
+/* Bytes of the extent a sequence of model m with room for n positions
+ * takes from a pool (its layers' buffers, each 256-byte aligned). */
+size_t hp_seq_pool_need(const hp_model_t *m, int n);
+/* hp_seq_init with room for n positions, in pool: HP_EBUSY when no free
+ * extent is that large now (others must end first), HP_ETOOLARGE when it
+ * never will be (larger than the pool). */
+int hp_seq_init_in(hp_seq_t *s, const hp_model_t *m, hp_seq_pool_t *pool,
+                   int n, hp_error_t *err);
 
 #endif

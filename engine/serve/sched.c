@@ -38,7 +38,10 @@ typedef struct req {
     hp_prompt_t prompt;
     int prefilled; /* prompt tokens through the model */
     hp_seq_t seq;
-    float *logits; /* [vocab] the prompt's last */
+    int need_pos;   /* most positions it may reach (the pool's extent) */
+    hp_seq_t *kept; /* [n_choices - 1] the choices' pooled sequences,
+                       taken with the lead's at admission */
+    float *logits;  /* [vocab] the prompt's last */
     hp_decoder_t dec;
     int ask_decode; /* HP_SCHED_DECODE_* asked for */
     int decode;     /* the form that runs (resolved at admission) */
@@ -78,6 +81,9 @@ struct hp_sched {
     hp_fwd_item_t *items;   /* [batch] a decode step's sequences */
     req_t **item_req;       /* [batch] ... and their requests */
     hp_kvbuf_pool_t kvpool; /* KVBuffer decode: blocks for every request */
+    hp_seq_pool_t *pool;    /* the requests' sequences (cfg.seq_budget) */
+    const req_t *blocked;   /* the queue's head waiting for pool memory:
+                               not runnable until a request ends */
     int kvb;
     uint64_t passes;                 /* decode passes so far */
     hp_gcache_t *gcache;             /* compiled grammars (thread-safe) */
@@ -111,6 +117,9 @@ static void req_free(req_t *r)
         hp_gcache_put(r->gcache, r->grammar);
     if (r->seq.layers)
         hp_seq_free(&r->seq);
+    for (int i = 0; r->kept && i < r->n_choices - 1; i++)
+        hp_seq_free(&r->kept[i]); /* no-op on those the choices took */
+    free(r->kept);
     free(r->logits);
     hp_prompt_free(&r->prompt);
     free(r);
@@ -154,6 +163,7 @@ static void req_done(hp_sched_t *s, req_t *r)
 static void retire(hp_sched_t *s, req_t *r)
 {
     req_t *lead = r->lead;
+    s->blocked = NULL; /* its memory may let the queue's head in */
     s->held -= r->holds;
     r->holds = 0;
     if (r != lead) {
@@ -300,7 +310,7 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
 
     r->t_admit = now_us();
     r->phase = R_PREFILL;
-    if (hp_seq_init(&r->seq, &s->llm->model, &err) != HP_OK ||
+    if ((!r->seq.layers && hp_seq_init(&r->seq, &s->llm->model, &err)) ||
         hp_seq_reserve(&r->seq, r->prompt.n + 1, &err) != HP_OK) {
         fail(r, &err);
         return;
@@ -368,8 +378,12 @@ static int fork_choice(hp_sched_t *s, req_t *r, int i, hp_error_t *err)
     int rc = c->logits ? HP_OK
                        : hp_error_set(err, HP_ENOMEM,
                                       "no memory for a choice's logits");
-    if (rc == HP_OK)
+    if (rc == HP_OK && r->kept) { /* the extent taken at admission */
+        c->seq = r->kept[i - 1];
+        memset(&r->kept[i - 1], 0, sizeof(r->kept[i - 1]));
+    } else if (rc == HP_OK) {
         rc = hp_seq_init(&c->seq, &s->llm->model, err);
+    }
     if (rc == HP_OK)
         rc = hp_seq_copy(&c->seq, &r->seq, err);
     if (rc == HP_OK)
@@ -631,6 +645,31 @@ static int refuse_queued(hp_sched_t *s)
     return 1;
 }
 
+/* Takes r's sequences (every choice's) from the pool: HP_OK (or no
+ * pool), HP_EBUSY while the pool has no room for them (nothing taken),
+ * or another error. */
+static int take_seqs(hp_sched_t *s, req_t *r, hp_error_t *err)
+{
+    const hp_model_t *m = &s->llm->model;
+    if (!s->pool || r->seq.layers)
+        return HP_OK;
+    if (r->n_choices > 1 &&
+        !(r->kept = calloc((size_t)r->n_choices - 1, sizeof(*r->kept))))
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    int rc = hp_seq_init_in(&r->seq, m, s->pool, r->need_pos, err);
+    for (int i = 0; rc == HP_OK && i < r->n_choices - 1; i++)
+        rc = hp_seq_init_in(&r->kept[i], m, s->pool, r->need_pos, err);
+    if (rc != HP_OK) {
+        if (r->seq.layers)
+            hp_seq_free(&r->seq);
+        for (int i = 0; r->kept && i < r->n_choices - 1; i++)
+            hp_seq_free(&r->kept[i]);
+        free(r->kept);
+        r->kept = NULL;
+    }
+    return rc;
+}
+
 /* One iteration; returns 1 if it produced output. */
 static int step(hp_sched_t *s)
 {
@@ -656,9 +695,19 @@ static int step(hp_sched_t *s)
     if (refuse_queued(s))
         produced = 1;
 
-    /* FIFO admission: a request holds a batch place per choice */
+    /* FIFO admission: a request holds a batch place per choice, and its
+     * sequences' memory from the pool: while that is short, it waits for
+     * running requests to end (with none running it never fits: its
+     * error) */
     while (s->q_head && s->held + s->q_head->n_choices <= s->cfg.batch) {
         req_t *r = s->q_head;
+        hp_error_t perr = {0};
+        int prc = take_seqs(s, r, &perr);
+        if (prc == HP_EBUSY && s->n_running > 0) {
+            s->blocked = r;
+            break;
+        }
+        s->blocked = NULL;
         s->q_head = r->next;
         if (!s->q_head)
             s->q_tail = NULL;
@@ -666,6 +715,11 @@ static int step(hp_sched_t *s)
         s->running[s->n_running++] = r;
         r->holds = r->n_choices;
         s->held += r->holds;
+        if (prc != HP_OK) {
+            r->t_admit = now_us();
+            fail(r, &perr);
+            continue;
+        }
         admit(s, r, &produced);
         /* cold segments go to the workers at once: LPT sees the load */
         if (r->phase == R_PREFILL && uses_workers(s, r))
@@ -725,7 +779,8 @@ static int step(hp_sched_t *s)
 /* Can a step make progress now? (called with mu held) */
 static int runnable(const hp_sched_t *s)
 {
-    if (s->q_head && s->held + s->q_head->n_choices <= s->cfg.batch)
+    if (s->q_head && s->held + s->q_head->n_choices <= s->cfg.batch &&
+        s->q_head != s->blocked)
         return 1;
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
@@ -869,7 +924,26 @@ static void free_parts(hp_sched_t *s)
     free(s->item_req);
     free(s->running);
     hp_gcache_free(s->gcache);
+    hp_seq_pool_free(s->pool);
     free(s);
+}
+
+/* The sequence pool (hp_sched_cfg_t.seq_budget). */
+static int seq_pool(hp_sched_t *s, hp_error_t *err)
+{
+    const hp_model_t *m = &s->llm->model;
+    size_t bytes = s->cfg.seq_budget;
+    if (!bytes && hp_backend_host_memory(m->be))
+        return HP_OK;
+    if (!bytes) {
+        long most = (long)s->cfg.max_context + HP_SCHED_MAX_DRAFT + 1;
+        bytes = (size_t)s->cfg.batch *
+                hp_seq_pool_need(m, most < INT_MAX ? (int)most : INT_MAX);
+        size_t half = hp_backend_mem_total(m->be) / 2;
+        if (half && bytes > half)
+            bytes = half;
+    }
+    return hp_seq_pool_create(&s->pool, m->be, bytes, err);
 }
 
 /* The KVBuffer pool every request's buffers come from (whatever the
@@ -939,7 +1013,7 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
         free_parts(s);
         return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
     }
-    if (kvbuf_pool(s, err) != HP_OK) {
+    if (kvbuf_pool(s, err) != HP_OK || seq_pool(s, err) != HP_OK) {
         free_parts(s);
         return err->code;
     }
@@ -1006,6 +1080,24 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     /* generation stops at the end of the context: finish "length" */
     if (gen.max_tokens > s->cfg.max_context - r->prompt.n)
         gen.max_tokens = s->cfg.max_context - r->prompt.n;
+    /* the positions it may reach: a verification runs past the last
+     * token by its drafts */
+    r->need_pos = r->prompt.n + (gen.max_tokens > 0 ? gen.max_tokens : 0) +
+                  HP_SCHED_MAX_DRAFT + 1;
+    if (s->pool) {
+        size_t need = (size_t)r->n_choices *
+                      hp_seq_pool_need(&s->llm->model, r->need_pos);
+        if (need > hp_seq_pool_bytes(s->pool)) {
+            rc = hp_error_set(err, HP_ETOOLARGE,
+                              "the request takes %.1f MiB of sequence memory "
+                              "(%d positions, %d choices), the engine has "
+                              "%.1f MiB (seq_budget)",
+                              need / 1048576.0, r->need_pos, r->n_choices,
+                              hp_seq_pool_bytes(s->pool) / 1048576.0);
+            req_free(r);
+            return rc;
+        }
+    }
     /* speculative decoding: drafts from the prompt's tokens */
     int spec = req->speculative == HP_SCHED_SPEC_ON ||
                (req->speculative == HP_SCHED_SPEC_SERVER && s->cfg.speculative);

@@ -95,6 +95,18 @@ typedef struct {
     /* 1: one forward pass per decoding request, as before batching
      * (benches compare); 0: one pass for all of a step's requests */
     int solo_decode;
+    /* The sequence pool (seq.h): the running requests' states and K/V
+     * come out of one allocation made here at start, so that serving a
+     * request allocates no device memory. Each request reserves at
+     * admission the most positions it may reach: prompt + max_tokens +
+     * the drafts of one verification (n choices: n times that); one that
+     * does not fit now waits in the queue until running ones end, one
+     * larger than the pool is refused at submit (HP_ETOOLARGE). Its
+     * bytes: seq_budget; 0: batch sequences of max_context positions,
+     * capped at half the device's memory; on a backend whose memory is
+     * host memory (the CPU) with seq_budget 0 there is no pool (each
+     * sequence allocates on its own, as before). */
+    size_t seq_budget;
     /* Called in the scheduler thread after a step that produced output
      * (may be NULL): a place to send wake-ups in one go. */
     void (*flush)(void *ud, const hp_sched_stats_t *st);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "engine/cache/pool.h"
+#include "engine/cache/prompt.h"
 #include "engine/cache/prefix_cache.h"
 #include "engine/forward/forward.h"
 #include "engine/forward/generate.h"
@@ -127,6 +128,7 @@ static void test_decoder(void)
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static int start_order[64], n_started;
+static int n_finished; /* done() calls so far, every request */
 
 #define MAXC    4  /* choices a collector keeps apart */
 #define MAX_LP  64 /* log-probability entries it keeps per choice */
@@ -137,6 +139,7 @@ typedef struct {
     char text[16384];
     size_t len;
     int started, done, cancel;
+    int finished_before; /* n_finished when it started */
     int accept; /* bytes text() takes per call: -1 all, 0 none */
     int offers; /* text() calls */
     hp_sched_final_t fin;
@@ -155,6 +158,7 @@ static void on_start(void *ud, const hp_sched_start_t *s)
     (void)s;
     pthread_mutex_lock(&mu);
     c->started = 1;
+    c->finished_before = n_finished;
     start_order[n_started++] = c->id;
     pthread_mutex_unlock(&mu);
 }
@@ -194,6 +198,7 @@ static void on_done(void *ud, const hp_sched_final_t *f)
     c->fin = *f;
     c->done = 1;
     c->dones++;
+    n_finished++;
     pthread_cond_broadcast(&cv);
     pthread_mutex_unlock(&mu);
 }
@@ -1177,6 +1182,77 @@ static void test_choice_limits(void)
     unmake_cached(s, &cache);
 }
 
+/* The sequence pool (hp_sched_cfg_t.seq_budget) on the CPU backend:
+ * room for one request of the prompt below at a time. */
+static void test_seq_budget(void)
+{
+    static col_t a, b, c2;
+    hp_error_t err = {0};
+    const char *prompt = "Hello world";
+    hp_prompt_t p;
+    hp_prompt_build(&p, &llm, prompt, strlen(prompt), "", &err);
+    int n = p.n;
+    hp_prompt_free(&p);
+    size_t need = hp_seq_pool_need(&llm.model, n + 6 + HP_SCHED_MAX_DRAFT + 1);
+    hp_sched_cfg_t cfg = {.batch = 4,
+                          .prefill_chunk = 256,
+                          .max_context = 256,
+                          .seq_budget = need + need / 2};
+    hp_sched_t *s;
+    if (!ok(hp_sched_create(&s, &llm, &cfg, &err) == HP_OK,
+            "a scheduler with a sequence pool: %s", err.msg))
+        return;
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    memset(&c2, 0, sizeof(c2));
+    a.accept = b.accept = c2.accept = -1;
+    pthread_mutex_lock(&mu);
+    n_finished = 0;
+    pthread_mutex_unlock(&mu);
+    submit(s, &a, prompt, 6, 0, 0, NULL, 1);
+    submit(s, &b, prompt, 6, 0, 0, NULL, 1);
+    wait_for(&a, is_done);
+    wait_for(&b, is_done);
+    ok(a.fin.status == HP_OK && b.fin.status == HP_OK &&
+           a.fin.completion_tokens == 6 && !strcmp(a.text, b.text),
+       "seq budget: both requests run, the same greedy text (\"%s\")",
+       a.text);
+    ok(b.started && b.finished_before == 1,
+       "seq budget: the second waits in the queue until the first ends "
+       "(%d ended before it started)",
+       b.finished_before);
+    ok(submit(s, &c2, prompt, 200, 0, 0, NULL, 1) == HP_ETOOLARGE,
+       "seq budget: a request that can never fit is refused");
+    hp_sched_destroy(s);
+
+    /* two choices, each its own extent taken at admission */
+    cfg.seq_budget = 2 * hp_seq_pool_need(&llm.model, n + MAX_TOK +
+                                                          HP_SCHED_MAX_DRAFT +
+                                                          1);
+    static col_t two;
+    memset(&two, 0, sizeof(two));
+    two.accept = -1;
+    hp_sched_req_t r = {.prompt = prompt,
+                        .prompt_len = strlen(prompt),
+                        .mode = HP_IPC_MODE_FULL,
+                        .seam = -1,
+                        .n = 2,
+                        .ops = &choice_ops,
+                        .ud = &two};
+    r.gen.max_tokens = MAX_TOK;
+    r.gen.ignore_eos = 1;
+    r.gen.sampling = (hp_sampling_t){1.0f, 0, 1.0f, 7};
+    if (hp_sched_create(&s, &llm, &cfg, &err) != HP_OK)
+        return;
+    int sent = hp_sched_submit(s, &r, &err) == HP_OK && wait_for(&two, is_done);
+    ok(sent && two.fin.status == HP_OK &&
+           two.fin.completion_tokens == 2 * MAX_TOK,
+       "seq budget: 2 choices decode in the extents of their admission "
+       "(%d tokens) %s",
+       two.fin.completion_tokens, two.fin.err.msg);
+    hp_sched_destroy(s);
+}
+
 int main(void)
 {
     hp_error_t err = {0};
@@ -1199,6 +1275,7 @@ int main(void)
     test_choices(HP_IPC_MODE_FULL, 0, "full, batched decode");
     test_choices(HP_IPC_MODE_PIC, 0, "pic, batched decode");
     test_choice_limits();
+    test_seq_budget();
     hp_llm_free(&llm);
     return tap_done();
 }

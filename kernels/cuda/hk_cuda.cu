@@ -61,6 +61,13 @@ extern "C" int hk_cuda_set_device(int dev)
     return e == cudaSuccess ? HK_CUDA_OK : hk_cuda_status(e);
 }
 
+static unsigned long n_mallocs; /* atomic: any host thread allocates */
+
+extern "C" unsigned long hk_cuda_malloc_count(void)
+{
+    return __atomic_load_n(&n_mallocs, __ATOMIC_RELAXED);
+}
+
 extern "C" int hk_cuda_malloc(void **p, size_t bytes)
 {
     if (!p)
@@ -72,6 +79,7 @@ extern "C" int hk_cuda_malloc(void **p, size_t bytes)
         return e == cudaErrorMemoryAllocation ? HK_CUDA_ENOMEM
                                               : hk_cuda_status(e);
     }
+    __atomic_add_fetch(&n_mallocs, 1, __ATOMIC_RELAXED);
     return HK_CUDA_OK;
 }
 

@@ -61,6 +61,10 @@ int hk_cuda_set_device(int dev);
 
 int hk_cuda_malloc(void **p, size_t bytes); /* *p = NULL on failure */
 int hk_cuda_free(void *p);                  /* NULL is a no-op */
+/* hk_cuda_malloc calls that succeeded so far, in this process: a serving
+ * loop's tests check that a step makes none (each one may synchronize
+ * the device). */
+unsigned long hk_cuda_malloc_count(void);
 int hk_cuda_memset0(void *p, size_t bytes, void *stream);
 int hk_cuda_h2d(void *dst, const void *src, size_t bytes, void *stream);
 int hk_cuda_d2h(void *dst, const void *src, size_t bytes, void *stream);

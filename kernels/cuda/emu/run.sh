@@ -66,10 +66,11 @@ if [ -n "${HK_EMU_BENCH:-}" ]; then
 fi
 if [[ -n ${HK_EMU_ENGINE:-} ]]; then
     # the CUDA backend's whole-model tests (engine/test/test_cuda_*.c)
-    for t in backend pic; do
+    for t in backend pic pool; do
         # shellcheck disable=SC2046
         gcc -std=c11 -D_GNU_SOURCE -g -O2 -fopenmp -Wall -Wextra -Werror \
             -I. -I/usr/include/x86_64-linux-gnu/openblas-openmp -DHK_HAVE_CUDA \
+            $(pkg-config --cflags libcjson) \
             -o "$out/test_cuda_$t" "engine/test/test_cuda_$t.c" \
             engine/backend/backend_cuda.c "$HK_EMU_ENGINE" \
             "$out/libhk_cuda_emu.a" "$cpu_lib" -L$blas -Wl,-rpath,$blas \

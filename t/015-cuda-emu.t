@@ -119,6 +119,22 @@ SKIP: {
         or diag($out);
 }
 
+# Serving allocates device memory at start only (test_cuda_pool: the
+# sequence pool, the workspace and the backend's scratch; a request over
+# the pool's room waits, one over its size is refused), on the dense
+# model here; a GPU run adds its int8 twin (the I8 tile).
+{
+    my $out = `HK_EMU_ORDER=forward $work/test_cuda_pool qwen35-dense 2>&1`;
+    my $rc = $?;
+    my @lines = split /\n/, $out;
+    my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
+    my $pass = grep { /^ok \d+/ } @lines;
+    ok($rc == 0 && defined $plan && $plan > 2 && $pass == $plan,
+       'serving on the CUDA backend allocates no device memory after its '
+       . 'start (' . ($pass // 0) . '/' . ($plan // '?') . ')')
+        or diag($out);
+}
+
 # hypic-engine on the emulated device: pic mode (each document captured,
 # then spliced warm) gives the CPU's greedy text.
 {

@@ -215,18 +215,24 @@ static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
 {
     cuda_t *c = ctx(b);
     size_t tile = c->i8_tile ? CU_I8_TILE : 0;
+    size_t xb = (size_t)p->rows * (size_t)p->cols;
+    int bf16 = (p->wmask & (1u << HK_W_BF16)) != 0;
+    int i8 = (p->wmask & (1u << HK_W_I8)) && p->rows > HK_CUDA_I8_DIRECT;
+    /* a smaller plan (a prefill worker's, after the scheduler's) touches
+     * nothing the ops in flight use */
+    if (p->stage <= c->stage_cap && (!bf16 || xb <= c->xb_cap) && (!i8 || tile))
+        return HP_OK;
     int rc = hk_cuda_stream_sync(NULL); /* nothing in flight reads them */
     stage_begin(b);
     if (rc == HK_CUDA_OK)
         rc = grow((void **)&c->stage, &c->stage_cap, p->stage, 1);
-    if (rc == HK_CUDA_OK && (p->wmask & (1u << HK_W_BF16)))
-        rc = grow((void **)&c->xb, &c->xb_cap,
-                  (size_t)p->rows * (size_t)p->cols, sizeof(uint16_t));
-    if (rc == HK_CUDA_OK && (p->wmask & (1u << HK_W_I8)) &&
-        p->rows > HK_CUDA_I8_DIRECT)
+    if (rc == HK_CUDA_OK && bf16)
+        rc = grow((void **)&c->xb, &c->xb_cap, xb, sizeof(uint16_t));
+    if (rc == HK_CUDA_OK && i8)
         rc = grow((void **)&c->i8_tile, &tile, CU_I8_TILE, sizeof(float));
     if (rc != HK_CUDA_OK)
-        return hp_error_set(err, rc == HK_CUDA_ENOMEM ? HP_ENOMEM : HP_EINTERNAL,
+        return hp_error_set(err,
+                            rc == HK_CUDA_ENOMEM ? HP_ENOMEM : HP_EINTERNAL,
                             "%s: scratch for %d rows of %d: %s", b->name,
                             p->rows, p->cols, hk_cuda_strerror(rc));
     return HP_OK;

@@ -35,7 +35,7 @@ typedef struct {
                  hp_error_t *err);          /* (optional) NULL: host memory */
     void (*unplace)(be_t b, const void *p); /* (optional) */
     int (*reserve)(be_t b, const hp_backend_plan_t *plan,
-                   hp_error_t *err);         /* (optional) */
+                   hp_error_t *err);        /* (optional) */
     unsigned long (*device_allocs)(be_t b); /* (optional) */
     size_t (*mem_total)(be_t b);            /* (optional) */
 

@@ -149,9 +149,9 @@ static hp_backend_plan_t backend_plan(const hp_model_t *m,
     size_t I =
         zmax((size_t)c->intermediate,
              zmax((size_t)c->moe_intermediate, (size_t)c->shared_intermediate));
-    size_t cols = zmax(zmax((size_t)c->hidden, I),
-                       zmax(hp_cfg_value_dim(c),
-                            (size_t)c->n_heads * (size_t)c->head_dim));
+    size_t cols = zmax(
+        zmax((size_t)c->hidden, I),
+        zmax(hp_cfg_value_dim(c), (size_t)c->n_heads * (size_t)c->head_dim));
     hp_backend_plan_t bp = {.rows = (int)R, .cols = (int)cols};
     for (int t = 0; t < 3; t++)
         if (m->weight_bytes[t])

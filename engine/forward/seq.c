@@ -416,8 +416,8 @@ static void pool_carve(hp_seq_t *s, size_t off, int cap)
     }
 }
 
-int hp_seq_init_in(hp_seq_t *s, const hp_model_t *m, hp_seq_pool_t *pool,
-                   int n, hp_error_t *err)
+int hp_seq_init_in(hp_seq_t *s, const hp_model_t *m, hp_seq_pool_t *pool, int n,
+                   hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     size_t len = hp_seq_pool_need(m, n);

@@ -49,8 +49,8 @@ typedef struct {
     int kv_cap;              /* positions allocated in every k/v cache */
     hp_seq_layer_t *layers;  /* [L] */
     hp_kvbuf_pool_t *kvpool; /* non-NULL: linear layers use the KVBuffer */
-    int spec_T;     /* tokens of an unresolved hp_forward_verify, else 0 */
-    int spec_start; /* n_pos before that verification */
+    int spec_T;          /* tokens of an unresolved hp_forward_verify, else 0 */
+    int spec_start;      /* n_pos before that verification */
     hp_seq_pool_t *pool; /* non-NULL: the memory is an extent of it */
     size_t pool_off;     /* ... at this offset, of pool_len bytes */
     size_t pool_len;
@@ -106,8 +106,8 @@ size_t hp_seq_bytes(const hp_model_t *m, int n);
 
 /* A pool of bytes of backend memory be (one allocation, now). HP_ENOMEM
  * naming the budget. */
-int hp_seq_pool_create(hp_seq_pool_t **p, const hp_backend_t *be,
-                       size_t bytes, hp_error_t *err);
+int hp_seq_pool_create(hp_seq_pool_t **p, const hp_backend_t *be, size_t bytes,
+                       hp_error_t *err);
 void hp_seq_pool_free(hp_seq_pool_t *p); /* its sequences freed first */
 /* The pool's size; the bytes of its free extents in all; its largest. */
 size_t hp_seq_pool_bytes(const hp_seq_pool_t *p);
@@ -118,7 +118,7 @@ size_t hp_seq_pool_need(const hp_model_t *m, int n);
 /* hp_seq_init with room for n positions, in pool: HP_EBUSY when no free
  * extent is that large now (others must end first), HP_ETOOLARGE when it
  * never will be (larger than the pool). */
-int hp_seq_init_in(hp_seq_t *s, const hp_model_t *m, hp_seq_pool_t *pool,
-                   int n, hp_error_t *err);
+int hp_seq_init_in(hp_seq_t *s, const hp_model_t *m, hp_seq_pool_t *pool, int n,
+                   hp_error_t *err);
 
 #endif

@@ -22,7 +22,7 @@
 #include "engine/serve/sched.h"
 #include "engine/test/test_util.h"
 
-#define PROMPT "The quick brown fox jumps over the lazy dog, again and again"
+#define PROMPT     "The quick brown fox jumps over the lazy dog, again and again"
 #define MAX_TOKENS 3
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -49,9 +49,10 @@ static size_t on_text(void *ud, int choice, const char *t, size_t len)
     col_t *c = ud;
     (void)choice;
     pthread_mutex_lock(&mu);
-    strncat(c->text, t, len < sizeof(c->text) - strlen(c->text) - 1
-                            ? len
-                            : sizeof(c->text) - strlen(c->text) - 1);
+    strncat(c->text, t,
+            len < sizeof(c->text) - strlen(c->text) - 1
+                ? len
+                : sizeof(c->text) - strlen(c->text) - 1);
     pthread_mutex_unlock(&mu);
     return len;
 }
@@ -107,15 +108,14 @@ static void check(const char *root, const char *name, const hp_backend_t *be)
     /* the prompt's tokens: a request reserves prompt + MAX_TOKENS +
      * drafts + 1 positions; the pool holds one such request, not two */
     hp_prompt_t p;
-    int n_prompt = hp_prompt_build(&p, &llm, PROMPT, strlen(PROMPT), "",
-                                   &err) == HP_OK
-                       ? p.n
-                       : 0;
+    int n_prompt =
+        hp_prompt_build(&p, &llm, PROMPT, strlen(PROMPT), "", &err) == HP_OK
+            ? p.n
+            : 0;
     if (n_prompt)
         hp_prompt_free(&p);
-    size_t need = hp_seq_pool_need(&llm.model,
-                                   n_prompt + MAX_TOKENS + HP_SCHED_MAX_DRAFT +
-                                       1);
+    size_t need = hp_seq_pool_need(&llm.model, n_prompt + MAX_TOKENS +
+                                                   HP_SCHED_MAX_DRAFT + 1);
     hp_sched_cfg_t cfg = {.batch = 4,
                           .prefill_chunk = 16,
                           .max_context = 128,
@@ -128,8 +128,8 @@ static void check(const char *root, const char *name, const hp_backend_t *be)
         return;
     }
     unsigned long at_start = hp_backend_device_allocs(be);
-    ok(at_start > 0, "%s: the device allocations counted (%lu at start)",
-       name, at_start);
+    ok(at_start > 0, "%s: the device allocations counted (%lu at start)", name,
+       at_start);
 
     col_t a = {0}, b = {0}, big = {0}, two = {0};
     pthread_mutex_lock(&mu);
@@ -142,8 +142,8 @@ static void check(const char *root, const char *name, const hp_backend_t *be)
     ok(a.fin.status == HP_OK && b.fin.status == HP_OK &&
            a.fin.completion_tokens == MAX_TOKENS &&
            b.fin.completion_tokens == MAX_TOKENS,
-       "%s: both generate %d tokens (%s / %s)", name, MAX_TOKENS,
-       a.fin.err.msg, b.fin.err.msg);
+       "%s: both generate %d tokens (%s / %s)", name, MAX_TOKENS, a.fin.err.msg,
+       b.fin.err.msg);
     ok(a.done_at && b.start_at > a.done_at,
        "%s: the second waits for the first's memory (start %d after end "
        "%d)",
@@ -161,8 +161,8 @@ static void check(const char *root, const char *name, const hp_backend_t *be)
     ok(rc == HP_ETOOLARGE && strstr(err.msg, "seq_budget"),
        "%s: a request larger than the pool is refused: %s", name, err.msg);
     rc = submit(s, &two, MAX_TOKENS, 2, &err);
-    ok(rc == HP_ETOOLARGE, "%s: two choices that cannot fit together: %s",
-       name, err.msg);
+    ok(rc == HP_ETOOLARGE, "%s: two choices that cannot fit together: %s", name,
+       err.msg);
     hp_sched_destroy(s);
     hp_llm_free(&llm);
 }

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "engine/cache/pool.h"
-#include "engine/cache/prompt.h"
 #include "engine/cache/prefix_cache.h"
+#include "engine/cache/prompt.h"
 #include "engine/forward/forward.h"
 #include "engine/forward/generate.h"
 #include "engine/model/llm.h"
@@ -140,8 +140,8 @@ typedef struct {
     size_t len;
     int started, done, cancel;
     int finished_before; /* n_finished when it started */
-    int accept; /* bytes text() takes per call: -1 all, 0 none */
-    int offers; /* text() calls */
+    int accept;          /* bytes text() takes per call: -1 all, 0 none */
+    int offers;          /* text() calls */
     hp_sched_final_t fin;
     int dones; /* done() calls */
     /* n choices (choice_ops): each one's text, log-probabilities (the
@@ -1215,8 +1215,7 @@ static void test_seq_budget(void)
     wait_for(&b, is_done);
     ok(a.fin.status == HP_OK && b.fin.status == HP_OK &&
            a.fin.completion_tokens == 6 && !strcmp(a.text, b.text),
-       "seq budget: both requests run, the same greedy text (\"%s\")",
-       a.text);
+       "seq budget: both requests run, the same greedy text (\"%s\")", a.text);
     ok(b.started && b.finished_before == 1,
        "seq budget: the second waits in the queue until the first ends "
        "(%d ended before it started)",
@@ -1226,9 +1225,8 @@ static void test_seq_budget(void)
     hp_sched_destroy(s);
 
     /* two choices, each its own extent taken at admission */
-    cfg.seq_budget = 2 * hp_seq_pool_need(&llm.model, n + MAX_TOK +
-                                                          HP_SCHED_MAX_DRAFT +
-                                                          1);
+    cfg.seq_budget =
+        2 * hp_seq_pool_need(&llm.model, n + MAX_TOK + HP_SCHED_MAX_DRAFT + 1);
     static col_t two;
     memset(&two, 0, sizeof(two));
     two.accept = -1;

@@ -31,6 +31,20 @@ for my $tool (qw(g++ python3)) {
 }
 
 my $work = private_dir('cuda-emu');
+
+# Runs an emulated TAP program (threads in tid order): one check that all
+# its (more than 2) checks passed.
+sub tap_all {
+    my ($cmd, $what) = @_;
+    my $out = `HK_EMU_ORDER=forward $cmd 2>&1`;
+    my $rc = $?;
+    my @lines = split /\n/, $out;
+    my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
+    my $pass = grep { /^ok \d+/ } @lines;
+    ok($rc == 0 && defined $plan && $plan > 2 && $pass == $plan,
+       "$what (" . ($pass // 0) . '/' . ($plan // '?') . ')')
+        or diag($out);
+}
 my $log = `HK_EMU_BUILD=$work HK_EMU_BENCH=1 HK_EMU_ORDERS= HK_EMU_ENGINE=$hypic kernels/cuda/emu/run.sh $lib 2>&1`;
 ok($? == 0, 'the CUDA kernels and the test build against the emulator')
     or diag($log), done_testing(), exit;
@@ -93,47 +107,23 @@ SKIP: {
     }
     # the small grid: one int8 model (qwen35-dense-int8, the I8 projections
     # against the CPU's), without its batched and KVBuffer checks
-    my $out = `HK_CUDA_TEST_GRID=small HK_EMU_ORDER=forward $work/test_cuda_backend $moe 2>&1`;
-    my $rc = $?;
-    my @lines = split /\n/, $out;
-    my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
-    my $pass = grep { /^ok \d+/ } @lines;
-    ok($rc == 0 && defined $plan && $plan > 2 && $pass == $plan,
-       'the CUDA backend on whole models agrees with the CPU backend ('
-       . ($pass // 0) . '/' . ($plan // '?') . ')')
-        or diag($out);
+    tap_all("HK_CUDA_TEST_GRID=small $work/test_cuda_backend $moe",
+            'the CUDA backend on whole models agrees with the CPU backend');
 }
 
 # The caches on the emulated device (test_cuda_pic: capture, warm and cold
 # splice, naive, prefix resume against the CPU backend) on one model here;
 # `make test-cuda-emu` and a GPU run all of them.
-{
-    my $out = `HK_EMU_ORDER=forward $work/test_cuda_pic qwen35-dense 2>&1`;
-    my $rc = $?;
-    my @lines = split /\n/, $out;
-    my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
-    my $pass = grep { /^ok \d+/ } @lines;
-    ok($rc == 0 && defined $plan && $plan > 2 && $pass == $plan,
-       'PIC, naive and prefix resume on the CUDA backend agree with the CPU ('
-       . ($pass // 0) . '/' . ($plan // '?') . ')')
-        or diag($out);
-}
+tap_all("$work/test_cuda_pic qwen35-dense",
+        'PIC, naive and prefix resume on the CUDA backend agree with the CPU');
 
 # Serving allocates device memory at start only (test_cuda_pool: the
 # sequence pool, the workspace and the backend's scratch; a request over
 # the pool's room waits, one over its size is refused), on the dense
 # model here; a GPU run adds its int8 twin (the I8 tile).
-{
-    my $out = `HK_EMU_ORDER=forward $work/test_cuda_pool qwen35-dense 2>&1`;
-    my $rc = $?;
-    my @lines = split /\n/, $out;
-    my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
-    my $pass = grep { /^ok \d+/ } @lines;
-    ok($rc == 0 && defined $plan && $plan > 2 && $pass == $plan,
-       'serving on the CUDA backend allocates no device memory after its '
-       . 'start (' . ($pass // 0) . '/' . ($plan // '?') . ')')
-        or diag($out);
-}
+tap_all("$work/test_cuda_pool qwen35-dense",
+        'serving on the CUDA backend allocates no device memory after its '
+        . 'start');
 
 # hypic-engine on the emulated device: pic mode (each document captured,
 # then spliced warm) gives the CPU's greedy text.

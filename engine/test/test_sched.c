@@ -1182,6 +1182,48 @@ static void test_choice_limits(void)
     unmake_cached(s, &cache);
 }
 
+/* The pool itself: extents taken, moved when a sequence outgrows its
+ * own (contents kept), given back and merged. */
+static void test_seq_pool(void)
+{
+    const hp_model_t *m = &llm.model;
+    const hp_model_config_t *c = &m->cfg;
+    hp_error_t err = {0};
+    hp_seq_pool_t *p;
+    size_t one = hp_seq_pool_need(m, 8), big = hp_seq_pool_need(m, 16);
+    if (!ok(hp_seq_pool_create(&p, m->be, 2 * one + big, &err) == HP_OK,
+            "seq pool: created (%s)", err.msg))
+        return;
+    hp_seq_t a, b, x;
+    int la = 0, lf = 0;
+    while (c->layer_kind[la] != HP_LAYER_LINEAR)
+        la++;
+    while (c->layer_kind[lf] != HP_LAYER_FULL)
+        lf++;
+    ok(hp_seq_init_in(&a, m, p, 8, &err) == HP_OK &&
+           hp_seq_init_in(&b, m, p, 8, &err) == HP_OK,
+       "seq pool: two sequences of 8 positions");
+    ok(hp_seq_init_in(&x, m, p, 17, &err) == HP_EBUSY,
+       "seq pool: no room now for 17: busy (%s)", err.msg);
+    ok(hp_seq_init_in(&x, m, p, 100000, &err) == HP_ETOOLARGE,
+       "seq pool: larger than the pool: too large (%s)", err.msg);
+    a.layers[la].S[3] = 1.5f;
+    a.layers[lf].k[7 * c->kv_row] = 2.5f;
+    a.n_pos = 8;
+    ok(hp_seq_reserve(&a, 12, &err) == HP_OK && a.kv_cap >= 12 &&
+           a.layers[la].S[3] == 1.5f && a.layers[lf].k[7 * c->kv_row] == 2.5f,
+       "seq pool: outgrowing its extent moves it, states and K/V kept");
+    ok(hp_seq_reserve(&b, 40, &err) == HP_ENOMEM,
+       "seq pool: no extent left to grow into: out of memory (%s)", err.msg);
+    hp_seq_free(&a);
+    hp_seq_free(&b);
+    size_t largest, all = hp_seq_pool_free_bytes(p, &largest);
+    ok(all == hp_seq_pool_bytes(p) && largest == all,
+       "seq pool: all given back in one extent (%zu of %zu)", largest,
+       hp_seq_pool_bytes(p));
+    hp_seq_pool_free(p);
+}
+
 /* The sequence pool (hp_sched_cfg_t.seq_budget) on the CPU backend:
  * room for one request of the prompt below at a time. */
 static void test_seq_budget(void)
@@ -1273,6 +1315,7 @@ int main(void)
     test_choices(HP_IPC_MODE_FULL, 0, "full, batched decode");
     test_choices(HP_IPC_MODE_PIC, 0, "pic, batched decode");
     test_choice_limits();
+    test_seq_pool();
     test_seq_budget();
     hp_llm_free(&llm);
     return tap_done();

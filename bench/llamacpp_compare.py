@@ -407,7 +407,8 @@ def main():
     base = dict(os.environ)
     if "avx512f" in open("/proc/cpuinfo").read():
         base.setdefault("OPENBLAS_CORETYPE", "SkylakeX")
-    ours_env = dict(base, OMP_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="PASSIVE")
+    # the engine's own default (engine/cli/main.c): a bounded spin, then sleep
+    ours_env = dict(base, OMP_NUM_THREADS=str(a.threads), GOMP_SPINCOUNT="20000")
     eng = os.path.join(REPO, "build", "bench", "engine_throughput")
     pp = ",".join(map(str, prefill))
     arms = []

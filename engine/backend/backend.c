@@ -243,6 +243,11 @@ unsigned long hp_backend_device_allocs(const hp_backend_t *b)
     return b->iface->device_allocs ? b->iface->device_allocs(b) : 0;
 }
 
+unsigned long hp_backend_device_waits(const hp_backend_t *b)
+{
+    return b->iface->device_waits ? b->iface->device_waits(b) : 0;
+}
+
 size_t hp_backend_mem_total(const hp_backend_t *b)
 {
     return b->iface->mem_total ? b->iface->mem_total(b) : 0;

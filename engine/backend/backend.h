@@ -147,6 +147,9 @@ int hp_backend_reserve(const hp_backend_t *b, const hp_backend_plan_t *plan,
  * scratch included (0 on the CPU): tests check that serving makes none
  * after its start. */
 unsigned long hp_backend_device_allocs(const hp_backend_t *b);
+/* Times this process's host waited for a device so far (0 on the CPU):
+ * tests check that a step waits for its results only, not per op. */
+unsigned long hp_backend_device_waits(const hp_backend_t *b);
 /* Bytes of memory the device has in all (0: unknown, or host memory). */
 size_t hp_backend_mem_total(const hp_backend_t *b);
 

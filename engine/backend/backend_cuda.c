@@ -8,10 +8,12 @@
  * Every op has a CUDA twin (hp_backend_supports_op says 1). I8
  * projections: hk_cuda_linear_i8, with a tile scratch of CU_I8_TILE floats
  * for batches past HK_CUDA_I8_DIRECT rows.
- * Host arrays an op takes (positions, ids, pointer lists) are copied to a
- * device staging buffer first. The staging, the I8 tile and the bf16 copy
- * of x are sized by hp_backend_reserve (the forward workspace's plan, at
- * a server's start); a call past the plan still grows them (a device
+ * Host arrays an op takes (positions, ids, pointer lists) go through a
+ * staging ring (hk_cuda_ring_t: pinned memory, asynchronous copies), so
+ * issuing an op never waits for the device: a step waits once, for its
+ * results. The ring's segments, the I8 tile and the bf16 copy of x are
+ * sized by hp_backend_reserve (the forward workspace's plan, at a
+ * server's start); a call past the plan still grows them (a device
  * allocation, hence a sync) rather than fail. Failures are kept for
  * hp_backend_sync, the first one with its op.
  *
@@ -44,8 +46,10 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
  * to 8 M entries per cuBLAS call, more in tiles of rows */
 #define CU_I8_TILE ((size_t)8 << 20)
 
-/* Staging buffers one op may outgrow (one per array it stages, at most) */
+/* Staging rings one op may outgrow (one per array it stages, at most) */
 #define STAGE_RETIRED 8
+/* A ring segment's bytes before any plan: a few ops' pointer lists */
+#define STAGE_MIN ((size_t)64 << 10)
 
 typedef struct {
     struct hp_backend self;
@@ -54,12 +58,10 @@ typedef struct {
     gdn_mode_t gdn;     /* HYPIC_CUDA_GDN */
     unsigned gdn_flags; /* ... and hk_cuda_gdn_chunk_tc_ex's flags */
     hk_cuda_blas_t *blas;
-    int rc;            /* first failure since the last sync (hk_cuda) */
-    char what[96];     /* ... and where */
-    char *stage;       /* device staging of host arrays */
-    size_t stage_cap;  /* bytes */
-    size_t stage_used; /* bytes taken by the op being issued */
-    void *retired[STAGE_RETIRED]; /* outgrown staging the op still uses */
+    int rc;                /* first failure since the last sync (hk_cuda) */
+    char what[96];         /* ... and where */
+    hk_cuda_ring_t *stage; /* host arrays on their way to the device */
+    hk_cuda_ring_t *retired[STAGE_RETIRED]; /* outgrown, the op still uses */
     int n_retired;
     uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
     size_t xb_cap;   /* elements */
@@ -118,7 +120,7 @@ static void cu_close(be_t b)
     cuda_t *c = ctx(b);
     hk_cuda_blas_destroy(c->blas);
     stage_begin(b); /* frees outgrown staging */
-    hk_cuda_free(c->stage);
+    hk_cuda_ring_destroy(c->stage);
     hk_cuda_free(c->xb);
     hk_cuda_free(c->i8_tile);
     free(c->host);
@@ -162,11 +164,10 @@ static void cu_upload(be_t b, void *dst, const void *src, size_t bytes)
     note(b, hk_cuda_h2d(dst, src, bytes, NULL), "upload");
 }
 
-/* Waits: the host reads dst next. */
+/* Waits (hk_cuda_d2h does): the host reads dst next. */
 static void cu_download(be_t b, void *dst, const void *src, size_t bytes)
 {
     note(b, hk_cuda_d2h(dst, src, bytes, NULL), "download");
-    note(b, hk_cuda_stream_sync(NULL), "download");
 }
 
 static void cu_copy(be_t b, void *dst, const void *src, size_t bytes)
@@ -220,12 +221,17 @@ static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
     int i8 = (p->wmask & (1u << HK_W_I8)) && p->rows > HK_CUDA_I8_DIRECT;
     /* a smaller plan (a prefill worker's, after the scheduler's) touches
      * nothing the ops in flight use */
-    if (p->stage <= c->stage_cap && (!bf16 || xb <= c->xb_cap) && (!i8 || tile))
+    size_t seg = p->stage > STAGE_MIN ? p->stage : STAGE_MIN;
+    if (seg <= hk_cuda_ring_seg_bytes(c->stage) && (!bf16 || xb <= c->xb_cap) &&
+        (!i8 || tile))
         return HP_OK;
     int rc = hk_cuda_stream_sync(NULL); /* nothing in flight reads them */
     stage_begin(b);
-    if (rc == HK_CUDA_OK)
-        rc = grow((void **)&c->stage, &c->stage_cap, p->stage, 1);
+    if (rc == HK_CUDA_OK && seg > hk_cuda_ring_seg_bytes(c->stage)) {
+        hk_cuda_ring_destroy(c->stage);
+        c->stage = NULL;
+        rc = hk_cuda_ring_create(&c->stage, seg);
+    }
     if (rc == HK_CUDA_OK && bf16)
         rc = grow((void **)&c->xb, &c->xb_cap, xb, sizeof(uint16_t));
     if (rc == HK_CUDA_OK && i8)
@@ -244,6 +250,12 @@ static unsigned long cu_device_allocs(be_t b)
     return hk_cuda_malloc_count();
 }
 
+static unsigned long cu_device_waits(be_t b)
+{
+    (void)b;
+    return hk_cuda_sync_count();
+}
+
 static size_t cu_mem_total(be_t b)
 {
     return ctx(b)->mem;
@@ -251,29 +263,31 @@ static size_t cu_mem_total(be_t b)
 
 /* ---- staging ------------------------------------------------------------ */
 
-/* Starts an op's staging (the stream orders its copies after the work
- * that read the previous op's). */
+/* Starts an op's staging: rings an earlier op outgrew go, once the work
+ * that reads them is done (rare: only a call past the plan grows one). */
 static void stage_begin(be_t b)
 {
     cuda_t *c = ctx(b);
-    c->stage_used = 0;
+    if (!c->n_retired)
+        return;
+    note(b, hk_cuda_stream_sync(NULL), "staging");
     for (int i = 0; i < c->n_retired; i++)
-        hk_cuda_free(c->retired[i]); /* the ops that read them are issued */
+        hk_cuda_ring_destroy(c->retired[i]);
     c->n_retired = 0;
 }
 
-/* Device room for bytes, a copy of host array src unless it is NULL; or
- * NULL (noted). */
+/* Device room for bytes, a copy of host array src unless it is NULL,
+ * valid for the op being issued; or NULL (noted). */
 static void *stage(be_t b, const void *src, size_t bytes)
 {
     cuda_t *c = ctx(b);
-    size_t at = (c->stage_used + 255) & ~(size_t)255;
-    if (at + bytes > c->stage_cap) {
-        /* grows to fit, in a new buffer from its start: pointers this op
-         * was handed stay valid in the old one, freed at the next op */
-        size_t cap = 2 * (at + bytes) + (1 << 16);
-        char *n = NULL;
-        int rc = c->n_retired < STAGE_RETIRED ? hk_cuda_malloc((void **)&n, cap)
+    void *d = NULL;
+    if (bytes > hk_cuda_ring_seg_bytes(c->stage)) {
+        /* past the plan: a larger ring; the arrays this op was handed
+         * stay valid in the old one, freed at the next op */
+        size_t seg = 2 * bytes > STAGE_MIN ? 2 * bytes : STAGE_MIN;
+        hk_cuda_ring_t *n = NULL;
+        int rc = c->n_retired < STAGE_RETIRED ? hk_cuda_ring_create(&n, seg)
                                               : HK_CUDA_ENOMEM;
         if (rc != HK_CUDA_OK) {
             note(b, rc, "staging");
@@ -282,13 +296,9 @@ static void *stage(be_t b, const void *src, size_t bytes)
         if (c->stage)
             c->retired[c->n_retired++] = c->stage;
         c->stage = n;
-        c->stage_cap = cap;
-        at = 0;
     }
-    if (src)
-        note(b, hk_cuda_h2d(c->stage + at, src, bytes, NULL), "staging");
-    c->stage_used = at + bytes;
-    return c->stage + at;
+    note(b, hk_cuda_ring_put(c->stage, src, bytes, NULL, &d), "staging");
+    return d;
 }
 
 /* Host scratch of at least bytes (grown, kept), or NULL (noted). */
@@ -813,6 +823,7 @@ static const hp_backend_i cuda_iface = {
     .unplace = cu_unplace,
     .reserve = cu_reserve,
     .device_allocs = cu_device_allocs,
+    .device_waits = cu_device_waits,
     .mem_total = cu_mem_total,
     .linear = cu_linear,
     .embed = cu_embed,

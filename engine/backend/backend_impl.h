@@ -37,6 +37,7 @@ typedef struct {
     int (*reserve)(be_t b, const hp_backend_plan_t *plan,
                    hp_error_t *err);        /* (optional) */
     unsigned long (*device_allocs)(be_t b); /* (optional) */
+    unsigned long (*device_waits)(be_t b);  /* (optional) */
     size_t (*mem_total)(be_t b);            /* (optional) */
 
     /* ops (all optional) */

@@ -141,8 +141,17 @@ static void batch_vs_alone(const hp_model_t *m, const char *name)
                             HP_LOGITS_NONE, NULL, &err);
     hp_fwd_item_t it[2] = {{.seq = &s[0], .ids = &ids[4], .T = 1},
                            {.seq = &s[1], .ids = &ids[5], .T = 1}};
+    unsigned long w0 = hp_backend_device_waits(m->be);
     if (rc == HP_OK)
         rc = hp_forward_batch(m, it, 2, &ws, &err);
+    unsigned long waits = hp_backend_device_waits(m->be) - w0;
+    /* one wait per row of logits copied out, two for the step's status
+     * (after the layers, after the logits): none per op, whose host
+     * arrays go through the staging ring */
+    ok(rc == HP_OK && waits <= 2 + 2,
+       "%s on %s: the batched step waits for the device %lu times (<= 4, "
+       "%d layers)",
+       name, hp_backend_name(m->be), waits, m->cfg.n_layers);
     for (int i = 0; i < 2 && rc == HP_OK; i++) {
         if ((rc = it[i].status) == HP_OK)
             memcpy(a + (size_t)i * V, it[i].logits, (size_t)V * sizeof(float));

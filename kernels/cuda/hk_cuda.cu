@@ -126,8 +126,16 @@ extern "C" int hk_cuda_d2d(void *dst, const void *src, size_t bytes,
     return hk_copy(dst, src, bytes, cudaMemcpyDeviceToDevice, stream);
 }
 
+static unsigned long n_syncs; /* atomic, as n_mallocs */
+
+extern "C" unsigned long hk_cuda_sync_count(void)
+{
+    return __atomic_load_n(&n_syncs, __ATOMIC_RELAXED);
+}
+
 extern "C" int hk_cuda_stream_sync(void *stream)
 {
+    __atomic_add_fetch(&n_syncs, 1, __ATOMIC_RELAXED);
     return hk_cuda_status(cudaStreamSynchronize(hk_stream(stream)));
 }
 

@@ -70,6 +70,28 @@ int hk_cuda_h2d(void *dst, const void *src, size_t bytes, void *stream);
 int hk_cuda_d2h(void *dst, const void *src, size_t bytes, void *stream);
 int hk_cuda_d2d(void *dst, const void *src, size_t bytes, void *stream);
 int hk_cuda_stream_sync(void *stream);
+/* Host waits for the device so far (stream syncs, the h2d/d2h copies'
+ * included): a serving loop's tests check that a decode step waits once,
+ * for its results, however many ops it issues. */
+unsigned long hk_cuda_sync_count(void);
+
+/* Staging ring (hk_ring.cu): host arrays an op takes (positions, ids,
+ * pointer lists) copied to the device ahead of the kernels that read
+ * them, without waiting. Pinned host memory and a device buffer of 4
+ * segments of seg_bytes; a put copies into the host side and queues the
+ * copy on the stream. A put that leaves a segment marks its end with an
+ * event; entering a segment waits for that segment's mark (the work that
+ * read it done), so the host runs at most three segments ahead. One host
+ * thread per ring. */
+typedef struct hk_cuda_ring hk_cuda_ring_t;
+int hk_cuda_ring_create(hk_cuda_ring_t **r, size_t seg_bytes);
+void hk_cuda_ring_destroy(hk_cuda_ring_t *r); /* NULL is a no-op */
+size_t hk_cuda_ring_seg_bytes(const hk_cuda_ring_t *r);
+/* Device room for bytes (at most seg_bytes, else HK_CUDA_EINVAL), 256-byte
+ * aligned, holding a copy of src when it is not NULL, valid for the work
+ * issued on stream after this call until the ring comes round again. */
+int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src, size_t bytes,
+                     void *stream, void **dev);
 
 /* The current device's name (truncated to n - 1 characters), its number of
  * multiprocessors and its memory in bytes; any output may be NULL. */

@@ -76,7 +76,8 @@ static const char *const op_names[] = {"rmsnorm_zc",
                                        "kvbuf_step",
                                        "kvbuf_verify",
                                        "kvbuf_flush",
-                                       "kvbuf_conv_commit"};
+                                       "kvbuf_conv_commit",
+                                       "ring"};
 #define N_OPS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 static void print_plan(void)
@@ -1213,6 +1214,60 @@ static void test_embed(void)
     }
 }
 
+/* The staging ring: id lists put one after another (the ring wraps many
+ * times, no host wait in between) each read by a gather issued after its
+ * put. On a device, a segment reused before its copies ran would show as
+ * rows of another round's ids. */
+static void test_ring(void)
+{
+    enum { N = 100, ROUNDS = 64, V = 97, H = 8 };
+    float *table = frand((size_t)V * H, 1.0);
+    float *x = hmalloc((size_t)ROUNDS * N * H), *y = hmalloc((size_t)N * H);
+    float *dt = dev_from(table, (size_t)V * H);
+    float *dx = dev_alloc((size_t)ROUNDS * N * H);
+    hk_cuda_ring_t *r = NULL;
+    int ids[N], good = 1, rc = hk_cuda_ring_create(&r, 1024);
+    ok(rc == HK_CUDA_OK && hk_cuda_ring_seg_bytes(r) == 1024,
+       "ring: 4 segments of 1024 bytes");
+    void *d = NULL;
+    ok(r && hk_cuda_ring_put(r, ids, 1025, NULL, &d) == HK_CUDA_EINVAL && !d,
+       "ring: a put larger than a segment is refused");
+    unsigned long w0 = hk_cuda_sync_count();
+    char *at[ROUNDS];
+    int apart = 1; /* no put overlaps the five before it (3 segments) */
+    for (int i = 0; r && i < ROUNDS; i++) {
+        for (int t = 0; t < N; t++)
+            ids[t] = (i * 31 + t * 7) % V;
+        CK(hk_cuda_ring_put(r, ids, sizeof(ids), NULL, &d));
+        at[i] = d;
+        for (int j = i - 5 > 0 ? i - 5 : 0; j < i; j++)
+            apart &=
+                at[j] + sizeof(ids) <= at[i] || at[i] + sizeof(ids) <= at[j];
+        CK(hk_cuda_embed(dx + (size_t)i * N * H, dt, d, N, H, NULL));
+        for (int t = 0; t < N; t++)
+            ids[t] = -1; /* the host reuses its array at once */
+    }
+    ok(hk_cuda_sync_count() == w0 && apart,
+       "ring: %d puts without a stream sync, each apart from the five "
+       "before",
+       ROUNDS);
+    CK(hk_cuda_d2h(x, dx, (size_t)ROUNDS * N * H * sizeof(float), NULL));
+    for (int i = 0; i < ROUNDS; i++) {
+        for (int t = 0; t < N; t++)
+            ids[t] = (i * 31 + t * 7) % V;
+        hk_embed(y, table, ids, N, H);
+        good &= !memcmp(y, x + (size_t)i * N * H, sizeof(float) * N * H);
+    }
+    ok(good, "ring: %d rounds of %d ids through 4 KiB, every gather exact",
+       ROUNDS, N);
+    hk_cuda_ring_destroy(r);
+    CK(hk_cuda_free(dt));
+    CK(hk_cuda_free(dx));
+    free(table);
+    free(x);
+    free(y);
+}
+
 /* ---- attention
  * ---------------------------------------------------------------
  */
@@ -2323,6 +2378,7 @@ static void run_all(void)
     RUN_TEST(test_gdn_step);
     RUN_TEST(test_kvbuf); /* kvbuf_step, kvbuf_verify, kvbuf_flush */
     RUN_TEST(test_kvbuf_conv_commit);
+    RUN_TEST(test_ring);
     RUN_TEST(test_einval);
 #undef RUN_TEST
 }

@@ -323,6 +323,19 @@ static inline cudaError_t cudaFree(void *p)
     return cudaSuccess;
 }
 
+/* Pinned host memory: plain host memory here (copies are immediate). */
+static inline cudaError_t cudaMallocHost(void **p, size_t n)
+{
+    *p = malloc(n ? n : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+static inline cudaError_t cudaFreeHost(void *p)
+{
+    free(p);
+    return cudaSuccess;
+}
+
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n,
                                           cudaStream_t s)
 {
@@ -414,6 +427,14 @@ static inline cudaError_t cudaEventCreate(cudaEvent_t *e)
 {
     *e = (cudaEvent_t)calloc(1, sizeof(**e));
     return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+#define cudaEventDisableTiming 2
+
+static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f)
+{
+    (void)f;
+    return cudaEventCreate(e);
 }
 
 static inline cudaError_t cudaEventDestroy(cudaEvent_t e)

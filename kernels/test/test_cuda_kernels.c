@@ -2302,6 +2302,9 @@ static void test_einval(void)
                                     NULL) == HK_CUDA_EINVAL; /* flags */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)4, &x, tab, tab, &x, &x,
+                                  &x, &x, &x, &x, 1, 1, 1, 16, 16, 4, 1e-6f,
+                                  1.0f, NULL) == HK_CUDA_EINVAL; /* impl */
     hk_kvbuf_geom_t kg = {1, 1, 16, HK_CUDA_KVBUF_MAX_DV + 1, 16};
     hk_kvbuf_view_t kv = {NULL, NULL, 0};
     good &= hk_cuda_kvbuf_step(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 1, &kg, 4,

@@ -82,15 +82,17 @@ hk_step_load(float4 (&s)[R], const float *Sh, int j0, int dk, int dv, int nrg,
 }
 
 /* The conv (+ SiLU) of item (kh, b)'s channels, its state shift, the l2
- * norms (hk_norm.cu's: f32 tree, the factor in double) and the gates of its value heads into gs [2 r] (a, beta). qs: q | k
- * [dk] | v [r dv], contiguous. Returns k.q; the norms' barriers publish
- * qs, ks and gs (vs is published by the first barrier). */
-static __device__ float
-hk_step_conv_norm(float *qs, float *gs, float *red, float *cst, const float *x,
-                  const float *conv_w, const float *a, const float *bg,
-                  const float *A_log, const float *dt_bias, int kh, int b,
-                  int Hk, int Hv, int dk, int dv, int K, float eps,
-                  float q_scale)
+ * norms (hk_norm.cu's: f32 tree, the factor in double) and the gates of its
+ * value heads into gs [2 r] (a, beta). qs: q | k [dk] | v [r dv], contiguous.
+ * Returns k.q; the norms' barriers publish qs, ks and gs (vs is published by
+ * the first barrier). */
+static __device__ float hk_step_conv_norm(float *qs, float *gs, float *red,
+                                          float *cst, const float *x,
+                                          const float *conv_w, const float *a,
+                                          const float *bg, const float *A_log,
+                                          const float *dt_bias, int kh, int b,
+                                          int Hk, int Hv, int dk, int dv, int K,
+                                          float eps, float q_scale)
 {
     const int tid = threadIdx.x, r = Hv / Hk, kd = Hk * dk, S = K - 1;
     float *ks = qs + dk;
@@ -144,9 +146,9 @@ hk_step_conv_norm(float *qs, float *gs, float *red, float *cst, const float *x,
 template <int R, bool STREAM>
 static __device__ __forceinline__ void
 hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
-             const float *ks, const float *vh, float *pu, float *pw,
-             float *dsh, float ga, float beta, float kq, int j0, int cw,
-             int dk, int dv, int nrg, int rg, int cg)
+             const float *ks, const float *vh, float *pu, float *pw, float *dsh,
+             float ga, float beta, float kq, int j0, int cw, int dk, int dv,
+             int nrg, int rg, int cg)
 {
     const int tid = threadIdx.x;
     float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w = u;
@@ -235,8 +237,8 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
     float4 s[R];
 
     /* The first slab's loads go out before the conv. */
-    hk_step_load<R, false>(s, Sb + (size_t)kh * r * dk * dv, 0, dk, dv, nrg,
-                           rg, cg);
+    hk_step_load<R, false>(s, Sb + (size_t)kh * r * dk * dv, 0, dk, dv, nrg, rg,
+                           cg);
     const float kq = hk_step_conv_norm(
         qs, gs, red, conv_states ? conv_states[b] : NULL, qkv + (size_t)b * cd,
         conv_w, a, bg, A_log, dt_bias, kh, b, Hk, Hv, dk, dv, K, eps, q_scale);
@@ -366,20 +368,18 @@ static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
     const long long grid = HK_CEIL_DIV(items, per);
     if (grid > 2147483647LL)
         return HK_CUDA_EINVAL;
-    hk_gdn_step_pipe_kernel<R, MINB><<<(unsigned)grid, HK_STEP_THREADS, sm, s>>>(
-        q);
+    hk_gdn_step_pipe_kernel<R, MINB>
+        <<<(unsigned)grid, HK_STEP_THREADS, sm, s>>>(q);
     return hk_cuda_check_launch();
 }
 
-extern "C" int hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o,
-                                     float *const *states,
-                                     float *const *conv_states,
-                                     const float *qkv, const float *a,
-                                     const float *b, const float *conv_w,
-                                     const float *A_log, const float *dt_bias,
-                                     int B, int Hk, int Hv, int dk, int dv,
-                                     int K, float eps, float q_scale,
-                                     void *stream)
+extern "C" int
+hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
+                      float *const *conv_states, const float *qkv,
+                      const float *a, const float *b, const float *conv_w,
+                      const float *A_log, const float *dt_bias, int B, int Hk,
+                      int Hv, int dk, int dv, int K, float eps, float q_scale,
+                      void *stream)
 {
     if (B < 0 || B > HK_CUDA_MAX_GRID_YZ || Hk < 1 || Hv < 1 || Hv % Hk ||
         dk < 1 || dk > HK_CUDA_GDN_MAX_DK || dv < 4 || dv % 4 || K < 1 ||
@@ -411,7 +411,7 @@ extern "C" int hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o,
                                    eps, q_scale},
                 sm, s);
 #define HK_PIPE(R)                                                             \
-    hk_step_pipe_launch(hk_step_pipe<R, 2>{o, states, conv_states, qkv, a, b,   \
+    hk_step_pipe_launch(hk_step_pipe<R, 2>{o, states, conv_states, qkv, a, b,  \
                                            conv_w, A_log, dt_bias, B, Hk, Hv,  \
                                            dk, dv, K, cw, 0, eps, q_scale},    \
                         sm, s)

@@ -19,7 +19,8 @@
  *                                  product (HK_CUDA_GDN_TC_FAST);
  *                                  {bf16,f32mma}_v1: the older structure,
  *                                  outputs in the sequential pass
- *   gdn_step / gdn_decode / gdn_decode_chain   decode, B = 1, 16, 64, 256:
+ *   gdn_step[_kh|_pipe|_pipe32] / gdn_decode / gdn_decode_chain   decode,
+ *                                  B = 1, 16, 64, 256:
  *                                  the fused step; the unfused recurrence
  *                                  alone; the unfused chain (conv, split,
  *                                  2 l2norm, gates, recurrence). GB/s
@@ -90,6 +91,7 @@ static const model_t tiny_model = {"tiny", 1, 2, 32, 32, 2, 1, 32, 64, 96, 80};
 
 static FILE *tsv;
 static const char *dump_dir, *only;
+static double copy_gbs; /* copy_d2d's GB/s, once measured */
 static double t_begin, budget = 1e9;
 static int tiny;
 static uint64_t rng = BENCH_SEED;
@@ -261,10 +263,12 @@ static double measure(const char *op, const char *model, const char *params,
         emit(op, model, params, -1, reps, -1, -1, -1, note);
         return -1;
     }
-    const double s = ms * 1e-3;
-    emit(op, model, params, ms, reps, tokens > 0 ? tokens / s : -1,
-         bytes > 0 ? bytes / s * 1e-9 : -1, flops > 0 ? flops / s * 1e-12 : -1,
-         NULL);
+    const double s = ms * 1e-3, gbs = bytes > 0 ? bytes / s * 1e-9 : -1;
+    char note[32] = "";
+    if (gbs > 0 && copy_gbs > 0)
+        snprintf(note, sizeof note, "%.0f %% of copy", 100.0 * gbs / copy_gbs);
+    emit(op, model, params, ms, reps, tokens > 0 ? tokens / s : -1, gbs,
+         flops > 0 ? flops / s * 1e-12 : -1, note);
     return ms;
 }
 
@@ -331,7 +335,10 @@ static void bench_copy(void)
     CK(hk_cuda_memset0(c.a, c.bytes, NULL));
     char p[64];
     snprintf(p, sizeof p, "bytes=%zu", c.bytes);
-    measure("copy_d2d", "-", p, copy_run, &c, 0, 2.0 * c.bytes, 0);
+    const double ms =
+        measure("copy_d2d", "-", p, copy_run, &c, 0, 2.0 * c.bytes, 0);
+    if (ms > 0)
+        copy_gbs = 2.0 * c.bytes / (ms * 1e-3) * 1e-9;
     CK(hk_cuda_free(c.a));
     CK(hk_cuda_free(c.b));
 }
@@ -573,20 +580,31 @@ static void dump_chunk(const model_t *m, int T)
 
 typedef struct {
     int B, Hk, Hv, dk, dv, nsets;
+    hk_cuda_step_impl_t impl;             /* gdn_step's kernel */
     float *qkv, *a, *b, *w, *A_log, *dtb; /* step inputs */
     float *q, *k, *v, *g, *beta, *o, *cv; /* chain buffers */
     float *pool, *cpool;                  /* nsets x B states, conv states */
     float ***tabs, ***ctabs;              /* per set: device tables */
 } step_ctx;
 
+/* gdn_step's kernels, the rows they print, their dumps' suffixes. */
+static const struct {
+    hk_cuda_step_impl_t impl;
+    const char *op, *var;
+} step_vars[] = {{HK_CUDA_STEP_DEFAULT, "gdn_step", "step"},
+                 {HK_CUDA_STEP_KH, "gdn_step_kh", "step_kh"},
+                 {HK_CUDA_STEP_PIPE, "gdn_step_pipe", "step_pipe"},
+                 {HK_CUDA_STEP_PIPE32, "gdn_step_pipe32", "step_pipe32"}};
+#define N_STEP_VARS (sizeof step_vars / sizeof step_vars[0])
+
 static int step_run(void *ctx, int rep)
 {
     const step_ctx *c = ctx;
     const int s = rep % c->nsets;
-    return hk_cuda_gdn_step(
-        c->o, (float *const *)c->tabs[s], (float *const *)c->ctabs[s], c->qkv,
-        c->a, c->b, c->w, c->A_log, c->dtb, c->B, c->Hk, c->Hv, c->dk, c->dv,
-        CONV_K, NORM_EPS, 1.0f / sqrtf((float)c->dk), NULL);
+    return hk_cuda_gdn_step_impl(
+        c->impl, c->o, (float *const *)c->tabs[s], (float *const *)c->ctabs[s],
+        c->qkv, c->a, c->b, c->w, c->A_log, c->dtb, c->B, c->Hk, c->Hv, c->dk,
+        c->dv, CONV_K, NORM_EPS, 1.0f / sqrtf((float)c->dk), NULL);
 }
 
 static int decode_run(void *ctx, int rep)
@@ -720,7 +738,14 @@ static void bench_decode(const model_t *m, int B)
      * recurrence alone, from one chain run */
     CK(chain_run(&c, 0));
     CK(hk_cuda_stream_sync(NULL));
-    measure("gdn_step", m->name, params, step_run, &c, B, 2.0 * sbytes, 0);
+    /* gdn_step: the default kernel (HYPIC_CUDA_STEP, else PIPE); then
+     * every kernel by name */
+    for (size_t v = 0; v < N_STEP_VARS; v++) {
+        c.impl = step_vars[v].impl;
+        measure(step_vars[v].op, m->name, params, step_run, &c, B, 2.0 * sbytes,
+                0);
+    }
+    c.impl = HK_CUDA_STEP_DEFAULT;
     measure("gdn_decode", m->name, params, decode_run, &c, B, 2.0 * sbytes, 0);
     measure("gdn_decode_chain", m->name, params, chain_run, &c, B, 2.0 * sbytes,
             0);
@@ -750,10 +775,20 @@ static void dump_step(const model_t *m, int B)
     dump_dev("dt_bias.f32", c.dtb, (size_t)m->Hv * 4);
     dump_dev("S0.f32", c.pool, ns * 4);
     dump_dev("conv0.f32", c.cpool, nc * 4);
-    CK(step_run(&c, 0)); /* set 0 */
-    dump_dev("o_step.f32", c.o, (size_t)B * vd * 4);
-    dump_dev("S_step.f32", c.pool, ns * 4);
-    dump_dev("conv_step.f32", c.cpool, nc * 4);
+    /* each kernel on set 0 from the same values (set 1's copy) */
+    for (size_t v = 0; v < N_STEP_VARS; v++) {
+        char f[40];
+        CK(hk_cuda_d2d(c.pool, c.pool + ns, ns * 4, NULL));
+        CK(hk_cuda_d2d(c.cpool, c.cpool + nc, nc * 4, NULL));
+        c.impl = step_vars[v].impl;
+        CK(step_run(&c, 0));
+        snprintf(f, sizeof f, "o_%s.f32", step_vars[v].var);
+        dump_dev(f, c.o, (size_t)B * vd * 4);
+        snprintf(f, sizeof f, "S_%s.f32", step_vars[v].var);
+        dump_dev(f, c.pool, ns * 4);
+        snprintf(f, sizeof f, "conv_%s.f32", step_vars[v].var);
+        dump_dev(f, c.cpool, nc * 4);
+    }
     CK(chain_run(&c, 1)); /* set 1: the same initial values */
     dump_dev("o_chain.f32", c.o, (size_t)B * vd * 4);
     dump_dev("S_chain.f32", c.pool + ns, ns * 4);

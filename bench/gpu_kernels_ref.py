@@ -337,9 +337,11 @@ def case_accuracy(d, case, anc, rows, later):
             oi, Si, _ = gdn_ref(q[i:i + 1], k[i:i + 1], v[i:i + 1],
                                 g[i:i + 1], beta[i:i + 1], S0[i])
             o[i], S[i] = oi[0], Si
-        add("o", "ours_step", arr(d, "o_step.f32", o.shape), o)
-        add("S", "ours_step", arr(d, "S_step.f32", S.shape), S)
-        add("conv", "ours_step", arr(d, "conv_step.f32", c1.shape), c1)
+        for var in ("step", "step_kh", "step_pipe", "step_pipe32"):
+            add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
+            add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
+            add("conv", "ours_" + var, arr(d, "conv_%s.f32" % var, c1.shape),
+                c1)
         add("o", "ours_chain", arr(d, "o_chain.f32", o.shape), o)
         add("S", "ours_chain", arr(d, "S_chain.f32", S.shape), S)
         if anc.fla:
@@ -425,6 +427,9 @@ ERR_OF = {
     "gdn_chunk_f32mma_v1": ("gdn_chunk", "ours_f32mmav1", ("o", "S")),
     "gdn_chunk_f32mma_v1_tc": ("gdn_chunk", "ours_f32mmav1", ("o", "S", "Tc")),
     "gdn_step": ("gdn_step", "ours_step", ("o", "S")),
+    "gdn_step_kh": ("gdn_step", "ours_step_kh", ("o", "S")),
+    "gdn_step_pipe": ("gdn_step", "ours_step_pipe", ("o", "S")),
+    "gdn_step_pipe32": ("gdn_step", "ours_step_pipe32", ("o", "S")),
     "gdn_decode": ("gdn_step", "ours_chain", ("o", "S")),
     "gdn_decode_chain": ("gdn_step", "ours_chain", ("o", "S")),
     "attention_prefill": ("attention_prefill", "ours", ("o",)),
@@ -469,7 +474,7 @@ def anchors_for(op):
         return ["fla chunk_gated_delta_rule f32"]
     if op.startswith("gdn_chunk_bf16"):
         return ["fla chunk_gated_delta_rule bf16"]
-    if op == "gdn_step":
+    if op.startswith("gdn_step"):
         return ["fla fused_recurrent_gated_delta_rule f32",
                 "fla fused_recurrent_gated_delta_rule bf16"]
     if op in ("gdn_decode", "gdn_decode_chain"):

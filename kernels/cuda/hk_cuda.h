@@ -349,6 +349,28 @@ int hk_cuda_gdn_step(float *o, float *const *states, float *const *conv_states,
                      const float *conv_w, const float *A_log,
                      const float *dt_bias, int B, int Hk, int Hv, int dk,
                      int dv, int K, float eps, float q_scale, void *stream);
+/* The kernels behind hk_cuda_gdn_step (hk_gdn_step.cu explains them):
+ *   KH      one block per (key head, request), the first kernel;
+ *   PIPE    about 2 blocks per SM, each over a range of (key head,
+ *           request) items, the next 64-column slab's state loads in
+ *           flight while the current one computes;
+ *   PIPE32  the same with 32-column slabs, about 3 blocks per SM.
+ * DEFAULT is the environment's HYPIC_CUDA_STEP=kh|pipe|pipe32, read once
+ * (default pipe). Results agree to f32 rounding (the column sums are
+ * grouped by 32, 16 or 8 row groups). */
+typedef enum {
+    HK_CUDA_STEP_DEFAULT = 0,
+    HK_CUDA_STEP_KH = 1,
+    HK_CUDA_STEP_PIPE = 2,
+    HK_CUDA_STEP_PIPE32 = 3
+} hk_cuda_step_impl_t;
+int hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o,
+                          float *const *states, float *const *conv_states,
+                          const float *qkv, const float *a, const float *b,
+                          const float *conv_w, const float *A_log,
+                          const float *dt_bias, int B, int Hk, int Hv, int dk,
+                          int dv, int K, float eps, float q_scale,
+                          void *stream);
 
 /* Twin of hk_gdn_chunk (chunk size C, 1..64; Tc may be NULL). Unlike the
  * CPU kernel the scratch grows with T: the chunk-local quantities of all

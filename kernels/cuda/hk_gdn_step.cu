@@ -5,46 +5,65 @@
  * hk_conv1d_silu (T = 1) -> split q | k | v -> hk_l2norm (q scaled) ->
  * hk_gdn_gates -> hk_gdn_recurrent (T = 1), per request.
  *
- * One block per (key head, request): the key head's q and k channels are
- * shared by its r = Hv / Hk value heads, so the block that owns them owns
- * every reader of their conv state too, and shifts that state in place
- * with no other block racing it. The block convolves its 2 dk + r dv
- * channels (one thread per channel, old state read before the same thread
- * writes the new one), normalizes q and k in shared memory, then runs its
- * value heads one after the other.
+ * Work is split by items (key head, request): the key head's q and k
+ * channels are shared by its r = Hv / Hk value heads, so the block that
+ * owns an item owns every reader of their conv state too, and shifts that
+ * state in place with no other block racing it. The block convolves its
+ * 2 dk + r dv channels (one thread per channel, old state read before the
+ * same thread writes the new one), normalizes q and k in shared memory,
+ * then runs the item's value heads by column slabs.
  *
  * The step is memory bound: each state is read once and written once, in
  * 16-byte vectors. Thread t owns 4 adjacent columns (t mod CW/4) of a
- * slab of CW <= 128 columns and rows t div (CW/4) + nrg i (nrg = 256 /
- * (CW/4) row groups), so a warp reads 512 contiguous bytes of a row. The
- * block issues a head's state loads before its conv and norms, so they
- * are in flight meanwhile. Per column, o = S_new^T q is formed from the old
- * state as the CPU does: u = S^T k and w = S^T q in one pass (row-group
- * partial sums added in a fixed order through shared memory), then
- * d = beta (v - a u), o = a w + (k.q) d, and S <- a S + k d^T in the
- * registers that hold it.
+ * slab of CW columns and rows t div (CW/4) + nrg i (nrg = 256 / (CW/4)
+ * row groups), so a warp reads whole 128-byte lines of a row. Per column,
+ * o = S_new^T q is formed from the old state as the CPU does: u = S^T k
+ * and w = S^T q in one pass (row-group partial sums added in a fixed
+ * order through shared memory), then d = beta (v - a u), o = a w +
+ * (k.q) d, and S <- a S + k d^T in the registers that hold it.
+ *
+ * Two kernels (hk_cuda_step_impl_t):
+ * - KH, the first: one block per item, CW = 128, the item's first slab
+ *   loaded before its conv, the next slab only after the previous one is
+ *   stored. Between a block's start and its first state bytes (the
+ *   pointer table, then the loads) and during its conv, norms and
+ *   barriers, its SM has only the other block's loads in flight.
+ * - PIPE: a grid of about 2 (PIPE32: 3) blocks per SM, each running a
+ *   contiguous range of items as a sequence of units (item, value head,
+ *   slab of CW = 64 columns; PIPE32 and dk > 128: 32). Two register
+ *   buffers alternate: unit u + 1's state loads are issued before unit u
+ *   computes, so each block keeps a slab of loads in flight through the
+ *   conv, the norms and the barriers, and every block does equal work
+ *   (no last partial wave). The items' state and conv-state pointers are
+ *   read into shared memory at the start; the gates of an item's heads
+ *   with its conv. States stream with evict-first loads and stores.
  *
  * dk <= 256, dv a multiple of 4, states 16-byte aligned.
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
-#define HK_STEP_THREADS 256
-/* Columns of a slab; 4 per thread. */
-#define HK_STEP_CW 128
+#include <stdlib.h>
+#include <string.h>
 
-/* Shared memory: partial sums 2 [nrg][CW], d [CW] (16-byte aligned for
- * their float4s), then q, k [dk], v [r dv]. */
-static size_t hk_step_smem(int dk, int dv, int r)
+#define HK_STEP_THREADS 256
+/* KH's slab width; 4 columns per thread. */
+#define HK_STEP_CW 128
+/* PIPE: at most this many items per block (their pointers sit in shared
+ * memory); more items make more blocks. */
+#define HK_STEP_MAX_PER 64
+
+/* Shared memory: partial sums 2 [nrg][cw], d [cw] (16-byte aligned for
+ * their float4s), the gates 2 [r], then q, k [dk], v [r dv]. */
+static size_t hk_step_smem(int dk, int dv, int r, int cw)
 {
-    const int cw = dv < HK_STEP_CW ? dv : HK_STEP_CW;
     const int nrg = HK_STEP_THREADS / (cw / 4);
-    return sizeof(float) *
-           (2 * (size_t)dk + (size_t)r * dv + 2 * (size_t)nrg * cw + cw);
+    return sizeof(float) * (2 * (size_t)dk + (size_t)r * dv +
+                            2 * (size_t)nrg * cw + cw + 2 * (size_t)r);
 }
 
 /* The thread's R rows of 4 columns j0 + 4 cg of a state (zeros past its
  * edges). */
-template <int R>
+template <int R, bool STREAM>
 static __device__ __forceinline__ void
 hk_step_load(float4 (&s)[R], const float *Sh, int j0, int dk, int dv, int nrg,
              int rg, int cg)
@@ -54,47 +73,37 @@ hk_step_load(float4 (&s)[R], const float *Sh, int j0, int dk, int dv, int nrg,
     for (int i = 0; i < R; i++) {
         const int row = rg + nrg * i;
         s[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (rg < nrg && row < dk && j < dv)
-            s[i] = *reinterpret_cast<const float4 *>(Sh + (size_t)row * dv + j);
+        if (rg < nrg && row < dk && j < dv) {
+            const float4 *p =
+                reinterpret_cast<const float4 *>(Sh + (size_t)row * dv + j);
+            s[i] = STREAM ? __ldcs(p) : *p;
+        }
     }
 }
 
-/* R = 4-column rows per thread (ceil(dk / nrg), rounded up). */
-template <int R>
-static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
-    hk_gdn_step_kernel(float *o,                  // [B, Hv, dv]
-                       float *const *states,      // [B] of [Hv, dk, dv]
-                       float *const *conv_states, // [B] of [cd, K-1], or 0
-                       const float *qkv,          // [B, cd]
-                       const float *a,            // [B, Hv]
-                       const float *bg,           // [B, Hv]
-                       const float *conv_w,       // [cd, K]
-                       const float *A_log,        // [Hv]
-                       const float *dt_bias,      // [Hv]
-                       int Hk, int Hv, int dk, int dv, int K, float eps,
-                       float q_scale)
+/* The conv (+ SiLU) of item (kh, b)'s channels, its state shift, the l2
+ * norms (hk_norm.cu's: f32 tree, the factor in double) and the gates of its
+ * value heads into gs [2 r] (a, beta). qs: q | k [dk] | v [r dv], contiguous.
+ * Returns k.q; the norms' barriers publish qs, ks and gs (vs is published by
+ * the first barrier). */
+static __device__ float hk_step_conv_norm(float *qs, float *gs, float *red,
+                                          float *cst, const float *x,
+                                          const float *conv_w, const float *a,
+                                          const float *bg, const float *A_log,
+                                          const float *dt_bias, int kh, int b,
+                                          int Hk, int Hv, int dk, int dv, int K,
+                                          float eps, float q_scale)
 {
-    HK_DYNAMIC_SMEM(smem);
-    __shared__ float red[32];
-    const int kh = blockIdx.x, b = blockIdx.y, r = Hv / Hk;
-    const int tid = threadIdx.x;
-    const int kd = Hk * dk, cd = 2 * kd + Hv * dv, S = K - 1;
-    const int cw = dv < HK_STEP_CW ? dv : HK_STEP_CW, ncg = cw / 4;
-    const int nrg = HK_STEP_THREADS / ncg;
-    const int cg = tid % ncg, rg = tid / ncg;
-    float *pu = (float *)smem, *pw = pu + (size_t)nrg * cw;
-    float *dsh = pw + (size_t)nrg * cw;
-    float *qs = dsh + cw, *ks = qs + dk, *vs = ks + dk; /* contiguous */
-    float *const Sb = states[b];
-    float4 s[R];
-
-    /* The first slab's loads go out before the conv. */
-    hk_step_load<R>(s, Sb + (size_t)kh * r * dk * dv, 0, dk, dv, nrg, rg, cg);
-
-    /* conv + SiLU over the block's channels: q, k of key head kh, v of
-     * its value heads; then the state shift, by the same thread. */
-    const float *x = qkv + (size_t)b * cd;
-    float *cst = conv_states ? conv_states[b] : NULL;
+    const int tid = threadIdx.x, r = Hv / Hk, kd = Hk * dk, S = K - 1;
+    float *ks = qs + dk;
+    for (int t = tid; t < r; t += blockDim.x) {
+        const int h = kh * r + t;
+        gs[2 * t] =
+            expf(hk_math_gdn_gate(a[(size_t)b * Hv + h], A_log[h], dt_bias[h]));
+        gs[2 * t + 1] = hk_math_sigmoid(bg[(size_t)b * Hv + h]);
+    }
+    /* conv + SiLU: q, k of key head kh, v of its value heads; then the
+     * state shift, by the same thread. */
     for (int e = tid; e < 2 * dk + r * dv; e += blockDim.x) {
         const int c = e < dk       ? kh * dk + e
                       : e < 2 * dk ? kd + kh * dk + (e - dk)
@@ -113,7 +122,6 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
     }
     __syncthreads();
 
-    /* l2 norms (hk_norm.cu's: f32 tree, the factor in double), then k.q */
     float qq = 0.0f, kk = 0.0f;
     for (int i = tid; i < dk; i += blockDim.x) {
         qq += qs[i] * qs[i];
@@ -129,93 +137,294 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
         ks[i] *= fk;
         kq += ks[i] * qs[i];
     }
-    kq = hk_block_sum(kq, red); /* its barriers publish qs, ks */
+    return hk_block_sum(kq, red); /* its barriers publish qs, ks */
+}
+
+/* One slab (columns j0 .. j0 + cw) of value head Sh's state, held in s:
+ * u, w by row-group sums, d and o by threads < cw, the update stored.
+ * Ends with a barrier (pu, pw, dsh are rewritten next slab). */
+template <int R, bool STREAM>
+static __device__ __forceinline__ void
+hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
+             const float *ks, const float *vh, float *pu, float *pw, float *dsh,
+             float ga, float beta, float kq, int j0, int cw, int dk, int dv,
+             int nrg, int rg, int cg)
+{
+    const int tid = threadIdx.x;
+    float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w = u;
+#pragma unroll
+    for (int i = 0; i < R; i++) { /* rows past dk hold zeros */
+        const int row = min(rg + nrg * i, dk - 1);
+        const float kr = ks[row], qr = qs[row];
+        u.x += s[i].x * kr;
+        u.y += s[i].y * kr;
+        u.z += s[i].z * kr;
+        u.w += s[i].w * kr;
+        w.x += s[i].x * qr;
+        w.y += s[i].y * qr;
+        w.z += s[i].z * qr;
+        w.w += s[i].w * qr;
+    }
+    if (rg < nrg) {
+        *reinterpret_cast<float4 *>(pu + (size_t)rg * cw + 4 * cg) = u;
+        *reinterpret_cast<float4 *>(pw + (size_t)rg * cw + 4 * cg) = w;
+    }
+    __syncthreads();
+    if (tid < cw && j0 + tid < dv) {
+        float su = 0.0f, sw = 0.0f;
+        for (int g = 0; g < nrg; g++) {
+            su += pu[(size_t)g * cw + tid];
+            sw += pw[(size_t)g * cw + tid];
+        }
+        const int j = j0 + tid;
+        const float d = beta * (vh[j] - ga * su);
+        oh[j] = ga * sw + kq * d;
+        dsh[tid] = d;
+    }
+    __syncthreads();
+    const int j = j0 + 4 * cg;
+    if (rg < nrg && j < dv) {
+        const float4 d = *reinterpret_cast<const float4 *>(dsh + 4 * cg);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const int row = rg + nrg * i;
+            if (row >= dk)
+                continue;
+            const float kr = ks[row];
+            float4 t = s[i];
+            t.x = ga * t.x + kr * d.x;
+            t.y = ga * t.y + kr * d.y;
+            t.z = ga * t.z + kr * d.z;
+            t.w = ga * t.w + kr * d.w;
+            float4 *p = reinterpret_cast<float4 *>(Sh + (size_t)row * dv + j);
+            if (STREAM)
+                __stcs(p, t);
+            else
+                *p = t;
+        }
+    }
+    __syncthreads();
+}
+
+/* KH: one block per item (key head, request), R = 4-column rows per
+ * thread (ceil(dk / nrg), rounded up). */
+template <int R>
+static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
+    hk_gdn_step_kernel(float *o,                  // [B, Hv, dv]
+                       float *const *states,      // [B] of [Hv, dk, dv]
+                       float *const *conv_states, // [B] of [cd, K-1], or 0
+                       const float *qkv,          // [B, cd]
+                       const float *a,            // [B, Hv]
+                       const float *bg,           // [B, Hv]
+                       const float *conv_w,       // [cd, K]
+                       const float *A_log,        // [Hv]
+                       const float *dt_bias,      // [Hv]
+                       int Hk, int Hv, int dk, int dv, int K, float eps,
+                       float q_scale)
+{
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ float red[32];
+    const int kh = blockIdx.x, b = blockIdx.y, r = Hv / Hk;
+    const int tid = threadIdx.x;
+    const int cd = 2 * Hk * dk + Hv * dv;
+    const int cw = dv < HK_STEP_CW ? dv : HK_STEP_CW, ncg = cw / 4;
+    const int nrg = HK_STEP_THREADS / ncg;
+    const int cg = tid % ncg, rg = tid / ncg;
+    float *pu = (float *)smem, *pw = pu + (size_t)nrg * cw;
+    float *dsh = pw + (size_t)nrg * cw, *gs = dsh + cw;
+    float *qs = gs + 2 * r, *ks = qs + dk, *vs = ks + dk; /* contiguous */
+    float *const Sb = states[b];
+    float4 s[R];
+
+    /* The first slab's loads go out before the conv. */
+    hk_step_load<R, false>(s, Sb + (size_t)kh * r * dk * dv, 0, dk, dv, nrg, rg,
+                           cg);
+    const float kq = hk_step_conv_norm(
+        qs, gs, red, conv_states ? conv_states[b] : NULL, qkv + (size_t)b * cd,
+        conv_w, a, bg, A_log, dt_bias, kh, b, Hk, Hv, dk, dv, K, eps, q_scale);
 
     for (int hh = 0; hh < r; hh++) {
         const int h = kh * r + hh;
         float *Sh = Sb + (size_t)h * dk * dv;
-        const float ga =
-            expf(hk_math_gdn_gate(a[(size_t)b * Hv + h], A_log[h], dt_bias[h]));
-        const float beta = hk_math_sigmoid(bg[(size_t)b * Hv + h]);
         for (int j0 = 0; j0 < dv; j0 += cw) {
             if (hh > 0 || j0 > 0)
-                hk_step_load<R>(s, Sh, j0, dk, dv, nrg, rg, cg);
-            float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w = u;
-#pragma unroll
-            for (int i = 0; i < R; i++) { /* rows past dk hold zeros */
-                const int row = min(rg + nrg * i, dk - 1);
-                const float kr = ks[row], qr = qs[row];
-                u.x += s[i].x * kr;
-                u.y += s[i].y * kr;
-                u.z += s[i].z * kr;
-                u.w += s[i].w * kr;
-                w.x += s[i].x * qr;
-                w.y += s[i].y * qr;
-                w.z += s[i].z * qr;
-                w.w += s[i].w * qr;
-            }
-            if (rg < nrg) {
-                *reinterpret_cast<float4 *>(pu + (size_t)rg * cw + 4 * cg) = u;
-                *reinterpret_cast<float4 *>(pw + (size_t)rg * cw + 4 * cg) = w;
-            }
-            __syncthreads();
-            if (tid < cw && j0 + tid < dv) {
-                float su = 0.0f, sw = 0.0f;
-                for (int g = 0; g < nrg; g++) {
-                    su += pu[(size_t)g * cw + tid];
-                    sw += pw[(size_t)g * cw + tid];
-                }
-                const int j = j0 + tid;
-                const float d = beta * (vs[(size_t)hh * dv + j] - ga * su);
-                o[((size_t)b * Hv + h) * dv + j] = ga * sw + kq * d;
-                dsh[tid] = d;
-            }
-            __syncthreads();
-            const int j = j0 + 4 * cg;
-            if (rg < nrg && j < dv) {
-                const float4 d =
-                    *reinterpret_cast<const float4 *>(dsh + 4 * cg);
-#pragma unroll
-                for (int i = 0; i < R; i++) {
-                    const int row = rg + nrg * i;
-                    if (row >= dk)
-                        continue;
-                    const float kr = ks[row];
-                    float4 t = s[i];
-                    t.x = ga * t.x + kr * d.x;
-                    t.y = ga * t.y + kr * d.y;
-                    t.z = ga * t.z + kr * d.z;
-                    t.w = ga * t.w + kr * d.w;
-                    *reinterpret_cast<float4 *>(Sh + (size_t)row * dv + j) = t;
-                }
-            }
-            __syncthreads(); /* pu, pw, dsh are rewritten next slab */
+                hk_step_load<R, false>(s, Sh, j0, dk, dv, nrg, rg, cg);
+            hk_step_slab<R, false>(s, Sh, o + ((size_t)b * Hv + h) * dv, qs, ks,
+                                   vs + (size_t)hh * dv, pu, pw, dsh,
+                                   gs[2 * hh], gs[2 * hh + 1], kq, j0, cw, dk,
+                                   dv, nrg, rg, cg);
         }
     }
 }
 
-extern "C" int hk_cuda_gdn_step(float *o, float *const *states,
-                                float *const *conv_states, const float *qkv,
-                                const float *a, const float *b,
-                                const float *conv_w, const float *A_log,
-                                const float *dt_bias, int B, int Hk, int Hv,
-                                int dk, int dv, int K, float eps, float q_scale,
-                                void *stream)
+/* PIPE: block x runs items x per .. x per + per - 1 (of Hk B; key head
+ * fastest) as units (item, value head, slab of cw columns), two state
+ * buffers in turn: unit u + 1's loads go out before unit u computes. */
+template <int R, int MINB> struct hk_step_pipe {
+    float *o;
+    float *const *states, *const *conv_states;
+    const float *qkv, *a, *bg, *conv_w, *A_log, *dt_bias;
+    int B, Hk, Hv, dk, dv, K, cw, per;
+    float eps, q_scale;
+};
+
+template <int R, int MINB>
+static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
+    hk_gdn_step_pipe_kernel(const hk_step_pipe<R, MINB> p)
+{
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ float red[32];
+    __shared__ float *sps[HK_STEP_MAX_PER], *cps[HK_STEP_MAX_PER];
+    const int Hk = p.Hk, Hv = p.Hv, dk = p.dk, dv = p.dv, cw = p.cw;
+    const int r = Hv / Hk, tid = threadIdx.x;
+    const int cd = 2 * Hk * dk + Hv * dv;
+    const int ncg = cw / 4, nrg = HK_STEP_THREADS / ncg;
+    const int cg = tid % ncg, rg = tid / ncg;
+    const int nslab = (dv + cw - 1) / cw, U = r * nslab;
+    const int it0 = blockIdx.x * p.per;
+    const int nit = min(p.per, p.Hk * p.B - it0);
+    float *pu = (float *)smem, *pw = pu + (size_t)nrg * cw;
+    float *dsh = pw + (size_t)nrg * cw, *gs = dsh + cw;
+    float *qs = gs + 2 * r, *ks = qs + dk, *vs = ks + dk; /* contiguous */
+
+    if (tid < nit) {
+        const int b = (it0 + tid) / Hk;
+        sps[tid] = p.states[b];
+        cps[tid] = p.conv_states ? p.conv_states[b] : NULL;
+    }
+    __syncthreads();
+
+    /* Unit u: item n = u / U, value head hh, columns j0. */
+#define HK_PIPE_UNIT(u, n, hh, j0)                                             \
+    const int n = (u) / U, hh = (u) % U / nslab, j0 = (u) % nslab * cw
+    auto load = [&](float4(&s)[R], int u) {
+        HK_PIPE_UNIT(u, n, hh, j0);
+        const int h = (it0 + n) % Hk * r + hh;
+        hk_step_load<R, true>(s, sps[n] + (size_t)h * dk * dv, j0, dk, dv, nrg,
+                              rg, cg);
+    };
+    float kq = 0.0f;
+    auto step = [&](float4(&s)[R], int u) {
+        HK_PIPE_UNIT(u, n, hh, j0);
+        const int kh = (it0 + n) % Hk, b = (it0 + n) / Hk, h = kh * r + hh;
+        if (u % U == 0) /* the item's first unit: its conv and norms */
+            kq = hk_step_conv_norm(qs, gs, red, cps[n], p.qkv + (size_t)b * cd,
+                                   p.conv_w, p.a, p.bg, p.A_log, p.dt_bias, kh,
+                                   b, Hk, Hv, dk, dv, p.K, p.eps, p.q_scale);
+        hk_step_slab<R, true>(s, sps[n] + (size_t)h * dk * dv,
+                              p.o + ((size_t)b * Hv + h) * dv, qs, ks,
+                              vs + (size_t)hh * dv, pu, pw, dsh, gs[2 * hh],
+                              gs[2 * hh + 1], kq, j0, cw, dk, dv, nrg, rg, cg);
+    };
+#undef HK_PIPE_UNIT
+    float4 sa[R], sb[R];
+    const int nu = nit * U;
+    load(sa, 0);
+    for (int u = 0;; u += 2) {
+        if (u + 1 < nu)
+            load(sb, u + 1);
+        step(sa, u);
+        if (u + 1 >= nu)
+            break;
+        if (u + 2 < nu)
+            load(sa, u + 2);
+        step(sb, u + 1);
+        if (u + 2 >= nu)
+            break;
+    }
+}
+
+/* DEFAULT: HYPIC_CUDA_STEP, read once (a thread-safe local static). */
+static hk_cuda_step_impl_t hk_step_resolve(hk_cuda_step_impl_t impl)
+{
+    static const hk_cuda_step_impl_t env = [] {
+        const char *e = getenv("HYPIC_CUDA_STEP");
+        if (e && !strcmp(e, "kh"))
+            return HK_CUDA_STEP_KH;
+        if (e && !strcmp(e, "pipe32"))
+            return HK_CUDA_STEP_PIPE32;
+        return HK_CUDA_STEP_PIPE;
+    }();
+    return impl == HK_CUDA_STEP_DEFAULT ? env : impl;
+}
+
+template <int R, int MINB>
+static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
+                               cudaStream_t s)
+{
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+            cudaSuccess ||
+        sms < 1)
+        sms = 1;
+    /* equal shares of the items over about MINB blocks per SM */
+    const long long items = (long long)p.Hk * p.B;
+    long long per = HK_CEIL_DIV(items, (long long)MINB * sms);
+    if (per > HK_STEP_MAX_PER)
+        per = HK_STEP_MAX_PER;
+    hk_step_pipe<R, MINB> q = p;
+    q.per = (int)per;
+    const long long grid = HK_CEIL_DIV(items, per);
+    if (grid > 2147483647LL)
+        return HK_CUDA_EINVAL;
+    hk_gdn_step_pipe_kernel<R, MINB>
+        <<<(unsigned)grid, HK_STEP_THREADS, sm, s>>>(q);
+    return hk_cuda_check_launch();
+}
+
+extern "C" int
+hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
+                      float *const *conv_states, const float *qkv,
+                      const float *a, const float *b, const float *conv_w,
+                      const float *A_log, const float *dt_bias, int B, int Hk,
+                      int Hv, int dk, int dv, int K, float eps, float q_scale,
+                      void *stream)
 {
     if (B < 0 || B > HK_CUDA_MAX_GRID_YZ || Hk < 1 || Hv < 1 || Hv % Hk ||
         dk < 1 || dk > HK_CUDA_GDN_MAX_DK || dv < 4 || dv % 4 || K < 1 ||
-        (B > 0 && (!states || (K > 1 && !conv_states))))
+        (B > 0 && (!states || (K > 1 && !conv_states))) ||
+        impl < HK_CUDA_STEP_DEFAULT || impl > HK_CUDA_STEP_PIPE32)
         return HK_CUDA_EINVAL;
     if (B == 0)
         return HK_CUDA_OK;
+    impl = hk_step_resolve(impl);
+    const int r = Hv / Hk;
+    const cudaStream_t s = hk_stream(stream);
+    if (impl != HK_CUDA_STEP_KH) {
+        /* 8 rows of 4 columns per thread and buffer at most: cw 64 up to
+         * dk 128 (PIPE32: 32), half that above */
+        int cw = impl == HK_CUDA_STEP_PIPE ? 64 : 32;
+        if (dk > 128)
+            cw /= 2;
+        if (dv < cw)
+            cw = dv;
+        const int nrg = HK_STEP_THREADS / (cw / 4);
+        const int rows = (dk + nrg - 1) / nrg;
+        const size_t sm = hk_step_smem(dk, dv, r, cw);
+        if (sm > 48 * 1024)
+            return HK_CUDA_EINVAL;
+        if (impl == HK_CUDA_STEP_PIPE32)
+            return hk_step_pipe_launch(
+                hk_step_pipe<4, 3>{o, states, conv_states, qkv, a, b, conv_w,
+                                   A_log, dt_bias, B, Hk, Hv, dk, dv, K, cw, 0,
+                                   eps, q_scale},
+                sm, s);
+#define HK_PIPE(R)                                                             \
+    hk_step_pipe_launch(hk_step_pipe<R, 2>{o, states, conv_states, qkv, a, b,  \
+                                           conv_w, A_log, dt_bias, B, Hk, Hv,  \
+                                           dk, dv, K, cw, 0, eps, q_scale},    \
+                        sm, s)
+        return rows <= 4 ? HK_PIPE(4) : HK_PIPE(8);
+#undef HK_PIPE
+    }
     const int cw = dv < HK_STEP_CW ? dv : HK_STEP_CW;
     const int nrg = HK_STEP_THREADS / (cw / 4);
     const int rows = (dk + nrg - 1) / nrg;
-    const size_t sm = hk_step_smem(dk, dv, Hv / Hk);
+    const size_t sm = hk_step_smem(dk, dv, r, cw);
     if (sm > 48 * 1024)
         return HK_CUDA_EINVAL;
     const dim3 grid(Hk, B);
-    const cudaStream_t s = hk_stream(stream);
 #define HK_STEP(R)                                                             \
     hk_gdn_step_kernel<R><<<grid, HK_STEP_THREADS, sm, s>>>(                   \
         o, states, conv_states, qkv, a, b, conv_w, A_log, dt_bias, Hk, Hv, dk, \
@@ -230,4 +439,17 @@ extern "C" int hk_cuda_gdn_step(float *o, float *const *states,
         HK_STEP(32);
 #undef HK_STEP
     return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_gdn_step(float *o, float *const *states,
+                                float *const *conv_states, const float *qkv,
+                                const float *a, const float *b,
+                                const float *conv_w, const float *A_log,
+                                const float *dt_bias, int B, int Hk, int Hv,
+                                int dk, int dv, int K, float eps, float q_scale,
+                                void *stream)
+{
+    return hk_cuda_gdn_step_impl(HK_CUDA_STEP_DEFAULT, o, states, conv_states,
+                                 qkv, a, b, conv_w, A_log, dt_bias, B, Hk, Hv,
+                                 dk, dv, K, eps, q_scale, stream);
 }

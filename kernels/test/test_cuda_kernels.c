@@ -1962,16 +1962,28 @@ static void test_gdn_chunk_tc(void)
 }
 
 /* The fused decode step against the CPU's unfused sequence per request:
- * conv (T = 1), split, l2 norms, gates, recurrence (T = 1). Conv states are
- * copies: bit-exact; o and S within the GDN budget (the norms' sums differ
- * in order, ~1e-7). */
+ * conv (T = 1), split, l2 norms, gates, recurrence (T = 1), for every
+ * kernel (KH, PIPE, PIPE32) on the same inputs. Conv states are copies:
+ * bit-exact; o and S within the GDN budget (the norms' sums differ in
+ * order, ~1e-7). */
 static void test_gdn_step(void)
 {
-    /* B, Hk, Hv, dk, dv, K: GQA groups, dv > 128 (two slabs), K = 1 (no
-     * conv state), odd dk, dv not a multiple of 32, dk = 256. */
+    /* B, Hk, Hv, dk, dv, K: GQA groups; more items than the emulator's 8
+     * (PIPE32: 12) block slots, in unequal shares (13: blocks of 2 and a
+     * last of 1); an odd number of units per block (7 x r = 3, one slab:
+     * the unit loop ends on either buffer); dv > 128 and dv = 100 (a
+     * partial last slab); K = 1 (no conv state), odd dk, dv not a multiple
+     * of 32, dk = 256. */
     static const int shapes[][6] = {
-        {1, 1, 1, 16, 16, 4},  {3, 2, 4, 32, 48, 4}, {2, 1, 2, 128, 128, 4},
-        {5, 2, 2, 64, 256, 4}, {4, 1, 1, 17, 12, 1}, {3, 1, 3, 256, 64, 2}};
+        {1, 1, 1, 16, 16, 4}, {13, 1, 2, 128, 128, 4}, {7, 1, 3, 32, 32, 4},
+        {3, 2, 4, 32, 48, 4}, {2, 1, 2, 128, 128, 4},  {5, 2, 2, 64, 256, 4},
+        {4, 1, 1, 17, 12, 1}, {3, 1, 3, 256, 64, 2},   {5, 1, 3, 64, 100, 4}};
+    static const struct {
+        hk_cuda_step_impl_t impl;
+        const char *name;
+    } impls[] = {{HK_CUDA_STEP_KH, "kh"},
+                 {HK_CUDA_STEP_PIPE, "pipe"},
+                 {HK_CUDA_STEP_PIPE32, "pipe32"}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
         const int B = shapes[s][0], Hk = shapes[s][1], Hv = shapes[s][2];
         const int dk = shapes[s][3], dv = shapes[s][4], K = shapes[s][5];
@@ -1985,12 +1997,19 @@ static void test_gdn_step(void)
         float *Al = frand((size_t)Hv, 1.0), *dt = frand((size_t)Hv, 2.0);
         float *o = hmalloc(no), *y = hmalloc((size_t)cd);
         float *g = hmalloc((size_t)Hv), *be = hmalloc((size_t)Hv);
-        float *S[8], *cs[8], *dS[8], *dcs[8];
+        float *poison = hmalloc(no); /* o unwritten by a kernel fails */
+        for (size_t i = 0; i < no; i++)
+            poison[i] = NAN;
+        float *S0[16], *cs0[16], *S[16], *cs[16], *dS[16], *dcs[16];
         for (int b = 0; b < B; b++) {
-            S[b] = frand(ns, 0.5);
-            cs[b] = frand(nc, 2.0);
-            dS[b] = dev_from(S[b], ns);
-            dcs[b] = dev_from(cs[b], nc);
+            S0[b] = frand(ns, 0.5);
+            cs0[b] = frand(nc, 2.0);
+            S[b] = hmalloc(ns);
+            cs[b] = hmalloc(nc);
+            memcpy(S[b], S0[b], ns * sizeof(float));
+            memcpy(cs[b], cs0[b], nc * sizeof(float));
+            dS[b] = dev_alloc(ns);
+            dcs[b] = dev_alloc(nc);
             /* the CPU's unfused sequence */
             hk_conv1d_silu(y, cs[b], qkv + (size_t)b * cd, w, 1, cd, K);
             hk_l2norm(y, Hk, dk, eps, qsc);
@@ -2006,19 +2025,32 @@ static void test_gdn_step(void)
               *da = dev_from(a, (size_t)B * Hv);
         float *db = dev_from(bb, (size_t)B * Hv), *dAl = dev_from(Al, Hv);
         float *ddt = dev_from(dt, Hv), *dO = dev_alloc(no);
-        RUN(hk_cuda_gdn_step(dO, dSp, dcsp, dqkv, da, db, dw, dAl, ddt, B, Hk,
-                             Hv, dk, dv, K, eps, qsc, NULL));
-        int good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
+        for (size_t v = 0; v < sizeof impls / sizeof impls[0]; v++) {
+            for (int b = 0; b < B; b++) {
+                CK(hk_cuda_h2d(dS[b], S0[b], ns * sizeof(float), NULL));
+                if (nc)
+                    CK(hk_cuda_h2d(dcs[b], cs0[b], nc * sizeof(float), NULL));
+            }
+            CK(hk_cuda_h2d(dO, poison, no * sizeof(float), NULL));
+            RUN(hk_cuda_gdn_step_impl(impls[v].impl, dO, dSp, dcsp, dqkv, da,
+                                      db, dw, dAl, ddt, B, Hk, Hv, dk, dv, K,
+                                      eps, qsc, NULL));
+            int good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
+            for (int b = 0; b < B; b++) {
+                good &= close_cpu(S[b], dS[b], ns, ATOL_GDN, RTOL_GDN, "S");
+                good &= same_cpu(cs[b], dcs[b], nc, "conv state");
+            }
+            ok(good, "gdn_step[%s] B=%d Hk=%d Hv=%d dk=%d dv=%d K=%d",
+               impls[v].name, B, Hk, Hv, dk, dv, K);
+        }
         for (int b = 0; b < B; b++) {
-            good &= close_cpu(S[b], dS[b], ns, ATOL_GDN, RTOL_GDN, "S");
-            good &= same_cpu(cs[b], dcs[b], nc, "conv state");
             CK(hk_cuda_free(dS[b]));
             CK(hk_cuda_free(dcs[b]));
+            free(S0[b]);
+            free(cs0[b]);
             free(S[b]);
             free(cs[b]);
         }
-        ok(good, "gdn_step B=%d Hk=%d Hv=%d dk=%d dv=%d K=%d", B, Hk, Hv, dk,
-           dv, K);
         CK(hk_cuda_free(dSp));
         CK(hk_cuda_free(dcsp));
         CK(hk_cuda_free(dqkv));
@@ -2038,6 +2070,7 @@ static void test_gdn_step(void)
         free(y);
         free(g);
         free(be);
+        free(poison);
     }
 }
 
@@ -2324,6 +2357,9 @@ static void test_einval(void)
                                     NULL) == HK_CUDA_EINVAL; /* flags */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)4, &x, tab, tab, &x, &x,
+                                  &x, &x, &x, &x, 1, 1, 1, 16, 16, 4, 1e-6f,
+                                  1.0f, NULL) == HK_CUDA_EINVAL; /* impl */
     hk_kvbuf_geom_t kg = {1, 1, 16, HK_CUDA_KVBUF_MAX_DV + 1, 16};
     hk_kvbuf_view_t kv = {NULL, NULL, 0};
     good &= hk_cuda_kvbuf_step(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 1, &kg, 4,

@@ -184,6 +184,18 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu)
     hk_emu_warp_bar();
 }
 
+/* The streaming (evict-first) load and store: plain accesses here, as
+ * the emulator has no caches. */
+static inline float4 __ldcs(const float4 *p)
+{
+    return *p;
+}
+
+static inline void __stcs(float4 *p, float4 v)
+{
+    *p = v;
+}
+
 /* Any 4- or 8-byte type (float, int, double), as CUDA's overloads. */
 template <class V> static inline V __shfl_xor_sync(unsigned mask, V v, int off)
 {

@@ -34,10 +34,10 @@ typedef struct {
     double load; /* tokens queued + running */
     int omp_max, omp_team;
     int started;
-    int peer; /* -1: computes here; else drives peers[peer] */
-    hp_fwd_ws_t ws;            /* its builds' activations */
+    int peer;                   /* -1: computes here; else drives peers[peer] */
+    hp_fwd_ws_t ws;             /* its builds' activations */
     const hp_model_t *ws_model; /* the model ws is planned for */
-    hp_seq_t *build_seq;       /* hp_prefill_pool_plan's, or NULL */
+    hp_seq_t *build_seq;        /* hp_prefill_pool_plan's, or NULL */
 } worker_t;
 
 struct hp_prefill_pool {

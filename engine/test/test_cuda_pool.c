@@ -38,10 +38,10 @@
 #define MAX_TOKENS 3
 #define SEP        "<|pic_sep|>"
 /* short documents (seam 3: interiors of a few tokens) */
-#define DOCS        "Zorvia's capital is Quellam." SEP "Water boils at 100 degrees."
-#define RAG         "Lead." SEP DOCS SEP "Capital?"
-#define RAG2        "Lead." SEP "Cats sleep all day." SEP "Who?"
-#define RAG_WORKERS                                                          \
+#define DOCS "Zorvia's capital is Quellam." SEP "Water boils at 100 degrees."
+#define RAG  "Lead." SEP DOCS SEP "Capital?"
+#define RAG2 "Lead." SEP "Cats sleep all day." SEP "Who?"
+#define RAG_WORKERS                                                            \
     "Lead two." SEP "Rivers run to the sea." SEP "Plates meet in peaks." SEP   \
     "Where?"
 #define SEAM        3
@@ -143,8 +143,7 @@ static int run_one(hp_sched_t *s, col_t *c, const char *prompt, int mode,
     int rc = submit_as(s, c, prompt, mode, MAX_TOKENS, 1, &err);
     int done = rc == HP_OK && wait_done(c);
     return ok(done && c->fin.status == HP_OK &&
-                  c->fin.completion_tokens == MAX_TOKENS &&
-                  c->fin.mode == mode,
+                  c->fin.completion_tokens == MAX_TOKENS && c->fin.mode == mode,
               "%s: %s runs (%d tokens, %d of %d segments hit: %s)", name, what,
               c->fin.completion_tokens, c->fin.segs_hit, c->fin.segs_total,
               rc != HP_OK ? err.msg : c->fin.err.msg);
@@ -209,8 +208,8 @@ static void check_cached(const hp_llm_t *llm, const char *name,
     ok(a.done_at && b.start_at > a.done_at,
        "%s: the second waits for the first's memory (start %d after end %d)",
        name, b.start_at, a.done_at);
-    ok(!strcmp(a.text, b.text), "%s: cold and warm splice say the same (\"%s\")",
-       name, a.text);
+    ok(!strcmp(a.text, b.text),
+       "%s: cold and warm splice say the same (\"%s\")", name, a.text);
     run_one(s, &c, RAG2, HP_IPC_MODE_NAIVE, name, "naive, cold");
     run_one(s, &d, RAG2, HP_IPC_MODE_PREFIX, name, "prefix, first");
     run_one(s, &e, RAG2, HP_IPC_MODE_PREFIX, name, "prefix, resumed");

@@ -119,9 +119,11 @@ tap_all("$work/test_cuda_pic qwen35-dense",
         'PIC, naive and prefix resume on the CUDA backend agree with the CPU');
 
 # Serving allocates device memory at start only (test_cuda_pool: the
-# sequence pool, the workspace and the backend's scratch; a request over
-# the pool's room waits, one over its size is refused), on the dense
-# model here; a GPU run adds its int8 twin (the I8 tile).
+# sequence pool with the segment builders' sequences, the workspaces and
+# the backend's scratch), in full, pic (cold, warm), naive and prefix
+# modes and with two prefill workers; a request over the pool's room
+# waits, one over its size or a segment over max_segment is refused. On
+# the dense model here; a GPU run adds its int8 twin (the I8 tile).
 tap_all("$work/test_cuda_pool qwen35-dense",
         'serving on the CUDA backend allocates no device memory after its '
         . 'start');

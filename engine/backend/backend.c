@@ -248,6 +248,18 @@ unsigned long hp_backend_device_waits(const hp_backend_t *b)
     return b->iface->device_waits ? b->iface->device_waits(b) : 0;
 }
 
+void hp_backend_lock(const hp_backend_t *b)
+{
+    if (b->iface->lock)
+        b->iface->lock(b);
+}
+
+void hp_backend_unlock(const hp_backend_t *b)
+{
+    if (b->iface->unlock)
+        b->iface->unlock(b);
+}
+
 size_t hp_backend_mem_total(const hp_backend_t *b)
 {
     return b->iface->mem_total ? b->iface->mem_total(b) : 0;

@@ -152,6 +152,15 @@ unsigned long hp_backend_device_allocs(const hp_backend_t *b);
 unsigned long hp_backend_device_waits(const hp_backend_t *b);
 /* Bytes of memory the device has in all (0: unknown, or host memory). */
 size_t hp_backend_mem_total(const hp_backend_t *b);
+/* Serializes the device work of the threads that share a device backend
+ * (a server's scheduler steps, its prefill workers' segment builds): the
+ * backend's staging, scratch, BLAS handle and first-failure record serve
+ * one thread at a time (and a device runs one stream anyway). FIFO, so a
+ * worker is not starved by a busy scheduler; not recursive. It also makes
+ * the device current in the calling thread. No-op on the CPU, whose ops
+ * any thread may call at once. */
+void hp_backend_lock(const hp_backend_t *b);
+void hp_backend_unlock(const hp_backend_t *b);
 
 /* ---- projections -------------------------------------------------------- */
 

@@ -32,6 +32,7 @@
  *                   sequential pass) or its single-bf16 products (~1e-3),
  *                   HK_CUDA_GDN_TC_V1 / _FAST, to time them in the engine
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,11 @@ typedef struct {
     size_t mem;      /* device memory in all (bytes) */
     float *host;     /* host scratch (the identity) */
     size_t host_cap; /* floats */
+    /* hp_backend_lock: a ticket lock, so threads get the device in the
+     * order they asked for it */
+    pthread_mutex_t mu;
+    pthread_cond_t turn;
+    unsigned long next, serving;
 } cuda_t;
 
 static cuda_t *ctx(be_t b)
@@ -124,7 +130,30 @@ static void cu_close(be_t b)
     hk_cuda_free(c->xb);
     hk_cuda_free(c->i8_tile);
     free(c->host);
+    pthread_cond_destroy(&c->turn);
+    pthread_mutex_destroy(&c->mu);
     free(c);
+}
+
+static void cu_lock(be_t b)
+{
+    cuda_t *c = ctx(b);
+    pthread_mutex_lock(&c->mu);
+    unsigned long mine = c->next++;
+    while (c->serving != mine)
+        pthread_cond_wait(&c->turn, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+    /* the current device is per host thread */
+    note(b, hk_cuda_set_device(c->device), "set device");
+}
+
+static void cu_unlock(be_t b)
+{
+    cuda_t *c = ctx(b);
+    pthread_mutex_lock(&c->mu);
+    c->serving++;
+    pthread_cond_broadcast(&c->turn);
+    pthread_mutex_unlock(&c->mu);
 }
 
 /* ---- memory ------------------------------------------------------------- */
@@ -825,6 +854,8 @@ static const hp_backend_i cuda_iface = {
     .device_allocs = cu_device_allocs,
     .device_waits = cu_device_waits,
     .mem_total = cu_mem_total,
+    .lock = cu_lock,
+    .unlock = cu_unlock,
     .linear = cu_linear,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
@@ -905,6 +936,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
                             device, hk_cuda_strerror(rc));
     }
     c->device = device;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->turn, NULL);
     c->gdn = gdn > GDN_SCALAR ? GDN_TC : (gdn_mode_t)gdn;
     c->gdn_flags = mode_flags[gdn];
     {

@@ -39,6 +39,8 @@ typedef struct {
     unsigned long (*device_allocs)(be_t b); /* (optional) */
     unsigned long (*device_waits)(be_t b);  /* (optional) */
     size_t (*mem_total)(be_t b);            /* (optional) */
+    void (*lock)(be_t b);                   /* (optional) */
+    void (*unlock)(be_t b);                 /* (optional) */
 
     /* ops (all optional) */
     void (*linear)(be_t b, float *y, const float *x, const hk_weight_t *w,

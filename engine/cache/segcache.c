@@ -124,18 +124,38 @@ int hp_segc_load_state(hp_seq_t *seq, const void *ce, hp_error_t *err)
     return HP_OK;
 }
 
+/* The sequence a build runs in: the workspace's build sequence, reset,
+ * else *own, made now (build_end frees it). */
+static int build_begin(const hp_model_t *m, hp_fwd_ws_t *ws, hp_seq_t *own,
+                       hp_seq_t **seq, hp_error_t *err)
+{
+    *seq = ws->build_seq;
+    if (*seq && (*seq)->model == m) {
+        hp_seq_reset(*seq);
+        return HP_OK;
+    }
+    *seq = own;
+    return hp_seq_init(own, m, err);
+}
+
+static void build_end(hp_seq_t *seq, hp_seq_t *own)
+{
+    if (seq == own)
+        hp_seq_free(own);
+}
+
 int hp_segc_build_state(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
                         const int *ids, int n, hp_error_t *err)
 {
-    hp_seq_t seq;
-    int rc = hp_seq_init(&seq, m, err);
+    hp_seq_t own, *seq;
+    int rc = build_begin(m, ws, &own, &seq, err);
     if (rc != HP_OK)
         return rc;
     if (n > 0)
-        rc = hp_prefill(m, &seq, ws, ids, n, HP_FWD_PIECE, NULL, err);
+        rc = hp_prefill(m, seq, ws, ids, n, HP_FWD_PIECE, NULL, err);
     if (rc == HP_OK)
-        hp_segc_capture_state(e, &seq);
-    hp_seq_free(&seq);
+        hp_segc_capture_state(e, seq);
+    build_end(seq, &own);
     return rc;
 }
 
@@ -198,8 +218,8 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
                          .n_tok = n,
                          .w = w,
                          .n_int = n_int};
-    hp_seq_t seq;
-    int rc = hp_seq_init(&seq, m, err);
+    hp_seq_t own, *seq;
+    int rc = build_begin(m, ws, &own, &seq, err);
     if (rc != HP_OK)
         return rc;
     capture_t cp = {c, m->be, e, hp_fwd_jump_mem(ws)};
@@ -208,16 +228,16 @@ int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
     if (c->n_lin > 0 && !cp.jm.s)
         rc = hp_error_set(err, HP_EINTERNAL, "segcache: no workspace");
     if (rc == HP_OK)
-        rc = hp_forward(m, &seq, ws, ids, NULL, n - w, &jumps, HP_LOGITS_NONE,
+        rc = hp_forward(m, seq, ws, ids, NULL, n - w, &jumps, HP_LOGITS_NONE,
                         NULL, err);
     for (int l = 0; rc == HP_OK && l < c->n_layers; l++)
         if (c->layer_kind[l] == HP_LAYER_FULL)
-            hp_seq_kv_pack(&seq, l, w, n_int, hp_segc_K(c, e, l),
+            hp_seq_kv_pack(seq, l, w, n_int, hp_segc_K(c, e, l),
                            hp_segc_V(c, e, l));
     /* a device reports its failures here, before the entry is published */
     if (rc == HP_OK)
         rc = hp_backend_sync(m->be, err);
-    hp_seq_free(&seq);
+    build_end(seq, &own);
     return rc;
 }
 

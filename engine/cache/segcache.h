@@ -56,7 +56,9 @@ void hp_segc_capture_state(void *e, const hp_seq_t *seq);
 int hp_segc_load_state(hp_seq_t *seq, const void *e, hp_error_t *err);
 
 /* Prefills ids[n] on their own from position 0 and writes a STATE entry
- * into e (sized by hp_segc_bytes(STATE, n)). */
+ * into e (sized by hp_segc_bytes(STATE, n)). Both builds run in
+ * ws->build_seq when it is set (forward.h; it needs room for n
+ * positions), else in a sequence made for the build. */
 int hp_segc_build_state(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
                         const int *ids, int n, hp_error_t *err);
 

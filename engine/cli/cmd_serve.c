@@ -408,13 +408,13 @@ int hp_cmd_serve(int argc, char **argv)
         rc = brc == HP_EBADINPUT ? 2 : 1;
         goto out;
     }
-    /* a device backend's staging and stream serve one thread */
+    /* prefill workers share a device with the scheduler (hp_backend_lock);
+     * the peer server's threads do not take it yet */
     if (!hp_backend_host_memory(be) &&
-        (pworkers > 0 || c->str[HP_SO_PEER_LISTEN])) {
+        (n_peers > 0 || c->str[HP_SO_PEER_LISTEN])) {
         fprintf(stderr,
-                "hypic-engine serve: device %s runs the model from the "
-                "scheduler only: no --prefill-workers, --peers or "
-                "--peer-listen yet\n",
+                "hypic-engine serve: device %s runs the model in this "
+                "node only: no --peers or --peer-listen yet\n",
                 hp_backend_name(be));
         rc = 2;
         goto out;
@@ -536,6 +536,7 @@ int hp_cmd_serve(int argc, char **argv)
         .speculative = (int)c->num[HP_SO_SPECULATIVE],
         .max_draft = (int)c->num[HP_SO_MAX_DRAFT],
         .seq_budget = (size_t)c->num[HP_SO_SEQ_BUDGET],
+        .max_segment = (int)c->num[HP_SO_MAX_SEGMENT],
     };
 
     if (hp_ipc_server_open(&sv.srv, &icfg, &err) != HP_OK) {

@@ -44,6 +44,7 @@ enum {
     HP_SO_LOG_LEVEL,
     HP_SO_DRAIN_TIMEOUT_MS,
     HP_SO_SEQ_BUDGET,
+    HP_SO_MAX_SEGMENT,
     HP_SO_N
 };
 

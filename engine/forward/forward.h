@@ -63,6 +63,12 @@ typedef struct {
     hp_fwd_spec_t *spec; /* [max_batch] */
     int n_spec;
     int spec_rows; /* rows of every saved layer */
+    /* The sequence the segment builds of this workspace's thread run in
+     * (segcache.h), its owner's (not freed here; set after init): reset
+     * and reused per segment, so a server that takes it from its
+     * sequence pool at start makes no allocation per segment. NULL: each
+     * build makes a sequence of its own. */
+    hp_seq_t *build_seq;
 } hp_fwd_ws_t;
 
 /* Plans and allocates a workspace for model m (plan NULL: the default

@@ -34,7 +34,10 @@ typedef struct {
     double load; /* tokens queued + running */
     int omp_max, omp_team;
     int started;
-    int peer; /* -1: computes here; else drives peers[peer] */
+    int peer;                   /* -1: computes here; else drives peers[peer] */
+    hp_fwd_ws_t ws;             /* its builds' activations */
+    const hp_model_t *ws_model; /* the model ws is planned for */
+    hp_seq_t *build_seq;        /* hp_prefill_pool_plan's, or NULL */
 } worker_t;
 
 struct hp_prefill_pool {
@@ -177,8 +180,12 @@ static int build(hp_prefill_job_t *j, int k, worker_t *wk, hp_fwd_ws_t *ws,
     if (!e)
         return err->code ? err->code : HP_ENOMEM;
     const int *ids = j->p->ids + s->start;
+    hp_backend_lock(m->be);
     int rc = pic ? hp_segc_build_pic(e->data, m, ws, ids, s->len, j->w, err)
                  : hp_segc_build_state(e->data, m, ws, ids, s->len, err);
+    if (rc == HP_OK) /* this build's failures, before another thread's */
+        rc = hp_backend_sync(m->be, err);
+    hp_backend_unlock(m->be);
     if (rc != HP_OK) {
         hp_pool_release(pub, e);
         return rc;
@@ -189,12 +196,27 @@ static int build(hp_prefill_job_t *j, int k, worker_t *wk, hp_fwd_ws_t *ws,
     return HP_OK;
 }
 
+/* Plans wk's workspace for model m (segment builds: prefill pieces, no
+ * batched steps), with its build sequence. */
+static int ws_plan(worker_t *wk, const hp_model_t *m, hp_error_t *err)
+{
+    hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
+    hp_backend_lock(m->be); /* the backend's scratch may grow */
+    hp_fwd_ws_free(&wk->ws);
+    wk->ws_model = NULL;
+    int rc = hp_fwd_ws_init(&wk->ws, m, &plan, err);
+    hp_backend_unlock(m->be);
+    if (rc != HP_OK)
+        return rc;
+    wk->ws_model = m;
+    wk->ws.build_seq = wk->build_seq;
+    return HP_OK;
+}
+
 static void *worker_main(void *arg)
 {
     worker_t *wk = arg;
     hp_prefill_pool_t *pp = wk->pp;
-    hp_fwd_ws_t ws = {0};
-    const hp_model_t *ws_model = NULL; /* the model ws is planned for */
 
     /* nthreads-var is a per-task ICV: this sets the count for this
      * thread's own parallel regions (and the BLAS calls sized from it)
@@ -231,18 +253,13 @@ static void *worker_main(void *arg)
             .seg = j->seg[t->k], .worker = wk->idx, .tokens = s->len};
         d.start_us = now_us();
         int64_t c0 = thread_cpu_us();
-        if (!skip && ws_model != &j->llm->model) {
-            /* segment builds: prefill pieces, no batched steps; planned
-             * at the first job of a model (one model in practice) */
-            hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
-            hp_fwd_ws_free(&ws);
-            ws_model = &j->llm->model;
-            if (hp_fwd_ws_init(&ws, ws_model, &plan, &err) != HP_OK)
-                ws_model = NULL;
-        }
-        d.status = skip        ? HP_ECANCELLED
-                   : !ws_model ? err.code
-                               : build(j, t->k, wk, &ws, &d, &err);
+        /* unplanned (hp_prefill_pool_plan): at the first job of a model
+         * (one model in practice) */
+        if (!skip && wk->ws_model != &j->llm->model)
+            ws_plan(wk, &j->llm->model, &err);
+        d.status = skip            ? HP_ECANCELLED
+                   : !wk->ws_model ? err.code
+                                   : build(j, t->k, wk, &wk->ws, &d, &err);
         d.end_us = now_us();
         d.cpu_us = thread_cpu_us() - c0;
         if (j->cb)
@@ -277,7 +294,7 @@ static void *worker_main(void *arg)
         pthread_cond_broadcast(&pp->done);
     }
     pthread_mutex_unlock(&pp->mu);
-    hp_fwd_ws_free(&ws);
+    hp_fwd_ws_free(&wk->ws);
     return NULL;
 }
 
@@ -345,6 +362,23 @@ int hp_prefill_pool_create(hp_prefill_pool_t **out,
     pthread_mutex_unlock(&pp->mu);
     *out = pp;
     return HP_OK;
+}
+
+int hp_prefill_pool_plan(hp_prefill_pool_t *pp, const hp_llm_t *llm,
+                         hp_seq_t *seqs, hp_error_t *err)
+{
+    int rc = HP_OK;
+    for (int i = 0; i < pp->n; i++) {
+        worker_t *wk = &pp->w[i];
+        wk->build_seq = seqs ? &seqs[i] : NULL;
+        if (llm && rc == HP_OK) {
+            rc = ws_plan(wk, &llm->model, err);
+        } else if (!llm) {
+            hp_fwd_ws_free(&wk->ws);
+            wk->ws_model = NULL;
+        }
+    }
+    return rc;
 }
 
 void hp_prefill_pool_destroy(hp_prefill_pool_t *pp)

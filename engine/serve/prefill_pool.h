@@ -105,11 +105,25 @@ typedef struct {
 int hp_prefill_pool_create(hp_prefill_pool_t **out,
                            const hp_prefill_pool_cfg_t *cfg, hp_error_t *err);
 
+/*
+ * Plans every worker's workspace for llm's model now (else it is planned
+ * at the worker's first job) and gives worker i the build sequence
+ * seqs[i] (hp_fwd_ws_t.build_seq; seqs NULL: none), so that a server
+ * that takes them from its sequence pool at start allocates nothing per
+ * segment. The caller keeps the sequences; plan(pp, NULL, NULL) frees
+ * the workspaces and lets them go. Only while no job is in flight.
+ * HP_ENOMEM.
+ */
+int hp_prefill_pool_plan(hp_prefill_pool_t *pp, const hp_llm_t *llm,
+                         hp_seq_t *seqs, hp_error_t *err);
+
 /* Stops the workers and frees the pool. Every job must have been freed
  * (hp_prefill_job_free) before: jobs point into the pool. */
 void hp_prefill_pool_destroy(hp_prefill_pool_t *pp);
 
-/* Workers in all: local ones first (0..workers-1), then one per peer. */
+/* Workers in all: local ones first (0..workers-1), then one per peer
+ * (which prefills here when its peer fails). On a device backend each
+ * build holds the device (hp_backend_lock). */
 int hp_prefill_pool_workers(const hp_prefill_pool_t *pp);
 
 /* What worker i saw from inside its thread: omp_get_max_threads() after

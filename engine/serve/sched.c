@@ -84,6 +84,13 @@ struct hp_sched {
     hp_seq_pool_t *pool;    /* the requests' sequences (cfg.seq_budget) */
     const req_t *blocked;   /* the queue's head waiting for pool memory:
                                not runnable until a request ends */
+    /* the segment builders' sequences, extents of the pool taken at start
+     * (the scheduler's own first, then one per prefill worker), each of
+     * build_pos positions; room: the pool's bytes requests may take */
+    hp_seq_t *build;
+    int n_build, build_pos;
+    size_t room;
+    int dev_locked; /* the thread holds the device (hp_backend_lock) */
     int kvb;
     uint64_t passes;                 /* decode passes so far */
     hp_gcache_t *gcache;             /* compiled grammars (thread-safe) */
@@ -125,6 +132,21 @@ static void req_free(req_t *r)
     free(r);
 }
 
+/* Gives up r's prefill job: its workers may be waiting for the device
+ * this thread holds, so the thread lets it go meanwhile. */
+static void drop_job(hp_sched_t *s, req_t *r)
+{
+    const hp_backend_t *be = s->llm->model.be;
+    if (!r->job)
+        return;
+    if (s->dev_locked)
+        hp_backend_unlock(be);
+    hp_prefill_job_free(r->job);
+    r->job = NULL;
+    if (s->dev_locked)
+        hp_backend_lock(be);
+}
+
 /* The last callback, then the memory goes. */
 static void req_done(hp_sched_t *s, req_t *r)
 {
@@ -150,6 +172,7 @@ static void req_done(hp_sched_t *s, req_t *r)
         f.err = r->err;
     r->ops.done(r->ud, &f);
     int tokens = r->dec.n_tokens - r->counted;
+    drop_job(s, r);
     req_free(r);
     pthread_mutex_lock(&s->mu);
     s->st.live--;
@@ -871,7 +894,11 @@ static void *sched_main(void *arg)
         }
         s->kicked = 0;
         pthread_mutex_unlock(&s->mu);
+        hp_backend_lock(s->llm->model.be);
+        s->dev_locked = 1;
         int produced = step(s);
+        s->dev_locked = 0;
+        hp_backend_unlock(s->llm->model.be);
         pthread_mutex_lock(&s->mu);
         s->st.steps++;
         update_stats(s);
@@ -898,10 +925,14 @@ static void *sched_main(void *arg)
     pthread_mutex_unlock(&s->mu);
 
     /* stopping: everything still held is cancelled */
+    hp_backend_lock(s->llm->model.be);
+    s->dev_locked = 1;
     for (int i = 0; i < s->n_running; i++) {
         s->running[i]->cancelled = 1;
         retire(s, s->running[i]);
     }
+    s->dev_locked = 0;
+    hp_backend_unlock(s->llm->model.be);
     s->n_running = 0;
     while (s->q_head) {
         req_t *r = s->q_head;
@@ -915,6 +946,12 @@ static void *sched_main(void *arg)
 
 static void free_parts(hp_sched_t *s)
 {
+    hp_error_t err;
+    if (s->cfg.prefill) /* the workers' builders go back to the pool */
+        hp_prefill_pool_plan(s->cfg.prefill, NULL, NULL, &err);
+    for (int i = 0; s->build && i < s->n_build; i++)
+        hp_seq_free(&s->build[i]);
+    free(s->build);
     hp_sampler_free(&s->sm);
     hp_fwd_ws_free(&s->ws);
     if (s->kvb)
@@ -928,22 +965,48 @@ static void free_parts(hp_sched_t *s)
     free(s);
 }
 
-/* The sequence pool (hp_sched_cfg_t.seq_budget). */
+/* The sequence pool (hp_sched_cfg_t.seq_budget) and the segment
+ * builders' sequences in it, taken now: the scheduler's own where a cache
+ * may build segments in its thread, and one per prefill worker. */
 static int seq_pool(hp_sched_t *s, hp_error_t *err)
 {
     const hp_model_t *m = &s->llm->model;
     size_t bytes = s->cfg.seq_budget;
     if (!bytes && hp_backend_host_memory(m->be))
         return HP_OK;
+    s->n_build = !s->cfg.cache    ? 0
+                 : s->cfg.prefill ? 1 + hp_prefill_pool_workers(s->cfg.prefill)
+                                  : 1;
+    s->build_pos = s->cfg.max_segment;
+    size_t build = (size_t)s->n_build * hp_seq_pool_need(m, s->build_pos);
     if (!bytes) {
         long most = (long)s->cfg.max_context + HP_SCHED_MAX_DRAFT + 1;
         bytes = (size_t)s->cfg.batch *
-                hp_seq_pool_need(m, most < INT_MAX ? (int)most : INT_MAX);
+                    hp_seq_pool_need(m, most < INT_MAX ? (int)most : INT_MAX) +
+                build;
         size_t half = hp_backend_mem_total(m->be) / 2;
         if (half && bytes > half)
             bytes = half;
     }
-    return hp_seq_pool_create(&s->pool, m->be, bytes, err);
+    int rc = hp_seq_pool_create(&s->pool, m->be, bytes, err);
+    if (rc != HP_OK)
+        return rc;
+    if (build >= hp_seq_pool_bytes(s->pool))
+        return hp_error_set(err, HP_ENOMEM,
+                            "sequence pool: %.1f MiB (seq_budget) does not "
+                            "hold %d segment builders of %d positions "
+                            "(%.1f MiB; lower max_segment)",
+                            hp_seq_pool_bytes(s->pool) / 1048576.0, s->n_build,
+                            s->build_pos, build / 1048576.0);
+    s->build = calloc((size_t)s->n_build + 1, sizeof(*s->build));
+    if (!s->build)
+        return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+    for (int i = 0; i < s->n_build; i++)
+        if ((rc = hp_seq_init_in(&s->build[i], m, s->pool, s->build_pos,
+                                 err)) != HP_OK)
+            return rc;
+    s->room = hp_seq_pool_bytes(s->pool) - build;
+    return HP_OK;
 }
 
 /* The KVBuffer pool every request's buffers come from (whatever the
@@ -993,6 +1056,8 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
         s->cfg.max_context = llm->model.cfg.max_positions > 0
                                  ? llm->model.cfg.max_positions
                                  : INT_MAX;
+    if (s->cfg.max_segment <= 0 || s->cfg.max_segment > s->cfg.max_context)
+        s->cfg.max_segment = s->cfg.max_context;
     /* as hp_generate: ids past the tokenizer (padding rows of the
      * embedding table) are never sampled */
     size_t tv = hp_tokenizer_vocab_size(llm->tok);
@@ -1027,10 +1092,15 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
         .max_batch = s->cfg.batch,
         .max_step = s->kvb ? s->kvpool.cfg.max_step : 1,
     };
-    if (hp_fwd_ws_init(&s->ws, &llm->model, &plan, err) != HP_OK) {
+    if (hp_fwd_ws_init(&s->ws, &llm->model, &plan, err) != HP_OK ||
+        (s->cfg.prefill &&
+         hp_prefill_pool_plan(s->cfg.prefill, llm,
+                              s->n_build ? s->build + 1 : NULL,
+                              err) != HP_OK)) {
         free_parts(s);
         return err->code;
     }
+    s->ws.build_seq = s->n_build ? &s->build[0] : NULL;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_cond_init(&s->stop_cv, NULL);
@@ -1043,6 +1113,25 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
                             "scheduler: cannot start its thread");
     }
     *out = s;
+    return HP_OK;
+}
+
+/* naive/pic build each cacheable segment on its own in a builder's
+ * sequence (planned at start): one longer than that can never be built. */
+static int segments_fit(const hp_sched_t *s, const req_t *r, hp_error_t *err)
+{
+    if (!s->n_build ||
+        (r->mode != HP_IPC_MODE_NAIVE && r->mode != HP_IPC_MODE_PIC))
+        return HP_OK;
+    for (int i = 0; i < r->prompt.n_segs; i++) {
+        const hp_prompt_seg_t *g = &r->prompt.segs[i];
+        if (hp_assemble_cacheable(g, (hp_ipc_mode_t)r->mode, r->seam) &&
+            g->len > s->build_pos)
+            return hp_error_set(err, HP_ETOOLARGE,
+                                "segment %d is %d tokens, the segment "
+                                "builders hold %d (max_segment)",
+                                i, g->len, s->build_pos);
+    }
     return HP_OK;
 }
 
@@ -1084,20 +1173,31 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
      * token by its drafts */
     r->need_pos = r->prompt.n + (gen.max_tokens > 0 ? gen.max_tokens : 0) +
                   HP_SCHED_MAX_DRAFT + 1;
+    /* without pools every request runs full, and says so */
+    r->mode = s->cfg.cache && req->mode >= HP_IPC_MODE_FULL &&
+                      req->mode <= HP_IPC_MODE_PIC
+                  ? req->mode
+                  : HP_IPC_MODE_FULL;
+    r->seam = req->seam >= 0 ? req->seam : s->cfg.seam;
+    if ((rc = segments_fit(s, r, err)) != HP_OK) {
+        req_free(r);
+        return rc;
+    }
     if (s->pool) {
         size_t need = (size_t)r->n_choices *
                       hp_seq_pool_need(&s->llm->model, r->need_pos);
-        if (need > hp_seq_pool_bytes(s->pool)) {
+        if (need > s->room) {
             rc = hp_error_set(err, HP_ETOOLARGE,
                               "the request takes %.1f MiB of sequence memory "
                               "(%d positions, %d choices), the engine has "
                               "%.1f MiB (seq_budget)",
                               need / 1048576.0, r->need_pos, r->n_choices,
-                              hp_seq_pool_bytes(s->pool) / 1048576.0);
+                              s->room / 1048576.0);
             req_free(r);
             return rc;
         }
     }
+
     /* speculative decoding: drafts from the prompt's tokens */
     int spec = req->speculative == HP_SCHED_SPEC_ON ||
                (req->speculative == HP_SCHED_SPEC_SERVER && s->cfg.speculative);
@@ -1132,12 +1232,6 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
     r->ud = req->ud;
     r->lead = r;
     r->members = 1;
-    /* without pools every request runs full, and says so */
-    r->mode = s->cfg.cache && req->mode >= HP_IPC_MODE_FULL &&
-                      req->mode <= HP_IPC_MODE_PIC
-                  ? req->mode
-                  : HP_IPC_MODE_FULL;
-    r->seam = req->seam >= 0 ? req->seam : s->cfg.seam;
     r->ask_decode = req->decode;
     r->decode = HP_SCHED_DECODE_RECURRENT;
     r->feed = -1;

@@ -101,12 +101,20 @@ typedef struct {
      * admission the most positions it may reach: prompt + max_tokens +
      * the drafts of one verification (n choices: n times that); one that
      * does not fit now waits in the queue until running ones end, one
-     * larger than the pool is refused at submit (HP_ETOOLARGE). Its
-     * bytes: seq_budget; 0: batch sequences of max_context positions,
-     * capped at half the device's memory; on a backend whose memory is
-     * host memory (the CPU) with seq_budget 0 there is no pool (each
-     * sequence allocates on its own, as before). */
+     * larger than the pool is refused at submit (HP_ETOOLARGE). The
+     * segment builds of naive/pic (hp_segc_build_*) run in builders'
+     * sequences of max_segment positions taken from the pool at start
+     * too: one for this thread where there is a cache, one per prefill
+     * worker; they never wait for requests' memory, so a request waits
+     * for its own extent only (no deadlock), and a cacheable segment
+     * longer than max_segment is refused at submit (HP_ETOOLARGE). Its
+     * bytes: seq_budget (the builders included); 0: batch sequences of
+     * max_context positions plus the builders, capped at half the
+     * device's memory; on a backend whose memory is host memory (the
+     * CPU) with seq_budget 0 there is no pool (each sequence allocates
+     * on its own, as before). */
     size_t seq_budget;
+    int max_segment; /* positions of a builder (0: max_context) */
     /* Called in the scheduler thread after a step that produced output
      * (may be NULL): a place to send wake-ups in one go. */
     void (*flush)(void *ud, const hp_sched_stats_t *st);

@@ -1,15 +1,26 @@
 /*
  * test_cuda_pool.c - serving on the CUDA backend allocates its device
- * memory at start only: the scheduler's sequence pool (seq.h), the
- * forward workspace and the backend's own scratch (hp_backend_reserve)
- * are made by hp_sched_create; a request's admission, prefill and decode
- * then make no device allocation (hp_backend_device_allocs counts every
- * hk_cuda_malloc). A pool with room for one request at a time makes the
- * second wait in the queue and run when the first ends; a request larger
- * than the pool is refused at submit with HP_ETOOLARGE. Runs on a GPU,
- * or on the host emulator (kernels/cuda/emu/run.sh with HK_EMU_ENGINE);
- * SKIPs where "cuda" cannot be opened. Models: argv, else the dense f32
- * one and its int8 twin (the I8 tile is planned with the workspace).
+ * memory at start only: the scheduler's sequence pool (seq.h) with the
+ * segment builders' sequences in it, the forward workspaces (the
+ * scheduler's and every prefill worker's) and the backend's own scratch
+ * (hp_backend_reserve) are made by hp_sched_create; then no request makes
+ * a device allocation (hp_backend_device_allocs counts every
+ * hk_cuda_malloc), whatever its mode:
+ *   full    two requests; a pool with room for one makes the second wait
+ *           in the queue and run when the first ends; one larger than the
+ *           pool is refused at submit with HP_ETOOLARGE;
+ *   cached  a cache, no prefill workers: pic cold (its segments built in
+ *           the scheduler's builder) then warm (spliced), naive, prefix
+ *           twice (a resume), all in one pool that holds one request at
+ *           a time besides the builder: the second pic request waits;
+ *           a request over the pool, and one whose segment is longer
+ *           than the builders (max_segment), are refused;
+ *   workers two prefill workers build a pic prompt's cold segments, with
+ *           their own workspaces and builders planned at start.
+ * Runs on a GPU, or on the host emulator (kernels/cuda/emu/run.sh with
+ * HK_EMU_ENGINE); SKIPs where "cuda" cannot be opened. Models: argv, else
+ * the dense f32 one and its int8 twin (the I8 tile is planned with the
+ * workspace).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -17,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "engine/cache/assemble.h"
 #include "engine/cache/prompt.h"
 #include "engine/forward/seq.h"
 #include "engine/serve/sched.h"
@@ -24,6 +36,16 @@
 
 #define PROMPT     "The quick brown fox jumps over the lazy dog, again and again"
 #define MAX_TOKENS 3
+#define SEP        "<|pic_sep|>"
+/* short documents (seam 3: interiors of a few tokens) */
+#define DOCS "Zorvia's capital is Quellam." SEP "Water boils at 100 degrees."
+#define RAG  "Lead." SEP DOCS SEP "Capital?"
+#define RAG2 "Lead." SEP "Cats sleep all day." SEP "Who?"
+#define RAG_WORKERS                                                            \
+    "Lead two." SEP "Rivers run to the sea." SEP "Plates meet in peaks." SEP   \
+    "Where?"
+#define SEAM        3
+#define MAX_SEGMENT 40
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
@@ -84,16 +106,165 @@ static int wait_done(col_t *c)
     return r;
 }
 
-static int submit(hp_sched_t *s, col_t *c, int max, int n, hp_error_t *err)
+static int submit_as(hp_sched_t *s, col_t *c, const char *prompt, int mode,
+                     int max, int n, hp_error_t *err)
 {
-    hp_sched_req_t r = {.prompt = PROMPT,
-                        .prompt_len = strlen(PROMPT),
+    hp_sched_req_t r = {.prompt = prompt,
+                        .prompt_len = strlen(prompt),
+                        .separator = SEP,
+                        .mode = mode,
+                        .seam = SEAM,
                         .n = n,
                         .ops = &ops,
                         .ud = c};
     r.gen.max_tokens = max;
     r.gen.ignore_eos = 1;
     return hp_sched_submit(s, &r, err);
+}
+
+static int submit(hp_sched_t *s, col_t *c, int max, int n, hp_error_t *err)
+{
+    return submit_as(s, c, PROMPT, HP_IPC_MODE_FULL, max, n, err);
+}
+
+static void reset_events(void)
+{
+    pthread_mutex_lock(&mu);
+    events = 0;
+    pthread_mutex_unlock(&mu);
+}
+
+/* One request in mode, to its end: 1 when it generated MAX_TOKENS. */
+static int run_one(hp_sched_t *s, col_t *c, const char *prompt, int mode,
+                   const char *name, const char *what)
+{
+    hp_error_t err = {0};
+    memset(c, 0, sizeof(*c));
+    int rc = submit_as(s, c, prompt, mode, MAX_TOKENS, 1, &err);
+    int done = rc == HP_OK && wait_done(c);
+    return ok(done && c->fin.status == HP_OK &&
+                  c->fin.completion_tokens == MAX_TOKENS && c->fin.mode == mode,
+              "%s: %s runs (%d tokens, %d of %d segments hit: %s)", name, what,
+              c->fin.completion_tokens, c->fin.segs_hit, c->fin.segs_total,
+              rc != HP_OK ? err.msg : c->fin.err.msg);
+}
+
+/* Tokens of a prompt (its segments as the scheduler splits them). */
+static int prompt_tokens(const hp_llm_t *llm, const char *text)
+{
+    hp_prompt_t p;
+    hp_error_t err = {0};
+    if (hp_prompt_build(&p, llm, text, strlen(text), SEP, &err) != HP_OK)
+        return 0;
+    int n = p.n;
+    hp_prompt_free(&p);
+    return n;
+}
+
+/* The caches' modes on one scheduler with a cache: cold and warm pic,
+ * naive, prefix; then, with two prefill workers, a cold pic prompt. */
+static void check_cached(const hp_llm_t *llm, const char *name,
+                         const hp_backend_t *be)
+{
+    hp_error_t err = {0};
+    hp_prefix_cache_params_t pcp;
+    hp_prefix_cache_params_default(&pcp, 64u << 20);
+    hp_cache_t cache = {hp_pool_create(64u << 20, &err), NULL};
+    cache.prefix = hp_prefix_cache_create(&llm->model.cfg, &pcp, 1, &err);
+    if (!ok(cache.pub && cache.prefix, "%s: caches: %s", name, err.msg))
+        goto out;
+    /* room for one RAG request besides the scheduler's builder */
+    int n_rag = prompt_tokens(llm, RAG);
+    size_t one = hp_seq_pool_need(&llm->model,
+                                  n_rag + MAX_TOKENS + HP_SCHED_MAX_DRAFT + 1);
+    size_t build = hp_seq_pool_need(&llm->model, MAX_SEGMENT);
+    hp_sched_cfg_t cfg = {.batch = 4,
+                          .prefill_chunk = 16,
+                          .max_context = 256,
+                          .max_segment = MAX_SEGMENT,
+                          .cache = &cache,
+                          .seam = SEAM,
+                          .seq_budget = build + one + one / 2};
+    hp_sched_t *s;
+    if (!ok(hp_sched_create(&s, llm, &cfg, &err) == HP_OK,
+            "%s: scheduler with a cache, pool of %zu KiB: %s", name,
+            cfg.seq_budget >> 10, err.msg))
+        goto out;
+    unsigned long at_start = hp_backend_device_allocs(be);
+    col_t a, b, c, d, e;
+    reset_events();
+    memset(&a, 0, sizeof(a));
+    memset(&b, 0, sizeof(b));
+    int ra = submit_as(s, &a, RAG, HP_IPC_MODE_PIC, MAX_TOKENS, 1, &err);
+    int rb = submit_as(s, &b, RAG, HP_IPC_MODE_PIC, MAX_TOKENS, 1, &err);
+    ok(ra == HP_OK && rb == HP_OK && wait_done(&a) && wait_done(&b) &&
+           a.fin.status == HP_OK && b.fin.status == HP_OK,
+       "%s: pic cold then warm run (%s / %s)", name, a.fin.err.msg,
+       b.fin.err.msg);
+    ok(a.fin.segs_hit == 0 && b.fin.segs_hit == 3 && b.fin.cached_tokens > 0,
+       "%s: the first builds its 3 segments, the second splices them (hits "
+       "%d, %d)",
+       name, a.fin.segs_hit, b.fin.segs_hit);
+    ok(a.done_at && b.start_at > a.done_at,
+       "%s: the second waits for the first's memory (start %d after end %d)",
+       name, b.start_at, a.done_at);
+    ok(!strcmp(a.text, b.text),
+       "%s: cold and warm splice say the same (\"%s\")", name, a.text);
+    run_one(s, &c, RAG2, HP_IPC_MODE_NAIVE, name, "naive, cold");
+    run_one(s, &d, RAG2, HP_IPC_MODE_PREFIX, name, "prefix, first");
+    run_one(s, &e, RAG2, HP_IPC_MODE_PREFIX, name, "prefix, resumed");
+    ok(e.fin.cached_tokens > 0, "%s: the prefix request resumed (%d cached)",
+       name, e.fin.cached_tokens);
+    unsigned long after = hp_backend_device_allocs(be);
+    ok(after == at_start,
+       "%s: pic cold and warm, naive, prefix made no device allocation (%lu "
+       "at start, %lu after)",
+       name, at_start, after);
+    col_t big = {0}, seg = {0};
+    int rc = submit_as(s, &big, RAG, HP_IPC_MODE_PIC, 100, 1, &err);
+    ok(rc == HP_ETOOLARGE && strstr(err.msg, "seq_budget"),
+       "%s: a pic request larger than the pool is refused: %s", name, err.msg);
+    rc = submit_as(s, &seg,
+                   "Lead." SEP "One two three four five six seven eight nine "
+                   "ten eleven twelve thirteen fourteen fifteen sixteen "
+                   "seventeen eighteen nineteen twenty." SEP "Q?",
+                   HP_IPC_MODE_PIC, MAX_TOKENS, 1, &err);
+    ok(rc == HP_ETOOLARGE && strstr(err.msg, "max_segment"),
+       "%s: a segment longer than the builders is refused: %s", name, err.msg);
+    hp_sched_destroy(s);
+
+    /* two prefill workers: their workspaces and builders at start */
+    hp_prefill_pool_cfg_t pc = {.workers = 2, .threads_per_worker = 1};
+    hp_prefill_pool_t *pp;
+    memset(&err, 0, sizeof(err));
+    if (!ok(hp_prefill_pool_create(&pp, &pc, &err) == HP_OK,
+            "%s: two prefill workers: %s", name, err.msg))
+        goto out;
+    cfg.prefill = pp;
+    cfg.seq_budget = 3 * build + 2 * one;
+    if (ok(hp_sched_create(&s, llm, &cfg, &err) == HP_OK,
+           "%s: scheduler with two prefill workers: %s", name, err.msg)) {
+        at_start = hp_backend_device_allocs(be);
+        run_one(s, &a, RAG_WORKERS, HP_IPC_MODE_PIC, name,
+                "pic on the prefill workers, cold");
+        run_one(s, &b, RAG_WORKERS, HP_IPC_MODE_PIC, name,
+                "pic on the prefill workers, warm");
+        ok(a.fin.segs_hit == 0 && b.fin.segs_hit == 3,
+           "%s: the workers built 3 segments, then all hit (%d, %d)", name,
+           a.fin.segs_hit, b.fin.segs_hit);
+        after = hp_backend_device_allocs(be);
+        ok(after == at_start,
+           "%s: the prefill workers made no device allocation (%lu at "
+           "start, %lu after)",
+           name, at_start, after);
+        hp_sched_destroy(s);
+    }
+    hp_prefill_pool_destroy(pp);
+out:
+    if (cache.prefix)
+        hp_prefix_cache_destroy(cache.prefix);
+    if (cache.pub)
+        hp_pool_destroy(cache.pub);
 }
 
 static void check(const char *root, const char *name, const hp_backend_t *be)
@@ -132,9 +303,7 @@ static void check(const char *root, const char *name, const hp_backend_t *be)
        at_start);
 
     col_t a = {0}, b = {0}, big = {0}, two = {0};
-    pthread_mutex_lock(&mu);
-    events = 0;
-    pthread_mutex_unlock(&mu);
+    reset_events();
     int ra = submit(s, &a, MAX_TOKENS, 1, &err);
     int rb = submit(s, &b, MAX_TOKENS, 1, &err);
     ok(ra == HP_OK && rb == HP_OK, "%s: two requests queued", name);
@@ -164,6 +333,7 @@ static void check(const char *root, const char *name, const hp_backend_t *be)
     ok(rc == HP_ETOOLARGE, "%s: two choices that cannot fit together: %s", name,
        err.msg);
     hp_sched_destroy(s);
+    check_cached(&llm, name, be);
     hp_llm_free(&llm);
 }
 

@@ -82,7 +82,7 @@ unsigned long hk_cuda_sync_count(void);
  * copy on the stream. A put that leaves a segment marks its end with an
  * event; entering a segment waits for that segment's mark (the work that
  * read it done), so the host runs at most three segments ahead. One host
- * thread per ring. */
+ * thread at a time per ring. */
 typedef struct hk_cuda_ring hk_cuda_ring_t;
 int hk_cuda_ring_create(hk_cuda_ring_t **r, size_t seg_bytes);
 void hk_cuda_ring_destroy(hk_cuda_ring_t *r); /* NULL is a no-op */

@@ -400,16 +400,15 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
  * Keys and w are read from L2 by every slab of a head; S once. */
 #define HK_KV2_THREADS 256
 #define HK_KV2_WARPS   (HK_KV2_THREADS / 32)
-#define HK_KV2_RPT     8   /* rows of S a thread holds: a pass of 8 RG */
-#define HK_KV2_FT      32  /* entries per flush tile */
+#define HK_KV2_RPT     8  /* rows of S a thread holds: a pass of 8 RG */
+#define HK_KV2_FT      32 /* entries per flush tile */
 
 /* The thread's RPT rows c0 + rg + RG i of the 4 columns at j (zeros past
  * dk, or for the whole thread when j is past dv or S is NULL). */
 template <int RPT, int RG>
-static __device__ __forceinline__ void hk_kv2_load(float4 (&s)[RPT],
-                                                   const float *S, int c0,
-                                                   int rg, int j, int dk,
-                                                   int dv)
+static __device__ __forceinline__ void
+hk_kv2_load(float4 (&s)[RPT], const float *S, int c0, int rg, int j, int dk,
+            int dv)
 {
 #pragma unroll
     for (int i = 0; i < RPT; i++) {
@@ -634,9 +633,8 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 3)
                 lane < nb ? hk_gdn_decayf(Gn - *at.G(b0 + lane, h)) : 0.0f;
             const float *K = lane < nb ? at.key(b0 + lane, kh) : nullptr;
             for (int er = tid / 32; er < CH; er += HK_KV2_WARPS)
-                kt[er][lane] = K && c0 + er < dk
-                                   ? cs * K[(size_t)(c0 + er) * bs]
-                                   : 0.0f;
+                kt[er][lane] =
+                    K && c0 + er < dk ? cs * K[(size_t)(c0 + er) * bs] : 0.0f;
             for (int x = tid; x < HK_KV2_FT * NC4; x += HK_KV2_THREADS) {
                 const int se = x / NC4, jj = slab * 4 * NC4 + 4 * (x % NC4);
                 float4 w4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -666,8 +664,7 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 3)
             for (int i = 0; i < RPT; i++) {
                 const int e = c0 + rg + RG * i;
                 if (e < dk)
-                    *reinterpret_cast<float4 *>(Sh + (size_t)e * dv + j) =
-                        s[i];
+                    *reinterpret_cast<float4 *>(Sh + (size_t)e * dv + j) = s[i];
             }
         }
     }
@@ -761,8 +758,7 @@ static bool hk_kv_flags_ok(unsigned flags)
 static int hk_kvbuf_step_v1(float *o, float *arena, const hk_kvbuf_view_t *vw,
                             const float *q, const float *k, const float *v,
                             const float *gl, const float *beta, int R, int T,
-                            const hk_kvbuf_geom_t *g, int lmax,
-                            cudaStream_t s)
+                            const hk_kvbuf_geom_t *g, int lmax, cudaStream_t s)
 {
     const size_t sm = hk_kb_smem(T, g->dk, g->dv, lmax);
     if (sm > (size_t)hk_cuda_smem_optin())
@@ -865,8 +861,8 @@ extern "C" int hk_cuda_kvbuf_step(float *o, float *arena,
                                   int T, const hk_kvbuf_geom_t *g, int lmax,
                                   void *stream)
 {
-    return hk_cuda_kvbuf_step_ex(o, arena, vw, q, k, v, gl, beta, R, T, g,
-                                 lmax, 0, stream);
+    return hk_cuda_kvbuf_step_ex(o, arena, vw, q, k, v, gl, beta, R, T, g, lmax,
+                                 0, stream);
 }
 
 extern "C" int hk_cuda_kvbuf_flush_ex(float *arena, const hk_kvbuf_view_t *vw,

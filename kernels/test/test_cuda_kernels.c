@@ -2088,12 +2088,15 @@ static void test_gdn_step(void)
  * slab width): GQA groups of 2 and 3, dk past one pass of rows (256, and
  * 40 < a pass), dv not a multiple of the slab (20, 80), bs 4 to 64.
  * Request r % 3 == 1 has no state (a KV-only buffer). */
-static const int kvb_shapes[][15] = {
-    {3, 1, 1, 2, 17, 9, 4, 0, 4, 7},         {2, 5, 2, 4, 32, 33, 8, 3, 8},
-    {4, 1, 2, 4, 128, 128, 16, 0, 15, 16, 37}, {2, 6, 1, 2, 64, 256, 16, 5, 20},
-    {2, 3, 1, 1, 48, 80, 64, 63, 1},         {1, 16, 1, 1, 16, 40, 16, 9},
-    {3, 1, 1, 3, 40, 20, 4, 6, 9, 0},        {2, 1, 1, 1, 256, 256, 64, 63, 2},
-    {3, 1, 2, 2, 64, 80, 8, 17, 1, 8}};
+static const int kvb_shapes[][15] = {{3, 1, 1, 2, 17, 9, 4, 0, 4, 7},
+                                     {2, 5, 2, 4, 32, 33, 8, 3, 8},
+                                     {4, 1, 2, 4, 128, 128, 16, 0, 15, 16, 37},
+                                     {2, 6, 1, 2, 64, 256, 16, 5, 20},
+                                     {2, 3, 1, 1, 48, 80, 64, 63, 1},
+                                     {1, 16, 1, 1, 16, 40, 16, 9},
+                                     {3, 1, 1, 3, 40, 20, 4, 6, 9, 0},
+                                     {2, 1, 1, 1, 256, 256, 64, 63, 2},
+                                     {3, 1, 2, 2, 64, 80, 8, 17, 1, 8}};
 
 typedef struct {
     hk_kvbuf_geom_t g;
@@ -2273,8 +2276,8 @@ static void test_kvbuf(void)
             nan[i] = NAN;
         for (int v = 0; v < nk; v++) {
             CK(hk_cuda_h2d(dO, nan, no * sizeof(float), NULL));
-            RUN(hk_cuda_kvbuf_step_ex(dO, d[v].arena, d[v].vw, di.q, di.k,
-                                      di.v, di.g, di.beta, R, T, g, c.lmax,
+            RUN(hk_cuda_kvbuf_step_ex(dO, d[v].arena, d[v].vw, di.q, di.k, di.v,
+                                      di.g, di.beta, R, T, g, c.lmax,
                                       kvb_kinds[v].flags, NULL));
             int good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
             float *ar = host_from(d[v].arena, c.nar);
@@ -2411,10 +2414,10 @@ static void test_einval(void)
     kg.dv = 16, kg.bs = 65;
     good &= hk_cuda_kvbuf_flush(&x, &kv, cu, 1, &kg, NULL) == HK_CUDA_EINVAL;
     kg.bs = 16; /* v2 by name where it cannot run: T > 1, bs not 2^k */
-    good &= hk_cuda_kvbuf_step_ex(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 2, &kg,
-                                  4, HK_CUDA_KVBUF_V2, NULL) == HK_CUDA_EINVAL;
-    good &= hk_cuda_kvbuf_step_ex(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 1, &kg,
-                                  4, HK_CUDA_KVBUF_FLAGS + 1,
+    good &= hk_cuda_kvbuf_step_ex(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 2, &kg, 4,
+                                  HK_CUDA_KVBUF_V2, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_kvbuf_step_ex(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 1, &kg, 4,
+                                  HK_CUDA_KVBUF_FLAGS + 1,
                                   NULL) == HK_CUDA_EINVAL; /* flags */
     kg.bs = 12;
     good &= hk_cuda_kvbuf_flush_ex(&x, &kv, cu, 1, &kg, HK_CUDA_KVBUF_CW64,

@@ -248,10 +248,12 @@ out:
 }
 
 /* Times f and prints its row; work = tokens (rate), bytes (GB/s) and
- * flops (TFLOP/s), each 0 when not meaningful. */
-static double measure(const char *op, const char *model, const char *params,
-                      op_fn f, void *ctx, double tokens, double bytes,
-                      double flops)
+ * flops (TFLOP/s), each 0 when not meaningful. ref_ms > 0: the note
+ * compares with gdn_step's ref_ms, the op's time / per (a KVBuffer flush
+ * serves cap tokens) against it. */
+static double measure_vs(const char *op, const char *model, const char *params,
+                         op_fn f, void *ctx, double tokens, double bytes,
+                         double flops, double ref_ms, double per)
 {
     if (!wanted(op) || (only && strncmp(op, only, strlen(only))))
         return -1;
@@ -260,20 +262,36 @@ static double measure(const char *op, const char *model, const char *params,
         return -1;
     }
     int reps = 0, rc = 0;
+    char note[160];
     const double ms = time_op(f, ctx, &reps, &rc);
     if (ms < 0) {
-        char note[96];
         snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
         emit(op, model, params, -1, reps, -1, -1, -1, note);
         return -1;
     }
     const double s = ms * 1e-3, gbs = bytes > 0 ? bytes / s * 1e-9 : -1;
-    char note[32] = "";
+    int at = 0;
+    note[0] = 0;
     if (gbs > 0 && copy_gbs > 0)
-        snprintf(note, sizeof note, "%.0f %% of copy", 100.0 * gbs / copy_gbs);
+        at = snprintf(note, sizeof note, "%.0f %% of copy%s",
+                      100.0 * gbs / copy_gbs, ref_ms > 0 ? "; " : "");
+    if (ref_ms > 0 && per > 1)
+        snprintf(note + at, sizeof note - at,
+                 "/%g: %.4f ms a token; vs gdn_step %.4f ms: x%.2f", per,
+                 ms / per, ref_ms, ref_ms / (ms / per));
+    else if (ref_ms > 0)
+        snprintf(note + at, sizeof note - at, "vs gdn_step %.4f ms: x%.2f",
+                 ref_ms, ref_ms / ms);
     emit(op, model, params, ms, reps, tokens > 0 ? tokens / s : -1, gbs,
          flops > 0 ? flops / s * 1e-12 : -1, note);
     return ms;
+}
+
+static double measure(const char *op, const char *model, const char *params,
+                      op_fn f, void *ctx, double tokens, double bytes,
+                      double flops)
+{
+    return measure_vs(op, model, params, f, ctx, tokens, bytes, flops, 0, 1);
 }
 
 /* ---- dumps for gpu_kernels_ref.py ---------------------------------------- */
@@ -968,39 +986,6 @@ static const struct {
                  {"_cw32", HK_CUDA_KVBUF_CW32}};
 #define KVB_KINDS ((int)(sizeof kvb_kinds / sizeof kvb_kinds[0]))
 
-/* measure() with a note comparing with gdn_step's ref_ms: the op's ms /
- * per (a flush serves cap tokens) against it. */
-static double measure_vs(const char *op, const char *model, const char *params,
-                         op_fn f, void *ctx, double tokens, double bytes,
-                         const char *what, double ref_ms, double per)
-{
-    if (!wanted(op) || (only && strncmp(op, only, strlen(only))))
-        return -1;
-    if (over_budget()) {
-        skipped(op, model, params, "skipped: budget");
-        return -1;
-    }
-    int reps = 0, rc = 0;
-    char note[192];
-    const double ms = time_op(f, ctx, &reps, &rc);
-    if (ms < 0) {
-        snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
-        emit(op, model, params, -1, reps, -1, -1, -1, note);
-        return -1;
-    }
-    const double s = ms * 1e-3;
-    if (per > 1)
-        snprintf(note, sizeof note,
-                 "%s: %.4f ms a token; vs gdn_step %.4f ms: x%.2f", what,
-                 ms / per, ref_ms, ref_ms / (ms / per));
-    else
-        snprintf(note, sizeof note, "vs gdn_step %.4f ms: x%.2f", ref_ms,
-                 ref_ms / ms);
-    emit(op, model, params, ms, reps, tokens > 0 ? tokens / s : -1,
-         bytes > 0 ? bytes / s * 1e-9 : -1, -1, note);
-    return ms;
-}
-
 static void bench_kvbuf(const model_t *m, int R)
 {
     hp_kvbuf_config_t kc;
@@ -1028,12 +1013,11 @@ static void bench_kvbuf(const model_t *m, int R)
         snprintf(op[1], sizeof op[1], "kvbuf_flush%s", kvb_kinds[kind].suffix);
         snprintf(op[2], sizeof op[2], "kvbuf_decode%s", kvb_kinds[kind].suffix);
         c.flags = kvb_kinds[kind].flags;
-        const double step =
-            measure_vs(op[0], m->name, params, kvb_step_run, &c, R,
-                       R * (S + (len + 1) * e), NULL, fused, 1);
+        const double step = measure_vs(op[0], m->name, params, kvb_step_run, &c,
+                                       R, R * (S + (len + 1) * e), 0, fused, 1);
         const double flush =
             measure_vs(op[1], m->name, params, kvb_flush_run, &c, 0,
-                       R * (2 * S + cap * e), "/cap", fused, cap);
+                       R * (2 * S + cap * e), 0, fused, cap);
         if (!wanted(op[2]))
             continue;
         if (step < 0 || flush < 0) {

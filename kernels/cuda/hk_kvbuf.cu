@@ -737,12 +737,7 @@ static int hk_kv2_nc4(unsigned flags, int Hv, int R, int dv)
     default:
         break;
     }
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-            cudaSuccess ||
-        sms < 1)
-        sms = 1;
+    const int sms = hk_cuda_sm_count(1);
     const long long blocks = (long long)Hv * R * HK_CEIL_DIV(dv, 64);
     return dv > 32 && blocks >= 4LL * sms ? 16 : 8;
 }

@@ -1,9 +1,12 @@
 /*
  * hk_kvbuf.cu - CUDA twin of hk_kvbuf.c: the KVBuffer's chunkwise step
  * (decode, draft verification, KV-only prompt pieces), the rank-n flush
- * and the conv-history commit. Math and block layout: hk_kvbuf.h.
+ * and the conv-history commit. Math and block layout: hk_kvbuf.h. Two
+ * sets of kernels: v1 (below; every T) and v2 (further down: the decode
+ * step, T = 1, and the flush as streaming kernels), picked by
+ * hk_cuda_kvbuf_step_ex / _flush_ex.
  *
- * Step: one block of 8 warps per (value head, request), four phases.
+ * v1 step: one block of 8 warps per (value head, request), four phases.
  *   0. G_t in double by one thread (the CPU's order), the tokens' q and k
  *      of the key head staged in shared memory; the group's first value
  *      head writes the new keys into their block columns. The other value
@@ -26,7 +29,7 @@
  * entry once per 4 tokens per value head (keys per value head too: the
  * group's heads read them through L2).
  *
- * Flush: one block per (value head, request, 16 rows of S): the scaled key
+ * v1 flush: one block per (value head, request, 16 rows of S): the scaled key
  * tile Ktilde^T [16, 64 entries] in shared memory, w rows streamed, S read
  * and written once: S <- e^{G_n} S + Ktilde^T W.
  */
@@ -375,19 +378,21 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
  * the 4 adjacent columns 4 (t mod NC4) of the slab and the rows
  * t div NC4 + RG i (RG = 256 / NC4 row groups), so a warp's 16-byte loads
  * cover 4 NC4 * 4 contiguous bytes of a row. The rows come in passes of
- * 8 RG (8 float4 per thread, in registers: few enough registers for 3-4
- * blocks per SM); the first pass's loads are issued before anything else,
+ * 8 RG (8 float4 per thread, in registers: 80 registers, 3 blocks per
+ * SM); the first pass's loads are issued before anything else,
  * so they are in flight while the block works out its small terms. NC4 is
  * 32, 16 or 8 (slabs of 128, 64, 32 columns; passes of 64, 128, 256
  * rows); by default 16 while that gives ~4 blocks per SM, else 8.
  *
  * Step: the entry terms are per (key head, request) and tiny (len <= cap
  * entries of dk floats), so every block recomputes them instead of waiting
- * for another: the keys of a buffer block are one contiguous [dk, bs]
- * matrix per key head, read as float4 (thread: 4 entries, a row); sums over
- * a warp's lanes by shuffles, over the 8 warps in warp order through
- * shared memory (one barrier); each thread then forms the coefficients of
- * its own entries, e^{G_t - G_i} (k_i.k_t), e^{G_t - G_i} (k_i.q_t). The
+ * for another. The block stages its slab of the buffered w's, their G's,
+ * v_t's slab, k_t and q_t in shared memory; the keys of a buffer block are
+ * one contiguous [dk, bs] matrix per key head, read as float4 (thread: 4
+ * entries, a row); sums over a warp's lanes by shuffles, over the 8 warps
+ * in warp order through shared memory (one barrier); each thread then
+ * forms the coefficients of its own entries, e^{G_t - G_i} (k_i.k_t),
+ * e^{G_t - G_i} (k_i.q_t). The
  * thread's S rows give e^{G_t} S0^T k_t, e^{G_t} S0^T q_t partials, its
  * entries i = rg + RG m add CU_i w_i, CO_i w_i; the row groups' partials
  * are added in order through shared memory (second barrier), and one
@@ -395,7 +400,7 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
  * first value head's slab 0 the new key (as v1). T > 1 runs v1.
  *
  * Flush: S rows in registers, scaled by e^{G_n}, then Ktilde^T W added by
- * tiles of FT entries: the tile's scaled keys (this chunk's rows) and its
+ * tiles of FT entries: the tile's scaled keys (this pass's rows) and its
  * w slab staged in shared memory, each thread adding its rows x columns.
  * Keys and w are read from L2 by every slab of a head; S once. */
 #define HK_KV2_THREADS 256

@@ -27,11 +27,15 @@
  *                                  counts state bytes read + written;
  *                                  states rotate over >= 256 MB of sets so
  *                                  no step finds them in L2
- *   kvbuf_{step,flush,decode,verify}  the KVBuffer at B = 1, 16, 64, 256:
- *                                  chunkwise step, flush, their average
- *                                  against the recurrent step, and the
- *                                  verification of 4 drafts; GB/s from
- *                                  the traffic model (bench_kvbuf)
+ *   kvbuf_{step,flush,decode}[_v1|_cw128|_cw64|_cw32]  the KVBuffer at
+ *                                  B = 1, 16, 64, 256: chunkwise step,
+ *                                  flush, their average, each against
+ *                                  gdn_step timed in the same call; no
+ *                                  suffix: the v2 kernels (default slab),
+ *                                  _v1 the first ones, _cwN v2 at N
+ *                                  columns a block; kvbuf_verify: 4
+ *                                  drafts (v1); GB/s from the traffic
+ *                                  model (bench_kvbuf)
  *   attention_decode[_1blk|_simple]  B requests x 4096 keys; GB/s of K
  *                                  and V: flash-decoding (keys split over
  *                                  blocks, with scratch); the same kernel
@@ -244,10 +248,12 @@ out:
 }
 
 /* Times f and prints its row; work = tokens (rate), bytes (GB/s) and
- * flops (TFLOP/s), each 0 when not meaningful. */
-static double measure(const char *op, const char *model, const char *params,
-                      op_fn f, void *ctx, double tokens, double bytes,
-                      double flops)
+ * flops (TFLOP/s), each 0 when not meaningful. ref_ms > 0: the note
+ * compares with gdn_step's ref_ms, the op's time / per (a KVBuffer flush
+ * serves cap tokens) against it. */
+static double measure_vs(const char *op, const char *model, const char *params,
+                         op_fn f, void *ctx, double tokens, double bytes,
+                         double flops, double ref_ms, double per)
 {
     if (!wanted(op) || (only && strncmp(op, only, strlen(only))))
         return -1;
@@ -256,20 +262,36 @@ static double measure(const char *op, const char *model, const char *params,
         return -1;
     }
     int reps = 0, rc = 0;
+    char note[160];
     const double ms = time_op(f, ctx, &reps, &rc);
     if (ms < 0) {
-        char note[96];
         snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
         emit(op, model, params, -1, reps, -1, -1, -1, note);
         return -1;
     }
     const double s = ms * 1e-3, gbs = bytes > 0 ? bytes / s * 1e-9 : -1;
-    char note[32] = "";
+    int at = 0;
+    note[0] = 0;
     if (gbs > 0 && copy_gbs > 0)
-        snprintf(note, sizeof note, "%.0f %% of copy", 100.0 * gbs / copy_gbs);
+        at = snprintf(note, sizeof note, "%.0f %% of copy%s",
+                      100.0 * gbs / copy_gbs, ref_ms > 0 ? "; " : "");
+    if (ref_ms > 0 && per > 1)
+        snprintf(note + at, sizeof note - at,
+                 "/%g: %.4f ms a token; vs gdn_step %.4f ms: x%.2f", per,
+                 ms / per, ref_ms, ref_ms / (ms / per));
+    else if (ref_ms > 0)
+        snprintf(note + at, sizeof note - at, "vs gdn_step %.4f ms: x%.2f",
+                 ref_ms, ref_ms / ms);
     emit(op, model, params, ms, reps, tokens > 0 ? tokens / s : -1, gbs,
          flops > 0 ? flops / s * 1e-12 : -1, note);
     return ms;
+}
+
+static double measure(const char *op, const char *model, const char *params,
+                      op_fn f, void *ctx, double tokens, double bytes,
+                      double flops)
+{
+    return measure_vs(op, model, params, f, ctx, tokens, bytes, flops, 0, 1);
 }
 
 /* ---- dumps for gpu_kernels_ref.py ---------------------------------------- */
@@ -809,13 +831,16 @@ static void dump_step(const model_t *m, int B)
  *   verify  S + (len + T) e          recurrent 2 S per token
  * so GB/s is model bytes / time, and a row near copy_d2d's GB/s means the
  * model's bytes are what moved; the decode row's note gives the model's
- * speedup over the recurrent step beside the measured one. States and
+ * speedup over the recurrent step beside the measured one. Every kernel
+ * kind (kvb_kinds) gets the three rows, each noting gdn_step's time from
+ * the same call (the flush per token: its time / cap). States and
  * buffers rotate over >= 256 MB of sets, as in bench_decode. */
 #define KVB_DRAFTS 4
 #define KVB_BS     16
 
 typedef struct {
     int R, T, nsets, lmax;
+    unsigned flags; /* the kernels (HK_CUDA_KVBUF_*) */
     hk_kvbuf_geom_t g;
     float *arena, *pool;              /* nsets x R buffers and states */
     int *blocks, *n;                  /* block ids; flush counts [R] */
@@ -826,16 +851,16 @@ typedef struct {
 static int kvb_step_run(void *ctx, int rep)
 {
     const kvb_ctx *c = ctx;
-    return hk_cuda_kvbuf_step(c->o, c->arena, c->vw[rep % c->nsets], c->q, c->k,
-                              c->v, c->gl, c->beta, c->R, c->T, &c->g, c->lmax,
-                              NULL);
+    return hk_cuda_kvbuf_step_ex(c->o, c->arena, c->vw[rep % c->nsets], c->q,
+                                 c->k, c->v, c->gl, c->beta, c->R, c->T, &c->g,
+                                 c->lmax, c->flags, NULL);
 }
 
 static int kvb_flush_run(void *ctx, int rep)
 {
     const kvb_ctx *c = ctx;
-    return hk_cuda_kvbuf_flush(c->arena, c->vw[rep % c->nsets], c->n, c->R,
-                               &c->g, NULL);
+    return hk_cuda_kvbuf_flush_ex(c->arena, c->vw[rep % c->nsets], c->n, c->R,
+                                  &c->g, c->flags, NULL);
 }
 
 /* R buffers of len entries (blocks for lmax) over states, per set;
@@ -949,51 +974,71 @@ static double kvb_recurrent_ms(const model_t *m, int B, double *fused)
     return ms;
 }
 
+/* The kernels timed (hk_cuda.h): v2 at its own slab width, then v1 (the
+ * first kernels), then v2 at each slab width; op name suffixes. */
+static const struct {
+    const char *suffix;
+    unsigned flags;
+} kvb_kinds[] = {{"", HK_CUDA_KVBUF_V2},
+                 {"_v1", HK_CUDA_KVBUF_V1},
+                 {"_cw128", HK_CUDA_KVBUF_CW128},
+                 {"_cw64", HK_CUDA_KVBUF_CW64},
+                 {"_cw32", HK_CUDA_KVBUF_CW32}};
+#define KVB_KINDS ((int)(sizeof kvb_kinds / sizeof kvb_kinds[0]))
+
 static void bench_kvbuf(const model_t *m, int R)
 {
-    static const char *const ops[] = {"kvbuf_step", "kvbuf_flush",
-                                      "kvbuf_decode", "kvbuf_verify"};
     hp_kvbuf_config_t kc;
     hp_kvbuf_config_default(&kc, m->Hk, m->Hv, m->dk, m->dv);
     const int cap = kc.cap, len = (cap - 1) / 2, T = 1 + KVB_DRAFTS;
     const double S = hp_kvbuf_bytes_recurrent(m->Hk, m->Hv, m->dk, m->dv) / 2;
     const double e = hp_kvbuf_bytes_kvonly(m->Hk, m->Hv, m->dk, m->dv, 0);
-    char params[128], vparams[128], note[192];
+    const double model =
+        hp_kvbuf_bytes_chunkwise(m->Hk, m->Hv, m->dk, m->dv, cap);
+    char params[128], vparams[128], note[192], op[3][40];
     snprintf(params, sizeof params, "B=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,cap=%d", R,
              m->Hk, m->Hv, m->dk, m->dv, cap);
     snprintf(vparams, sizeof vparams,
              "B=%d,T=%d,len=%d,Hk=%d,Hv=%d,dk=%d,dv=%d", R, T, len, m->Hk,
              m->Hv, m->dk, m->dv);
     if (over_budget()) {
-        for (int i = 0; i < 4; i++)
-            skipped(ops[i], m->name, i == 3 ? vparams : params,
-                    "skipped: budget");
+        skipped("kvbuf", m->name, params, "skipped: budget");
         return;
     }
     double fused = -1, rec = kvb_recurrent_ms(m, R, &fused);
     kvb_ctx c;
     kvb_setup(&c, m, R, 1, len, cap);
-    const double step = measure(ops[0], m->name, params, kvb_step_run, &c, R,
-                                R * (S + (len + 1) * e), 0);
-    const double flush = measure(ops[1], m->name, params, kvb_flush_run, &c, 0,
-                                 R * (2 * S + cap * e), 0);
-    kvb_free(&c);
-    if (step >= 0 && flush >= 0) {
+    for (int kind = 0; kind < KVB_KINDS; kind++) {
+        snprintf(op[0], sizeof op[0], "kvbuf_step%s", kvb_kinds[kind].suffix);
+        snprintf(op[1], sizeof op[1], "kvbuf_flush%s", kvb_kinds[kind].suffix);
+        snprintf(op[2], sizeof op[2], "kvbuf_decode%s", kvb_kinds[kind].suffix);
+        c.flags = kvb_kinds[kind].flags;
+        const double step = measure_vs(op[0], m->name, params, kvb_step_run, &c,
+                                       R, R * (S + (len + 1) * e), 0, fused, 1);
+        const double flush =
+            measure_vs(op[1], m->name, params, kvb_flush_run, &c, 0,
+                       R * (2 * S + cap * e), 0, fused, cap);
+        if (!wanted(op[2]))
+            continue;
+        if (step < 0 || flush < 0) {
+            skipped(op[2], m->name, params, "no step or flush time");
+            continue;
+        }
         const double ms = step + flush / cap, s = ms * 1e-3;
-        const double model =
-            hp_kvbuf_bytes_chunkwise(m->Hk, m->Hv, m->dk, m->dv, cap);
         snprintf(note, sizeof note,
                  "step+flush/cap; vs gdn_decode %.4f ms: x%.2f (model "
                  "x%.2f); vs gdn_step %.4f ms: x%.2f",
                  rec, rec / ms, 2 * S / model, fused, fused / ms);
-        emit(ops[2], m->name, params, ms, 0, R / s, R * model / s * 1e-9, -1,
+        emit(op[2], m->name, params, ms, 0, R / s, R * model / s * 1e-9, -1,
              note);
-    } else {
-        skipped(ops[2], m->name, params, "no step or flush time");
     }
-    /* verification: a row of its own with the recurrent comparison */
+    kvb_free(&c);
+    /* verification (v1: T > 1): a row of its own with the recurrent
+     * comparison */
+    if (!wanted("kvbuf_verify"))
+        return;
     if (over_budget()) {
-        skipped(ops[3], m->name, vparams, "skipped: budget");
+        skipped("kvbuf_verify", m->name, vparams, "skipped: budget");
         return;
     }
     kvb_setup(&c, m, R, T, len, cap);
@@ -1002,12 +1047,12 @@ static void bench_kvbuf(const model_t *m, int R)
     kvb_free(&c);
     if (ver < 0) {
         snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
-        emit(ops[3], m->name, vparams, -1, reps, -1, -1, -1, note);
+        emit("kvbuf_verify", m->name, vparams, -1, reps, -1, -1, -1, note);
         return;
     }
     snprintf(note, sizeof note, "vs %d gdn_decode steps: x%.2f", T,
              T * rec / ver);
-    emit(ops[3], m->name, vparams, ver, reps, R * T / (ver * 1e-3),
+    emit("kvbuf_verify", m->name, vparams, ver, reps, R * T / (ver * 1e-3),
          R * (S + (len + T) * e) / (ver * 1e-3) * 1e-9, -1, note);
 }
 

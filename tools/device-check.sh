@@ -43,7 +43,9 @@
 # tool's 600 s a call) caps them all: a step gets at most what is left of
 # it less 10 s for the report, and one with under 15 s left is skipped
 # (said so in the summary). DC_STEPS picks steps: "tests parity engine
-# kernels" (the default, all; DC_KERNELS=0 drops kernels). The engine
+# kernels" (the default, all; DC_KERNELS=0 drops kernels); DC_KERNELS_ONLY
+# passes --only PREFIX to gpu_kernels (e.g. kvbuf: its rows, copy_d2d and
+# the gdn_step times they compare with). The engine
 # steps: DC_DEVICE (cuda, or cpu without a GPU), DC_MODELS ("q35-0.8b
 # q35-9b-l8", or checkpoint folders; the first runs before the kernels,
 # the rest after them), DC_TOKENS, DC_BATCH, DC_DECODE, DC_PIC, DC_REPS;
@@ -285,9 +287,11 @@ if ! want kernels; then
     echo "| gpu_kernels, gpu_kernels_ref | skipped (DC_STEPS) | 0 | |" >>"$sum"
 elif [ -x build-device/bench/gpu_kernels ]; then
     l=$(lim "${DC_BENCH_S:-75}")
+    only=()
+    [ -n "${DC_KERNELS_ONLY:-}" ] && only=(--only "$DC_KERNELS_ONLY")
     step gpu_kernels "$l" "$res/bench.md" "${run[@]}" \
         build-device/bench/gpu_kernels --out "$res/bench.tsv" \
-        --dump "$res/dump" --budget "$((l * 6 / 10))"
+        --dump "$res/dump" --budget "$((l * 6 / 10))" "${only[@]}"
     # it writes its files as it goes and on SIGTERM: --budget leaves 15 s
     l=$(lim "${DC_REF_S:-150}")
     step gpu_kernels_ref "$l" "$res/ref.log" python3 \

@@ -325,12 +325,7 @@ static __global__ void hk_dec_combine_kernel(float *o, const float *part,
 /* Splits of the key axis for B requests: ~4 blocks per SM. */
 static int hk_dec_splits(int B, int Hkv)
 {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-            cudaSuccess ||
-        sms < 1)
-        sms = 1;
+    const int sms = hk_cuda_sm_count(1);
     const long long groups = (long long)B * Hkv;
     const long long want = (4LL * sms + groups - 1) / groups;
     return (int)(want < 1                  ? 1

@@ -469,8 +469,8 @@ int hk_cuda_trans_rope_shift(float *S, int delta, int H, int dk, int dv,
  * (hk_kvbuf_geom.h; hk_kvbuf_block_floats floats a block), the same math.
  * vw is a device array of R views whose S and blocks are device pointers
  * (S may be NULL: a KV-only buffer). No scratch: the coefficients live in
- * shared memory. dv <= HK_CUDA_KVBUF_MAX_DV, bs <= 64; with dv a multiple
- * of 128 rows are read as float4, so states must be 16-byte aligned. */
+ * shared memory. dv <= HK_CUDA_KVBUF_MAX_DV, bs <= 64; states must be
+ * 16-byte aligned (rows are read as float4 when dv is a multiple of 4). */
 #define HK_CUDA_KVBUF_MAX_DV 256
 
 /* Twin of hk_kvbuf_step: T tokens per request (T = 1 a decode step, T > 1
@@ -487,6 +487,29 @@ int hk_cuda_kvbuf_step(float *o, float *arena, const hk_kvbuf_view_t *vw,
  * non-NULL. */
 int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw, const int *n,
                         int R, const hk_kvbuf_geom_t *g, void *stream);
+/* The same with a choice of kernels (0: the environment's,
+ * HYPIC_CUDA_KVBUF=v1|v2, default v2). V1: the first kernels, one block per
+ * (value head, request). V2: the streaming kernels of hk_kvbuf.cu for the
+ * decode step (T = 1; T > 1 runs V1) and the flush: dv a multiple of 4, bs
+ * a power of two in [4, 64], arena, v, o and the states 16-byte aligned;
+ * otherwise the default falls back to V1 and an explicit V2 or CW* is
+ * HK_CUDA_EINVAL. CW128 / CW64 / CW32 fix V2's slab of columns per block
+ * (default: the widest that gives ~4 blocks per SM). */
+#define HK_CUDA_KVBUF_V1      1u
+#define HK_CUDA_KVBUF_V2      2u
+#define HK_CUDA_KVBUF_CW128   4u
+#define HK_CUDA_KVBUF_CW64    8u
+#define HK_CUDA_KVBUF_CW32    12u
+#define HK_CUDA_KVBUF_CW_MASK 12u
+#define HK_CUDA_KVBUF_FLAGS   15u
+int hk_cuda_kvbuf_step_ex(float *o, float *arena, const hk_kvbuf_view_t *vw,
+                          const float *q, const float *k, const float *v,
+                          const float *gl, const float *beta, int R, int T,
+                          const hk_kvbuf_geom_t *g, int lmax, unsigned flags,
+                          void *stream);
+int hk_cuda_kvbuf_flush_ex(float *arena, const hk_kvbuf_view_t *vw,
+                           const int *n, int R, const hk_kvbuf_geom_t *g,
+                           unsigned flags, void *stream);
 /* Twin of hk_kvbuf_conv_commit (state [C, K-1], x [>= m, C]): exact. */
 int hk_cuda_kvbuf_conv_commit(float *state, const float *x, int m, int C, int K,
                               void *stream);

@@ -80,6 +80,18 @@ static inline int hk_cuda_smem_optin(void)
     return v;
 }
 
+/* The current device's SM count (fallback where it cannot say). */
+static inline int hk_cuda_sm_count(int fallback)
+{
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+            cudaSuccess ||
+        sms < 1)
+        return fallback;
+    return sms;
+}
+
 static inline cudaStream_t hk_stream(void *s)
 {
     return (cudaStream_t)s;

@@ -352,12 +352,7 @@ template <int R, int MINB>
 static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
                                cudaStream_t s)
 {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-            cudaSuccess ||
-        sms < 1)
-        sms = 1;
+    const int sms = hk_cuda_sm_count(1);
     /* equal shares of the items over about MINB blocks per SM */
     const long long items = (long long)p.Hk * p.B;
     long long per = HK_CEIL_DIV(items, (long long)MINB * sms);

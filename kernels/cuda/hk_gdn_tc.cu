@@ -1130,13 +1130,7 @@ static __global__ void __launch_bounds__(HK_TC_O_THREADS)
 /* The SM count (4 where the device cannot say). */
 static int hk_tc_sms(void)
 {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-            cudaSuccess ||
-        sms < 1)
-        return 4;
-    return sms;
+    return hk_cuda_sm_count(4);
 }
 
 /* v1's BV: 32 when the grid still covers every SM, else 16 (more blocks). */

@@ -1,9 +1,12 @@
 /*
  * hk_kvbuf.cu - CUDA twin of hk_kvbuf.c: the KVBuffer's chunkwise step
  * (decode, draft verification, KV-only prompt pieces), the rank-n flush
- * and the conv-history commit. Math and block layout: hk_kvbuf.h.
+ * and the conv-history commit. Math and block layout: hk_kvbuf.h. Two
+ * sets of kernels: v1 (below; every T) and v2 (further down: the decode
+ * step, T = 1, and the flush as streaming kernels), picked by
+ * hk_cuda_kvbuf_step_ex / _flush_ex.
  *
- * Step: one block of 8 warps per (value head, request), four phases.
+ * v1 step: one block of 8 warps per (value head, request), four phases.
  *   0. G_t in double by one thread (the CPU's order), the tokens' q and k
  *      of the key head staged in shared memory; the group's first value
  *      head writes the new keys into their block columns. The other value
@@ -26,10 +29,14 @@
  * entry once per 4 tokens per value head (keys per value head too: the
  * group's heads read them through L2).
  *
- * Flush: one block per (value head, request, 16 rows of S): the scaled key
+ * v1 flush: one block per (value head, request, 16 rows of S): the scaled key
  * tile Ktilde^T [16, 64 entries] in shared memory, w rows streamed, S read
  * and written once: S <- e^{G_n} S + Ktilde^T W.
  */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/common/gdn_math.h"
 #include "kernels/cuda/hk_cuda_impl.h"
 
@@ -364,6 +371,310 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
     }
 }
 
+/* ---- v2: the decode step (T = 1) and the flush as streaming kernels ------
+ * Both are bandwidth kernels over S (dk x dv f32 per value head): the step
+ * reads it once, the flush reads and writes it once. One block of 256
+ * threads per (slab of 4 NC4 columns, value head, request); thread t owns
+ * the 4 adjacent columns 4 (t mod NC4) of the slab and the rows
+ * t div NC4 + RG i (RG = 256 / NC4 row groups), so a warp's 16-byte loads
+ * cover 4 NC4 * 4 contiguous bytes of a row. The rows come in passes of
+ * 8 RG (8 float4 per thread, in registers: 80 registers, 3 blocks per
+ * SM); the first pass's loads are issued before anything else,
+ * so they are in flight while the block works out its small terms. NC4 is
+ * 32, 16 or 8 (slabs of 128, 64, 32 columns; passes of 64, 128, 256
+ * rows); by default 16 while that gives ~4 blocks per SM, else 8.
+ *
+ * Step: the entry terms are per (key head, request) and tiny (len <= cap
+ * entries of dk floats), so every block recomputes them instead of waiting
+ * for another. The block stages its slab of the buffered w's, their G's,
+ * v_t's slab, k_t and q_t in shared memory; the keys of a buffer block are
+ * one contiguous [dk, bs] matrix per key head, read as float4 (thread: 4
+ * entries, a row); sums over a warp's lanes by shuffles, over the 8 warps
+ * in warp order through shared memory (one barrier); each thread then
+ * forms the coefficients of its own entries, e^{G_t - G_i} (k_i.k_t),
+ * e^{G_t - G_i} (k_i.q_t). The
+ * thread's S rows give e^{G_t} S0^T k_t, e^{G_t} S0^T q_t partials, its
+ * entries i = rg + RG m add CU_i w_i, CO_i w_i; the row groups' partials
+ * are added in order through shared memory (second barrier), and one
+ * thread per column forms w_t and o_t. Slab 0 writes G_t, the group's
+ * first value head's slab 0 the new key (as v1). T > 1 runs v1.
+ *
+ * Flush: S rows in registers, scaled by e^{G_n}, then Ktilde^T W added by
+ * tiles of FT entries: the tile's scaled keys (this pass's rows) and its
+ * w slab staged in shared memory, each thread adding its rows x columns.
+ * Keys and w are read from L2 by every slab of a head; S once. */
+#define HK_KV2_THREADS 256
+#define HK_KV2_WARPS   (HK_KV2_THREADS / 32)
+#define HK_KV2_RPT     8  /* rows of S a thread holds: a pass of 8 RG */
+#define HK_KV2_FT      32 /* entries per flush tile */
+
+/* The thread's RPT rows c0 + rg + RG i of the 4 columns at j (zeros past
+ * dk, or for the whole thread when j is past dv or S is NULL). */
+template <int RPT, int RG>
+static __device__ __forceinline__ void
+hk_kv2_load(float4 (&s)[RPT], const float *S, int c0, int rg, int j, int dk,
+            int dv)
+{
+#pragma unroll
+    for (int i = 0; i < RPT; i++) {
+        const int e = c0 + rg + RG * i;
+        s[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (S && j < dv && e < dk)
+            s[i] = *reinterpret_cast<const float4 *>(S + (size_t)e * dv + j);
+    }
+}
+
+static __device__ __forceinline__ void hk_kv2_fma(float4 &acc, float a,
+                                                  const float4 &x)
+{
+    acc.x += a * x.x;
+    acc.y += a * x.y;
+    acc.z += a * x.z;
+    acc.w += a * x.w;
+}
+
+/* Shared memory of the step (bytes) beyond its static part, lp = lmax
+ * rounded up to whole blocks: G_i [lp] doubles, the slab of w_i [lp][4 NC4],
+ * the warps' partial key products 2 [8][lp], k_t, q_t [dk], v_t [4 NC4]. */
+static size_t hk_kv2_smem(int lp, int nc4, int dk)
+{
+    return 8 * (size_t)lp +
+           4 * ((size_t)lp * 4 * nc4 + 2 * HK_KV2_WARPS * (size_t)lp +
+                2 * (size_t)dk + 4 * (size_t)nc4);
+}
+
+template <int NC4>
+static __global__ void __launch_bounds__(HK_KV2_THREADS, 3)
+    hk_kvbuf_step1_kernel(float *o,                  // [R, Hv, dv]
+                          float *arena,              // blocks
+                          const hk_kvbuf_view_t *vw, // [R]
+                          const float *q,            // [R, Hk, dk]
+                          const float *k,            // [R, Hk, dk]
+                          const float *v,            // [R, Hv, dv]
+                          const float *gl,           // [R, Hv]
+                          const float *beta,         // [R, Hv]
+                          hk_kvbuf_geom_t g, int lp)
+{
+    constexpr int RG = HK_KV2_THREADS / NC4, RPT = HK_KV2_RPT, CH = RG * RPT;
+    constexpr int CW = 4 * NC4; /* columns of a slab */
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ float4 red4[2][HK_KV2_THREADS]; /* float4: 16-byte aligned */
+    __shared__ double sGt;
+    __shared__ float sEG, sSelf, sBeta;
+    const int slab = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+    const int Hk = g.Hk, Hv = g.Hv, dk = g.dk, dv = g.dv, bs = g.bs;
+    const int kh = h / (Hv / Hk);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int cg = tid % NC4, rg = tid / NC4, j0 = slab * CW, j = j0 + 4 * cg;
+    double *sG = reinterpret_cast<double *>(smem);
+    float *sw = reinterpret_cast<float *>(sG + lp); /* 16-byte aligned */
+    float *pk = sw + (size_t)lp * CW, *pq = pk + HK_KV2_WARPS * lp;
+    float *ks = pq + HK_KV2_WARPS * lp, *qs = ks + dk, *vs = qs + dk;
+    const hk_kvbuf_view_t V = vw[r];
+    const int len = V.len;
+    const hk_kb_at at = hk_kb_view(arena, V, g);
+    const float *S = V.S ? V.S + (size_t)h * dk * dv : nullptr;
+    const float *kt = k + (size_t)(r * Hk + kh) * dk;
+    const float *qt = q + (size_t)(r * Hk + kh) * dk;
+    const size_t row = (size_t)r * Hv + h;
+
+    /* first the first pass of S, into registers */
+    float4 s[RPT];
+    hk_kv2_load<RPT, RG>(s, S, 0, rg, j, dk, dv);
+
+    /* then the small inputs, staged in shared memory: the entries' w slab
+     * and G, v_t's slab, k_t and q_t; the decay and self term; the new key
+     * (the group's first value head, slab 0) and G_t (slab 0) */
+    for (int x = tid; x < len * NC4; x += HK_KV2_THREADS) {
+        const int i = x / NC4, jj = j0 + 4 * (x % NC4);
+        float4 w4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (jj < dv)
+            w4 = *reinterpret_cast<const float4 *>(at.w(i, h) + jj);
+        *reinterpret_cast<float4 *>(sw + (size_t)i * CW + 4 * (x % NC4)) = w4;
+    }
+    for (int i = tid; i < len; i += HK_KV2_THREADS)
+        sG[i] = *at.G(i, h);
+    if (tid < CW)
+        vs[tid] = j0 + tid < dv ? v[row * dv + j0 + tid] : 0.0f;
+    const bool writer = slab == 0 && h % (Hv / Hk) == 0;
+    for (int e = tid; e < dk; e += HK_KV2_THREADS) {
+        const float ke = kt[e];
+        ks[e] = ke;
+        qs[e] = qt[e];
+        if (writer)
+            at.key(len, kh)[(size_t)e * bs] = ke;
+    }
+    if (tid == 0) {
+        const double Gt = (len > 0 ? *at.G(len - 1, h) : 0.0) + (double)gl[row];
+        sGt = Gt;
+        sEG = hk_gdn_decay(Gt);
+        sBeta = beta[row];
+        if (slab == 0)
+            *at.G(len, h) = Gt;
+    }
+    if (warp == 1) {
+        float kq = 0.0f;
+        for (int e = lane; e < dk; e += 32)
+            kq += kt[e] * qt[e];
+        kq = hk_warp_sum(kq);
+        if (lane == 0)
+            sSelf = kq;
+    }
+
+    /* k_i.k_t, k_i.q_t of the buffered entries: per buffer block, thread
+     * x4 = tid + 256 m takes the float4 at 4 x4 of the [dk, bs] keys, i.e.
+     * row 4 x4 / bs and entries s0 .. s0 + 3, s0 = 4 tid mod bs (1024 is
+     * a multiple of bs); lanes with the same s0 are summed by shuffles,
+     * the warps in warp order after the barrier. */
+    const int s0 = (4 * tid) % bs, nq4 = dk * bs / 4;
+    for (int b = 0; b * bs < len; b++) {
+        const float *K = at.key(b * bs, kh); /* [dk, bs] */
+        float4 ak = make_float4(0.0f, 0.0f, 0.0f, 0.0f), aq = ak;
+#pragma unroll 1
+        for (int x4 = tid; x4 < nq4; x4 += HK_KV2_THREADS) {
+            const float4 kv = *reinterpret_cast<const float4 *>(K + 4 * x4);
+            const int e = 4 * x4 / bs;
+            hk_kv2_fma(ak, kt[e], kv);
+            hk_kv2_fma(aq, qt[e], kv);
+        }
+        for (int off = 16; off >= bs / 4; off >>= 1) {
+            ak.x += __shfl_xor_sync(HK_FULL_MASK, ak.x, off);
+            ak.y += __shfl_xor_sync(HK_FULL_MASK, ak.y, off);
+            ak.z += __shfl_xor_sync(HK_FULL_MASK, ak.z, off);
+            ak.w += __shfl_xor_sync(HK_FULL_MASK, ak.w, off);
+            aq.x += __shfl_xor_sync(HK_FULL_MASK, aq.x, off);
+            aq.y += __shfl_xor_sync(HK_FULL_MASK, aq.y, off);
+            aq.z += __shfl_xor_sync(HK_FULL_MASK, aq.z, off);
+            aq.w += __shfl_xor_sync(HK_FULL_MASK, aq.w, off);
+        }
+        if (lane < bs / 4) {
+            float *dk_ = pk + (size_t)warp * lp + b * bs + s0;
+            float *dq_ = pq + (size_t)warp * lp + b * bs + s0;
+            dk_[0] = ak.x, dk_[1] = ak.y, dk_[2] = ak.z, dk_[3] = ak.w;
+            dq_[0] = aq.x, dq_[1] = aq.y, dq_[2] = aq.z, dq_[3] = aq.w;
+        }
+    }
+    __syncthreads();
+
+    /* e^{G_t} S0^T k_t, e^{G_t} S0^T q_t over the thread's rows */
+    float4 su = make_float4(0.0f, 0.0f, 0.0f, 0.0f), so = su;
+    for (int c0 = 0; S && c0 < dk; c0 += CH) {
+        if (c0 > 0)
+            hk_kv2_load<RPT, RG>(s, S, c0, rg, j, dk, dv);
+#pragma unroll
+        for (int i = 0; i < RPT; i++) {
+            const int e = min(c0 + rg + RG * i, dk - 1); /* zeros past dk */
+            hk_kv2_fma(su, ks[e], s[i]);
+            hk_kv2_fma(so, qs[e], s[i]);
+        }
+    }
+    const float eG = sEG;
+    su.x *= eG, su.y *= eG, su.z *= eG, su.w *= eG;
+    so.x *= eG, so.y *= eG, so.z *= eG, so.w *= eG;
+
+    /* the thread's entries i = rg + RG m: coefficients from the warps'
+     * partials, times the staged w_i */
+    const double Gt = sGt;
+    for (int i = rg; i < len; i += RG) {
+        float kk = 0.0f, kq = 0.0f;
+        for (int w = 0; w < HK_KV2_WARPS; w++) {
+            kk += pk[(size_t)w * lp + i];
+            kq += pq[(size_t)w * lp + i];
+        }
+        const float c = hk_gdn_decayf(Gt - sG[i]);
+        const float4 wi =
+            *reinterpret_cast<const float4 *>(sw + (size_t)i * CW + 4 * cg);
+        hk_kv2_fma(su, c * kk, wi);
+        hk_kv2_fma(so, c * kq, wi);
+    }
+    red4[0][rg * NC4 + cg] = su;
+    red4[1][rg * NC4 + cg] = so;
+    __syncthreads();
+
+    /* one thread per column: the row groups in order, then w_t and o_t */
+    if (tid < CW && j0 + tid < dv) {
+        const float *ru = reinterpret_cast<const float *>(red4[0]);
+        const float *ro = reinterpret_cast<const float *>(red4[1]);
+        float u = 0.0f, oa = 0.0f;
+        for (int x = 0; x < RG; x++) {
+            u += ru[(size_t)x * CW + tid];
+            oa += ro[(size_t)x * CW + tid];
+        }
+        const float wt = sBeta * (vs[tid] - u);
+        at.w(len, h)[j0 + tid] = wt;
+        o[row * dv + j0 + tid] = oa + sSelf * wt;
+    }
+}
+
+template <int NC4>
+static __global__ void __launch_bounds__(HK_KV2_THREADS, 3)
+    hk_kvbuf_flush2_kernel(float *arena, const hk_kvbuf_view_t *vw,
+                           const int *n, hk_kvbuf_geom_t g)
+{
+    constexpr int RG = HK_KV2_THREADS / NC4, RPT = HK_KV2_RPT, CH = RG * RPT;
+    /* Ktilde^T of a tile, this pass's rows (odd stride: the row groups of
+     * a warp hit different banks), and the tile's w slab */
+    __shared__ float kt[CH][HK_KV2_FT + 1];
+    __shared__ float4 ws[HK_KV2_FT][NC4];
+    const int slab = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+    const int m = n[r];
+    if (m <= 0)
+        return; /* the whole block: no barrier is skipped by some */
+    const int dk = g.dk, dv = g.dv, bs = g.bs, kh = h / (g.Hv / g.Hk);
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int cg = tid % NC4, rg = tid / NC4, j = slab * 4 * NC4 + 4 * cg;
+    const hk_kvbuf_view_t V = vw[r];
+    const hk_kb_at at = hk_kb_view(arena, V, g);
+    float *Sh = V.S + (size_t)h * dk * dv;
+    const double Gn = *at.G(m - 1, h);
+
+    for (int c0 = 0; c0 < dk; c0 += CH) {
+        float4 s[RPT];
+        hk_kv2_load<RPT, RG>(s, Sh, c0, rg, j, dk, dv);
+        for (int b0 = 0; b0 < m; b0 += HK_KV2_FT) {
+            const int nb = m - b0 < HK_KV2_FT ? m - b0 : HK_KV2_FT;
+            /* thread: entry b0 + lane, rows tid / 32 + 8 x */
+            const float cs =
+                lane < nb ? hk_gdn_decayf(Gn - *at.G(b0 + lane, h)) : 0.0f;
+            const float *K = lane < nb ? at.key(b0 + lane, kh) : nullptr;
+            for (int er = tid / 32; er < CH; er += HK_KV2_WARPS)
+                kt[er][lane] =
+                    K && c0 + er < dk ? cs * K[(size_t)(c0 + er) * bs] : 0.0f;
+            for (int x = tid; x < HK_KV2_FT * NC4; x += HK_KV2_THREADS) {
+                const int se = x / NC4, jj = slab * 4 * NC4 + 4 * (x % NC4);
+                float4 w4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (se < nb && jj < dv)
+                    w4 = *reinterpret_cast<const float4 *>(at.w(b0 + se, h) +
+                                                           jj);
+                ws[se][x % NC4] = w4;
+            }
+            __syncthreads();
+            if (b0 == 0) {
+                const float e = hk_gdn_decay(Gn);
+#pragma unroll
+                for (int i = 0; i < RPT; i++) {
+                    s[i].x *= e, s[i].y *= e, s[i].z *= e, s[i].w *= e;
+                }
+            }
+            for (int se = 0; se < nb; se++) {
+                const float4 w4 = ws[se][cg];
+#pragma unroll
+                for (int i = 0; i < RPT; i++)
+                    hk_kv2_fma(s[i], kt[rg + RG * i][se], w4);
+            }
+            __syncthreads(); /* kt, ws are restaged next tile */
+        }
+        if (j < dv) {
+#pragma unroll
+            for (int i = 0; i < RPT; i++) {
+                const int e = c0 + rg + RG * i;
+                if (e < dk)
+                    *reinterpret_cast<float4 *>(Sh + (size_t)e * dv + j) = s[i];
+            }
+        }
+    }
+}
+
 /* One thread per channel, the CPU's loop: old history read at i + m > i
  * before it is overwritten. */
 static __global__ void hk_kvbuf_conv_commit_kernel(float *state, const float *x,
@@ -394,23 +705,65 @@ static bool hk_kb_geom_ok(const hk_kvbuf_geom_t *g)
            g->bs <= 64;
 }
 
-extern "C" int hk_cuda_kvbuf_step(float *o, float *arena,
-                                  const hk_kvbuf_view_t *vw, const float *q,
-                                  const float *k, const float *v,
-                                  const float *gl, const float *beta, int R,
-                                  int T, const hk_kvbuf_geom_t *g, int lmax,
-                                  void *stream)
+/* v2 runs: dv a multiple of 4, bs a power of two in [4, 64] (the key
+ * products' float4 lanes), 16-byte aligned arena, v and o (states too:
+ * the caller's, hk_cuda.h). */
+static bool hk_kv2_ok(const hk_kvbuf_geom_t *g, const void *arena,
+                      const void *a, const void *b)
 {
-    if (!hk_kb_geom_ok(g) || R < 0 || R > HK_CUDA_MAX_GRID_YZ || T < 1 ||
-        lmax < T || (R > 0 && (!vw || !arena)))
-        return HK_CUDA_EINVAL;
-    if (R == 0)
-        return HK_CUDA_OK;
+    const int bs = g->bs;
+    return g->dv % 4 == 0 && bs >= 4 && bs <= 64 && (bs & (bs - 1)) == 0 &&
+           ((uintptr_t)arena | (uintptr_t)a | (uintptr_t)b) % 16 == 0;
+}
+
+/* DEFAULT kernels: HYPIC_CUDA_KVBUF=v1 picks the first ones, else v2
+ * (read once). */
+static unsigned hk_kv_resolve(unsigned flags)
+{
+    static const unsigned env = [] {
+        const char *e = getenv("HYPIC_CUDA_KVBUF");
+        return e && !strcmp(e, "v1") ? HK_CUDA_KVBUF_V1 : 0u;
+    }();
+    return flags ? flags : env;
+}
+
+/* v2's float4 columns per block row: the flags' slab, else 64 columns
+ * (a pass covers 128 rows) while that gives >= 4 blocks per SM, else 32
+ * (more blocks for small batches, and for dv <= 32). */
+static int hk_kv2_nc4(unsigned flags, int Hv, int R, int dv)
+{
+    switch (flags & HK_CUDA_KVBUF_CW_MASK) {
+    case HK_CUDA_KVBUF_CW128:
+        return 32;
+    case HK_CUDA_KVBUF_CW64:
+        return 16;
+    case HK_CUDA_KVBUF_CW32:
+        return 8;
+    default:
+        break;
+    }
+    const int sms = hk_cuda_sm_count(1);
+    const long long blocks = (long long)Hv * R * HK_CEIL_DIV(dv, 64);
+    return dv > 32 && blocks >= 4LL * sms ? 16 : 8;
+}
+
+/* Flags the launchers take (hk_cuda.h); EINVAL for unknown bits. */
+static bool hk_kv_flags_ok(unsigned flags)
+{
+    return (flags & ~HK_CUDA_KVBUF_FLAGS) == 0 &&
+           !((flags & HK_CUDA_KVBUF_V1) &&
+             (flags & (HK_CUDA_KVBUF_V2 | HK_CUDA_KVBUF_CW_MASK)));
+}
+
+static int hk_kvbuf_step_v1(float *o, float *arena, const hk_kvbuf_view_t *vw,
+                            const float *q, const float *k, const float *v,
+                            const float *gl, const float *beta, int R, int T,
+                            const hk_kvbuf_geom_t *g, int lmax, cudaStream_t s)
+{
     const size_t sm = hk_kb_smem(T, g->dk, g->dv, lmax);
     if (sm > (size_t)hk_cuda_smem_optin())
         return HK_CUDA_EINVAL;
     const dim3 grid(g->Hv, R);
-    const cudaStream_t s = hk_stream(stream);
     const bool vec = g->dv % 128 == 0;
 #define HK_KB_STEP(CPT, VEC)                                                   \
     do {                                                                       \
@@ -445,17 +798,103 @@ extern "C" int hk_cuda_kvbuf_step(float *o, float *arena,
     return hk_cuda_check_launch();
 }
 
-extern "C" int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw,
-                                   const int *n, int R,
-                                   const hk_kvbuf_geom_t *g, void *stream)
+static int hk_kvbuf_step_v2(float *o, float *arena, const hk_kvbuf_view_t *vw,
+                            const float *q, const float *k, const float *v,
+                            const float *gl, const float *beta, int R,
+                            const hk_kvbuf_geom_t *g, int lmax, unsigned flags,
+                            cudaStream_t s)
+{
+    const int nc4 = hk_kv2_nc4(flags, g->Hv, R, g->dv);
+    const int lp = HK_CEIL_DIV(lmax, g->bs) * g->bs;
+    const size_t sm = hk_kv2_smem(lp, nc4, g->dk);
+    /* the static part: 8 KB of row-group partials and the scalars */
+    if (sm + 8 * 1024 + 64 > (size_t)hk_cuda_smem_optin())
+        return HK_CUDA_EINVAL;
+    const dim3 grid(HK_CEIL_DIV(g->dv, 4 * nc4), g->Hv, R);
+#define HK_KV2_STEP(NC4)                                                       \
+    do {                                                                       \
+        if (sm > 40 * 1024)                                                    \
+            cudaFuncSetAttribute(hk_kvbuf_step1_kernel<NC4>,                   \
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,  \
+                                 (int)sm);                                     \
+        hk_kvbuf_step1_kernel<NC4><<<grid, HK_KV2_THREADS, sm, s>>>(           \
+            o, arena, vw, q, k, v, gl, beta, *g, lp);                          \
+    } while (0)
+    if (nc4 == 32)
+        HK_KV2_STEP(32);
+    else if (nc4 == 16)
+        HK_KV2_STEP(16);
+    else
+        HK_KV2_STEP(8);
+#undef HK_KV2_STEP
+    return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_kvbuf_step_ex(float *o, float *arena,
+                                     const hk_kvbuf_view_t *vw, const float *q,
+                                     const float *k, const float *v,
+                                     const float *gl, const float *beta, int R,
+                                     int T, const hk_kvbuf_geom_t *g, int lmax,
+                                     unsigned flags, void *stream)
+{
+    if (!hk_kb_geom_ok(g) || R < 0 || R > HK_CUDA_MAX_GRID_YZ || T < 1 ||
+        lmax < T || (R > 0 && (!vw || !arena)) || !hk_kv_flags_ok(flags))
+        return HK_CUDA_EINVAL;
+    flags = hk_kv_resolve(flags);
+    const bool v2 = T == 1 && hk_kv2_ok(g, arena, v, o);
+    const bool forced = flags & (HK_CUDA_KVBUF_V2 | HK_CUDA_KVBUF_CW_MASK);
+    if (forced && !v2)
+        return HK_CUDA_EINVAL; /* a bench or test asked for v2 by name */
+    if (R == 0)
+        return HK_CUDA_OK;
+    const cudaStream_t s = hk_stream(stream);
+    if (v2 && !(flags & HK_CUDA_KVBUF_V1))
+        return hk_kvbuf_step_v2(o, arena, vw, q, k, v, gl, beta, R, g, lmax,
+                                flags, s);
+    return hk_kvbuf_step_v1(o, arena, vw, q, k, v, gl, beta, R, T, g, lmax, s);
+}
+
+extern "C" int hk_cuda_kvbuf_step(float *o, float *arena,
+                                  const hk_kvbuf_view_t *vw, const float *q,
+                                  const float *k, const float *v,
+                                  const float *gl, const float *beta, int R,
+                                  int T, const hk_kvbuf_geom_t *g, int lmax,
+                                  void *stream)
+{
+    return hk_cuda_kvbuf_step_ex(o, arena, vw, q, k, v, gl, beta, R, T, g, lmax,
+                                 0, stream);
+}
+
+extern "C" int hk_cuda_kvbuf_flush_ex(float *arena, const hk_kvbuf_view_t *vw,
+                                      const int *n, int R,
+                                      const hk_kvbuf_geom_t *g, unsigned flags,
+                                      void *stream)
 {
     if (!hk_kb_geom_ok(g) || R < 0 || R > HK_CUDA_MAX_GRID_YZ ||
-        (R > 0 && (!vw || !n || !arena)))
+        (R > 0 && (!vw || !n || !arena)) || !hk_kv_flags_ok(flags))
+        return HK_CUDA_EINVAL;
+    flags = hk_kv_resolve(flags);
+    const bool v2 = hk_kv2_ok(g, arena, arena, arena);
+    if ((flags & (HK_CUDA_KVBUF_V2 | HK_CUDA_KVBUF_CW_MASK)) && !v2)
         return HK_CUDA_EINVAL;
     if (R == 0)
         return HK_CUDA_OK;
-    const dim3 grid(g->Hv, R, HK_CEIL_DIV(g->dk, HK_KF_ROWS));
     const cudaStream_t s = hk_stream(stream);
+    if (v2 && !(flags & HK_CUDA_KVBUF_V1)) {
+        const int nc4 = hk_kv2_nc4(flags, g->Hv, R, g->dv);
+        const dim3 grid(HK_CEIL_DIV(g->dv, 4 * nc4), g->Hv, R);
+        if (nc4 == 32)
+            hk_kvbuf_flush2_kernel<32>
+                <<<grid, HK_KV2_THREADS, 0, s>>>(arena, vw, n, *g);
+        else if (nc4 == 16)
+            hk_kvbuf_flush2_kernel<16>
+                <<<grid, HK_KV2_THREADS, 0, s>>>(arena, vw, n, *g);
+        else
+            hk_kvbuf_flush2_kernel<8>
+                <<<grid, HK_KV2_THREADS, 0, s>>>(arena, vw, n, *g);
+        return hk_cuda_check_launch();
+    }
+    const dim3 grid(g->Hv, R, HK_CEIL_DIV(g->dk, HK_KF_ROWS));
     switch (hk_kb_cpt(g->dv)) {
     case 1:
         hk_kvbuf_flush_kernel<1>
@@ -475,6 +914,13 @@ extern "C" int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw,
         break;
     }
     return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw,
+                                   const int *n, int R,
+                                   const hk_kvbuf_geom_t *g, void *stream)
+{
+    return hk_cuda_kvbuf_flush_ex(arena, vw, n, R, g, 0, stream);
 }
 
 extern "C" int hk_cuda_kvbuf_conv_commit(float *state, const float *x, int m,

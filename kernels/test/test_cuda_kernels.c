@@ -2081,14 +2081,22 @@ static void test_gdn_step(void)
  * sums in the same order on both sides: compared exactly. */
 
 /* R, T, Hk, Hv, dk, dv, bs, then R buffer lengths: partial blocks, a
- * length at a block boundary, empty buffers; T > 1 is draft verification
- * (T = 5, 6 cross the kernel's 4-token tiles); dv = 128, 256 take the
- * float4 path, odd dv the scalar one. Request r % 3 == 1 has no state
- * (a KV-only buffer). */
-static const int kvb_shapes[][15] = {
-    {3, 1, 1, 2, 17, 9, 4, 0, 4, 7},           {2, 5, 2, 4, 32, 33, 8, 3, 8},
-    {4, 1, 2, 2, 128, 128, 16, 0, 15, 16, 37}, {2, 6, 1, 2, 64, 256, 16, 5, 20},
-    {2, 3, 1, 1, 48, 80, 64, 63, 1},           {1, 16, 1, 1, 16, 40, 16, 9}};
+ * length at a block boundary, empty buffers, bs - 1 (a full cap of 16);
+ * T > 1 is draft verification (T = 5, 6 cross the v1 kernel's 4-token
+ * tiles); dv = 128, 256 take v1's float4 path, odd dv its scalar one.
+ * T = 1 with dv % 4 = 0 and bs a power of two >= 4 also runs v2 (each
+ * slab width): GQA groups of 2 and 3, dk past one pass of rows (256, and
+ * 40 < a pass), dv not a multiple of the slab (20, 80), bs 4 to 64.
+ * Request r % 3 == 1 has no state (a KV-only buffer). */
+static const int kvb_shapes[][15] = {{3, 1, 1, 2, 17, 9, 4, 0, 4, 7},
+                                     {2, 5, 2, 4, 32, 33, 8, 3, 8},
+                                     {4, 1, 2, 4, 128, 128, 16, 0, 15, 16, 37},
+                                     {2, 6, 1, 2, 64, 256, 16, 5, 20},
+                                     {2, 3, 1, 1, 48, 80, 64, 63, 1},
+                                     {1, 16, 1, 1, 16, 40, 16, 9},
+                                     {3, 1, 1, 3, 40, 20, 4, 6, 9, 0},
+                                     {2, 1, 1, 1, 256, 256, 64, 63, 2},
+                                     {3, 1, 2, 2, 64, 80, 8, 17, 1, 8}};
 
 typedef struct {
     hk_kvbuf_geom_t g;
@@ -2218,8 +2226,26 @@ static int kvb_entries_close(const kvb_case_t *c, float *ref, float *x,
     return good && worst <= 1.0;
 }
 
+/* The kernels each case runs: the default (v2 where it applies), v1 by
+ * name, v2 at each slab width (T = 1 and a shape v2 takes). */
+static const struct {
+    const char *name;
+    unsigned flags;
+} kvb_kinds[] = {{"default", 0},
+                 {"v1", HK_CUDA_KVBUF_V1},
+                 {"v2/cw128", HK_CUDA_KVBUF_CW128},
+                 {"v2/cw64", HK_CUDA_KVBUF_CW64},
+                 {"v2/cw32", HK_CUDA_KVBUF_CW32}};
+#define KVB_KINDS ((int)(sizeof(kvb_kinds) / sizeof(kvb_kinds[0])))
+
+static int kvb_v2_applies(const hk_kvbuf_geom_t *g, int T)
+{
+    return T == 1 && g->dv % 4 == 0 && g->bs >= 4 && !(g->bs & (g->bs - 1));
+}
+
 /* The step (T = 1 decode, T > 1 verification) over R requests with their
- * block tables, then a flush of a prefix of each buffer with a state. */
+ * block tables, then a flush of a prefix of each buffer with a state; each
+ * by every kernel that takes the case, from the same inputs. */
 static void test_kvbuf(void)
 {
     for (int s = 0; s < grid_n(NSHAPES(kvb_shapes), 3); s++) {
@@ -2228,51 +2254,72 @@ static void test_kvbuf(void)
         const hk_kvbuf_geom_t *g = &c.g;
         const int R = c.R, T = c.T, Hv = g->Hv, dk = g->dk, dv = g->dv;
         const size_t no = (size_t)R * T * Hv * dv, ns = (size_t)Hv * dk * dv;
+        /* kinds of step and flush (a flush is a flush whatever T was) */
+        const int nk = kvb_v2_applies(g, T) ? KVB_KINDS : T == 1 ? 2 : 1;
+        const int nf = kvb_v2_applies(g, 1) ? KVB_KINDS : 2;
+        const int nd = nk > nf ? nk : nf;
         gdn_prob_t p; /* rows r*T + t */
         gdn_prob_make(&p, R * T, g->Hk, Hv, dk, dv);
-        kvb_dev_t d = kvb_upload(&c);
+        kvb_dev_t d[KVB_KINDS];
+        for (int v = 0; v < nd; v++)
+            d[v] = kvb_upload(&c);
         gdn_dev_t di = gdn_upload(&p);
         float *o = hmalloc(no), *dO = dev_alloc(no);
         float *ws = hmalloc(hk_kvbuf_step_scratch(g, T, c.lmax, 2));
         hk_kvbuf_step(o, c.arena, c.vw, p.q, p.k, p.v, p.g, p.beta, R, T, g,
                       c.lmax, ws, 2);
-        RUN(hk_cuda_kvbuf_step(dO, d.arena, d.vw, di.q, di.k, di.v, di.g,
-                               di.beta, R, T, g, c.lmax, NULL));
-        int n[4], good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
+        int n[4];
         for (int r = 0; r < R; r++)
             n[r] = c.vw[r].len + T;
-        float *ar = host_from(d.arena, c.nar);
-        good &= kvb_entries_close(&c, c.arena, ar, n);
-        ok(good, "%s R=%d T=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
-           T == 1 ? "kvbuf_step" : "kvbuf_verify", R, T, g->Hk, Hv, dk, dv,
-           g->bs);
+        float *nan = hmalloc(no); /* o starts as NaN for every kernel */
+        for (size_t i = 0; i < no; i++)
+            nan[i] = NAN;
+        for (int v = 0; v < nk; v++) {
+            CK(hk_cuda_h2d(dO, nan, no * sizeof(float), NULL));
+            RUN(hk_cuda_kvbuf_step_ex(dO, d[v].arena, d[v].vw, di.q, di.k, di.v,
+                                      di.g, di.beta, R, T, g, c.lmax,
+                                      kvb_kinds[v].flags, NULL));
+            int good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
+            float *ar = host_from(d[v].arena, c.nar);
+            good &= kvb_entries_close(&c, c.arena, ar, n);
+            free(ar);
+            ok(good, "%s[%s] R=%d T=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
+               T == 1 ? "kvbuf_step" : "kvbuf_verify", kvb_kinds[v].name, R, T,
+               g->Hk, Hv, dk, dv, g->bs);
+        }
 
         /* flush: all entries, about half, none; from the CPU's arena on
-         * both sides */
+         * both sides, the states as they were before the CPU's flush */
         int *dn = NULL;
         for (int r = 0; r < R; r++)
             n[r] = !c.S[r] ? 0 : r % 2 ? (n[r] + 1) / 2 : n[r];
-        CK(hk_cuda_h2d(d.arena, c.arena, c.nar * sizeof(float), NULL));
+        for (int v = 0; v < nf; v++)
+            CK(hk_cuda_h2d(d[v].arena, c.arena, c.nar * sizeof(float), NULL));
         CK(hk_cuda_malloc((void **)&dn, R * sizeof(int)));
         CK(hk_cuda_h2d(dn, n, R * sizeof(int), NULL));
         float *fws = hmalloc(hk_kvbuf_flush_scratch(g, c.lmax, 2));
         hk_kvbuf_flush(c.arena, c.vw, n, R, g, fws, 2);
-        RUN(hk_cuda_kvbuf_flush(d.arena, d.vw, dn, R, g, NULL));
-        good = 1;
-        for (int r = 0; r < R; r++)
-            if (c.S[r])
-                good &= close_cpu(c.S[r], d.S[r], ns, ATOL_GDN, RTOL_GDN, "S");
-        good &= same_cpu(c.arena, d.arena, c.nar, "arena (unchanged)");
-        ok(good, "kvbuf_flush R=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d", R, g->Hk, Hv,
-           dk, dv, g->bs);
+        for (int v = 0; v < nf; v++) {
+            RUN(hk_cuda_kvbuf_flush_ex(d[v].arena, d[v].vw, dn, R, g,
+                                       kvb_kinds[v].flags, NULL));
+            int good = 1;
+            for (int r = 0; r < R; r++)
+                if (c.S[r])
+                    good &= close_cpu(c.S[r], d[v].S[r], ns, ATOL_GDN, RTOL_GDN,
+                                      "S");
+            good &= same_cpu(c.arena, d[v].arena, c.nar, "arena (unchanged)");
+            ok(good, "kvbuf_flush[%s] R=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
+               kvb_kinds[v].name, R, g->Hk, Hv, dk, dv, g->bs);
+        }
 
         CK(hk_cuda_free(dn));
         CK(hk_cuda_free(dO));
-        kvb_dev_free(&d, R);
+        for (int v = 0; v < nd; v++)
+            kvb_dev_free(&d[v], R);
         gdn_dev_free(&di);
+        free(nan);
         free(fws);
         free(ws);
-        free(ar);
         free(o);
         gdn_prob_free(&p);
         kvb_free(&c);
@@ -2366,6 +2413,15 @@ static void test_einval(void)
                                NULL) == HK_CUDA_EINVAL;
     kg.dv = 16, kg.bs = 65;
     good &= hk_cuda_kvbuf_flush(&x, &kv, cu, 1, &kg, NULL) == HK_CUDA_EINVAL;
+    kg.bs = 16; /* v2 by name where it cannot run: T > 1, bs not 2^k */
+    good &= hk_cuda_kvbuf_step_ex(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 2, &kg, 4,
+                                  HK_CUDA_KVBUF_V2, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_kvbuf_step_ex(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 1, &kg, 4,
+                                  HK_CUDA_KVBUF_FLAGS + 1,
+                                  NULL) == HK_CUDA_EINVAL; /* flags */
+    kg.bs = 12;
+    good &= hk_cuda_kvbuf_flush_ex(&x, &kv, cu, 1, &kg, HK_CUDA_KVBUF_CW64,
+                                   NULL) == HK_CUDA_EINVAL;
     ok(good, "launchers return HK_CUDA_EINVAL on bad shapes");
 }
 

@@ -266,6 +266,68 @@ static __host__ __device__ size_t hk_tc_a_carve(hk_tc_a_smem *s,
     return at;
 }
 
+/* Tile pair idx of [K; Q] K^T's lower tiles: which (0: K K^T, 1: Q K^T),
+ * row tile ti, column tile tj <= ti; npair pairs per product. */
+static __device__ __forceinline__ void hk_tc_pair(int idx, int npair,
+                                                  int *which, int *ti, int *tj)
+{
+    const int p = idx % npair;
+    int i = 0;
+    while ((i + 1) * (i + 2) / 2 <= p)
+        i++;
+    *which = idx / npair;
+    *ti = i;
+    *tj = p - i * (i + 1) / 2;
+}
+
+/* acc += X[ti] K[tj]^T, 16-row tiles over nk 16-column steps (row stride
+ * ld); with lo parts (LO: f32 inputs) + hi lo^T + lo hi^T. */
+template <bool LO>
+static __device__ void
+hk_tc_xkt(hk_facc &acc, const uint16_t *X, const uint16_t *Xl,
+          const uint16_t *K, const uint16_t *Kl, int ld, int ti, int tj, int nk)
+{
+    for (int kk = 0; kk < nk; kk++) {
+        hk_fa_row a;
+        hk_fb_col b;
+        const int xa = ti * 16 * ld + kk * 16, ka = tj * 16 * ld + kk * 16;
+        wmma::load_matrix_sync(a, hk_bf(X + xa), ld);
+        wmma::load_matrix_sync(b, hk_bf(K + ka), ld);
+        wmma::mma_sync(acc, a, b, acc);
+        if (LO) {
+            hk_fb_col bl;
+            wmma::load_matrix_sync(bl, hk_bf(Kl + ka), ld);
+            wmma::mma_sync(acc, a, bl, acc);
+            wmma::load_matrix_sync(a, hk_bf(Xl + xa), ld);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+    }
+}
+
+/* acc = row tile ti of (Th + Tl) B, T lower triangular (column tiles
+ * kk <= ti), 16 columns of B at B (row stride ldB): Th B + Tl B, with LO
+ * (B an f32 input's hi part, lo part Bl) + Th Bl. */
+template <bool LO>
+static __device__ void hk_tc_tb(hk_facc &acc, const uint16_t *Th,
+                                const uint16_t *Tl, int ldb, const uint16_t *B,
+                                const uint16_t *Bl, int ldB, int ti)
+{
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk <= ti; kk++) {
+        hk_fa_row ah, al;
+        hk_fb_row b;
+        wmma::load_matrix_sync(ah, hk_bf(Th + ti * 16 * ldb + kk * 16), ldb);
+        wmma::load_matrix_sync(al, hk_bf(Tl + ti * 16 * ldb + kk * 16), ldb);
+        wmma::load_matrix_sync(b, hk_bf(B + kk * 16 * ldB), ldB);
+        wmma::mma_sync(acc, ah, b, acc);
+        wmma::mma_sync(acc, al, b, acc);
+        if (LO) {
+            wmma::load_matrix_sync(b, hk_bf(Bl + kk * 16 * ldB), ldB);
+            wmma::mma_sync(acc, ah, b, acc);
+        }
+    }
+}
+
 /* A warp's W tile (row tile ti, columns col..col + 15) to scratch as -W,
  * flushed as the CPU's W, split; through the warp's tile stg [16][20]. */
 static __device__ void hk_tc_store_w(const hk_tc_ws &ws, hk_facc &acc,
@@ -324,31 +386,12 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
     /* [K; Q] K^T, the tiles on and below the diagonal. */
     const int nt = (n + 15) / 16, npair = nt * (nt + 1) / 2;
     for (int idx = warp; idx < 2 * npair; idx += nwarps) {
-        const int which = idx / npair, p = idx % npair;
-        int ti = 0;
-        while ((ti + 1) * (ti + 2) / 2 <= p)
-            ti++;
-        const int tj = p - ti * (ti + 1) / 2;
-        const uint16_t *X = which ? s.Qs : s.Ks;
+        int which, ti, tj;
+        hk_tc_pair(idx, npair, &which, &ti, &tj);
         hk_facc acc;
         wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk < dk / 16; kk++) {
-            hk_fa_row a;
-            hk_fb_col b;
-            const int xa = ti * 16 * ldk + kk * 16,
-                      ka = tj * 16 * ldk + kk * 16;
-            wmma::load_matrix_sync(a, hk_bf(X + xa), ldk);
-            wmma::load_matrix_sync(b, hk_bf(s.Ks + ka), ldk);
-            wmma::mma_sync(acc, a, b, acc);
-            if (LO) { /* + hi lo^T + lo hi^T */
-                hk_fb_col bl;
-                wmma::load_matrix_sync(bl, hk_bf(s.Kl + ka), ldk);
-                wmma::mma_sync(acc, a, bl, acc);
-                wmma::load_matrix_sync(a, hk_bf((which ? s.Ql : s.Kl) + xa),
-                                       ldk);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-        }
+        hk_tc_xkt<LO>(acc, which ? s.Qs : s.Ks, which ? s.Ql : s.Kl, s.Ks, s.Kl,
+                      ldk, ti, tj, dk / 16);
         wmma::store_matrix_sync(s.G + (which * C + ti * 16) * ldc + tj * 16,
                                 acc, ldc, wmma::mem_row_major);
     }
@@ -406,22 +449,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
         const uint16_t *Bl = LO ? (isw ? s.Kl : s.Vl) + cB : NULL;
         const int ldB = isw ? ldk : ldv;
         hk_facc acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk <= ti; kk++) {
-            hk_fa_row ah, al;
-            hk_fb_row b;
-            wmma::load_matrix_sync(ah, hk_bf(Th + ti * 16 * ldb + kk * 16),
-                                   ldb);
-            wmma::load_matrix_sync(al, hk_bf(Tl + ti * 16 * ldb + kk * 16),
-                                   ldb);
-            wmma::load_matrix_sync(b, hk_bf(B + kk * 16 * ldB), ldB);
-            wmma::mma_sync(acc, ah, b, acc);
-            wmma::mma_sync(acc, al, b, acc);
-            if (LO) {
-                wmma::load_matrix_sync(b, hk_bf(Bl + kk * 16 * ldB), ldB);
-                wmma::mma_sync(acc, ah, b, acc);
-            }
-        }
+        hk_tc_tb<LO>(acc, Th, Tl, ldb, B, Bl, ldB, ti);
         if (!isw) {
             wmma::store_matrix_sync(ws.U + (hc * C + ti * 16) * dv + tj * 16,
                                     acc, dv, wmma::mem_row_major);
@@ -503,20 +531,6 @@ static __host__ __device__ size_t hk_tc_a2_carve(hk_tc_a2_smem *s,
     return at;
 }
 
-/* Tile pair idx of [K; Q] K^T's lower tiles: which (0: K K^T, 1: Q K^T),
- * row tile ti, column tile tj <= ti; npair pairs per product. */
-static __device__ __forceinline__ void hk_tc_pair(int idx, int npair,
-                                                  int *which, int *ti, int *tj)
-{
-    const int p = idx % npair;
-    int i = 0;
-    while ((i + 1) * (i + 2) / 2 <= p)
-        i++;
-    *which = idx / npair;
-    *ti = i;
-    *tj = p - i * (i + 1) / 2;
-}
-
 /* Kernel A, blockwise: chunk slot blockIdx.x, value head blockIdx.y. */
 template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
@@ -569,24 +583,8 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
                 continue;
             int which, ti, tj;
             hk_tc_pair(idx, npair, &which, &ti, &tj);
-            const uint16_t *X = which ? s.Qp : s.Kp;
-            for (int kk = 0; kk < w / 16; kk++) {
-                hk_fa_row a;
-                hk_fb_col b;
-                const int xa = ti * 16 * ldp + kk * 16,
-                          ka = tj * 16 * ldp + kk * 16;
-                wmma::load_matrix_sync(a, hk_bf(X + xa), ldp);
-                wmma::load_matrix_sync(b, hk_bf(s.Kp + ka), ldp);
-                wmma::mma_sync(acc[r], a, b, acc[r]);
-                if (LO) { /* + hi lo^T + lo hi^T */
-                    hk_fb_col bl;
-                    wmma::load_matrix_sync(bl, hk_bf(s.Kpl + ka), ldp);
-                    wmma::mma_sync(acc[r], a, bl, acc[r]);
-                    wmma::load_matrix_sync(
-                        a, hk_bf((which ? s.Qpl : s.Kpl) + xa), ldp);
-                    wmma::mma_sync(acc[r], a, b, acc[r]);
-                }
-            }
+            hk_tc_xkt<LO>(acc[r], which ? s.Qp : s.Kp, which ? s.Qpl : s.Kpl,
+                          s.Kp, s.Kpl, ldp, ti, tj, w / 16);
         }
     }
     __syncthreads(); /* the panels' reads are done: the region holds L, T */
@@ -692,24 +690,8 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
             for (int idx = warp; idx < nt * (w / 16); idx += nwarps) {
                 const int ti = idx / (w / 16), tj = idx % (w / 16);
                 hk_facc u;
-                wmma::fill_fragment(u, 0.0f);
-                for (int kk = 0; kk <= ti; kk++) {
-                    hk_fa_row ah, al;
-                    hk_fb_row b;
-                    wmma::load_matrix_sync(
-                        ah, hk_bf(s.Th + ti * 16 * ldb + kk * 16), ldb);
-                    wmma::load_matrix_sync(
-                        al, hk_bf(s.Tl + ti * 16 * ldb + kk * 16), ldb);
-                    wmma::load_matrix_sync(
-                        b, hk_bf(s.Bh + kk * 16 * ldp + tj * 16), ldp);
-                    wmma::mma_sync(u, ah, b, u);
-                    wmma::mma_sync(u, al, b, u);
-                    if (LO) {
-                        wmma::load_matrix_sync(
-                            b, hk_bf(s.Bl + kk * 16 * ldp + tj * 16), ldp);
-                        wmma::mma_sync(u, ah, b, u);
-                    }
-                }
+                hk_tc_tb<LO>(u, s.Th, s.Tl, ldb, s.Bh + tj * 16, s.Bl + tj * 16,
+                             ldp, ti);
                 const int col = c0 + tj * 16;
                 if (isw)
                     hk_tc_store_w(ws, u, stg, lane, hc, C, dk, ti, col);

@@ -1893,8 +1893,11 @@ static void test_gdn_chunk_varlen(void)
  * prefill), each structure (v2, v1) and v2's fast precision: against the
  * CPU on the same unrounded inputs, within the bf16 kernel's budget against
  * its rounded ones (RTOL_TC: every operand keeps ~16 bits; an input without
- * its lo half errs by ~2^-9, 1e-2 of the outputs; fast: RTOL_FAST), one
- * case of several sequences (an empty one) in one call. */
+ * its lo half errs by ~2^-9, 1e-2 of the outputs), one case of several
+ * sequences (an empty one) in one call. Fast also drops q's and k's lo
+ * halves in the state pass and the outputs, so it is held to the bf16
+ * kernel's budget against unrounded inputs (RTOL_BF16; RTOL_FAST failed on
+ * some inputs here, 1.26 of it at T = 70, C = 64, with either kernel A). */
 static void test_gdn_chunk_tc(void)
 {
     /* T, Hk, Hv, dk, dv, C, want Tc (test_gdn_chunk_bf16's shapes) */
@@ -1937,8 +1940,8 @@ static void test_gdn_chunk_tc(void)
             dev_alloc(hk_cuda_gdn_chunk_tc_scratch(T, nseq, Hk, Hv, dk, dv, C));
         for (int vi = 0; vi < TC_NVAR; vi++) {
             const int fast = (vflags[vi] & HK_CUDA_GDN_TC_FAST) != 0;
-            const double at = fast ? ATOL_FAST : ATOL_TC;
-            const double rt = fast ? RTOL_FAST : RTOL_TC;
+            const double at = fast ? ATOL_BF16 : ATOL_TC;
+            const double rt = fast ? RTOL_BF16 : RTOL_TC;
             for (int b = 0; b < nseq; b++) {
                 dS[b] = dev_from(S0[b], ns);
                 dTc[b] = want_tc ? dev_alloc(nt) : NULL;

@@ -2422,11 +2422,13 @@ static void test_einval(void)
                                    1, 1, 1, 24, 16, 16, &x,
                                    NULL) == HK_CUDA_EINVAL; /* dk % 16 */
     good &= hk_cuda_gdn_chunk_bf16_ex(&x, tab, NULL, &hb, &hb, &hb, &x, &x, cu,
-                                      1, 1, 1, 1, 16, 16, 16, &x, 4u,
+                                      1, 1, 1, 1, 16, 16, 16, &x,
+                                      HK_CUDA_GDN_TC_FLAGS + 1,
                                       NULL) == HK_CUDA_EINVAL; /* flags */
-    good &= hk_cuda_gdn_chunk_tc_ex(&x, tab, NULL, &x, &x, &x, &x, &x, cu, 1, 1,
-                                    1, 1, 16, 16, 16, &x, 4u,
-                                    NULL) == HK_CUDA_EINVAL; /* flags */
+    good &=
+        hk_cuda_gdn_chunk_tc_ex(&x, tab, NULL, &x, &x, &x, &x, &x, cu, 1, 1, 1,
+                                1, 16, 16, 16, &x, HK_CUDA_GDN_TC_FLAGS + 1,
+                                NULL) == HK_CUDA_EINVAL; /* flags */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)4, &x, tab, tab, &x, &x,

@@ -475,7 +475,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
  *   3. U = (T diag(beta)) V over 64-column panels of V, then
  *      W = (T diag(beta e^gamma)) K over panels of K, T's columns scaled
  *      and split into hi + lo before each: the first kernel's products.
- * Shared memory 65 KB at C = 64 with f32 inputs, 63 KB with bf16, for any
+ * Shared memory 65 KB at C = 64 with f32 inputs, 64 KB with bf16, for any
  * dk, dv; 80 registers at sm_90a. Outputs as the first kernel's: gamma, U,
  * -W and P hi/lo. */
 

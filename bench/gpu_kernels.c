@@ -18,7 +18,13 @@
  *                                  {bf16,f32mma}_fast: one bf16 MMA per
  *                                  product (HK_CUDA_GDN_TC_FAST);
  *                                  {bf16,f32mma}_v1: the older structure,
- *                                  outputs in the sequential pass
+ *                                  outputs in the sequential pass;
+ *                                  {bf16,f32mma}_a1: the first kernel A
+ *                                  (HK_CUDA_GDN_TC_A1); _ps: the state
+ *                                  pass single-buffered, two blocks an SM
+ *                                  (HK_CUDA_GDN_TC_PSHARE); at T = 16k each
+ *                                  tensor-core row is followed by its
+ *                                  launches' times, phase_<op>.<launch>
  *   gdn_step[_kh|_pipe|_pipe32] / gdn_decode / gdn_decode_chain   decode,
  *                                  B = 1, 16, 64, 256:
  *                                  the fused step; the unfused recurrence
@@ -513,6 +519,10 @@ static const struct {
     {CH_F32MMA, 0, "gdn_chunk_f32mma", "f32mma"},
     {CH_F32MMA, HK_CUDA_GDN_TC_FAST, "gdn_chunk_f32mma_fast", "f32mmafast"},
     {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1"},
+    {CH_BF16, HK_CUDA_GDN_TC_A1, "gdn_chunk_bf16_a1", "bf16a1"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_A1, "gdn_chunk_f32mma_a1", "f32mmaa1"},
+    {CH_BF16, HK_CUDA_GDN_TC_PSHARE, "gdn_chunk_bf16_ps", "bf16ps"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_PSHARE, "gdn_chunk_f32mma_ps", "f32mmaps"},
 };
 #define N_CHUNK_VARS (int)(sizeof chunk_vars / sizeof chunk_vars[0])
 
@@ -521,6 +531,41 @@ static const char *chunk_op(int v, char *buf, size_t n)
 {
     snprintf(buf, n, "%s%s", chunk_vars[v / 2].op, v % 2 ? "_tc" : "");
     return buf;
+}
+
+/* Where a tensor-core variant's time goes (hk_cuda_gdn_tc_phases): the
+ * median of 5 profiled calls per launch, one row each, op
+ * "phase_<op>.<launch>" (split: the f32 entry's q/k/v split; A: kernel A;
+ * P: the state pass, B for v1; O: the outputs). The rows' sum is about
+ * the op's own row (the events add a little). */
+static void chunk_phases(const char *op, const char *model, const char *params,
+                         chunk_ctx *c)
+{
+    const int v1 = (c->flags & HK_CUDA_GDN_TC_V1) != 0;
+    const char *names[HK_CUDA_GDN_TC_PHASES] = {"split", "A", v1 ? "B" : "P",
+                                                "O"};
+    enum { NREP = 5 };
+    double ms[NREP][HK_CUDA_GDN_TC_PHASES];
+    const int reps = tiny ? 1 : NREP;
+    if (over_budget())
+        return;
+    CK(hk_cuda_gdn_tc_profile(1));
+    for (int r = 0; r < reps; r++) {
+        CK(chunk_run(c, r));
+        CK(hk_cuda_gdn_tc_phases(ms[r]));
+    }
+    CK(hk_cuda_gdn_tc_profile(0));
+    for (int i = 0; i < HK_CUDA_GDN_TC_PHASES; i++) {
+        if ((i == 0 && c->kind == CH_BF16) || (i == 3 && v1))
+            continue; /* not launched */
+        double x[NREP];
+        for (int r = 0; r < reps; r++)
+            x[r] = ms[r][i];
+        qsort(x, (size_t)reps, sizeof(double), cmp_dbl);
+        char name[64];
+        snprintf(name, sizeof name, "phase_%s.%s", op, names[i]);
+        emit(name, model, params, x[reps / 2], reps, -1, -1, -1, NULL);
+    }
 }
 
 static void bench_chunk(const model_t *m, int T)
@@ -550,8 +595,11 @@ static void bench_chunk(const model_t *m, int T)
         c.tc = v % 2;
         const double fl = base + (c.tc ? 4.0 * T * m->Hv * m->dk * m->dk : 0.0);
         char op[48];
-        measure(chunk_op(v, op, sizeof op), m->name, params, chunk_run, &c, T,
-                0, fl);
+        const double ms = measure(chunk_op(v, op, sizeof op), m->name, params,
+                                  chunk_run, &c, T, 0, fl);
+        /* --tiny (the emulator's plumbing check): the defaults' only */
+        if (ms >= 0 && c.kind != CH_F32 && (tiny ? !c.flags : T == 16384))
+            chunk_phases(op, m->name, params, &c);
     }
     chunk_free(&c);
     free(p.q);

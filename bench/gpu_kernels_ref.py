@@ -303,8 +303,9 @@ def case_accuracy(d, case, anc, rows, later):
         g, beta = arr(d, "g.f32", (T, Hv)), arr(d, "beta.f32", (T, Hv))
         S0 = arr(d, "S0.f32", (Hv, dk, dv))
         o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
-        for var in ("f32", "bf16", "bf16fast", "bf16v1", "f32mma",
-                    "f32mmafast", "f32mmav1"):
+        for var in ("f32", "bf16", "bf16fast", "bf16v1", "bf16a1", "bf16ps",
+                    "f32mma", "f32mmafast", "f32mmav1", "f32mmaa1",
+                    "f32mmaps"):
             add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
             add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
             add("Tc", "ours_" + var, arr(d, "Tc_%s.f32" % var, Tc.shape),
@@ -426,6 +427,14 @@ ERR_OF = {
                                  ("o", "S", "Tc")),
     "gdn_chunk_f32mma_v1": ("gdn_chunk", "ours_f32mmav1", ("o", "S")),
     "gdn_chunk_f32mma_v1_tc": ("gdn_chunk", "ours_f32mmav1", ("o", "S", "Tc")),
+    "gdn_chunk_bf16_a1": ("gdn_chunk", "ours_bf16a1", ("o", "S")),
+    "gdn_chunk_bf16_a1_tc": ("gdn_chunk", "ours_bf16a1", ("o", "S", "Tc")),
+    "gdn_chunk_f32mma_a1": ("gdn_chunk", "ours_f32mmaa1", ("o", "S")),
+    "gdn_chunk_f32mma_a1_tc": ("gdn_chunk", "ours_f32mmaa1", ("o", "S", "Tc")),
+    "gdn_chunk_bf16_ps": ("gdn_chunk", "ours_bf16ps", ("o", "S")),
+    "gdn_chunk_bf16_ps_tc": ("gdn_chunk", "ours_bf16ps", ("o", "S", "Tc")),
+    "gdn_chunk_f32mma_ps": ("gdn_chunk", "ours_f32mmaps", ("o", "S")),
+    "gdn_chunk_f32mma_ps_tc": ("gdn_chunk", "ours_f32mmaps", ("o", "S", "Tc")),
     "gdn_step": ("gdn_step", "ours_step", ("o", "S")),
     "gdn_step_kh": ("gdn_step", "ours_step_kh", ("o", "S")),
     "gdn_step_pipe": ("gdn_step", "ours_step_pipe", ("o", "S")),

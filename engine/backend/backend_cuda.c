@@ -31,6 +31,8 @@
  *   tc_v1, tc_fast  tc with the prefill's older structure (outputs in the
  *                   sequential pass) or its single-bf16 products (~1e-3),
  *                   HK_CUDA_GDN_TC_V1 / _FAST, to time them in the engine
+ *   tc_a1           tc with the first chunk-local kernel A
+ *                   (HK_CUDA_GDN_TC_A1; the default is the blockwise one)
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -913,19 +915,19 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if ((rc = hk_cuda_set_device(device)) != HK_CUDA_OK)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
-    static const char *const modes[] = {"auto", "tc", "scalar", "tc_v1",
-                                        "tc_fast"};
-    static const unsigned mode_flags[] = {0, 0, 0, HK_CUDA_GDN_TC_V1,
-                                          HK_CUDA_GDN_TC_FAST};
+    static const char *const modes[] = {"auto",  "tc",      "scalar",
+                                        "tc_v1", "tc_fast", "tc_a1"};
+    static const unsigned mode_flags[] = {
+        0, 0, 0, HK_CUDA_GDN_TC_V1, HK_CUDA_GDN_TC_FAST, HK_CUDA_GDN_TC_A1};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
-    for (int i = 0; gdn < 0 && i < 5; i++)
+    for (int i = 0; gdn < 0 && i < 6; i++)
         gdn = strcmp(e, modes[i]) ? -1 : i;
     if (gdn < 0)
-        return hp_error_set(
-            err, HP_EBADINPUT,
-            "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, tc_v1 or tc_fast",
-            e);
+        return hp_error_set(err, HP_EBADINPUT,
+                            "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
+                            "tc_v1, tc_fast or tc_a1",
+                            e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)
         return hp_error_set(err, HP_ENOMEM, "device cuda:%d: out of memory",

@@ -425,10 +425,17 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * HK_CUDA_GDN_TC_V1: the older structure, outputs inside the sequential
  * pass (for comparison; FAST is ignored there). The default computes the
  * states alone in the sequential pass and the outputs in a parallel
- * launch; shapes whose tiles do not fit its shared memory use v1. */
-#define HK_CUDA_GDN_TC_FAST  1u
-#define HK_CUDA_GDN_TC_V1    2u
-#define HK_CUDA_GDN_TC_FLAGS 3u
+ * launch; shapes whose tiles do not fit its shared memory use v1.
+ * HK_CUDA_GDN_TC_A1: the first chunk-local kernel (every tile resident,
+ * (I + L)^{-1} by C serial rows) instead of the blockwise one (for
+ * comparison; it combines with the others).
+ * HK_CUDA_GDN_TC_PSHARE: the state pass single-buffered, 16 columns a
+ * block, so two blocks share an SM (not yet timed; not with V1). */
+#define HK_CUDA_GDN_TC_FAST   1u
+#define HK_CUDA_GDN_TC_V1     2u
+#define HK_CUDA_GDN_TC_A1     4u
+#define HK_CUDA_GDN_TC_PSHARE 8u
+#define HK_CUDA_GDN_TC_FLAGS  15u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,
@@ -444,6 +451,16 @@ int hk_cuda_gdn_chunk_tc_ex(float *o, float *const *states, float *const *tcs,
                             const int *cu_seqlens, int nseq, int T, int Hk,
                             int Hv, int dk, int dv, int C, float *scratch,
                             unsigned flags, void *stream);
+/* For benches: with on = 1 the two entries above record CUDA events
+ * between their launches (on the call's stream) until called with on = 0;
+ * hk_cuda_gdn_tc_phases then waits for the last call and gives its
+ * milliseconds per launch: [0] the f32 entry's split of q, k, v (~0 for
+ * bf16 in), [1] the chunk-local kernel A, [2] the state pass (v1: kernel
+ * B), [3] the outputs (v1: 0). Process-wide, not thread-safe; off, the
+ * entries only test a flag. */
+#define HK_CUDA_GDN_TC_PHASES 4
+int hk_cuda_gdn_tc_profile(int on);
+int hk_cuda_gdn_tc_phases(double ms[HK_CUDA_GDN_TC_PHASES]);
 
 /* ---- transition algebra (hk_transition.cu) ----------------------------- */
 

@@ -171,6 +171,46 @@ static __device__ void hk_tc_stage(uint16_t *dst, int ldd, const uint16_t *src,
     }
 }
 
+/* Kernels A's start, for chunk slot blockIdx.x of value head blockIdx.y
+ * (hc): the chunk's first token (*t0) and length (returned; 0 for a spare
+ * slot, in every thread), gamma in double by one thread in the CPU's
+ * order (from g staged in bg by all first: a serial loop over global loads
+ * waits for each in turn) into gam and scratch, then beta in bv and
+ * beta e^gamma in bg, 0 past the chunk. Ends at a barrier. */
+static __device__ int hk_tc_a_begin(const hk_tc_ws &ws, const float *g,
+                                    const float *beta, const int *cu, int nseq,
+                                    int Hv, int C, size_t hc, int *loc,
+                                    double *gam, float *bv, float *bg, int *t0)
+{
+    const int tid = threadIdx.x, h = blockIdx.y;
+    if (tid == 0)
+        hk_tc_locate(cu, nseq, C, blockIdx.x, &loc[0], &loc[1]);
+    __syncthreads();
+    const int n = loc[1];
+    *t0 = loc[0];
+    if (n == 0)
+        return 0;
+    for (int i = tid; i < n; i += blockDim.x)
+        bg[i] = g[(size_t)(*t0 + i) * Hv + h];
+    __syncthreads();
+    if (tid == 0) {
+        double acc = 0.0;
+        for (int i = 0; i < n; i++) {
+            acc += bg[i];
+            gam[i] = acc;
+            ws.gam[hc * C + i] = acc;
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < C; i += blockDim.x) {
+        const float bi = i < n ? beta[(size_t)(*t0 + i) * Hv + h] : 0.0f;
+        bv[i] = bi;
+        bg[i] = i < n ? bi * hk_gdn_decay(gam[i]) : 0.0f;
+    }
+    __syncthreads();
+    return n;
+}
+
 /* Shared memory of kernel A, in bytes, and its carving. */
 struct hk_tc_a_smem {
     uint16_t *Ks, *Qs, *Vs; // [C][dk + 8], [C][dk + 8], [C][dv + 8]
@@ -226,6 +266,86 @@ static __host__ __device__ size_t hk_tc_a_carve(hk_tc_a_smem *s,
     return at;
 }
 
+/* Tile pair idx of [K; Q] K^T's lower tiles: which (0: K K^T, 1: Q K^T),
+ * row tile ti, column tile tj <= ti; npair pairs per product. */
+static __device__ __forceinline__ void hk_tc_pair(int idx, int npair,
+                                                  int *which, int *ti, int *tj)
+{
+    const int p = idx % npair;
+    int i = 0;
+    while ((i + 1) * (i + 2) / 2 <= p)
+        i++;
+    *which = idx / npair;
+    *ti = i;
+    *tj = p - i * (i + 1) / 2;
+}
+
+/* acc += X[ti] K[tj]^T, 16-row tiles over nk 16-column steps (row stride
+ * ld); with lo parts (LO: f32 inputs) + hi lo^T + lo hi^T. */
+template <bool LO>
+static __device__ void
+hk_tc_xkt(hk_facc &acc, const uint16_t *X, const uint16_t *Xl,
+          const uint16_t *K, const uint16_t *Kl, int ld, int ti, int tj, int nk)
+{
+    for (int kk = 0; kk < nk; kk++) {
+        hk_fa_row a;
+        hk_fb_col b;
+        const int xa = ti * 16 * ld + kk * 16, ka = tj * 16 * ld + kk * 16;
+        wmma::load_matrix_sync(a, hk_bf(X + xa), ld);
+        wmma::load_matrix_sync(b, hk_bf(K + ka), ld);
+        wmma::mma_sync(acc, a, b, acc);
+        if (LO) {
+            hk_fb_col bl;
+            wmma::load_matrix_sync(bl, hk_bf(Kl + ka), ld);
+            wmma::mma_sync(acc, a, bl, acc);
+            wmma::load_matrix_sync(a, hk_bf(Xl + xa), ld);
+            wmma::mma_sync(acc, a, b, acc);
+        }
+    }
+}
+
+/* acc = row tile ti of (Th + Tl) B, T lower triangular (column tiles
+ * kk <= ti), 16 columns of B at B (row stride ldB): Th B + Tl B, with LO
+ * (B an f32 input's hi part, lo part Bl) + Th Bl. */
+template <bool LO>
+static __device__ void hk_tc_tb(hk_facc &acc, const uint16_t *Th,
+                                const uint16_t *Tl, int ldb, const uint16_t *B,
+                                const uint16_t *Bl, int ldB, int ti)
+{
+    wmma::fill_fragment(acc, 0.0f);
+    for (int kk = 0; kk <= ti; kk++) {
+        hk_fa_row ah, al;
+        hk_fb_row b;
+        wmma::load_matrix_sync(ah, hk_bf(Th + ti * 16 * ldb + kk * 16), ldb);
+        wmma::load_matrix_sync(al, hk_bf(Tl + ti * 16 * ldb + kk * 16), ldb);
+        wmma::load_matrix_sync(b, hk_bf(B + kk * 16 * ldB), ldB);
+        wmma::mma_sync(acc, ah, b, acc);
+        wmma::mma_sync(acc, al, b, acc);
+        if (LO) {
+            wmma::load_matrix_sync(b, hk_bf(Bl + kk * 16 * ldB), ldB);
+            wmma::mma_sync(acc, ah, b, acc);
+        }
+    }
+}
+
+/* A warp's W tile (row tile ti, columns col..col + 15) to scratch as -W,
+ * flushed as the CPU's W, split; through the warp's tile stg [16][20]. */
+static __device__ void hk_tc_store_w(const hk_tc_ws &ws, hk_facc &acc,
+                                     float *stg, int lane, size_t hc, int C,
+                                     int dk, int ti, int col)
+{
+    for (int e = 0; e < acc.num_elements; e++)
+        acc.x[e] = fabsf(acc.x[e]) < HK_GDN_TINY ? 0.0f : -acc.x[e];
+    wmma::store_matrix_sync(stg, acc, 20, wmma::mem_row_major);
+    __syncwarp();
+    for (int e = lane; e < 256; e += 32) {
+        const int r = e / 16, c = e % 16;
+        const size_t at = (hc * C + ti * 16 + r) * dk + col + c;
+        hk_bf16_split(stg[r * 20 + c], &ws.Wh[at], &ws.Wl[at]);
+    }
+    __syncwarp(); /* stg is rewritten by the warp's next tile */
+}
+
 /* Kernel A: chunk slot blockIdx.x, value head blockIdx.y. LO: the inputs
  * have lo parts (f32 inputs). */
 template <bool LO>
@@ -246,27 +366,11 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
     const int ldk = dk + HK_PAD16, ldv = dv + HK_PAD16;
     const int ldc = C + HK_PAD32, ldb = C + HK_PAD16;
 
-    if (tid == 0)
-        hk_tc_locate(cu, nseq, C, blockIdx.x, &loc[0], &loc[1]);
-    __syncthreads();
-    const int t0 = loc[0], n = loc[1];
+    int t0;
+    const int n = hk_tc_a_begin(ws, g, beta, cu, nseq, Hv, C, hc, loc, s.gam,
+                                s.bv, s.bg, &t0);
     if (n == 0)
         return; /* a spare slot: the whole block leaves */
-
-    /* gamma in double, the CPU's order, by one thread from the chunk's g
-     * staged first by all (a serial loop over global loads waits for each
-     * in turn); s.bg is free until the staging's barrier below */
-    for (int i = tid; i < n; i += blockDim.x)
-        s.bg[i] = g[(size_t)(t0 + i) * Hv + h];
-    __syncthreads();
-    if (tid == 0) {
-        double acc = 0.0;
-        for (int i = 0; i < n; i++) {
-            acc += s.bg[i];
-            s.gam[i] = acc;
-            ws.gam[hc * C + i] = acc;
-        }
-    }
     const size_t rq = (size_t)t0 * ldq + (size_t)kh * dk;
     const size_t rv = (size_t)t0 * ldvg + (size_t)h * dv;
     hk_tc_stage(s.Ks, ldk, in.k + rq, ldq, C, n, dk);
@@ -278,40 +382,16 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
         hk_tc_stage(s.Vl, ldv, in.vl + rv, ldvg, C, n, dv);
     }
     __syncthreads();
-    for (int i = tid; i < C; i += blockDim.x) {
-        const float bi = i < n ? beta[(size_t)(t0 + i) * Hv + h] : 0.0f;
-        s.bv[i] = bi;
-        s.bg[i] = i < n ? bi * hk_gdn_decay(s.gam[i]) : 0.0f;
-    }
 
     /* [K; Q] K^T, the tiles on and below the diagonal. */
     const int nt = (n + 15) / 16, npair = nt * (nt + 1) / 2;
     for (int idx = warp; idx < 2 * npair; idx += nwarps) {
-        const int which = idx / npair, p = idx % npair;
-        int ti = 0;
-        while ((ti + 1) * (ti + 2) / 2 <= p)
-            ti++;
-        const int tj = p - ti * (ti + 1) / 2;
-        const uint16_t *X = which ? s.Qs : s.Ks;
+        int which, ti, tj;
+        hk_tc_pair(idx, npair, &which, &ti, &tj);
         hk_facc acc;
         wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk < dk / 16; kk++) {
-            hk_fa_row a;
-            hk_fb_col b;
-            const int xa = ti * 16 * ldk + kk * 16,
-                      ka = tj * 16 * ldk + kk * 16;
-            wmma::load_matrix_sync(a, hk_bf(X + xa), ldk);
-            wmma::load_matrix_sync(b, hk_bf(s.Ks + ka), ldk);
-            wmma::mma_sync(acc, a, b, acc);
-            if (LO) { /* + hi lo^T + lo hi^T */
-                hk_fb_col bl;
-                wmma::load_matrix_sync(bl, hk_bf(s.Kl + ka), ldk);
-                wmma::mma_sync(acc, a, bl, acc);
-                wmma::load_matrix_sync(a, hk_bf((which ? s.Ql : s.Kl) + xa),
-                                       ldk);
-                wmma::mma_sync(acc, a, b, acc);
-            }
-        }
+        hk_tc_xkt<LO>(acc, which ? s.Qs : s.Ks, which ? s.Ql : s.Kl, s.Ks, s.Kl,
+                      ldk, ti, tj, dk / 16);
         wmma::store_matrix_sync(s.G + (which * C + ti * 16) * ldc + tj * 16,
                                 acc, ldc, wmma::mem_row_major);
     }
@@ -369,38 +449,258 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
         const uint16_t *Bl = LO ? (isw ? s.Kl : s.Vl) + cB : NULL;
         const int ldB = isw ? ldk : ldv;
         hk_facc acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kk = 0; kk <= ti; kk++) {
-            hk_fa_row ah, al;
-            hk_fb_row b;
-            wmma::load_matrix_sync(ah, hk_bf(Th + ti * 16 * ldb + kk * 16),
-                                   ldb);
-            wmma::load_matrix_sync(al, hk_bf(Tl + ti * 16 * ldb + kk * 16),
-                                   ldb);
-            wmma::load_matrix_sync(b, hk_bf(B + kk * 16 * ldB), ldB);
-            wmma::mma_sync(acc, ah, b, acc);
-            wmma::mma_sync(acc, al, b, acc);
-            if (LO) {
-                wmma::load_matrix_sync(b, hk_bf(Bl + kk * 16 * ldB), ldB);
-                wmma::mma_sync(acc, ah, b, acc);
-            }
-        }
+        hk_tc_tb<LO>(acc, Th, Tl, ldb, B, Bl, ldB, ti);
         if (!isw) {
             wmma::store_matrix_sync(ws.U + (hc * C + ti * 16) * dv + tj * 16,
                                     acc, dv, wmma::mem_row_major);
             continue;
         }
-        /* -W, flushed as the CPU's W, split into scratch. */
-        for (int e = 0; e < acc.num_elements; e++)
-            acc.x[e] = fabsf(acc.x[e]) < HK_GDN_TINY ? 0.0f : -acc.x[e];
-        wmma::store_matrix_sync(stg, acc, 20, wmma::mem_row_major);
+        hk_tc_store_w(ws, acc, stg, lane, hc, C, dk, ti, (tj - nu) * 16);
+    }
+}
+
+/* ---- kernel A, blockwise (the default) -------------------------------------
+ *
+ * The first kernel A above keeps K, Q, V (and their lo parts) and every
+ * C x C matrix resident (152-200 KB at dk = dv = 128, C = 64: one block per
+ * SM) and inverts I + L by C serial rows, each behind a block barrier. This
+ * one works in phases over one shared region, so three blocks fit an SM:
+ *   1. [K; Q] K^T accumulated in fragments over 64-column panels of K and Q;
+ *      through a per-warp tile, the masks give L (f32, shared) and P (hi/lo,
+ *      straight to scratch).
+ *   2. (I + L)^{-1} blockwise in f32: the 16 x 16 diagonal blocks by
+ *      forward substitution, one warp each (16 rows deep, no block
+ *      barrier); then by block diagonals d = 1, 2, 3, in parallel within
+ *      one: T_ij = -T_ii (sum_{j <= k < i} L_ik T_kj). Then T's hi/lo split.
+ *   3. U = (T diag(beta)) V over 64-column panels of V, then
+ *      W = (T diag(beta e^gamma)) K over panels of K, T's columns scaled
+ *      and split into hi + lo before each: the first kernel's products.
+ * Shared memory 65 KB at C = 64 with f32 inputs, 64 KB with bf16, for any
+ * dk, dv; 80 registers at sm_90a. Outputs as the first kernel's: gamma, U,
+ * -W and P hi/lo. */
+
+#define HK_TC_A2_PW 64 /* panel width, columns */
+/* fragments per warp in phase 1: 2 nt (nt + 1) / 2 <= 20 tiles, 8 warps */
+#define HK_TC_A2_ACC 3
+
+struct hk_tc_a2_smem {
+    /* one region, by phase: */
+    uint16_t *Kp, *Qp, *Kpl, *Qpl; // 1: [C][PW + 8] K, Q panels (lo: LO)
+    float *L, *T;                  // 2: [C][C + 4] (T past 2 panels)
+    uint16_t *Bh, *Bl;             // 3: [C][PW + 8] a V or K panel (lo: LO)
+    uint16_t *Th, *Tl;             // [C][C + 8]   T diag(...) split
+    float *stage;                  // [warps][16][20]; phase 2's X blocks
+    double *gam;                   // [C]
+    float *bv, *bg;                // [C]
+};
+
+static __host__ __device__ size_t hk_tc_a2_carve(hk_tc_a2_smem *s,
+                                                 unsigned char *p, int C,
+                                                 bool lo)
+{
+    const size_t pan = (size_t)C * (HK_TC_A2_PW + HK_PAD16) * 2;
+    const size_t lt = (size_t)C * (C + HK_PAD32) * 4;
+    const size_t tb = (size_t)C * (C + HK_PAD16) * 2;
+    size_t x = (lo ? 4 : 2) * pan;
+    x = x > 2 * pan + lt ? x : 2 * pan + lt;
+    const size_t sz[6] = {x,
+                          2 * tb,
+                          (size_t)(HK_TC_A_THREADS / 32) * 16 * 20 * 4,
+                          (size_t)C * 8,
+                          (size_t)2 * C * 4,
+                          0};
+    size_t off[6];
+    const size_t at = hk_layout(sz, 6, 128, off);
+    if (s) {
+        unsigned char *r = p + off[0];
+        s->Kp = (uint16_t *)r;
+        s->Qp = (uint16_t *)(r + pan);
+        s->Kpl = lo ? (uint16_t *)(r + 2 * pan) : NULL;
+        s->Qpl = lo ? (uint16_t *)(r + 3 * pan) : NULL;
+        s->L = (float *)r;
+        s->T = (float *)(r + 2 * pan);
+        s->Bh = (uint16_t *)r;
+        s->Bl = (uint16_t *)(r + pan);
+        s->Th = (uint16_t *)(p + off[1]);
+        s->Tl = (uint16_t *)(p + off[1] + tb);
+        s->stage = (float *)(p + off[2]);
+        s->gam = (double *)(p + off[3]);
+        s->bv = (float *)(p + off[4]);
+        s->bg = s->bv + C;
+    }
+    return at;
+}
+
+/* Kernel A, blockwise: chunk slot blockIdx.x, value head blockIdx.y. */
+template <bool LO>
+static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
+    hk_gdn_tc_local2_kernel(hk_tc_ws ws, hk_tc_in in, const float *g,
+                            const float *beta, const int *cu, int nseq,
+                            int nslots, int Hk, int Hv, int dk, int dv, int C)
+{
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ int loc[2];
+    hk_tc_a2_smem s;
+    hk_tc_a2_carve(&s, smem, C, LO);
+    const int h = blockIdx.y, kh = h / (Hv / Hk);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nwarps = blockDim.x >> 5;
+    const size_t hc = (size_t)h * nslots + blockIdx.x;
+    const size_t ldq = (size_t)Hk * dk, ldvg = (size_t)Hv * dv;
+    const int ldp = HK_TC_A2_PW + HK_PAD16;
+    const int ldc = C + HK_PAD32, ldb = C + HK_PAD16;
+
+    int t0;
+    const int n = hk_tc_a_begin(ws, g, beta, cu, nseq, Hv, C, hc, loc, s.gam,
+                                s.bv, s.bg, &t0);
+    if (n == 0)
+        return; /* a spare slot: the whole block leaves */
+    const size_t rq = (size_t)t0 * ldq + (size_t)kh * dk;
+    const size_t rv = (size_t)t0 * ldvg + (size_t)h * dv;
+    const int nt = (n + 15) / 16, rows = nt * 16, npair = nt * (nt + 1) / 2;
+
+    /* 1. [K; Q] K^T, tiles on and below the diagonal: warp w accumulates
+     * pairs w, w + 8, w + 16 over the panels. */
+    hk_facc acc[HK_TC_A2_ACC];
+#pragma unroll
+    for (int r = 0; r < HK_TC_A2_ACC; r++)
+        wmma::fill_fragment(acc[r], 0.0f);
+    for (int c0 = 0; c0 < dk; c0 += HK_TC_A2_PW) {
+        const int w = min(HK_TC_A2_PW, dk - c0);
+        if (c0 > 0)
+            __syncthreads(); /* the last panel's reads are done */
+        hk_tc_stage(s.Kp, ldp, in.k + rq + c0, ldq, rows, n, w);
+        hk_tc_stage(s.Qp, ldp, in.q + rq + c0, ldq, rows, n, w);
+        if (LO) {
+            hk_tc_stage(s.Kpl, ldp, in.kl + rq + c0, ldq, rows, n, w);
+            hk_tc_stage(s.Qpl, ldp, in.ql + rq + c0, ldq, rows, n, w);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < HK_TC_A2_ACC; r++) {
+            const int idx = warp + r * nwarps;
+            if (idx >= 2 * npair)
+                continue;
+            int which, ti, tj;
+            hk_tc_pair(idx, npair, &which, &ti, &tj);
+            hk_tc_xkt<LO>(acc[r], which ? s.Qp : s.Kp, which ? s.Qpl : s.Kpl,
+                          s.Kp, s.Kpl, ldp, ti, tj, w / 16);
+        }
+    }
+    __syncthreads(); /* the panels' reads are done: the region holds L, T */
+
+    /* L = strictly_lower(diag(beta) K K^T (.) Gamma) to shared memory,
+     * P = tril(Q K^T (.) Gamma) split into scratch (the tiles above the
+     * diagonal are never read, of either). */
+    float *stg = s.stage + warp * 16 * 20;
+#pragma unroll
+    for (int r = 0; r < HK_TC_A2_ACC; r++) {
+        const int idx = warp + r * nwarps;
+        if (idx >= 2 * npair)
+            continue;
+        int which, ti, tj;
+        hk_tc_pair(idx, npair, &which, &ti, &tj);
+        wmma::store_matrix_sync(stg, acc[r], 20, wmma::mem_row_major);
         __syncwarp();
         for (int e = lane; e < 256; e += 32) {
-            const int r = e / 16, c = e % 16;
-            const size_t at = (hc * C + ti * 16 + r) * dk + (tj - nu) * 16 + c;
-            hk_bf16_split(stg[r * 20 + c], &ws.Wh[at], &ws.Wl[at]);
+            const int i = ti * 16 + e / 16, j = tj * 16 + e % 16;
+            const float x = stg[(e / 16) * 20 + e % 16];
+            const float d =
+                i < n && j < i ? hk_gdn_decay(s.gam[i] - s.gam[j]) : 0.0f;
+            if (!which) {
+                s.L[i * ldc + j] = x * (s.bv[i] * d);
+                continue;
+            }
+            const float pv = i < n && j == i ? x : x * d;
+            hk_bf16_split(pv, &ws.Ph[hc * C * C + i * C + j],
+                          &ws.Pl[hc * C * C + i * C + j]);
         }
         __syncwarp(); /* stg is rewritten by the warp's next tile */
+    }
+    __syncthreads();
+
+    /* 2. T = (I + L)^{-1}: diagonal block b by warp b, lane c < 16 on
+     * column c in registers, row r = e_r - sum_{j < r} L_rj T_jc (j
+     * ascending; T_jc = 0 for j < c, so the terms before c change nothing
+     * and the sum is hk_gdn.cu's). A column needs no other lane's. Rows past
+     * the chunk have L = 0: T is I there (dropped in the split). */
+    if (warp < nt) {
+        const int b0 = warp * 16, c = lane & 15;
+        float col[16];
+#pragma unroll
+        for (int r = 0; r < 16; r++) {
+            float t = r == c ? 1.0f : 0.0f;
+#pragma unroll
+            for (int j = 0; j < r; j++)
+                t -= s.L[(b0 + r) * ldc + b0 + j] * col[j];
+            col[r] = t;
+        }
+#pragma unroll
+        for (int r = 0; r < 16; r++) /* 0 above the diagonal */
+            if (lane < 16)
+                s.T[(b0 + r) * ldc + b0 + c] = col[r];
+    }
+    float *X = s.stage; /* [nt - d][16][16] */
+    for (int d = 1; d < nt; d++) {
+        const int nb = (nt - d) * 256;
+        __syncthreads(); /* the blocks of diagonal d - 1 are written */
+        for (int e = tid; e < nb; e += blockDim.x) {
+            const int bi = e / 256 + d, bj = bi - d;
+            const int i = bi * 16 + (e % 256) / 16, col = bj * 16 + e % 16;
+            float x = 0.0f;
+            for (int m = bj * 16; m < bi * 16; m++)
+                x += s.L[i * ldc + m] * s.T[m * ldc + col];
+            X[e] = x;
+        }
+        __syncthreads();
+        for (int e = tid; e < nb; e += blockDim.x) {
+            const int bi = e / 256 + d, r = (e % 256) / 16, c = e % 16;
+            const int i = bi * 16 + r;
+            const float *Xb = X + (e / 256) * 256;
+            float t = 0.0f;
+            for (int m = 0; m <= r; m++)
+                t -= s.T[i * ldc + bi * 16 + m] * Xb[m * 16 + c];
+            s.T[i * ldc + (bi - d) * 16 + c] = t;
+        }
+    }
+    /* 3. U = (T diag(beta)) V, then W = (T diag(beta e^gamma)) K over
+     * 64-column panels of V, then of K: T's columns scaled and split into
+     * Th, Tl before each (the first kernel's precision). T is lower
+     * triangular: row tile ti sums column tiles kk <= ti. */
+    for (int isw = 0; isw < 2; isw++) {
+        const int ncol = isw ? dk : dv;
+        const float *sc = isw ? s.bg : s.bv;
+        const uint16_t *xh = isw ? in.k + rq : in.v + rv;
+        const uint16_t *xl = !LO ? NULL : isw ? in.kl + rq : in.vl + rv;
+        const size_t ldx = isw ? ldq : ldvg;
+        __syncthreads(); /* T is written; Th, Tl and the panel are read */
+        for (int e = tid; e < rows * rows; e += blockDim.x) {
+            const int i = e / rows, m = e % rows;
+            const float t = i < n && m <= i ? s.T[i * ldc + m] * sc[m] : 0.0f;
+            hk_bf16_split(t, &s.Th[i * ldb + m], &s.Tl[i * ldb + m]);
+        }
+        for (int c0 = 0; c0 < ncol; c0 += HK_TC_A2_PW) {
+            const int w = min(HK_TC_A2_PW, ncol - c0);
+            if (c0 > 0)
+                __syncthreads(); /* the last panel's reads are done */
+            hk_tc_stage(s.Bh, ldp, xh + c0, ldx, rows, n, w);
+            if (LO)
+                hk_tc_stage(s.Bl, ldp, xl + c0, ldx, rows, n, w);
+            __syncthreads();
+            for (int idx = warp; idx < nt * (w / 16); idx += nwarps) {
+                const int ti = idx / (w / 16), tj = idx % (w / 16);
+                hk_facc u;
+                hk_tc_tb<LO>(u, s.Th, s.Tl, ldb, s.Bh + tj * 16, s.Bl + tj * 16,
+                             ldp, ti);
+                const int col = c0 + tj * 16;
+                if (isw)
+                    hk_tc_store_w(ws, u, stg, lane, hc, C, dk, ti, col);
+                else
+                    wmma::store_matrix_sync(ws.U + (hc * C + ti * 16) * dv +
+                                                col,
+                                            u, dv, wmma::mem_row_major);
+            }
+        }
     }
 }
 
@@ -677,6 +977,7 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
 #define HK_TC_O_THREADS 256
 
 struct hk_tc_p_smem {
+    /* [1] is [0] with one buffer (nbuf = 1); then Vf[0] is Ub[0] */
     uint16_t *Wh[2], *Wl[2]; // [C][dk + 8]   -W of a chunk, double buffered
     uint16_t *Kb[2];         // [C][dk + 8]   K rows (zero past the chunk)
     uint16_t *Kl[2];         // [C][dk + 8]   their lo parts (LO only)
@@ -691,44 +992,48 @@ struct hk_tc_p_smem {
 
 static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
                                                 unsigned char *p, int dk, int C,
-                                                int BV, bool lo)
+                                                int BV, bool lo, int nbuf)
 {
     const int ldk = dk + HK_PAD16, ldf = BV + HK_PAD32, ldh = BV + HK_PAD16;
     const size_t w = (size_t)C * ldk * 2, u = (size_t)C * ldf * 4;
+    const size_t w2 = nbuf == 2 ? w : 0; /* the second buffer */
     const size_t sz[19] = {w,
+                           w2,
                            w,
+                           w2,
                            w,
-                           w,
-                           w,
-                           w,
-                           u,
-                           u,
+                           w2,
+                           nbuf == 2 ? u : 2 * u, /* one: Vf's room too */
+                           nbuf == 2 ? u : 0,
                            (size_t)C * 8,
-                           (size_t)C * 8,
+                           nbuf == 2 ? (size_t)C * 8 : 0,
                            (size_t)dk * ldf * 4,
                            (size_t)dk * ldh * 2,
                            (size_t)dk * ldh * 2,
-                           2 * u,
+                           nbuf == 2 ? 2 * u : 0,
                            (size_t)C * ldh * 2,
                            (size_t)C * ldh * 2,
                            (size_t)C * 4,
                            lo ? w : 0,
-                           lo ? w : 0};
+                           lo ? w2 : 0};
     size_t off[19];
     const size_t at = hk_layout(sz, 19, 128, off);
     if (s) {
         for (int i = 0; i < 2; i++) {
-            s->Wh[i] = (uint16_t *)(p + off[i]);
-            s->Wl[i] = (uint16_t *)(p + off[2 + i]);
-            s->Kb[i] = (uint16_t *)(p + off[4 + i]);
-            s->Ub[i] = (float *)(p + off[6 + i]);
-            s->gb[i] = (double *)(p + off[8 + i]);
-            s->Kl[i] = lo ? (uint16_t *)(p + off[17 + i]) : NULL;
+            const int j = nbuf == 2 ? i : 0;
+            s->Wh[i] = (uint16_t *)(p + off[j]);
+            s->Wl[i] = (uint16_t *)(p + off[2 + j]);
+            s->Kb[i] = (uint16_t *)(p + off[4 + j]);
+            s->Ub[i] = (float *)(p + off[6 + j]);
+            s->gb[i] = (double *)(p + off[8 + j]);
+            s->Kl[i] = lo ? (uint16_t *)(p + off[17 + j]) : NULL;
         }
         s->Sf = (float *)(p + off[10]);
         s->Sh = (uint16_t *)(p + off[11]);
         s->Sl = (uint16_t *)(p + off[12]);
-        s->Vf = (float *)(p + off[13]);
+        /* one buffer: a U tile is read by the warp that writes its Vn
+         * tile over it, and the next chunk's U lands after Vn is read */
+        s->Vf = (float *)(p + off[nbuf == 2 ? 13 : 6]);
         s->Xh = (uint16_t *)(p + off[14]);
         s->Xl = (uint16_t *)(p + off[15]);
         s->en = (float *)(p + off[16]);
@@ -780,17 +1085,22 @@ static __device__ void hk_tc_p_fetch(const hk_tc_p_smem &s, const hk_tc_ws &ws,
 }
 
 /* Kernel P: column block blockIdx.x of [S | Tc], value head blockIdx.y,
- * sequence blockIdx.z. LO: K has lo parts (f32 inputs). */
-template <int BV, bool LO>
-static __global__ void __launch_bounds__(HK_TC_P_THREADS)
+ * sequence blockIdx.z. LO: K has lo parts (f32 inputs). nbuf = 2: the next
+ * chunk's tiles are fetched while this one computes; 1 (the shared-SM
+ * variant, HK_CUDA_GDN_TC_PSHARE): after it, in half the shared memory and
+ * at most 128 registers, so two blocks share an SM and hide each other's
+ * waits. */
+template <int BV, bool LO, int NBUF>
+static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     hk_gdn_tc_pass_kernel(hk_tc_ws ws, float *const *states, float *const *tcs,
                           hk_tc_in in, const int *cu, int nslots, int Hk,
                           int Hv, int dk, int dv, int C, int fast)
 {
+    const int nbuf = NBUF;
     HK_DYNAMIC_SMEM(smem);
     __shared__ int first;
     hk_tc_p_smem s;
-    hk_tc_p_carve(&s, smem, dk, C, BV, LO);
+    hk_tc_p_carve(&s, smem, dk, C, BV, LO, nbuf);
     const int h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nwarps = blockDim.x >> 5;
@@ -830,13 +1140,14 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS)
                       col0, is_tc, fast);
 
     for (int c = 0; c < nch; c++) {
-        const int bf = c & 1, n = min(C, len - c * C), nt = (n + 15) / 16;
+        const int bf = nbuf == 2 ? c & 1 : 0;
+        const int n = min(C, len - c * C), nt = (n + 15) / 16;
         const size_t hc = (size_t)h * nslots + first + c;
         __pipeline_wait_prior(0);
         /* chunk c's copies landed everywhere; last step's S split is
          * written; every read of buffer bf ^ 1 (chunk c - 1) is done */
         __syncthreads();
-        if (c + 1 < nch) {
+        if (nbuf == 2 && c + 1 < nch) {
             const size_t rn = (size_t)(ts + (c + 1) * C) * ldq;
             hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, bf ^ 1,
                           hc + 1, min(C, len - (c + 1) * C), dk, dv, C, BV,
@@ -954,6 +1265,13 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS)
                 hk_bf16_split(s.Sf[r * ldf + cc], &s.Sh[r * ldh + cc],
                               &s.Sl[r * ldh + cc]);
             }
+        }
+        if (nbuf == 1 && c + 1 < nch) {
+            __syncthreads(); /* every read of chunk c's tiles is done */
+            const size_t rn = (size_t)(ts + (c + 1) * C) * ldq;
+            hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, 0,
+                          hc + 1, min(C, len - (c + 1) * C), dk, dv, C, BV,
+                          col0, is_tc, fast);
         }
     }
     __syncthreads();
@@ -1144,14 +1462,17 @@ static int hk_tc_bv(int nseq, int Hv, int ncols, int dk, int dv)
 /* v2's pass runs one block per SM (its double buffer takes most of the
  * shared memory) and each chunk step's time grows with BV: BV = 16 while
  * the blocks fit in one wave, else 32 (half the blocks, each twice the
- * MMAs but the same W and K bytes). 0: no BV fits the shared memory. */
-static int hk_tc_pass_bv(int nseq, int Hv, int ncols, int dk, int C, bool lo)
+ * MMAs but the same W and K bytes). With one buffer (nbuf = 1, two blocks
+ * an SM at dk = 128) BV = 16 always. 0: no BV fits the shared memory. */
+static int hk_tc_pass_bv(int nseq, int Hv, int ncols, int dk, int C, bool lo,
+                         int nbuf)
 {
     const size_t lim = (size_t)hk_cuda_smem_optin();
-    const bool f16 = hk_tc_p_carve(NULL, NULL, dk, C, 16, lo) <= lim;
-    const bool f32 = hk_tc_p_carve(NULL, NULL, dk, C, 32, lo) <= lim &&
+    const bool f16 = hk_tc_p_carve(NULL, NULL, dk, C, 16, lo, nbuf) <= lim;
+    const bool f32 = hk_tc_p_carve(NULL, NULL, dk, C, 32, lo, nbuf) <= lim &&
                      ncols % 32 == 0 && dk % 32 == 0;
-    if (f32 && (!f16 || (long long)nseq * Hv * (ncols / 16) > hk_tc_sms()))
+    if (f32 && (!f16 || (nbuf == 2 &&
+                         (long long)nseq * Hv * (ncols / 16) > hk_tc_sms())))
         return 32;
     return f16 ? 16 : 0;
 }
@@ -1160,6 +1481,8 @@ static int hk_tc_pass_bv(int nseq, int Hv, int ncols, int dk, int C, bool lo)
  * v2's tiles do not fit the shared memory; each kernel's bytes. */
 struct hk_tc_plan {
     int BV, PBV, BVO;
+    int nbuf; /* the pass's buffers: 1 with HK_CUDA_GDN_TC_PSHARE, else 2 */
+    int A1;   /* the first kernel A (HK_CUDA_GDN_TC_A1) */
     size_t sa, sb, so;
 };
 
@@ -1170,12 +1493,15 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     const size_t lim = (size_t)hk_cuda_smem_optin();
     p->BVO = dv % 32 ? 16 : 32;
     p->so = hk_tc_o_carve(NULL, NULL, dk, C, p->BVO, lo);
+    p->nbuf = flags & HK_CUDA_GDN_TC_PSHARE ? 1 : 2;
     p->PBV = (flags & HK_CUDA_GDN_TC_V1) || p->so > lim
                  ? 0
-                 : hk_tc_pass_bv(nseq, Hv, ncols, dk, C, lo);
+                 : hk_tc_pass_bv(nseq, Hv, ncols, dk, C, lo, p->nbuf);
     p->BV = p->PBV ? p->PBV : hk_tc_bv(nseq, Hv, ncols, dk, dv);
-    p->sa = hk_tc_a_carve(NULL, NULL, dk, dv, C, lo);
-    p->sb = p->PBV ? hk_tc_p_carve(NULL, NULL, dk, C, p->BV, lo)
+    p->A1 = (flags & HK_CUDA_GDN_TC_A1) != 0;
+    p->sa = p->A1 ? hk_tc_a_carve(NULL, NULL, dk, dv, C, lo)
+                  : hk_tc_a2_carve(NULL, NULL, C, lo);
+    p->sb = p->PBV ? hk_tc_p_carve(NULL, NULL, dk, C, p->BV, lo, p->nbuf)
                    : hk_tc_b_carve(NULL, NULL, dk, C, p->BV, lo);
     return p->sa > lim || p->sb > lim;
 }
@@ -1188,6 +1514,44 @@ static __global__ void hk_tc_split_kernel(uint16_t *hi, uint16_t *lo,
     {
         hk_bf16_split(x[e], &hi[e], &lo[e]);
     }
+}
+
+/* Phase timing for benches (hk_cuda_gdn_tc_profile): events 0..4 around
+ * the f32 entry's split, kernel A, the state pass, the outputs. */
+static cudaEvent_t hk_tc_ev[HK_CUDA_GDN_TC_PHASES + 1];
+static int hk_tc_prof;
+
+static void hk_tc_mark(int i, cudaStream_t s)
+{
+    if (hk_tc_prof)
+        cudaEventRecord(hk_tc_ev[i], s);
+}
+
+extern "C" int hk_cuda_gdn_tc_profile(int on)
+{
+    if (!on == !hk_tc_prof)
+        return 0;
+    for (int i = 0; i <= HK_CUDA_GDN_TC_PHASES; i++) {
+        cudaError_t e =
+            on ? cudaEventCreate(&hk_tc_ev[i]) : cudaEventDestroy(hk_tc_ev[i]);
+        if (e != cudaSuccess)
+            return hk_cuda_status(e);
+    }
+    hk_tc_prof = on;
+    return 0;
+}
+
+extern "C" int hk_cuda_gdn_tc_phases(double *ms)
+{
+    if (!hk_tc_prof)
+        return HK_CUDA_EINVAL;
+    cudaError_t e = cudaEventSynchronize(hk_tc_ev[HK_CUDA_GDN_TC_PHASES]);
+    for (int i = 0; i < HK_CUDA_GDN_TC_PHASES && e == cudaSuccess; i++) {
+        float f = 0.0f;
+        e = cudaEventElapsedTime(&f, hk_tc_ev[i], hk_tc_ev[i + 1]);
+        ms[i] = f;
+    }
+    return e == cudaSuccess ? 0 : hk_cuda_status(e);
 }
 
 /* Both entries: the launches on inputs `in` (lo parts when lo), chunk
@@ -1206,17 +1570,25 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
     hk_tc_ws_bytes(slots, Hv, dk, dv, C, &ws, (unsigned char *)ws_base);
     int rc;
 
+    hk_tc_mark(1, s);
     if (T > 0) {
-        cudaFuncSetAttribute(hk_gdn_tc_local_kernel<LO>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)p.sa);
-        hk_gdn_tc_local_kernel<LO>
-            <<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, p.sa, s>>>(
-                ws, in, g, beta, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv,
-                C);
+#define HK_TC_LOCAL(KERNEL)                                                    \
+    do {                                                                       \
+        cudaFuncSetAttribute(KERNEL<LO>,                                       \
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                             (int)p.sa);                                       \
+        KERNEL<LO><<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, p.sa, s>>>(   \
+            ws, in, g, beta, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, C); \
+    } while (0)
+        if (p.A1)
+            HK_TC_LOCAL(hk_gdn_tc_local_kernel);
+        else
+            HK_TC_LOCAL(hk_gdn_tc_local2_kernel);
+#undef HK_TC_LOCAL
         if ((rc = hk_cuda_check_launch()))
             return rc;
     }
+    hk_tc_mark(2, s);
     const dim3 grid(ncols / p.BV, Hv, nseq);
 #define HK_TC_STATE(KERNEL, N, THREADS, ...)                                   \
     do {                                                                       \
@@ -1234,17 +1606,36 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
             HK_TC_STATE(hk_gdn_tc_state_kernel, 16, HK_TC_B_THREADS, ws, o,
                         states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv,
                         C);
-        return hk_cuda_check_launch();
-    }
-    if (p.BV == 32)
-        HK_TC_STATE(hk_gdn_tc_pass_kernel, 32, HK_TC_P_THREADS, ws, states, tcs,
-                    in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C, fast);
-    else
-        HK_TC_STATE(hk_gdn_tc_pass_kernel, 16, HK_TC_P_THREADS, ws, states, tcs,
-                    in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C, fast);
-#undef HK_TC_STATE
-    if ((rc = hk_cuda_check_launch()) || T == 0)
+        rc = hk_cuda_check_launch();
+        hk_tc_mark(3, s);
+        hk_tc_mark(4, s);
         return rc;
+    }
+#undef HK_TC_STATE
+#define HK_TC_PASS(N, NB)                                                      \
+    do {                                                                       \
+        cudaFuncSetAttribute(hk_gdn_tc_pass_kernel<N, LO, NB>,                 \
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                             (int)p.sb);                                       \
+        hk_gdn_tc_pass_kernel<N, LO, NB><<<grid, HK_TC_P_THREADS, p.sb, s>>>(  \
+            ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C,    \
+            fast);                                                             \
+    } while (0)
+    if (p.BV == 32 && p.nbuf == 2)
+        HK_TC_PASS(32, 2);
+    else if (p.BV == 32)
+        HK_TC_PASS(32, 1);
+    else if (p.nbuf == 2)
+        HK_TC_PASS(16, 2);
+    else
+        HK_TC_PASS(16, 1);
+#undef HK_TC_PASS
+    rc = hk_cuda_check_launch();
+    hk_tc_mark(3, s);
+    if (rc || T == 0) {
+        hk_tc_mark(4, s);
+        return rc;
+    }
     cudaFuncSetAttribute(hk_gdn_tc_out_kernel<LO>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                          (int)p.so);
@@ -1252,7 +1643,9 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
         <<<dim3((unsigned)slots, dv / p.BVO, Hv), HK_TC_O_THREADS, p.so, s>>>(
             ws, o, in, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, C, p.BVO,
             fast);
-    return hk_cuda_check_launch();
+    rc = hk_cuda_check_launch();
+    hk_tc_mark(4, s);
+    return rc;
 }
 
 /* Shapes and flags both entries refuse (HK_CUDA_EINVAL), the shared
@@ -1290,6 +1683,7 @@ extern "C" int hk_cuda_gdn_chunk_bf16_ex(
         !states || !cu_seqlens || (T > 0 && !scratch))
         return HK_CUDA_EINVAL;
     const hk_tc_in in = {q, k, v, NULL, NULL, NULL};
+    hk_tc_mark(0, hk_stream(stream));
     return hk_gdn_tc_launch<false>(
         o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0, g, beta,
         cu_seqlens, nseq, T, Hk, Hv, dk, dv, C, scratch, hk_stream(stream));
@@ -1356,6 +1750,7 @@ extern "C" int hk_cuda_gdn_chunk_tc_ex(
     for (int i = 0; i < 6; i++)
         h[i] = (uint16_t *)(base + off[i]);
     const size_t nq = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv;
+    hk_tc_mark(0, s);
     const float *src[3] = {q, k, v};
     const size_t n[3] = {nq, nq, nv};
     for (int i = 0; i < 3 && T > 0; i++) {

@@ -1,7 +1,8 @@
 /*
  * hk_attention_tc.cu - causal GQA attention prefill on tensor cores
- * (hk_cuda_attention's FLASH and FLASH_BF16 kernels; the math and the
- * CPU twin are hk_attention.c's):
+ * (hk_cuda_attention's FLASH and FLASH_BF16 kernels on wmma, and FLASH2,
+ * FlashAttention-2's structure on mma.sync, at the end of the file; the
+ * math and the CPU twin are hk_attention.c's):
  *
  *   o[t, h] = sum_{j <= qpos[t]} softmax_j(scale * q[t, h] . k[j, g]) v[j, g]
  *

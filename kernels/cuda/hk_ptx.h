@@ -49,31 +49,23 @@ static __device__ __forceinline__ void hk_mma_bf16_16816(float d[4],
                    "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
-/* Four 8x8 b16 matrices from shared memory; p: this lane's row. */
-static __device__ __forceinline__ void hk_ldmatrix_x4(uint32_t r[4],
-                                                      const void *p)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
-                 "{%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
+/* Four 8x8 b16 matrices from shared memory (p: this lane's row): name
+ * runs the ldmatrix variant op. */
+#define HK_LDMATRIX_X4(name, op)                                               \
+    static __device__ __forceinline__ void name(uint32_t r[4], const void *p)  \
+    {                                                                          \
+        const unsigned s = (unsigned)__cvta_generic_to_shared(p);              \
+        asm volatile(op " {%0,%1,%2,%3}, [%4];\n"                              \
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])          \
+                     : "r"(s));                                                \
+    }
+HK_LDMATRIX_X4(hk_ldmatrix_x4, "ldmatrix.sync.aligned.m8n8.x4.shared.b16")
 /* The same, each matrix transposed. */
-static __device__ __forceinline__ void hk_ldmatrix_x4_trans(uint32_t r[4],
-                                                            const void *p)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
-                 "{%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
+HK_LDMATRIX_X4(hk_ldmatrix_x4_trans,
+               "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16")
 
 /* 16 bytes global -> shared, src_bytes of them read (0 or 16). */
-static __device__ __forceinline__ void hk_cp_async16(void *dst,
-                                                     const void *src,
+static __device__ __forceinline__ void hk_cp_async16(void *dst, const void *src,
                                                      int src_bytes)
 {
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);

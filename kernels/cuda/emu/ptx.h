@@ -13,12 +13,14 @@
  * ahead to its next collective cannot overwrite what a slower lane still
  * reads.
  *
- * cp.async is deferred: a copy lands when its thread's
- * hk_cp_async_wait<N> retires its group (the oldest committed groups
- * first), not before, so a kernel that reads a tile before waiting, or
- * another thread's copy without a barrier after that thread's wait (in one
- * of the two thread orders), reads the old contents (NaN in fresh dynamic
- * shared memory). Copies never waited for are dropped at the block's end.
+ * cp.async lands at one of the two ends of its legal window: in tid order
+ * (HK_EMU_ORDER unset or forward) when its thread's hk_cp_async_wait<N>
+ * retires its group (the oldest committed groups first), so a kernel that
+ * reads a tile before waiting reads the old contents (NaN in fresh dynamic
+ * shared memory); in reverse order when it is issued, so a kernel that
+ * refills a buffer other warps may still read (a missing barrier before
+ * the refill) overwrites it under them. Copies never waited for are
+ * dropped at the block's end.
  * Checked: 16-byte alignment of both sides, src_bytes 0 or 16.
  */
 #ifndef HK_EMU_PTX_H
@@ -170,6 +172,13 @@ static inline void hk_cp_async16(void *dst, const void *src, int src_bytes)
         fprintf(stderr, "emu: bad cp.async(%p, %p, 16, %d)\n", dst, src,
                 src_bytes);
         abort();
+    }
+    static const bool eager = getenv("HK_EMU_ORDER") &&
+                              strcmp(getenv("HK_EMU_ORDER"), "reverse") == 0;
+    if (eager) {
+        memcpy(dst, src, (size_t)src_bytes);
+        memset((char *)dst + src_bytes, 0, (size_t)(16 - src_bytes));
+        return;
     }
     hk_emu_cpq().open.push_back({dst, src, src_bytes});
 }

@@ -49,12 +49,15 @@
  *                                  engine's call, no scratch); the first
  *                                  kernel (one block per (request, head))
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
- *   attention_prefill[_bf16|_simple]  causal, T = 4k, 16k, 64k (simple:
- *                                  to 16k); TFLOP/s
- *                                  (causal flops, 4 Hq hd T(T+1)/2): the
- *                                  tensor-core kernel with hi/lo split
- *                                  operands (f32 accuracy, the default),
- *                                  with bf16 operands, the first kernel
+ *   attention_prefill[_flash2|_bf16|_simple]  causal, T = 4k, 16k, 64k
+ *                                  (simple: to 16k); TFLOP/s
+ *                                  (causal flops, 4 Hq hd T(T+1)/2):
+ *                                  flash2: FlashAttention-2's structure on
+ *                                  bf16 operands (its k/v conversion pass
+ *                                  included); the wmma kernel with hi/lo
+ *                                  split operands (f32 accuracy, the
+ *                                  default), with bf16 operands; the first
+ *                                  kernel
  * A row past the budget is printed as skipped. --dump DIR writes, for a
  * small shape of each op, the inputs and our outputs (raw little-endian
  * arrays and a meta.txt per case) for bench/gpu_kernels_ref.py, which runs
@@ -1113,16 +1116,17 @@ typedef struct {
     float *q, *k, *v, *o;
     int *qpos, *nctx;
     float **kcs, **vcs; /* decode: device tables */
-    float *scr;         /* decode: flash-decoding's scratch, or NULL */
+    float *scr; /* decode: flash-decoding's scratch; prefill: FLASH2's */
 } att_ctx;
 
-/* The kernels measured: bench op, kernels, decode with scratch. */
+/* The kernels measured: bench op, kernels, passed the scratch. */
 typedef struct {
     const char *op;
     hk_cuda_att_impl_t impl;
     int scratch;
 } att_kind_t;
 static const att_kind_t att_prefill_kinds[] = {
+    {"attention_prefill_flash2", HK_CUDA_ATT_FLASH2, 1},
     {"attention_prefill", HK_CUDA_ATT_FLASH, 0},
     {"attention_prefill_bf16", HK_CUDA_ATT_FLASH_BF16, 0},
     {"attention_prefill_simple", HK_CUDA_ATT_SIMPLE, 0}};
@@ -1130,14 +1134,15 @@ static const att_kind_t att_decode_kinds[] = {
     {"attention_decode", HK_CUDA_ATT_FLASH, 1},
     {"attention_decode_1blk", HK_CUDA_ATT_FLASH, 0},
     {"attention_decode_simple", HK_CUDA_ATT_SIMPLE, 0}};
-#define N_ATT_KINDS 3
+#define N_ATT_PREFILL 4
+#define N_ATT_KINDS   3 /* decode */
 static int att_prefill_run(void *ctx, int rep)
 {
     const att_ctx *c = ctx;
     (void)rep;
-    return hk_cuda_attention_impl(c->impl, c->o, c->q, c->qpos, c->k, c->v,
-                                  c->T, c->T, c->Hq, c->Hkv, c->hd,
-                                  1.0f / sqrtf((float)c->hd), NULL);
+    return hk_cuda_attention_ex(c->impl, c->o, c->q, c->qpos, c->k, c->v, c->T,
+                                c->T, c->Hq, c->Hkv, c->hd,
+                                1.0f / sqrtf((float)c->hd), c->scr, NULL);
 }
 
 static int att_decode_run(void *ctx, int rep)
@@ -1182,6 +1187,10 @@ static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
         c->qpos = dalloc((size_t)T * sizeof(int));
         CK(hk_cuda_h2d(c->qpos, pos, (size_t)T * sizeof(int), NULL));
         free(pos);
+        const size_t ns =
+            hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH2, T, m->Hkv, m->hd);
+        if (ns)
+            c->scr = dalloc(ns * sizeof(float));
         return;
     }
     float **kt = halloc((size_t)B * sizeof(float *));
@@ -1224,8 +1233,9 @@ static void bench_att_prefill(const model_t *m, int T, double *last_ms,
     snprintf(params, sizeof params, "T=%d,Hq=%d,Hkv=%d,hd=%d", T, m->Hq, m->Hkv,
              m->hd);
     att_ctx c;
+    float *scr = NULL;
     int set = 0;
-    for (int i = 0; i < N_ATT_KINDS; i++) {
+    for (int i = 0; i < N_ATT_PREFILL; i++) {
         const att_kind_t *kd = &att_prefill_kinds[i];
         /* SIMPLE re-reads K/V per query head: 64k would take minutes. */
         if (!wanted(kd->op) || (kd->impl == HK_CUDA_ATT_SIMPLE && T > 16384))
@@ -1238,15 +1248,18 @@ static void bench_att_prefill(const model_t *m, int T, double *last_ms,
             continue;
         }
         if (!set)
-            att_setup(&c, m, T, 0, 0), set = 1;
+            att_setup(&c, m, T, 0, 0), scr = c.scr, set = 1;
         c.impl = kd->impl;
+        c.scr = kd->scratch ? scr : NULL;
         const double fl = 4.0 * m->Hq * m->hd * ((double)T * (T + 1) / 2.0);
         last_ms[i] =
             measure(kd->op, m->name, params, att_prefill_run, &c, T, 0, fl);
         last_T[i] = T;
     }
-    if (set)
+    if (set) {
+        c.scr = scr;
         att_free(&c);
+    }
 }
 
 static void bench_att_decode(const model_t *m, int B, int N)
@@ -1278,7 +1291,7 @@ static void bench_att_decode(const model_t *m, int B, int N)
 static void dump_att(const model_t *m, int T, int B, int N)
 {
     const att_kind_t *kinds = B ? att_decode_kinds : att_prefill_kinds;
-    if (!wanted(kinds[0].op))
+    if (!wanted(B ? "attention_decode" : "attention_prefill"))
         return;
     att_ctx c;
     att_setup(&c, m, T, B, N);
@@ -1296,13 +1309,14 @@ static void dump_att(const model_t *m, int T, int B, int N)
     dump_dev("k.f32", c.k, kvr * m->Hkv * m->hd * 4);
     dump_dev("v.f32", c.v, kvr * m->Hkv * m->hd * 4);
     float *scr = c.scr;
-    /* o.f32, o_bf16.f32, o_simple.f32 (prefill); o.f32, o_1blk.f32,
-     * o_simple.f32 (decode): the op's suffix. */
-    for (int i = 0; i < N_ATT_KINDS; i++) {
+    /* o.f32 (attention_prefill, attention_decode), else o_SUFFIX.f32
+     * (o_flash2, o_bf16, o_simple; o_1blk, o_simple). */
+    const int nk = B ? N_ATT_KINDS : N_ATT_PREFILL;
+    for (int i = 0; i < nk; i++) {
         char file[64] = "o.f32";
-        if (i > 0)
-            snprintf(file, sizeof file, "o_%s.f32",
-                     strrchr(kinds[i].op, '_') + 1);
+        const char *suf = strchr(kinds[i].op + strlen("attention_"), '_');
+        if (suf)
+            snprintf(file, sizeof file, "o_%s.f32", suf + 1);
         c.impl = kinds[i].impl;
         c.scr = kinds[i].scratch ? scr : NULL;
         CK(B ? att_decode_run(&c, 0) : att_prefill_run(&c, 0));
@@ -1489,8 +1503,8 @@ int main(int argc, char **argv)
             bench_mm(m->name, ns[j], m->hidden, m->mlp, blas);
         }
     }
-    double last_ms[2][N_ATT_KINDS] = {{0}};
-    int last_T[2][N_ATT_KINDS] = {{0}};
+    double last_ms[2][N_ATT_PREFILL] = {{0}};
+    int last_T[2][N_ATT_PREFILL] = {{0}};
     for (int t = 0; t < nT && wanted("attention_prefill"); t++)
         for (int i = 0; i < nm; i++)
             bench_att_prefill(&ms[i], tiny ? 20 : Ts[t], last_ms[i], last_T[i]);

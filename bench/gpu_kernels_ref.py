@@ -378,7 +378,7 @@ def case_accuracy(d, case, anc, rows, later):
             qs, ks, vs = q[:, None], k, v
         add("o", "ours", ours, o)
         # the other kernels of the op (gpu_kernels.c's att_*_kinds)
-        for var in ("bf16", "simple", "1blk"):
+        for var in ("flash2", "bf16", "simple", "1blk"):
             f = os.path.join(d, "o_%s.f32" % var)
             if os.path.exists(f):
                 add("o", "ours_att_" + var, arr(d, "o_%s.f32" % var, o.shape),
@@ -443,6 +443,8 @@ ERR_OF = {
     "gdn_decode_chain": ("gdn_step", "ours_chain", ("o", "S")),
     "attention_prefill": ("attention_prefill", "ours", ("o",)),
     "attention_prefill_bf16": ("attention_prefill", "ours_att_bf16", ("o",)),
+    "attention_prefill_flash2": ("attention_prefill", "ours_att_flash2",
+                                 ("o",)),
     "attention_prefill_simple": ("attention_prefill", "ours_att_simple",
                                  ("o",)),
     "attention_decode": ("attention_decode", "ours", ("o",)),
@@ -501,8 +503,16 @@ def anchors_for(op):
     return []
 
 
-def priority(r):
+def priority(r, name=""):
+    """Order of the anchors' timing: torch SDPA bf16 at the prefill shapes
+    first (a few seconds, no compiling; an earlier run ran out of time
+    before them), then the chunk at 16k, decode, the rest; SDPA f32 at
+    64k keys (seconds a call) last."""
     op, p = r["op"], r["params"]
+    if op.startswith("attention_prefill") and name == "torch sdpa bf16":
+        return -1
+    if op.startswith("attention_prefill") and "T=65536," in p:
+        return 6
     if op == "copy_d2d" or (op.startswith("gdn_chunk") and "T=16384," in p):
         return 0
     if op.startswith("gdn_step") or op.startswith("gdn_decode"):
@@ -560,6 +570,13 @@ def run_anchor(anc, name, p, deadline):
             q = rnd(1, p["Hq"], p["T"], p["hd"]).to(dt)
             k = rnd(1, p["Hkv"], p["T"], p["hd"]).to(dt)
             v = rnd(1, p["Hkv"], p["T"], p["hd"]).to(dt)
+            if dt != torch.bfloat16:
+                # f32 has no flash kernel, and GQA keeps the memory-
+                # efficient one out: the math kernel's T x T scores at 64k
+                # would not fit. K/V repeated per query head (not timed;
+                # the same flops) let the efficient kernel run.
+                r = p["Hq"] // p["Hkv"]
+                k, v = k.repeat_interleave(r, 1), v.repeat_interleave(r, 1)
             return anc.time(lambda: anc.sdpa(q, k, v, True), deadline), None
         q = rnd(p["B"], p["Hq"], 1, p["hd"]).to(dt)
         k = rnd(p["B"], p["Hkv"], p["N"], p["hd"]).to(dt)
@@ -634,32 +651,31 @@ def main():
 
 def time_anchors(a, rows, device, anc, acc, cache, deadline):
     """Each bench row's anchors timed into cache[(name, model, params)] =
-    (ms or None, why), most wanted first (Triton's compiles and autotuning
-    may use up the budget): the chunk at 16k, decode, the other chunk
-    sizes, then attention and the projections."""
-    for r in sorted(rows, key=priority):
-        for name in anchors_for(r["op"]):
-            key = (name, r["model"], r["params"])
-            if key in cache or name == "-":
-                continue
-            if time.time() > deadline:
-                cache[key] = (None, "skipped: budget")
-                continue
-            log("anchor %s %s %s" % key)
-            t = time.time()
-            try:
-                cache[key] = run_anchor(anc, name, params(r["params"]),
-                                        deadline)
-            except Stop:
-                raise
-            except Exception as ex:  # noqa: BLE001 - report, go on
-                cache[key] = (None,
-                              "error: %s" % str(ex).splitlines()[0][:80])
-            log("anchor %s: %s ms (%.1f s)" % (
-                name, fmt(cache[key][0]), time.time() - t))
-            if anc.torch:
-                anc.torch.cuda.empty_cache()
-            write_all(a, rows, device, anc, acc, cache)
+    (ms or None, why), most wanted first (priority(); Triton's compiles
+    and autotuning may use up the budget)."""
+    pairs = [(r, name) for r in rows for name in anchors_for(r["op"])]
+    for r, name in sorted(pairs, key=lambda x: priority(*x)):
+        key = (name, r["model"], r["params"])
+        if key in cache or name == "-":
+            continue
+        if time.time() > deadline:
+            cache[key] = (None, "skipped: budget")
+            continue
+        log("anchor %s %s %s" % key)
+        t = time.time()
+        try:
+            cache[key] = run_anchor(anc, name, params(r["params"]),
+                                    deadline)
+        except Stop:
+            raise
+        except Exception as ex:  # noqa: BLE001 - report, go on
+            cache[key] = (None,
+                          "error: %s" % str(ex).splitlines()[0][:80])
+        log("anchor %s: %s ms (%.1f s)" % (
+            name, fmt(cache[key][0]), time.time() - t))
+        if anc.torch:
+            anc.torch.cuda.empty_cache()
+        write_all(a, rows, device, anc, acc, cache)
 
 
 def out_rows_of(rows, acc, cache):

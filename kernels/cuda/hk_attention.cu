@@ -7,7 +7,7 @@
  *   o[t, h] = sum_{j < nkeys} softmax_j(scale * q[t, h] . k[j, g]) v[j, g]
  *   g = h / (Hq / Hkv);  nkeys = qpos[t] + 1 (prefill), n_ctx[b] (decode)
  *
- * FLASH prefill: hk_attention_tc.cu (tensor cores).
+ * FLASH, FLASH_BF16 and FLASH2 prefill: hk_attention_tc.cu (tensor cores).
  *
  * FLASH decode (flash-decoding): grid (split, kv group, request), 4 warps.
  * A block takes a contiguous range of its request's keys (n_ctx / splits,
@@ -390,21 +390,39 @@ static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
             return HK_CUDA_ATT_SIMPLE;
         if (e && !strcmp(e, "flash_bf16"))
             return HK_CUDA_ATT_FLASH_BF16;
+        if (e && !strcmp(e, "flash2"))
+            return HK_CUDA_ATT_FLASH2;
         return HK_CUDA_ATT_FLASH;
     }();
     return impl == HK_CUDA_ATT_DEFAULT ? env : impl;
 }
 
-extern "C" int hk_cuda_attention_impl(hk_cuda_att_impl_t impl, float *o,
-                                      const float *q, const int *qpos,
-                                      const float *k, const float *v, int T,
-                                      int N, int Hq, int Hkv, int hd,
-                                      float scale, void *stream)
+extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int N,
+                                            int Hkv, int hd)
+{
+    if (N <= 0 || Hkv <= 0 || hd <= 0 ||
+        hk_att_resolve(impl) != HK_CUDA_ATT_FLASH2)
+        return 0;
+    return hk_attention_f2_scratch(N, Hkv, hd);
+}
+
+extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,
+                                    const float *q, const int *qpos,
+                                    const float *k, const float *v, int T,
+                                    int N, int Hq, int Hkv, int hd, float scale,
+                                    float *scratch, void *stream)
 {
     if (!hk_att_args_ok(T, Hq, Hkv, hd) || N <= 0 ||
-        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH_BF16)
+        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH2)
         return HK_CUDA_EINVAL;
-    const hk_cuda_att_impl_t use = hk_att_resolve(impl);
+    hk_cuda_att_impl_t use = hk_att_resolve(impl);
+    if (use == HK_CUDA_ATT_FLASH2) {
+        const int rc = hk_attention_f2(o, q, qpos, k, v, T, N, Hq, Hkv, hd,
+                                       scale, scratch, hk_stream(stream));
+        if (rc != HK_CUDA_EINVAL || impl != HK_CUDA_ATT_DEFAULT)
+            return rc;
+        use = HK_CUDA_ATT_FLASH;
+    }
     if (use != HK_CUDA_ATT_SIMPLE) {
         const int rc =
             hk_attention_tc(use == HK_CUDA_ATT_FLASH, o, q, qpos, k, v, T, Hq,
@@ -418,6 +436,16 @@ extern "C" int hk_cuda_attention_impl(hk_cuda_att_impl_t impl, float *o,
                           hk_stream(stream)>>>(o, q, qpos, k, v, Hq, Hkv, hd,
                                                scale);
     return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_attention_impl(hk_cuda_att_impl_t impl, float *o,
+                                      const float *q, const int *qpos,
+                                      const float *k, const float *v, int T,
+                                      int N, int Hq, int Hkv, int hd,
+                                      float scale, void *stream)
+{
+    return hk_cuda_attention_ex(impl, o, q, qpos, k, v, T, N, Hq, Hkv, hd,
+                                scale, NULL, stream);
 }
 
 extern "C" int hk_cuda_attention(float *o, const float *q, const int *qpos,
@@ -445,7 +473,7 @@ hk_cuda_attention_decode_ex(hk_cuda_att_impl_t impl, float *o, const float *q,
                             float scale, float *scratch, void *stream)
 {
     if (!hk_att_args_ok(B, Hq, Hkv, hd) || B > HK_CUDA_MAX_GRID_YZ ||
-        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH_BF16)
+        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH2)
         return HK_CUDA_EINVAL;
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
     if (use != HK_CUDA_ATT_SIMPLE && !hk_dec_ok(Hq, Hkv, hd) &&

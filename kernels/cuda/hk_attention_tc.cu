@@ -1,7 +1,8 @@
 /*
  * hk_attention_tc.cu - causal GQA attention prefill on tensor cores
- * (hk_cuda_attention's FLASH and FLASH_BF16 kernels; the math and the
- * CPU twin are hk_attention.c's):
+ * (hk_cuda_attention's FLASH and FLASH_BF16 kernels on wmma, and FLASH2,
+ * FlashAttention-2's structure on mma.sync, at the end of the file; the
+ * math and the CPU twin are hk_attention.c's):
  *
  *   o[t, h] = sum_{j <= qpos[t]} softmax_j(scale * q[t, h] . k[j, g]) v[j, g]
  *
@@ -39,8 +40,10 @@
  */
 #include <cuda_bf16.h>
 #include <mma.h>
+#include <stdint.h>
 
 #include "kernels/cuda/hk_cuda_impl.h"
+#include "kernels/cuda/hk_ptx.h"
 
 using namespace nvcuda;
 
@@ -373,4 +376,348 @@ int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
             o, q, qpos, k, v, T, Hq, Hkv, hd, scale, vec);
     }
     return hk_cuda_check_launch();
+}
+
+/* ---- FLASH2: FlashAttention-2's structure, fragments in registers -------
+ *
+ * bf16 q, k, p, v (FLASH_BF16's precision), f32 accumulation and softmax.
+ * One pass (hk_f2_convert) writes k and v as bf16 [Hkv, N, HD] into the
+ * caller's scratch, each row padded with zeros to HD (64, 128 or 256, the
+ * kernel's template), so every K/V tile is HD-wide rows that cp.async
+ * copies 16 bytes at a time. The kernel, per block of 128 rows (query,
+ * head) of one kv group (rows as in hk_fa_kernel), 8 warps of 16 rows:
+ *   - q rows -> bf16 in shared memory (once, synchronous; zeros past hd
+ *     and past the last row);
+ *   - K/V tiles of 64 keys double-buffered: tile j + 1 is issued with
+ *     cp.async (zero fill past N) before tile j is used, then
+ *     wait_group 1 and a barrier;
+ *   - S = Q K^T on mma.m16n8k16 (Q and K fragments by ldmatrix.x4 from
+ *     padded rows, 16 bytes of padding: the 8 rows of a matrix fall in 8
+ *     different bank groups), S in registers: warp 16 x 64;
+ *   - scale * log2(e) and the causal mask (key < qpos + 1 of the row)
+ *     folded into one pass, the online softmax with exp2f on the lanes'
+ *     two rows (maxima over the 4 lanes of a row by shuffles; l kept per
+ *     lane and summed at the end), O *= alpha in registers;
+ *   - P re-packed from the S accumulators into A fragments (bf16), V
+ *     fragments by ldmatrix.x4.trans, O += P V in registers (16 x HD a
+ *     warp: 128 floats a lane at HD 256).
+ * Tiles past a warp's last key are skipped whole, and within the
+ * diagonal tile by 16 keys. Shared memory: (128 + 4 * 64) * (HD + 8) * 2
+ * + 512 bytes, 199 KB at HD 256, one block per SM; 103 KB at 128.
+ */
+#define HK_F2_THREADS 256
+#define HK_F2_M       128 /* rows (query, head) per block, 16 per warp */
+#define HK_F2_BK      64  /* keys per tile */
+
+template <int HD> struct hk_f2 {
+    static constexpr int LD = HD + 8; /* bf16 row pitch in shared memory */
+    static constexpr size_t Q = (size_t)HK_F2_M * LD * 2;
+    static constexpr size_t KV = (size_t)HK_F2_BK * LD * 2;
+    static constexpr size_t SMEM = Q + 4 * KV + HK_F2_M * 4;
+};
+
+/* The padded width of a head dim (0: too wide). */
+static int hk_f2_hd(int hd)
+{
+    return hd <= 64 ? 64 : hd <= 128 ? 128 : hd <= 256 ? 256 : 0;
+}
+
+/* k, v [N, Hkv, hd] f32 -> kb, vb [Hkv, N, HD] bf16, zero past hd; one
+ * thread per 8 output values. */
+static __global__ void hk_f2_convert(__nv_bfloat16 *kb, __nv_bfloat16 *vb,
+                                     const float *k, const float *v, int N,
+                                     int Hkv, int hd, int HD, int vec)
+{
+    const int nc = HD / 8;
+    const size_t n = (size_t)N * Hkv * nc;
+    HK_GRID_STRIDE(i, n)
+    {
+        const int c = (int)(i % nc) * 8;
+        const size_t row = i / nc; /* g N + key */
+        const size_t g = row / (size_t)N, key = row % (size_t)N;
+        const size_t src = (key * (size_t)Hkv + g) * (size_t)hd + c;
+        const float *xs[2] = {k, v};
+        __nv_bfloat16 *ds[2] = {kb, vb};
+        for (int w = 0; w < 2; w++) {
+            float x[8];
+            if (vec && c + 8 <= hd) {
+                const float4 a = *reinterpret_cast<const float4 *>(xs[w] + src);
+                const float4 b =
+                    *reinterpret_cast<const float4 *>(xs[w] + src + 4);
+                x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+                x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+            } else {
+                for (int u = 0; u < 8; u++)
+                    x[u] = c + u < hd ? xs[w][src + u] : 0.0f;
+            }
+            *reinterpret_cast<uint4 *>(ds[w] + row * HD + c) = make_uint4(
+                hk_pack_bf16x2(x[0], x[1]), hk_pack_bf16x2(x[2], x[3]),
+                hk_pack_bf16x2(x[4], x[5]), hk_pack_bf16x2(x[6], x[7]));
+        }
+    }
+}
+
+/* Grid (row blocks, Hkv). sl2 = scale * log2(e). */
+template <int HD>
+static __global__ void __launch_bounds__(HK_F2_THREADS, HD > 128 ? 1 : 2)
+    hk_f2_kernel(float *o,                // [T, Hq, hd]
+                 const float *q,          // [T, Hq, hd]
+                 const int *qpos,         // [T]
+                 const __nv_bfloat16 *kb, // [Hkv, N, HD]
+                 const __nv_bfloat16 *vb, // [Hkv, N, HD]
+                 int T, int N, int Hq, int Hkv, int hd, float sl2, int vec)
+{
+    typedef hk_f2<HD> L;
+    const int LD = L::LD;
+    HK_DYNAMIC_SMEM(smem);
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem;          // [M, LD]
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)(smem + L::Q); // [2][BK, LD]
+    __nv_bfloat16 *sV = sK + 2 * HK_F2_BK * LD;         // [2][BK, LD]
+    int *sLim = (int *)(smem + L::Q + 4 * L::KV);       // [M]
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int r = Hq / Hkv, g = blockIdx.y;
+    const long long rows = (long long)T * r;
+    const long long R0 = (long long)(gridDim.x - 1 - blockIdx.x) * HK_F2_M;
+    /* Offset of row rr of the block in q and o; -1 past the last row. */
+    auto qoff = [&](int rr) -> long long {
+        const long long R = R0 + rr;
+        if (R >= rows)
+            return -1;
+        return ((R / r) * Hq + (long long)g * r + R % r) * hd;
+    };
+
+    if (tid < HK_F2_M)
+        sLim[tid] = R0 + tid < rows ? qpos[(R0 + tid) / r] + 1 : 0;
+    for (int i = tid; i < HK_F2_M * HD / 4; i += HK_F2_THREADS) {
+        const int rr = i / (HD / 4), d = i % (HD / 4) * 4;
+        const long long at = qoff(rr);
+        float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (at >= 0 && vec && d < hd) {
+            const float4 f = *reinterpret_cast<const float4 *>(q + at + d);
+            x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+        } else if (at >= 0) {
+            for (int u = 0; u < 4; u++)
+                x[u] = d + u < hd ? q[at + d + u] : 0.0f;
+        }
+        uint32_t *dst = reinterpret_cast<uint32_t *>(sQ + rr * LD + d);
+        dst[0] = hk_pack_bf16x2(x[0], x[1]);
+        dst[1] = hk_pack_bf16x2(x[2], x[3]);
+    }
+    __syncthreads();
+
+    /* Keys: the block's (nk), the warp's 16 rows' (wmax), the lane's two
+     * rows' (lim[0]: row g of the warp's 16, lim[1]: g + 8). */
+    const int wr = warp * 16;
+    int nk = 0, wmax = 0;
+    for (int i = 0; i < HK_F2_M; i++)
+        nk = max(nk, sLim[i]);
+    for (int i = 0; i < 16; i++)
+        wmax = max(wmax, sLim[wr + i]);
+    const int lim[2] = {sLim[wr + lane / 4], sLim[wr + lane / 4 + 8]};
+    const int ntile = (nk + HK_F2_BK - 1) / HK_F2_BK;
+    const __nv_bfloat16 *kg = kb + (size_t)g * N * HD;
+    const __nv_bfloat16 *vg = vb + (size_t)g * N * HD;
+    /* Tile j into buffer j % 2 (zeros past N), one commit group. */
+    auto load = [&](int j) {
+        __nv_bfloat16 *dk = sK + (j & 1) * HK_F2_BK * LD;
+        __nv_bfloat16 *dv = sV + (j & 1) * HK_F2_BK * LD;
+        for (int i = tid; i < HK_F2_BK * HD / 8; i += HK_F2_THREADS) {
+            const int row = i / (HD / 8), c = i % (HD / 8) * 8;
+            const int key = j * HK_F2_BK + row;
+            const size_t off = key < N ? (size_t)key * HD + c : 0;
+            hk_cp_async16(dk + row * LD + c, kg + off, key < N ? 16 : 0);
+            hk_cp_async16(dv + row * LD + c, vg + off, key < N ? 16 : 0);
+        }
+        hk_cp_async_commit();
+    };
+
+    float O[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < HD / 8; i++)
+        O[i][0] = O[i][1] = O[i][2] = O[i][3] = 0.0f;
+    /* ldmatrix row addresses of this lane: A tiles (Q) take rows
+     * lane % 8 + 8 (lane / 8 % 2) and columns 8 (lane / 16) of a 16x16
+     * tile; B tiles of K (two 8-key n-tiles) keys lane % 8 + 8 (lane / 16)
+     * and columns 8 (lane / 8 % 2); V (.trans) keys as A's rows, columns
+     * as A's. */
+    const int ar = (lane & 7) + ((lane >> 3) & 1) * 8, ac = (lane >> 4) * 8;
+    const int br = (lane & 7) + (lane >> 4) * 8, bc = ((lane >> 3) & 1) * 8;
+    const __nv_bfloat16 *qa = sQ + (wr + ar) * LD + ac;
+
+    if (ntile > 0)
+        load(0);
+    for (int j = 0; j < ntile; j++) {
+        if (j + 1 < ntile) {
+            load(j + 1);
+            hk_cp_async_wait<1>();
+        } else {
+            hk_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const int k0 = j * HK_F2_BK;
+        if (k0 < wmax) { /* warp-uniform */
+            const __nv_bfloat16 *tK = sK + (j & 1) * HK_F2_BK * LD;
+            const __nv_bfloat16 *tV = sV + (j & 1) * HK_F2_BK * LD;
+            /* keys of the tile some row of the warp sees */
+            const int nv = min(HK_F2_BK, wmax - k0);
+            float S[HK_F2_BK / 8][4];
+#pragma unroll
+            for (int i = 0; i < HK_F2_BK / 8; i++)
+                S[i][0] = S[i][1] = S[i][2] = S[i][3] = 0.0f;
+#pragma unroll 4
+            for (int kk = 0; kk < HD; kk += 16) {
+                uint32_t a[4];
+                hk_ldmatrix_x4(a, qa + kk);
+#pragma unroll
+                for (int np = 0; np < HK_F2_BK / 16; np++) {
+                    if (np * 16 >= nv)
+                        break;
+                    uint32_t b[4];
+                    hk_ldmatrix_x4(b, tK + (np * 16 + br) * LD + kk + bc);
+                    hk_mma_bf16_16816(S[2 * np], a, b, S[2 * np]);
+                    hk_mma_bf16_16816(S[2 * np + 1], a, b + 2, S[2 * np + 1]);
+                }
+            }
+            /* scale, mask, online softmax on rows h = 0 (g), 1 (g + 8) */
+            const bool full = k0 + HK_F2_BK <= min(lim[0], lim[1]);
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < HK_F2_BK / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
+                    const float s =
+                        full || key < lim[e >> 1] ? S[nt][e] * sl2 : -INFINITY;
+                    S[nt][e] = s;
+                    mx[e >> 1] = fmaxf(mx[e >> 1], s);
+                }
+            float msub[2], alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(HK_FULL_MASK, mx[h], 1));
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(HK_FULL_MASK, mx[h], 2));
+                const float mn = fmaxf(m[h], mx[h]);
+                /* no key yet: p = 0 and nothing to rescale */
+                msub[h] = mn == -INFINITY ? 0.0f : mn;
+                alpha[h] = exp2f(m[h] - msub[h]);
+                m[h] = mn;
+            }
+#pragma unroll
+            for (int nt = 0; nt < HK_F2_BK / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    S[nt][e] = exp2f(S[nt][e] - msub[e >> 1]);
+                    rs[e >> 1] += S[nt][e];
+                }
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                l[h] = l[h] * alpha[h] + rs[h];
+#pragma unroll
+            for (int i = 0; i < HD / 8; i++) {
+                O[i][0] *= alpha[0], O[i][1] *= alpha[0];
+                O[i][2] *= alpha[1], O[i][3] *= alpha[1];
+            }
+            /* O += P V: P's A fragment of keys 16 kk.. is S's n-tiles
+             * 2 kk (columns 0-7) and 2 kk + 1 (8-15). */
+#pragma unroll
+            for (int kk = 0; kk < HK_F2_BK / 16; kk++) {
+                if (kk * 16 >= nv)
+                    break;
+                const uint32_t p[4] = {
+                    hk_pack_bf16x2(S[2 * kk][0], S[2 * kk][1]),
+                    hk_pack_bf16x2(S[2 * kk][2], S[2 * kk][3]),
+                    hk_pack_bf16x2(S[2 * kk + 1][0], S[2 * kk + 1][1]),
+                    hk_pack_bf16x2(S[2 * kk + 1][2], S[2 * kk + 1][3])};
+                const __nv_bfloat16 *vr = tV + (kk * 16 + ar) * LD + ac;
+#pragma unroll
+                for (int dp = 0; dp < HD / 16; dp++) {
+                    uint32_t b[4];
+                    hk_ldmatrix_x4_trans(b, vr + dp * 16);
+                    hk_mma_bf16_16816(O[2 * dp], p, b, O[2 * dp]);
+                    hk_mma_bf16_16816(O[2 * dp + 1], p, b + 2, O[2 * dp + 1]);
+                }
+            }
+        }
+        /* every warp is done with buffer j % 2 before tile j + 2 goes in */
+        __syncthreads();
+    }
+
+    /* o = O / l, l summed over the row's 4 lanes. */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(HK_FULL_MASK, l[h], 1);
+        l[h] += __shfl_xor_sync(HK_FULL_MASK, l[h], 2);
+        const long long at = qoff(wr + lane / 4 + 8 * h);
+        if (at < 0)
+            continue;
+        const float inv = 1.0f / l[h];
+#pragma unroll
+        for (int nt = 0; nt < HD / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = nt * 8 + 2 * (lane & 3) + e;
+                if (d < hd)
+                    o[at + d] = O[nt][2 * h + e] * inv;
+            }
+    }
+}
+
+size_t hk_attention_f2_scratch(int N, int Hkv, int hd)
+{
+    const int HD = hk_f2_hd(hd);
+    return HD ? (size_t)N * Hkv * HD : 0; /* two bf16 arrays */
+}
+
+template <int HD>
+static int hk_f2_launch(float *o, const float *q, const int *qpos,
+                        const __nv_bfloat16 *kb, const __nv_bfloat16 *vb, int T,
+                        int N, int Hq, int Hkv, int hd, float scale, int vec,
+                        cudaStream_t stream)
+{
+    const size_t sm = hk_f2<HD>::SMEM;
+    const long long nb = ((long long)T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M;
+    cudaFuncSetAttribute(hk_f2_kernel<HD>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    const dim3 grid((unsigned)nb, (unsigned)Hkv);
+    hk_f2_kernel<HD><<<grid, HK_F2_THREADS, sm, stream>>>(
+        o, q, qpos, kb, vb, T, N, Hq, Hkv, hd, scale * 1.4426950408889634f,
+        vec);
+    return hk_cuda_check_launch();
+}
+
+int hk_attention_f2(float *o, const float *q, const int *qpos, const float *k,
+                    const float *v, int T, int N, int Hq, int Hkv, int hd,
+                    float scale, float *scratch, cudaStream_t stream)
+{
+    const int HD = hk_f2_hd(hd);
+    if (!HD || !scratch || ((uintptr_t)scratch & 15) != 0)
+        return HK_CUDA_EINVAL;
+    const size_t sm = HD == 64    ? hk_f2<64>::SMEM
+                      : HD == 128 ? hk_f2<128>::SMEM
+                                  : hk_f2<256>::SMEM;
+    if (sm > (size_t)hk_cuda_smem_optin())
+        return HK_CUDA_EINVAL;
+    const long long nb = ((long long)T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M;
+    if (nb > 2147483647LL || Hkv > HK_CUDA_MAX_GRID_YZ)
+        return HK_CUDA_EINVAL;
+    if (T == 0)
+        return HK_CUDA_OK;
+    __nv_bfloat16 *kb = reinterpret_cast<__nv_bfloat16 *>(scratch);
+    __nv_bfloat16 *vb = kb + (size_t)N * Hkv * HD;
+    const int vec = hd % 4 == 0 && ((uintptr_t)q & 15) == 0 &&
+                    ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
+    const size_t n = (size_t)N * Hkv * (HD / 8);
+    hk_f2_convert<<<hk_grid_1d(n, 256), 256, 0, stream>>>(kb, vb, k, v, N, Hkv,
+                                                          hd, HD, vec);
+    const int rc = hk_cuda_check_launch();
+    if (rc)
+        return rc;
+    if (HD == 64)
+        return hk_f2_launch<64>(o, q, qpos, kb, vb, T, N, Hq, Hkv, hd, scale,
+                                vec, stream);
+    if (HD == 128)
+        return hk_f2_launch<128>(o, q, qpos, kb, vb, T, N, Hq, Hkv, hd, scale,
+                                 vec, stream);
+    return hk_f2_launch<256>(o, q, qpos, kb, vb, T, N, Hq, Hkv, hd, scale, vec,
+                             stream);
 }

@@ -181,7 +181,8 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
 #define HK_CUDA_ATT_TC_MAX_HD 256
 
 /* Which kernels the attention calls run. DEFAULT is the environment's
- * HYPIC_CUDA_ATT (simple, flash or flash_bf16; read once), else FLASH.
+ * HYPIC_CUDA_ATT (simple, flash, flash_bf16 or flash2; read once), else
+ * FLASH.
  *   SIMPLE      one block per (query, head), f32 CUDA cores; decode the
  *               same per (request, head) (the first kernels, kept to
  *               compare against);
@@ -191,14 +192,21 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
  *               over the key axis, a group's heads sharing each K/V read;
  *   FLASH_BF16  the same prefill with q, k, p, v rounded to bf16 once
  *               (1 MMA, ~3e-3 relative); decode as FLASH.
+ *   FLASH2      prefill in FlashAttention-2's structure (mma.sync with
+ *               register fragments, cp.async double buffering) on bf16
+ *               q, k, p, v (FLASH_BF16's precision); needs scratch
+ *               (hk_cuda_attention_ex) for the bf16 copies of k and v;
+ *               decode as FLASH.
  * FLASH falls back to SIMPLE where it cannot run (hd above
- * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs); asked for
- * explicitly it returns HK_CUDA_EINVAL there instead. */
+ * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs), FLASH2 to FLASH
+ * (no scratch, or where it cannot run); asked for explicitly they return
+ * HK_CUDA_EINVAL there instead. */
 typedef enum {
     HK_CUDA_ATT_DEFAULT = 0,
     HK_CUDA_ATT_SIMPLE = 1,
     HK_CUDA_ATT_FLASH = 2,
-    HK_CUDA_ATT_FLASH_BF16 = 3
+    HK_CUDA_ATT_FLASH_BF16 = 3,
+    HK_CUDA_ATT_FLASH2 = 4
 } hk_cuda_att_impl_t;
 
 /* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys
@@ -214,6 +222,17 @@ int hk_cuda_attention_impl(hk_cuda_att_impl_t impl, float *o, const float *q,
                            const int *qpos, const float *k, const float *v,
                            int T, int N, int Hq, int Hkv, int hd, float scale,
                            void *stream);
+/* The same with scratch: hk_cuda_attention_scratch(impl, N, Hkv, hd)
+ * floats of device memory (16-byte aligned; NULL when that is 0). The
+ * conversion of k and v that FLASH2 needs runs inside the call. */
+int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o, const float *q,
+                         const int *qpos, const float *k, const float *v, int T,
+                         int N, int Hq, int Hkv, int hd, float scale,
+                         float *scratch, void *stream);
+/* Floats of scratch hk_cuda_attention_ex takes for impl (DEFAULT: the
+ * environment's choice) at N keys; 0: it takes none. */
+size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int N, int Hkv,
+                                 int hd);
 /* Decode for B requests, one query each, each over its own cache:
  * q, o [B, Hq, hd]; kcs, vcs device arrays of B device pointers
  * ([>= n_ctx[b], Hkv, hd] each); n_ctx [B] (device): request b attends

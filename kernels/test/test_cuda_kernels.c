@@ -1300,9 +1300,12 @@ static void test_attention(void)
     } impls[] = {
         {HK_CUDA_ATT_SIMPLE, ATOL_ATT, RTOL_ATT, "simple"},
         {HK_CUDA_ATT_FLASH, ATOL_ATT_TC, RTOL_ATT_TC, "flash"},
-        {HK_CUDA_ATT_FLASH_BF16, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash_bf16"}};
+        {HK_CUDA_ATT_FLASH_BF16, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash_bf16"},
+        {HK_CUDA_ATT_FLASH2, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash2"}};
     const float eps = 1e-6f;
-    for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
+    /* The small grid reaches shape 4: several row blocks of FLASH2 (128
+     * rows) and a K/V buffer refilled (4 tiles of 64 keys). */
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 5); s++) {
         const att_shape_t *a = &shapes[s];
         const int T = a->T, N = a->N, Hq = a->Hq, Hkv = a->Hkv, hd = a->hd;
         const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
@@ -1341,8 +1344,13 @@ static void test_attention(void)
         for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
             /* The previous kernel's output must not pass for this one's. */
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
-            RUN(hk_cuda_attention_impl(impls[m].impl, dO, dq, dpos, dkc, dvc, T,
-                                       N, Hq, Hkv, hd, scale, NULL));
+            const size_t nscr =
+                hk_cuda_attention_scratch(impls[m].impl, N, Hkv, hd);
+            float *dscr = nscr ? dev_alloc(nscr) : NULL;
+            RUN(hk_cuda_attention_ex(impls[m].impl, dO, dq, dpos, dkc, dvc, T,
+                                     N, Hq, Hkv, hd, scale, dscr, NULL));
+            if (dscr)
+                CK(hk_cuda_free(dscr));
             int good = close_cpu(o, dO, nq, impls[m].atol, impls[m].rtol, "o");
             RUN(hk_cuda_gate_mul(dO, dgate, nq, NULL));
             good &= close_cpu(ogate, dO, nq, impls[m].atol, impls[m].rtol,
@@ -2396,6 +2404,9 @@ static void test_einval(void)
     good &= hk_cuda_attention_impl(HK_CUDA_ATT_FLASH, &x, &x, NULL, &x, &x, 1,
                                    1, 1, 1, HK_CUDA_ATT_TC_MAX_HD + 8, 1.0f,
                                    NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_attention_ex(HK_CUDA_ATT_FLASH2, &x, &x, NULL, &x, &x, 1, 1,
+                                 1, 1, 8, 1.0f, NULL,
+                                 NULL) == HK_CUDA_EINVAL; /* no scratch */
     good &= hk_cuda_attention_decode_ex(HK_CUDA_ATT_FLASH, &x, &x, NULL, NULL,
                                         NULL, 1, 32, 1, 8, 1.0f, NULL,
                                         NULL) == HK_CUDA_EINVAL; /* r > 16 */

@@ -20,7 +20,8 @@
  * with a NaN pattern before each block (as uninitialized as on a GPU); a
  * launch asking more than an H100 block may have (227 KB) fails. Device
  * memory is 256-byte aligned, as cudaMalloc's. Events read the host clock.
- * nvcuda::wmma is in emu/mma.h, bf16 in emu/cuda_bf16.h.
+ * nvcuda::wmma is in emu/mma.h, bf16 in emu/cuda_bf16.h, the inline PTX
+ * of hk_ptx.h (mma.sync, ldmatrix, cp.async) in emu/ptx.h.
  *
  * What it does not model: memory spaces (device pointers are host
  * pointers), streams (everything is synchronous), static shared-memory
@@ -123,6 +124,7 @@ struct hk_emu_state {
     double wbuf[32][32];
     unsigned char *dyn_smem = nullptr;
     size_t dyn_cap = 0;
+    long long block_serial = 0; /* blocks run so far (emu/ptx.h's cp.async) */
 };
 
 inline hk_emu_state hk_emu;
@@ -262,6 +264,7 @@ static inline void hk_emu_launch(dim3 g, dim3 b, size_t smem, cudaStream_t s,
         for (unsigned by = 0; by < g.y; by++)
             for (unsigned bx = 0; bx < g.x; bx++) {
                 hk_emu.block = uint3{bx, by, bz};
+                hk_emu.block_serial++;
                 if (smem)
                     memset(hk_emu.dyn_smem, 0xff, smem); /* NaN floats */
                 hk_emu.bar_count = 0;

@@ -1,0 +1,96 @@
+/*
+ * hk_ptx.h - the inline PTX the register-fragment kernels use, in one
+ * place (hk_attention_tc.cu's FLASH2): the bf16 tensor-core product
+ * m16n8k16, ldmatrix (x4, plain and .trans) and cp.async (16 bytes, with
+ * zero fill) with its commit / wait. Under the host emulator (emu/,
+ * which cannot compile inline PTX) emu/ptx.h implements the same calls as
+ * warp collectives with the PTX ISA's per-lane fragment layouts, so a
+ * kernel that puts an element in the wrong lane or register fails there.
+ *
+ * Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
+ * floating point type" and "Warp-level matrix load instruction: ldmatrix";
+ * lane l, group g = l / 4, thread-in-group t = l % 4; a 32-bit register
+ * holds two bf16, the lower column / row index in its low half):
+ *   A (16 x 16, row-major) a[0]: (g, 2t..2t+1), a[1]: (g + 8, 2t..),
+ *                          a[2]: (g, 2t+8..), a[3]: (g + 8, 2t+8..)
+ *   B (16 x 8, k x n)      b[0]: (k = 2t..2t+1, n = g), b[1]: (k = 2t+8.., g)
+ *   C, D (16 x 8, f32)     c[0], c[1]: (g, 2t), (g, 2t+1);
+ *                          c[2], c[3]: (g + 8, 2t), (g + 8, 2t+1)
+ *   ldmatrix .x4           lanes 8i..8i+7 give the row addresses (16 bytes
+ *                          each, 16-byte aligned) of 8x8 matrix i; r[i] of
+ *                          lane l: row g, columns 2t, 2t+1 of matrix i;
+ *                          with .trans: rows 2t, 2t+1 of column g.
+ * cp.async.cg 16 bytes: src_bytes (0 or 16) are read, the rest of the 16
+ * zero-filled; completes by the cp.async.wait_group that leaves fewer
+ * groups pending than its own, then needs a barrier before other threads
+ * read it.
+ */
+#ifndef HK_PTX_H
+#define HK_PTX_H
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#ifdef HK_EMU_CUDA_RUNTIME_H
+#include <ptx.h> /* emu/ptx.h */
+#else
+
+/* d = a b + c (d may be c). */
+static __device__ __forceinline__ void hk_mma_bf16_16816(float d[4],
+                                                         const uint32_t a[4],
+                                                         const uint32_t b[2],
+                                                         const float c[4])
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};\n"
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+
+/* Four 8x8 b16 matrices from shared memory (p: this lane's row): name
+ * runs the ldmatrix variant op. */
+#define HK_LDMATRIX_X4(name, op)                                               \
+    static __device__ __forceinline__ void name(uint32_t r[4], const void *p)  \
+    {                                                                          \
+        const unsigned s = (unsigned)__cvta_generic_to_shared(p);              \
+        asm volatile(op " {%0,%1,%2,%3}, [%4];\n"                              \
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])          \
+                     : "r"(s));                                                \
+    }
+HK_LDMATRIX_X4(hk_ldmatrix_x4, "ldmatrix.sync.aligned.m8n8.x4.shared.b16")
+/* The same, each matrix transposed. */
+HK_LDMATRIX_X4(hk_ldmatrix_x4_trans,
+               "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16")
+
+/* 16 bytes global -> shared, src_bytes of them read (0 or 16). */
+static __device__ __forceinline__ void hk_cp_async16(void *dst, const void *src,
+                                                     int src_bytes)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s),
+                 "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+
+static __device__ __forceinline__ void hk_cp_async_commit(void)
+{
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits until at most N committed groups are pending. */
+template <int N> static __device__ __forceinline__ void hk_cp_async_wait(void)
+{
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Two floats as bf16 (round to nearest even), x in the low half. */
+static __device__ __forceinline__ uint32_t hk_pack_bf16x2(float x, float y)
+{
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+#endif /* HK_EMU_CUDA_RUNTIME_H */
+#endif

@@ -384,16 +384,11 @@ static int hk_att_args_ok(int rows, int Hq, int Hkv, int hd)
 /* DEFAULT: HYPIC_CUDA_ATT, read once (a thread-safe local static). */
 static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
 {
-    static const hk_cuda_att_impl_t env = [] {
-        const char *e = getenv("HYPIC_CUDA_ATT");
-        if (e && !strcmp(e, "simple"))
-            return HK_CUDA_ATT_SIMPLE;
-        if (e && !strcmp(e, "flash_bf16"))
-            return HK_CUDA_ATT_FLASH_BF16;
-        if (e && !strcmp(e, "flash2"))
-            return HK_CUDA_ATT_FLASH2;
-        return HK_CUDA_ATT_FLASH;
-    }();
+    static const char *const names[] = {"simple", "flash_bf16", "flash2"};
+    static const int values[] = {HK_CUDA_ATT_SIMPLE, HK_CUDA_ATT_FLASH_BF16,
+                                 HK_CUDA_ATT_FLASH2};
+    static const hk_cuda_att_impl_t env = (hk_cuda_att_impl_t)hk_env_choice(
+        "HYPIC_CUDA_ATT", names, values, 3, HK_CUDA_ATT_FLASH);
     return impl == HK_CUDA_ATT_DEFAULT ? env : impl;
 }
 

@@ -10,6 +10,9 @@
 #error "hk_cuda_impl.h is for .cu files compiled by nvcc"
 #endif
 
+#include <stdlib.h>
+#include <string.h>
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -99,6 +102,19 @@ static inline int hk_cuda_sm_count(int fallback)
         sms < 1)
         return fallback;
     return sms;
+}
+
+/* The kernel an environment variable names (HYPIC_CUDA_ATT, _STEP,
+ * _KVBUF): values[i] where names[i] is its value, else dflt (unset or
+ * unknown). n pairs. Callers read it once, into a local static. */
+static inline int hk_env_choice(const char *var, const char *const *names,
+                                const int *values, int n, int dflt)
+{
+    const char *e = getenv(var);
+    for (int i = 0; e && i < n; i++)
+        if (!strcmp(e, names[i]))
+            return values[i];
+    return dflt;
 }
 
 static inline cudaStream_t hk_stream(void *s)

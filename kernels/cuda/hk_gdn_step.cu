@@ -337,14 +337,10 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
 /* DEFAULT: HYPIC_CUDA_STEP, read once (a thread-safe local static). */
 static hk_cuda_step_impl_t hk_step_resolve(hk_cuda_step_impl_t impl)
 {
-    static const hk_cuda_step_impl_t env = [] {
-        const char *e = getenv("HYPIC_CUDA_STEP");
-        if (e && !strcmp(e, "kh"))
-            return HK_CUDA_STEP_KH;
-        if (e && !strcmp(e, "pipe32"))
-            return HK_CUDA_STEP_PIPE32;
-        return HK_CUDA_STEP_PIPE;
-    }();
+    static const char *const names[] = {"kh", "pipe32"};
+    static const int values[] = {HK_CUDA_STEP_KH, HK_CUDA_STEP_PIPE32};
+    static const hk_cuda_step_impl_t env = (hk_cuda_step_impl_t)hk_env_choice(
+        "HYPIC_CUDA_STEP", names, values, 2, HK_CUDA_STEP_PIPE);
     return impl == HK_CUDA_STEP_DEFAULT ? env : impl;
 }
 

@@ -720,10 +720,10 @@ static bool hk_kv2_ok(const hk_kvbuf_geom_t *g, const void *arena,
  * (read once). */
 static unsigned hk_kv_resolve(unsigned flags)
 {
-    static const unsigned env = [] {
-        const char *e = getenv("HYPIC_CUDA_KVBUF");
-        return e && !strcmp(e, "v1") ? HK_CUDA_KVBUF_V1 : 0u;
-    }();
+    static const char *const names[] = {"v1"};
+    static const int values[] = {HK_CUDA_KVBUF_V1};
+    static const unsigned env =
+        (unsigned)hk_env_choice("HYPIC_CUDA_KVBUF", names, values, 1, 0);
     return flags ? flags : env;
 }
 

@@ -149,6 +149,49 @@ tap_all("$work/test_cuda_pool qwen35-dense",
         or diag("cpu: $text{cpu}\ncuda: $text{cuda}");
 }
 
+# The engine's prefill on FLASH2 (HYPIC_CUDA_ATT=flash2: bf16 operands,
+# scratch from the forward plan) against the default FLASH and the CPU:
+# every position's logits, a bf16 kernel's error (FLASH ~3e-5, FLASH2
+# ~6e-4 here), the same greedy token everywhere.
+SKIP: {
+    my $why = python_module('numpy');
+    skip $why, 1 if $why;
+    my $prompt = 'The capital of Zorvia is Quellam, by the sea. Water boils '
+        . 'at one hundred degrees. The capital of Zorvia is';
+    my $rc = 0;
+    for my $run (['cpu', 'flash'], ['cuda', 'flash'], ['cuda', 'flash2']) {
+        my ($dev, $att) = @$run;
+        system("HYPIC_CUDA_ATT=$att HK_EMU_ORDER=forward $work/hypic-engine "
+               . "logits --model models/test/qwen35-dense --device $dev --all "
+               . "--prompt '$prompt' --out $work/lg-$dev-$att.st >/dev/null 2>&1");
+        $rc ||= $?;
+    }
+    my $cmp = <<'PY';
+import json, struct, sys
+import numpy as np
+def load(p):
+    b = open(p, 'rb').read()
+    n = struct.unpack('<Q', b[:8])[0]
+    h = {k: v for k, v in json.loads(b[8:8 + n]).items() if k != '__metadata__'}
+    (t,) = h.values()
+    o = t['data_offsets']
+    return np.frombuffer(b[8 + n + o[0]:8 + n + o[1]], np.float32).reshape(t['shape'])
+c, f, f2 = (load(sys.argv[1] + x) for x in ('cpu-flash.st', 'cuda-flash.st', 'cuda-flash2.st'))
+e = lambda g: float(np.abs(g - c).max() / np.abs(c).max())
+same = all((g.argmax(-1) == c.argmax(-1)).all() for g in (f, f2))
+print(f'{e(f):.2e} {e(f2):.2e} {int(same)}')
+PY
+    open(my $py, '>', "$work/lg-cmp.py") or die;
+    print $py $cmp;
+    close $py;
+    my ($ef, $ef2, $same) = split ' ', `python3 $work/lg-cmp.py $work/lg- 2>&1`;
+    ok($rc == 0 && $same && $ef <= 1e-4 && $ef2 > $ef && $ef2 <= 5e-3,
+       "logits --device cuda with FLASH2 prefill: within 5e-3 of the CPU's "
+       . '(' . ($ef2 // '?') . '; FLASH ' . ($ef // '?') . '), greedy tokens '
+       . 'the same')
+        or diag("rc $rc, same " . ($same // '?'));
+}
+
 # bench/gpu_engine's PIC rows on the emulated device (toy shapes): every
 # one a figure, none "unsupported".
 {

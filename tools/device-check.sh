@@ -39,13 +39,16 @@
 # Limits (seconds) can be changed: DC_TEST_S (each CUDA test, 90),
 # DC_PARITY_S (60), DC_GEN_S (the checkpoints, 240), DC_ENGINE_S and
 # DC_HF_S (each checkpoint's gpu_engine, 120, and gpu_engine_ref.py, 200),
-# DC_BENCH_S (75), DC_REF_S (150); DC_TOTAL_S (570: under the device
+# DC_BENCH_S (240, shared by the families of ops below), DC_REF_S (150);
+# DC_TOTAL_S (570: under the device
 # tool's 600 s a call) caps them all: a step gets at most what is left of
 # it less 10 s for the report, and one with under 15 s left is skipped
 # (said so in the summary). DC_STEPS picks steps: "tests parity engine
-# kernels" (the default, all; DC_KERNELS=0 drops kernels); DC_KERNELS_ONLY
-# passes --only PREFIX to gpu_kernels (e.g. kvbuf: its rows, copy_d2d and
-# the gdn_step times they compare with). The engine
+# kernels" (the default, all; DC_KERNELS=0 drops kernels); gpu_kernels
+# runs once per family of ops (--only PREFIX), DC_KERNELS_ONLY lists the
+# families (default: gdn_chunk gdn_step gdn_decode kvbuf attention_prefill
+# attention_decode matmul; e.g. kvbuf: its rows, copy_d2d and the
+# gdn_step times they compare with). The engine
 # steps: DC_DEVICE (cuda, or cpu without a GPU), DC_MODELS ("q35-0.8b
 # q35-9b-l8", or checkpoint folders; the first runs before the kernels,
 # the rest after them), DC_TOKENS, DC_BATCH, DC_DECODE, DC_PIC, DC_REPS;
@@ -286,12 +289,34 @@ fi
 if ! want kernels; then
     echo "| gpu_kernels, gpu_kernels_ref | skipped (DC_STEPS) | 0 | |" >>"$sum"
 elif [ -x build-device/bench/gpu_kernels ]; then
-    l=$(lim "${DC_BENCH_S:-75}")
-    only=()
-    [ -n "${DC_KERNELS_ONLY:-}" ] && only=(--only "$DC_KERNELS_ONLY")
-    step gpu_kernels "$l" "$res/bench.md" "${run[@]}" \
-        build-device/bench/gpu_kernels --out "$res/bench.tsv" \
-        --dump "$res/dump" --budget "$((l * 6 / 10))" "${only[@]}"
+    # One run per family of ops, each with its share of DC_BENCH_S, so a
+    # slow family cannot starve the ones after it (each run times
+    # copy_d2d too); the tables are merged after.
+    l=$(lim "${DC_BENCH_S:-240}")
+    declare -A share=([gdn_chunk]=30 [gdn_step]=10 [gdn_decode]=6 [kvbuf]=14
+        [attention_prefill]=22 [attention_decode]=8 [matmul]=10)
+    read -ra fams <<<"${DC_KERNELS_ONLY:-gdn_chunk gdn_step gdn_decode kvbuf attention_prefill attention_decode matmul}"
+    tot=0
+    for f in "${fams[@]}"; do tot=$((tot + ${share[$f]:-10})); done
+    rm -f "$res"/bench-*.tsv "$res"/bench-*.md
+    for f in "${fams[@]}"; do
+        b=$((l * ${share[$f]:-10} / tot))
+        b=$((b < 20 ? 20 : b)) # a run under 15 s would be skipped
+        # gpu_kernels writes its rows as it goes: --budget leaves it time
+        # to finish the row it is in
+        step "gpu_kernels $f" "$(lim "$b")" "$res/bench-$f.md" "${run[@]}" \
+            build-device/bench/gpu_kernels --only "$f" \
+            --out "$res/bench-$f.tsv" --dump "$res/dump" \
+            --budget "$((b * 7 / 10))"
+    done
+    # one table: the first run's header and device row, every run's rows
+    for f in "${fams[@]}"; do
+        [ -f "$res/bench-$f.tsv" ] && echo "$res/bench-$f.tsv"
+    done | xargs -r awk 'FNR == NR || ($1 != "op" && $1 != "device")' \
+        >"$res/bench.tsv"
+    for f in "${fams[@]}"; do
+        [ -f "$res/bench-$f.md" ] && cat "$res/bench-$f.md"
+    done >"$res/bench.md"
     # it writes its files as it goes and on SIGTERM: --budget leaves 15 s
     l=$(lim "${DC_REF_S:-150}")
     step gpu_kernels_ref "$l" "$res/ref.log" python3 \

@@ -474,10 +474,11 @@ void hp_backend_attention(const hp_backend_t *b, float *o, const float *q,
          scratch);
 }
 
-size_t hp_backend_attention_scratch(const hp_backend_t *b, int T, int N, int Hq)
+size_t hp_backend_attention_scratch(const hp_backend_t *b, int T, int N, int Hq,
+                                    int Hkv, int hd)
 {
     return b->iface->attention_scratch
-               ? b->iface->attention_scratch(b, T, N, Hq)
+               ? b->iface->attention_scratch(b, T, N, Hq, Hkv, hd)
                : 0;
 }
 

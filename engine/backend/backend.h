@@ -279,8 +279,8 @@ void hp_backend_attention(const hp_backend_t *b, float *o, const float *q,
                           const int *qpos, const float *k, const float *v,
                           int T, int N, int Hq, int Hkv, int hd, float scale,
                           float *scratch);
-size_t hp_backend_attention_scratch(const hp_backend_t *b, int T, int N,
-                                    int Hq);
+size_t hp_backend_attention_scratch(const hp_backend_t *b, int T, int N, int Hq,
+                                    int Hkv, int hd);
 /* One query for each of B requests over its own cache: q, o [B, Hq, hd];
  * kcs, vcs [B] host arrays of backend pointers; n_ctx [B] host (request r
  * attends keys 0..n_ctx[r]-1). scratch: attention_scratch(1, max n_ctx). */

@@ -225,9 +225,12 @@ static void cpu_attention(be_t b, float *o, const float *q, const int *qpos,
     hk_attention(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scratch);
 }
 
-static size_t cpu_attention_scratch(be_t b, int T, int N, int Hq)
+static size_t cpu_attention_scratch(be_t b, int T, int N, int Hq, int Hkv,
+                                    int hd)
 {
     (void)b;
+    (void)Hkv;
+    (void)hd;
     return hk_attention_scratch(T, N, Hq);
 }
 

@@ -617,29 +617,32 @@ static void cu_rope_shift(be_t b, float *x, int delta, int T, int nh, int hd,
          "rope_shift");
 }
 
+/* The prefill kernel is HYPIC_CUDA_ATT's (hk_cuda_attention_ex); with
+ * scratch for FLASH2's bf16 copies of k and v when that is the choice. */
 static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
                          const float *k, const float *v, int T, int N, int Hq,
                          int Hkv, int hd, float scale, float *scratch)
 {
-    (void)scratch;
     stage_begin(b);
     const int *d = stage(b, qpos, (size_t)T * sizeof(int));
     if (d)
         note(b,
-             hk_cuda_attention(o, q, d, k, v, T, N, Hq, Hkv, hd, scale, NULL),
+             hk_cuda_attention_ex(HK_CUDA_ATT_DEFAULT, o, q, d, k, v, T, N, Hq,
+                                  Hkv, hd, scale, scratch, NULL),
              "attention");
 }
 
-/* Prefill needs none (online softmax per tile). Decode (T = 1) splits the
- * keys of each (request, kv group) over blocks while B Hkv is under four
- * blocks per SM (hk_cuda_attention_decode_scratch): B Hkv splits < 8 SMs,
- * so B Hq splits < 8 SMs Hq whatever B and Hkv are, each split keeping
- * 2 + hd floats per query head. */
-static size_t cu_attention_scratch(be_t b, int T, int N, int Hq)
+/* Prefill: none (online softmax per tile), except FLASH2's bf16 copies of
+ * the N keys and values (HYPIC_CUDA_ATT=flash2). Decode (T = 1) splits
+ * the keys of each (request, kv group) over blocks while B Hkv is under
+ * four blocks per SM (hk_cuda_attention_decode_scratch): B Hkv splits
+ * < 8 SMs, so B Hq splits < 8 SMs Hq whatever B and Hkv are, each split
+ * keeping 2 + hd floats per query head. */
+static size_t cu_attention_scratch(be_t b, int T, int N, int Hq, int Hkv,
+                                   int hd)
 {
-    (void)N;
     if (T != 1)
-        return 0;
+        return hk_cuda_attention_scratch(HK_CUDA_ATT_DEFAULT, N, Hkv, hd);
     return (size_t)8 * ctx(b)->sms * Hq * (2 + HK_CUDA_ATT_TC_MAX_HD);
 }
 
@@ -656,7 +659,7 @@ static void cu_attention_decode(be_t b, float *o, const float *q,
     /* flash-decoding needs the scratch its split takes: the plan's (see
      * cu_attention_scratch) unless the head dim is past its bound */
     float *scr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd) <=
-                         cu_attention_scratch(b, 1, 0, Hq)
+                         cu_attention_scratch(b, 1, 0, Hq, Hkv, hd)
                      ? scratch
                      : NULL;
     if (dk && dv && dn)

@@ -97,7 +97,7 @@ typedef struct {
     void (*attention)(be_t b, float *o, const float *q, const int *qpos,
                       const float *k, const float *v, int T, int N, int Hq,
                       int Hkv, int hd, float scale, float *scratch);
-    size_t (*attention_scratch)(be_t b, int T, int N, int Hq);
+    size_t (*attention_scratch)(be_t b, int T, int N, int Hq, int Hkv, int hd);
     void (*attention_decode)(be_t b, float *o, const float *q,
                              const float *const *kcs, const float *const *vcs,
                              const int *n_ctx, int B, int Hq, int Hkv, int hd,

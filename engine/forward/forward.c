@@ -272,7 +272,8 @@ static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
     int rc = hp_fwd_att_begin(m, l, ws, y, pos, T, &b, err);
     float *scr = hp_fwd_buf(
         ws, B_SCRATCH,
-        hp_backend_attention_scratch(m->be, T, n_ctx, m->cfg.n_heads));
+        hp_backend_attention_scratch(m->be, T, n_ctx, m->cfg.n_heads,
+                                     m->cfg.n_kv_heads, m->cfg.head_dim));
     if (rc != HP_OK)
         return rc;
     if (!scr)

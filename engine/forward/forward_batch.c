@@ -340,8 +340,8 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
     size_t ascr = 1;
     for (int k = 0; k < p.live; k++) {
         int i = p.order[k];
-        size_t a =
-            hp_backend_attention_scratch(m->be, it[i].T, p.ctx[i], c->n_heads);
+        size_t a = hp_backend_attention_scratch(
+            m->be, it[i].T, p.ctx[i], c->n_heads, c->n_kv_heads, c->head_dim);
         ascr = a > ascr ? a : ascr;
     }
     int *pos = hp_fwd_buf(ws, B_POS, (size_t)p.rows);

@@ -131,7 +131,7 @@ int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
 void hp_fwd_att_store(const hp_model_t *m, hp_seq_layer_t *sl,
                       const hp_fwd_att_t *b, const int *pos, int row0, int T);
 /* The same, then attention over its n_ctx positions. scratch:
- * hp_backend_attention_scratch(T, n_ctx, Hq). */
+ * hp_backend_attention_scratch(T, n_ctx, Hq, Hkv, hd). */
 void hp_fwd_att_seq(const hp_model_t *m, hp_seq_layer_t *sl,
                     const hp_fwd_att_t *b, const int *pos, int row0, int T,
                     int n_ctx, float *scratch);

@@ -61,8 +61,10 @@ static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
      * at the most tokens; it no longer grows past a key block */
     int tmax = p->max_tokens > p->max_step ? p->max_tokens : p->max_step;
     size_t ascr =
-        zmax(hp_backend_attention_scratch(be, 1, p->max_ctx, c->n_heads),
-             hp_backend_attention_scratch(be, tmax, p->max_ctx, c->n_heads));
+        zmax(hp_backend_attention_scratch(be, 1, p->max_ctx, c->n_heads,
+                                          c->n_kv_heads, c->head_dim),
+             hp_backend_attention_scratch(be, tmax, p->max_ctx, c->n_heads,
+                                          c->n_kv_heads, c->head_dim));
 
     memset(n, 0, B_COUNT * sizeof(size_t));
     n[B_X] = n[B_Y] = R * H;

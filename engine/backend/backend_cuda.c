@@ -313,9 +313,9 @@ static void *stage(be_t b, const void *src, size_t bytes)
 {
     cuda_t *c = ctx(b);
     void *d = NULL;
-    if (bytes > hk_cuda_ring_seg_bytes(c->stage)) {
-        /* past the plan: a larger ring; the arrays this op was handed
-         * stay valid in the old one, freed at the next op */
+    if (!c->stage || bytes > hk_cuda_ring_seg_bytes(c->stage)) {
+        /* no ring yet (no plan), or past the plan: a larger one; arrays
+         * this op was handed stay valid in the old, freed at the next op */
         size_t seg = 2 * bytes > STAGE_MIN ? 2 * bytes : STAGE_MIN;
         hk_cuda_ring_t *n = NULL;
         int rc = c->n_retired < STAGE_RETIRED ? hk_cuda_ring_create(&n, seg)

@@ -80,9 +80,9 @@ unsigned long hk_cuda_sync_count(void);
  * them, without waiting. Pinned host memory and a device buffer of 4
  * segments of seg_bytes; a put copies into the host side and queues the
  * copy on the stream. A put that leaves a segment marks its end with an
- * event; entering a segment waits for that segment's mark (the work that
- * read it done), so the host runs at most three segments ahead. One host
- * thread at a time per ring. */
+ * event; entering a segment waits for that segment's mark (its copies
+ * done), so the host runs at most three segments ahead. One stream and
+ * one host thread at a time per ring. */
 typedef struct hk_cuda_ring hk_cuda_ring_t;
 int hk_cuda_ring_create(hk_cuda_ring_t **r, size_t seg_bytes);
 void hk_cuda_ring_destroy(hk_cuda_ring_t *r); /* NULL is a no-op */

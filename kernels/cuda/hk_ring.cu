@@ -6,10 +6,11 @@
  * engine that stages a pointer list per op runs the device one op at a
  * time. Here a put copies into pinned host memory and queues an
  * asynchronous copy to the same offset of a device buffer; the kernels
- * issued after it on the stream read the device side. Both sides are
- * reused only after the device has passed the event that closed the
- * segment: the copies out of it and the work that read it come before
- * that event on the stream.
+ * issued after it on the stream read the device side. The host side is
+ * rewritten only after the device has passed the event that closed the
+ * segment (the copies out of it come before that event); the device side
+ * is rewritten by copies queued after the kernels that read it, on the
+ * same stream.
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
@@ -20,10 +21,9 @@ struct hk_cuda_ring {
     unsigned char *host; /* pinned, HK_RING_SEGS * seg */
     unsigned char *dev;
     size_t seg;
-    int cur;     /* segment being filled */
-    size_t used; /* bytes of it taken */
-    cudaEvent_t done[HK_RING_SEGS];
-    int marked[HK_RING_SEGS]; /* done[s] recorded since s was last entered */
+    int cur;                        /* segment being filled */
+    size_t used;                    /* bytes of it taken */
+    cudaEvent_t done[HK_RING_SEGS]; /* never recorded: nothing to wait for */
 };
 
 extern "C" void hk_cuda_ring_destroy(hk_cuda_ring_t *r)
@@ -81,19 +81,15 @@ extern "C" int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src,
     cudaStream_t st = hk_stream(stream);
     size_t at = (r->used + HK_RING_ALIGN - 1) & ~(size_t)(HK_RING_ALIGN - 1);
     if (at + bytes > r->seg) {
-        /* everything that reads this segment is issued: close it, and
-         * enter the next once the device is done with its last round */
+        /* close this segment after the copies out of its host side, and
+         * enter the next once the copies of its last round have run */
         cudaError_t e = cudaEventRecord(r->done[r->cur], st);
         if (e != cudaSuccess)
             return hk_cuda_status(e);
-        r->marked[r->cur] = 1;
         r->cur = (r->cur + 1) % HK_RING_SEGS;
-        if (r->marked[r->cur]) {
-            e = cudaEventSynchronize(r->done[r->cur]);
-            if (e != cudaSuccess)
-                return hk_cuda_status(e);
-            r->marked[r->cur] = 0;
-        }
+        e = cudaEventSynchronize(r->done[r->cur]);
+        if (e != cudaSuccess)
+            return hk_cuda_status(e);
         at = 0;
     }
     const size_t off = (size_t)r->cur * r->seg + at;

@@ -348,12 +348,11 @@ static int fixed_costs(bench_t *b, pic_t *pc, hp_seq_t *seq, double ms[3],
             for (int l = 0; l < c->n_layers; l++)
                 if (c->layer_kind[l] == HP_LAYER_LINEAR)
                     hp_assemble_compose(b->be, c, l, seq->layers[l].S,
-                                        seq->layers[l].conv, ent[j]->data, 0,
-                                        &jm);
+                                        seq->layers[l].conv, ent[j], 0, &jm);
         rc = hp_backend_sync(b->be, err);
         double a2 = bench_now();
         for (int j = 0; j < k && rc == HP_OK; j++)
-            hp_assemble_splice_kv(seq, ent[j]->data, at[j] + w, at[j]);
+            hp_assemble_splice_kv(seq, ent[j], at[j] + w, at[j]);
         if (rc == HP_OK)
             rc = hp_backend_sync(b->be, err);
         double a3 = bench_now();
@@ -437,7 +436,8 @@ static void bench_pic(bench_t *b, int k, int n)
     pic_prompt(b, &pc, k, n);
     /* the prompt's length, for the reference's `full` of the same tokens */
     row(b, "pic_prompt_tokens", shape, pc.p.n, "tokens", NULL);
-    pc.cache.pub = hp_pool_create(
+    pc.cache.pub = hp_segc_pool_create(
+        b->be,
         2 * (size_t)k *
                 hp_segc_bytes(&b->llm.model.cfg, HP_SEGC_PIC, n, b->o->seam) +
             hp_segc_bytes(&b->llm.model.cfg, HP_SEGC_STATE, b->o->lead, 0) +
@@ -641,7 +641,7 @@ static void warm_up(bench_t *b)
     if (n <= 2 * b->o->seam)
         return;
     pic_prompt(b, &pc, 2, n);
-    pc.cache.pub = hp_pool_create(64u << 20, &err);
+    pc.cache.pub = hp_segc_pool_create(b->be, 64u << 20, &err);
     if (pc.cache.pub &&
         assemble_once(b, &pc, HP_IPC_MODE_PIC, 1, &dt, NULL, &err) != HP_OK)
         fprintf(stderr, "# warm-up pic: %s\n", err.msg);

@@ -220,6 +220,24 @@ void hp_backend_copy(const hp_backend_t *b, void *dst, const void *src,
     b->iface->copy(b, dst, src, bytes);
 }
 
+void hp_backend_put(const hp_backend_t *b, void *dst, const void *src,
+                    hp_mem_t mem, size_t bytes)
+{
+    if (mem == HP_MEM_HOST)
+        b->iface->upload(b, dst, src, bytes);
+    else
+        b->iface->copy(b, dst, src, bytes);
+}
+
+void hp_backend_get(const hp_backend_t *b, void *dst, hp_mem_t mem,
+                    const void *src, size_t bytes)
+{
+    if (mem == HP_MEM_HOST)
+        b->iface->download(b, dst, src, bytes);
+    else
+        b->iface->copy(b, dst, src, bytes);
+}
+
 int hp_backend_place(const hp_backend_t *b, const void **p, size_t bytes,
                      hp_error_t *err)
 {
@@ -246,6 +264,11 @@ unsigned long hp_backend_device_allocs(const hp_backend_t *b)
 unsigned long hp_backend_device_waits(const hp_backend_t *b)
 {
     return b->iface->device_waits ? b->iface->device_waits(b) : 0;
+}
+
+unsigned long long hp_backend_host_bytes(const hp_backend_t *b)
+{
+    return b->iface->host_bytes ? b->iface->host_bytes(b) : 0;
 }
 
 void hp_backend_lock(const hp_backend_t *b)

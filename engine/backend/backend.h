@@ -120,6 +120,15 @@ void hp_backend_download(const hp_backend_t *b, void *dst, const void *src,
                          size_t bytes);
 void hp_backend_copy(const hp_backend_t *b, void *dst, const void *src,
                      size_t bytes);
+/* Where memory outside a sequence lives: the prefix cache's checkpoints
+ * in host memory, the public pool's arena in backend memory. put: dst
+ * (backend memory) <- src in mem; get: dst in mem <- src (backend
+ * memory). An upload / download, or a copy that stays on the device. */
+typedef enum { HP_MEM_HOST, HP_MEM_BACKEND } hp_mem_t;
+void hp_backend_put(const hp_backend_t *b, void *dst, const void *src,
+                    hp_mem_t mem, size_t bytes);
+void hp_backend_get(const hp_backend_t *b, void *dst, hp_mem_t mem,
+                    const void *src, size_t bytes);
 /* Makes the host data *p of bytes usable by ops, replacing *p with the
  * backend's copy (CPU: nothing to do). HP_ENOMEM. Release with
  * hp_backend_unplace. */
@@ -150,6 +159,10 @@ unsigned long hp_backend_device_allocs(const hp_backend_t *b);
 /* Times this process's host waited for a device so far (0 on the CPU):
  * tests check that a step waits for its results only, not per op. */
 unsigned long hp_backend_device_waits(const hp_backend_t *b);
+/* Bytes this process moved between host and device so far (0 on the
+ * CPU): tests check that a warm splice leaves the cached tuples where
+ * they are. */
+unsigned long long hp_backend_host_bytes(const hp_backend_t *b);
 /* Bytes of memory the device has in all (0: unknown, or host memory). */
 size_t hp_backend_mem_total(const hp_backend_t *b);
 /* Serializes the device work of the threads that share a device backend

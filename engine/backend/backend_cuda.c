@@ -287,6 +287,12 @@ static unsigned long cu_device_waits(be_t b)
     return hk_cuda_sync_count();
 }
 
+static unsigned long long cu_host_bytes(be_t b)
+{
+    (void)b;
+    return hk_cuda_host_bytes();
+}
+
 static size_t cu_mem_total(be_t b)
 {
     return ctx(b)->mem;
@@ -858,6 +864,7 @@ static const hp_backend_i cuda_iface = {
     .reserve = cu_reserve,
     .device_allocs = cu_device_allocs,
     .device_waits = cu_device_waits,
+    .host_bytes = cu_host_bytes,
     .mem_total = cu_mem_total,
     .lock = cu_lock,
     .unlock = cu_unlock,

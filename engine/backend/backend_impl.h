@@ -35,12 +35,13 @@ typedef struct {
                  hp_error_t *err);          /* (optional) NULL: host memory */
     void (*unplace)(be_t b, const void *p); /* (optional) */
     int (*reserve)(be_t b, const hp_backend_plan_t *plan,
-                   hp_error_t *err);        /* (optional) */
-    unsigned long (*device_allocs)(be_t b); /* (optional) */
-    unsigned long (*device_waits)(be_t b);  /* (optional) */
-    size_t (*mem_total)(be_t b);            /* (optional) */
-    void (*lock)(be_t b);                   /* (optional) */
-    void (*unlock)(be_t b);                 /* (optional) */
+                   hp_error_t *err);          /* (optional) */
+    unsigned long (*device_allocs)(be_t b);   /* (optional) */
+    unsigned long (*device_waits)(be_t b);    /* (optional) */
+    unsigned long long (*host_bytes)(be_t b); /* (optional) */
+    size_t (*mem_total)(be_t b);              /* (optional) */
+    void (*lock)(be_t b);                     /* (optional) */
+    void (*unlock)(be_t b);                   /* (optional) */
 
     /* ops (all optional) */
     void (*linear)(be_t b, float *y, const float *x, const hk_weight_t *w,

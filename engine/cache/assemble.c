@@ -43,6 +43,27 @@ uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_ipc_mode_t mode,
     return mode == HP_IPC_MODE_PIC ? HP_VAR_PIC(w) : HP_VAR_NAIVE;
 }
 
+size_t hp_assemble_entry_bytes(const hp_model_config_t *c,
+                               const hp_prompt_seg_t *s, hp_ipc_mode_t mode,
+                               int w)
+{
+    int pic = s->role != HP_SEG_LEAD && mode == HP_IPC_MODE_PIC;
+    return hp_segc_bytes(c, pic ? HP_SEGC_PIC : HP_SEGC_STATE, s->len, w);
+}
+
+size_t hp_assemble_pool_bytes(const hp_model_config_t *c, const hp_prompt_t *p,
+                              hp_ipc_mode_t mode, int w)
+{
+    size_t b = 0, a = HP_POOL_ALIGN;
+    if (mode != HP_IPC_MODE_NAIVE && mode != HP_IPC_MODE_PIC)
+        return 0;
+    for (int i = 0; i < p->n_segs; i++)
+        if (hp_assemble_cacheable(&p->segs[i], mode, w))
+            b += (hp_assemble_entry_bytes(c, &p->segs[i], mode, w) + a - 1) /
+                 a * a;
+    return b;
+}
+
 /* The entry of segment s, from the pool or prefilled now and published.
  * The caller releases it. */
 static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
@@ -61,15 +82,13 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
     }
     st->miss_segments++;
     st->miss_tokens += pic ? s->len - 2 * w : s->len;
-    size_t bytes =
-        hp_segc_bytes(&m->cfg, pic ? HP_SEGC_PIC : HP_SEGC_STATE, s->len, w);
-    e = hp_pool_alloc(cache->pub, s->id, var, bytes, err);
+    e = hp_pool_alloc(cache->pub, s->id, var,
+                      hp_assemble_entry_bytes(&m->cfg, s, mode, w), err);
     if (!e)
         return NULL;
-    int rc = pic ? hp_segc_build_pic(e->data, m, ws, p->ids + s->start, s->len,
-                                     w, err)
-                 : hp_segc_build_state(e->data, m, ws, p->ids + s->start,
-                                       s->len, err);
+    int rc =
+        pic ? hp_segc_build_pic(e, m, ws, p->ids + s->start, s->len, w, err)
+            : hp_segc_build_state(e, m, ws, p->ids + s->start, s->len, err);
     if (rc != HP_OK) {
         hp_pool_release(cache->pub, e);
         return NULL;
@@ -125,31 +144,19 @@ typedef struct {
     hp_fwd_jump_mem_t jm;
 } splice_t;
 
-/* The entries are host memory: on a device the tuple goes up into the
- * jump buffers first (on the CPU the ops read the entry itself). */
+/* The ops read the entry where it lies (backend memory). */
 void hp_assemble_compose(const hp_backend_t *be, const hp_model_config_t *c,
-                         int l, float *S, float *conv, void *e, int naive,
-                         const hp_fwd_jump_mem_t *jm)
+                         int l, float *S, float *conv, const hp_pool_entry_t *e,
+                         int naive, const hp_fwd_jump_mem_t *jm)
 {
-    const hp_segc_hdr_t *h = e;
     int Hv = c->lin_v_heads, dk = c->lin_k_dim, dv = c->lin_v_dim;
-    int host = hp_backend_host_memory(be);
-    const float *S0 = hp_segc_S(c, e, l), *T = hp_segc_T(c, e, l);
-    if (!host) {
-        hp_backend_upload(be, jm->s, S0, c->state_floats * sizeof(float));
-        S0 = jm->s;
-    }
-    if (naive) { /* S <- S + S_C|0: drops T_C, the structural error */
+    const float *S0 = hp_segc_S(c, e, l);
+    if (naive) /* S <- S + S_C|0: drops T_C, the structural error */
         hp_backend_axpy(be, S, 1.0f, S0, c->state_floats);
-    } else { /* S <- T_C S + S_C|0 (Eq. 6) */
-        if (!host) {
-            hp_backend_upload(be, jm->t, T, c->trans_floats * sizeof(float));
-            T = jm->t;
-        }
-        hp_backend_trans_compose(be, S, HK_TRANS_DENSE, T, S, S0, Hv, dk, dv,
-                                 jm->scr);
-    }
-    hp_segc_conv_jump(be, conv, hp_segc_conv(c, e, l), h->n_int,
+    else /* S <- T_C S + S_C|0 (Eq. 6) */
+        hp_backend_trans_compose(be, S, HK_TRANS_DENSE, hp_segc_T(c, e, l), S,
+                                 S0, Hv, dk, dv, jm->scr);
+    hp_segc_conv_jump(be, conv, hp_segc_conv(c, e, l), hp_segc_hdr(e)->n_int,
                       hp_cfg_conv_dim(c), c->conv_kernel);
 }
 
@@ -159,20 +166,21 @@ static int splice_jump(void *ud, int l, int j, float *S, float *conv,
     splice_t *sp = ud;
     (void)Tc;
     (void)err;
-    hp_assemble_compose(sp->be, sp->c, l, S, conv, sp->ent[j]->data, sp->naive,
+    hp_assemble_compose(sp->be, sp->c, l, S, conv, sp->ent[j], sp->naive,
                         &sp->jm);
     return HP_OK;
 }
 
-void hp_assemble_splice_kv(hp_seq_t *seq, void *e, int at, int shift)
+void hp_assemble_splice_kv(hp_seq_t *seq, const hp_pool_entry_t *e, int at,
+                           int shift)
 {
     const hp_model_config_t *c = &seq->model->cfg;
-    const hp_segc_hdr_t *h = e;
+    const hp_segc_hdr_t *h = hp_segc_hdr(e);
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_kind[l] != HP_LAYER_FULL)
             continue;
         hp_seq_kv_unpack(seq, l, at, h->n_int, hp_segc_K(c, e, l),
-                         hp_segc_V(c, e, l));
+                         hp_segc_V(c, e, l), HP_MEM_BACKEND);
         if (shift)
             hp_backend_rope_shift(seq->be,
                                   seq->layers[l].k + (size_t)at * c->kv_row,
@@ -215,7 +223,7 @@ static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
             rc = err->code ? err->code : HP_ENOMEM;
             goto done;
         }
-        if ((rc = hp_segc_load_state(seq, lead->data, err)) != HP_OK)
+        if ((rc = hp_segc_load_state(seq, lead, err)) != HP_OK)
             goto done;
         if ((rc = hp_seq_reserve(seq, p->n, err)) != HP_OK)
             goto done;
@@ -243,7 +251,7 @@ static int assemble_spliced(const hp_llm_t *llm, hp_cache_t *cache,
             rc = err->code ? err->code : HP_ENOMEM;
             goto done;
         }
-        hp_assemble_splice_kv(seq, ent[n_jump]->data, g + cut, g);
+        hp_assemble_splice_kv(seq, ent[n_jump], g + cut, g);
         st->cached_tokens += s->len - 2 * cut;
         after[n_jump++] = n_run;
         for (int t = s->len - cut; t < s->len; t++, n_run++) { /* tail */

@@ -45,6 +45,15 @@ int hp_assemble_cacheable(const hp_prompt_seg_t *s, hp_ipc_mode_t mode, int w);
 uint32_t hp_assemble_variant(const hp_prompt_seg_t *s, hp_ipc_mode_t mode,
                              int w);
 
+/* Bytes of segment s's entry in mode at seam w (a cacheable segment), and
+ * the public-pool bytes all of p's cacheable segments take (the arena a
+ * one-shot run on a device sizes to its prompt). */
+size_t hp_assemble_entry_bytes(const hp_model_config_t *c,
+                               const hp_prompt_seg_t *s, hp_ipc_mode_t mode,
+                               int w);
+size_t hp_assemble_pool_bytes(const hp_model_config_t *c, const hp_prompt_t *p,
+                              hp_ipc_mode_t mode, int w);
+
 /* "full" etc. to the enum; -1 if unknown. */
 int hp_mode_parse(const char *s);
 const char *hp_mode_name(hp_ipc_mode_t m);
@@ -91,21 +100,23 @@ int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
                           hp_error_t *err);
 
 /*
- * The two halves of the splice, one cached PIC (or naive) entry e (a pool
- * entry's data) at a time; hp_assemble runs them, and the benches time
- * them on their own (bench/gpu_engine.c: the per-segment fixed costs).
+ * The two halves of the splice, one cached PIC (or naive) entry e of the
+ * public pool at a time; hp_assemble runs them, and the benches time them
+ * on their own (bench/gpu_engine.c: the per-segment fixed costs). Both
+ * read the entry where it lies, in backend memory.
  *
  * compose: linear layer l's state S and conv history jump over the
  *   entry's interior: S <- T_C S + S_C|0 (naive: S + S_C|0), the conv
  *   history becomes the entry's tail. jm: the workspace's jump buffers
- *   (hp_fwd_jump_mem), where a device stages the entry's tuple.
+ *   (hp_fwd_jump_mem; the composition's scratch).
  * splice_kv: every full layer's interior K/V rows copied to positions
  *   [at, at + n_int) of seq (reserved), K re-rotated from segment-local
  *   positions by shift (K_b = R(b - a) K_a).
  */
 void hp_assemble_compose(const hp_backend_t *be, const hp_model_config_t *c,
-                         int l, float *S, float *conv, void *e, int naive,
-                         const hp_fwd_jump_mem_t *jm);
-void hp_assemble_splice_kv(hp_seq_t *seq, void *e, int at, int shift);
+                         int l, float *S, float *conv, const hp_pool_entry_t *e,
+                         int naive, const hp_fwd_jump_mem_t *jm);
+void hp_assemble_splice_kv(hp_seq_t *seq, const hp_pool_entry_t *e, int at,
+                           int shift);
 
 #endif

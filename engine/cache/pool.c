@@ -1,7 +1,9 @@
 /*
  * pool.c - arena allocator + LRU cache (see pool.h).
  *
- * The arena is one anonymous mapping of the budget. Blocks are carved
+ * The arena is one anonymous mapping of the budget, or memory the caller
+ * made (a device's); the bookkeeping lives outside it, so the pool never
+ * reads or writes the arena's bytes. Blocks are carved
  * first-fit from an address-ordered free list and coalesced with both
  * neighbours on free, so a pool that churns entries of mixed sizes keeps
  * its free space in few large runs. Eviction walks the LRU list from the
@@ -14,7 +16,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define ALIGN    64
+#define ALIGN    HP_POOL_ALIGN
 #define NBUCKETS 4096
 
 typedef struct free_run {
@@ -33,6 +35,8 @@ struct hp_pool {
     hp_pool_stats_t st;
     hp_pool_hook_fn hook;
     void *hook_ud;
+    hp_pool_release_fn release; /* the caller's arena; NULL: our mapping */
+    void *release_ud;
 };
 
 static size_t round_up(size_t n)
@@ -48,28 +52,54 @@ static unsigned bucket(const uint8_t key[16], uint32_t variant)
     return (unsigned)((h ^ (h >> 29)) % NBUCKETS);
 }
 
-hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err)
+/* The pool around an arena of budget bytes (a multiple of ALIGN). */
+static hp_pool_t *pool_new(uint8_t *arena, size_t budget, hp_error_t *err)
 {
     hp_pool_t *p = calloc(1, sizeof(*p));
-    budget = round_up(budget ? budget : ALIGN);
     if (p)
-        p->arena = mmap(NULL, budget, PROT_READ | PROT_WRITE,
-                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (!p || p->arena == MAP_FAILED) {
-        free(p);
-        hp_error_set(err, HP_ENOMEM, "pool: cannot reserve %zu bytes", budget);
-        return NULL;
-    }
-    p->free = malloc(sizeof(free_run_t));
-    if (!p->free) {
-        munmap(p->arena, budget);
+        p->free = malloc(sizeof(free_run_t));
+    if (!p || !p->free) {
         free(p);
         hp_error_set(err, HP_ENOMEM, "pool: out of memory");
         return NULL;
     }
     *p->free = (free_run_t){0, budget, NULL};
+    p->arena = arena;
     p->budget = p->st.budget = budget;
     pthread_mutex_init(&p->mu, NULL);
+    return p;
+}
+
+hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err)
+{
+    budget = round_up(budget ? budget : ALIGN);
+    void *a = mmap(NULL, budget, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (a == MAP_FAILED) {
+        hp_error_set(err, HP_ENOMEM, "pool: cannot reserve %zu bytes", budget);
+        return NULL;
+    }
+    hp_pool_t *p = pool_new(a, budget, err);
+    if (!p)
+        munmap(a, budget);
+    return p;
+}
+
+hp_pool_t *hp_pool_create_in(void *arena, size_t budget,
+                             hp_pool_release_fn release, void *ud,
+                             hp_error_t *err)
+{
+    if (!arena || ((uintptr_t)arena & (ALIGN - 1))) {
+        hp_error_set(err, HP_EINTERNAL, "pool: arena not %d-byte aligned",
+                     ALIGN);
+        return NULL;
+    }
+    /* offsets stay aligned: the tail past the last whole block is unused */
+    hp_pool_t *p = pool_new(arena, budget & ~(size_t)(ALIGN - 1), err);
+    if (p) {
+        p->release = release;
+        p->release_ud = ud;
+    }
     return p;
 }
 
@@ -190,7 +220,10 @@ void hp_pool_destroy(hp_pool_t *p)
         e = n;
     }
     free_runs(p->free);
-    munmap(p->arena, p->budget);
+    if (p->release)
+        p->release(p->release_ud, p->arena);
+    else
+        munmap(p->arena, p->budget);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }

@@ -15,10 +15,15 @@
 
 typedef struct hp_pool hp_pool_t;
 
+#define HP_POOL_ALIGN 64 /* entries' data alignment and size granule */
+
 typedef struct hp_pool_entry {
     uint8_t key[16];
     uint32_t variant; /* distinguishes entries of one key (mode, seam) */
     void *data;       /* in the arena, 64-byte aligned */
+    /* the owner's header, in host memory: an arena may be device memory
+     * the host does not read (segcache.h keeps its hp_segc_hdr_t here) */
+    _Alignas(8) uint8_t meta[64];
     size_t bytes;
     int refs;
     int published; /* visible to lookups */
@@ -37,6 +42,14 @@ typedef struct {
 /* Creates a pool with an arena of `budget` bytes (reserved, touched on
  * use). Returns NULL with err set (HP_ENOMEM) on failure. */
 hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err);
+
+/* The same over an arena the caller made (device memory: the pool never
+ * touches its bytes, only hands out offsets into it); destroy gives it
+ * back through release(ud, arena); on failure it stays the caller's. */
+typedef void (*hp_pool_release_fn)(void *ud, void *arena);
+hp_pool_t *hp_pool_create_in(void *arena, size_t budget,
+                             hp_pool_release_fn release, void *ud,
+                             hp_error_t *err);
 void hp_pool_destroy(hp_pool_t *p);
 
 /* Published entry for (key, variant) with one more reference, or NULL

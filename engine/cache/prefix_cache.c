@@ -263,7 +263,7 @@ static hp_radix_node_t *add_leaf(hp_prefix_cache_t *pc, hp_radix_node_t *parent,
     for (int l = 0; pc->tensors && l < c->n_layers; l++)
         if (c->layer_kind[l] == HP_LAYER_FULL)
             hp_seq_kv_pack(seq, l, a, len, kv_at(c, kv, len, c->slot[l], 0),
-                           kv_at(c, kv, len, c->slot[l], 1));
+                           kv_at(c, kv, len, c->slot[l], 1), HP_MEM_HOST);
     hp_radix_node_t *x = hp_radix_add(&pc->tree, parent, ids + a, len, err);
     if (!x) {
         free(d);
@@ -613,10 +613,12 @@ static int restore(hp_prefix_cache_t *pc, hp_radix_node_t *x, int n,
             if (c->layer_kind[l] == HP_LAYER_FULL)
                 hp_seq_kv_unpack(seq, l, y->depth - y->len, y->len,
                                  kv_at(c, D(y)->kv, y->len, c->slot[l], 0),
-                                 kv_at(c, D(y)->kv, y->len, c->slot[l], 1));
+                                 kv_at(c, D(y)->kv, y->len, c->slot[l], 1),
+                                 HP_MEM_HOST);
     for (int l = 0; x->parent && l < c->n_layers; l++)
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
-            hp_seq_state_unpack(seq, l, ckpt_at(c, D(x)->state, l));
+            hp_seq_state_unpack(seq, l, ckpt_at(c, D(x)->state, l),
+                                HP_MEM_HOST);
     seq->n_pos = x->depth;
     return HP_OK;
 }
@@ -796,7 +798,8 @@ static hp_radix_node_t *admit_path(hp_prefix_cache_t *pc, const int *ids, int n,
             } else {
                 for (int l = 0; l < c->n_layers; l++)
                     if (c->layer_kind[l] == HP_LAYER_LINEAR)
-                        hp_seq_state_pack(seq, l, ckpt_at(c, buf, l));
+                        hp_seq_state_pack(seq, l, ckpt_at(c, buf, l),
+                                          HP_MEM_HOST);
             }
         }
         if (*rc == HP_OK)
@@ -914,7 +917,8 @@ static int capture_jump(void *ud, int layer, int jump, float *S, float *conv,
     (void)Tc;
     (void)err;
     hp_seq_state_pack(cp->seq, layer,
-                      ckpt_at(&cp->seq->model->cfg, cp->snap[jump], layer));
+                      ckpt_at(&cp->seq->model->cfg, cp->snap[jump], layer),
+                      HP_MEM_HOST);
     return HP_OK;
 }
 

@@ -14,6 +14,13 @@
  *          the interior K at segment-local positions and V [n_int,Hkv,hd].
  *
  * All f32: a bf16 T_C loses ~1e-3 per composition (pic-kvbuffer-math §3).
+ *
+ * An entry is a pool entry (pool.h) of the model's backend memory: on a
+ * device the tuples stay there, so a splice composes and copies on the
+ * device and a capture never brings a tensor to the host. Its header is
+ * host memory (the entry's meta); the data's first 64 bytes are the
+ * header's slot in the wire format (peer.h), written where the data is
+ * host memory and otherwise left: a sender takes the header from meta.
  */
 #ifndef HP_SEGCACHE_H
 #define HP_SEGCACHE_H
@@ -21,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/cache/pool.h"
 #include "engine/contract/hp_error.h"
 #include "engine/forward/forward.h"
 #include "engine/forward/seq.h"
@@ -43,36 +51,56 @@ typedef struct {
 size_t hp_segc_bytes(const hp_model_config_t *c, hp_segc_kind_t kind, int n_tok,
                      int w);
 
-/* Views into an entry (NULL where the layer has no such tensor). */
-float *hp_segc_T(const hp_model_config_t *c, void *e, int layer);
-float *hp_segc_S(const hp_model_config_t *c, void *e, int layer);
-float *hp_segc_conv(const hp_model_config_t *c, void *e, int layer);
-float *hp_segc_K(const hp_model_config_t *c, void *e, int layer);
-float *hp_segc_V(const hp_model_config_t *c, void *e, int layer);
+/* The entry's header (host memory). */
+const hp_segc_hdr_t *hp_segc_hdr(const hp_pool_entry_t *e);
+
+/* Views into an entry's data, backend memory (NULL where the layer has no
+ * such tensor). */
+float *hp_segc_T(const hp_model_config_t *c, const hp_pool_entry_t *e,
+                 int layer);
+float *hp_segc_S(const hp_model_config_t *c, const hp_pool_entry_t *e,
+                 int layer);
+float *hp_segc_conv(const hp_model_config_t *c, const hp_pool_entry_t *e,
+                    int layer);
+float *hp_segc_K(const hp_model_config_t *c, const hp_pool_entry_t *e,
+                 int layer);
+float *hp_segc_V(const hp_model_config_t *c, const hp_pool_entry_t *e,
+                 int layer);
+
+/* A public pool of budget bytes in be's memory: a lazily touched mapping
+ * on the CPU, one device allocation now on a device. NULL with HP_ENOMEM
+ * naming the budget. */
+hp_pool_t *hp_segc_pool_create(const hp_backend_t *be, size_t budget,
+                               hp_error_t *err);
+
+/* An entry whose bytes arrived in host memory (a peer's payload, checked):
+ * its header, at the front of the data, becomes the entry's meta. */
+void hp_segc_adopt(hp_pool_entry_t *e);
 
 /* STATE entry <-> sequence. capture: e must be sized for seq->n_pos
  * tokens. load: seq is reset and gets the state at positions [0, n_tok). */
-void hp_segc_capture_state(void *e, const hp_seq_t *seq);
-int hp_segc_load_state(hp_seq_t *seq, const void *e, hp_error_t *err);
+void hp_segc_capture_state(hp_pool_entry_t *e, const hp_seq_t *seq);
+int hp_segc_load_state(hp_seq_t *seq, const hp_pool_entry_t *e,
+                       hp_error_t *err);
 
 /* Prefills ids[n] on their own from position 0 and writes a STATE entry
  * into e (sized by hp_segc_bytes(STATE, n)). Both builds run in
  * ws->build_seq when it is set (forward.h; it needs room for n
  * positions), else in a sequence made for the build. */
-int hp_segc_build_state(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
-                        const int *ids, int n, hp_error_t *err);
+int hp_segc_build_state(hp_pool_entry_t *e, const hp_model_t *m,
+                        hp_fwd_ws_t *ws, const int *ids, int n,
+                        hp_error_t *err);
 
 /* Prefills ids[n] on their own from position 0 (only the first n - w
  * tokens: the last w never influence the interior) and writes the PIC
  * tuple of the interior [w, n - w) into e. T_C comes from the same chunked
  * pass (hk_gdn_chunk), and S_C|0 = S_end - T_C S_head. Needs n > 2w. */
-int hp_segc_build_pic(void *e, const hp_model_t *m, hp_fwd_ws_t *ws,
+int hp_segc_build_pic(hp_pool_entry_t *e, const hp_model_t *m, hp_fwd_ws_t *ws,
                       const int *ids, int n, int w, hp_error_t *err);
 
 /* After jumping over n_int interior tokens, the conv history [C, Kc-1]
- * (backend memory) becomes the cached tail (host memory, the entry's);
- * an interior shorter than Kc-1 keeps the front of the running history
- * (shifted). */
+ * becomes the cached tail (both backend memory); an interior shorter than
+ * Kc-1 keeps the front of the running history (shifted). */
 void hp_segc_conv_jump(const hp_backend_t *be, float *conv, const float *tail,
                        int n_int, int C, int Kc);
 

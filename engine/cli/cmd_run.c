@@ -8,6 +8,7 @@
 
 #include "engine/cache/assemble.h"
 #include "engine/cache/prompt.h"
+#include "engine/cache/segcache.h"
 #include "engine/cli/cli.h"
 #include "engine/cli/options.h"
 #include "engine/forward/dump.h"
@@ -33,8 +34,8 @@ typedef struct {
     int loaded;
 } run_t;
 
-/* One-shot runs reserve generous address space; pages are touched only
- * as entries are written. */
+/* One-shot runs on the CPU reserve generous address space; pages are
+ * touched only as entries are written. */
 #define CLI_PUBLIC_POOL  (8ull << 30)
 #define CLI_PRIVATE_POOL (2ull << 30)
 
@@ -119,7 +120,12 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     if (rc == HP_OK)
         rc = hp_seq_init(&r->seq, &r->llm.model, &err);
     if (rc == HP_OK) {
-        r->cache.pub = hp_pool_create(CLI_PUBLIC_POOL, &err);
+        /* a device's arena is taken now: sized to this prompt's entries */
+        size_t pub = hp_backend_host_memory(r->be)
+                         ? CLI_PUBLIC_POOL
+                         : hp_assemble_pool_bytes(&r->llm.model.cfg, &r->prompt,
+                                                  mode, r->o.seam);
+        r->cache.pub = hp_segc_pool_create(r->be, pub, &err);
         hp_prefix_cache_params_t pcp;
         hp_prefix_cache_params_default(&pcp, CLI_PRIVATE_POOL);
         r->cache.prefix =

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/cache/segcache.h"
 #include "engine/cli/cli.h"
 #include "engine/cli/serve_config.h"
 #include "engine/cluster/index.h"
@@ -439,7 +440,8 @@ int hp_cmd_serve(int argc, char **argv)
     logf_(&sv.log, HP_LOG_INFO, "chat template: %s", hp_chat_origin(chat));
     take_signals(&wait_mask);
 
-    cache.pub = hp_pool_create((size_t)c->num[HP_SO_PUBLIC_POOL], &err);
+    cache.pub =
+        hp_segc_pool_create(be, (size_t)c->num[HP_SO_PUBLIC_POOL], &err);
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, (size_t)c->num[HP_SO_PRIVATE_POOL]);
     cache.prefix = cache.pub

@@ -260,10 +260,12 @@ static int send_entry(int fd, const hp_pool_entry_t *e, int64_t deadline,
                       hp_error_t *err)
 {
     uint8_t pre[32];
+    size_t hb = sizeof(hp_segc_hdr_t);
     hp_peer_enc_segment(pre, e->key, e->variant, e->bytes);
-    const void *parts[2] = {pre, e->data};
-    size_t lens[2] = {32, e->bytes};
-    return send_msg(fd, HP_PEER_SEGMENT, parts, lens, 2, deadline, err);
+    /* the header from meta, where it always is (segcache.h) */
+    const void *parts[3] = {pre, e->meta, (const char *)e->data + hb};
+    size_t lens[3] = {32, hb, e->bytes - hb};
+    return send_msg(fd, HP_PEER_SEGMENT, parts, lens, 3, deadline, err);
 }
 
 /* PREFILL: build the entry here (unless present), publish it, reply. */
@@ -307,9 +309,9 @@ static int serve_prefill(hp_peer_server_t *s, int fd, const hp_peer_msg_t *m,
         if (rc == HP_OK && !e)
             rc = err.code ? err.code : HP_ENOMEM;
         if (rc == HP_OK)
-            rc = pic ? hp_segc_build_pic(e->data, &llm->model, ws, ids,
-                                         (int)m->n_tok, m->seam, &err)
-                     : hp_segc_build_state(e->data, &llm->model, ws, ids,
+            rc = pic ? hp_segc_build_pic(e, &llm->model, ws, ids, (int)m->n_tok,
+                                         m->seam, &err)
+                     : hp_segc_build_state(e, &llm->model, ws, ids,
                                            (int)m->n_tok, &err);
         free(ids);
         if (rc != HP_OK) {
@@ -716,6 +718,7 @@ static int read_reply(int fd, const char *addr, const uint8_t key[16],
         hp_pool_release(pool, e);
         return rc;
     }
+    hp_segc_adopt(e);
     hp_pool_publish(pool, e);
     if (out)
         *out = e;

@@ -30,12 +30,12 @@ int hp_dump_state(const char *path, const hp_seq_t *seq, hp_error_t *err)
         if (copy && c->layer_kind[l] == HP_LAYER_LINEAR) {
             sl->S = buf + at;
             sl->conv = sl->S + c->state_floats;
-            hp_seq_state_pack(seq, l, sl->S);
+            hp_seq_state_pack(seq, l, sl->S, HP_MEM_HOST);
             at += c->state_floats + c->conv_floats;
         } else if (copy) {
             sl->k = buf + at;
             sl->v = sl->k + (size_t)seq->n_pos * c->kv_row;
-            hp_seq_kv_pack(seq, l, 0, seq->n_pos, sl->k, sl->v);
+            hp_seq_kv_pack(seq, l, 0, seq->n_pos, sl->k, sl->v, HP_MEM_HOST);
             at += 2 * (size_t)seq->n_pos * c->kv_row;
         }
     }

@@ -95,13 +95,13 @@ typedef struct {
     void *ud;
 } hp_jumps_t;
 
-/* Backend memory of the workspace for the jump callbacks (the PIC capture
- * and splice stage a cached tuple there on a device): t holds a
- * transition [Hv,dk,dk] or a state, s a state [Hv,dk,dv], scr
- * trans_compose's scratch [Hv,dk,dv]. The forward pass never touches them;
- * all NULL for a model without linear layers or an empty workspace. */
+/* Backend memory of the workspace for the jump callbacks (the PIC
+ * capture's T_C S_head, the compositions' scratch): s a state
+ * [Hv,dk,dv], scr trans_compose's scratch [Hv,dk,dv]. The forward pass
+ * never touches them; both NULL for a model without linear layers or an
+ * empty workspace. */
 typedef struct {
-    float *t, *s, *scr;
+    float *s, *scr;
 } hp_fwd_jump_mem_t;
 hp_fwd_jump_mem_t hp_fwd_jump_mem(hp_fwd_ws_t *ws);
 

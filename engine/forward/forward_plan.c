@@ -108,7 +108,6 @@ static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
     n[B_BEST] = brows;
     n[B_HOSTLOGITS] = hp_backend_host_memory(be) ? 0 : brows * c->vocab_size;
     if (c->n_lin > 0) {
-        n[B_JUMPT] = zmax(c->trans_floats, c->state_floats);
         n[B_JUMPS] = c->state_floats;
         n[B_JUMPSCR] = c->state_floats;
     }
@@ -239,10 +238,9 @@ void *hp_fwd_buf(hp_fwd_ws_t *ws, int id, size_t n)
 
 hp_fwd_jump_mem_t hp_fwd_jump_mem(hp_fwd_ws_t *ws)
 {
-    hp_fwd_jump_mem_t j = {NULL, NULL, NULL};
+    hp_fwd_jump_mem_t j = {NULL, NULL};
     if (ws->mem && ws->cap[B_JUMPS] > 0)
-        j = (hp_fwd_jump_mem_t){ws->buf[B_JUMPT], ws->buf[B_JUMPS],
-                                ws->buf[B_JUMPSCR]};
+        j = (hp_fwd_jump_mem_t){ws->buf[B_JUMPS], ws->buf[B_JUMPSCR]};
     return j;
 }
 

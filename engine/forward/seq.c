@@ -209,41 +209,42 @@ int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err)
     return HP_OK;
 }
 
-void hp_seq_state_pack(const hp_seq_t *s, int l, float *buf)
+void hp_seq_state_pack(const hp_seq_t *s, int l, float *buf, hp_mem_t mem)
 {
     const hp_model_config_t *c = &s->model->cfg;
-    hp_backend_download(s->be, buf, s->layers[l].S,
-                        c->state_floats * sizeof(float));
-    hp_backend_download(s->be, buf + c->state_floats, s->layers[l].conv,
-                        c->conv_floats * sizeof(float));
+    hp_backend_get(s->be, buf, mem, s->layers[l].S,
+                   c->state_floats * sizeof(float));
+    hp_backend_get(s->be, buf + c->state_floats, mem, s->layers[l].conv,
+                   c->conv_floats * sizeof(float));
 }
 
-void hp_seq_state_unpack(hp_seq_t *s, int l, const float *buf)
+void hp_seq_state_unpack(hp_seq_t *s, int l, const float *buf, hp_mem_t mem)
 {
     const hp_model_config_t *c = &s->model->cfg;
-    hp_backend_upload(s->be, s->layers[l].S, buf,
-                      c->state_floats * sizeof(float));
-    hp_backend_upload(s->be, s->layers[l].conv, buf + c->state_floats,
-                      c->conv_floats * sizeof(float));
+    hp_backend_put(s->be, s->layers[l].S, buf, mem,
+                   c->state_floats * sizeof(float));
+    hp_backend_put(s->be, s->layers[l].conv, buf + c->state_floats, mem,
+                   c->conv_floats * sizeof(float));
 }
 
-void hp_seq_kv_pack(const hp_seq_t *s, int l, int at, int n, float *k, float *v)
+void hp_seq_kv_pack(const hp_seq_t *s, int l, int at, int n, float *k, float *v,
+                    hp_mem_t mem)
 {
     size_t row = s->model->cfg.kv_row, bytes = (size_t)n * row * sizeof(float);
     if (n <= 0)
         return;
-    hp_backend_download(s->be, k, s->layers[l].k + (size_t)at * row, bytes);
-    hp_backend_download(s->be, v, s->layers[l].v + (size_t)at * row, bytes);
+    hp_backend_get(s->be, k, mem, s->layers[l].k + (size_t)at * row, bytes);
+    hp_backend_get(s->be, v, mem, s->layers[l].v + (size_t)at * row, bytes);
 }
 
 void hp_seq_kv_unpack(hp_seq_t *s, int l, int at, int n, const float *k,
-                      const float *v)
+                      const float *v, hp_mem_t mem)
 {
     size_t row = s->model->cfg.kv_row, bytes = (size_t)n * row * sizeof(float);
     if (n <= 0)
         return;
-    hp_backend_upload(s->be, s->layers[l].k + (size_t)at * row, k, bytes);
-    hp_backend_upload(s->be, s->layers[l].v + (size_t)at * row, v, bytes);
+    hp_backend_put(s->be, s->layers[l].k + (size_t)at * row, k, mem, bytes);
+    hp_backend_put(s->be, s->layers[l].v + (size_t)at * row, v, mem, bytes);
 }
 
 size_t hp_seq_bytes(const hp_model_t *m, int n)

@@ -85,8 +85,9 @@ int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err);
 
 /*
  * The copies between a sequence and memory outside it (prefix-cache
- * checkpoints, segment cache entries, host memory): the one place where
- * a device backend transfers. Sizes from the model's config geometry.
+ * checkpoints in host memory, segment cache entries in backend memory:
+ * mem says which): the one place where a device backend transfers. Sizes
+ * from the model's config geometry.
  *
  * state: linear layer l's S [Hv,dk,dv] then its conv history
  *   [conv_dim,Kc-1], state_floats + conv_floats floats at buf. Read the
@@ -94,12 +95,12 @@ int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err);
  * kv: full layer l's K and V rows of positions [at, at + n), n * kv_row
  *   floats each; unpack needs the positions reserved (hp_seq_reserve).
  */
-void hp_seq_state_pack(const hp_seq_t *s, int l, float *buf);
-void hp_seq_state_unpack(hp_seq_t *s, int l, const float *buf);
-void hp_seq_kv_pack(const hp_seq_t *s, int l, int at, int n, float *k,
-                    float *v);
+void hp_seq_state_pack(const hp_seq_t *s, int l, float *buf, hp_mem_t mem);
+void hp_seq_state_unpack(hp_seq_t *s, int l, const float *buf, hp_mem_t mem);
+void hp_seq_kv_pack(const hp_seq_t *s, int l, int at, int n, float *k, float *v,
+                    hp_mem_t mem);
 void hp_seq_kv_unpack(hp_seq_t *s, int l, int at, int n, const float *k,
-                      const float *v);
+                      const float *v, hp_mem_t mem);
 
 /* Bytes a sequence of n positions holds (states + KV). */
 size_t hp_seq_bytes(const hp_model_t *m, int n);

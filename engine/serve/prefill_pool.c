@@ -174,15 +174,14 @@ static int build(hp_prefill_job_t *j, int k, worker_t *wk, hp_fwd_ws_t *ws,
         peer_failed(pp, wk->peer, &perr);
     }
     d->fallback = wk->peer >= 0;
-    size_t bytes =
-        hp_segc_bytes(&m->cfg, pic ? HP_SEGC_PIC : HP_SEGC_STATE, s->len, j->w);
-    e = hp_pool_alloc(pub, s->id, j->var[k], bytes, err);
+    e = hp_pool_alloc(pub, s->id, j->var[k],
+                      hp_assemble_entry_bytes(&m->cfg, s, j->mode, j->w), err);
     if (!e)
         return err->code ? err->code : HP_ENOMEM;
     const int *ids = j->p->ids + s->start;
     hp_backend_lock(m->be);
-    int rc = pic ? hp_segc_build_pic(e->data, m, ws, ids, s->len, j->w, err)
-                 : hp_segc_build_state(e->data, m, ws, ids, s->len, err);
+    int rc = pic ? hp_segc_build_pic(e, m, ws, ids, s->len, j->w, err)
+                 : hp_segc_build_state(e, m, ws, ids, s->len, err);
     if (rc == HP_OK) /* this build's failures, before another thread's */
         rc = hp_backend_sync(m->be, err);
     hp_backend_unlock(m->be);

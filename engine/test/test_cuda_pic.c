@@ -84,6 +84,9 @@ typedef struct {
     float *tuple;     /* the PIC entries of documents 0-2, concatenated */
     size_t n_state, n_tuple;
     int toks[N_TOK]; /* greedy after the warm splice */
+    /* bytes over the host link: the warm splice's prefill, and `full`'s
+     * of the same prompt */
+    unsigned long long moved_pic, moved_full;
 } result_t;
 
 static void result_free(result_t *r)
@@ -108,11 +111,11 @@ static void keep_state(result_t *r, const hp_seq_t *seq)
     r->n_state = n;
     for (int l = 0; l < c->n_layers; l++) {
         if (c->layer_kind[l] == HP_LAYER_LINEAR) {
-            hp_seq_state_pack(seq, l, at);
+            hp_seq_state_pack(seq, l, at, HP_MEM_HOST);
             at += c->state_floats + c->conv_floats;
         } else {
             size_t kv = (size_t)seq->n_pos * c->kv_row;
-            hp_seq_kv_pack(seq, l, 0, seq->n_pos, at, at + kv);
+            hp_seq_kv_pack(seq, l, 0, seq->n_pos, at, at + kv, HP_MEM_HOST);
             at += 2 * kv;
         }
     }
@@ -144,7 +147,7 @@ static int run(const hp_llm_t *llm, result_t *r, hp_error_t *err)
     make_prompt(&a2, m, 1, order_a, N_MORE);
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, (size_t)64 << 20);
-    hp_cache_t cache = {hp_pool_create((size_t)64 << 20, err),
+    hp_cache_t cache = {hp_segc_pool_create(m->be, (size_t)64 << 20, err),
                         hp_prefix_cache_create(&m->cfg, &pcp, 1, err)};
     /* pieces of 16 tokens: capture and splice jumps span pieces */
     hp_fwd_plan_t plan = {16, 0, 1, 1};
@@ -159,10 +162,22 @@ static int run(const hp_llm_t *llm, result_t *r, hp_error_t *err)
     rc = assemble(llm, &cache, &ws, &a, HP_IPC_MODE_PIC, W, &seq, &r->logits[0],
                   err);
     hp_seq_free(&seq);
+    /* full, for the host traffic of a prefill that caches nothing */
+    float *lf = NULL;
+    unsigned long long at = hp_backend_host_bytes(m->be);
+    if (rc == HP_OK) {
+        rc =
+            assemble(llm, &cache, &ws, &b, HP_IPC_MODE_FULL, W, &seq, &lf, err);
+        hp_seq_free(&seq);
+        free(lf);
+    }
+    r->moved_full = hp_backend_host_bytes(m->be) - at;
     /* warm: the same documents, another lead and order */
     if (rc == HP_OK) {
+        at = hp_backend_host_bytes(m->be);
         rc = assemble(llm, &cache, &ws, &b, HP_IPC_MODE_PIC, W, &seq,
                       &r->logits[1], err);
+        r->moved_pic = hp_backend_host_bytes(m->be) - at;
         if (rc == HP_OK)
             keep_state(r, &seq);
         float *lg = malloc((size_t)V * sizeof(float));
@@ -187,8 +202,9 @@ static int run(const hp_llm_t *llm, result_t *r, hp_error_t *err)
                     sizeof(hp_segc_hdr_t)) /
                    sizeof(float);
         r->tuple = realloc(r->tuple, (r->n_tuple + n) * sizeof(float));
-        memcpy(r->tuple + r->n_tuple, (char *)e->data + sizeof(hp_segc_hdr_t),
-               n * sizeof(float));
+        hp_backend_get(m->be, r->tuple + r->n_tuple, HP_MEM_HOST,
+                       (char *)e->data + sizeof(hp_segc_hdr_t),
+                       n * sizeof(float));
         r->n_tuple += n;
         hp_pool_release(cache.pub, e);
     }
@@ -264,6 +280,18 @@ static void check_on(const char *dir, const char *name, const hp_llm_t *ref,
                 b.logits[1], V, tol);
         compare(tag, "naive logits", a->logits[2], b.logits[2], V, tol);
         compare(tag, "prefix-resume logits", a->logits[3], b.logits[3], V, tol);
+        /* the tuples stay in device memory: a warm splice moves what a
+         * full prefill does (ids, positions, logits) and the conv rows of
+         * the one-token interior, which jump through the host */
+        const hp_model_config_t *c = &ref->model.cfg;
+        unsigned long long tail = 3ull * c->n_lin * c->conv_floats * 4,
+                           tuple = (unsigned long long)c->n_lin *
+                                   (c->trans_floats + c->state_floats) * 4;
+        ok(b.moved_pic <= b.moved_full + tail,
+           "%s: the warm splice moved %llu bytes over the host link (full: "
+           "%llu, short interior's conv: %llu; one tuple's T_C and S_C|0: "
+           "%llu)",
+           tag, b.moved_pic, b.moved_full, tail, tuple);
         if (!bf16)
             ok(!memcmp(a->toks, b.toks, sizeof(b.toks)),
                "%s: greedy tokens after the warm splice identical (%d %d %d "

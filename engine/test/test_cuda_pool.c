@@ -30,6 +30,7 @@
 
 #include "engine/cache/assemble.h"
 #include "engine/cache/prompt.h"
+#include "engine/cache/segcache.h"
 #include "engine/forward/seq.h"
 #include "engine/serve/sched.h"
 #include "engine/test/test_util.h"
@@ -169,7 +170,7 @@ static void check_cached(const hp_llm_t *llm, const char *name,
     hp_error_t err = {0};
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, 64u << 20);
-    hp_cache_t cache = {hp_pool_create(64u << 20, &err), NULL};
+    hp_cache_t cache = {hp_segc_pool_create(be, 64u << 20, &err), NULL};
     cache.prefix = hp_prefix_cache_create(&llm->model.cfg, &pcp, 1, &err);
     if (!ok(cache.pub && cache.prefix, "%s: caches: %s", name, err.msg))
         goto out;

@@ -322,7 +322,8 @@ int main(void)
     const hp_prompt_seg_t *d1 = &p.segs[1];
     size_t eb = hp_segc_bytes(c, HP_SEGC_PIC, d1->len, W);
     void *ent = aligned_alloc(64, (eb + 63) / 64 * 64);
-    hp_segc_build_pic(ent, &llm.model, &ws, p.ids + d1->start, d1->len, W,
+    hp_pool_entry_t te = {.data = ent, .bytes = eb};
+    hp_segc_build_pic(&te, &llm.model, &ws, p.ids + d1->start, d1->len, W,
                       &err);
     int e_ok = hp_peer_check_entry(c, VAR_PIC, ent, eb, &err) == HP_OK;
     int e_var = hp_peer_check_entry(c, VAR_NAIVE, ent, eb, &err) != HP_OK;
@@ -351,14 +352,16 @@ int main(void)
             hp_pool_entry_t *ea =
                 hp_pool_get(A.cache.pub, p.segs[i].id, var_of(i));
             fetched += ea && ea->bytes == e->bytes &&
-                       !memcmp(ea->data, e->data, e->bytes);
+                       !memcmp(ea->data, e->data, e->bytes) &&
+                       !memcmp(ea->meta, e->meta, sizeof(e->meta));
             hp_pool_release(A.cache.pub, ea);
         } else {
             tap_diag("fetch %d: %s", i, err.msg);
         }
         hp_pool_release(B.cache.pub, e);
     }
-    ok(fetched == nc, "B fetched all %d segments from A, byte-identical", nc);
+    ok(fetched == nc,
+       "B fetched all %d segments from A, byte-identical, headers adopted", nc);
     float *lb = assemble(&llm, &B.cache, &ws, &p, &st, &rc);
     ok(rc == HP_OK && st.miss_segments == 0 && st.hit_segments == nc,
        "B assembles with every segment a hit (%d hit)", st.hit_segments);
@@ -381,7 +384,8 @@ int main(void)
                          &pe, &err);
     size_t sb = hp_segc_bytes(c, HP_SEGC_STATE, d2->len, 0);
     void *loc = aligned_alloc(64, (sb + 63) / 64 * 64);
-    hp_segc_build_state(loc, &llm.model, &ws, p.ids + d2->start, d2->len, &err);
+    hp_pool_entry_t tl = {.data = loc, .bytes = sb};
+    hp_segc_build_state(&tl, &llm.model, &ws, p.ids + d2->start, d2->len, &err);
     hp_peer_server_stats(A.srv, &ss);
     ok(rc == HP_OK && pe && pe->bytes == sb && !memcmp(pe->data, loc, sb) &&
            ss.prefills == 1 && hp_pool_contains(A.cache.pub, d2->id, VAR_NAIVE),

@@ -135,14 +135,16 @@ static void check_model(const char *root, const char *name)
     for (int l = 0; pk && l < c->n_layers; l++) {
         hp_seq_layer_t *a = &sp.layers[l], *b = &su.layers[l];
         if (c->layer_kind[l] == HP_LAYER_LINEAR) {
-            hp_seq_state_pack(&sp, l, pk);
-            hp_seq_state_unpack(&su, l, pk);
+            hp_seq_state_pack(&sp, l, pk, HP_MEM_HOST);
+            hp_seq_state_unpack(&su, l, pk, HP_MEM_HOST);
             same &= !memcmp(pk, a->S, ssz * 4) &&
                     !memcmp(b->S, a->S, ssz * 4) &&
                     !memcmp(b->conv, a->conv, c->conv_floats * 4);
         } else {
-            hp_seq_kv_pack(&sp, l, 1, np - 1, pk, pk + (size_t)np * row);
-            hp_seq_kv_unpack(&su, l, 1, np - 1, pk, pk + (size_t)np * row);
+            hp_seq_kv_pack(&sp, l, 1, np - 1, pk, pk + (size_t)np * row,
+                           HP_MEM_HOST);
+            hp_seq_kv_unpack(&su, l, 1, np - 1, pk, pk + (size_t)np * row,
+                             HP_MEM_HOST);
             same &= !memcmp(b->k + row, a->k + row, (np - 1) * row * 4) &&
                     !memcmp(b->v + row, a->v + row, (np - 1) * row * 4);
         }

@@ -100,6 +100,8 @@ static int hk_copy(void *dst, const void *src, size_t bytes,
 {
     if (bytes == 0)
         return HK_CUDA_OK;
+    if (kind != cudaMemcpyDeviceToDevice)
+        hk_note_host_bytes(bytes);
     return hk_cuda_status(
         cudaMemcpyAsync(dst, src, bytes, kind, hk_stream(stream)));
 }
@@ -127,6 +129,18 @@ extern "C" int hk_cuda_d2d(void *dst, const void *src, size_t bytes,
 }
 
 static unsigned long n_syncs; /* atomic, as n_mallocs */
+static unsigned long long n_host_bytes;
+
+void hk_note_host_bytes(size_t bytes)
+{
+    __atomic_add_fetch(&n_host_bytes, (unsigned long long)bytes,
+                       __ATOMIC_RELAXED);
+}
+
+extern "C" unsigned long long hk_cuda_host_bytes(void)
+{
+    return __atomic_load_n(&n_host_bytes, __ATOMIC_RELAXED);
+}
 
 extern "C" unsigned long hk_cuda_sync_count(void)
 {

@@ -74,6 +74,10 @@ int hk_cuda_stream_sync(void *stream);
  * included): a serving loop's tests check that a decode step waits once,
  * for its results, however many ops it issues. */
 unsigned long hk_cuda_sync_count(void);
+/* Bytes copied between host and device so far (h2d, d2h, the staging
+ * ring's): tests check that a warm PIC splice moves no cached tuple over
+ * the host link. */
+unsigned long long hk_cuda_host_bytes(void);
 
 /* Staging ring (hk_ring.cu): host arrays an op takes (positions, ids,
  * pointer lists) copied to the device ahead of the kernels that read

@@ -117,6 +117,9 @@ static inline int hk_env_choice(const char *var, const char *const *names,
     return dflt;
 }
 
+/* Counts bytes copied across the host link (hk_cuda_host_bytes). */
+void hk_note_host_bytes(size_t bytes);
+
 static inline cudaStream_t hk_stream(void *s)
 {
     return (cudaStream_t)s;

@@ -100,6 +100,7 @@ extern "C" int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src,
                                         cudaMemcpyHostToDevice, st);
         if (e != cudaSuccess)
             return hk_cuda_status(e);
+        hk_note_host_bytes(bytes);
     }
     *dev = r->dev + off;
     return HK_CUDA_OK;

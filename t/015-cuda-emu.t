@@ -132,6 +132,12 @@ tap_all("$work/test_cuda_pool qwen35-dense",
         'serving on the CUDA backend allocates no device memory after its '
         . 'start');
 
+# Peers between device nodes (test_cuda_peer: entries served from and
+# fetched into device pools, device <-> CPU byte for byte, a remote PREFILL
+# on the device node's one builder, no device allocation after start).
+tap_all("$work/test_cuda_peer qwen35-dense",
+        'the peer transport moves entries in and out of device pools');
+
 # hypic-engine on the emulated device: pic mode (each document captured,
 # then spliced warm) gives the CPU's greedy text.
 {

@@ -71,9 +71,9 @@ static void set_hdr(hp_pool_entry_t *e, const hp_backend_t *be,
         memcpy(e->data, h, sizeof(*h));
 }
 
-void hp_segc_adopt(hp_pool_entry_t *e)
+void hp_segc_adopt(hp_pool_entry_t *e, const void *bytes)
 {
-    memcpy(e->meta, e->data, sizeof(hp_segc_hdr_t));
+    memcpy(e->meta, bytes, sizeof(hp_segc_hdr_t));
 }
 
 static float *view(const hp_model_config_t *c, const hp_pool_entry_t *e,

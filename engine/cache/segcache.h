@@ -73,9 +73,10 @@ float *hp_segc_V(const hp_model_config_t *c, const hp_pool_entry_t *e,
 hp_pool_t *hp_segc_pool_create(const hp_backend_t *be, size_t budget,
                                hp_error_t *err);
 
-/* An entry whose bytes arrived in host memory (a peer's payload, checked):
- * its header, at the front of the data, becomes the entry's meta. */
-void hp_segc_adopt(hp_pool_entry_t *e);
+/* An entry whose bytes arrived in host memory (a peer's payload, checked;
+ * e's data, or a copy on its way to a device): the header at their front
+ * becomes e's meta. */
+void hp_segc_adopt(hp_pool_entry_t *e, const void *bytes);
 
 /* STATE entry <-> sequence. capture: e must be sized for seq->n_pos
  * tokens. load: seq is reset and gets the state at positions [0, n_tok). */

@@ -409,17 +409,6 @@ int hp_cmd_serve(int argc, char **argv)
         rc = brc == HP_EBADINPUT ? 2 : 1;
         goto out;
     }
-    /* prefill workers share a device with the scheduler (hp_backend_lock);
-     * the peer server's threads do not take it yet */
-    if (!hp_backend_host_memory(be) &&
-        (n_peers > 0 || c->str[HP_SO_PEER_LISTEN])) {
-        fprintf(stderr,
-                "hypic-engine serve: device %s runs the model in this "
-                "node only: no --peers or --peer-listen yet\n",
-                hp_backend_name(be));
-        rc = 2;
-        goto out;
-    }
     if (hp_llm_load_on(&llm, dir, be, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;
@@ -495,6 +484,9 @@ int hp_cmd_serve(int argc, char **argv)
             .pub = cache.pub,
             .llm = &llm,
             .threads = (int)c->num[HP_SO_PREFILL_THREADS],
+            .max_segment =
+                (int)(c->num[HP_SO_MAX_SEGMENT] ? c->num[HP_SO_MAX_SEGMENT]
+                                                : c->num[HP_SO_MAX_CONTEXT]),
             .log = log_line,
             .log_ud = &sv.log,
         };

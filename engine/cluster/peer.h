@@ -23,9 +23,11 @@
  * The header checksum is checked before the length is trusted, so a
  * corrupt length never allocates. An entry is the pool's bytes as they are
  * (segcache.h layout, f32 in host order: peers are assumed to share byte
- * order and model); a received entry is checked against the local model's
- * layout before it is published. A request gets exactly one reply; a
- * connection carries one exchange after another until either side closes.
+ * order and model), its header from the entry's meta; a device's entries
+ * go through host memory on either side. A received entry is checked
+ * against the local model's layout before it is published. A request gets
+ * exactly one reply; a connection carries one exchange after another until
+ * either side closes.
  */
 #ifndef HP_PEER_H
 #define HP_PEER_H
@@ -124,6 +126,8 @@ typedef struct {
     int io_timeout_ms;    /* a stalled connection is dropped (0: 5000) */
     int max_conns;        /* served at once; more wait (0: 16) */
     int threads;          /* OpenMP threads of a PREFILL (0: 1) */
+    int max_segment;      /* on a device: the longest PREFILL (0: 4096);
+                             its builder is taken at start */
     hp_log_fn log;        /* may be NULL */
     void *log_ud;
 } hp_peer_server_cfg_t;
@@ -150,17 +154,18 @@ void hp_peer_server_stop(hp_peer_server_t *s);
 /*
  * Pulls (key, variant) from the peer at addr ("host:port") within
  * timeout_ms in all (connect, request, reply), checks it against the local
- * model (c) and publishes it into pool. If out != NULL the entry is
- * returned with a reference the caller releases. Returns HP_OK,
+ * model m and publishes it into pool, which is in m's backend memory (a
+ * device's: the payload goes up under hp_backend_lock). If out != NULL the
+ * entry is returned with a reference the caller releases. Returns HP_OK,
  * HP_PEER_NOT_FOUND_RC (the peer does not hold it), HP_EUNAVAIL (refused,
  * unreachable, closed early, or the peer answered ERROR), HP_ETIMEOUT,
  * HP_EBADINPUT (a malformed or inconsistent reply: bad checksum, another
- * segment, an entry that does not fit c), HP_ENOMEM (no room in pool).
- * Nothing is published unless HP_OK. c may be NULL (no layout check: only
- * for tests).
+ * segment, an entry that does not fit m), HP_ENOMEM (no room in pool).
+ * Nothing is published unless HP_OK. m may be NULL (no layout check, a
+ * host pool: only for tests).
  */
 int hp_peer_fetch(const char *addr, const uint8_t key[16], uint32_t variant,
-                  hp_pool_t *pool, const hp_model_config_t *c, int timeout_ms,
+                  hp_pool_t *pool, const hp_model_t *m, int timeout_ms,
                   hp_pool_entry_t **out, hp_error_t *err);
 
 /*
@@ -171,8 +176,8 @@ int hp_peer_fetch(const char *addr, const uint8_t key[16], uint32_t variant,
  */
 int hp_peer_prefill(const char *addr, const uint8_t key[16], uint32_t variant,
                     int kind, int seam, const int *ids, int n, hp_pool_t *pool,
-                    const hp_model_config_t *c, int timeout_ms,
-                    hp_pool_entry_t **out, hp_error_t *err);
+                    const hp_model_t *m, int timeout_ms, hp_pool_entry_t **out,
+                    hp_error_t *err);
 
 /* ---- RDMA verbs (peer_verbs.c) ----------------------------------------- */
 

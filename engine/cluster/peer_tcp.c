@@ -36,6 +36,7 @@
 #define DEF_MAX_REQ (16u << 20)
 #define DEF_IO_MS   5000
 #define DEF_CONNS   16
+#define DEF_SEGMENT 4096
 #define MAX_ERR_MSG 4096 /* longest ERROR reply the client reads */
 
 /* ---- time and I/O -------------------------------------------------------- */
@@ -225,6 +226,12 @@ typedef struct {
 
 struct hp_peer_server {
     hp_peer_server_cfg_t cfg;
+    /* on a device: the one workspace and builder sequence of every
+     * PREFILL, taken at start (a device runs one build at a time, under
+     * hp_backend_lock); on the CPU each connection plans its own */
+    int dev;
+    hp_fwd_ws_t bws;
+    hp_seq_t bseq;
     int lfd, port;
     int wake[2]; /* pipe: a slot finished, or stop */
     pthread_t th;
@@ -256,16 +263,36 @@ static void count(hp_peer_server_t *s, uint64_t *field)
 }
 
 /* Sends entry e as a SEGMENT reply (the pool's bytes, no copy). */
-static int send_entry(int fd, const hp_pool_entry_t *e, int64_t deadline,
-                      hp_error_t *err)
+/* SEGMENT with entry e (held): the header from meta, where it always is
+ * (segcache.h), the tensors from the pool, through the host from a
+ * device's. */
+static int send_entry(hp_peer_server_t *s, int fd, const hp_pool_entry_t *e,
+                      int64_t deadline, hp_error_t *err)
 {
     uint8_t pre[32];
-    size_t hb = sizeof(hp_segc_hdr_t);
+    size_t hb = sizeof(hp_segc_hdr_t), nb = e->bytes - hb;
+    const char *body = (const char *)e->data + hb;
+    char *host = NULL;
+    if (s->dev) {
+        const hp_backend_t *be = s->cfg.llm->model.be;
+        if (!(host = malloc(nb ? nb : 1)))
+            return hp_error_set(err, HP_ENOMEM, "peer: out of memory");
+        hp_backend_lock(be);
+        hp_backend_download(be, host, body, nb);
+        int rc = hp_backend_sync(be, err);
+        hp_backend_unlock(be);
+        if (rc != HP_OK) {
+            free(host);
+            return rc;
+        }
+        body = host;
+    }
     hp_peer_enc_segment(pre, e->key, e->variant, e->bytes);
-    /* the header from meta, where it always is (segcache.h) */
-    const void *parts[3] = {pre, e->meta, (const char *)e->data + hb};
-    size_t lens[3] = {32, hb, e->bytes - hb};
-    return send_msg(fd, HP_PEER_SEGMENT, parts, lens, 3, deadline, err);
+    const void *parts[3] = {pre, e->meta, body};
+    size_t lens[3] = {32, hb, nb};
+    int rc = send_msg(fd, HP_PEER_SEGMENT, parts, lens, 3, deadline, err);
+    free(host);
+    return rc;
 }
 
 /* PREFILL: build the entry here (unless present), publish it, reply. */
@@ -308,11 +335,22 @@ static int serve_prefill(hp_peer_server_t *s, int fd, const hp_peer_msg_t *m,
             e = hp_pool_alloc(s->cfg.pub, m->key, m->variant, bytes, &err);
         if (rc == HP_OK && !e)
             rc = err.code ? err.code : HP_ENOMEM;
-        if (rc == HP_OK)
+        if (rc == HP_OK && s->dev && m->n_tok > (uint32_t)s->cfg.max_segment)
+            rc = hp_error_set(&err, HP_ETOOLARGE,
+                              "a segment of %u tokens is over this peer's "
+                              "max_segment (%d)",
+                              m->n_tok, s->cfg.max_segment);
+        if (rc == HP_OK) {
+            const hp_backend_t *be = llm->model.be;
+            hp_backend_lock(be); /* a no-op on the CPU */
             rc = pic ? hp_segc_build_pic(e, &llm->model, ws, ids, (int)m->n_tok,
                                          m->seam, &err)
                      : hp_segc_build_state(e, &llm->model, ws, ids,
                                            (int)m->n_tok, &err);
+            if (rc == HP_OK)
+                rc = hp_backend_sync(be, &err);
+            hp_backend_unlock(be);
+        }
         free(ids);
         if (rc != HP_OK) {
             hp_pool_release(s->cfg.pub, e);
@@ -321,7 +359,7 @@ static int serve_prefill(hp_peer_server_t *s, int fd, const hp_peer_msg_t *m,
         hp_pool_publish(s->cfg.pub, e);
         count(s, &s->st.prefills);
     }
-    int rc = send_entry(fd, e, deadline, &err);
+    int rc = send_entry(s, fd, e, deadline, &err);
     hp_pool_release(s->cfg.pub, e);
     if (rc == HP_OK)
         count(s, &s->st.served);
@@ -342,7 +380,7 @@ static void *conn_main(void *arg)
     hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
     hp_error_t ws_err = {0};
     memset(&ws, 0, sizeof(ws));
-    if (s->cfg.llm)
+    if (s->cfg.llm && !s->dev)
         hp_fwd_ws_init(&ws, &s->cfg.llm->model, &plan, &ws_err);
     for (;;) {
         uint8_t hb[HP_PEER_HDR_BYTES];
@@ -385,7 +423,7 @@ static void *conn_main(void *arg)
         if (m.type == HP_PEER_GET_SEGMENT) {
             hp_pool_entry_t *e = hp_pool_get(s->cfg.pub, m.key, m.variant);
             if (e) {
-                rc = send_entry(sl->fd, e, now_ms() + io, &err);
+                rc = send_entry(s, sl->fd, e, now_ms() + io, &err);
                 hp_pool_release(s->cfg.pub, e);
                 if (rc == HP_OK)
                     count(s, &s->st.served);
@@ -398,7 +436,8 @@ static void *conn_main(void *arg)
                               now_ms() + io, &err);
             }
         } else {
-            rc = serve_prefill(s, sl->fd, &m, &ws, now_ms() + io);
+            rc = serve_prefill(s, sl->fd, &m, s->dev ? &s->bws : &ws,
+                               now_ms() + io);
         }
         free(pl);
         if (rc != HP_OK)
@@ -492,6 +531,38 @@ static void *listen_main(void *arg)
     return NULL;
 }
 
+/* A device's PREFILL builder, taken now so that serving allocates no
+ * device memory later. */
+static int builder_start(hp_peer_server_t *s, hp_error_t *err)
+{
+    const hp_model_t *m = s->cfg.llm ? &s->cfg.llm->model : NULL;
+    if (!m || hp_backend_host_memory(m->be))
+        return HP_OK;
+    hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
+    int rc = hp_fwd_ws_init(&s->bws, m, &plan, err);
+    if (rc == HP_OK && (rc = hp_seq_init(&s->bseq, m, err)) != HP_OK)
+        hp_fwd_ws_free(&s->bws);
+    if (rc == HP_OK &&
+        (rc = hp_seq_reserve(&s->bseq, s->cfg.max_segment, err)) != HP_OK) {
+        hp_seq_free(&s->bseq);
+        hp_fwd_ws_free(&s->bws);
+    }
+    if (rc != HP_OK)
+        return rc;
+    s->bws.build_seq = &s->bseq;
+    s->dev = 1;
+    return HP_OK;
+}
+
+static void builder_stop(hp_peer_server_t *s)
+{
+    if (!s->dev)
+        return;
+    hp_seq_free(&s->bseq);
+    hp_fwd_ws_free(&s->bws);
+    s->dev = 0;
+}
+
 hp_peer_server_t *hp_peer_server_start(const hp_peer_server_cfg_t *cfg,
                                        hp_error_t *err)
 {
@@ -523,6 +594,13 @@ hp_peer_server_t *hp_peer_server_start(const hp_peer_server_cfg_t *cfg,
     s->cfg.listen = NULL; /* not kept */
     if (s->cfg.max_conns <= 0)
         s->cfg.max_conns = DEF_CONNS;
+    if (s->cfg.max_segment <= 0)
+        s->cfg.max_segment = DEF_SEGMENT;
+    if (builder_start(s, err) != HP_OK) {
+        freeaddrinfo(ai);
+        free(s);
+        return NULL;
+    }
     s->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     if (s->lfd >= 0)
@@ -534,6 +612,7 @@ hp_peer_server_t *hp_peer_server_start(const hp_peer_server_cfg_t *cfg,
         if (s->lfd >= 0)
             close(s->lfd);
         freeaddrinfo(ai);
+        builder_stop(s);
         free(s);
         return NULL;
     }
@@ -549,6 +628,7 @@ hp_peer_server_t *hp_peer_server_start(const hp_peer_server_cfg_t *cfg,
     if (!s->slots || pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
         close(s->lfd);
         free(s->slots);
+        builder_stop(s);
         free(s);
         hp_error_set(err, HP_ENOMEM, "peer: out of memory");
         return NULL;
@@ -562,6 +642,7 @@ hp_peer_server_t *hp_peer_server_start(const hp_peer_server_cfg_t *cfg,
         close(s->wake[1]);
         pthread_mutex_destroy(&s->mu);
         free(s->slots);
+        builder_stop(s);
         free(s);
         hp_error_set(err, HP_EINTERNAL, "peer: cannot start the listener");
         return NULL;
@@ -597,6 +678,7 @@ void hp_peer_server_stop(hp_peer_server_t *s)
     close(s->wake[1]);
     pthread_mutex_destroy(&s->mu);
     free(s->slots);
+    builder_stop(s);
     free(s);
 }
 
@@ -651,13 +733,15 @@ static int connect_to(const char *addr, int64_t deadline, hp_error_t *err)
     return fd;
 }
 
-/* Reads the reply to a request for (key, variant): a SEGMENT straight into
- * a new pool entry (checked, published), NOT_FOUND, or ERROR. */
+/* Reads the reply to a request for (key, variant): a SEGMENT into a new
+ * pool entry (checked, published; a device's pool gets it through a host
+ * buffer), NOT_FOUND, or ERROR. */
 static int read_reply(int fd, const char *addr, const uint8_t key[16],
-                      uint32_t variant, hp_pool_t *pool,
-                      const hp_model_config_t *c, int64_t deadline,
-                      hp_pool_entry_t **out, hp_error_t *err)
+                      uint32_t variant, hp_pool_t *pool, const hp_model_t *mdl,
+                      int64_t deadline, hp_pool_entry_t **out, hp_error_t *err)
 {
+    const hp_backend_t *be = mdl ? mdl->be : NULL;
+    int dev = be && !hp_backend_host_memory(be);
     uint8_t hb[HP_PEER_HDR_BYTES];
     hp_peer_hdr_t h;
     hp_peer_msg_t m;
@@ -701,24 +785,36 @@ static int read_reply(int fd, const char *addr, const uint8_t key[16],
     hp_pool_entry_t *e = hp_pool_alloc(pool, key, variant, (size_t)bytes, err);
     if (!e)
         return err->code ? err->code : HP_ENOMEM;
-    /* the payload lands in the pool's arena: checked there, then public */
-    rc = read_full(fd, e->data, (size_t)bytes, deadline, NULL, err);
+    /* the payload lands in the pool's arena (host memory) or a buffer on
+     * its way to the device's: checked there, then public */
+    uint8_t *land = dev ? malloc((size_t)bytes) : e->data;
+    rc = land ? read_full(fd, land, (size_t)bytes, deadline, NULL, err)
+              : hp_error_set(err, HP_ENOMEM, "peer: out of memory");
     if (rc == HP_OK) {
         XXH3_state_t st;
         XXH3_64bits_reset(&st);
         XXH3_64bits_update(&st, pre, 32);
-        XXH3_64bits_update(&st, e->data, (size_t)bytes);
+        XXH3_64bits_update(&st, land, (size_t)bytes);
         if (XXH3_64bits_digest(&st) != h.payload_sum)
             rc = hp_error_set(err, HP_EBADINPUT, "peer %s: payload checksum",
                               addr);
     }
-    if (rc == HP_OK && c)
-        rc = hp_peer_check_entry(c, variant, e->data, bytes, err);
+    if (rc == HP_OK && mdl)
+        rc = hp_peer_check_entry(&mdl->cfg, variant, land, bytes, err);
+    if (rc == HP_OK && dev) {
+        hp_backend_lock(be);
+        hp_backend_upload(be, e->data, land, (size_t)bytes);
+        rc = hp_backend_sync(be, err);
+        hp_backend_unlock(be);
+    }
+    if (rc == HP_OK)
+        hp_segc_adopt(e, land);
+    if (dev)
+        free(land);
     if (rc != HP_OK) {
         hp_pool_release(pool, e);
         return rc;
     }
-    hp_segc_adopt(e);
     hp_pool_publish(pool, e);
     if (out)
         *out = e;
@@ -729,9 +825,8 @@ static int read_reply(int fd, const char *addr, const uint8_t key[16],
 
 static int exchange(const char *addr, int type, const void *const *parts,
                     const size_t *lens, int n, const uint8_t key[16],
-                    uint32_t variant, hp_pool_t *pool,
-                    const hp_model_config_t *c, int timeout_ms,
-                    hp_pool_entry_t **out, hp_error_t *err)
+                    uint32_t variant, hp_pool_t *pool, const hp_model_t *m,
+                    int timeout_ms, hp_pool_entry_t **out, hp_error_t *err)
 {
     int64_t deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
     if (out)
@@ -741,26 +836,26 @@ static int exchange(const char *addr, int type, const void *const *parts,
         return fd;
     int rc = send_msg(fd, type, parts, lens, n, deadline, err);
     if (rc == HP_OK)
-        rc = read_reply(fd, addr, key, variant, pool, c, deadline, out, err);
+        rc = read_reply(fd, addr, key, variant, pool, m, deadline, out, err);
     close(fd);
     return rc;
 }
 
 int hp_peer_fetch(const char *addr, const uint8_t key[16], uint32_t variant,
-                  hp_pool_t *pool, const hp_model_config_t *c, int timeout_ms,
+                  hp_pool_t *pool, const hp_model_t *m, int timeout_ms,
                   hp_pool_entry_t **out, hp_error_t *err)
 {
     uint8_t req[24];
     const void *parts[1] = {req};
     size_t lens[1] = {hp_peer_enc_key(req, key, variant)};
     return exchange(addr, HP_PEER_GET_SEGMENT, parts, lens, 1, key, variant,
-                    pool, c, timeout_ms, out, err);
+                    pool, m, timeout_ms, out, err);
 }
 
 int hp_peer_prefill(const char *addr, const uint8_t key[16], uint32_t variant,
                     int kind, int seam, const int *ids, int n, hp_pool_t *pool,
-                    const hp_model_config_t *c, int timeout_ms,
-                    hp_pool_entry_t **out, hp_error_t *err)
+                    const hp_model_t *m, int timeout_ms, hp_pool_entry_t **out,
+                    hp_error_t *err)
 {
     uint8_t req[32];
     if (n <= 0)
@@ -775,7 +870,7 @@ int hp_peer_prefill(const char *addr, const uint8_t key[16], uint32_t variant,
     size_t lens[2] = {hp_peer_enc_prefill(req, key, variant, kind, seam, n),
                       (size_t)n * 4};
     int rc = exchange(addr, HP_PEER_PREFILL, parts, lens, 2, key, variant, pool,
-                      c, timeout_ms, out, err);
+                      m, timeout_ms, out, err);
     free(wire);
     return rc == HP_PEER_NOT_FOUND_RC
                ? hp_error_set(err, HP_EBADINPUT,

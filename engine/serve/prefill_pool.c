@@ -146,7 +146,7 @@ static int build(hp_prefill_job_t *j, int k, worker_t *wk, hp_fwd_ws_t *ws,
     for (int i = 0; pp->peer_fetch && i < pp->n_peers; i++) {
         if (!peer_live(pp, i))
             continue;
-        int rc = hp_peer_fetch(pp->peers[i], s->id, j->var[k], pub, &m->cfg,
+        int rc = hp_peer_fetch(pp->peers[i], s->id, j->var[k], pub, m,
                                pp->peer_timeout, &e, &perr);
         if (rc == HP_OK) {
             d->fetched = 1;
@@ -163,7 +163,7 @@ static int build(hp_prefill_job_t *j, int k, worker_t *wk, hp_fwd_ws_t *ws,
         int rc = hp_peer_prefill(pp->peers[wk->peer], s->id, j->var[k],
                                  pic ? HP_PEER_KIND_PIC : HP_PEER_KIND_STATE,
                                  pic ? j->w : 0, j->p->ids + s->start, s->len,
-                                 pub, &m->cfg, pp->peer_timeout, &e, &perr);
+                                 pub, m, pp->peer_timeout, &e, &perr);
         if (rc == HP_OK) {
             d->remote = 1;
             d->entry = j->ent[k] = e;

@@ -312,6 +312,7 @@ int main(void)
         return tap_done();
     }
     const hp_model_config_t *c = &llm.model.cfg;
+    const hp_model_t *mdl = &llm.model;
     size_t V = (size_t)c->vocab_size;
     ok(hp_fwd_ws_init(&ws, &llm.model, NULL, &err) == HP_OK, "workspace (%s)",
        err.msg);
@@ -346,7 +347,7 @@ int main(void)
     int fetched = 0;
     for (int i = 0; i < nc; i++) {
         hp_pool_entry_t *e = NULL;
-        if (hp_peer_fetch(A.addr, p.segs[i].id, var_of(i), B.cache.pub, c,
+        if (hp_peer_fetch(A.addr, p.segs[i].id, var_of(i), B.cache.pub, mdl,
                           TIMEOUT_MS, &e, &err) == HP_OK &&
             e) {
             hp_pool_entry_t *ea =
@@ -370,8 +371,8 @@ int main(void)
     uint8_t nokey[16] = {1, 2, 3};
     hp_pool_stats_t pb0, pb1;
     hp_pool_stats(B.cache.pub, &pb0);
-    rc = hp_peer_fetch(A.addr, nokey, VAR_PIC, B.cache.pub, c, TIMEOUT_MS, NULL,
-                       &err);
+    rc = hp_peer_fetch(A.addr, nokey, VAR_PIC, B.cache.pub, mdl, TIMEOUT_MS,
+                       NULL, &err);
     hp_pool_stats(B.cache.pub, &pb1);
     ok(rc == HP_PEER_NOT_FOUND_RC && pb1.entries == pb0.entries,
        "an unknown segment: NOT_FOUND, nothing published");
@@ -380,8 +381,8 @@ int main(void)
     const hp_prompt_seg_t *d2 = &p.segs[2];
     hp_pool_entry_t *pe = NULL;
     rc = hp_peer_prefill(A.addr, d2->id, VAR_NAIVE, HP_PEER_KIND_STATE, 0,
-                         p.ids + d2->start, d2->len, B.cache.pub, c, TIMEOUT_MS,
-                         &pe, &err);
+                         p.ids + d2->start, d2->len, B.cache.pub, mdl,
+                         TIMEOUT_MS, &pe, &err);
     size_t sb = hp_segc_bytes(c, HP_SEGC_STATE, d2->len, 0);
     void *loc = aligned_alloc(64, (sb + 63) / 64 * 64);
     hp_pool_entry_t tl = {.data = loc, .bytes = sb};
@@ -395,8 +396,8 @@ int main(void)
     hp_pool_release(B.cache.pub, pe);
     free(loc);
     rc = hp_peer_prefill(A.addr, d2->id, VAR_NAIVE, HP_PEER_KIND_PIC, W,
-                         p.ids + d2->start, d2->len, B.cache.pub, c, TIMEOUT_MS,
-                         NULL, &err);
+                         p.ids + d2->start, d2->len, B.cache.pub, mdl,
+                         TIMEOUT_MS, NULL, &err);
     ok(rc == HP_EUNAVAIL && strstr(err.msg, "refused"),
        "a PREFILL whose kind contradicts its variant is refused (%s)", err.msg);
 
@@ -426,7 +427,7 @@ int main(void)
        "garbage, a 1 TiB length, version 7, a reply as request: each gets "
        "ERROR and a closed connection (%llu rejected)",
        (unsigned long long)ss.rejected);
-    rc = hp_peer_fetch(A.addr, p.segs[1].id, VAR_PIC, B.cache.pub, c,
+    rc = hp_peer_fetch(A.addr, p.segs[1].id, VAR_PIC, B.cache.pub, mdl,
                        TIMEOUT_MS, NULL, &err);
     ok(rc == HP_OK, "A still serves afterwards");
 
@@ -451,12 +452,12 @@ int main(void)
     char fa[64];
     snprintf(fa, sizeof(fa), "127.0.0.1:%d", fk.port);
     pthread_create(&th, NULL, fake_main, &fk);
-    int rl = hp_peer_fetch(fa, p.segs[1].id, VAR_PIC, C.pub, c, TIMEOUT_MS,
+    int rl = hp_peer_fetch(fa, p.segs[1].id, VAR_PIC, C.pub, mdl, TIMEOUT_MS,
                            NULL, &err);
     pthread_join(th, NULL);
     fk.n = rn / 2;
     pthread_create(&th, NULL, fake_main, &fk);
-    int rt = hp_peer_fetch(fa, p.segs[1].id, VAR_PIC, C.pub, c, TIMEOUT_MS,
+    int rt = hp_peer_fetch(fa, p.segs[1].id, VAR_PIC, C.pub, mdl, TIMEOUT_MS,
                            NULL, &err);
     pthread_join(th, NULL);
     close(fk.lfd);
@@ -476,7 +477,7 @@ int main(void)
     char da[64];
     snprintf(da, sizeof(da), "127.0.0.1:%d", dead_port);
     double t0 = now_ms();
-    int rd = hp_peer_fetch(da, p.segs[1].id, VAR_PIC, C.pub, c, TIMEOUT_MS,
+    int rd = hp_peer_fetch(da, p.segs[1].id, VAR_PIC, C.pub, mdl, TIMEOUT_MS,
                            NULL, &err);
     double dt_refused = now_ms() - t0;
     ok(rd == HP_EUNAVAIL && dt_refused < TIMEOUT_MS,
@@ -486,14 +487,14 @@ int main(void)
     snprintf(sa, sizeof(sa), "127.0.0.1:%d", sil_port);
     t0 = now_ms();
     int rsil =
-        hp_peer_fetch(sa, p.segs[1].id, VAR_PIC, C.pub, c, 200, NULL, &err);
+        hp_peer_fetch(sa, p.segs[1].id, VAR_PIC, C.pub, mdl, 200, NULL, &err);
     double dt_sil = now_ms() - t0;
     ok(rsil == HP_ETIMEOUT && dt_sil >= 190 && dt_sil < 5000,
        "a silent peer times out after its deadline (%.0f ms for 200)", dt_sil);
     close(sfd);
     int fetched_c = 0;
     for (int i = 0; i < nc; i++) /* fetch what we can, ... */
-        fetched_c += hp_peer_fetch(da, p.segs[i].id, var_of(i), C.pub, c,
+        fetched_c += hp_peer_fetch(da, p.segs[i].id, var_of(i), C.pub, mdl,
                                    TIMEOUT_MS, NULL, &err) == HP_OK;
     float *lc = assemble(&llm, &C, &ws, &p, &st, &rc); /* ... recompute */
     ok(fetched_c == 0 && rc == HP_OK && st.miss_segments == nc &&

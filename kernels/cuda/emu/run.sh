@@ -66,7 +66,7 @@ if [ -n "${HK_EMU_BENCH:-}" ]; then
 fi
 if [[ -n ${HK_EMU_ENGINE:-} ]]; then
     # the CUDA backend's whole-model tests (engine/test/test_cuda_*.c)
-    for t in backend pic pool; do
+    for t in backend pic pool peer; do
         # shellcheck disable=SC2046
         gcc -std=c11 -D_GNU_SOURCE -g -O2 -fopenmp -Wall -Wextra -Werror \
             -I. -I/usr/include/x86_64-linux-gnu/openblas-openmp -DHK_HAVE_CUDA \

@@ -434,29 +434,29 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         if (rc == HP_OK)
             rc = hp_fwd_mlp(m, l, ws, y, x, T, err);
     }
+    /* the logits follow the layers without a wait between: one sync
+     * reports a failure of either before the positions commit */
+    if (rc == HP_OK && mode != HP_LOGITS_NONE) {
+        int first = mode == HP_LOGITS_LAST ? T - 1 : 0;
+        int rows = T - first;
+        hp_backend_rmsnorm(m->be, y, x + (size_t)first * H, m->final_norm, rows,
+                           H, c->rms_eps);
+        /* the caller's logits are host memory: straight there on the CPU */
+        size_t lb = (size_t)rows * c->vocab_size * sizeof(float);
+        float *lg = hp_backend_host_memory(m->be)
+                        ? logits
+                        : hp_fwd_buf(ws, B_LOGITS, lb / sizeof(float));
+        if (!lg)
+            return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
+        hp_backend_linear(m->be, lg, y, &m->lm_head, rows);
+        if (lg != logits)
+            hp_backend_download(m->be, logits, lg, lb);
+    }
     if (rc == HP_OK)
         rc = hp_backend_sync(m->be, err);
-    if (rc != HP_OK)
-        return rc;
-    seq->n_pos = n_ctx;
-
-    if (mode == HP_LOGITS_NONE)
-        return HP_OK;
-    int first = mode == HP_LOGITS_LAST ? T - 1 : 0;
-    int rows = T - first;
-    hp_backend_rmsnorm(m->be, y, x + (size_t)first * H, m->final_norm, rows, H,
-                       c->rms_eps);
-    /* the caller's logits are host memory: straight there on the CPU */
-    size_t lb = (size_t)rows * c->vocab_size * sizeof(float);
-    float *lg = hp_backend_host_memory(m->be)
-                    ? logits
-                    : hp_fwd_buf(ws, B_LOGITS, lb / sizeof(float));
-    if (!lg)
-        return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
-    hp_backend_linear(m->be, lg, y, &m->lm_head, rows);
-    if (lg != logits)
-        hp_backend_download(m->be, logits, lg, lb);
-    return hp_backend_sync(m->be, err);
+    if (rc == HP_OK)
+        seq->n_pos = n_ctx;
+    return rc;
 }
 
 int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,

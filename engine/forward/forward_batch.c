@@ -379,8 +379,13 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
         rc == HP_OK ? hp_fwd_buf(ws, B_LOGITS, (size_t)p.rows * V) : NULL;
     if (rc == HP_OK && !lg)
         rc = hp_error_set(err, HP_ENOMEM, "forward: out of memory");
-    if (rc == HP_OK)
-        rc = hp_backend_sync(m->be, err);
+    /* the logits follow the layers without a wait between: one sync, in
+     * take_logits, reports a failure of either before anything commits */
+    if (rc == HP_OK) {
+        hp_backend_rmsnorm(m->be, y, x, m->final_norm, p.rows, H, c->rms_eps);
+        hp_backend_linear(m->be, lg, y, &m->lm_head, p.rows);
+        rc = take_logits(m, ws, it, &p, lg, err);
+    }
     if (rc != HP_OK) {
         unverify(m, it, &p);
         ws->n_spec = 0;
@@ -394,9 +399,7 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
         }
         a->seq->n_pos = p.ctx[p.order[k]];
     }
-    hp_backend_rmsnorm(m->be, y, x, m->final_norm, p.rows, H, c->rms_eps);
-    hp_backend_linear(m->be, lg, y, &m->lm_head, p.rows);
-    return take_logits(m, ws, it, &p, lg, err);
+    return HP_OK;
 }
 
 int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,

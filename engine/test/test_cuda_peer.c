@@ -107,10 +107,9 @@ static int fetch_all(node_t *to, const node_t *from, const hp_prompt_t *p)
         if (!hp_assemble_cacheable(s, HP_IPC_MODE_PIC, W))
             continue;
         want++;
-        int rc = hp_peer_fetch(from->addr, s->id,
-                               hp_assemble_variant(s, HP_IPC_MODE_PIC, W),
-                               to->cache.pub, &to->llm->model, TIMEOUT_MS, NULL,
-                               &err);
+        int rc = hp_peer_fetch(
+            from->addr, s->id, hp_assemble_variant(s, HP_IPC_MODE_PIC, W),
+            to->cache.pub, &to->llm->model, TIMEOUT_MS, NULL, &err);
         if (rc == HP_OK)
             got++;
         else
@@ -134,8 +133,7 @@ static float *assemble(node_t *nd, hp_fwd_ws_t *ws, const hp_prompt_t *p,
     if (*rc == HP_OK)
         *rc = hp_backend_sync(llm->model.be, &err);
     if (*rc != HP_OK)
-        tap_diag("assemble on %s: %s", hp_backend_name(llm->model.be),
-                 err.msg);
+        tap_diag("assemble on %s: %s", hp_backend_name(llm->model.be), err.msg);
     hp_seq_free(&seq);
     return lg;
 }
@@ -148,8 +146,7 @@ static void check(const char *root, const char *name, const hp_backend_t *cuda)
     snprintf(dir, sizeof(dir), "%s/models/test/%s", root, name);
     if (!ok(hp_llm_load(&cpu, dir, &err) == HP_OK &&
                 hp_llm_load_on(&dev, dir, cuda, &err) == HP_OK,
-            "%s loads on cpu and %s: %s", name, hp_backend_name(cuda),
-            err.msg))
+            "%s loads on cpu and %s: %s", name, hp_backend_name(cuda), err.msg))
         return;
     hp_prompt_t p;
     hp_fwd_ws_t wd, wc;
@@ -182,8 +179,8 @@ static void check(const char *root, const char *name, const hp_backend_t *cuda)
     /* CPU -> device: C builds a segment B lacks, B fetches it */
     const hp_prompt_seg_t *d1 = &p.segs[1];
     const uint32_t vstate = HP_VAR_NAIVE;
-    size_t sb1 = hp_assemble_entry_bytes(&cpu.model.cfg, d1, HP_IPC_MODE_NAIVE,
-                                         0);
+    size_t sb1 =
+        hp_assemble_entry_bytes(&cpu.model.cfg, d1, HP_IPC_MODE_NAIVE, 0);
     hp_pool_entry_t *ce = hp_pool_alloc(C.cache.pub, d1->id, vstate, sb1, &err);
     rc = ce ? hp_segc_build_state(ce, &cpu.model, &wc, p.ids + d1->start,
                                   d1->len, &err)
@@ -197,8 +194,8 @@ static void check(const char *root, const char *name, const hp_backend_t *cuda)
     uint8_t *eb = entry_bytes(&B, d1->id, vstate, &n1),
             *ec = entry_bytes(&C, d1->id, vstate, &n2);
     ok(rc == HP_OK && eb && ec && n1 == n2 && !memcmp(eb, ec, n1),
-       "%s: CPU -> device: B's copy of C's state entry is C's bytes (%s)",
-       name, rc ? err.msg : "");
+       "%s: CPU -> device: B's copy of C's state entry is C's bytes (%s)", name,
+       rc ? err.msg : "");
     free(eb);
     free(ec);
 
@@ -261,8 +258,8 @@ static void check(const char *root, const char *name, const hp_backend_t *cuda)
     ok(rc == HP_EUNAVAIL && strstr(err.msg, "max_segment") &&
            !hp_pool_contains(A.cache.pub, bkey, vstate) &&
            !hp_pool_contains(B.cache.pub, bkey, vstate),
-       "%s: a PREFILL over max_segment: refused, nothing published (%s)",
-       name, err.msg);
+       "%s: a PREFILL over max_segment: refused, nothing published (%s)", name,
+       err.msg);
     free(big);
 
     node_stop(&A);

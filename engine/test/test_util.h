@@ -9,7 +9,9 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "engine/contract/hp_error.h"
 #include "t/lib/tap.h"
 
 /* Runs check(root, name) on every model under ROOT/models/test (one per
@@ -49,6 +51,19 @@ static inline double test_rel_err(const float *ref, const float *x, size_t n)
     double max, l2;
     test_rel_errs(ref, x, n, &max, &l2);
     return max;
+}
+
+/* Whether opening "cuda:0" failed (rc, err): then it must be the clear
+ * refusal of a build without CUDA or a machine without a device, which is
+ * recorded as the test's one check (the caller returns tap_done()). */
+static inline int test_cuda_absent(int rc, const hp_error_t *err)
+{
+    if (rc == HP_OK)
+        return 0;
+    ok(rc == HP_EUNAVAIL && (strstr(err->msg, "without CUDA") ||
+                             strstr(err->msg, "no CUDA device")),
+       "cuda:0 refused clearly: %s", err->msg);
+    return 1;
 }
 
 #endif

@@ -340,20 +340,7 @@ static void check(const char *root, const char *name, const hp_backend_t *be)
 
 int main(int argc, char **argv)
 {
-    const hp_backend_t *cuda;
-    hp_error_t err = {0};
-    int rc = hp_backend_open(&cuda, "cuda:0", &err);
-    if (test_cuda_absent(rc, &err))
-        return tap_done();
-    const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
-    if (argc > 1) {
-        for (int i = 1; i < argc; i++)
-            check(root, argv[i], cuda);
-    } else {
-        check(root, "qwen35-dense", cuda);
-        check(root, "qwen35-dense-int8", cuda);
-    }
-    rc = tap_done();
-    hp_backend_close(cuda);
-    return rc;
+    static const char *const models[] = {"qwen35-dense", "qwen35-dense-int8",
+                                         NULL};
+    return test_cuda_models(argc, argv, check, models);
 }

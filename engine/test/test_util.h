@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/backend.h"
 #include "engine/contract/hp_error.h"
 #include "t/lib/tap.h"
 
@@ -64,6 +65,30 @@ static inline int test_cuda_absent(int rc, const hp_error_t *err)
                              strstr(err->msg, "no CUDA device")),
        "cuda:0 refused clearly: %s", err->msg);
     return 1;
+}
+
+/* The main of a CUDA test over whole models: opens cuda:0 (absent: the
+ * clear refusal is the one check), runs check(root, name, cuda) on the
+ * models named in argv, else on dflt (NULL-terminated), closes it.
+ * Returns the TAP exit status. */
+static inline int test_cuda_models(int argc, char **argv,
+                                   void (*check)(const char *root,
+                                                 const char *name,
+                                                 const hp_backend_t *cuda),
+                                   const char *const *dflt)
+{
+    const hp_backend_t *cuda;
+    hp_error_t err = {0};
+    if (test_cuda_absent(hp_backend_open(&cuda, "cuda:0", &err), &err))
+        return tap_done();
+    const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
+    for (int i = 1; i < argc; i++)
+        check(root, argv[i], cuda);
+    for (int i = 0; argc <= 1 && dflt[i]; i++)
+        check(root, dflt[i], cuda);
+    int rc = tap_done();
+    hp_backend_close(cuda);
+    return rc;
 }
 
 #endif

@@ -1449,6 +1449,16 @@ static void test_attention(void)
     }
 }
 
+/* The decode's kernels: kernel, with scratch (flash-decoding's splits). */
+static const struct {
+    hk_cuda_att_impl_t impl;
+    int scratch;
+    const char *name;
+} dec_impls[] = {{HK_CUDA_ATT_SIMPLE, 0, "simple"},
+                 {HK_CUDA_ATT_FLASH, 0, "flash"},
+                 {HK_CUDA_ATT_FLASH, 1, "flash split"}};
+#define N_DEC_IMPLS ((int)(sizeof dec_impls / sizeof dec_impls[0]))
+
 /* B requests, one query each, every cache its own allocation of its own
  * length; the reference is hk_attention with T = 1, qpos = n_ctx - 1. */
 static void test_attention_decode(void)
@@ -1460,14 +1470,6 @@ static void test_attention_decode(void)
                                     {4, 6, 6, 64},  {2, 16, 2, 128},
                                     {4, 8, 2, 256}, {3, 4, 1, 33}};
     static const int ctx[] = {65, 1, 200, 64};
-    /* kernel, with scratch */
-    static const struct {
-        hk_cuda_att_impl_t impl;
-        int scratch;
-        const char *name;
-    } impls[] = {{HK_CUDA_ATT_SIMPLE, 0, "simple"},
-                 {HK_CUDA_ATT_FLASH, 0, "flash"},
-                 {HK_CUDA_ATT_FLASH, 1, "flash split"}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
         const int B = shapes[s][0], Hq = shapes[s][1], Hkv = shapes[s][2];
         const int hd = shapes[s][3];
@@ -1497,14 +1499,15 @@ static void test_attention_decode(void)
         int *dctx = dev_ints(nctx, B);
         const size_t nscr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd);
         float *dscr = nscr ? dev_alloc(nscr) : NULL;
-        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+        for (int m = 0; m < N_DEC_IMPLS; m++) {
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
             RUN(hk_cuda_attention_decode_ex(
-                impls[m].impl, dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd, scale,
-                impls[m].scratch && nscr ? dscr : NULL, NULL));
+                dec_impls[m].impl, dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd,
+                scale, dec_impls[m].scratch && nscr ? dscr : NULL, NULL));
             ok(close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o"),
                "attention_decode %s B=%d Hq=%d Hkv=%d hd=%d (scratch %zu)",
-               impls[m].name, B, Hq, Hkv, hd, impls[m].scratch ? nscr : 0);
+               dec_impls[m].name, B, Hq, Hkv, hd,
+               dec_impls[m].scratch ? nscr : 0);
         }
         for (int b = 0; b < B; b++) {
             CK(hk_cuda_free(dkc[b]));
@@ -1538,13 +1541,6 @@ static void test_attention_decode_paged(void)
     static const int shapes[][5] = {{5, 8, 2, 256, 16}, {5, 16, 2, 64, 64},
                                     {3, 6, 2, 128, 16}, {1, 1, 1, 64, 64},
                                     {6, 4, 4, 128, 4},  {2, 16, 1, 256, 64}};
-    static const struct {
-        hk_cuda_att_impl_t impl;
-        int scratch;
-        const char *name;
-    } impls[] = {{HK_CUDA_ATT_SIMPLE, 0, "simple"},
-                 {HK_CUDA_ATT_FLASH, 0, "flash"},
-                 {HK_CUDA_ATT_FLASH, 1, "flash split"}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
         const int B = shapes[s][0], Hq = shapes[s][1], Hkv = shapes[s][2];
         const int hd = shapes[s][3], P = shapes[s][4];
@@ -1611,16 +1607,16 @@ static void test_attention_decode_paged(void)
         float *dq = dev_from(q, nq), *dO = dev_alloc(nq);
         const size_t nscr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd);
         float *dscr = nscr ? dev_alloc(nscr) : NULL;
-        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
-            float *ds = impls[m].scratch && nscr ? dscr : NULL;
+        for (int m = 0; m < N_DEC_IMPLS; m++) {
+            float *ds = dec_impls[m].scratch && nscr ? dscr : NULL;
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
-            RUN(hk_cuda_attention_decode_ex(impls[m].impl, dO, dq, dpk, dpv,
+            RUN(hk_cuda_attention_decode_ex(dec_impls[m].impl, dO, dq, dpk, dpv,
                                             dctx, B, Hq, Hkv, hd, scale, ds,
                                             NULL));
             float *oc = host_from(dO, nq);
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
             RUN(hk_cuda_attention_decode_paged_ex(
-                impls[m].impl, dO, dq, dkp, dvp, dtab, maxp, dctx, B, P, Hq,
+                dec_impls[m].impl, dO, dq, dkp, dvp, dtab, maxp, dctx, B, P, Hq,
                 Hkv, hd, scale, ds, NULL));
             int good = close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o vs cpu");
             good &=
@@ -1628,7 +1624,7 @@ static void test_attention_decode_paged(void)
             ok(good,
                "attention_decode_paged %s B=%d Hq=%d Hkv=%d hd=%d P=%d "
                "n_ctx %d..%d over %d pages (scratch %zu)",
-               impls[m].name, B, Hq, Hkv, hd, P, nmin, nmax, npages,
+               dec_impls[m].name, B, Hq, Hkv, hd, P, nmin, nmax, npages,
                ds ? nscr : 0);
             free(oc);
         }

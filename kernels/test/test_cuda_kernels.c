@@ -849,6 +849,15 @@ static void test_trans_rope_shift(void)
 /* ---- projections -----------------------------------------------------------
  */
 
+/* A device array of n device pointers. */
+static void *dev_ptrs(float *const *h, int n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (size_t)(n ? n : 1) * sizeof(float *)));
+    CK(hk_cuda_h2d(d, h, (size_t)n * sizeof(float *), NULL));
+    return d;
+}
+
 static int *dev_ints(const int *h, size_t n)
 {
     void *d = NULL;
@@ -1490,11 +1499,7 @@ static void test_attention_decode(void)
                          kc[b], vc[b], 1, nctx[b], Hq, Hkv, hd, scale, scr);
             free(scr);
         }
-        void *dpk = NULL, *dpv = NULL;
-        CK(hk_cuda_malloc(&dpk, B * sizeof(float *)));
-        CK(hk_cuda_malloc(&dpv, B * sizeof(float *)));
-        CK(hk_cuda_h2d(dpk, dkc, B * sizeof(float *), NULL));
-        CK(hk_cuda_h2d(dpv, dvc, B * sizeof(float *), NULL));
+        void *dpk = dev_ptrs(dkc, B), *dpv = dev_ptrs(dvc, B);
         float *dq = dev_from(q, nq), *dO = dev_alloc(nq);
         int *dctx = dev_ints(nctx, B);
         const size_t nscr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd);
@@ -1599,11 +1604,7 @@ static void test_attention_decode_paged(void)
             dkc[b] = dev_from(kc[b], nctx[b] * row);
             dvc[b] = dev_from(vc[b], nctx[b] * row);
         }
-        void *dpk = NULL, *dpv = NULL;
-        CK(hk_cuda_malloc(&dpk, B * sizeof(float *)));
-        CK(hk_cuda_malloc(&dpv, B * sizeof(float *)));
-        CK(hk_cuda_h2d(dpk, dkc, B * sizeof(float *), NULL));
-        CK(hk_cuda_h2d(dpv, dvc, B * sizeof(float *), NULL));
+        void *dpk = dev_ptrs(dkc, B), *dpv = dev_ptrs(dvc, B);
         float *dq = dev_from(q, nq), *dO = dev_alloc(nq);
         const size_t nscr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd);
         float *dscr = nscr ? dev_alloc(nscr) : NULL;
@@ -1840,15 +1841,6 @@ static const unsigned tc_vflags[] = {0,
 static const char *const tc_vname[] = {"",    " v1",    " fast",   " ps",
                                        " a1", " a1 v1", " a1 fast"};
 #define TC_NVAR grid_n(NSHAPES(tc_vflags), 4)
-
-/* A device array of n device pointers. */
-static void *dev_ptrs(float *const *h, int n)
-{
-    void *d = NULL;
-    CK(hk_cuda_malloc(&d, (size_t)(n ? n : 1) * sizeof(float *)));
-    CK(hk_cuda_h2d(d, h, (size_t)n * sizeof(float *), NULL));
-    return d;
-}
 
 /* q, k, v of p as bf16 on the device (p's copies rounded in place). */
 typedef struct {

@@ -48,6 +48,11 @@
  *                                  one block per (request, group) (the
  *                                  engine's call, no scratch); the first
  *                                  kernel (one block per (request, head))
+ *   attention_decode_paged         the same requests' keys on pages of
+ *                                  P = 16 and 64 positions (params P=),
+ *                                  the pages of all requests shuffled
+ *                                  over one arena; flash-decoding with
+ *                                  scratch, as attention_decode
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
  *   attention_prefill[_flash2|_bf16|_simple]  causal, T = 4k, 16k, 64k
  *                                  (simple: to 16k); TFLOP/s
@@ -182,6 +187,12 @@ static int wanted(const char *op)
            !strncmp(only, op, strlen(op));
 }
 
+/* Would measure() time op (not only a family that holds it)? */
+static int measured(const char *op)
+{
+    return wanted(op) && !(only && strncmp(op, only, strlen(only)));
+}
+
 static int over_budget(void)
 {
     return bench_now() - t_begin > budget;
@@ -264,7 +275,7 @@ static double measure_vs(const char *op, const char *model, const char *params,
                          op_fn f, void *ctx, double tokens, double bytes,
                          double flops, double ref_ms, double per)
 {
-    if (!wanted(op) || (only && strncmp(op, only, strlen(only))))
+    if (!measured(op))
         return -1;
     if (over_budget()) {
         skipped(op, model, params, "skipped: budget");
@@ -1155,6 +1166,23 @@ static int att_decode_run(void *ctx, int rep)
         1.0f / sqrtf((float)c->hd), c->scr, NULL);
 }
 
+/* Paged decode: B requests x N keys on pages of P positions. */
+typedef struct {
+    int B, N, P, Hq, Hkv, hd, maxp;
+    float *q, *kp, *vp, *o, *scr;
+    int *table, *nctx;
+} paged_ctx;
+
+static int att_paged_run(void *ctx, int rep)
+{
+    const paged_ctx *c = ctx;
+    (void)rep;
+    return hk_cuda_attention_decode_paged_ex(
+        HK_CUDA_ATT_FLASH, c->o, c->q, c->kp, c->vp, c->table, c->maxp, c->nctx,
+        c->B, c->P, c->Hq, c->Hkv, c->hd, 1.0f / sqrtf((float)c->hd), c->scr,
+        NULL);
+}
+
 /* Random rows (R of them) repeated over n rows of width w. */
 static float *dev_rand(size_t n, size_t w, double amp)
 {
@@ -1269,11 +1297,16 @@ static void bench_att_decode(const model_t *m, int B, int N)
              m->Hkv, m->hd);
     if (over_budget()) {
         for (int i = 0; i < N_ATT_KINDS; i++)
-            if (wanted(att_decode_kinds[i].op))
+            if (measured(att_decode_kinds[i].op))
                 skipped(att_decode_kinds[i].op, m->name, params,
                         "skipped: budget");
         return;
     }
+    int any = 0;
+    for (int i = 0; i < N_ATT_KINDS; i++)
+        any |= measured(att_decode_kinds[i].op);
+    if (!any)
+        return;
     att_ctx c;
     att_setup(&c, m, 0, B, N);
     float *scr = c.scr;
@@ -1286,6 +1319,96 @@ static void bench_att_decode(const model_t *m, int B, int N)
     }
     c.scr = scr;
     att_free(&c);
+}
+
+/* B requests x N keys (N a multiple of P) on B N / P pages of one
+ * arena, handed out in a shuffled order (a request's pages lie anywhere,
+ * none next to its neighbour in position), and flash-decoding's
+ * scratch. */
+static void paged_setup(paged_ctx *c, const model_t *m, int B, int N, int P)
+{
+    memset(c, 0, sizeof *c);
+    c->B = B, c->N = N, c->P = P, c->Hq = m->Hq, c->Hkv = m->Hkv;
+    c->hd = m->hd, c->maxp = N / P;
+    const size_t np = (size_t)B * c->maxp, w = (size_t)m->Hkv * m->hd;
+    c->q = dev_rand((size_t)B, (size_t)m->Hq * m->hd, 1.0);
+    c->o = dalloc((size_t)B * m->Hq * m->hd * 4);
+    c->kp = dev_rand(np * P, w, 1.0);
+    c->vp = dev_rand(np * P, w, 1.0);
+    int *t = halloc(np * sizeof(int)), *n = halloc((size_t)B * sizeof(int));
+    for (size_t i = 0; i < np; i++)
+        t[i] = (int)i;
+    for (size_t i = np - 1; i > 0; i--) {
+        const size_t j = (size_t)(bench_unif(&rng) * (double)(i + 1));
+        const int x = t[i];
+        t[i] = t[j < i ? j : i], t[j < i ? j : i] = x;
+    }
+    for (int b = 0; b < B; b++)
+        n[b] = N;
+    c->table = dalloc(np * sizeof(int));
+    c->nctx = dalloc((size_t)B * sizeof(int));
+    CK(hk_cuda_h2d(c->table, t, np * sizeof(int), NULL));
+    CK(hk_cuda_h2d(c->nctx, n, (size_t)B * sizeof(int), NULL));
+    const size_t ns = hk_cuda_attention_decode_scratch(B, m->Hq, m->Hkv, m->hd);
+    if (ns)
+        c->scr = dalloc(ns * sizeof(float));
+    free(t);
+    free(n);
+}
+
+static void paged_free(paged_ctx *c)
+{
+    void *bufs[] = {c->q, c->kp, c->vp, c->o, c->scr, c->table, c->nctx};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        CK(hk_cuda_free(bufs[i]));
+}
+
+/* attention_decode_paged at P = 16 and 64, beside attention_decode's
+ * rows at the same B and N. */
+static void bench_att_decode_paged(const model_t *m, int B, int N)
+{
+    static const int Ps[] = {16, 64};
+    for (int i = 0; i < 2 && measured("attention_decode_paged"); i++) {
+        char params[128];
+        snprintf(params, sizeof params, "B=%d,N=%d,P=%d,Hq=%d,Hkv=%d,hd=%d", B,
+                 N, Ps[i], m->Hq, m->Hkv, m->hd);
+        if (over_budget()) {
+            skipped("attention_decode_paged", m->name, params,
+                    "skipped: budget");
+            continue;
+        }
+        paged_ctx c;
+        paged_setup(&c, m, B, N, Ps[i]);
+        measure("attention_decode_paged", m->name, params, att_paged_run, &c, B,
+                2.0 * B * N * m->Hkv * m->hd * 4.0,
+                4.0 * B * N * m->Hq * m->hd);
+        paged_free(&c);
+    }
+}
+
+/* The paged case for gpu_kernels_ref.py: q, the arenas, the table and o
+ * (at the smaller page size). */
+static void dump_att_paged(const model_t *m, int B, int N, int P)
+{
+    if (!wanted("attention_decode_paged"))
+        return;
+    paged_ctx c;
+    paged_setup(&c, m, B, N, P);
+    char meta[256], name[64];
+    snprintf(meta, sizeof meta,
+             "op attention_decode_paged\nmodel %s\nB %d\nN %d\nP %d\n"
+             "Hq %d\nHkv %d\nhd %d\n",
+             m->name, B, N, P, m->Hq, m->Hkv, m->hd);
+    snprintf(name, sizeof name, "attention_decode_paged-%s", m->name);
+    dump_begin(name, meta);
+    const size_t kv = (size_t)B * N * m->Hkv * m->hd * 4;
+    dump_dev("q.f32", c.q, (size_t)B * m->Hq * m->hd * 4);
+    dump_dev("k_pages.f32", c.kp, kv);
+    dump_dev("v_pages.f32", c.vp, kv);
+    dump_dev("table.i32", c.table, (size_t)B * c.maxp * sizeof(int));
+    CK(att_paged_run(&c, 0));
+    dump_dev("o.f32", c.o, (size_t)B * m->Hq * m->hd * 4);
+    paged_free(&c);
 }
 
 static void dump_att(const model_t *m, int T, int B, int N)
@@ -1474,6 +1597,7 @@ int main(int argc, char **argv)
                 dump_step(&ms[i], tiny ? 2 : 4);
             dump_att(&ms[i], tiny ? 24 : 512, 0, 0);
             dump_att(&ms[i], 0, tiny ? 2 : 4, tiny ? 16 : 1024);
+            dump_att_paged(&ms[i], tiny ? 2 : 4, tiny ? 16 : 1024, 16);
         }
     if (dump_dir && wanted("matmul"))
         dump_mm(ms[0].name, tiny ? 4 : 64, ms[0].hidden, tiny ? 16 : 512, blas);
@@ -1493,8 +1617,11 @@ int main(int argc, char **argv)
         for (int i = 0; i < nm; i++)
             bench_kvbuf(&ms[i], tiny ? b + 1 : Bs[b]);
     for (int b = 0; b < nB && wanted("attention_decode"); b++)
-        for (int i = 0; i < nm; i++)
+        for (int i = 0; i < nm; i++) {
             bench_att_decode(&ms[i], tiny ? b + 1 : Bs[b], tiny ? 16 : 4096);
+            bench_att_decode_paged(&ms[i], tiny ? b + 1 : Bs[b],
+                                   tiny ? 64 : 4096);
+        }
     for (int i = 0; i < nm && wanted("matmul"); i++) {
         const model_t *m = &ms[i];
         const int ns[2] = {tiny ? 8 : 4096, tiny ? 2 : 64};

@@ -12,7 +12,9 @@ under DIR, the inputs and our outputs. Then, in this order:
     relative error of our outputs: max |x - ref| / max |ref|;
   * timing: each bench row's anchor at the same shape (FLA's
     chunk_gated_delta_rule and fused_recurrent_gated_delta_rule in f32 and
-    bf16, torch's scaled_dot_product_attention, torch.matmul with TF32 off,
+    bf16, torch's scaled_dot_product_attention (for the paged decode:
+    after gathering the pages through the table, torch having no paged
+    attention of its own), torch.matmul with TF32 off,
     tensor.copy_), CUDA events, median of >= 3 calls after two warm-ups
     (Triton compiles and autotunes there: tens of seconds per kernel and
     dtype), most wanted first, none started past --budget seconds;
@@ -357,8 +359,10 @@ def case_accuracy(d, case, anc, rows, later):
                     add("o", name, fo[:, 0].float().cpu().numpy(), o)
                     add("S", name, fS.float().cpu().numpy(), S)
                 later.append((case, name, run))
-    elif op in ("attention_prefill", "attention_decode"):
+    elif op in ("attention_prefill", "attention_decode",
+                "attention_decode_paged"):
         Hq, Hkv, hd = m["Hq"], m["Hkv"], m["hd"]
+        gather = None
         if op == "attention_prefill":
             T = m["T"]
             q = arr(d, "q.f32", (T, Hq, hd))
@@ -367,6 +371,22 @@ def case_accuracy(d, case, anc, rows, later):
             o = attention_ref(q, k, v, np.arange(T))
             ours = arr(d, "o.f32", o.shape)
             qs, ks, vs = q[None], k[None], v[None]
+        elif op == "attention_decode_paged":
+            # every request's N positions through its row of the table
+            B, N, P = m["B"], m["N"], m["P"]
+            q = arr(d, "q.f32", (B, Hq, hd))
+            table = np.fromfile(os.path.join(d, "table.i32"),
+                                dtype="<i4").reshape(B, N // P)
+            ks, vs = (arr(d, f, (-1, P, Hkv, hd))
+                      for f in ("k_pages.f32", "v_pages.f32"))
+
+            def gather(x, ix):  # [pages, P, Hkv, hd] -> [B, N, Hkv, hd]
+                return x[ix].reshape(B, N, Hkv, hd)
+            kg, vg = gather(ks, table), gather(vs, table)
+            o = np.stack([attention_ref(q[i:i + 1], kg[i], vg[i])[0]
+                          for i in range(B)])
+            ours = arr(d, "o.f32", o.shape)
+            qs = q[:, None]
         else:
             B, N = m["B"], m["N"]
             q = arr(d, "q.f32", (B, Hq, hd))
@@ -388,8 +408,12 @@ def case_accuracy(d, case, anc, rows, later):
                              ("sdpa_bf16", anc.torch.bfloat16)):
                 def run(name=name, dt=dt):
                     tq = anc.t(qs, dt).transpose(1, 2)
-                    tk = anc.t(ks, dt).transpose(1, 2)
-                    tv = anc.t(vs, dt).transpose(1, 2)
+                    tk, tv = anc.t(ks, dt), anc.t(vs, dt)
+                    if gather:  # the anchor's own gather, on the device
+                        ix = anc.torch.from_numpy(table.astype(np.int64)).to(
+                            anc.dev)
+                        tk, tv = gather(tk, ix), gather(tv, ix)
+                    tk, tv = tk.transpose(1, 2), tv.transpose(1, 2)
                     so = anc.sdpa(tq, tk, tv, op == "attention_prefill")
                     so = so.transpose(1, 2).float().cpu().numpy()
                     add("o", name, so.reshape(o.shape), o)
@@ -451,6 +475,7 @@ ERR_OF = {
     "attention_decode_1blk": ("attention_decode", "ours_att_1blk", ("o",)),
     "attention_decode_simple": ("attention_decode", "ours_att_simple",
                                 ("o",)),
+    "attention_decode_paged": ("attention_decode_paged", "ours", ("o",)),
     "matmul_f32": ("matmul", "ours_f32", ("y",)),
     "matmul_bf16": ("matmul", "ours_bf16", ("y",)),
 }
@@ -465,6 +490,8 @@ ANCHOR_WHO = {
     "fla fused_recurrent_gated_delta_rule bf16": "fla_bf16",
     "torch sdpa f32": "sdpa_f32",
     "torch sdpa bf16": "sdpa_bf16",
+    "torch paged sdpa f32": "sdpa_f32",
+    "torch paged sdpa bf16": "sdpa_bf16",
     "torch matmul f32 (no tf32)": "torch_f32",
     "torch matmul bf16": "torch_bf16",
 }
@@ -492,6 +519,8 @@ def anchors_for(op):
         return ["fla fused_recurrent_gated_delta_rule f32"]
     if op.startswith("attention_prefill"):
         return ["torch sdpa f32", "torch sdpa bf16"]
+    if op.startswith("attention_decode_paged"):
+        return ["torch paged sdpa f32", "torch paged sdpa bf16"]
     if op.startswith("attention_decode"):
         return ["torch sdpa f32", "torch sdpa bf16"]
     if op == "matmul_f32":
@@ -582,6 +611,23 @@ def run_anchor(anc, name, p, deadline):
         k = rnd(p["B"], p["Hkv"], p["N"], p["hd"]).to(dt)
         v = rnd(p["B"], p["Hkv"], p["N"], p["hd"]).to(dt)
         return anc.time(lambda: anc.sdpa(q, k, v, False), deadline), None
+    if name.startswith("torch paged sdpa"):
+        # pages of P positions, shuffled over one arena as the C bench's;
+        # timed: the gather of each request's K/V through its table row
+        # into contiguous [B, Hkv, N, hd], then SDPA (torch has no paged
+        # attention of its own)
+        B, N, P, Hkv, hd = p["B"], p["N"], p["P"], p["Hkv"], p["hd"]
+        q = rnd(B, p["Hq"], 1, hd).to(dt)
+        kp = rnd(B * N // P, P, Hkv, hd).to(dt)
+        vp = rnd(B * N // P, P, Hkv, hd).to(dt)
+        table = torch.randperm(B * N // P, device=anc.dev,
+                               generator=gen).view(B, N // P)
+
+        def paged():
+            k = kp[table].view(B, N, Hkv, hd).transpose(1, 2)
+            v = vp[table].view(B, N, Hkv, hd).transpose(1, 2)
+            return anc.sdpa(q, k, v, False)
+        return anc.time(paged, deadline), None
     if name.startswith("torch matmul"):
         x = rnd(p["n"], p["in"]).to(dt)
         w = rnd(p["out"], p["in"]).to(dt)

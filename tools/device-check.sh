@@ -291,10 +291,11 @@ if ! want kernels; then
 elif [ -x build-device/bench/gpu_kernels ]; then
     # One run per family of ops, each with its share of DC_BENCH_S, so a
     # slow family cannot starve the ones after it (each run times
-    # copy_d2d too); the tables are merged after.
+    # copy_d2d too); the tables are merged after. attention_decode holds
+    # attention_decode_paged's rows too (a prefix of theirs).
     l=$(lim "${DC_BENCH_S:-240}")
     declare -A share=([gdn_chunk]=30 [gdn_step]=10 [gdn_decode]=6 [kvbuf]=14
-        [attention_prefill]=22 [attention_decode]=8 [matmul]=10)
+        [attention_prefill]=22 [attention_decode]=12 [matmul]=10)
     read -ra fams <<<"${DC_KERNELS_ONLY:-gdn_chunk gdn_step gdn_decode kvbuf attention_prefill attention_decode matmul}"
     tot=0
     for f in "${fams[@]}"; do tot=$((tot + ${share[$f]:-10})); done

@@ -435,3 +435,39 @@ void hk_attention(float *o,        // [T, Hq, hd]
                      scratch + (size_t)omp_get_thread_num() * slot);
     }
 }
+
+size_t hk_attention_decode_paged_scratch(int N, int Hq, int Hkv, int hd)
+{
+    if (N <= 0)
+        return 0;
+    /* hk_attention's scratch grows with N: the longest context's serves
+     * every request. */
+    return 2 * (size_t)N * Hkv * hd + hk_attention_scratch(1, N, Hq);
+}
+
+void hk_attention_decode_paged(float *o,             // [B, Hq, hd]
+                               const float *q,       // [B, Hq, hd]
+                               const float *k_pages, // [pages, P, Hkv, hd]
+                               const float *v_pages, // [pages, P, Hkv, hd]
+                               const int *table,     // [B, max_pages]
+                               int max_pages,
+                               const int *n_ctx, // [B]
+                               int B, int P, int Hq, int Hkv, int hd,
+                               float scale, float *scratch)
+{
+    const size_t row = (size_t)Hkv * hd;
+    for (int b = 0; b < B; b++) {
+        const int n = n_ctx[b];
+        assert(n >= 1 && P > 0 && (n - 1) / P < max_pages);
+        float *k = scratch, *v = scratch + (size_t)n * row;
+        for (int j = 0; j < n; j++) {
+            const int page = table[(size_t)b * max_pages + j / P];
+            const size_t at = ((size_t)page * P + (size_t)(j % P)) * row;
+            memcpy(k + j * row, k_pages + at, row * sizeof(float));
+            memcpy(v + j * row, v_pages + at, row * sizeof(float));
+        }
+        const int qpos = n - 1;
+        hk_attention(o + (size_t)b * Hq * hd, q + (size_t)b * Hq * hd, &qpos, k,
+                     v, 1, n, Hq, Hkv, hd, scale, v + (size_t)n * row);
+    }
+}

@@ -119,6 +119,19 @@ void hk_attention(float *o, const float *q, const int *qpos, const float *k,
                   const float *v, int T, int N, int Hq, int Hkv, int hd,
                   float scale, float *scratch);
 size_t hk_attention_scratch(int T, int N, int Hq);
+/* Decode of B requests over paged K/V: request b's position j is row
+ * j % P of page table[b * max_pages + j / P] of the arenas k_pages,
+ * v_pages [pages][P][Hkv][hd]; it attends positions 0..n_ctx[b]-1
+ * (n_ctx[b] >= 1). q, o [B, Hq, hd]. Gathers each request's rows into
+ * scratch, then hk_attention with T = 1, qpos = n_ctx[b] - 1 (the
+ * reference of hk_cuda_attention_decode_paged). scratch:
+ * hk_attention_decode_paged_scratch(N, ...) with N >= every n_ctx[b]. */
+void hk_attention_decode_paged(float *o, const float *q, const float *k_pages,
+                               const float *v_pages, const int *table,
+                               int max_pages, const int *n_ctx, int B, int P,
+                               int Hq, int Hkv, int hd, float scale,
+                               float *scratch);
+size_t hk_attention_decode_paged_scratch(int N, int Hq, int Hkv, int hd);
 
 /* ---- Gated DeltaNet (hk_gdn.c) -----------------------------------------
  * Per value head h (key head h / (Hv/Hk)), state S[Hv, dk, dv] ([key][value]):
@@ -223,6 +236,12 @@ void hk_scale_rows(float *x, const float *s, int rows, int dim, int sigm);
  * vc[pos[t], :] = v[t] for t < T; k, v [T, kvd]; kc, vc [N, kvd]. */
 void hk_kv_store(float *kc, float *vc, const float *k, const float *v,
                  const int *pos, int T, int kvd);
+/* The same for B requests over paged K/V (hk_attention_decode_paged's
+ * layout, kvd = Hkv * hd): row b of k and v to position pos[b] of request
+ * b's pages. */
+void hk_kv_store_paged(float *k_pages, float *v_pages, const float *k,
+                       const float *v, const int *table, int max_pages,
+                       const int *pos, int B, int P, int kvd);
 /* Token embedding: x[t, :] = table[ids[t], :]; x [T, H], table [V, H]. */
 void hk_embed(float *x, const float *table, const int *ids, int T, int H);
 

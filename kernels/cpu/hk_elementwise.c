@@ -74,6 +74,24 @@ void hk_kv_store(float *kc,      // [N, kvd]
     }
 }
 
+void hk_kv_store_paged(float *k_pages,   // [pages, P, kvd]
+                       float *v_pages,   // [pages, P, kvd]
+                       const float *k,   // [B, kvd]
+                       const float *v,   // [B, kvd]
+                       const int *table, // [B, max_pages]
+                       int max_pages,
+                       const int *pos, // [B]
+                       int B, int P, int kvd)
+{
+    for (int b = 0; b < B; b++) {
+        assert(pos[b] >= 0 && pos[b] / P < max_pages);
+        const int page = table[(size_t)b * max_pages + pos[b] / P];
+        const size_t at = ((size_t)page * P + (size_t)(pos[b] % P)) * kvd;
+        memcpy(k_pages + at, k + (size_t)b * kvd, (size_t)kvd * sizeof(float));
+        memcpy(v_pages + at, v + (size_t)b * kvd, (size_t)kvd * sizeof(float));
+    }
+}
+
 void hk_embed(float *x,           // [T, H]
               const float *table, // [V, H]
               const int *ids,     // [T]

@@ -2,7 +2,8 @@
  * hk_attention.cu - CUDA twin of hk_attention.c: causal grouped-query
  * attention by position, for a prompt over its cache (prefill, PIC splice
  * runs) and for one decode token of each of B requests over their own
- * caches; the choice of kernels (hk_cuda_att_impl_t).
+ * caches or over pages of K/V; the choice of kernels
+ * (hk_cuda_att_impl_t).
  *
  *   o[t, h] = sum_{j < nkeys} softmax_j(scale * q[t, h] . k[j, g]) v[j, g]
  *   g = h / (Hq / Hkv);  nkeys = qpos[t] + 1 (prefill), n_ctx[b] (decode)
@@ -21,6 +22,12 @@
  * split) to scratch, and a second launch combines the splits. Splits:
  * enough blocks for ~4 per SM, at most HK_DEC_MAX_SPLIT; 1 without
  * scratch. r <= 16, hd <= 256 (else SIMPLE).
+ *
+ * Paged KV (hk_cuda_attention_decode_paged): the same kernels, templated
+ * on where request b's key j lives (hk_cuda_impl.h: hk_kv_own, one cache
+ * per request; hk_kv_paged, a block table into page arenas). A FLASH warp
+ * looks its run of 4 keys' page up once (pages are >= 4 positions, runs
+ * start at multiples of 4); SIMPLE once per key.
  *
  * SIMPLE: one block of 4 warps per (query, head), an online softmax over
  * tiles of 64 keys: each warp takes a key of the tile at a time and forms
@@ -42,13 +49,15 @@
 /* Output dims per thread. */
 #define HK_ATT_DPT (HK_CUDA_ATT_MAX_HD / HK_ATT_THREADS)
 
-/* One query row against nkeys keys. k, v point at the row of key 0 of the
- * query's kv group; rows are ldkv apart. qs [hd], ss, ps [HK_ATT_KT]:
- * shared memory. */
-static __device__ void hk_att_row(float *o, const float *q, const float *k,
-                                  const float *v, size_t ldkv, int nkeys,
-                                  int hd, float scale, float *qs, float *ss,
-                                  float *ps)
+/* One query row against nkeys keys of request b. k, v point at the
+ * query's kv group in b's row 0 (kv.k(b) + g * hd); key j's row is
+ * kv.row(b, j), rows ldkv apart. qs [hd], ss, ps [HK_ATT_KT]: shared
+ * memory. */
+template <class KV>
+static __device__ void hk_att_row(float *o, const float *q, const KV &kv, int b,
+                                  const float *k, const float *v, size_t ldkv,
+                                  int nkeys, int hd, float scale, float *qs,
+                                  float *ss, float *ps)
 {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     for (int d = tid; d < hd; d += HK_ATT_THREADS)
@@ -61,7 +70,7 @@ static __device__ void hk_att_row(float *o, const float *q, const float *k,
     for (int j0 = 0; j0 < nkeys; j0 += HK_ATT_KT) {
         const int nk = min(HK_ATT_KT, nkeys - j0);
         for (int jj = warp; jj < nk; jj += HK_ATT_WARPS) {
-            const float *kr = k + (size_t)(j0 + jj) * ldkv;
+            const float *kr = k + kv.row(b, j0 + jj) * ldkv;
             float s = 0.0f;
             for (int d = lane; d < hd; d += 32)
                 s += qs[d] * kr[d];
@@ -88,9 +97,8 @@ static __device__ void hk_att_row(float *o, const float *q, const float *k,
             if (d >= hd)
                 break;
             float a = acc[i] * alpha;
-            const float *vc = v + (size_t)j0 * ldkv + d;
             for (int jj = 0; jj < nk; jj++)
-                a += ps[jj] * vc[(size_t)jj * ldkv];
+                a += ps[jj] * v[kv.row(b, j0 + jj) * ldkv + d];
             acc[i] = a;
         }
         m = mt;
@@ -117,15 +125,16 @@ static __global__ void hk_attention_kernel(float *o,        // [T, Hq, hd]
     const int t = blockIdx.x / Hq, h = blockIdx.x % Hq;
     const size_t g = (size_t)(h / (Hq / Hkv)) * hd;
     const size_t off = (size_t)blockIdx.x * hd;
-    hk_att_row(o + off, q + off, k + g, v + g, (size_t)Hkv * hd, qpos[t] + 1,
-               hd, scale, qs, ss, ps);
+    const hk_kv_flat<const float> kv = {k, v};
+    hk_att_row(o + off, q + off, kv, t, k + g, v + g, (size_t)Hkv * hd,
+               qpos[t] + 1, hd, scale, qs, ss, ps);
 }
 
-/* Block x = b * Hq + h. */
+/* Block x = b * Hq + h; kv: request b's K/V (own caches or pages). */
+template <class KV>
 static __global__ void hk_attention_decode_kernel(float *o,       // [B, Hq, hd]
                                                   const float *q, // [B, Hq, hd]
-                                                  const float *const *kcs,
-                                                  const float *const *vcs,
+                                                  KV kv,
                                                   const int *n_ctx, // [B]
                                                   int Hq, int Hkv, int hd,
                                                   float scale)
@@ -134,8 +143,8 @@ static __global__ void hk_attention_decode_kernel(float *o,       // [B, Hq, hd]
     const int b = blockIdx.x / Hq, h = blockIdx.x % Hq;
     const size_t g = (size_t)(h / (Hq / Hkv)) * hd;
     const size_t off = (size_t)blockIdx.x * hd;
-    hk_att_row(o + off, q + off, kcs[b] + g, vcs[b] + g, (size_t)Hkv * hd,
-               n_ctx[b], hd, scale, qs, ss, ps);
+    hk_att_row(o + off, q + off, kv, b, kv.k(b) + g, kv.v(b) + g,
+               (size_t)Hkv * hd, n_ctx[b], hd, scale, qs, ss, ps);
 }
 
 /* ---- FLASH decode ------------------------------------------------------- */
@@ -164,15 +173,16 @@ static __device__ __forceinline__ float hk_dot4(float4 a, float4 b)
     return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
-/* Grid (splits, Hkv, B); R >= r = Hq / Hkv, a power of two. Shared:
- * q [r, hd], the warps' partial o [WARPS, r, hd], m and l [WARPS, r]. */
-template <int R>
+/* Grid (splits, Hkv, B); R >= r = Hq / Hkv, a power of two; kv: where
+ * request b's keys are (own caches or pages; a warp's HK_DEC_KW keys from
+ * a multiple of HK_DEC_KW are consecutive rows in both). Shared: q
+ * [r, hd], the warps' partial o [WARPS, r, hd], m and l [WARPS, r]. */
+template <int R, class KV>
 static __global__ void __launch_bounds__(HK_DEC_THREADS)
     hk_dec_kernel(float *o,       // [B, Hq, hd]
                   float *part,    // [B, Hq, nsplit, 2 + hd] (nsplit > 1)
                   const float *q, // [B, Hq, hd]
-                  const float *const *kcs, const float *const *vcs,
-                  const int *n_ctx, int Hq, int Hkv, int hd, float scale,
+                  KV kv, const int *n_ctx, int Hq, int Hkv, int hd, float scale,
                   int nsplit)
 {
     HK_DYNAMIC_SMEM(smem);
@@ -186,7 +196,8 @@ static __global__ void __launch_bounds__(HK_DEC_THREADS)
     const int per = ((n + nsplit - 1) / nsplit + 15) / 16 * 16;
     const int k0 = sp * per, k1 = min(n, k0 + per);
     const size_t ldkv = (size_t)Hkv * hd;
-    const float *kc = kcs[b] + (size_t)g * hd, *vc = vcs[b] + (size_t)g * hd;
+    const float *kc = kv.k(b) + (size_t)g * hd;
+    const float *vc = kv.v(b) + (size_t)g * hd;
     const int vec = hd % 4 == 0 && (((uintptr_t)kc | (uintptr_t)vc) & 15) == 0;
     const float *qb = q + ((size_t)b * Hq + (size_t)g * r) * hd;
     for (int i = tid; i < r * hd; i += HK_DEC_THREADS)
@@ -203,12 +214,14 @@ static __global__ void __launch_bounds__(HK_DEC_THREADS)
     for (int j0 = k0 + HK_DEC_KW * warp; j0 < k1;
          j0 += HK_DEC_KW * HK_DEC_WARPS) {
         float4 kr[HK_DEC_KW][2], vr[HK_DEC_KW][2];
+        /* j0 < k1 <= n: its row (a page lookup) exists */
+        const size_t at0 = kv.row(b, j0) * ldkv;
 #pragma unroll
         for (int u = 0; u < HK_DEC_KW; u++)
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 const int d = 4 * lane + 128 * i;
-                const size_t at = (size_t)(j0 + u) * ldkv;
+                const size_t at = at0 + (size_t)u * ldkv;
                 const bool ok = j0 + u < k1 && d < hd;
                 kr[u][i] = ok ? hk_dec_ld4(kc + at, d, hd, vec)
                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -338,8 +351,8 @@ static int hk_dec_ok(int Hq, int Hkv, int hd)
     return Hq / Hkv <= HK_DEC_MAX_R && hd <= HK_DEC_MAX_HD;
 }
 
-static int hk_dec_launch(float *o, float *part, const float *q,
-                         const float *const *kcs, const float *const *vcs,
+template <class KV>
+static int hk_dec_launch(float *o, float *part, const float *q, KV kv,
                          const int *n_ctx, int B, int Hq, int Hkv, int hd,
                          float scale, int nsplit, cudaStream_t st)
 {
@@ -350,11 +363,11 @@ static int hk_dec_launch(float *o, float *part, const float *q,
     const dim3 grid((unsigned)nsplit, (unsigned)Hkv, (unsigned)B);
 #define HK_DEC_CASE(RR)                                                        \
     case RR:                                                                   \
-        cudaFuncSetAttribute(hk_dec_kernel<RR>,                                \
+        cudaFuncSetAttribute(hk_dec_kernel<RR, KV>,                            \
                              cudaFuncAttributeMaxDynamicSharedMemorySize,      \
                              (int)sm);                                         \
-        hk_dec_kernel<RR><<<grid, HK_DEC_THREADS, sm, st>>>(                   \
-            o, part, q, kcs, vcs, n_ctx, Hq, Hkv, hd, scale, nsplit);          \
+        hk_dec_kernel<RR, KV><<<grid, HK_DEC_THREADS, sm, st>>>(               \
+            o, part, q, kv, n_ctx, Hq, Hkv, hd, scale, nsplit);                \
         break
     switch (r <= 1 ? 1 : r <= 2 ? 2 : r <= 4 ? 4 : r <= 8 ? 8 : 16) {
         HK_DEC_CASE(1);
@@ -461,15 +474,13 @@ extern "C" size_t hk_cuda_attention_decode_scratch(int B, int Hq, int Hkv,
     return ns > 1 ? (size_t)B * Hq * ns * (size_t)(2 + hd) : 0;
 }
 
-extern "C" int
-hk_cuda_attention_decode_ex(hk_cuda_att_impl_t impl, float *o, const float *q,
-                            const float *const *kcs, const float *const *vcs,
-                            const int *n_ctx, int B, int Hq, int Hkv, int hd,
-                            float scale, float *scratch, void *stream)
+/* The decode's choice of kernels over either K/V layout (arguments
+ * checked by the caller). */
+template <class KV>
+static int hk_decode_run(hk_cuda_att_impl_t impl, float *o, const float *q,
+                         KV kv, const int *n_ctx, int B, int Hq, int Hkv,
+                         int hd, float scale, float *scratch, void *stream)
 {
-    if (!hk_att_args_ok(B, Hq, Hkv, hd) || B > HK_CUDA_MAX_GRID_YZ ||
-        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH2)
-        return HK_CUDA_EINVAL;
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
     if (use != HK_CUDA_ATT_SIMPLE && !hk_dec_ok(Hq, Hkv, hd) &&
         impl != HK_CUDA_ATT_DEFAULT)
@@ -478,13 +489,33 @@ hk_cuda_attention_decode_ex(hk_cuda_att_impl_t impl, float *o, const float *q,
         return HK_CUDA_OK;
     if (use != HK_CUDA_ATT_SIMPLE && hk_dec_ok(Hq, Hkv, hd)) {
         const int ns = scratch ? hk_dec_splits(B, Hkv) : 1;
-        return hk_dec_launch(o, scratch, q, kcs, vcs, n_ctx, B, Hq, Hkv, hd,
-                             scale, ns, hk_stream(stream));
+        return hk_dec_launch(o, scratch, q, kv, n_ctx, B, Hq, Hkv, hd, scale,
+                             ns, hk_stream(stream));
     }
     hk_attention_decode_kernel<<<(unsigned)(B * Hq), HK_ATT_THREADS, 0,
-                                 hk_stream(stream)>>>(o, q, kcs, vcs, n_ctx, Hq,
-                                                      Hkv, hd, scale);
+                                 hk_stream(stream)>>>(o, q, kv, n_ctx, Hq, Hkv,
+                                                      hd, scale);
     return hk_cuda_check_launch();
+}
+
+static int hk_dec_args_ok(hk_cuda_att_impl_t impl, int B, int Hq, int Hkv,
+                          int hd)
+{
+    return hk_att_args_ok(B, Hq, Hkv, hd) && B <= HK_CUDA_MAX_GRID_YZ &&
+           impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_FLASH2;
+}
+
+extern "C" int
+hk_cuda_attention_decode_ex(hk_cuda_att_impl_t impl, float *o, const float *q,
+                            const float *const *kcs, const float *const *vcs,
+                            const int *n_ctx, int B, int Hq, int Hkv, int hd,
+                            float scale, float *scratch, void *stream)
+{
+    if (!hk_dec_args_ok(impl, B, Hq, Hkv, hd))
+        return HK_CUDA_EINVAL;
+    const hk_kv_own<const float> kv = {kcs, vcs};
+    return hk_decode_run(impl, o, q, kv, n_ctx, B, Hq, Hkv, hd, scale, scratch,
+                         stream);
 }
 
 extern "C" int
@@ -495,4 +526,30 @@ hk_cuda_attention_decode(float *o, const float *q, const float *const *kcs,
     return hk_cuda_attention_decode_ex(HK_CUDA_ATT_DEFAULT, o, q, kcs, vcs,
                                        n_ctx, B, Hq, Hkv, hd, scale, NULL,
                                        stream);
+}
+
+extern "C" int hk_cuda_attention_decode_paged_ex(
+    hk_cuda_att_impl_t impl, float *o, const float *q, const float *k_pages,
+    const float *v_pages, const int *table, int max_pages, const int *n_ctx,
+    int B, int P, int Hq, int Hkv, int hd, float scale, float *scratch,
+    void *stream)
+{
+    const int shift = hk_page_shift(P);
+    if (!hk_dec_args_ok(impl, B, Hq, Hkv, hd) || shift < 0 ||
+        (B > 0 && max_pages < 1))
+        return HK_CUDA_EINVAL;
+    const hk_kv_paged<const float> kv = {k_pages, v_pages, table, max_pages,
+                                         shift};
+    return hk_decode_run(impl, o, q, kv, n_ctx, B, Hq, Hkv, hd, scale, scratch,
+                         stream);
+}
+
+extern "C" int hk_cuda_attention_decode_paged(
+    float *o, const float *q, const float *k_pages, const float *v_pages,
+    const int *table, int max_pages, const int *n_ctx, int B, int P, int Hq,
+    int Hkv, int hd, float scale, void *stream)
+{
+    return hk_cuda_attention_decode_paged_ex(
+        HK_CUDA_ATT_DEFAULT, o, q, k_pages, v_pages, table, max_pages, n_ctx, B,
+        P, Hq, Hkv, hd, scale, NULL, stream);
 }

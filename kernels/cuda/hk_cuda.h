@@ -168,6 +168,13 @@ int hk_cuda_kv_store(float *kc, float *vc, const float *k, const float *v,
 int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
                             const float *k, const float *v, const int *pos,
                             int B, int kvd, void *stream);
+/* The same into paged K/V (the layout and P of
+ * hk_cuda_attention_decode_paged, kvd = Hkv * hd): request b's row goes
+ * to position pos[b] of its pages (table [B][max_pages], device). Twin:
+ * hk_kv_store_paged. */
+int hk_cuda_kv_store_paged(float *k_pages, float *v_pages, const float *k,
+                           const float *v, const int *table, int max_pages,
+                           const int *pos, int B, int P, int kvd, void *stream);
 int hk_cuda_embed(float *x, const float *table, const int *ids, int T, int H,
                   void *stream);
 /* Twin of hk_weight_rows (the embedding gather of any stored format):
@@ -262,6 +269,37 @@ int hk_cuda_attention_decode_ex(hk_cuda_att_impl_t impl, float *o,
 /* Floats of scratch hk_cuda_attention_decode_ex uses on the current
  * device (0: it does not split at this B). */
 size_t hk_cuda_attention_decode_scratch(int B, int Hq, int Hkv, int hd);
+
+/* Paged KV: K and V each live in an arena of pages of P positions,
+ * laid out [page][P][Hkv][hd] (device; a page holds P consecutive
+ * positions of every kv head). table [B][max_pages] (device int32): the
+ * pages of request b in position order, so its position j is row j % P
+ * of page table[b * max_pages + j / P]. Entries past a request's last
+ * page are never read. P is a power of two from HK_CUDA_PAGE_MIN to
+ * HK_CUDA_PAGE_MAX (a warp's run of 4 keys then lies in one page);
+ * anything else is HK_CUDA_EINVAL. */
+#define HK_CUDA_PAGE_MIN 4
+#define HK_CUDA_PAGE_MAX (1 << 20)
+/* hk_cuda_attention_decode over paged K/V: q, o [B, Hq, hd]; n_ctx [B]
+ * (device, each 1..max_pages * P): request b attends its positions
+ * 0..n_ctx[b]-1, the new one included (store it first with
+ * hk_cuda_kv_store_paged). Same kernels, same results as the contiguous
+ * call on the same rows. Twin: hk_attention_decode_paged. */
+int hk_cuda_attention_decode_paged(float *o, const float *q,
+                                   const float *k_pages, const float *v_pages,
+                                   const int *table, int max_pages,
+                                   const int *n_ctx, int B, int P, int Hq,
+                                   int Hkv, int hd, float scale, void *stream);
+/* The same with the kernels named and flash-decoding's scratch, as
+ * hk_cuda_attention_decode_ex (hk_cuda_attention_decode_scratch(B, Hq,
+ * Hkv, hd) floats, or NULL). */
+int hk_cuda_attention_decode_paged_ex(hk_cuda_att_impl_t impl, float *o,
+                                      const float *q, const float *k_pages,
+                                      const float *v_pages, const int *table,
+                                      int max_pages, const int *n_ctx, int B,
+                                      int P, int Hq, int Hkv, int hd,
+                                      float scale, float *scratch,
+                                      void *stream);
 
 /* ---- MoE routing and dispatch (hk_moe.cu) ------------------------------ */
 

@@ -138,6 +138,56 @@ static inline __host__ __device__ size_t hk_layout(const size_t *sz, int n,
     return at;
 }
 
+/* ---- where the decode ops find request b's K/V row j ----------------------
+ * Rows are Hkv * hd floats; the kernels add b's base pointer (k(b), v(b))
+ * and row(b, j) rows. F is float (the store) or const float (attention).
+ * Templates, so each kernel has one body for every layout. */
+
+/* One array for all (prefill: b is ignored). */
+template <typename F> struct hk_kv_flat {
+    F *kp, *vp;
+    __device__ F *k(int) const { return kp; }
+    __device__ F *v(int) const { return vp; }
+    __device__ size_t row(int, int j) const { return (size_t)j; }
+};
+
+/* Each request its own cache: kcs, vcs device arrays of B pointers. */
+template <typename F> struct hk_kv_own {
+    F *const *kcs, *const *vcs;
+    __device__ F *k(int b) const { return kcs[b]; }
+    __device__ F *v(int b) const { return vcs[b]; }
+    __device__ size_t row(int, int j) const { return (size_t)j; }
+};
+
+/* Pages of 2^shift positions in two arenas [page][P][Hkv][hd]; position
+ * j of request b is row j mod P of page table[b * max_pages + j / P].
+ * Rows j..j + P - 1 - (j mod P) are consecutive (the kernels read keys
+ * in aligned runs of a power of two <= P and look a run's page up once). */
+template <typename F> struct hk_kv_paged {
+    F *kp, *vp;
+    const int *table;
+    int max_pages, shift;
+    __device__ F *k(int) const { return kp; }
+    __device__ F *v(int) const { return vp; }
+    __device__ size_t row(int b, int j) const
+    {
+        const int page = table[(size_t)b * max_pages + (j >> shift)];
+        return ((size_t)page << shift) + (size_t)(j & ((1 << shift) - 1));
+    }
+};
+
+/* log2 P for a page size the paged ops take (a power of two from
+ * HK_CUDA_PAGE_MIN to HK_CUDA_PAGE_MAX), else -1. */
+static inline int hk_page_shift(int P)
+{
+    if (P < HK_CUDA_PAGE_MIN || P > HK_CUDA_PAGE_MAX || (P & (P - 1)))
+        return -1;
+    int s = 0;
+    while ((1 << s) < P)
+        s++;
+    return s;
+}
+
 /* The handle behind hk_cuda_blas_t (hk_matmul.cu creates it). */
 struct hk_cuda_blas {
     cublasHandle_t h;

@@ -56,35 +56,22 @@ static __global__ void hk_scale_rows_kernel(float *x,       // [rows, dim]
     }
 }
 
-/* Row t of k and v goes to row pos[t] of the caches. */
-static __global__ void hk_kv_store_kernel(float *kc, float *vc,
-                                          const float *k, // [T, kvd]
-                                          const float *v, // [T, kvd]
-                                          const int *pos, // [T]
+/* Row b of k and v goes to position pos[b] of request b's K/V (kv:
+ * hk_cuda_impl.h's one cache for all rows, own caches or pages). */
+template <class KV>
+static __global__ void hk_kv_store_kernel(KV kv,
+                                          const float *k, // [B, kvd]
+                                          const float *v, // [B, kvd]
+                                          const int *pos, // [B]
                                           size_t n, int kvd)
 {
     HK_GRID_STRIDE(e, n)
     {
-        const size_t t = e / (size_t)kvd, d = e % (size_t)kvd;
-        const size_t dst = (size_t)pos[t] * kvd + d;
-        kc[dst] = k[e];
-        vc[dst] = v[e];
-    }
-}
-
-static __global__ void hk_kv_store_decode_kernel(float *const *kcs,
-                                                 float *const *vcs,
-                                                 const float *k, // [B, kvd]
-                                                 const float *v, // [B, kvd]
-                                                 const int *pos, // [B]
-                                                 size_t n, int kvd)
-{
-    HK_GRID_STRIDE(e, n)
-    {
-        const size_t b = e / (size_t)kvd, d = e % (size_t)kvd;
-        const size_t dst = (size_t)pos[b] * kvd + d;
-        kcs[b][dst] = k[e];
-        vcs[b][dst] = v[e];
+        const int b = (int)(e / (size_t)kvd);
+        const size_t d = e % (size_t)kvd;
+        const size_t dst = kv.row(b, pos[b]) * kvd + d;
+        kv.k(b)[dst] = k[e];
+        kv.v(b)[dst] = v[e];
     }
 }
 
@@ -154,8 +141,9 @@ extern "C" int hk_cuda_kv_store(float *kc, float *vc, const float *k,
     if (T < 0 || kvd < 0)
         return HK_CUDA_EINVAL;
     const size_t n = (size_t)T * kvd;
-    HK_LAUNCH_1D(hk_kv_store_kernel, n, HK_EW_THREADS, stream, kc, vc, k, v,
-                 pos, n, kvd);
+    const hk_kv_flat<float> kv = {kc, vc};
+    HK_LAUNCH_1D(hk_kv_store_kernel, n, HK_EW_THREADS, stream, kv, k, v, pos, n,
+                 kvd);
 }
 
 extern "C" int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
@@ -166,8 +154,24 @@ extern "C" int hk_cuda_kv_store_decode(float *const *kcs, float *const *vcs,
     if (B < 0 || kvd < 0)
         return HK_CUDA_EINVAL;
     const size_t n = (size_t)B * kvd;
-    HK_LAUNCH_1D(hk_kv_store_decode_kernel, n, HK_EW_THREADS, stream, kcs, vcs,
-                 k, v, pos, n, kvd);
+    const hk_kv_own<float> kv = {kcs, vcs};
+    HK_LAUNCH_1D(hk_kv_store_kernel, n, HK_EW_THREADS, stream, kv, k, v, pos, n,
+                 kvd);
+}
+
+extern "C" int hk_cuda_kv_store_paged(float *k_pages, float *v_pages,
+                                      const float *k, const float *v,
+                                      const int *table, int max_pages,
+                                      const int *pos, int B, int P, int kvd,
+                                      void *stream)
+{
+    const int shift = hk_page_shift(P);
+    if (B < 0 || kvd < 0 || shift < 0 || (B > 0 && max_pages < 1))
+        return HK_CUDA_EINVAL;
+    const size_t n = (size_t)B * kvd;
+    const hk_kv_paged<float> kv = {k_pages, v_pages, table, max_pages, shift};
+    HK_LAUNCH_1D(hk_kv_store_kernel, n, HK_EW_THREADS, stream, kv, k, v, pos, n,
+                 kvd);
 }
 
 extern "C" int hk_cuda_embed(float *x, const float *table, const int *ids,

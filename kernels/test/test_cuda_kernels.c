@@ -58,10 +58,12 @@ static const char *const op_names[] = {"rmsnorm_zc",
                                        "scale_rows",
                                        "kv_store",
                                        "kv_store_decode",
+                                       "kv_store_paged",
                                        "embed",
                                        "weight_rows",
                                        "attention",
                                        "attention_decode",
+                                       "attention_decode_paged",
                                        "moe_route",
                                        "moe_plan",
                                        "moe_gather",
@@ -847,6 +849,15 @@ static void test_trans_rope_shift(void)
 /* ---- projections -----------------------------------------------------------
  */
 
+/* A device array of n device pointers. */
+static void *dev_ptrs(float *const *h, int n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (size_t)(n ? n : 1) * sizeof(float *)));
+    CK(hk_cuda_h2d(d, h, (size_t)n * sizeof(float *), NULL));
+    return d;
+}
+
 static int *dev_ints(const int *h, size_t n)
 {
     void *d = NULL;
@@ -1071,6 +1082,43 @@ static void test_gate_scale(void)
     }
 }
 
+/* A block table [B, maxp] over npages pages: request b's first
+ * ceil(n[b] / P) entries are distinct pages in a shuffled order; the
+ * others (never to be read) name the page returned, which nobody owns. */
+static int page_table(int *table, const int *n, int B, int P, int maxp,
+                      int npages)
+{
+    int *perm = hbytes((size_t)npages * sizeof(int));
+    for (int i = 0; i < npages; i++)
+        perm[i] = i;
+    for (int i = npages - 1; i > 0; i--) {
+        const int j = (int)(0.5 * (urand() + 1.0) * (i + 1)), t = perm[i];
+        perm[i] = perm[j], perm[j] = t;
+    }
+    int used = 0;
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < maxp; i++)
+            table[b * maxp + i] = i < (n[b] + P - 1) / P ? perm[used++] : -1;
+    const int spare = perm[used];
+    for (int i = 0; i < B * maxp; i++)
+        table[i] = table[i] < 0 ? spare : table[i];
+    free(perm);
+    return spare;
+}
+
+/* Pages for n[b] positions of B requests, plus two nobody owns. */
+static int pages_for(const int *n, int B, int P, int *maxp)
+{
+    int total = 2;
+    *maxp = 1;
+    for (int b = 0; b < B; b++) {
+        const int np = (n[b] + P - 1) / P;
+        total += np;
+        *maxp = np > *maxp ? np : *maxp;
+    }
+    return total;
+}
+
 /* Cache rows by position: prefill rows at scattered positions (a PIC
  * splice writes recomputed rows between reused ones), then one decode
  * row per request into separate caches; untouched rows must stay. */
@@ -1121,6 +1169,33 @@ static void test_kv_store(void)
         ok(good, "kv_store_decode B=%d N=%d kvd=%d", T, N, kvd);
         CK(hk_cuda_free(dpk));
         CK(hk_cuda_free(dpv));
+
+        /* paged: request b's row to position pos[b] of its pages (P = 4
+         * and 16), the rest of the arena unchanged */
+        for (int P = 4; P <= 16; P *= 4) {
+            int lens[16], maxp = 0;
+            for (int b = 0; b < T; b++)
+                lens[b] = pos[b] + 1 + b % 3; /* the new row is not last */
+            const int npages = pages_for(lens, T, P, &maxp);
+            int *table = hbytes((size_t)T * maxp * sizeof(int));
+            page_table(table, lens, T, P, maxp, npages);
+            const size_t na = (size_t)npages * P * kvd;
+            float *kp = frand(na, 1.0), *vp = frand(na, 1.0);
+            float *dkp = dev_from(kp, na), *dvp = dev_from(vp, na);
+            int *dtab = dev_ints(table, (size_t)T * maxp);
+            hk_kv_store_paged(kp, vp, k, v, table, maxp, pos, T, P, kvd);
+            RUN(hk_cuda_kv_store_paged(dkp, dvp, dk, dv, dtab, maxp, dpos, T, P,
+                                       kvd, NULL));
+            ok(same_cpu(kp, dkp, na, "k pages") &
+                   same_cpu(vp, dvp, na, "v pages"),
+               "kv_store_paged B=%d P=%d pages=%d kvd=%d", T, P, npages, kvd);
+            CK(hk_cuda_free(dkp));
+            CK(hk_cuda_free(dvp));
+            CK(hk_cuda_free(dtab));
+            free(kp);
+            free(vp);
+            free(table);
+        }
         CK(hk_cuda_free(dkc));
         CK(hk_cuda_free(dvc));
         CK(hk_cuda_free(dk));
@@ -1383,6 +1458,16 @@ static void test_attention(void)
     }
 }
 
+/* The decode's kernels: kernel, with scratch (flash-decoding's splits). */
+static const struct {
+    hk_cuda_att_impl_t impl;
+    int scratch;
+    const char *name;
+} dec_impls[] = {{HK_CUDA_ATT_SIMPLE, 0, "simple"},
+                 {HK_CUDA_ATT_FLASH, 0, "flash"},
+                 {HK_CUDA_ATT_FLASH, 1, "flash split"}};
+#define N_DEC_IMPLS ((int)(sizeof dec_impls / sizeof dec_impls[0]))
+
 /* B requests, one query each, every cache its own allocation of its own
  * length; the reference is hk_attention with T = 1, qpos = n_ctx - 1. */
 static void test_attention_decode(void)
@@ -1394,14 +1479,6 @@ static void test_attention_decode(void)
                                     {4, 6, 6, 64},  {2, 16, 2, 128},
                                     {4, 8, 2, 256}, {3, 4, 1, 33}};
     static const int ctx[] = {65, 1, 200, 64};
-    /* kernel, with scratch */
-    static const struct {
-        hk_cuda_att_impl_t impl;
-        int scratch;
-        const char *name;
-    } impls[] = {{HK_CUDA_ATT_SIMPLE, 0, "simple"},
-                 {HK_CUDA_ATT_FLASH, 0, "flash"},
-                 {HK_CUDA_ATT_FLASH, 1, "flash split"}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
         const int B = shapes[s][0], Hq = shapes[s][1], Hkv = shapes[s][2];
         const int hd = shapes[s][3];
@@ -1422,23 +1499,20 @@ static void test_attention_decode(void)
                          kc[b], vc[b], 1, nctx[b], Hq, Hkv, hd, scale, scr);
             free(scr);
         }
-        void *dpk = NULL, *dpv = NULL;
-        CK(hk_cuda_malloc(&dpk, B * sizeof(float *)));
-        CK(hk_cuda_malloc(&dpv, B * sizeof(float *)));
-        CK(hk_cuda_h2d(dpk, dkc, B * sizeof(float *), NULL));
-        CK(hk_cuda_h2d(dpv, dvc, B * sizeof(float *), NULL));
+        void *dpk = dev_ptrs(dkc, B), *dpv = dev_ptrs(dvc, B);
         float *dq = dev_from(q, nq), *dO = dev_alloc(nq);
         int *dctx = dev_ints(nctx, B);
         const size_t nscr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd);
         float *dscr = nscr ? dev_alloc(nscr) : NULL;
-        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+        for (int m = 0; m < N_DEC_IMPLS; m++) {
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
             RUN(hk_cuda_attention_decode_ex(
-                impls[m].impl, dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd, scale,
-                impls[m].scratch && nscr ? dscr : NULL, NULL));
+                dec_impls[m].impl, dO, dq, dpk, dpv, dctx, B, Hq, Hkv, hd,
+                scale, dec_impls[m].scratch && nscr ? dscr : NULL, NULL));
             ok(close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o"),
                "attention_decode %s B=%d Hq=%d Hkv=%d hd=%d (scratch %zu)",
-               impls[m].name, B, Hq, Hkv, hd, impls[m].scratch ? nscr : 0);
+               dec_impls[m].name, B, Hq, Hkv, hd,
+               dec_impls[m].scratch ? nscr : 0);
         }
         for (int b = 0; b < B; b++) {
             CK(hk_cuda_free(dkc[b]));
@@ -1452,6 +1526,124 @@ static void test_attention_decode(void)
         CK(hk_cuda_free(dq));
         CK(hk_cuda_free(dO));
         CK(hk_cuda_free(dctx));
+        free(q);
+        free(o);
+    }
+}
+
+/* Paged decode: B requests with ragged contexts (1, P - 1, P, P + 1 and
+ * a long one, in turn) whose rows lie on shuffled pages of an arena;
+ * the rows past each context, the pages nobody owns and the one unused
+ * table entries name are NaN, so a key read past a context shows. Each
+ * request's last row (the new token) is stored by kv_store_paged first.
+ * Every kernel (with and without flash-decoding's splits) against the
+ * CPU twin, and against the contiguous decode on the same rows. */
+static void test_attention_decode_paged(void)
+{
+    /* B, Hq, Hkv, hd, P. The small grid (the emulator in make test) runs
+     * the first two: hd 256 and 64, P 16 and 64, r 4 and 8, every
+     * context length; the rest: hd 128, r 3, 1, 16, P 4, B 1..6. */
+    static const int shapes[][5] = {{5, 8, 2, 256, 16}, {5, 16, 2, 64, 64},
+                                    {3, 6, 2, 128, 16}, {1, 1, 1, 64, 64},
+                                    {6, 4, 4, 128, 4},  {2, 16, 1, 256, 64}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 2); s++) {
+        const int B = shapes[s][0], Hq = shapes[s][1], Hkv = shapes[s][2];
+        const int hd = shapes[s][3], P = shapes[s][4];
+        const size_t nq = (size_t)B * Hq * hd, row = (size_t)Hkv * hd;
+        const float scale = 1.0f / sqrtf((float)hd);
+        const int lens[5] = {1, P - 1, P, P + 1, 2 * P + 3};
+        int nctx[8], pos[8], maxp = 0, nmin = 1 << 30, nmax = 0;
+        for (int b = 0; b < B; b++) {
+            nctx[b] = lens[(b + s) % 5];
+            pos[b] = nctx[b] - 1;
+            nmin = nctx[b] < nmin ? nctx[b] : nmin;
+            nmax = nctx[b] > nmax ? nctx[b] : nmax;
+        }
+        const int npages = pages_for(nctx, B, P, &maxp);
+        int *table = hbytes((size_t)B * maxp * sizeof(int));
+        page_table(table, nctx, B, P, maxp, npages);
+        const size_t na = (size_t)npages * P * row;
+        float *kp = hmalloc(na), *vp = hmalloc(na);
+        for (size_t i = 0; i < na; i++)
+            kp[i] = vp[i] = NAN;
+        /* each request's rows in order: the contiguous caches; on its
+         * pages all but the last (stored below as the new token's) */
+        float *kc[8], *vc[8], *dkc[8], *dvc[8];
+        for (int b = 0; b < B; b++) {
+            kc[b] = frand(nctx[b] * row, 1.0);
+            vc[b] = frand(nctx[b] * row, 1.0);
+            for (int j = 0; j + 1 < nctx[b]; j++) {
+                const size_t at =
+                    ((size_t)table[b * maxp + j / P] * P + j % P) * row;
+                memcpy(kp + at, kc[b] + j * row, row * sizeof(float));
+                memcpy(vp + at, vc[b] + j * row, row * sizeof(float));
+            }
+        }
+        float *kn = hmalloc((size_t)B * row), *vn = hmalloc((size_t)B * row);
+        for (int b = 0; b < B; b++) {
+            memcpy(kn + b * row, kc[b] + pos[b] * row, row * sizeof(float));
+            memcpy(vn + b * row, vc[b] + pos[b] * row, row * sizeof(float));
+        }
+        float *dkp = dev_from(kp, na), *dvp = dev_from(vp, na);
+        float *dkn = dev_from(kn, (size_t)B * row);
+        float *dvn = dev_from(vn, (size_t)B * row);
+        int *dtab = dev_ints(table, (size_t)B * maxp),
+            *dctx = dev_ints(nctx, B);
+        int *dpos = dev_ints(pos, B);
+        hk_kv_store_paged(kp, vp, kn, vn, table, maxp, pos, B, P, (int)row);
+        RUN(hk_cuda_kv_store_paged(dkp, dvp, dkn, dvn, dtab, maxp, dpos, B, P,
+                                   (int)row, NULL));
+
+        float *q = frand(nq, 1.0), *o = hmalloc(nq);
+        float *scr =
+            hmalloc(hk_attention_decode_paged_scratch(nmax, Hq, Hkv, hd));
+        hk_attention_decode_paged(o, q, kp, vp, table, maxp, nctx, B, P, Hq,
+                                  Hkv, hd, scale, scr);
+        free(scr);
+        for (int b = 0; b < B; b++) {
+            dkc[b] = dev_from(kc[b], nctx[b] * row);
+            dvc[b] = dev_from(vc[b], nctx[b] * row);
+        }
+        void *dpk = dev_ptrs(dkc, B), *dpv = dev_ptrs(dvc, B);
+        float *dq = dev_from(q, nq), *dO = dev_alloc(nq);
+        const size_t nscr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd);
+        float *dscr = nscr ? dev_alloc(nscr) : NULL;
+        for (int m = 0; m < N_DEC_IMPLS; m++) {
+            float *ds = dec_impls[m].scratch && nscr ? dscr : NULL;
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            RUN(hk_cuda_attention_decode_ex(dec_impls[m].impl, dO, dq, dpk, dpv,
+                                            dctx, B, Hq, Hkv, hd, scale, ds,
+                                            NULL));
+            float *oc = host_from(dO, nq);
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            RUN(hk_cuda_attention_decode_paged_ex(
+                dec_impls[m].impl, dO, dq, dkp, dvp, dtab, maxp, dctx, B, P, Hq,
+                Hkv, hd, scale, ds, NULL));
+            int good = close_cpu(o, dO, nq, ATOL_ATT, RTOL_ATT, "o vs cpu");
+            good &=
+                close_cpu(oc, dO, nq, ATOL_ATT, RTOL_ATT, "o vs contiguous");
+            ok(good,
+               "attention_decode_paged %s B=%d Hq=%d Hkv=%d hd=%d P=%d "
+               "n_ctx %d..%d over %d pages (scratch %zu)",
+               dec_impls[m].name, B, Hq, Hkv, hd, P, nmin, nmax, npages,
+               ds ? nscr : 0);
+            free(oc);
+        }
+        for (int b = 0; b < B; b++) {
+            CK(hk_cuda_free(dkc[b]));
+            CK(hk_cuda_free(dvc[b]));
+            free(kc[b]);
+            free(vc[b]);
+        }
+        void *dbufs[] = {dscr, dpk, dpv, dq,   dO,   dkp,
+                         dvp,  dkn, dvn, dtab, dctx, dpos};
+        for (size_t i = 0; i < sizeof dbufs / sizeof dbufs[0]; i++)
+            CK(hk_cuda_free(dbufs[i]));
+        free(table);
+        free(kp);
+        free(vp);
+        free(kn);
+        free(vn);
         free(q);
         free(o);
     }
@@ -1649,15 +1841,6 @@ static const unsigned tc_vflags[] = {0,
 static const char *const tc_vname[] = {"",    " v1",    " fast",   " ps",
                                        " a1", " a1 v1", " a1 fast"};
 #define TC_NVAR grid_n(NSHAPES(tc_vflags), 4)
-
-/* A device array of n device pointers. */
-static void *dev_ptrs(float *const *h, int n)
-{
-    void *d = NULL;
-    CK(hk_cuda_malloc(&d, (size_t)(n ? n : 1) * sizeof(float *)));
-    CK(hk_cuda_h2d(d, h, (size_t)n * sizeof(float *), NULL));
-    return d;
-}
 
 /* q, k, v of p as bf16 on the device (p's copies rounded in place). */
 typedef struct {
@@ -2410,6 +2593,20 @@ static void test_einval(void)
     good &= hk_cuda_attention_decode_ex(HK_CUDA_ATT_FLASH, &x, &x, NULL, NULL,
                                         NULL, 1, 32, 1, 8, 1.0f, NULL,
                                         NULL) == HK_CUDA_EINVAL; /* r > 16 */
+    /* page sizes: powers of two from HK_CUDA_PAGE_MIN only */
+    for (int P = 0; P <= 2 * HK_CUDA_PAGE_MAX; P = P < 64 ? P + 1 : 2 * P) {
+        const int pw2 =
+            P >= HK_CUDA_PAGE_MIN && P <= HK_CUDA_PAGE_MAX && !(P & (P - 1));
+        const int want = pw2 ? HK_CUDA_OK : HK_CUDA_EINVAL;
+        /* B = 0: nothing launched where P is good */
+        good &= hk_cuda_attention_decode_paged(&x, &x, &x, &x, NULL, 1, NULL, 0,
+                                               P, 2, 1, 8, 1.0f, NULL) == want;
+        good &= hk_cuda_kv_store_paged(&x, &x, &x, &x, NULL, 1, NULL, 0, P, 8,
+                                       NULL) == want;
+    }
+    good &= hk_cuda_attention_decode_paged(&x, &x, &x, &x, NULL, 0, NULL, 1, 16,
+                                           2, 1, 8, 1.0f,
+                                           NULL) == HK_CUDA_EINVAL; /* pages */
     good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0,
                          NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;
@@ -2495,10 +2692,11 @@ static void run_all(void)
     RUN_TEST(test_linear_i8);
     RUN_TEST(test_split_heads);
     RUN_TEST(test_gate_scale); /* gate_mul, scale_rows */
-    RUN_TEST(test_kv_store);   /* kv_store, kv_store_decode */
+    RUN_TEST(test_kv_store);   /* kv_store, kv_store_decode, _paged */
     RUN_TEST(test_embed);
     RUN_TEST(test_attention);
     RUN_TEST(test_attention_decode);
+    RUN_TEST(test_attention_decode_paged);
     RUN_TEST(test_moe);    /* moe_route, moe_plan, moe_gather, moe_scatter,
                               moe_combine */
     RUN_TEST(test_sample); /* argmax, topk */

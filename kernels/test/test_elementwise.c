@@ -115,6 +115,43 @@ static void test_kv_store(void)
     free(v);
 }
 
+/* Paged: request b's row at position pos[b] of its pages (table rows of
+ * 3 pages of P = 4, pages in no order); every other arena row unchanged. */
+static void test_kv_store_paged(void)
+{
+    enum { B = 4, P = 4, MAXP = 3, NPAGES = 13, KVD = 6 };
+    const int table[B * MAXP] = {7, 2, 11, 0, 12, 5, 9, 1, 3, 4, 10, 6};
+    const int pos[B] = {9, 0, 7, 4};
+    const size_t n = (size_t)NPAGES * P * KVD;
+    float *kp = frand_amp(n, 1.0), *vp = frand_amp(n, 1.0);
+    float *k0 = malloc(n * sizeof(float)), *v0 = malloc(n * sizeof(float));
+    memcpy(k0, kp, n * sizeof(float));
+    memcpy(v0, vp, n * sizeof(float));
+    float *k = frand_amp((size_t)B * KVD, 1.0), *v = frand_amp(B * KVD, 1.0);
+    hk_kv_store_paged(kp, vp, k, v, table, MAXP, pos, B, P, KVD);
+    int good = 1;
+    for (size_t r = 0; r < (size_t)NPAGES * P; r++) {
+        int src = -1; /* the request whose new row lands on arena row r */
+        for (int b = 0; b < B; b++)
+            src = (size_t)table[b * MAXP + pos[b] / P] * P + pos[b] % P == r
+                      ? b
+                      : src;
+        for (int d = 0; d < KVD; d++) {
+            const size_t e = r * KVD + d;
+            good &= kp[e] == (src < 0 ? k0[e] : k[src * KVD + d]);
+            good &= vp[e] == (src < 0 ? v0[e] : v[src * KVD + d]);
+        }
+    }
+    ok(good, "kv_store_paged: rows at their pages' positions, the rest "
+             "unchanged");
+    free(kp);
+    free(vp);
+    free(k0);
+    free(v0);
+    free(k);
+    free(v);
+}
+
 static void test_embed(void)
 {
     const int T = 5, V = 11, H = 6;
@@ -171,6 +208,7 @@ int main(void)
     test_split(5, 32, 32, 48);
     test_gate_scale();
     test_kv_store();
+    test_kv_store_paged();
     test_embed();
     test_gdn_gates();
     return tap_done();

@@ -606,6 +606,226 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 3)
     }
 }
 
+/* ---- v2 verification: T > 1 tokens per request ------------------------
+ * The decode step's blocks (slab of 4 NC4 columns, value head, request)
+ * and S layout (thread: 4 columns, rows rg + RG i, RPT float4 a pass, the
+ * first pass's loads issued first), for all T tokens: each pass of S rows
+ * stays in registers while the tokens go by in tiles of TT, so S0's slab
+ * is read once whatever T is. Per tile the thread's partials of
+ * e^{G_t} S0^T k_t, e^{G_t} S0^T q_t (and, on the first pass, of its
+ * buffered entries i = rg + RG m: CU[t][i] w_i, CO[t][i] w_i) are summed
+ * over the row groups in order through shared memory into U, O [T][CW].
+ * The coefficients are v1's: one thread per (token, entry <= its own),
+ * k_i.k_t, k_i.q_t serial over dk (entries >= len from the staged inputs,
+ * the same causal mask), times e^{G_t - G_i}. Last, one thread per column
+ * in token order adds this call's earlier entries (its own w's, kept in
+ * U's slots) and forms w_t, o_t, as v1's phase 3. A kernel of its own
+ * rather than the step's body with T = 1: the step gets its key products
+ * from all 256 threads over dk (one token has too few (token, entry)
+ * pairs to fill the block), and one row-group sum. */
+#define HK_KV2_TT 4 /* tokens a tile: 2 T accumulators of float4 */
+
+/* Dynamic shared memory of the verification (bytes): Gt [T], G_i [lp]
+ * doubles (an even count: 16-byte aligned floats after them), then the
+ * slab of w_i [lp][CW], U, O [T][CW], CU, CO [T][lp], k_t, q_t [T][dk],
+ * e^{G_t}, beta_t [T] floats. */
+static size_t hk_kv2v_smem(int T, int lp, int nc4, int dk)
+{
+    const size_t cw = 4 * (size_t)nc4;
+    return 8 * (size_t)((T + lp + 1) & ~1) +
+           4 * ((size_t)lp * cw + 2 * (size_t)T * cw + 2 * (size_t)T * lp +
+                2 * (size_t)T * dk + 2 * (size_t)T);
+}
+
+template <int NC4, int TT>
+static __global__ void __launch_bounds__(HK_KV2_THREADS, 2)
+    hk_kvbuf_verify2_kernel(float *o,                  // [R*T, Hv, dv]
+                            float *arena,              // blocks
+                            const hk_kvbuf_view_t *vw, // [R]
+                            const float *q,            // [R*T, Hk, dk]
+                            const float *k,            // [R*T, Hk, dk]
+                            const float *v,            // [R*T, Hv, dv]
+                            const float *gl,           // [R*T, Hv]
+                            const float *beta,         // [R*T, Hv]
+                            int T, hk_kvbuf_geom_t g, int lp)
+{
+    constexpr int RG = HK_KV2_THREADS / NC4, RPT = HK_KV2_RPT, CH = RG * RPT;
+    constexpr int CW = 4 * NC4;
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ float4 red4[2][TT][HK_KV2_THREADS];
+    const int slab = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+    const int Hk = g.Hk, Hv = g.Hv, dk = g.dk, dv = g.dv, bs = g.bs;
+    const int kh = h / (Hv / Hk);
+    const int tid = threadIdx.x;
+    const int cg = tid % NC4, rg = tid / NC4, j0 = slab * CW, j = j0 + 4 * cg;
+    const hk_kvbuf_view_t V = vw[r];
+    const int len = V.len, n = len + T;
+    const hk_kb_at at = hk_kb_view(arena, V, g);
+    const float *S = V.S ? V.S + (size_t)h * dk * dv : nullptr;
+    const size_t row0 = (size_t)r * T;
+    double *Gt = reinterpret_cast<double *>(smem), *sG = Gt + T;
+    float *sw = reinterpret_cast<float *>(Gt + ((T + lp + 1) & ~1));
+    float *U = sw + (size_t)lp * CW, *O = U + (size_t)T * CW;
+    float *CU = O + (size_t)T * CW, *CO = CU + (size_t)T * lp;
+    float *ks = CO + (size_t)T * lp, *qs = ks + (size_t)T * dk;
+    float *eG = qs + (size_t)T * dk, *bt = eG + T;
+
+    /* first the first pass of S, into registers */
+    float4 s[RPT];
+    hk_kv2_load<RPT, RG>(s, S, 0, rg, j, dk, dv);
+
+    /* the small inputs: the buffered entries' w slab and G, the tokens'
+     * k and q (the group's first value head, slab 0, writes the new
+     * keys), G_t in double by one thread (slab 0 writes them) */
+    for (int x = tid; x < len * NC4; x += HK_KV2_THREADS) {
+        const int i = x / NC4, jj = j0 + 4 * (x % NC4);
+        float4 w4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (jj < dv)
+            w4 = *reinterpret_cast<const float4 *>(at.w(i, h) + jj);
+        *reinterpret_cast<float4 *>(sw + (size_t)i * CW + 4 * (x % NC4)) = w4;
+    }
+    for (int i = tid; i < len; i += HK_KV2_THREADS)
+        sG[i] = *at.G(i, h);
+    const bool writer = slab == 0 && h % (Hv / Hk) == 0;
+    for (int x = tid; x < T * dk; x += HK_KV2_THREADS) {
+        const int t = x / dk, e = x % dk;
+        const size_t src = ((row0 + t) * Hk + kh) * dk + e;
+        ks[x] = k[src];
+        qs[x] = q[src];
+        if (writer)
+            at.key(len + t, kh)[(size_t)e * bs] = k[src];
+    }
+    if (tid == 0) {
+        double G = len > 0 ? *at.G(len - 1, h) : 0.0;
+        for (int t = 0; t < T; t++) {
+            G += (double)gl[(row0 + t) * Hv + h];
+            Gt[t] = G;
+            eG[t] = hk_gdn_decay(G);
+            bt[t] = beta[(row0 + t) * Hv + h];
+            if (slab == 0)
+                *at.G(len + t, h) = G;
+        }
+    }
+    __syncthreads();
+
+    /* coefficients of every (token t, entry i <= len + t) */
+    for (int x = tid; x < T * n; x += HK_KV2_THREADS) {
+        const int t = x / n, i = x % n;
+        if (i > len + t)
+            continue; /* a later draft: causal */
+        const float *kt = ks + (size_t)t * dk, *qt = qs + (size_t)t * dk;
+        float kk = 0.0f, kq = 0.0f;
+        if (i < len) {
+            const float *K = at.key(i, kh);
+#pragma unroll 4
+            for (int e = 0; e < dk; e++) {
+                const float ke = K[(size_t)e * bs];
+                kk += ke * kt[e];
+                kq += ke * qt[e];
+            }
+        } else {
+            const float *K = ks + (size_t)(i - len) * dk;
+#pragma unroll 4
+            for (int e = 0; e < dk; e++) {
+                kk += K[e] * kt[e];
+                kq += K[e] * qt[e];
+            }
+        }
+        if (i == len + t) { /* the token's own entry: no decay */
+            CO[(size_t)t * lp + i] = kq;
+            continue;
+        }
+        const double Gi = i < len ? sG[i] : Gt[i - len];
+        const float c = hk_gdn_decayf(Gt[t] - Gi);
+        CU[(size_t)t * lp + i] = c * kk;
+        CO[(size_t)t * lp + i] = c * kq;
+    }
+    __syncthreads();
+
+    /* S0 (pass by pass, each pass held for every tile of tokens) and the
+     * buffered entries (first pass), summed over the row groups in order */
+    const int passes = S ? HK_CEIL_DIV(dk, CH) : 1;
+    for (int p = 0; p < passes; p++) {
+        const int c0 = p * CH;
+        if (p > 0)
+            hk_kv2_load<RPT, RG>(s, S, c0, rg, j, dk, dv);
+        for (int t0 = 0; t0 < T; t0 += TT) {
+            float4 su[TT], so[TT];
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                su[tt] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                so[tt] = su[tt];
+            }
+            if (S) {
+#pragma unroll
+                for (int i = 0; i < RPT; i++) {
+                    const int e = min(c0 + rg + RG * i, dk - 1); /* 0 past */
+#pragma unroll
+                    for (int tt = 0; tt < TT; tt++) {
+                        const int t = min(t0 + tt, T - 1); /* unused past T */
+                        hk_kv2_fma(su[tt], ks[(size_t)t * dk + e], s[i]);
+                        hk_kv2_fma(so[tt], qs[(size_t)t * dk + e], s[i]);
+                    }
+                }
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) {
+                    const float e = eG[min(t0 + tt, T - 1)];
+                    su[tt].x *= e, su[tt].y *= e, su[tt].z *= e, su[tt].w *= e;
+                    so[tt].x *= e, so[tt].y *= e, so[tt].z *= e, so[tt].w *= e;
+                }
+            }
+            for (int i = rg; p == 0 && i < len; i += RG) {
+                const float4 wi = *reinterpret_cast<const float4 *>(
+                    sw + (size_t)i * CW + 4 * cg);
+#pragma unroll
+                for (int tt = 0; tt < TT; tt++) {
+                    const size_t ti = (size_t)min(t0 + tt, T - 1) * lp + i;
+                    hk_kv2_fma(su[tt], CU[ti], wi);
+                    hk_kv2_fma(so[tt], CO[ti], wi);
+                }
+            }
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                red4[0][tt][tid] = su[tt];
+                red4[1][tt][tid] = so[tt];
+            }
+            __syncthreads();
+            for (int x = tid; x < 2 * TT * CW; x += HK_KV2_THREADS) {
+                const int qn = x / (TT * CW), tt = x / CW % TT, jj = x % CW;
+                if (t0 + tt >= T)
+                    continue;
+                const float *rd =
+                    reinterpret_cast<const float *>(red4[qn][tt]) + jj;
+                float sum = 0.0f;
+                for (int y = 0; y < RG; y++)
+                    sum += rd[(size_t)y * CW];
+                float *dst = (qn ? O : U) + (size_t)(t0 + tt) * CW + jj;
+                *dst = p ? *dst + sum : sum;
+            }
+            __syncthreads(); /* red4 is rewritten by the next tile */
+        }
+    }
+
+    /* one thread per column, in token order: this call's earlier entries
+     * (their w in U's slots, written by this thread), then w_t and o_t */
+    if (tid < CW && j0 + tid < dv) {
+        for (int t = 0; t < T; t++) {
+            const float *cu = CU + (size_t)t * lp, *co = CO + (size_t)t * lp;
+            float u = U[(size_t)t * CW + tid], oa = O[(size_t)t * CW + tid];
+            for (int i = len; i < len + t; i++) {
+                const float wi = U[(size_t)(i - len) * CW + tid];
+                u += cu[i] * wi;
+                oa += co[i] * wi;
+            }
+            const size_t row = (row0 + t) * Hv + h;
+            const float wt = bt[t] * (v[row * dv + j0 + tid] - u);
+            U[(size_t)t * CW + tid] = wt;
+            at.w(len + t, h)[j0 + tid] = wt;
+            o[row * dv + j0 + tid] = oa + co[len + t] * wt;
+        }
+    }
+}
+
 template <int NC4>
 static __global__ void __launch_bounds__(HK_KV2_THREADS, 3)
     hk_kvbuf_flush2_kernel(float *arena, const hk_kvbuf_view_t *vw,
@@ -798,27 +1018,41 @@ static int hk_kvbuf_step_v1(float *o, float *arena, const hk_kvbuf_view_t *vw,
     return hk_cuda_check_launch();
 }
 
+/* v2's shared memory for T tokens (the static part included), lp = lmax
+ * rounded up to whole blocks. */
+static size_t hk_kv2_step_bytes(int T, int lp, int nc4, int dk)
+{
+    if (T == 1) /* 8 KB of row-group partials and the scalars */
+        return hk_kv2_smem(lp, nc4, dk) + 8 * 1024 + 64;
+    return hk_kv2v_smem(T, lp, nc4, dk) +
+           2 * HK_KV2_TT * HK_KV2_THREADS * sizeof(float4);
+}
+
 static int hk_kvbuf_step_v2(float *o, float *arena, const hk_kvbuf_view_t *vw,
                             const float *q, const float *k, const float *v,
-                            const float *gl, const float *beta, int R,
-                            const hk_kvbuf_geom_t *g, int lmax, unsigned flags,
+                            const float *gl, const float *beta, int R, int T,
+                            const hk_kvbuf_geom_t *g, int lmax, int nc4,
                             cudaStream_t s)
 {
-    const int nc4 = hk_kv2_nc4(flags, g->Hv, R, g->dv);
     const int lp = HK_CEIL_DIV(lmax, g->bs) * g->bs;
-    const size_t sm = hk_kv2_smem(lp, nc4, g->dk);
-    /* the static part: 8 KB of row-group partials and the scalars */
-    if (sm + 8 * 1024 + 64 > (size_t)hk_cuda_smem_optin())
-        return HK_CUDA_EINVAL;
     const dim3 grid(HK_CEIL_DIV(g->dv, 4 * nc4), g->Hv, R);
+    const size_t sm =
+        T == 1 ? hk_kv2_smem(lp, nc4, g->dk) : hk_kv2v_smem(T, lp, nc4, g->dk);
+#define HK_KV2_LAUNCH(KERNEL, ...)                                             \
+    do {                                                                       \
+        if (sm > 32 * 1024)                                                    \
+            cudaFuncSetAttribute(                                              \
+                KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm); \
+        KERNEL<<<grid, HK_KV2_THREADS, sm, s>>>(__VA_ARGS__);                  \
+    } while (0)
 #define HK_KV2_STEP(NC4)                                                       \
     do {                                                                       \
-        if (sm > 40 * 1024)                                                    \
-            cudaFuncSetAttribute(hk_kvbuf_step1_kernel<NC4>,                   \
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,  \
-                                 (int)sm);                                     \
-        hk_kvbuf_step1_kernel<NC4><<<grid, HK_KV2_THREADS, sm, s>>>(           \
-            o, arena, vw, q, k, v, gl, beta, *g, lp);                          \
+        if (T == 1)                                                            \
+            HK_KV2_LAUNCH(hk_kvbuf_step1_kernel<NC4>, o, arena, vw, q, k, v,   \
+                          gl, beta, *g, lp);                                   \
+        else                                                                   \
+            HK_KV2_LAUNCH((hk_kvbuf_verify2_kernel<NC4, HK_KV2_TT>), o, arena, \
+                          vw, q, k, v, gl, beta, T, *g, lp);                   \
     } while (0)
     if (nc4 == 32)
         HK_KV2_STEP(32);
@@ -827,6 +1061,7 @@ static int hk_kvbuf_step_v2(float *o, float *arena, const hk_kvbuf_view_t *vw,
     else
         HK_KV2_STEP(8);
 #undef HK_KV2_STEP
+#undef HK_KV2_LAUNCH
     return hk_cuda_check_launch();
 }
 
@@ -841,7 +1076,11 @@ extern "C" int hk_cuda_kvbuf_step_ex(float *o, float *arena,
         lmax < T || (R > 0 && (!vw || !arena)) || !hk_kv_flags_ok(flags))
         return HK_CUDA_EINVAL;
     flags = hk_kv_resolve(flags);
-    const bool v2 = T == 1 && hk_kv2_ok(g, arena, v, o);
+    const int nc4 = hk_kv2_nc4(flags, g->Hv, R, g->dv);
+    const int lp = HK_CEIL_DIV(lmax, g->bs) * g->bs;
+    const bool v2 =
+        hk_kv2_ok(g, arena, v, o) &&
+        hk_kv2_step_bytes(T, lp, nc4, g->dk) <= (size_t)hk_cuda_smem_optin();
     const bool forced = flags & (HK_CUDA_KVBUF_V2 | HK_CUDA_KVBUF_CW_MASK);
     if (forced && !v2)
         return HK_CUDA_EINVAL; /* a bench or test asked for v2 by name */
@@ -849,8 +1088,8 @@ extern "C" int hk_cuda_kvbuf_step_ex(float *o, float *arena,
         return HK_CUDA_OK;
     const cudaStream_t s = hk_stream(stream);
     if (v2 && !(flags & HK_CUDA_KVBUF_V1))
-        return hk_kvbuf_step_v2(o, arena, vw, q, k, v, gl, beta, R, g, lmax,
-                                flags, s);
+        return hk_kvbuf_step_v2(o, arena, vw, q, k, v, gl, beta, R, T, g, lmax,
+                                nc4, s);
     return hk_kvbuf_step_v1(o, arena, vw, q, k, v, gl, beta, R, T, g, lmax, s);
 }
 

@@ -936,14 +936,16 @@ static bool hk_kv2_ok(const hk_kvbuf_geom_t *g, const void *arena,
            ((uintptr_t)arena | (uintptr_t)a | (uintptr_t)b) % 16 == 0;
 }
 
-/* DEFAULT kernels: HYPIC_CUDA_KVBUF=v1 picks the first ones, else v2
- * (read once). */
+/* DEFAULT kernels: HYPIC_CUDA_KVBUF=v1 picks the first ones, v2 the
+ * streaming ones by name (a call they cannot take is an error, not v1:
+ * the tests' way to prove the engine runs them), else v2 where it
+ * applies (read once). */
 static unsigned hk_kv_resolve(unsigned flags)
 {
-    static const char *const names[] = {"v1"};
-    static const int values[] = {HK_CUDA_KVBUF_V1};
+    static const char *const names[] = {"v1", "v2"};
+    static const int values[] = {HK_CUDA_KVBUF_V1, HK_CUDA_KVBUF_V2};
     static const unsigned env =
-        (unsigned)hk_env_choice("HYPIC_CUDA_KVBUF", names, values, 1, 0);
+        (unsigned)hk_env_choice("HYPIC_CUDA_KVBUF", names, values, 2, 0);
     return flags ? flags : env;
 }
 

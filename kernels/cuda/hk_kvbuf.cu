@@ -89,6 +89,115 @@ static __device__ hk_kb_at hk_kb_view(float *arena, const hk_kvbuf_view_t &V,
     return a;
 }
 
+/* The phases a multi-token step shares (v1, v2's verification), each run
+ * by one block of nth threads.
+ * Phase 0: G_t = G_{t-1} + g_t in double by thread 0 (the CPU's order),
+ * into Gt [T] and the entries when wG; e^{G_t} into eG [T]; the tokens' k
+ * and q of key head kh staged in ks, qs [T][dk]; the new keys written into
+ * their block columns when wkey (the group's first value head: the other
+ * heads take entries >= len from the staged keys, so no block waits for
+ * another). */
+static __device__ void hk_kb_stage_tokens(double *Gt, float *eG, float *ks,
+                                          float *qs, const hk_kb_at &at,
+                                          const float *q, const float *k,
+                                          const float *gl, size_t row0, int len,
+                                          int T, int h, int kh, int Hk, bool wG,
+                                          bool wkey, int nth)
+{
+    const int tid = threadIdx.x, dk = at.dk;
+    if (tid == 0) {
+        double G = len > 0 ? *at.G(len - 1, h) : 0.0;
+        for (int t = 0; t < T; t++) {
+            G += (double)gl[(row0 + t) * at.Hv + h];
+            Gt[t] = G;
+            eG[t] = hk_gdn_decay(G);
+            if (wG)
+                *at.G(len + t, h) = G;
+        }
+    }
+    for (int x = tid; x < T * dk; x += nth) {
+        const int t = x / dk, e = x % dk;
+        const size_t src = ((row0 + t) * Hk + kh) * dk + e;
+        ks[x] = k[src];
+        qs[x] = q[src];
+        if (wkey)
+            at.key(len + t, kh)[(size_t)e * at.bs] = k[src];
+    }
+}
+
+/* Phase 1: the coefficients of every (token t, entry i <= len + t: a later
+ * draft is masked) into CU, CO [T][ld]: k_i.k_t and k_i.q_t serial over dk
+ * (the CPU's vertical sums; entries >= len from the staged keys) times
+ * e^{G_t - G_i}; the token's own entry, undecayed, in CO only. Gb: the
+ * buffered entries' G staged in shared memory, or NULL (from the arena). */
+static __device__ void hk_kb_coefs(float *CU, float *CO, int ld,
+                                   const float *ks, const float *qs,
+                                   const double *Gt, const double *Gb,
+                                   const hk_kb_at &at, int len, int T, int h,
+                                   int kh, int nth)
+{
+    const int n = len + T, dk = at.dk, bs = at.bs;
+    for (int x = threadIdx.x; x < T * n; x += nth) {
+        const int t = x / n, i = x % n;
+        if (i > len + t)
+            continue;
+        const float *kt = ks + (size_t)t * dk, *qt = qs + (size_t)t * dk;
+        float kk = 0.0f, kq = 0.0f;
+        if (i < len) {
+            const float *K = at.key(i, kh);
+#pragma unroll 4
+            for (int e = 0; e < dk; e++) {
+                const float ke = K[(size_t)e * bs];
+                kk += ke * kt[e];
+                kq += ke * qt[e];
+            }
+        } else {
+            const float *K = ks + (size_t)(i - len) * dk;
+#pragma unroll 4
+            for (int e = 0; e < dk; e++) {
+                kk += K[e] * kt[e];
+                kq += K[e] * qt[e];
+            }
+        }
+        if (i == len + t) { /* the token's own entry: no decay */
+            CO[(size_t)t * ld + i] = kq;
+            continue;
+        }
+        const double Gi = i < len ? (Gb ? Gb[i] : *at.G(i, h)) : Gt[i - len];
+        const float c = hk_gdn_decayf(Gt[t] - Gi);
+        CU[(size_t)t * ld + i] = c * kk;
+        CO[(size_t)t * ld + i] = c * kq;
+    }
+}
+
+/* Phase 3, one thread's column (col of U, O [T][ldu], j of the head's dv)
+ * in token order: U, O hold e^{G_t} S0^T k_t + the buffered entries' terms
+ * (S0^T q_t ...); this call's earlier entries are added (their w kept in
+ * U's slots of the tokens before, by this thread), then
+ * w_t = beta_t (v_t - u) into the arena and o_t = O + (k_t.q_t) w_t. */
+static __device__ void hk_kb_tokens(float *U, const float *O, int ldu, int col,
+                                    int j, const float *CU, const float *CO,
+                                    int ld, const hk_kb_at &at, const float *v,
+                                    const float *beta, float *o, size_t row0,
+                                    int len, int T, int h)
+{
+    const int Hv = at.Hv, dv = at.dv;
+    for (int t = 0; t < T; t++) {
+        const float *cu = CU + (size_t)t * ld, *co = CO + (size_t)t * ld;
+        float u = U[(size_t)t * ldu + col], oa = O[(size_t)t * ldu + col];
+        for (int i = len; i < len + t; i++) {
+            const float wi = U[(size_t)(i - len) * ldu + col];
+            u += cu[i] * wi;
+            oa += co[i] * wi;
+        }
+        const size_t row = (row0 + t) * Hv + h;
+        const float wt = beta[row] * (v[row * dv + j] - u);
+        U[(size_t)t * ldu + col] = wt;
+        at.w(len + t, h)[j] = wt;
+        o[row * dv + j] = oa + co[len + t] * wt;
+    }
+}
+
 /* Column of lane's c-th value: lane + 32c, or with VEC 4 adjacent columns
  * per 128 (dv a multiple of 128). */
 template <bool VEC>
@@ -129,8 +238,10 @@ static size_t hk_kb_smem(int T, int dk, int dv, int lmax)
            4 * (size_t)T * (1 + 2 * (size_t)dk + 2 * (size_t)lmax + 2 * dv);
 }
 
+/* 4 blocks per SM (64 registers) up to 4 values a lane, as before the
+ * phases shared with v2's verification, which took it to 73-77. */
 template <int CPT, bool VEC>
-static __global__ void __launch_bounds__(HK_KB_THREADS)
+static __global__ void __launch_bounds__(HK_KB_THREADS, CPT <= 4 ? 4 : 1)
     hk_kvbuf_step_kernel(float *o,                  // [R*T, Hv, dv]
                          float *arena,              // blocks
                          const hk_kvbuf_view_t *vw, // [R]
@@ -143,11 +254,11 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
 {
     HK_DYNAMIC_SMEM(smem);
     const int h = blockIdx.x, r = blockIdx.y;
-    const int Hk = g.Hk, Hv = g.Hv, dk = g.dk, dv = g.dv, bs = g.bs;
+    const int Hk = g.Hk, Hv = g.Hv, dk = g.dk, dv = g.dv;
     const int kh = h / (Hv / Hk);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const hk_kvbuf_view_t V = vw[r];
-    const int len = V.len, n = len + T;
+    const int len = V.len;
     const hk_kb_at at = hk_kb_view(arena, V, g);
     double *Gt = reinterpret_cast<double *>(smem);
     float *eG = reinterpret_cast<float *>(Gt + T);
@@ -157,56 +268,13 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
     const size_t row0 = (size_t)r * T;
 
     /* 0. decays, the tokens' q and k, the new keys */
-    if (tid == 0) {
-        double G = len > 0 ? *at.G(len - 1, h) : 0.0;
-        for (int t = 0; t < T; t++) {
-            G += (double)gl[(row0 + t) * Hv + h];
-            Gt[t] = G;
-            eG[t] = hk_gdn_decay(G);
-            *at.G(len + t, h) = G;
-        }
-    }
-    const bool writer = h % (Hv / Hk) == 0;
-    for (int x = tid; x < T * dk; x += HK_KB_THREADS) {
-        const int t = x / dk, e = x % dk;
-        const size_t src = ((row0 + t) * Hk + kh) * dk + e;
-        ks[x] = k[src];
-        qs[x] = q[src];
-        if (writer)
-            at.key(len + t, kh)[(size_t)e * bs] = k[src];
-    }
+    hk_kb_stage_tokens(Gt, eG, ks, qs, at, q, k, gl, row0, len, T, h, kh, Hk,
+                       true, h % (Hv / Hk) == 0, HK_KB_THREADS);
     __syncthreads();
 
     /* 1. coefficients of every (token, entry <= its own) */
-    for (int x = tid; x < T * n; x += HK_KB_THREADS) {
-        const int t = x / n, i = x % n;
-        if (i > len + t)
-            continue;
-        const float *kt = ks + (size_t)t * dk, *qt = qs + (size_t)t * dk;
-        float kk = 0.0f, kq = 0.0f;
-        if (i < len) {
-            const float *K = at.key(i, kh);
-            for (int e = 0; e < dk; e++) {
-                const float ke = K[(size_t)e * bs];
-                kk += ke * kt[e];
-                kq += ke * qt[e];
-            }
-        } else {
-            const float *K = ks + (size_t)(i - len) * dk;
-            for (int e = 0; e < dk; e++) {
-                kk += K[e] * kt[e];
-                kq += K[e] * qt[e];
-            }
-        }
-        if (i == len + t) { /* the token's own entry: no decay */
-            CO[(size_t)t * lmax + i] = kq;
-            continue;
-        }
-        const double Gi = i < len ? *at.G(i, h) : Gt[i - len];
-        const float c = hk_gdn_decayf(Gt[t] - Gi);
-        CU[(size_t)t * lmax + i] = c * kk;
-        CO[(size_t)t * lmax + i] = c * kq;
-    }
+    hk_kb_coefs(CU, CO, lmax, ks, qs, Gt, nullptr, at, len, T, h, kh,
+                HK_KB_THREADS);
     __syncthreads();
 
     /* 2. S0 and the entries buffered before the call */
@@ -284,24 +352,9 @@ static __global__ void __launch_bounds__(HK_KB_THREADS)
     }
 
     /* 3. this call's entries, in token order, one thread per column */
-    for (int j = tid; j < dv; j += HK_KB_THREADS) {
-        for (int t = 0; t < T; t++) {
-            const float *cu = CU + (size_t)t * lmax,
-                        *co = CO + (size_t)t * lmax;
-            float u = U[(size_t)t * dv + j], oa = O[(size_t)t * dv + j];
-            for (int i = len; i < len + t; i++) {
-                if (cu[i] == 0.0f && co[i] == 0.0f)
-                    continue;
-                const float wi = at.w(i, h)[j];
-                u += cu[i] * wi;
-                oa += co[i] * wi;
-            }
-            const size_t row = (row0 + t) * Hv + h;
-            const float wt = beta[row] * (v[row * dv + j] - u);
-            at.w(len + t, h)[j] = wt;
-            o[row * dv + j] = oa + co[len + t] * wt;
-        }
-    }
+    for (int j = tid; j < dv; j += HK_KB_THREADS)
+        hk_kb_tokens(U, O, dv, j, j, CU, CO, lmax, at, v, beta, o, row0, len, T,
+                     h);
 }
 
 template <int CPT>
@@ -433,6 +486,26 @@ static __device__ __forceinline__ void hk_kv2_fma(float4 &acc, float a,
     acc.w += a * x.w;
 }
 
+/* Stages the slab of the buffered entries' w (columns j0 .. j0 + 4 NC4,
+ * zeros past dv) in sw [len][4 NC4] and their G in sG [len]. */
+template <int NC4>
+static __device__ __forceinline__ void
+hk_kv2_stage_entries(float *sw, double *sG, const hk_kb_at &at, int len, int h,
+                     int j0)
+{
+    const int tid = threadIdx.x;
+    for (int x = tid; x < len * NC4; x += HK_KV2_THREADS) {
+        const int i = x / NC4, jj = j0 + 4 * (x % NC4);
+        float4 w4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (jj < at.dv)
+            w4 = *reinterpret_cast<const float4 *>(at.w(i, h) + jj);
+        *reinterpret_cast<float4 *>(sw + (size_t)i * 4 * NC4 + 4 * (x % NC4)) =
+            w4;
+    }
+    for (int i = tid; i < len; i += HK_KV2_THREADS)
+        sG[i] = *at.G(i, h);
+}
+
 /* Shared memory of the step (bytes) beyond its static part, lp = lmax
  * rounded up to whole blocks: G_i [lp] doubles, the slab of w_i [lp][4 NC4],
  * the warps' partial key products 2 [8][lp], k_t, q_t [dk], v_t [4 NC4]. */
@@ -485,15 +558,7 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 3)
     /* then the small inputs, staged in shared memory: the entries' w slab
      * and G, v_t's slab, k_t and q_t; the decay and self term; the new key
      * (the group's first value head, slab 0) and G_t (slab 0) */
-    for (int x = tid; x < len * NC4; x += HK_KV2_THREADS) {
-        const int i = x / NC4, jj = j0 + 4 * (x % NC4);
-        float4 w4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (jj < dv)
-            w4 = *reinterpret_cast<const float4 *>(at.w(i, h) + jj);
-        *reinterpret_cast<float4 *>(sw + (size_t)i * CW + 4 * (x % NC4)) = w4;
-    }
-    for (int i = tid; i < len; i += HK_KV2_THREADS)
-        sG[i] = *at.G(i, h);
+    hk_kv2_stage_entries<NC4>(sw, sG, at, len, h, j0);
     if (tid < CW)
         vs[tid] = j0 + tid < dv ? v[row * dv + j0 + tid] : 0.0f;
     const bool writer = slab == 0 && h % (Hv / Hk) == 0;
@@ -628,13 +693,13 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 3)
 /* Dynamic shared memory of the verification (bytes): Gt [T], G_i [lp]
  * doubles (an even count: 16-byte aligned floats after them), then the
  * slab of w_i [lp][CW], U, O [T][CW], CU, CO [T][lp], k_t, q_t [T][dk],
- * e^{G_t}, beta_t [T] floats. */
+ * e^{G_t} [T] floats. */
 static size_t hk_kv2v_smem(int T, int lp, int nc4, int dk)
 {
     const size_t cw = 4 * (size_t)nc4;
     return 8 * (size_t)((T + lp + 1) & ~1) +
            4 * ((size_t)lp * cw + 2 * (size_t)T * cw + 2 * (size_t)T * lp +
-                2 * (size_t)T * dk + 2 * (size_t)T);
+                2 * (size_t)T * dk + (size_t)T);
 }
 
 template <int NC4, int TT>
@@ -654,12 +719,12 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 2)
     HK_DYNAMIC_SMEM(smem);
     __shared__ float4 red4[2][TT][HK_KV2_THREADS];
     const int slab = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
-    const int Hk = g.Hk, Hv = g.Hv, dk = g.dk, dv = g.dv, bs = g.bs;
+    const int Hk = g.Hk, Hv = g.Hv, dk = g.dk, dv = g.dv;
     const int kh = h / (Hv / Hk);
     const int tid = threadIdx.x;
     const int cg = tid % NC4, rg = tid / NC4, j0 = slab * CW, j = j0 + 4 * cg;
     const hk_kvbuf_view_t V = vw[r];
-    const int len = V.len, n = len + T;
+    const int len = V.len;
     const hk_kb_at at = hk_kb_view(arena, V, g);
     const float *S = V.S ? V.S + (size_t)h * dk * dv : nullptr;
     const size_t row0 = (size_t)r * T;
@@ -668,7 +733,7 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 2)
     float *U = sw + (size_t)lp * CW, *O = U + (size_t)T * CW;
     float *CU = O + (size_t)T * CW, *CO = CU + (size_t)T * lp;
     float *ks = CO + (size_t)T * lp, *qs = ks + (size_t)T * dk;
-    float *eG = qs + (size_t)T * dk, *bt = eG + T;
+    float *eG = qs + (size_t)T * dk;
 
     /* first the first pass of S, into registers */
     float4 s[RPT];
@@ -677,69 +742,14 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 2)
     /* the small inputs: the buffered entries' w slab and G, the tokens'
      * k and q (the group's first value head, slab 0, writes the new
      * keys), G_t in double by one thread (slab 0 writes them) */
-    for (int x = tid; x < len * NC4; x += HK_KV2_THREADS) {
-        const int i = x / NC4, jj = j0 + 4 * (x % NC4);
-        float4 w4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (jj < dv)
-            w4 = *reinterpret_cast<const float4 *>(at.w(i, h) + jj);
-        *reinterpret_cast<float4 *>(sw + (size_t)i * CW + 4 * (x % NC4)) = w4;
-    }
-    for (int i = tid; i < len; i += HK_KV2_THREADS)
-        sG[i] = *at.G(i, h);
-    const bool writer = slab == 0 && h % (Hv / Hk) == 0;
-    for (int x = tid; x < T * dk; x += HK_KV2_THREADS) {
-        const int t = x / dk, e = x % dk;
-        const size_t src = ((row0 + t) * Hk + kh) * dk + e;
-        ks[x] = k[src];
-        qs[x] = q[src];
-        if (writer)
-            at.key(len + t, kh)[(size_t)e * bs] = k[src];
-    }
-    if (tid == 0) {
-        double G = len > 0 ? *at.G(len - 1, h) : 0.0;
-        for (int t = 0; t < T; t++) {
-            G += (double)gl[(row0 + t) * Hv + h];
-            Gt[t] = G;
-            eG[t] = hk_gdn_decay(G);
-            bt[t] = beta[(row0 + t) * Hv + h];
-            if (slab == 0)
-                *at.G(len + t, h) = G;
-        }
-    }
+    hk_kv2_stage_entries<NC4>(sw, sG, at, len, h, j0);
+    hk_kb_stage_tokens(Gt, eG, ks, qs, at, q, k, gl, row0, len, T, h, kh, Hk,
+                       slab == 0, slab == 0 && h % (Hv / Hk) == 0,
+                       HK_KV2_THREADS);
     __syncthreads();
 
     /* coefficients of every (token t, entry i <= len + t) */
-    for (int x = tid; x < T * n; x += HK_KV2_THREADS) {
-        const int t = x / n, i = x % n;
-        if (i > len + t)
-            continue; /* a later draft: causal */
-        const float *kt = ks + (size_t)t * dk, *qt = qs + (size_t)t * dk;
-        float kk = 0.0f, kq = 0.0f;
-        if (i < len) {
-            const float *K = at.key(i, kh);
-#pragma unroll 4
-            for (int e = 0; e < dk; e++) {
-                const float ke = K[(size_t)e * bs];
-                kk += ke * kt[e];
-                kq += ke * qt[e];
-            }
-        } else {
-            const float *K = ks + (size_t)(i - len) * dk;
-#pragma unroll 4
-            for (int e = 0; e < dk; e++) {
-                kk += K[e] * kt[e];
-                kq += K[e] * qt[e];
-            }
-        }
-        if (i == len + t) { /* the token's own entry: no decay */
-            CO[(size_t)t * lp + i] = kq;
-            continue;
-        }
-        const double Gi = i < len ? sG[i] : Gt[i - len];
-        const float c = hk_gdn_decayf(Gt[t] - Gi);
-        CU[(size_t)t * lp + i] = c * kk;
-        CO[(size_t)t * lp + i] = c * kq;
-    }
+    hk_kb_coefs(CU, CO, lp, ks, qs, Gt, sG, at, len, T, h, kh, HK_KV2_THREADS);
     __syncthreads();
 
     /* S0 (pass by pass, each pass held for every tile of tokens) and the
@@ -806,24 +816,11 @@ static __global__ void __launch_bounds__(HK_KV2_THREADS, 2)
         }
     }
 
-    /* one thread per column, in token order: this call's earlier entries
-     * (their w in U's slots, written by this thread), then w_t and o_t */
-    if (tid < CW && j0 + tid < dv) {
-        for (int t = 0; t < T; t++) {
-            const float *cu = CU + (size_t)t * lp, *co = CO + (size_t)t * lp;
-            float u = U[(size_t)t * CW + tid], oa = O[(size_t)t * CW + tid];
-            for (int i = len; i < len + t; i++) {
-                const float wi = U[(size_t)(i - len) * CW + tid];
-                u += cu[i] * wi;
-                oa += co[i] * wi;
-            }
-            const size_t row = (row0 + t) * Hv + h;
-            const float wt = bt[t] * (v[row * dv + j0 + tid] - u);
-            U[(size_t)t * CW + tid] = wt;
-            at.w(len + t, h)[j0 + tid] = wt;
-            o[row * dv + j0 + tid] = oa + co[len + t] * wt;
-        }
-    }
+    /* one thread per column, in token order: this call's earlier entries,
+     * then w_t and o_t */
+    if (tid < CW && j0 + tid < dv)
+        hk_kb_tokens(U, O, CW, tid, j0 + tid, CU, CO, lp, at, v, beta, o, row0,
+                     len, T, h);
 }
 
 template <int NC4>

@@ -2117,10 +2117,10 @@ static void test_gdn_step(void)
  * length at a block boundary, empty buffers, bs - 1 (a full cap of 16);
  * T > 1 is draft verification (T = 5, 6 cross the v1 kernel's 4-token
  * tiles); dv = 128, 256 take v1's float4 path, odd dv its scalar one.
- * T = 1 with dv % 4 = 0 and bs a power of two >= 4 also runs v2 (each
- * slab width): GQA groups of 2 and 3, dk past one pass of rows (256, and
- * 40 < a pass), dv not a multiple of the slab (20, 80), bs 4 to 64.
- * Request r % 3 == 1 has no state (a KV-only buffer). */
+ * Any T with dv % 4 = 0 and bs a power of two >= 4 also runs v2 (each
+ * slab width; T > 1 its verification kernel): GQA groups of 2 and 3, dk past
+ * one pass of rows (256, and 40 < a pass), dv not a multiple of the slab (20,
+ * 80), bs 4 to 64. Request r % 3 == 1 has no state (a KV-only buffer). */
 static const int kvb_shapes[][15] = {{3, 1, 1, 2, 17, 9, 4, 0, 4, 7},
                                      {2, 5, 2, 4, 32, 33, 8, 3, 8},
                                      {4, 1, 2, 4, 128, 128, 16, 0, 15, 16, 37},
@@ -2260,7 +2260,7 @@ static int kvb_entries_close(const kvb_case_t *c, float *ref, float *x,
 }
 
 /* The kernels each case runs: the default (v2 where it applies), v1 by
- * name, v2 at each slab width (T = 1 and a shape v2 takes). */
+ * name, v2 at each slab width (a shape v2 takes). */
 static const struct {
     const char *name;
     unsigned flags;

@@ -39,9 +39,11 @@
  *                                  gdn_step timed in the same call; no
  *                                  suffix: the v2 kernels (default slab),
  *                                  _v1 the first ones, _cwN v2 at N
- *                                  columns a block; kvbuf_verify: 4
- *                                  drafts (v1); GB/s from the traffic
- *                                  model (bench_kvbuf)
+ *                                  columns a block; kvbuf_verify[_v1]:
+ *                                  4 and 8 drafts, v2 (S0 read once for
+ *                                  all T tokens) and v1, each against T
+ *                                  v2 decode steps; GB/s from the
+ *                                  traffic model (bench_kvbuf)
  *   attention_decode[_1blk|_simple]  B requests x 4096 keys; GB/s of K
  *                                  and V: flash-decoding (keys split over
  *                                  blocks, with scratch); the same kernel
@@ -883,20 +885,19 @@ static void dump_step(const model_t *m, int B)
  * Chunkwise decode (hk_cuda_kvbuf_step, T = 1) of R requests at the
  * average buffer length of a flush cycle (cap = the default, the B of
  * least traffic), the flush of full buffers, their average step (step +
- * flush / cap), and verification of KVB_DRAFTS drafts (T = 1 + drafts),
- * against the recurrent step (gdn_decode, and the fused gdn_step) timed in
- * the same run. Bytes are the traffic model of engine/forward/kvbuf.h (the
- * one bench/kvbuf_bench uses on the CPU), per request: S = Hv dk dv 4,
- * an entry e = Hk dk 4 + Hv (4 dv + 8);
- *   step    S + (len + 1) e          flush   2 S + cap e
- *   decode  hp_kvbuf_bytes_chunkwise (S (1 + 2/cap) + e (cap + 3) / 2)
- *   verify  S + (len + T) e          recurrent 2 S per token
- * so GB/s is model bytes / time, and a row near copy_d2d's GB/s means the
- * model's bytes are what moved; the decode row's note gives the model's
- * speedup over the recurrent step beside the measured one. Every kernel
- * kind (kvb_kinds) gets the three rows, each noting gdn_step's time from
- * the same call (the flush per token: its time / cap). States and
- * buffers rotate over >= 256 MB of sets, as in bench_decode. */
+ * flush / cap), and verification of KVB_DRAFTS and 2 KVB_DRAFTS drafts
+ * (T = 1 + drafts; v2 and v1), against the recurrent step (gdn_decode,
+ * and the fused gdn_step) and the v2 decode step timed in the same run. Bytes
+ * are the traffic model of engine/forward/kvbuf.h (the one bench/kvbuf_bench
+ * uses on the CPU), per request: S = Hv dk dv 4, an entry e = Hk dk 4 + Hv (4
+ * dv + 8); step    S + (len + 1) e          flush   2 S + cap e decode
+ * hp_kvbuf_bytes_chunkwise (S (1 + 2/cap) + e (cap + 3) / 2) verify  S + (len +
+ * T) e          recurrent 2 S per token so GB/s is model bytes / time, and a
+ * row near copy_d2d's GB/s means the model's bytes are what moved; the decode
+ * row's note gives the model's speedup over the recurrent step beside the
+ * measured one. Every kernel kind (kvb_kinds) gets the three rows, each noting
+ * gdn_step's time from the same call (the flush per token: its time / cap).
+ * States and buffers rotate over >= 256 MB of sets, as in bench_decode. */
 #define KVB_DRAFTS 4
 #define KVB_BS     16
 
@@ -1048,26 +1049,75 @@ static const struct {
                  {"_cw32", HK_CUDA_KVBUF_CW32}};
 #define KVB_KINDS ((int)(sizeof kvb_kinds / sizeof kvb_kinds[0]))
 
+/* Verification of T - 1 drafts (T tokens a request) over buffers of len
+ * entries, by v2 (kvbuf_verify) and v1 (kvbuf_verify_v1): GB/s of the
+ * traffic model's S + (len + T) e a request (S0 once, every entry once),
+ * the note comparing with T v2 decode steps (step_v2, timed by
+ * bench_kvbuf; S0 T times) and T fused recurrent steps (gdn_step). */
+static void bench_kvbuf_verify(const model_t *m, int R, int T, int len, int cap,
+                               double step_v2, double fused)
+{
+    const double S = hp_kvbuf_bytes_recurrent(m->Hk, m->Hv, m->dk, m->dv) / 2;
+    const double e = hp_kvbuf_bytes_kvonly(m->Hk, m->Hv, m->dk, m->dv, 0);
+    const double bytes = R * (S + (len + T) * e);
+    char params[128], note[192], op[40];
+    snprintf(params, sizeof params, "B=%d,T=%d,len=%d,Hk=%d,Hv=%d,dk=%d,dv=%d",
+             R, T, len, m->Hk, m->Hv, m->dk, m->dv);
+    if (!wanted("kvbuf_verify"))
+        return;
+    kvb_ctx c;
+    kvb_setup(&c, m, R, T, len, cap);
+    for (int kind = 0; kind < 2; kind++) { /* v2, v1 */
+        snprintf(op, sizeof op, "kvbuf_verify%s", kvb_kinds[kind].suffix);
+        if (!wanted(op))
+            continue;
+        if (over_budget()) {
+            skipped(op, m->name, params, "skipped: budget");
+            continue;
+        }
+        int reps = 0, rc = 0;
+        c.flags = kvb_kinds[kind].flags;
+        const double ms = time_op(kvb_step_run, &c, &reps, &rc);
+        if (ms < 0) {
+            snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
+            emit(op, m->name, params, -1, reps, -1, -1, -1, note);
+            continue;
+        }
+        const double s = ms * 1e-3, gbs = bytes / s * 1e-9;
+        int at = snprintf(note, sizeof note, "model %.3g MB", bytes * 1e-6);
+        if (copy_gbs > 0)
+            at += snprintf(note + at, sizeof note - at, "; %.0f %% of copy",
+                           100.0 * gbs / copy_gbs);
+        if (step_v2 > 0)
+            at += snprintf(note + at, sizeof note - at,
+                           "; vs %d v2 steps %.4f ms: x%.2f", T, T * step_v2,
+                           T * step_v2 / ms);
+        if (fused > 0)
+            snprintf(note + at, sizeof note - at,
+                     "; vs %d gdn_step %.4f ms: x%.2f", T, T * fused,
+                     T * fused / ms);
+        emit(op, m->name, params, ms, reps, R * T / s, gbs, -1, note);
+    }
+    kvb_free(&c);
+}
+
 static void bench_kvbuf(const model_t *m, int R)
 {
     hp_kvbuf_config_t kc;
     hp_kvbuf_config_default(&kc, m->Hk, m->Hv, m->dk, m->dv);
-    const int cap = kc.cap, len = (cap - 1) / 2, T = 1 + KVB_DRAFTS;
+    const int cap = kc.cap, len = (cap - 1) / 2;
     const double S = hp_kvbuf_bytes_recurrent(m->Hk, m->Hv, m->dk, m->dv) / 2;
     const double e = hp_kvbuf_bytes_kvonly(m->Hk, m->Hv, m->dk, m->dv, 0);
     const double model =
         hp_kvbuf_bytes_chunkwise(m->Hk, m->Hv, m->dk, m->dv, cap);
-    char params[128], vparams[128], note[192], op[3][40];
+    char params[128], note[192], op[3][40];
     snprintf(params, sizeof params, "B=%d,Hk=%d,Hv=%d,dk=%d,dv=%d,cap=%d", R,
              m->Hk, m->Hv, m->dk, m->dv, cap);
-    snprintf(vparams, sizeof vparams,
-             "B=%d,T=%d,len=%d,Hk=%d,Hv=%d,dk=%d,dv=%d", R, T, len, m->Hk,
-             m->Hv, m->dk, m->dv);
     if (over_budget()) {
         skipped("kvbuf", m->name, params, "skipped: budget");
         return;
     }
-    double fused = -1, rec = kvb_recurrent_ms(m, R, &fused);
+    double fused = -1, rec = kvb_recurrent_ms(m, R, &fused), step_v2 = -1;
     kvb_ctx c;
     kvb_setup(&c, m, R, 1, len, cap);
     for (int kind = 0; kind < KVB_KINDS; kind++) {
@@ -1077,6 +1127,8 @@ static void bench_kvbuf(const model_t *m, int R)
         c.flags = kvb_kinds[kind].flags;
         const double step = measure_vs(op[0], m->name, params, kvb_step_run, &c,
                                        R, R * (S + (len + 1) * e), 0, fused, 1);
+        if (kvb_kinds[kind].flags == HK_CUDA_KVBUF_V2)
+            step_v2 = step;
         const double flush =
             measure_vs(op[1], m->name, params, kvb_flush_run, &c, 0,
                        R * (2 * S + cap * e), 0, fused, cap);
@@ -1094,28 +1146,17 @@ static void bench_kvbuf(const model_t *m, int R)
         emit(op[2], m->name, params, ms, 0, R / s, R * model / s * 1e-9, -1,
              note);
     }
-    kvb_free(&c);
-    /* verification (v1: T > 1): a row of its own with the recurrent
-     * comparison */
-    if (!wanted("kvbuf_verify"))
-        return;
-    if (over_budget()) {
-        skipped("kvbuf_verify", m->name, vparams, "skipped: budget");
-        return;
+    /* the v2 decode step's time, for the verification rows' note, where
+     * the loop above did not time it (--only kvbuf_verify) */
+    if (step_v2 < 0 && wanted("kvbuf_verify") && !over_budget()) {
+        int reps = 0, rc = 0;
+        c.flags = HK_CUDA_KVBUF_V2;
+        step_v2 = time_op(kvb_step_run, &c, &reps, &rc);
     }
-    kvb_setup(&c, m, R, T, len, cap);
-    int reps = 0, rc = 0;
-    const double ver = time_op(kvb_step_run, &c, &reps, &rc);
     kvb_free(&c);
-    if (ver < 0) {
-        snprintf(note, sizeof note, "error: %s", hk_cuda_strerror(rc));
-        emit("kvbuf_verify", m->name, vparams, -1, reps, -1, -1, -1, note);
-        return;
-    }
-    snprintf(note, sizeof note, "vs %d gdn_decode steps: x%.2f", T,
-             T * rec / ver);
-    emit("kvbuf_verify", m->name, vparams, ver, reps, R * T / (ver * 1e-3),
-         R * (S + (len + T) * e) / (ver * 1e-3) * 1e-9, -1, note);
+    /* verification of KVB_DRAFTS and twice as many drafts, v2 and v1 */
+    for (int dr = KVB_DRAFTS; dr <= 2 * KVB_DRAFTS; dr += KVB_DRAFTS)
+        bench_kvbuf_verify(m, R, 1 + dr, len, cap, step_v2, fused);
 }
 
 /* ---- attention

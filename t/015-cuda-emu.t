@@ -111,8 +111,11 @@ SKIP: {
         $moe = "$work/moe-f32" if $? == 0;
     }
     # the small grid: one int8 model (qwen35-dense-int8, the I8 projections
-    # against the CPU's), without its batched and KVBuffer checks
-    tap_all("HK_CUDA_TEST_GRID=small $work/test_cuda_backend $moe",
+    # against the CPU's), without its batched and KVBuffer checks. The
+    # KVBuffer's v2 kernels by name: a step, a flush or a verification they
+    # could not take would be an error, not a quiet fall back to v1.
+    tap_all("HYPIC_CUDA_KVBUF=v2 HK_CUDA_TEST_GRID=small "
+            . "$work/test_cuda_backend $moe",
             'the CUDA backend on whole models agrees with the CPU backend');
 }
 

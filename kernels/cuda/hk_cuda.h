@@ -566,13 +566,16 @@ int hk_cuda_kvbuf_step(float *o, float *arena, const hk_kvbuf_view_t *vw,
 int hk_cuda_kvbuf_flush(float *arena, const hk_kvbuf_view_t *vw, const int *n,
                         int R, const hk_kvbuf_geom_t *g, void *stream);
 /* The same with a choice of kernels (0: the environment's,
- * HYPIC_CUDA_KVBUF=v1|v2, default v2). V1: the first kernels, one block per
- * (value head, request). V2: the streaming kernels of hk_kvbuf.cu for the
- * decode step (T = 1; T > 1 runs V1) and the flush: dv a multiple of 4, bs
- * a power of two in [4, 64], arena, v, o and the states 16-byte aligned;
- * otherwise the default falls back to V1 and an explicit V2 or CW* is
- * HK_CUDA_EINVAL. CW128 / CW64 / CW32 fix V2's slab of columns per block
- * (default: the widest that gives ~4 blocks per SM). */
+ * HYPIC_CUDA_KVBUF=v1|v2, default v2 where it applies; =v2 names it, as
+ * the V2 flag). V1: the first kernels, one block per (value head,
+ * request). V2: the streaming kernels of hk_kvbuf.cu for the step (the
+ * decode step, T = 1, and verification, T > 1: S0 read once for all T
+ * tokens) and the flush: dv a multiple of 4, bs a power of two in [4, 64],
+ * arena, v, o and the states 16-byte aligned, shared memory (about
+ * 4 (T (2 dk + 2 lmax + 2 dv) + lmax dv) + 32 KB at T > 1) within the
+ * device's; otherwise the default falls back to V1 and an explicit V2 or
+ * CW* is HK_CUDA_EINVAL. CW128 / CW64 / CW32 fix V2's slab of columns per
+ * block (default: the widest that gives ~4 blocks per SM). */
 #define HK_CUDA_KVBUF_V1      1u
 #define HK_CUDA_KVBUF_V2      2u
 #define HK_CUDA_KVBUF_CW128   4u

@@ -2300,10 +2300,10 @@ static void test_gdn_step(void)
  * length at a block boundary, empty buffers, bs - 1 (a full cap of 16);
  * T > 1 is draft verification (T = 5, 6 cross the v1 kernel's 4-token
  * tiles); dv = 128, 256 take v1's float4 path, odd dv its scalar one.
- * T = 1 with dv % 4 = 0 and bs a power of two >= 4 also runs v2 (each
- * slab width): GQA groups of 2 and 3, dk past one pass of rows (256, and
- * 40 < a pass), dv not a multiple of the slab (20, 80), bs 4 to 64.
- * Request r % 3 == 1 has no state (a KV-only buffer). */
+ * Any T with dv % 4 = 0 and bs a power of two >= 4 also runs v2 (each
+ * slab width; T > 1 its verification kernel): GQA groups of 2 and 3, dk past
+ * one pass of rows (256, and 40 < a pass), dv not a multiple of the slab (20,
+ * 80), bs 4 to 64. Request r % 3 == 1 has no state (a KV-only buffer). */
 static const int kvb_shapes[][15] = {{3, 1, 1, 2, 17, 9, 4, 0, 4, 7},
                                      {2, 5, 2, 4, 32, 33, 8, 3, 8},
                                      {4, 1, 2, 4, 128, 128, 16, 0, 15, 16, 37},
@@ -2443,7 +2443,7 @@ static int kvb_entries_close(const kvb_case_t *c, float *ref, float *x,
 }
 
 /* The kernels each case runs: the default (v2 where it applies), v1 by
- * name, v2 at each slab width (T = 1 and a shape v2 takes). */
+ * name, v2 at each slab width (a shape v2 takes). */
 static const struct {
     const char *name;
     unsigned flags;
@@ -2454,91 +2454,119 @@ static const struct {
                  {"v2/cw32", HK_CUDA_KVBUF_CW32}};
 #define KVB_KINDS ((int)(sizeof(kvb_kinds) / sizeof(kvb_kinds[0])))
 
-static int kvb_v2_applies(const hk_kvbuf_geom_t *g, int T)
+static int kvb_v2_applies(const hk_kvbuf_geom_t *g)
 {
-    return T == 1 && g->dv % 4 == 0 && g->bs >= 4 && !(g->bs & (g->bs - 1));
+    return g->dv % 4 == 0 && g->bs >= 4 && !(g->bs & (g->bs - 1));
 }
 
 /* The step (T = 1 decode, T > 1 verification) over R requests with their
  * block tables, then a flush of a prefix of each buffer with a state; each
- * by every kernel that takes the case, from the same inputs. */
+ * by every kernel that takes the case, from the same inputs. sh: a row of
+ * kvb_shapes. */
+static void kvb_run(const int *sh)
+{
+    kvb_case_t c;
+    kvb_make(&c, sh);
+    const hk_kvbuf_geom_t *g = &c.g;
+    const int R = c.R, T = c.T, Hv = g->Hv, dk = g->dk, dv = g->dv;
+    const size_t no = (size_t)R * T * Hv * dv, ns = (size_t)Hv * dk * dv;
+    /* kinds of step and flush (a flush is a flush whatever T was) */
+    const int nk = kvb_v2_applies(g) ? KVB_KINDS : T == 1 ? 2 : 1;
+    const int nf = kvb_v2_applies(g) ? KVB_KINDS : 2;
+    const int nd = nk > nf ? nk : nf;
+    gdn_prob_t p; /* rows r*T + t */
+    gdn_prob_make(&p, R * T, g->Hk, Hv, dk, dv);
+    kvb_dev_t d[KVB_KINDS];
+    for (int v = 0; v < nd; v++)
+        d[v] = kvb_upload(&c);
+    gdn_dev_t di = gdn_upload(&p);
+    float *o = hmalloc(no), *dO = dev_alloc(no);
+    float *ws = hmalloc(hk_kvbuf_step_scratch(g, T, c.lmax, 2));
+    hk_kvbuf_step(o, c.arena, c.vw, p.q, p.k, p.v, p.g, p.beta, R, T, g, c.lmax,
+                  ws, 2);
+    int n[4];
+    for (int r = 0; r < R; r++)
+        n[r] = c.vw[r].len + T;
+    float *nan = hmalloc(no); /* o starts as NaN for every kernel */
+    for (size_t i = 0; i < no; i++)
+        nan[i] = NAN;
+    for (int v = 0; v < nk; v++) {
+        CK(hk_cuda_h2d(dO, nan, no * sizeof(float), NULL));
+        RUN(hk_cuda_kvbuf_step_ex(dO, d[v].arena, d[v].vw, di.q, di.k, di.v,
+                                  di.g, di.beta, R, T, g, c.lmax,
+                                  kvb_kinds[v].flags, NULL));
+        int good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
+        float *ar = host_from(d[v].arena, c.nar);
+        good &= kvb_entries_close(&c, c.arena, ar, n);
+        free(ar);
+        ok(good, "%s[%s] R=%d T=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
+           T == 1 ? "kvbuf_step" : "kvbuf_verify", kvb_kinds[v].name, R, T,
+           g->Hk, Hv, dk, dv, g->bs);
+    }
+
+    /* flush: all entries, about half, none; from the CPU's arena on
+     * both sides, the states as they were before the CPU's flush */
+    int *dn = NULL;
+    for (int r = 0; r < R; r++)
+        n[r] = !c.S[r] ? 0 : r % 2 ? (n[r] + 1) / 2 : n[r];
+    for (int v = 0; v < nf; v++)
+        CK(hk_cuda_h2d(d[v].arena, c.arena, c.nar * sizeof(float), NULL));
+    CK(hk_cuda_malloc((void **)&dn, R * sizeof(int)));
+    CK(hk_cuda_h2d(dn, n, R * sizeof(int), NULL));
+    float *fws = hmalloc(hk_kvbuf_flush_scratch(g, c.lmax, 2));
+    hk_kvbuf_flush(c.arena, c.vw, n, R, g, fws, 2);
+    for (int v = 0; v < nf; v++) {
+        RUN(hk_cuda_kvbuf_flush_ex(d[v].arena, d[v].vw, dn, R, g,
+                                   kvb_kinds[v].flags, NULL));
+        int good = 1;
+        for (int r = 0; r < R; r++)
+            if (c.S[r])
+                good &=
+                    close_cpu(c.S[r], d[v].S[r], ns, ATOL_GDN, RTOL_GDN, "S");
+        good &= same_cpu(c.arena, d[v].arena, c.nar, "arena (unchanged)");
+        ok(good, "kvbuf_flush[%s] R=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
+           kvb_kinds[v].name, R, g->Hk, Hv, dk, dv, g->bs);
+    }
+
+    CK(hk_cuda_free(dn));
+    CK(hk_cuda_free(dO));
+    for (int v = 0; v < nd; v++)
+        kvb_dev_free(&d[v], R);
+    gdn_dev_free(&di);
+    free(nan);
+    free(fws);
+    free(ws);
+    free(o);
+    gdn_prob_free(&p);
+    kvb_free(&c);
+}
+
 static void test_kvbuf(void)
 {
-    for (int s = 0; s < grid_n(NSHAPES(kvb_shapes), 3); s++) {
-        kvb_case_t c;
-        kvb_make(&c, kvb_shapes[s]);
-        const hk_kvbuf_geom_t *g = &c.g;
-        const int R = c.R, T = c.T, Hv = g->Hv, dk = g->dk, dv = g->dv;
-        const size_t no = (size_t)R * T * Hv * dv, ns = (size_t)Hv * dk * dv;
-        /* kinds of step and flush (a flush is a flush whatever T was) */
-        const int nk = kvb_v2_applies(g, T) ? KVB_KINDS : T == 1 ? 2 : 1;
-        const int nf = kvb_v2_applies(g, 1) ? KVB_KINDS : 2;
-        const int nd = nk > nf ? nk : nf;
-        gdn_prob_t p; /* rows r*T + t */
-        gdn_prob_make(&p, R * T, g->Hk, Hv, dk, dv);
-        kvb_dev_t d[KVB_KINDS];
-        for (int v = 0; v < nd; v++)
-            d[v] = kvb_upload(&c);
-        gdn_dev_t di = gdn_upload(&p);
-        float *o = hmalloc(no), *dO = dev_alloc(no);
-        float *ws = hmalloc(hk_kvbuf_step_scratch(g, T, c.lmax, 2));
-        hk_kvbuf_step(o, c.arena, c.vw, p.q, p.k, p.v, p.g, p.beta, R, T, g,
-                      c.lmax, ws, 2);
-        int n[4];
-        for (int r = 0; r < R; r++)
-            n[r] = c.vw[r].len + T;
-        float *nan = hmalloc(no); /* o starts as NaN for every kernel */
-        for (size_t i = 0; i < no; i++)
-            nan[i] = NAN;
-        for (int v = 0; v < nk; v++) {
-            CK(hk_cuda_h2d(dO, nan, no * sizeof(float), NULL));
-            RUN(hk_cuda_kvbuf_step_ex(dO, d[v].arena, d[v].vw, di.q, di.k, di.v,
-                                      di.g, di.beta, R, T, g, c.lmax,
-                                      kvb_kinds[v].flags, NULL));
-            int good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
-            float *ar = host_from(d[v].arena, c.nar);
-            good &= kvb_entries_close(&c, c.arena, ar, n);
-            free(ar);
-            ok(good, "%s[%s] R=%d T=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
-               T == 1 ? "kvbuf_step" : "kvbuf_verify", kvb_kinds[v].name, R, T,
-               g->Hk, Hv, dk, dv, g->bs);
-        }
+    for (int s = 0; s < grid_n(NSHAPES(kvb_shapes), 3); s++)
+        kvb_run(kvb_shapes[s]);
+}
 
-        /* flush: all entries, about half, none; from the CPU's arena on
-         * both sides, the states as they were before the CPU's flush */
-        int *dn = NULL;
-        for (int r = 0; r < R; r++)
-            n[r] = !c.S[r] ? 0 : r % 2 ? (n[r] + 1) / 2 : n[r];
-        for (int v = 0; v < nf; v++)
-            CK(hk_cuda_h2d(d[v].arena, c.arena, c.nar * sizeof(float), NULL));
-        CK(hk_cuda_malloc((void **)&dn, R * sizeof(int)));
-        CK(hk_cuda_h2d(dn, n, R * sizeof(int), NULL));
-        float *fws = hmalloc(hk_kvbuf_flush_scratch(g, c.lmax, 2));
-        hk_kvbuf_flush(c.arena, c.vw, n, R, g, fws, 2);
-        for (int v = 0; v < nf; v++) {
-            RUN(hk_cuda_kvbuf_flush_ex(d[v].arena, d[v].vw, dn, R, g,
-                                       kvb_kinds[v].flags, NULL));
-            int good = 1;
-            for (int r = 0; r < R; r++)
-                if (c.S[r])
-                    good &= close_cpu(c.S[r], d[v].S[r], ns, ATOL_GDN, RTOL_GDN,
-                                      "S");
-            good &= same_cpu(c.arena, d[v].arena, c.nar, "arena (unchanged)");
-            ok(good, "kvbuf_flush[%s] R=%d Hk=%d Hv=%d dk=%d dv=%d bs=%d",
-               kvb_kinds[v].name, R, g->Hk, Hv, dk, dv, g->bs);
+/* Draft verification (T = 2 .. HK_TEST_KVB_TMAX, the engine's largest
+ * step: 16 drafts + 1) at the models' head shapes per key head: Qwen3.5
+ * (one value head a key head) and Qwen3-Next (two), dk = dv = 128, blocks
+ * of 16. Three requests: an empty buffer, a partly full one without a
+ * state (KV-only) and one that the T tokens fill to 32 entries, where a
+ * flush follows (the test's flush then folds them). The small grid takes
+ * T = 2, 5 (past a tile of 4 tokens) and 17. */
+#define HK_TEST_KVB_TMAX 17
+static void test_kvbuf_verify(void)
+{
+    static const int small_T[] = {2, 5, HK_TEST_KVB_TMAX};
+    static const int heads[][2] = {{1, 1}, {1, 2}};
+    for (int hs = 0; hs < 2; hs++) {
+        const int nT = grid_n(HK_TEST_KVB_TMAX - 1, 3);
+        for (int x = 0; x < nT; x++) {
+            const int T = nT == 3 ? small_T[x] : 2 + x;
+            const int sh[15] = {3, T, heads[hs][0], heads[hs][1], 128, 128, 16,
+                                0, 9, 32 - T};
+            kvb_run(sh);
         }
-
-        CK(hk_cuda_free(dn));
-        CK(hk_cuda_free(dO));
-        for (int v = 0; v < nd; v++)
-            kvb_dev_free(&d[v], R);
-        gdn_dev_free(&di);
-        free(nan);
-        free(fws);
-        free(ws);
-        free(o);
-        gdn_prob_free(&p);
-        kvb_free(&c);
     }
 }
 
@@ -2705,6 +2733,7 @@ static void run_all(void)
     RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);
     RUN_TEST(test_kvbuf); /* kvbuf_step, kvbuf_verify, kvbuf_flush */
+    RUN_TEST(test_kvbuf_verify);
     RUN_TEST(test_kvbuf_conv_commit);
     RUN_TEST(test_ring);
     RUN_TEST(test_einval);

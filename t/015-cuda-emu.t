@@ -98,7 +98,7 @@ SKIP: {
         $lim = 2e-5 if $case =~ /^attention_prefill/ && $who eq 'ours';
         push @bad, $_ unless $err <= $lim;
     }
-    ok($n == 58 && !@bad, "$n of our outputs within their float64 bounds")
+    ok($n == 57 && !@bad, "$n of our outputs within their float64 bounds")
         or diag(join "\n", @bad);
 }
 
@@ -190,12 +190,14 @@ c, f, f2, f2x = (load(sys.argv[1] + x) for x in
                  ('cpu-flash.st', 'cuda-flash.st', 'cuda-flash2.st', 'cuda-flash2x.st'))
 e = lambda g: float(np.abs(g - c).max() / np.abs(c).max())
 same = all((g.argmax(-1) == c.argmax(-1)).all() for g in (f, f2, f2x))
-print(f'{e(f):.2e} {e(f2):.2e} {e(f2x):.2e} {int(same)}')
+# FLASH2X's own logits, not FLASH's (a fallback would give them bit for bit)
+ran = int(bool((f2x != f).any()))
+print(f'{e(f):.2e} {e(f2):.2e} {e(f2x):.2e} {int(same)} {ran}')
 PY
     open(my $py, '>', "$work/lg-cmp.py") or die;
     print $py $cmp;
     close $py;
-    my ($ef, $ef2, $ef2x, $same) =
+    my ($ef, $ef2, $ef2x, $same, $ran) =
         split ' ', `python3 $work/lg-cmp.py $work/lg- 2>&1`;
     ok($rc == 0 && $same && $ef <= 1e-4 && $ef2 > $ef && $ef2 <= 5e-3,
        "logits --device cuda with FLASH2 prefill: within 5e-3 of the CPU's "
@@ -204,11 +206,11 @@ PY
         or diag("rc $rc, same " . ($same // '?'));
     # FLASH's bound, and well under FLASH2's error: the split is what
     # buys the f32 parity
-    ok($rc == 0 && $same && $ef2x <= 1e-4 && $ef2x * 5 < $ef2,
+    ok($rc == 0 && $same && $ran && $ef2x <= 1e-4 && $ef2x * 5 < $ef2,
        "logits --device cuda with FLASH2X prefill: within FLASH's 1e-4 of "
        . "the CPU's (" . ($ef2x // '?') . '; FLASH2 ' . ($ef2 // '?')
        . '), greedy tokens the same')
-        or diag("rc $rc, same " . ($same // '?'));
+        or diag("rc $rc, same " . ($same // '?') . ', ran ' . ($ran // '?'));
 }
 
 # bench/gpu_engine's PIC rows on the emulated device (toy shapes): every

@@ -478,6 +478,24 @@ static __global__ void hk_f2_convert(__nv_bfloat16 *kb, const float *k,
     }
 }
 
+/* One 16-deep step of two 8-column n-tiles: d0 += A B (B's n-tiles in
+ * b[0..1], b[2..3]), d1 likewise; X: A = a + al, B = b + bl, as
+ * a b + a bl + al b, the small terms first (al, bl unread without X). */
+template <bool X>
+static __device__ __forceinline__ void
+hk_f2_mma(float d0[4], float d1[4], const uint32_t a[4], const uint32_t al[4],
+          const uint32_t b[4], const uint32_t bl[4])
+{
+    if (X) {
+        hk_mma_bf16_16816(d0, al, b, d0);
+        hk_mma_bf16_16816(d1, al, b + 2, d1);
+        hk_mma_bf16_16816(d0, a, bl, d0);
+        hk_mma_bf16_16816(d1, a, bl + 2, d1);
+    }
+    hk_mma_bf16_16816(d0, a, b, d0);
+    hk_mma_bf16_16816(d1, a, b + 2, d1);
+}
+
 /* Grid (row blocks, Hkv). sl2 = scale * log2(e). kb: the scratch's planes
  * (hk_f2_convert), P elements apart. */
 template <int HD, bool X>
@@ -610,20 +628,11 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
                         break;
                     const __nv_bfloat16 *kr =
                         tK + (np * 16 + br) * LD + kk + bc;
-                    uint32_t b[4];
+                    uint32_t b[4], bl[4];
                     hk_ldmatrix_x4(b, kr);
-                    if (X) { /* the small terms first: Ql Kh, Qh Kl */
-                        uint32_t bl[4];
+                    if (X)
                         hk_ldmatrix_x4(bl, kr + KP);
-                        hk_mma_bf16_16816(S[2 * np], al, b, S[2 * np]);
-                        hk_mma_bf16_16816(S[2 * np + 1], al, b + 2,
-                                          S[2 * np + 1]);
-                        hk_mma_bf16_16816(S[2 * np], a, bl, S[2 * np]);
-                        hk_mma_bf16_16816(S[2 * np + 1], a, bl + 2,
-                                          S[2 * np + 1]);
-                    }
-                    hk_mma_bf16_16816(S[2 * np], a, b, S[2 * np]);
-                    hk_mma_bf16_16816(S[2 * np + 1], a, b + 2, S[2 * np + 1]);
+                    hk_f2_mma<X>(S[2 * np], S[2 * np + 1], a, al, b, bl);
                 }
             }
             /* scale, mask, online softmax on rows h = 0 (g), 1 (g + 8) */
@@ -683,20 +692,11 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
                 const __nv_bfloat16 *vr = tV + (kk * 16 + ar) * LD + ac;
 #pragma unroll
                 for (int dp = 0; dp < HD / 16; dp++) {
-                    uint32_t b[4];
+                    uint32_t b[4], bl[4];
                     hk_ldmatrix_x4_trans(b, vr + dp * 16);
-                    if (X) { /* Pl Vh, Ph Vl */
-                        uint32_t bl[4];
+                    if (X)
                         hk_ldmatrix_x4_trans(bl, vr + KP + dp * 16);
-                        hk_mma_bf16_16816(O[2 * dp], pl, b, O[2 * dp]);
-                        hk_mma_bf16_16816(O[2 * dp + 1], pl, b + 2,
-                                          O[2 * dp + 1]);
-                        hk_mma_bf16_16816(O[2 * dp], p, bl, O[2 * dp]);
-                        hk_mma_bf16_16816(O[2 * dp + 1], p, bl + 2,
-                                          O[2 * dp + 1]);
-                    }
-                    hk_mma_bf16_16816(O[2 * dp], p, b, O[2 * dp]);
-                    hk_mma_bf16_16816(O[2 * dp + 1], p, b + 2, O[2 * dp + 1]);
+                    hk_f2_mma<X>(O[2 * dp], O[2 * dp + 1], p, pl, b, bl);
                 }
             }
         }

@@ -56,12 +56,14 @@
  *                                  over one arena; flash-decoding with
  *                                  scratch, as attention_decode
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
- *   attention_prefill[_flash2|_bf16|_simple]  causal, T = 4k, 16k, 64k
- *                                  (simple: to 16k); TFLOP/s
+ *   attention_prefill[_flash2|_flash2x|_bf16|_simple]  causal, T = 4k,
+ *                                  16k, 64k (simple: to 16k); TFLOP/s
  *                                  (causal flops, 4 Hq hd T(T+1)/2):
  *                                  flash2: FlashAttention-2's structure on
  *                                  bf16 operands (its k/v conversion pass
- *                                  included); the wmma kernel with hi/lo
+ *                                  included); flash2x: the same on hi/lo
+ *                                  split operands (f32 accuracy, 3 MMAs a
+ *                                  product); the wmma kernel with hi/lo
  *                                  split operands (f32 accuracy, the
  *                                  default), with bf16 operands; the first
  *                                  kernel
@@ -1168,7 +1170,8 @@ typedef struct {
     float *q, *k, *v, *o;
     int *qpos, *nctx;
     float **kcs, **vcs; /* decode: device tables */
-    float *scr; /* decode: flash-decoding's scratch; prefill: FLASH2's */
+    float *scr;         /* decode: flash-decoding's scratch; prefill: FLASH2X's
+                           (FLASH2 takes its first half) */
 } att_ctx;
 
 /* The kernels measured: bench op, kernels, passed the scratch. */
@@ -1179,6 +1182,7 @@ typedef struct {
 } att_kind_t;
 static const att_kind_t att_prefill_kinds[] = {
     {"attention_prefill_flash2", HK_CUDA_ATT_FLASH2, 1},
+    {"attention_prefill_flash2x", HK_CUDA_ATT_FLASH2X, 1},
     {"attention_prefill", HK_CUDA_ATT_FLASH, 0},
     {"attention_prefill_bf16", HK_CUDA_ATT_FLASH_BF16, 0},
     {"attention_prefill_simple", HK_CUDA_ATT_SIMPLE, 0}};
@@ -1186,7 +1190,7 @@ static const att_kind_t att_decode_kinds[] = {
     {"attention_decode", HK_CUDA_ATT_FLASH, 1},
     {"attention_decode_1blk", HK_CUDA_ATT_FLASH, 0},
     {"attention_decode_simple", HK_CUDA_ATT_SIMPLE, 0}};
-#define N_ATT_PREFILL 4
+#define N_ATT_PREFILL 5
 #define N_ATT_KINDS   3 /* decode */
 static int att_prefill_run(void *ctx, int rep)
 {
@@ -1257,7 +1261,7 @@ static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
         CK(hk_cuda_h2d(c->qpos, pos, (size_t)T * sizeof(int), NULL));
         free(pos);
         const size_t ns =
-            hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH2, T, m->Hkv, m->hd);
+            hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH2X, T, m->Hkv, m->hd);
         if (ns)
             c->scr = dalloc(ns * sizeof(float));
         return;
@@ -1474,7 +1478,7 @@ static void dump_att(const model_t *m, int T, int B, int N)
     dump_dev("v.f32", c.v, kvr * m->Hkv * m->hd * 4);
     float *scr = c.scr;
     /* o.f32 (attention_prefill, attention_decode), else o_SUFFIX.f32
-     * (o_flash2, o_bf16, o_simple; o_1blk, o_simple). */
+     * (o_flash2, o_flash2x, o_bf16, o_simple; o_1blk, o_simple). */
     const int nk = B ? N_ATT_KINDS : N_ATT_PREFILL;
     for (int i = 0; i < nk; i++) {
         char file[64] = "o.f32";

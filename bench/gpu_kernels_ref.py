@@ -398,7 +398,7 @@ def case_accuracy(d, case, anc, rows, later):
             qs, ks, vs = q[:, None], k, v
         add("o", "ours", ours, o)
         # the other kernels of the op (gpu_kernels.c's att_*_kinds)
-        for var in ("flash2", "bf16", "simple", "1blk"):
+        for var in ("flash2", "flash2x", "bf16", "simple", "1blk"):
             f = os.path.join(d, "o_%s.f32" % var)
             if os.path.exists(f):
                 add("o", "ours_att_" + var, arr(d, "o_%s.f32" % var, o.shape),
@@ -469,6 +469,8 @@ ERR_OF = {
     "attention_prefill_bf16": ("attention_prefill", "ours_att_bf16", ("o",)),
     "attention_prefill_flash2": ("attention_prefill", "ours_att_flash2",
                                  ("o",)),
+    "attention_prefill_flash2x": ("attention_prefill", "ours_att_flash2x",
+                                  ("o",)),
     "attention_prefill_simple": ("attention_prefill", "ours_att_simple",
                                  ("o",)),
     "attention_decode": ("attention_decode", "ours", ("o",)),

@@ -77,14 +77,15 @@ SKIP: {
     # one and the tensor-core attention prefill (bf16 hi/lo splits) ~1e-5,
     # the chunk's fast variants (single bf16 products, as FLA's bf16 path)
     # ~3e-3 here, the attention's bf16-operand variants (wmma and FLASH2)
-    # ~1e-3, conv states are copies; the fused step once per kernel
+    # ~1e-3 (FLASH2X, FLASH2's on hi/lo splits: ~1e-5), conv states are
+    # copies; the fused step once per kernel
     # (default, kh, pipe, pipe32)
     my %limit = (ours_bf16 => 1e-4, ours_bf16v1 => 1e-4, ours_f32mma => 1e-4,
                  ours_f32mmav1 => 1e-4, ours_bf16a1 => 1e-4,
                  ours_f32mmaa1 => 1e-4, ours_bf16ps => 1e-4,
                  ours_f32mmaps => 1e-4, ours_bf16fast => 1e-2,
                  ours_f32mmafast => 1e-2, ours_att_bf16 => 2e-2,
-                 ours_att_flash2 => 2e-2, conv => 0);
+                 ours_att_flash2 => 2e-2, ours_att_flash2x => 2e-5, conv => 0);
     my (@bad, $n);
     open(my $fh, '<', "$work/res/accuracy.tsv") or die;
     <$fh>;
@@ -97,7 +98,7 @@ SKIP: {
         $lim = 2e-5 if $case =~ /^attention_prefill/ && $who eq 'ours';
         push @bad, $_ unless $err <= $lim;
     }
-    ok($n == 57 && !@bad, "$n of our outputs within their float64 bounds")
+    ok($n == 58 && !@bad, "$n of our outputs within their float64 bounds")
         or diag(join "\n", @bad);
 }
 
@@ -159,16 +160,19 @@ tap_all("$work/test_cuda_peer qwen35-dense",
 }
 
 # The engine's prefill on FLASH2 (HYPIC_CUDA_ATT=flash2: bf16 operands,
-# scratch from the forward plan) against the default FLASH and the CPU:
-# every position's logits, a bf16 kernel's error (FLASH ~3e-5, FLASH2
-# ~6e-4 here), the same greedy token everywhere.
+# scratch from the forward plan) and FLASH2X (flash2x: its hi/lo split
+# operands, twice the scratch) against the default FLASH and the CPU:
+# every position's logits, a bf16 kernel's error for FLASH2 (FLASH ~3e-5,
+# FLASH2 ~6e-4 here), FLASH's bound for FLASH2X, the same greedy token
+# everywhere.
 SKIP: {
     my $why = python_module('numpy');
-    skip $why, 1 if $why;
+    skip $why, 2 if $why;
     my $prompt = 'The capital of Zorvia is Quellam, by the sea. Water boils '
         . 'at one hundred degrees. The capital of Zorvia is';
     my $rc = 0;
-    for my $run (['cpu', 'flash'], ['cuda', 'flash'], ['cuda', 'flash2']) {
+    for my $run (['cpu', 'flash'], ['cuda', 'flash'], ['cuda', 'flash2'],
+                 ['cuda', 'flash2x']) {
         my ($dev, $att) = @$run;
         system("HYPIC_CUDA_ATT=$att HK_EMU_ORDER=forward $work/hypic-engine "
                . "logits --model models/test/qwen35-dense --device $dev --all "
@@ -185,20 +189,31 @@ def load(p):
     (t,) = h.values()
     o = t['data_offsets']
     return np.frombuffer(b[8 + n + o[0]:8 + n + o[1]], np.float32).reshape(t['shape'])
-c, f, f2 = (load(sys.argv[1] + x) for x in ('cpu-flash.st', 'cuda-flash.st', 'cuda-flash2.st'))
+c, f, f2, f2x = (load(sys.argv[1] + x) for x in
+                 ('cpu-flash.st', 'cuda-flash.st', 'cuda-flash2.st', 'cuda-flash2x.st'))
 e = lambda g: float(np.abs(g - c).max() / np.abs(c).max())
-same = all((g.argmax(-1) == c.argmax(-1)).all() for g in (f, f2))
-print(f'{e(f):.2e} {e(f2):.2e} {int(same)}')
+same = all((g.argmax(-1) == c.argmax(-1)).all() for g in (f, f2, f2x))
+# FLASH2X's own logits, not FLASH's (a fallback would give them bit for bit)
+ran = int(bool((f2x != f).any()))
+print(f'{e(f):.2e} {e(f2):.2e} {e(f2x):.2e} {int(same)} {ran}')
 PY
     open(my $py, '>', "$work/lg-cmp.py") or die;
     print $py $cmp;
     close $py;
-    my ($ef, $ef2, $same) = split ' ', `python3 $work/lg-cmp.py $work/lg- 2>&1`;
+    my ($ef, $ef2, $ef2x, $same, $ran) =
+        split ' ', `python3 $work/lg-cmp.py $work/lg- 2>&1`;
     ok($rc == 0 && $same && $ef <= 1e-4 && $ef2 > $ef && $ef2 <= 5e-3,
        "logits --device cuda with FLASH2 prefill: within 5e-3 of the CPU's "
        . '(' . ($ef2 // '?') . '; FLASH ' . ($ef // '?') . '), greedy tokens '
        . 'the same')
         or diag("rc $rc, same " . ($same // '?'));
+    # FLASH's bound, and well under FLASH2's error: the split is what
+    # buys the f32 parity
+    ok($rc == 0 && $same && $ran && $ef2x <= 1e-4 && $ef2x * 5 < $ef2,
+       "logits --device cuda with FLASH2X prefill: within FLASH's 1e-4 of "
+       . "the CPU's (" . ($ef2x // '?') . '; FLASH2 ' . ($ef2 // '?')
+       . '), greedy tokens the same')
+        or diag("rc $rc, same " . ($same // '?') . ', ran ' . ($ran // '?'));
 }
 
 # bench/gpu_engine's PIC rows on the emulated device (toy shapes): every

@@ -397,21 +397,23 @@ static int hk_att_args_ok(int rows, int Hq, int Hkv, int hd)
 /* DEFAULT: HYPIC_CUDA_ATT, read once (a thread-safe local static). */
 static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
 {
-    static const char *const names[] = {"simple", "flash_bf16", "flash2"};
+    static const char *const names[] = {"simple", "flash_bf16", "flash2",
+                                        "flash2x"};
     static const int values[] = {HK_CUDA_ATT_SIMPLE, HK_CUDA_ATT_FLASH_BF16,
-                                 HK_CUDA_ATT_FLASH2};
+                                 HK_CUDA_ATT_FLASH2, HK_CUDA_ATT_FLASH2X};
     static const hk_cuda_att_impl_t env = (hk_cuda_att_impl_t)hk_env_choice(
-        "HYPIC_CUDA_ATT", names, values, 3, HK_CUDA_ATT_FLASH);
+        "HYPIC_CUDA_ATT", names, values, 4, HK_CUDA_ATT_FLASH);
     return impl == HK_CUDA_ATT_DEFAULT ? env : impl;
 }
 
 extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int N,
                                             int Hkv, int hd)
 {
+    const hk_cuda_att_impl_t use = hk_att_resolve(impl);
     if (N <= 0 || Hkv <= 0 || hd <= 0 ||
-        hk_att_resolve(impl) != HK_CUDA_ATT_FLASH2)
+        (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X))
         return 0;
-    return hk_attention_f2_scratch(N, Hkv, hd);
+    return hk_attention_f2_scratch(use == HK_CUDA_ATT_FLASH2X, N, Hkv, hd);
 }
 
 extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,
@@ -421,12 +423,13 @@ extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,
                                     float *scratch, void *stream)
 {
     if (!hk_att_args_ok(T, Hq, Hkv, hd) || N <= 0 ||
-        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH2)
+        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH2X)
         return HK_CUDA_EINVAL;
     hk_cuda_att_impl_t use = hk_att_resolve(impl);
-    if (use == HK_CUDA_ATT_FLASH2) {
-        const int rc = hk_attention_f2(o, q, qpos, k, v, T, N, Hq, Hkv, hd,
-                                       scale, scratch, hk_stream(stream));
+    if (use == HK_CUDA_ATT_FLASH2 || use == HK_CUDA_ATT_FLASH2X) {
+        const int rc =
+            hk_attention_f2(use == HK_CUDA_ATT_FLASH2X, o, q, qpos, k, v, T, N,
+                            Hq, Hkv, hd, scale, scratch, hk_stream(stream));
         if (rc != HK_CUDA_EINVAL || impl != HK_CUDA_ATT_DEFAULT)
             return rc;
         use = HK_CUDA_ATT_FLASH;
@@ -502,7 +505,7 @@ static int hk_dec_args_ok(hk_cuda_att_impl_t impl, int B, int Hq, int Hkv,
                           int hd)
 {
     return hk_att_args_ok(B, Hq, Hkv, hd) && B <= HK_CUDA_MAX_GRID_YZ &&
-           impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_FLASH2;
+           impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_FLASH2X;
 }
 
 extern "C" int

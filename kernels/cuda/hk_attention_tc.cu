@@ -1,8 +1,9 @@
 /*
  * hk_attention_tc.cu - causal GQA attention prefill on tensor cores
- * (hk_cuda_attention's FLASH and FLASH_BF16 kernels on wmma, and FLASH2,
- * FlashAttention-2's structure on mma.sync, at the end of the file; the
- * math and the CPU twin are hk_attention.c's):
+ * (hk_cuda_attention's FLASH and FLASH_BF16 kernels on wmma, and FLASH2 /
+ * FLASH2X, FlashAttention-2's structure on mma.sync with bf16 or hi/lo
+ * split operands, at the end of the file; the math and the CPU twin are
+ * hk_attention.c's):
  *
  *   o[t, h] = sum_{j <= qpos[t]} softmax_j(scale * q[t, h] . k[j, g]) v[j, g]
  *
@@ -380,40 +381,50 @@ int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
 
 /* ---- FLASH2: FlashAttention-2's structure, fragments in registers -------
  *
- * bf16 q, k, p, v (FLASH_BF16's precision), f32 accumulation and softmax.
- * One pass (hk_f2_convert) writes k and v as bf16 [Hkv, N, HD] into the
- * caller's scratch, each row padded with zeros to HD (64, 128 or 256, the
- * kernel's template), so every K/V tile is HD-wide rows that cp.async
+ * bf16 q, k, p, v (FLASH_BF16's precision), f32 accumulation and softmax;
+ * FLASH2X (X, the same kernel) splits each of them into bf16 hi + lo as
+ * FLASH does (S = Qh Kh + Qh Kl + Ql Kh, O += Ph Vh + Ph Vl + Pl Vh: 3
+ * MMAs a product, ~1e-5 of f32). One pass (hk_f2_convert) writes k and v
+ * as bf16 [Hkv, N, HD] into the caller's scratch (with X their lo halves
+ * too: kh, vh, kl, vl), each row padded with zeros to HD (64, 128 or 256,
+ * the kernel's template), so every K/V tile is HD-wide rows that cp.async
  * copies 16 bytes at a time. The kernel, per block of 128 rows (query,
  * head) of one kv group (rows as in hk_fa_kernel), 8 warps of 16 rows:
  *   - q rows -> bf16 in shared memory (once, synchronous; zeros past hd
- *     and past the last row);
- *   - K/V tiles of 64 keys double-buffered: tile j + 1 is issued with
+ *     and past the last row; X: hi and lo);
+ *   - K/V tiles of BK keys double-buffered: tile j + 1 is issued with
  *     cp.async (zero fill past N) before tile j is used, then
  *     wait_group 1 and a barrier;
  *   - S = Q K^T on mma.m16n8k16 (Q and K fragments by ldmatrix.x4 from
  *     padded rows, 16 bytes of padding: the 8 rows of a matrix fall in 8
- *     different bank groups), S in registers: warp 16 x 64;
+ *     different bank groups), S in registers: warp 16 x BK;
  *   - scale * log2(e) and the causal mask (key < qpos + 1 of the row)
  *     folded into one pass, the online softmax with exp2f on the lanes'
  *     two rows (maxima over the 4 lanes of a row by shuffles; l kept per
  *     lane and summed at the end), O *= alpha in registers;
- *   - P re-packed from the S accumulators into A fragments (bf16), V
- *     fragments by ldmatrix.x4.trans, O += P V in registers (16 x HD a
- *     warp: 128 floats a lane at HD 256).
+ *   - P re-packed from the S accumulators into A fragments (bf16; X: hi
+ *     and lo from the f32 probabilities), V fragments by ldmatrix.x4.trans,
+ *     O += P V in registers (16 x HD a warp: 128 floats a lane at HD 256).
  * Tiles past a warp's last key are skipped whole, and within the
- * diagonal tile by 16 keys. Shared memory: (128 + 4 * 64) * (HD + 8) * 2
- * + 512 bytes, 199 KB at HD 256, one block per SM; 103 KB at 128.
+ * diagonal tile by 16 keys. Shared memory: (X ? 2 : 1) ((128 + 4 BK)
+ * (HD + 8) 2) + 512 bytes. FLASH2, BK = 64: 199 KB at HD 256 (one block
+ * per SM), 103 KB at 128 (two). FLASH2X: BK = 64 up to HD 128 (108 KB at
+ * 64, two blocks; 204 KB at 128, one); at HD 256 two planes of Q take
+ * 132 KB and double-buffered hi/lo K/V tiles of 64 (or 32) keys do not
+ * fit beside them (264 KB / 198 KB more), so BK = 16: 198 KB, one block.
  */
 #define HK_F2_THREADS 256
 #define HK_F2_M       128 /* rows (query, head) per block, 16 per warp */
-#define HK_F2_BK      64  /* keys per tile */
 
-template <int HD> struct hk_f2 {
-    static constexpr int LD = HD + 8; /* bf16 row pitch in shared memory */
-    static constexpr size_t Q = (size_t)HK_F2_M * LD * 2;
-    static constexpr size_t KV = (size_t)HK_F2_BK * LD * 2;
-    static constexpr size_t SMEM = Q + 4 * KV + HK_F2_M * 4;
+template <int HD, bool X> struct hk_f2 {
+    static constexpr int BK = X && HD > 128 ? 16 : 64; /* keys per tile */
+    static constexpr int NS = X ? 2 : 1; /* bf16 planes: hi (, lo) */
+    static constexpr int LD = HD + 8;    /* bf16 row pitch in shared memory */
+    static constexpr size_t Q = (size_t)HK_F2_M * LD * 2; /* a plane */
+    static constexpr size_t KV = (size_t)BK * LD * 2;     /* a plane */
+    static constexpr size_t SMEM = NS * (Q + 4 * KV) + HK_F2_M * 4;
+    /* two blocks per SM where their shared memory fits an H100's */
+    static constexpr int BLOCKS = SMEM <= 115200 ? 2 : 1;
 };
 
 /* The padded width of a head dim (0: too wide). */
@@ -422,11 +433,13 @@ static int hk_f2_hd(int hd)
     return hd <= 64 ? 64 : hd <= 128 ? 128 : hd <= 256 ? 256 : 0;
 }
 
-/* k, v [N, Hkv, hd] f32 -> kb, vb [Hkv, N, HD] bf16, zero past hd; one
- * thread per 8 output values. */
-static __global__ void hk_f2_convert(__nv_bfloat16 *kb, __nv_bfloat16 *vb,
-                                     const float *k, const float *v, int N,
-                                     int Hkv, int hd, int HD, int vec)
+/* k, v [N, Hkv, hd] f32 -> bf16 [Hkv, N, HD] planes kh, vh (and, X, kl,
+ * vl) P elements apart from kb, zero past hd; one thread per 8 output
+ * values of each. */
+template <bool X>
+static __global__ void hk_f2_convert(__nv_bfloat16 *kb, const float *k,
+                                     const float *v, int N, int Hkv, int hd,
+                                     int HD, size_t P, int vec)
 {
     const int nc = HD / 8;
     const size_t n = (size_t)N * Hkv * nc;
@@ -437,7 +450,6 @@ static __global__ void hk_f2_convert(__nv_bfloat16 *kb, __nv_bfloat16 *vb,
         const size_t g = row / (size_t)N, key = row % (size_t)N;
         const size_t src = (key * (size_t)Hkv + g) * (size_t)hd + c;
         const float *xs[2] = {k, v};
-        __nv_bfloat16 *ds[2] = {kb, vb};
         for (int w = 0; w < 2; w++) {
             float x[8];
             if (vec && c + 8 <= hd) {
@@ -450,30 +462,61 @@ static __global__ void hk_f2_convert(__nv_bfloat16 *kb, __nv_bfloat16 *vb,
                 for (int u = 0; u < 8; u++)
                     x[u] = c + u < hd ? xs[w][src + u] : 0.0f;
             }
-            *reinterpret_cast<uint4 *>(ds[w] + row * HD + c) = make_uint4(
-                hk_pack_bf16x2(x[0], x[1]), hk_pack_bf16x2(x[2], x[3]),
-                hk_pack_bf16x2(x[4], x[5]), hk_pack_bf16x2(x[6], x[7]));
+            uint32_t h[4], l[4];
+            for (int u = 0; u < 4; u++) {
+                if (X)
+                    hk_split_bf16x2(x[2 * u], x[2 * u + 1], &h[u], &l[u]);
+                else
+                    h[u] = hk_pack_bf16x2(x[2 * u], x[2 * u + 1]);
+            }
+            __nv_bfloat16 *d = kb + w * P + row * HD + c;
+            *reinterpret_cast<uint4 *>(d) = make_uint4(h[0], h[1], h[2], h[3]);
+            if (X)
+                *reinterpret_cast<uint4 *>(d + 2 * P) =
+                    make_uint4(l[0], l[1], l[2], l[3]);
         }
     }
 }
 
-/* Grid (row blocks, Hkv). sl2 = scale * log2(e). */
-template <int HD>
-static __global__ void __launch_bounds__(HK_F2_THREADS, HD > 128 ? 1 : 2)
+/* One 16-deep step of two 8-column n-tiles: d0 += A B (B's n-tiles in
+ * b[0..1], b[2..3]), d1 likewise; X: A = a + al, B = b + bl, as
+ * a b + a bl + al b, the small terms first (al, bl unread without X). */
+template <bool X>
+static __device__ __forceinline__ void
+hk_f2_mma(float d0[4], float d1[4], const uint32_t a[4], const uint32_t al[4],
+          const uint32_t b[4], const uint32_t bl[4])
+{
+    if (X) {
+        hk_mma_bf16_16816(d0, al, b, d0);
+        hk_mma_bf16_16816(d1, al, b + 2, d1);
+        hk_mma_bf16_16816(d0, a, bl, d0);
+        hk_mma_bf16_16816(d1, a, bl + 2, d1);
+    }
+    hk_mma_bf16_16816(d0, a, b, d0);
+    hk_mma_bf16_16816(d1, a, b + 2, d1);
+}
+
+/* Grid (row blocks, Hkv). sl2 = scale * log2(e). kb: the scratch's planes
+ * (hk_f2_convert), P elements apart. */
+template <int HD, bool X>
+static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
     hk_f2_kernel(float *o,                // [T, Hq, hd]
                  const float *q,          // [T, Hq, hd]
                  const int *qpos,         // [T]
-                 const __nv_bfloat16 *kb, // [Hkv, N, HD]
-                 const __nv_bfloat16 *vb, // [Hkv, N, HD]
-                 int T, int N, int Hq, int Hkv, int hd, float sl2, int vec)
+                 const __nv_bfloat16 *kb, // kh, vh (, kl, vl) [Hkv, N, HD]
+                 size_t P, int T, int N, int Hq, int Hkv, int hd, float sl2,
+                 int vec)
 {
-    typedef hk_f2<HD> L;
-    const int LD = L::LD;
+    typedef hk_f2<HD, X> L;
+    const int LD = L::LD, BK = L::BK, NS = L::NS;
     HK_DYNAMIC_SMEM(smem);
-    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem;          // [M, LD]
-    __nv_bfloat16 *sK = (__nv_bfloat16 *)(smem + L::Q); // [2][BK, LD]
-    __nv_bfloat16 *sV = sK + 2 * HK_F2_BK * LD;         // [2][BK, LD]
-    int *sLim = (int *)(smem + L::Q + 4 * L::KV);       // [M]
+    /* plane p of Q at sQ + p QP; of K / V buffer b at sK / sV + (b NS + p)
+     * KP */
+    const int QP = HK_F2_M * LD, KP = BK * LD;
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem;               // [NS][M, LD]
+    __nv_bfloat16 *sK = (__nv_bfloat16 *)(smem + NS * L::Q); // [2][NS][BK, LD]
+    __nv_bfloat16 *sV = sK + 2 * NS * KP;                    // [2][NS][BK, LD]
+    int *sLim = (int *)(smem + NS * (L::Q + 4 * L::KV));     // [M]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int r = Hq / Hkv, g = blockIdx.y;
     const long long rows = (long long)T * r;
@@ -499,9 +542,15 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, HD > 128 ? 1 : 2)
             for (int u = 0; u < 4; u++)
                 x[u] = d + u < hd ? q[at + d + u] : 0.0f;
         }
-        uint32_t *dst = reinterpret_cast<uint32_t *>(sQ + rr * LD + d);
-        dst[0] = hk_pack_bf16x2(x[0], x[1]);
-        dst[1] = hk_pack_bf16x2(x[2], x[3]);
+        uint32_t *dh = reinterpret_cast<uint32_t *>(sQ + rr * LD + d);
+        if (X) {
+            uint32_t *dl = reinterpret_cast<uint32_t *>(sQ + QP + rr * LD + d);
+            hk_split_bf16x2(x[0], x[1], &dh[0], &dl[0]);
+            hk_split_bf16x2(x[2], x[3], &dh[1], &dl[1]);
+        } else {
+            dh[0] = hk_pack_bf16x2(x[0], x[1]);
+            dh[1] = hk_pack_bf16x2(x[2], x[3]);
+        }
     }
     __syncthreads();
 
@@ -514,19 +563,22 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, HD > 128 ? 1 : 2)
     for (int i = 0; i < 16; i++)
         wmax = max(wmax, sLim[wr + i]);
     const int lim[2] = {sLim[wr + lane / 4], sLim[wr + lane / 4 + 8]};
-    const int ntile = (nk + HK_F2_BK - 1) / HK_F2_BK;
+    const int ntile = (nk + BK - 1) / BK;
+    /* plane p of k / v for group g: kb + (2 p + 0 / 1) P + g N HD */
     const __nv_bfloat16 *kg = kb + (size_t)g * N * HD;
-    const __nv_bfloat16 *vg = vb + (size_t)g * N * HD;
     /* Tile j into buffer j % 2 (zeros past N), one commit group. */
     auto load = [&](int j) {
-        __nv_bfloat16 *dk = sK + (j & 1) * HK_F2_BK * LD;
-        __nv_bfloat16 *dv = sV + (j & 1) * HK_F2_BK * LD;
-        for (int i = tid; i < HK_F2_BK * HD / 8; i += HK_F2_THREADS) {
+        for (int i = tid; i < BK * HD / 8; i += HK_F2_THREADS) {
             const int row = i / (HD / 8), c = i % (HD / 8) * 8;
-            const int key = j * HK_F2_BK + row;
+            const int key = j * BK + row;
             const size_t off = key < N ? (size_t)key * HD + c : 0;
-            hk_cp_async16(dk + row * LD + c, kg + off, key < N ? 16 : 0);
-            hk_cp_async16(dv + row * LD + c, vg + off, key < N ? 16 : 0);
+#pragma unroll
+            for (int p = 0; p < NS; p++) {
+                const int at = ((j & 1) * NS + p) * KP + row * LD + c;
+                const __nv_bfloat16 *src = kg + 2 * p * P + off;
+                hk_cp_async16(sK + at, src, key < N ? 16 : 0);
+                hk_cp_async16(sV + at, src + P, key < N ? 16 : 0);
+            }
         }
         hk_cp_async_commit();
     };
@@ -554,35 +606,40 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, HD > 128 ? 1 : 2)
             hk_cp_async_wait<0>();
         }
         __syncthreads();
-        const int k0 = j * HK_F2_BK;
+        const int k0 = j * BK;
         if (k0 < wmax) { /* warp-uniform */
-            const __nv_bfloat16 *tK = sK + (j & 1) * HK_F2_BK * LD;
-            const __nv_bfloat16 *tV = sV + (j & 1) * HK_F2_BK * LD;
+            const __nv_bfloat16 *tK = sK + (j & 1) * NS * KP;
+            const __nv_bfloat16 *tV = sV + (j & 1) * NS * KP;
             /* keys of the tile some row of the warp sees */
-            const int nv = min(HK_F2_BK, wmax - k0);
-            float S[HK_F2_BK / 8][4];
+            const int nv = min(BK, wmax - k0);
+            float S[BK / 8][4];
 #pragma unroll
-            for (int i = 0; i < HK_F2_BK / 8; i++)
+            for (int i = 0; i < BK / 8; i++)
                 S[i][0] = S[i][1] = S[i][2] = S[i][3] = 0.0f;
 #pragma unroll 4
             for (int kk = 0; kk < HD; kk += 16) {
-                uint32_t a[4];
+                uint32_t a[4], al[4];
                 hk_ldmatrix_x4(a, qa + kk);
+                if (X)
+                    hk_ldmatrix_x4(al, qa + QP + kk);
 #pragma unroll
-                for (int np = 0; np < HK_F2_BK / 16; np++) {
+                for (int np = 0; np < BK / 16; np++) {
                     if (np * 16 >= nv)
                         break;
-                    uint32_t b[4];
-                    hk_ldmatrix_x4(b, tK + (np * 16 + br) * LD + kk + bc);
-                    hk_mma_bf16_16816(S[2 * np], a, b, S[2 * np]);
-                    hk_mma_bf16_16816(S[2 * np + 1], a, b + 2, S[2 * np + 1]);
+                    const __nv_bfloat16 *kr =
+                        tK + (np * 16 + br) * LD + kk + bc;
+                    uint32_t b[4], bl[4];
+                    hk_ldmatrix_x4(b, kr);
+                    if (X)
+                        hk_ldmatrix_x4(bl, kr + KP);
+                    hk_f2_mma<X>(S[2 * np], S[2 * np + 1], a, al, b, bl);
                 }
             }
             /* scale, mask, online softmax on rows h = 0 (g), 1 (g + 8) */
-            const bool full = k0 + HK_F2_BK <= min(lim[0], lim[1]);
+            const bool full = k0 + BK <= min(lim[0], lim[1]);
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int nt = 0; nt < HK_F2_BK / 8; nt++)
+            for (int nt = 0; nt < BK / 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
@@ -603,7 +660,7 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, HD > 128 ? 1 : 2)
                 m[h] = mn;
             }
 #pragma unroll
-            for (int nt = 0; nt < HK_F2_BK / 8; nt++)
+            for (int nt = 0; nt < BK / 8; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     S[nt][e] = exp2f(S[nt][e] - msub[e >> 1]);
@@ -620,21 +677,26 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, HD > 128 ? 1 : 2)
             /* O += P V: P's A fragment of keys 16 kk.. is S's n-tiles
              * 2 kk (columns 0-7) and 2 kk + 1 (8-15). */
 #pragma unroll
-            for (int kk = 0; kk < HK_F2_BK / 16; kk++) {
+            for (int kk = 0; kk < BK / 16; kk++) {
                 if (kk * 16 >= nv)
                     break;
-                const uint32_t p[4] = {
-                    hk_pack_bf16x2(S[2 * kk][0], S[2 * kk][1]),
-                    hk_pack_bf16x2(S[2 * kk][2], S[2 * kk][3]),
-                    hk_pack_bf16x2(S[2 * kk + 1][0], S[2 * kk + 1][1]),
-                    hk_pack_bf16x2(S[2 * kk + 1][2], S[2 * kk + 1][3])};
+                uint32_t p[4], pl[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float *s = S[2 * kk + i / 2] + 2 * (i & 1);
+                    if (X)
+                        hk_split_bf16x2(s[0], s[1], &p[i], &pl[i]);
+                    else
+                        p[i] = hk_pack_bf16x2(s[0], s[1]);
+                }
                 const __nv_bfloat16 *vr = tV + (kk * 16 + ar) * LD + ac;
 #pragma unroll
                 for (int dp = 0; dp < HD / 16; dp++) {
-                    uint32_t b[4];
+                    uint32_t b[4], bl[4];
                     hk_ldmatrix_x4_trans(b, vr + dp * 16);
-                    hk_mma_bf16_16816(O[2 * dp], p, b, O[2 * dp]);
-                    hk_mma_bf16_16816(O[2 * dp + 1], p, b + 2, O[2 * dp + 1]);
+                    if (X)
+                        hk_ldmatrix_x4_trans(bl, vr + KP + dp * 16);
+                    hk_f2_mma<X>(O[2 * dp], O[2 * dp + 1], p, pl, b, bl);
                 }
             }
         }
@@ -662,62 +724,73 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, HD > 128 ? 1 : 2)
     }
 }
 
-size_t hk_attention_f2_scratch(int N, int Hkv, int hd)
+size_t hk_attention_f2_scratch(int split, int N, int Hkv, int hd)
 {
     const int HD = hk_f2_hd(hd);
-    return HD ? (size_t)N * Hkv * HD : 0; /* two bf16 arrays */
+    /* two bf16 arrays, four with the lo halves */
+    return HD ? (size_t)N * Hkv * HD * (split ? 2 : 1) : 0;
 }
 
-template <int HD>
+template <int HD, bool X> static size_t hk_f2_smem(void)
+{
+    return hk_f2<HD, X>::SMEM;
+}
+
+template <int HD, bool X>
 static int hk_f2_launch(float *o, const float *q, const int *qpos,
-                        const __nv_bfloat16 *kb, const __nv_bfloat16 *vb, int T,
-                        int N, int Hq, int Hkv, int hd, float scale, int vec,
+                        const float *k, const float *v, int T, int N, int Hq,
+                        int Hkv, int hd, float scale, float *scratch, int vec,
                         cudaStream_t stream)
 {
-    const size_t sm = hk_f2<HD>::SMEM;
+    __nv_bfloat16 *kb = reinterpret_cast<__nv_bfloat16 *>(scratch);
+    const size_t P = (size_t)N * Hkv * HD; /* a plane */
+    hk_f2_convert<X><<<hk_grid_1d(P / 8, 256), 256, 0, stream>>>(
+        kb, k, v, N, Hkv, hd, HD, P, vec);
+    const int rc = hk_cuda_check_launch();
+    if (rc)
+        return rc;
+    const size_t sm = hk_f2<HD, X>::SMEM;
     const long long nb = ((long long)T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M;
-    cudaFuncSetAttribute(hk_f2_kernel<HD>,
+    cudaFuncSetAttribute(hk_f2_kernel<HD, X>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     const dim3 grid((unsigned)nb, (unsigned)Hkv);
-    hk_f2_kernel<HD><<<grid, HK_F2_THREADS, sm, stream>>>(
-        o, q, qpos, kb, vb, T, N, Hq, Hkv, hd, scale * 1.4426950408889634f,
-        vec);
+    hk_f2_kernel<HD, X><<<grid, HK_F2_THREADS, sm, stream>>>(
+        o, q, qpos, kb, P, T, N, Hq, Hkv, hd, scale * 1.4426950408889634f, vec);
     return hk_cuda_check_launch();
 }
 
-int hk_attention_f2(float *o, const float *q, const int *qpos, const float *k,
-                    const float *v, int T, int N, int Hq, int Hkv, int hd,
-                    float scale, float *scratch, cudaStream_t stream)
+/* The launcher of (HD, X). */
+typedef int (*hk_f2_launch_t)(float *, const float *, const int *,
+                              const float *, const float *, int, int, int, int,
+                              int, float, float *, int, cudaStream_t);
+
+int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
+                    const float *k, const float *v, int T, int N, int Hq,
+                    int Hkv, int hd, float scale, float *scratch,
+                    cudaStream_t stream)
 {
     const int HD = hk_f2_hd(hd);
     if (!HD || !scratch || ((uintptr_t)scratch & 15) != 0)
         return HK_CUDA_EINVAL;
-    const size_t sm = HD == 64    ? hk_f2<64>::SMEM
-                      : HD == 128 ? hk_f2<128>::SMEM
-                                  : hk_f2<256>::SMEM;
-    if (sm > (size_t)hk_cuda_smem_optin())
+    const int x = split != 0, i = HD == 64 ? 0 : HD == 128 ? 1 : 2;
+    static const struct {
+        size_t (*smem)(void);
+        hk_f2_launch_t launch;
+    } f[2][3] = {{{hk_f2_smem<64, false>, hk_f2_launch<64, false>},
+                  {hk_f2_smem<128, false>, hk_f2_launch<128, false>},
+                  {hk_f2_smem<256, false>, hk_f2_launch<256, false>}},
+                 {{hk_f2_smem<64, true>, hk_f2_launch<64, true>},
+                  {hk_f2_smem<128, true>, hk_f2_launch<128, true>},
+                  {hk_f2_smem<256, true>, hk_f2_launch<256, true>}}};
+    if (f[x][i].smem() > (size_t)hk_cuda_smem_optin())
         return HK_CUDA_EINVAL;
     const long long nb = ((long long)T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M;
     if (nb > 2147483647LL || Hkv > HK_CUDA_MAX_GRID_YZ)
         return HK_CUDA_EINVAL;
     if (T == 0)
         return HK_CUDA_OK;
-    __nv_bfloat16 *kb = reinterpret_cast<__nv_bfloat16 *>(scratch);
-    __nv_bfloat16 *vb = kb + (size_t)N * Hkv * HD;
     const int vec = hd % 4 == 0 && ((uintptr_t)q & 15) == 0 &&
                     ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
-    const size_t n = (size_t)N * Hkv * (HD / 8);
-    hk_f2_convert<<<hk_grid_1d(n, 256), 256, 0, stream>>>(kb, vb, k, v, N, Hkv,
-                                                          hd, HD, vec);
-    const int rc = hk_cuda_check_launch();
-    if (rc)
-        return rc;
-    if (HD == 64)
-        return hk_f2_launch<64>(o, q, qpos, kb, vb, T, N, Hq, Hkv, hd, scale,
-                                vec, stream);
-    if (HD == 128)
-        return hk_f2_launch<128>(o, q, qpos, kb, vb, T, N, Hq, Hkv, hd, scale,
-                                 vec, stream);
-    return hk_f2_launch<256>(o, q, qpos, kb, vb, T, N, Hq, Hkv, hd, scale, vec,
-                             stream);
+    return f[x][i].launch(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scratch,
+                          vec, stream);
 }

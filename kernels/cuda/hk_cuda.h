@@ -208,16 +208,21 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
  *               q, k, p, v (FLASH_BF16's precision); needs scratch
  *               (hk_cuda_attention_ex) for the bf16 copies of k and v;
  *               decode as FLASH.
+ *   FLASH2X     FLASH2's structure on FLASH's split operands (q, k, p, v
+ *               as bf16 hi + lo, 3 MMAs per product, ~1e-5 of f32);
+ *               scratch twice FLASH2's (k and v hi and lo); decode as
+ *               FLASH.
  * FLASH falls back to SIMPLE where it cannot run (hd above
- * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs), FLASH2 to FLASH
- * (no scratch, or where it cannot run); asked for explicitly they return
- * HK_CUDA_EINVAL there instead. */
+ * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs), FLASH2 and
+ * FLASH2X to FLASH (no scratch, or where they cannot run); asked for
+ * explicitly they return HK_CUDA_EINVAL there instead. */
 typedef enum {
     HK_CUDA_ATT_DEFAULT = 0,
     HK_CUDA_ATT_SIMPLE = 1,
     HK_CUDA_ATT_FLASH = 2,
     HK_CUDA_ATT_FLASH_BF16 = 3,
-    HK_CUDA_ATT_FLASH2 = 4
+    HK_CUDA_ATT_FLASH2 = 4,
+    HK_CUDA_ATT_FLASH2X = 5
 } hk_cuda_att_impl_t;
 
 /* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys
@@ -235,7 +240,8 @@ int hk_cuda_attention_impl(hk_cuda_att_impl_t impl, float *o, const float *q,
                            void *stream);
 /* The same with scratch: hk_cuda_attention_scratch(impl, N, Hkv, hd)
  * floats of device memory (16-byte aligned; NULL when that is 0). The
- * conversion of k and v that FLASH2 needs runs inside the call. */
+ * conversion of k and v that FLASH2 and FLASH2X need runs inside the
+ * call. */
 int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o, const float *q,
                          const int *qpos, const float *k, const float *v, int T,
                          int N, int Hq, int Hkv, int hd, float scale,

@@ -42,13 +42,15 @@ int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
                     int hd, float scale, cudaStream_t stream);
 
 /* hk_attention_tc.cu: FLASH2, the FlashAttention-2-style prefill on bf16
- * operands; scratch (16-byte aligned): hk_attention_f2_scratch floats for
- * the bf16 copies of k and v (0: hd too wide). HK_CUDA_EINVAL where it
+ * operands (split: FLASH2X, bf16 hi + lo operands); scratch (16-byte
+ * aligned): hk_attention_f2_scratch floats for the bf16 copies of k and v
+ * (split: and their lo halves; 0: hd too wide). HK_CUDA_EINVAL where it
  * cannot run. Arguments checked by hk_cuda_attention_ex. */
-size_t hk_attention_f2_scratch(int N, int Hkv, int hd);
-int hk_attention_f2(float *o, const float *q, const int *qpos, const float *k,
-                    const float *v, int T, int N, int Hq, int Hkv, int hd,
-                    float scale, float *scratch, cudaStream_t stream);
+size_t hk_attention_f2_scratch(int split, int N, int Hkv, int hd);
+int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
+                    const float *k, const float *v, int T, int N, int Hq,
+                    int Hkv, int hd, float scale, float *scratch,
+                    cudaStream_t stream);
 
 /* Every launch is followed by this: a launch error (bad configuration, no
  * device, missing kernel image for this GPU) becomes a status code, never

@@ -24,12 +24,16 @@
  * zero-filled; completes by the cp.async.wait_group that leaves fewer
  * groups pending than its own, then needs a barrier before other threads
  * read it.
+ * hk_split_bf16x2 (both builds): two floats as bf16 hi + lo pairs, the
+ * split of kernels/common/hk_bf16.h.
  */
 #ifndef HK_PTX_H
 #define HK_PTX_H
 
 #include <cuda_bf16.h>
 #include <stdint.h>
+
+#include "kernels/common/hk_bf16.h"
 
 #ifdef HK_EMU_CUDA_RUNTIME_H
 #include <ptx.h> /* emu/ptx.h */
@@ -93,4 +97,17 @@ static __device__ __forceinline__ uint32_t hk_pack_bf16x2(float x, float y)
 }
 
 #endif /* HK_EMU_CUDA_RUNTIME_H */
+
+/* x, y -> hi = their bf16 pair (hk_pack_bf16x2), lo = the pair of the
+ * rounded remainders x - hi.x, y - hi.y (hk_bf16_split's lo): hi + lo
+ * keeps ~16 significant bits. */
+static __device__ __forceinline__ void
+hk_split_bf16x2(float x, float y, uint32_t *hi, uint32_t *lo)
+{
+    const uint32_t h = hk_pack_bf16x2(x, y);
+    *hi = h;
+    *lo = hk_pack_bf16x2(x - hk_bf16_to_f32((uint16_t)(h & 0xffffu)),
+                         y - hk_bf16_to_f32((uint16_t)(h >> 16)));
+}
+
 #endif

@@ -370,7 +370,7 @@ static result_t run_arm(const trace_t *t, const hp_model_config_t *cfg,
         p.sparse = kn->sparse;
         p.dp_min_gain = kn->dp_gain;
     }
-    hp_prefix_cache_t *pc = hp_prefix_cache_create(cfg, &p, 0, &err);
+    hp_prefix_cache_t *pc = hp_prefix_cache_create(cfg, &p, NULL, &err);
     if (!pc) {
         fprintf(stderr, "prefix_bench: %s\n", err.msg);
         exit(1);
@@ -431,7 +431,7 @@ static result_t run_pic(const trace_t *t, const hp_model_config_t *cfg,
     hp_error_t err = {0};
     result_t res = {0};
     hp_prefix_cache_params_default(&p, 0);
-    hp_prefix_cache_t *pc = hp_prefix_cache_create(cfg, &p, 0, &err);
+    hp_prefix_cache_t *pc = hp_prefix_cache_create(cfg, &p, NULL, &err);
     int n_lin = cfg->n_lin;
     double hk = cfg->lin_v_heads, dk = cfg->lin_k_dim, dv = cfg->lin_v_dim;
     double tuple = n_lin * hk * (dk * dk + dk * dv) * 4;
@@ -592,7 +592,7 @@ static int measured(const char *dir, unsigned long long seed)
     hp_prefix_cache_params_t p;
     hp_prefix_cache_params_default(&p, 256 << 20);
     p.tune_async = 0;
-    hp_prefix_cache_t *pc = hp_prefix_cache_create(&m->cfg, &p, 1, &err);
+    hp_prefix_cache_t *pc = hp_prefix_cache_create(&m->cfg, &p, m->be, &err);
     enum { S = 6, TURNS = 5 };
     static int hist[S][4096];
     int len[S], sys[300];

@@ -692,9 +692,9 @@ int main(int argc, char **argv)
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, (size_t)priv_mib << 20);
     cache.pub = hp_pool_create((size_t)pub_mib << 20, &err);
-    cache.prefix = cache.pub
-                       ? hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)
-                       : NULL;
+    cache.prefix = cache.pub ? hp_prefix_cache_create(&llm.model.cfg, &pcp,
+                                                      llm.model.be, &err)
+                             : NULL;
     hp_prefill_pool_t *prefill = NULL;
     hp_prefill_pool_cfg_t pfc = {.workers = pworkers,
                                  .threads_per_worker = pthreads};

@@ -93,8 +93,9 @@ int main(int argc, char **argv)
 
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, 48ull << 30);
-    hp_cache_t cache = {hp_pool_create(48ull << 30, &err),
-                        hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)};
+    hp_cache_t cache = {
+        hp_pool_create(48ull << 30, &err),
+        hp_prefix_cache_create(&llm.model.cfg, &pcp, llm.model.be, &err)};
     hp_fwd_ws_t ws;
     if (hp_fwd_ws_init(&ws, &llm.model, NULL, &err) != HP_OK)
         return bench_fail(&err);

@@ -1,34 +1,26 @@
 /*
- * pool.c - arena allocator + LRU cache (see pool.h).
+ * pool.c - LRU cache over an arena (see pool.h).
  *
- * The arena is one anonymous mapping of the budget, or memory the caller
- * made (a device's); the bookkeeping lives outside it, so the pool never
- * reads or writes the arena's bytes. Blocks are carved
- * first-fit from an address-ordered free list and coalesced with both
- * neighbours on free, so a pool that churns entries of mixed sizes keeps
- * its free space in few large runs. Eviction walks the LRU list from the
- * cold end, skipping entries in use, until the allocation fits.
+ * The arena's memory is one anonymous mapping of the budget, or memory
+ * the caller made (a device's); its blocks come from arena.h (first fit,
+ * coalescing), whose bookkeeping lives outside it, so the pool never
+ * reads or writes the arena's bytes. Eviction walks the LRU list from
+ * the cold end, skipping entries in use, until the allocation fits.
  */
 #include "engine/cache/pool.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #define ALIGN    HP_POOL_ALIGN
 #define NBUCKETS 4096
-
-typedef struct free_run {
-    size_t off, len;
-    struct free_run *next; /* address order */
-} free_run_t;
 
 struct hp_pool {
     pthread_mutex_t mu;
     uint8_t *arena;
     size_t budget;
-    free_run_t *free;             /* address-ordered */
+    hp_arena_t ar;                /* the arena's free runs */
     hp_pool_entry_t *head, *tail; /* LRU: head = most recent */
     hp_pool_entry_t *buckets[NBUCKETS];
     uint64_t clock;
@@ -38,11 +30,6 @@ struct hp_pool {
     hp_pool_release_fn release; /* the caller's arena; NULL: our mapping */
     void *release_ud;
 };
-
-static size_t round_up(size_t n)
-{
-    return (n + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-}
 
 static unsigned bucket(const uint8_t key[16], uint32_t variant)
 {
@@ -56,14 +43,11 @@ static unsigned bucket(const uint8_t key[16], uint32_t variant)
 static hp_pool_t *pool_new(uint8_t *arena, size_t budget, hp_error_t *err)
 {
     hp_pool_t *p = calloc(1, sizeof(*p));
-    if (p)
-        p->free = malloc(sizeof(free_run_t));
-    if (!p || !p->free) {
+    if (!p || hp_arena_init(&p->ar, budget, err) != HP_OK) {
         free(p);
         hp_error_set(err, HP_ENOMEM, "pool: out of memory");
         return NULL;
     }
-    *p->free = (free_run_t){0, budget, NULL};
     p->arena = arena;
     p->budget = p->st.budget = budget;
     pthread_mutex_init(&p->mu, NULL);
@@ -72,16 +56,15 @@ static hp_pool_t *pool_new(uint8_t *arena, size_t budget, hp_error_t *err)
 
 hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err)
 {
-    budget = round_up(budget ? budget : ALIGN);
-    void *a = mmap(NULL, budget, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (a == MAP_FAILED) {
+    budget = hp_arena_round(budget);
+    void *a = hp_arena_map(budget);
+    if (!a) {
         hp_error_set(err, HP_ENOMEM, "pool: cannot reserve %zu bytes", budget);
         return NULL;
     }
     hp_pool_t *p = pool_new(a, budget, err);
     if (!p)
-        munmap(a, budget);
+        hp_arena_unmap(a, budget);
     return p;
 }
 
@@ -101,15 +84,6 @@ hp_pool_t *hp_pool_create_in(void *arena, size_t budget,
         p->release_ud = ud;
     }
     return p;
-}
-
-static void free_runs(free_run_t *r)
-{
-    while (r) {
-        free_run_t *n = r->next;
-        free(r);
-        r = n;
-    }
 }
 
 static void lru_unlink(hp_pool_t *p, hp_pool_entry_t *e)
@@ -146,55 +120,6 @@ static void hash_unlink(hp_pool_t *p, hp_pool_entry_t *e)
     e->chain = NULL;
 }
 
-/* Returns [off, off+len) to the free list, merging with neighbours. */
-static void arena_free(hp_pool_t *p, size_t off, size_t len)
-{
-    free_run_t **pp = &p->free, *prev = NULL;
-    while (*pp && (*pp)->off < off) {
-        prev = *pp;
-        pp = &(*pp)->next;
-    }
-    free_run_t *next = *pp;
-    if (prev && prev->off + prev->len == off) {
-        prev->len += len;
-        if (next && prev->off + prev->len == next->off) {
-            prev->len += next->len;
-            prev->next = next->next;
-            free(next);
-        }
-        return;
-    }
-    if (next && off + len == next->off) {
-        next->off = off;
-        next->len += len;
-        return;
-    }
-    free_run_t *r = malloc(sizeof(*r));
-    if (!r)
-        return; /* the bytes leak from the arena until destroy; no UB */
-    *r = (free_run_t){off, len, next};
-    *pp = r;
-}
-
-/* First fit; returns the offset or (size_t)-1. */
-static size_t arena_alloc(hp_pool_t *p, size_t len)
-{
-    for (free_run_t **pp = &p->free; *pp; pp = &(*pp)->next) {
-        free_run_t *r = *pp;
-        if (r->len < len)
-            continue;
-        size_t off = r->off;
-        r->off += len;
-        r->len -= len;
-        if (r->len == 0) {
-            *pp = r->next;
-            free(r);
-        }
-        return off;
-    }
-    return (size_t)-1;
-}
-
 static void entry_free(hp_pool_t *p, hp_pool_entry_t *e)
 {
     if (e->published) {
@@ -204,8 +129,8 @@ static void entry_free(hp_pool_t *p, hp_pool_entry_t *e)
         if (p->hook)
             p->hook(p->hook_ud, e->key, e->variant, 0);
     }
-    arena_free(p, (size_t)((uint8_t *)e->data - p->arena), round_up(e->bytes));
-    p->st.bytes_used -= round_up(e->bytes);
+    hp_arena_free(&p->ar, (size_t)((uint8_t *)e->data - p->arena), e->bytes);
+    p->st.bytes_used -= hp_arena_round(e->bytes);
     free(e);
 }
 
@@ -219,11 +144,11 @@ void hp_pool_destroy(hp_pool_t *p)
         free(e);
         e = n;
     }
-    free_runs(p->free);
+    hp_arena_fini(&p->ar);
     if (p->release)
         p->release(p->release_ud, p->arena);
     else
-        munmap(p->arena, p->budget);
+        hp_arena_unmap(p->arena, p->budget);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
@@ -261,25 +186,25 @@ int hp_pool_contains(hp_pool_t *p, const uint8_t key[16], uint32_t variant)
 hp_pool_entry_t *hp_pool_alloc(hp_pool_t *p, const uint8_t key[16],
                                uint32_t variant, size_t bytes, hp_error_t *err)
 {
-    size_t len = round_up(bytes ? bytes : 1);
+    size_t len = hp_arena_round(bytes);
     hp_pool_entry_t *e = calloc(1, sizeof(*e));
     if (!e) {
         hp_error_set(err, HP_ENOMEM, "pool: out of memory");
         return NULL;
     }
     pthread_mutex_lock(&p->mu);
-    size_t off = len <= p->budget ? arena_alloc(p, len) : (size_t)-1;
+    size_t off = len <= p->budget ? hp_arena_alloc(&p->ar, len) : HP_ARENA_NONE;
     hp_pool_entry_t *victim = p->tail;
-    while (off == (size_t)-1 && victim && len <= p->budget) {
+    while (off == HP_ARENA_NONE && victim && len <= p->budget) {
         hp_pool_entry_t *prev = victim->prev;
         if (victim->refs == 0) {
             entry_free(p, victim);
             p->st.evictions++;
-            off = arena_alloc(p, len);
+            off = hp_arena_alloc(&p->ar, len);
         }
         victim = prev;
     }
-    if (off == (size_t)-1) {
+    if (off == HP_ARENA_NONE) {
         p->st.failed++;
         pthread_mutex_unlock(&p->mu);
         free(e);

@@ -11,11 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "engine/cache/arena.h"
 #include "engine/contract/hp_error.h"
 
 typedef struct hp_pool hp_pool_t;
 
-#define HP_POOL_ALIGN 64 /* entries' data alignment and size granule */
+#define HP_POOL_ALIGN HP_ARENA_ALIGN /* entries' alignment, size granule */
 
 typedef struct hp_pool_entry {
     uint8_t key[16];

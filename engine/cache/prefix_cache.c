@@ -74,12 +74,42 @@ size_t hp_prefix_cache_kv_bytes(const hp_prefix_cache_t *pc)
 
 /* ---- payloads ------------------------------------------------------------ */
 
+static int evict_one(hp_prefix_cache_t *pc);
+
+/* bytes of the private pool. Where no free run is large enough although
+ * the byte count has room (fragmentation, the granule, a split's or a
+ * merge's old copy still held), evicts by the cache's policy until one
+ * is (evict; the caller pins what it must keep). NULL when nothing more
+ * can go. */
+static float *blob_alloc(hp_prefix_cache_t *pc, size_t bytes, int evict)
+{
+    if (hp_arena_round(bytes) > pc->ar.size)
+        return NULL;
+    for (;;) {
+        size_t off = hp_arena_alloc(&pc->ar, bytes);
+        if (off != HP_ARENA_NONE)
+            return (float *)(void *)(pc->mem + off);
+        if (!evict || evict_one(pc) < 0)
+            return NULL;
+        pc->st.arena_evictions++;
+    }
+}
+
+static void blob_free(hp_prefix_cache_t *pc, float *p, size_t bytes)
+{
+    if (p)
+        hp_arena_free(&pc->ar, (size_t)((uint8_t *)p - pc->mem), bytes);
+}
+
 void hp_pc_free_pcd(void *ud, void *data)
 {
-    (void)ud;
+    hp_prefix_cache_t *pc = ud;
     pcd_t *d = data;
-    free(d->kv);
-    free(d->state);
+    if (pc && d) {
+        blob_free(pc, d->kv, d->kv_bytes);
+        if (d->has_state)
+            blob_free(pc, d->state, pc->g.state);
+    }
     free(d);
 }
 
@@ -100,19 +130,19 @@ static void drop_state(hp_prefix_cache_t *pc, hp_radix_node_t *x)
     pcd_t *d = D(x);
     if (!d->has_state)
         return;
-    free(d->state);
+    blob_free(pc, d->state, pc->g.state);
     d->state = NULL;
     d->has_state = 0;
     pc->states--;
     pc->st_used -= pc->g.state;
 }
 
-/* Gives x the state buf (owned; NULL in the simulator). */
+/* Gives x the state buf (a blob, taken; NULL in the simulator). */
 static void give_state(hp_prefix_cache_t *pc, hp_radix_node_t *x, float *buf)
 {
     pcd_t *d = D(x);
     if (d->has_state) {
-        free(buf);
+        blob_free(pc, buf, pc->g.state);
         return;
     }
     d->state = buf;
@@ -135,7 +165,8 @@ static float *ckpt_at(const hp_model_config_t *c, float *state, int l)
     return state + (size_t)c->slot[l] * (c->state_floats + c->conv_floats);
 }
 
-/* Splits x after k tokens: the new parent takes the first k K/V rows. */
+/* Splits x (pinned) after k tokens: the new parent takes the first k
+ * K/V rows, copied on the backend. */
 static hp_radix_node_t *split_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
                                    int k, hp_error_t *err)
 {
@@ -143,22 +174,20 @@ static hp_radix_node_t *split_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
     pcd_t *md = calloc(1, sizeof(*md));
     float *head = NULL, *tail = NULL;
     int len = x->len;
-    if (md && pc->tensors) {
-        head = malloc((size_t)k * g->kv_tok);
-        tail = malloc((size_t)(len - k) * g->kv_tok);
-    }
+    size_t hb = (size_t)k * g->kv_tok, tb = (size_t)(len - k) * g->kv_tok;
+    if (md && pc->tensors && (head = blob_alloc(pc, hb, 1)))
+        tail = blob_alloc(pc, tb, 1);
     if (!md || (pc->tensors && (!head || !tail))) {
         free(md);
-        free(head);
-        free(tail);
-        hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
+        blob_free(pc, head, hb);
+        hp_error_set(err, HP_ENOMEM, "prefix cache: no room to split");
         return NULL;
     }
     hp_radix_node_t *m = hp_radix_split(&pc->tree, x, k, err);
     if (!m) {
         free(md);
-        free(head);
-        free(tail);
+        blob_free(pc, head, hb);
+        blob_free(pc, tail, tb);
         return NULL;
     }
     if (pc->tensors) {
@@ -167,15 +196,17 @@ static hp_radix_node_t *split_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
         for (int f = 0; f < c->n_full; f++)
             for (int w = 0; w < 2; w++) {
                 const float *src = kv_at(c, kv, len, f, w);
-                memcpy(kv_at(c, head, k, f, w), src,
-                       (size_t)k * c->kv_row * sizeof(float));
-                memcpy(kv_at(c, tail, len - k, f, w),
-                       src + (size_t)k * c->kv_row,
-                       (size_t)(len - k) * c->kv_row * sizeof(float));
+                hp_backend_copy(pc->be, kv_at(c, head, k, f, w), src,
+                                (size_t)k * c->kv_row * sizeof(float));
+                hp_backend_copy(pc->be, kv_at(c, tail, len - k, f, w),
+                                src + (size_t)k * c->kv_row,
+                                (size_t)(len - k) * c->kv_row * sizeof(float));
             }
-        free(kv);
+        blob_free(pc, kv, D(x)->kv_bytes);
         D(x)->kv = tail;
+        D(x)->kv_bytes = tb;
         md->kv = head;
+        md->kv_bytes = hb;
     }
     md->lock = D(x)->lock; /* every pinned path through x passes m */
     md->stamp = D(x)->stamp;
@@ -183,8 +214,10 @@ static hp_radix_node_t *split_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
     return m;
 }
 
-/* x (unpinned, one child, no state) disappears into its child. */
-static int merge_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
+/* x (unpinned, one child, no state) disappears into its child; the K/V
+ * of both is copied on the backend into one blob, for which others are
+ * evicted if evict (else no room leaves x as it is). */
+static int merge_node(hp_prefix_cache_t *pc, hp_radix_node_t *x, int evict,
                       hp_error_t *err)
 {
     const hp_model_config_t *cf = &pc->cfg;
@@ -192,29 +225,36 @@ static int merge_node(hp_prefix_cache_t *pc, hp_radix_node_t *x,
     hp_radix_node_t *c = x->kids[0];
     float *kv = NULL;
     int lx = x->len, lc = c->len;
+    size_t bytes = (size_t)(lx + lc) * pc->g.kv_tok;
     if (pc->tensors) {
-        kv = malloc((size_t)(lx + lc) * pc->g.kv_tok);
+        /* making room must not take x, c or what lies above them */
+        lock_path(c, +1);
+        kv = blob_alloc(pc, bytes, evict);
+        lock_path(c, -1);
         if (!kv)
-            return hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
+            return hp_error_set(err, HP_ENOMEM,
+                                "prefix cache: no room to merge");
         for (int f = 0; f < cf->n_full; f++)
             for (int w = 0; w < 2; w++) {
                 float *dst = kv_at(cf, kv, lx + lc, f, w);
-                memcpy(dst, kv_at(cf, D(x)->kv, lx, f, w),
-                       (size_t)lx * row * sizeof(float));
-                memcpy(dst + (size_t)lx * row, kv_at(cf, D(c)->kv, lc, f, w),
-                       (size_t)lc * row * sizeof(float));
+                hp_backend_copy(pc->be, dst, kv_at(cf, D(x)->kv, lx, f, w),
+                                (size_t)lx * row * sizeof(float));
+                hp_backend_copy(pc->be, dst + (size_t)lx * row,
+                                kv_at(cf, D(c)->kv, lc, f, w),
+                                (size_t)lc * row * sizeof(float));
             }
     }
     pcd_t *xd = D(x);
     if (!hp_radix_merge(&pc->tree, x, err)) {
-        free(kv);
+        blob_free(pc, kv, bytes);
         return err->code;
     }
     if (pc->tensors) {
-        free(D(c)->kv);
+        blob_free(pc, D(c)->kv, D(c)->kv_bytes);
         D(c)->kv = kv;
+        D(c)->kv_bytes = bytes;
     }
-    hp_pc_free_pcd(NULL, xd);
+    hp_pc_free_pcd(pc, xd);
     return HP_OK;
 }
 
@@ -222,7 +262,7 @@ static void remove_leaf(hp_prefix_cache_t *pc, hp_radix_node_t *x)
 {
     drop_state(pc, x);
     pc->kv_used -= node_kv_bytes(pc, x);
-    hp_pc_free_pcd(NULL, x->data);
+    hp_pc_free_pcd(pc, x->data);
     x->data = NULL;
     hp_radix_remove(&pc->tree, x);
 }
@@ -235,7 +275,8 @@ static void tidy_up(hp_prefix_cache_t *pc, hp_radix_node_t *x)
     while (x && x->parent && D(x)->lock == 0 && !D(x)->has_state &&
            x->n_kids <= 1) {
         if (x->n_kids == 1) {
-            merge_node(pc, x, &err); /* no memory: it just stays */
+            /* tidying evicts nothing: no room, it just stays */
+            merge_node(pc, x, 0, &err);
             return;
         }
         hp_radix_node_t *p = x->parent;
@@ -252,25 +293,27 @@ static hp_radix_node_t *add_leaf(hp_prefix_cache_t *pc, hp_radix_node_t *parent,
     const geom_t *g = &pc->g;
     const hp_model_config_t *c = &pc->cfg;
     int len = b - a;
+    size_t bytes = (size_t)len * g->kv_tok;
     pcd_t *d = calloc(1, sizeof(*d));
-    float *kv = pc->tensors ? malloc((size_t)len * g->kv_tok) : NULL;
+    float *kv = d && pc->tensors ? blob_alloc(pc, bytes, 1) : NULL;
     if (!d || (pc->tensors && !kv)) {
         free(d);
-        free(kv);
-        hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
+        hp_error_set(err, HP_ENOMEM, "prefix cache: no room for %d tokens",
+                     len);
         return NULL;
     }
     for (int l = 0; pc->tensors && l < c->n_layers; l++)
         if (c->layer_kind[l] == HP_LAYER_FULL)
             hp_seq_kv_pack(seq, l, a, len, kv_at(c, kv, len, c->slot[l], 0),
-                           kv_at(c, kv, len, c->slot[l], 1), HP_MEM_HOST);
+                           kv_at(c, kv, len, c->slot[l], 1), HP_MEM_BACKEND);
     hp_radix_node_t *x = hp_radix_add(&pc->tree, parent, ids + a, len, err);
     if (!x) {
         free(d);
-        free(kv);
+        blob_free(pc, kv, bytes);
         return NULL;
     }
     d->kv = kv;
+    d->kv_bytes = bytes;
     x->data = d;
     pc->kv_used += (size_t)len * g->kv_tok;
     touch(pc, x);
@@ -389,7 +432,7 @@ static int evict_one(hp_prefix_cache_t *pc)
         tidy_up(pc, p);
     } else {
         drop_state(pc, v);
-        if (merge_node(pc, v, &err) != HP_OK && !had)
+        if (merge_node(pc, v, 1, &err) != HP_OK && !had)
             return -1; /* no memory to merge and nothing freed */
     }
     if (had) {
@@ -405,11 +448,13 @@ static size_t used(const hp_prefix_cache_t *pc)
     return pc->kv_used + pc->st_used;
 }
 
+/* Evicts until need more bytes fit the budget beside the tree and the
+ * running requests' snapshots. */
 static int make_room(hp_prefix_cache_t *pc, size_t need)
 {
     if (need > pc->p.budget)
         return 0;
-    while (used(pc) + need > pc->p.budget)
+    while (used(pc) + pc->snap_used + need > pc->p.budget)
         if (evict_one(pc) < 0)
             return 0;
     return 1;
@@ -440,9 +485,38 @@ void hp_prefix_cache_params_default(hp_prefix_cache_params_t *p, size_t budget)
     p->dp_max_depth = 1 << 16;
 }
 
+/* The private pool: budget bytes of be's memory, and its arena. */
+static int pool_init(hp_prefix_cache_t *pc, hp_error_t *err)
+{
+    const hp_backend_t *be = pc->be;
+    size_t bytes = hp_arena_round(pc->p.budget);
+    pc->mapped = hp_backend_host_memory(be);
+    pc->mem = pc->mapped ? hp_arena_map(bytes) : hp_backend_alloc(be, bytes);
+    if (!pc->mem)
+        return hp_error_set(err, HP_ENOMEM,
+                            "%s: no memory for a private pool of %.1f MiB "
+                            "(private_pool)",
+                            hp_backend_name(be), bytes / 1048576.0);
+    pc->mem_bytes = bytes;
+    if (hp_arena_init(&pc->ar, bytes, err) != HP_OK)
+        return err->code;
+    return HP_OK;
+}
+
+static void pool_fini(hp_prefix_cache_t *pc)
+{
+    hp_arena_fini(&pc->ar);
+    if (pc->mapped)
+        hp_arena_unmap(pc->mem, pc->mem_bytes);
+    else if (pc->mem)
+        hp_backend_free(pc->be, pc->mem);
+    pc->mem = NULL;
+}
+
 hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
                                           const hp_prefix_cache_params_t *p,
-                                          int tensors, hp_error_t *err)
+                                          const hp_backend_t *be,
+                                          hp_error_t *err)
 {
     if (p->block <= 0 || p->n_alphas < 0 || p->n_alphas > HP_PC_MAX_ALPHAS ||
         p->sparse < 0 || p->dp_max_depth < 1 || !(p->dp_gamma > 0) ||
@@ -459,7 +533,8 @@ hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
     }
     pc->cfg = *cfg;
     pc->p = *p;
-    pc->tensors = tensors;
+    pc->tensors = be != NULL;
+    pc->be = be;
     geom_init(&pc->g, cfg);
     pc->hist_w = 1.0;
     if (p->sparse > 0) {
@@ -470,7 +545,9 @@ hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
             return NULL;
         }
     }
-    if (hp_radix_init(&pc->tree, err) != HP_OK) {
+    if ((be && pool_init(pc, err) != HP_OK) ||
+        hp_radix_init(&pc->tree, err) != HP_OK) {
+        pool_fini(pc);
         free(pc->hist);
         free(pc);
         return NULL;
@@ -478,6 +555,7 @@ hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
     pc->tree.root->data = calloc(1, sizeof(pcd_t));
     if (!pc->tree.root->data) {
         hp_radix_free(&pc->tree, hp_pc_free_pcd, NULL);
+        pool_fini(pc);
         free(pc->hist);
         free(pc);
         hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
@@ -492,7 +570,8 @@ void hp_prefix_cache_destroy(hp_prefix_cache_t *pc)
     if (!pc)
         return;
     hp_pc_tune_free(pc);
-    hp_radix_free(&pc->tree, hp_pc_free_pcd, NULL);
+    hp_radix_free(&pc->tree, hp_pc_free_pcd, NULL); /* the pool goes whole */
+    pool_fini(pc);
     pthread_mutex_destroy(&pc->mu);
     free(pc->hist);
     free(pc);
@@ -500,11 +579,14 @@ void hp_prefix_cache_destroy(hp_prefix_cache_t *pc)
 
 /* ---- requests ------------------------------------------------------------ */
 
-static void req_clear(hp_prefix_cache_req_t *req)
+static void req_clear(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req)
 {
     if (req->snap)
         for (int i = 0; i < req->n_ckpt; i++)
-            free(req->snap[i]);
+            if (req->snap[i]) {
+                blob_free(pc, req->snap[i], pc->g.state);
+                pc->snap_used -= pc->g.state;
+            }
     free(req->snap);
     free(req->ckpt);
     free(req->ids);
@@ -614,11 +696,11 @@ static int restore(hp_prefix_cache_t *pc, hp_radix_node_t *x, int n,
                 hp_seq_kv_unpack(seq, l, y->depth - y->len, y->len,
                                  kv_at(c, D(y)->kv, y->len, c->slot[l], 0),
                                  kv_at(c, D(y)->kv, y->len, c->slot[l], 1),
-                                 HP_MEM_HOST);
+                                 HP_MEM_BACKEND);
     for (int l = 0; x->parent && l < c->n_layers; l++)
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             hp_seq_state_unpack(seq, l, ckpt_at(c, D(x)->state, l),
-                                HP_MEM_HOST);
+                                HP_MEM_BACKEND);
     seq->n_pos = x->depth;
     return HP_OK;
 }
@@ -689,15 +771,27 @@ static int begin_locked(hp_prefix_cache_t *pc, const int *ids, int n, int hint,
         int rc = req->snap ? HP_OK
                            : hp_error_set(err, HP_ENOMEM,
                                           "prefix cache: out of memory");
-        for (int i = 0; i < u && rc == HP_OK; i++)
-            if (!(req->snap[i] = malloc(pc->g.state)))
-                rc =
-                    hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
+        /* snapshots in the private pool, counted in its budget; a
+         * position without room is not captured */
+        int kept = 0;
+        for (int i = 0; i < u && rc == HP_OK; i++) {
+            float *b = make_room(pc, pc->g.state)
+                           ? blob_alloc(pc, pc->g.state, 1)
+                           : NULL;
+            if (!b) {
+                pc->st.skipped++;
+                continue;
+            }
+            pc->snap_used += pc->g.state;
+            pos[kept] = pos[i];
+            req->snap[kept++] = b;
+        }
+        req->n_ckpt = kept;
         if (rc == HP_OK)
             rc = restore(pc, x, n, seq, err);
         if (rc != HP_OK) {
             lock_path(x, -1);
-            req_clear(req);
+            req_clear(pc, req);
             return rc;
         }
     }
@@ -755,7 +849,7 @@ static hp_radix_node_t *admit_path(hp_prefix_cache_t *pc, const int *ids, int n,
     *rc = HP_OK;
     hp_radix_match(&pc->tree, ids, n, &m);
     size_t need = (size_t)(n - m.depth) * pc->g.kv_tok;
-    for (int i = 0; i < n_pos; i++)
+    for (int i = 0; !bufs && i < n_pos; i++) /* bufs: counted already */
         if (!state_at(pc, ids, pos[i]))
             need += pc->g.state;
     if (final_state && !state_at(pc, ids, n))
@@ -782,8 +876,10 @@ static hp_radix_node_t *admit_path(hp_prefix_cache_t *pc, const int *ids, int n,
         }
         if (x->parent) {
             give_state(pc, x, bufs ? bufs[i] : NULL);
-            if (bufs)
+            if (bufs) {
                 bufs[i] = NULL;
+                pc->snap_used -= pc->g.state;
+            }
             touch(pc, x);
         }
     }
@@ -791,15 +887,15 @@ static hp_radix_node_t *admit_path(hp_prefix_cache_t *pc, const int *ids, int n,
         float *buf = NULL;
         if (pc->tensors) {
             const hp_model_config_t *c = &pc->cfg;
-            buf = malloc(pc->g.state);
+            buf = blob_alloc(pc, pc->g.state, 1);
             if (!buf) {
-                *rc =
-                    hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
+                *rc = hp_error_set(err, HP_ENOMEM,
+                                   "prefix cache: no room for a checkpoint");
             } else {
                 for (int l = 0; l < c->n_layers; l++)
                     if (c->layer_kind[l] == HP_LAYER_LINEAR)
                         hp_seq_state_pack(seq, l, ckpt_at(c, buf, l),
-                                          HP_MEM_HOST);
+                                          HP_MEM_BACKEND);
             }
         }
         if (*rc == HP_OK)
@@ -844,7 +940,7 @@ static void end_locked(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req)
         lock_path(x, -1);
         tidy_up(pc, x);
     }
-    req_clear(req);
+    req_clear(pc, req);
 }
 
 int hp_prefix_cache_finish(hp_prefix_cache_t *pc, hp_prefix_cache_req_t *req,
@@ -918,7 +1014,7 @@ static int capture_jump(void *ud, int layer, int jump, float *S, float *conv,
     (void)err;
     hp_seq_state_pack(cp->seq, layer,
                       ckpt_at(&cp->seq->model->cfg, cp->snap[jump], layer),
-                      HP_MEM_HOST);
+                      HP_MEM_BACKEND);
     return HP_OK;
 }
 
@@ -968,6 +1064,7 @@ void hp_prefix_cache_stats(hp_prefix_cache_t *pc, hp_prefix_cache_stats_t *out)
     out->kv_bytes = pc->kv_used;
     out->state_bytes = pc->st_used;
     out->bytes_used = used(pc);
+    out->snap_bytes = pc->snap_used;
     out->budget = pc->p.budget;
     out->nodes = pc->tree.n_nodes;
     out->states = pc->states;

@@ -100,7 +100,8 @@ typedef struct {
     int resume;   /* tokens restored: the prefill starts here */
     int *ckpt;    /* [n_ckpt] rising positions in (resume, n] whose */
     int n_ckpt;   /*   states the prefill must capture */
-    float **snap; /* [n_ckpt] the captured states (tensor mode) */
+    float **snap; /* [n_ckpt] the captured states (tensor mode): blobs
+                     of the private pool, backend memory */
     int admitted; /* the prompt entered the tree */
     /* private */
     int *ids;
@@ -115,19 +116,35 @@ typedef struct {
     double prompt_flops; /* prefill FLOPs of the prompts */
     double saved_flops;  /* ... that resuming skipped */
     uint64_t states_admitted, states_evicted, nodes_evicted;
-    uint64_t rejected; /* admissions skipped: no room */
+    uint64_t rejected;        /* admissions skipped: no room */
+    uint64_t arena_evictions; /* for a free run the byte count had room
+                                 for (fragmentation, a split's copy) */
+    uint64_t skipped;         /* captures not taken: no room for them */
     size_t bytes_used, kv_bytes, state_bytes, budget;
+    size_t snap_bytes; /* running requests' snapshots (not in bytes_used) */
     int nodes, states;
     double alpha;
     hp_pc_tune_phase_t tune_phase;
     double tune_hit[HP_PC_MAX_ALPHAS]; /* token hit rate per grid alpha */
 } hp_prefix_cache_stats_t;
 
-/* A cache for models of config cfg (copied). tensors: keep K/V and
- * states (else simulate). Errors: HP_EBADINPUT (bad params), HP_ENOMEM. */
+/*
+ * A cache for models of config cfg (copied). be: keep K/V and states in
+ * its memory, the models' backend (NULL: simulate, allocating nothing
+ * for tensors). The private pool, budget bytes of backend memory, is
+ * made now (on a host-memory backend a mapping touched on use); node
+ * K/V, checkpoints and requests' snapshots are blobs in it, copied on
+ * the backend, so a device resume or capture moves nothing over the
+ * host link and no request allocates backend memory. A blob that finds
+ * no free run large enough where the byte count has room (fragmentation)
+ * evicts more by the cache's policy until one is; a capture that still
+ * finds none is skipped (stats: arena_evictions, skipped). Errors:
+ * HP_EBADINPUT (bad params), HP_ENOMEM (naming the budget).
+ */
 hp_prefix_cache_t *hp_prefix_cache_create(const hp_model_config_t *cfg,
                                           const hp_prefix_cache_params_t *p,
-                                          int tensors, hp_error_t *err);
+                                          const hp_backend_t *be,
+                                          hp_error_t *err);
 /* Joins a running alpha search; every request must be finished or
  * released before. */
 void hp_prefix_cache_destroy(hp_prefix_cache_t *pc);

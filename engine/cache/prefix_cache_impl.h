@@ -8,17 +8,20 @@
 
 #include <pthread.h>
 
+#include "engine/cache/arena.h"
 #include "engine/cache/prefix_cache.h"
 #include "engine/cache/radix.h"
 
-/* Per node: what eviction and restore need. */
+/* Per node: what eviction and restore need. kv and state are blobs of
+ * the private pool (backend memory: the host may not read them). */
 typedef struct {
     uint64_t stamp; /* last access */
     int lock;       /* running requests whose path goes through here */
     int has_state;
-    float *kv;    /* [n_full][2][len][kv_row]: K then V per full layer */
-    float *state; /* [n_lin][state + conv floats]: hp_seq_state_pack per
-                     linear layer, in slot order */
+    float *kv;       /* [n_full][2][len][kv_row]: K then V per full layer */
+    size_t kv_bytes; /* kv's size (len when it was made) */
+    float *state;    /* [n_lin][state + conv floats]: hp_seq_state_pack per
+                        linear layer, in slot order */
 } pcd_t;
 
 /* Sizes and FLOPs the cache adds to the config's geometry. */
@@ -35,6 +38,14 @@ struct hp_prefix_cache {
     hp_prefix_cache_params_t p;
     geom_t g;
     int tensors;
+    /* the private pool (tensors): budget bytes of the backend's memory,
+     * made at create, blobs from the arena ar; no allocation after */
+    const hp_backend_t *be;
+    uint8_t *mem;
+    size_t mem_bytes;
+    int mapped; /* mem is our host mapping (else hp_backend_alloc) */
+    hp_arena_t ar;
+    size_t snap_used; /* bytes of requests' snapshots, not yet in the tree */
     hp_radix_t tree;
     uint64_t clock;
     size_t kv_used, st_used;
@@ -69,7 +80,8 @@ static inline size_t node_kv_bytes(const hp_prefix_cache_t *pc,
     return (size_t)x->len * pc->g.kv_tok;
 }
 
-/* Frees a node's payload (hp_radix_free's callback). */
+/* Frees a node's payload, its blobs back to the pool ud (the cache;
+ * NULL: nothing to give back) (hp_radix_free's callback). */
 void hp_pc_free_pcd(void *ud, void *data);
 
 /* The bootstrap state machine (prefix_tune.c), all with pc->mu held:

@@ -179,7 +179,7 @@ static hp_prefix_cache_t *clone_sim(hp_prefix_cache_t *src, double alpha,
     hp_prefix_cache_params_t p = src->p;
     p.tune = 0;
     p.alpha = alpha;
-    hp_prefix_cache_t *pc = hp_prefix_cache_create(&src->cfg, &p, 0, err);
+    hp_prefix_cache_t *pc = hp_prefix_cache_create(&src->cfg, &p, NULL, err);
     if (!pc)
         return NULL;
     hp_radix_free(&pc->tree, hp_pc_free_pcd, NULL);

@@ -120,16 +120,24 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     if (rc == HP_OK)
         rc = hp_seq_init(&r->seq, &r->llm.model, &err);
     if (rc == HP_OK) {
-        /* a device's arena is taken now: sized to this prompt's entries */
-        size_t pub = hp_backend_host_memory(r->be)
-                         ? CLI_PUBLIC_POOL
-                         : hp_assemble_pool_bytes(&r->llm.model.cfg, &r->prompt,
-                                                  mode, r->o.seam);
+        /* a device's arenas are taken now, sized to this prompt: its
+         * entries; in prefix mode its K/V and a few checkpoints (the
+         * lead's end, the branch point, the prompt's end) */
+        const hp_model_t *m = &r->llm.model;
+        int host = hp_backend_host_memory(r->be);
+        size_t pub =
+            host ? CLI_PUBLIC_POOL
+                 : hp_assemble_pool_bytes(&m->cfg, &r->prompt, mode, r->o.seam);
+        size_t priv =
+            host ? CLI_PRIVATE_POOL
+            : mode == HP_IPC_MODE_PREFIX
+                ? hp_seq_bytes(m, r->prompt.n) + 4 * hp_seq_bytes(m, 0)
+                : 0;
         r->cache.pub = hp_segc_pool_create(r->be, pub, &err);
         hp_prefix_cache_params_t pcp;
-        hp_prefix_cache_params_default(&pcp, CLI_PRIVATE_POOL);
-        r->cache.prefix =
-            hp_prefix_cache_create(&r->llm.model.cfg, &pcp, 1, &err);
+        hp_prefix_cache_params_default(&pcp, priv);
+        r->cache.prefix = hp_prefix_cache_create(&r->llm.model.cfg, &pcp,
+                                                 r->llm.model.be, &err);
         if (!r->cache.pub || !r->cache.prefix)
             rc = HP_ENOMEM;
     }

@@ -433,9 +433,9 @@ int hp_cmd_serve(int argc, char **argv)
         hp_segc_pool_create(be, (size_t)c->num[HP_SO_PUBLIC_POOL], &err);
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, (size_t)c->num[HP_SO_PRIVATE_POOL]);
-    cache.prefix = cache.pub
-                       ? hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err)
-                       : NULL;
+    cache.prefix = cache.pub ? hp_prefix_cache_create(&llm.model.cfg, &pcp,
+                                                      llm.model.be, &err)
+                             : NULL;
     if (!cache.prefix) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;

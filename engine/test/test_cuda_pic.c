@@ -148,7 +148,7 @@ static int run(const hp_llm_t *llm, result_t *r, hp_error_t *err)
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, (size_t)64 << 20);
     hp_cache_t cache = {hp_segc_pool_create(m->be, (size_t)64 << 20, err),
-                        hp_prefix_cache_create(&m->cfg, &pcp, 1, err)};
+                        hp_prefix_cache_create(&m->cfg, &pcp, m->be, err)};
     /* pieces of 16 tokens: capture and splice jumps span pieces */
     hp_fwd_plan_t plan = {16, 0, 1, 1};
     hp_fwd_ws_t ws;

@@ -171,7 +171,8 @@ static void check_cached(const hp_llm_t *llm, const char *name,
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, 64u << 20);
     hp_cache_t cache = {hp_segc_pool_create(be, 64u << 20, &err), NULL};
-    cache.prefix = hp_prefix_cache_create(&llm->model.cfg, &pcp, 1, &err);
+    cache.prefix =
+        hp_prefix_cache_create(&llm->model.cfg, &pcp, llm->model.be, &err);
     if (!ok(cache.pub && cache.prefix, "%s: caches: %s", name, err.msg))
         goto out;
     /* room for one RAG request besides the scheduler's builder */

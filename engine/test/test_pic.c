@@ -43,7 +43,8 @@ static void cache_new(ctx_t *x, size_t pub, size_t priv)
     hp_prefix_cache_destroy(x->cache.prefix);
     x->cache.pub = hp_pool_create(pub, &err);
     hp_prefix_cache_params_default(&pcp, priv);
-    x->cache.prefix = hp_prefix_cache_create(&x->llm.model.cfg, &pcp, 1, &err);
+    x->cache.prefix =
+        hp_prefix_cache_create(&x->llm.model.cfg, &pcp, x->llm.model.be, &err);
 }
 
 /* Runs p in mode; returns logits (malloc'd) and the sequence in *seq. */

@@ -49,7 +49,7 @@ static hp_prefix_cache_t *sim(size_t budget, double alpha, int tune)
     hp_prefix_cache_params_default(&p, budget);
     p.alpha = alpha;
     p.tune = tune;
-    return hp_prefix_cache_create(&cfg, &p, 0, &err);
+    return hp_prefix_cache_create(&cfg, &p, NULL, &err);
 }
 
 /* One simulated request: begin, admit, finish with n_out more tokens
@@ -161,7 +161,7 @@ static void test_admission(void)
     p.admit = HP_PC_ADMIT_BLOCK;
     p.block = 32;
     p.tune = 0;
-    pc = hp_prefix_cache_create(&cfg, &p, 0, &err);
+    pc = hp_prefix_cache_create(&cfg, &p, NULL, &err);
     hp_prefix_cache_begin(pc, A, 150, -1, NULL, &req, &err);
     ok(req.n_ckpt == 4 && req.ckpt[0] == 32 && req.ckpt[3] == 128,
        "block: captures at 32, 64, 96, 128");
@@ -222,7 +222,7 @@ static void test_sparse(void)
     p.tune = 0;
     p.sparse = 2;
     p.dp_min_mass = 3.0;
-    hp_prefix_cache_t *pc = hp_prefix_cache_create(&cfg, &p, 0, &err);
+    hp_prefix_cache_t *pc = hp_prefix_cache_create(&cfg, &p, NULL, &err);
     int x[400], P[400], Q[400];
     fill(x, 101, 0, 400);
     x[0] = 1;
@@ -553,7 +553,7 @@ static void test_alpha(void)
     p.tune_async = 1;
     p.bootstrap_mult = 5;
     p.bootstrap_min = 20;
-    pc = hp_prefix_cache_create(&cfg, &p, 0, &err);
+    pc = hp_prefix_cache_create(&cfg, &p, NULL, &err);
     hp_prefix_cache_stats_t st;
     hp_prefix_cache_stats(pc, &st);
     ok(st.tune_phase == HP_PC_TUNE_WAIT, "a fresh cache waits for its first "
@@ -593,7 +593,7 @@ static void test_alpha(void)
     p.tune_async = 0;
     p.bootstrap_mult = 5;
     p.bootstrap_min = 40;
-    pc = hp_prefix_cache_create(&cfg, &p, 0, &err);
+    pc = hp_prefix_cache_create(&cfg, &p, NULL, &err);
     for (int i = 0; i < t.n; i++)
         request(pc, t.tr[i].ids, t.tr[i].n_prompt,
                 t.tr[i].ids + t.tr[i].n_prompt, t.tr[i].n - t.tr[i].n_prompt,
@@ -712,7 +712,7 @@ static void test_model(const char *root)
     p.sparse = 2;
     p.dp_min_mass = 1e9; /* balanced: checkpoints at many depths */
     hp_prefix_cache_t *pc =
-        hp_prefix_cache_create(&x.llm.model.cfg, &p, 1, &err);
+        hp_prefix_cache_create(&x.llm.model.cfg, &p, x.llm.model.be, &err);
 
     /* turn 1: S + a, greedy 10 tokens, finish */
     int P1[400], P2[400], P3[600];
@@ -790,7 +790,7 @@ static void test_model(const char *root)
     p.tune = 0;
     p.admit = HP_PC_ADMIT_BLOCK;
     p.block = 256;
-    pc = hp_prefix_cache_create(&x.llm.model.cfg, &p, 1, &err);
+    pc = hp_prefix_cache_create(&x.llm.model.cfg, &p, x.llm.model.be, &err);
     int *L = malloc(1400 * sizeof(int));
     fill(L, 1400, 0, 400);
     hp_seq_t sl;

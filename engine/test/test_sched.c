@@ -743,7 +743,8 @@ static hp_sched_t *make_cached(int batch, int solo, hp_cache_t *cache)
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, 64u << 20);
     cache->pub = hp_pool_create(64u << 20, &err);
-    cache->prefix = hp_prefix_cache_create(&llm.model.cfg, &pcp, 1, &err);
+    cache->prefix =
+        hp_prefix_cache_create(&llm.model.cfg, &pcp, llm.model.be, &err);
     hp_sched_cfg_t cfg = {.batch = batch,
                           .prefill_chunk = 16,
                           .max_queue = 64,

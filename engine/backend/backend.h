@@ -120,10 +120,11 @@ void hp_backend_download(const hp_backend_t *b, void *dst, const void *src,
                          size_t bytes);
 void hp_backend_copy(const hp_backend_t *b, void *dst, const void *src,
                      size_t bytes);
-/* Where memory outside a sequence lives: the prefix cache's checkpoints
- * in host memory, the public pool's arena in backend memory. put: dst
- * (backend memory) <- src in mem; get: dst in mem <- src (backend
- * memory). An upload / download, or a copy that stays on the device. */
+/* Where memory outside a sequence lives: the caches' pools (the public
+ * pool's arena, the prefix cache's private pool) in backend memory, a
+ * dump's or a test's buffers in host memory. put: dst (backend memory)
+ * <- src in mem; get: dst in mem <- src (backend memory). An upload /
+ * download, or a copy that stays on the device. */
 typedef enum { HP_MEM_HOST, HP_MEM_BACKEND } hp_mem_t;
 void hp_backend_put(const hp_backend_t *b, void *dst, const void *src,
                     hp_mem_t mem, size_t bytes);

@@ -14,7 +14,7 @@
 
 #include "engine/contract/hp_error.h"
 
-#define HP_ARENA_ALIGN 64          /* offsets' alignment and size granule */
+#define HP_ARENA_ALIGN 64           /* offsets' alignment and size granule */
 #define HP_ARENA_NONE  ((size_t)-1) /* no run large enough */
 
 typedef struct hp_arena_run hp_arena_run_t;

@@ -84,9 +84,9 @@ int hp_seq_kvbuf_close(hp_seq_t *s, hp_error_t *err);
 int hp_seq_copy(hp_seq_t *dst, const hp_seq_t *src, hp_error_t *err);
 
 /*
- * The copies between a sequence and memory outside it (prefix-cache
- * checkpoints in host memory, segment cache entries in backend memory:
- * mem says which): the one place where a device backend transfers. Sizes
+ * The copies between a sequence and memory outside it (the caches'
+ * entries and checkpoints in backend memory, dumps in host memory: mem
+ * says which): the one place where a device backend transfers. Sizes
  * from the model's config geometry.
  *
  * state: linear layer l's S [Hv,dk,dv] then its conv history

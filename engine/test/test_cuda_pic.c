@@ -85,8 +85,10 @@ typedef struct {
     size_t n_state, n_tuple;
     int toks[N_TOK]; /* greedy after the warm splice */
     /* bytes over the host link: the warm splice's prefill, and `full`'s
-     * of the same prompt */
-    unsigned long long moved_pic, moved_full;
+     * of the same prompt; the prefix resume's (restore, recompute,
+     * checkpoints) and `full`'s of its prompt */
+    unsigned long long moved_pic, moved_full, moved_resume, moved_full2;
+    int resumed; /* tokens the prefix resume restored */
 } result_t;
 
 static void result_free(result_t *r)
@@ -121,17 +123,25 @@ static void keep_state(result_t *r, const hp_seq_t *seq)
     }
 }
 
-static int assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
-                    const hp_prompt_t *p, hp_ipc_mode_t mode, int w,
-                    hp_seq_t *seq, float **logits, hp_error_t *err)
+static int assemble_st(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
+                       const hp_prompt_t *p, hp_ipc_mode_t mode, int w,
+                       hp_seq_t *seq, float **logits, hp_assemble_stats_t *st,
+                       hp_error_t *err)
 {
     *logits = malloc((size_t)llm->model.cfg.vocab_size * sizeof(float));
     int rc = hp_seq_init(seq, &llm->model, err);
     if (rc == HP_OK)
-        rc = hp_assemble(llm, cache, ws, p, mode, w, seq, *logits, NULL, err);
+        rc = hp_assemble(llm, cache, ws, p, mode, w, seq, *logits, st, err);
     if (rc == HP_OK)
         rc = hp_backend_sync(llm->model.be, err);
     return rc;
+}
+
+static int assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
+                    const hp_prompt_t *p, hp_ipc_mode_t mode, int w,
+                    hp_seq_t *seq, float **logits, hp_error_t *err)
+{
+    return assemble_st(llm, cache, ws, p, mode, w, seq, logits, NULL, err);
 }
 
 /* The whole sequence on one backend. */
@@ -223,8 +233,20 @@ static int run(const hp_llm_t *llm, result_t *r, hp_error_t *err)
         free(lg);
     }
     if (rc == HP_OK) {
-        rc = assemble(llm, &cache, &ws, &a2, HP_IPC_MODE_PREFIX, W, &seq,
-                      &r->logits[3], err);
+        at = hp_backend_host_bytes(m->be);
+        rc = assemble(llm, &cache, &ws, &a2, HP_IPC_MODE_FULL, W, &seq, &lg,
+                      err);
+        r->moved_full2 = hp_backend_host_bytes(m->be) - at;
+        hp_seq_free(&seq);
+        free(lg);
+    }
+    if (rc == HP_OK) {
+        hp_assemble_stats_t st = {0};
+        at = hp_backend_host_bytes(m->be);
+        rc = assemble_st(llm, &cache, &ws, &a2, HP_IPC_MODE_PREFIX, W, &seq,
+                         &r->logits[3], &st, err);
+        r->moved_resume = hp_backend_host_bytes(m->be) - at;
+        r->resumed = st.cached_tokens;
         hp_seq_free(&seq);
     }
     hp_fwd_ws_free(&ws);
@@ -292,6 +314,18 @@ static void check_on(const char *dir, const char *name, const hp_llm_t *ref,
            "%llu, short interior's conv: %llu; one tuple's T_C and S_C|0: "
            "%llu)",
            tag, b.moved_pic, b.moved_full, tail, tuple);
+        /* the prefix cache's checkpoints stay in device memory too: a
+         * resume moves what a full prefill of its prompt does (ids,
+         * positions, logits), not its restored K/V and states, nor the
+         * captured state and the new K/V it admits */
+        unsigned long long ckpt =
+            (unsigned long long)b.resumed * c->n_full * 2 * c->kv_row * 4 +
+            (unsigned long long)c->n_lin * (c->state_floats + c->conv_floats) *
+                4;
+        ok(b.resumed > 0 && b.moved_resume <= b.moved_full2,
+           "%s: the prefix resume (%d tokens restored) moved %llu bytes over "
+           "the host link (full: %llu; its K/V and state: %llu)",
+           tag, b.resumed, b.moved_resume, b.moved_full2, ckpt);
         if (!bf16)
             ok(!memcmp(a->toks, b.toks, sizeof(b.toks)),
                "%s: greedy tokens after the warm splice identical (%d %d %d "

@@ -42,6 +42,7 @@
 #define DOCS "Zorvia's capital is Quellam." SEP "Water boils at 100 degrees."
 #define RAG  "Lead." SEP DOCS SEP "Capital?"
 #define RAG2 "Lead." SEP "Cats sleep all day." SEP "Who?"
+#define RAG3 "Lead." SEP "Cats sleep all day." SEP "Why not?"
 #define RAG_WORKERS                                                            \
     "Lead two." SEP "Rivers run to the sea." SEP "Plates meet in peaks." SEP   \
     "Where?"
@@ -171,10 +172,16 @@ static void check_cached(const hp_llm_t *llm, const char *name,
     hp_prefix_cache_params_t pcp;
     hp_prefix_cache_params_default(&pcp, 64u << 20);
     hp_cache_t cache = {hp_segc_pool_create(be, 64u << 20, &err), NULL};
+    unsigned long before = hp_backend_device_allocs(be);
     cache.prefix =
         hp_prefix_cache_create(&llm->model.cfg, &pcp, llm->model.be, &err);
+    unsigned long made = hp_backend_device_allocs(be) - before;
     if (!ok(cache.pub && cache.prefix, "%s: caches: %s", name, err.msg))
         goto out;
+    ok(made == 1,
+       "%s: the prefix cache's private pool is device memory, one allocation "
+       "at its creation (%lu)",
+       name, made);
     /* room for one RAG request besides the scheduler's builder */
     int n_rag = prompt_tokens(llm, RAG);
     size_t one = hp_seq_pool_need(&llm->model,
@@ -193,7 +200,7 @@ static void check_cached(const hp_llm_t *llm, const char *name,
             cfg.seq_budget >> 10, err.msg))
         goto out;
     unsigned long at_start = hp_backend_device_allocs(be);
-    col_t a, b, c, d, e;
+    col_t a, b, c, d, e, f;
     reset_events();
     memset(&a, 0, sizeof(a));
     memset(&b, 0, sizeof(b));
@@ -217,10 +224,18 @@ static void check_cached(const hp_llm_t *llm, const char *name,
     run_one(s, &e, RAG2, HP_IPC_MODE_PREFIX, name, "prefix, resumed");
     ok(e.fin.cached_tokens > 0, "%s: the prefix request resumed (%d cached)",
        name, e.fin.cached_tokens);
+    /* another question: its branch point splits the cached path (K/V
+     * copied on the device) and is captured into the private pool */
+    run_one(s, &f, RAG3, HP_IPC_MODE_PREFIX, name, "prefix, a branch");
+    hp_prefix_cache_stats_t pst;
+    hp_prefix_cache_stats(cache.prefix, &pst);
+    ok(f.fin.cached_tokens > 0 && pst.states >= 3 && pst.nodes >= 4,
+       "%s: the branch resumed (%d cached); %d checkpoints on %d nodes", name,
+       f.fin.cached_tokens, pst.states, pst.nodes);
     unsigned long after = hp_backend_device_allocs(be);
     ok(after == at_start,
-       "%s: pic cold and warm, naive, prefix made no device allocation (%lu "
-       "at start, %lu after)",
+       "%s: pic cold and warm, naive, prefix (a resume, a branch) made no "
+       "device allocation (%lu at start, %lu after)",
        name, at_start, after);
     col_t big = {0}, seg = {0};
     int rc = submit_as(s, &big, RAG, HP_IPC_MODE_PIC, 100, 1, &err);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/cache/arena.h"
 #include "engine/cache/prefix_cache.h"
 #include "engine/forward/generate.h"
 #include "engine/model/llm.h"
@@ -690,6 +691,8 @@ static void probe_all(model_ctx_t *x, hp_prefix_cache_t *pc, const char *what)
        worst);
 }
 
+static void test_private_pool(model_ctx_t *x);
+
 static void test_model(const char *root)
 {
     char dir[1024];
@@ -806,12 +809,150 @@ static void test_model(const char *root)
     probe_all(&x, pc, "blocks of 256 across pieces");
     hp_prefix_cache_destroy(pc);
     free(L);
+    test_private_pool(&x);
 
     free(lg);
     free(x.lf);
     free(x.lc);
     hp_fwd_ws_free(&x.ws);
     hp_llm_free(&x.llm);
+}
+
+/* ---- the private pool (backend memory, an arena) ------------------------ */
+
+/* Whether pc holds a checkpoint at depth on the path starting with t0. */
+static int ckpt_on(hp_prefix_cache_t *pc, int t0, int depth)
+{
+    int d[64], *paths[64], n = hp_prefix_cache_checkpoints(pc, d, paths, 64);
+    int found = 0;
+    for (int i = 0; i < n && i < 64; i++) {
+        found |= d[i] == depth && paths[i] && paths[i][0] == t0;
+        free(paths[i]);
+    }
+    return found;
+}
+
+/* Prefill through the cache and finish at the prompt's end (as
+ * prefix mode does); the resume depth, or -1. lg: the logits. */
+static int turn(model_ctx_t *x, hp_prefix_cache_t *pc, const int *ids, int n,
+                int hint, float *lg, hp_prefix_cache_req_t *req)
+{
+    hp_seq_t s;
+    hp_error_t err = {0};
+    hp_seq_init(&s, &x->llm.model, &err);
+    int rc = hp_prefix_cache_prefill(pc, &x->llm.model, &x->ws, ids, n, hint,
+                                     &s, lg, req, &err);
+    int r = rc == HP_OK ? req->resume : -1;
+    if (rc == HP_OK)
+        hp_prefix_cache_finish(pc, req, NULL, 0, &s, &err);
+    hp_seq_free(&s);
+    return r;
+}
+
+/* K/V, checkpoints and snapshots are blobs of one arena of the budget.
+ * Fragmentation: four prompts fill it exactly, two evicted leave two
+ * holes that the byte count says hold a prompt of twice the length, but
+ * no run does; the cache evicts one more (by its policy: the least
+ * recent) and admits it. No room at all: a snapshot is skipped, the
+ * prefill stays exact. */
+static void test_private_pool(model_ctx_t *x)
+{
+    hp_error_t err = {0};
+    hp_prefix_cache_params_t p;
+    hp_prefix_cache_params_default(&p, 1 << 20);
+    p.tune = 0;
+    hp_prefix_cache_t *pc =
+        hp_prefix_cache_create(&x->llm.model.cfg, &p, NULL, &err);
+    size_t kv = hp_prefix_cache_kv_bytes(pc),
+           sb = hp_prefix_cache_state_bytes(pc), st = hp_arena_round(sb);
+    hp_prefix_cache_destroy(pc);
+    int L = 8;
+    while ((L * kv) % HP_ARENA_ALIGN || L * kv <= st)
+        L += 8;
+    size_t unit = L * kv + st;
+    float *lg = malloc((size_t)x->V * sizeof(float));
+    int P[5][400];
+    for (int i = 0; i < 5; i++) {
+        fill(P[i], 2 * L + 10, 0, 400);
+        P[i][0] = 7 * i; /* five paths from the root */
+    }
+    hp_prefix_cache_req_t req;
+    hp_prefix_cache_stats_t sts;
+
+    p.budget = 4 * unit;
+    pc = hp_prefix_cache_create(&x->llm.model.cfg, &p, x->llm.model.be, &err);
+    for (int i = 0; i < 4; i++)
+        turn(x, pc, P[i], L, -1, lg, &req);
+    /* P1, then P3 resumed (touched); P0 and P2 evicted */
+    for (int i = 1; i < 4; i += 2) {
+        hp_seq_t s;
+        hp_seq_init(&s, &x->llm.model, &err);
+        if (hp_prefix_cache_begin(pc, P[i], L + 1, -1, &s, &req, &err) == HP_OK)
+            hp_prefix_cache_release(pc, &req);
+        hp_seq_free(&s);
+    }
+    int e0 = hp_prefix_cache_evict_one(pc), e1 = hp_prefix_cache_evict_one(pc);
+    hp_prefix_cache_stats(pc, &sts);
+    ok(e0 == L && e1 == L && sts.bytes_used == 2 * (L * kv + sb) &&
+           !ckpt_on(pc, P[0][0], L) && ckpt_on(pc, P[1][0], L) &&
+           !ckpt_on(pc, P[2][0], L) && ckpt_on(pc, P[3][0], L),
+       "%d-token prompts: 4 fill %zu bytes; P0 and P2 evicted, P1 and P3 "
+       "kept",
+       L, p.budget);
+    int r = turn(x, pc, P[4], 2 * L, -1, lg, &req);
+    hp_prefix_cache_stats(pc, &sts);
+    ok(r == 0 && sts.arena_evictions == 1 && ckpt_on(pc, P[4][0], 2 * L) &&
+           !ckpt_on(pc, P[1][0], L) && ckpt_on(pc, P[3][0], L) &&
+           sts.bytes_used <= sts.budget,
+       "a %d-token prompt fits the count, not a run: one more evicted (the "
+       "least recent, P1; %llu such evictions), admitted",
+       2 * L, (unsigned long long)sts.arena_evictions);
+    r = turn(x, pc, P[4], 2 * L + 10, -1, lg, &req);
+    full_logits(x, P[4], 2 * L + 10, x->lf);
+    ok(r == 2 * L && rel(x->lf, lg, x->V) <= EXACT_TOL,
+       "it resumes at %d from the arena, logits equal full (rel %.2e)", r,
+       rel(x->lf, lg, x->V));
+    hp_prefix_cache_destroy(pc);
+
+    /* one prompt fills the pool; the next pins it, so its snapshot at
+     * the hint (L + 5) finds no room and is skipped */
+    p.budget = unit;
+    pc = hp_prefix_cache_create(&x->llm.model.cfg, &p, x->llm.model.be, &err);
+    turn(x, pc, P[0], L, -1, lg, &req);
+    hp_seq_t s;
+    hp_seq_init(&s, &x->llm.model, &err);
+    int rc = hp_prefix_cache_prefill(pc, &x->llm.model, &x->ws, P[0], L + 10,
+                                     L + 5, &s, lg, &req, &err);
+    full_logits(x, P[0], L + 10, x->lf);
+    hp_prefix_cache_stats(pc, &sts);
+    ok(rc == HP_OK && req.resume == L && req.n_ckpt == 0 && sts.skipped == 1 &&
+           sts.snap_bytes == 0 && rel(x->lf, lg, x->V) <= EXACT_TOL,
+       "no room for a snapshot: the capture skipped (%llu), the prefill "
+       "exact (rel %.2e)",
+       (unsigned long long)sts.skipped, rel(x->lf, lg, x->V));
+    hp_prefix_cache_release(pc, &req);
+    hp_seq_free(&s);
+    hp_prefix_cache_destroy(pc);
+
+    /* room: the snapshot is held (counted) until the request ends */
+    p.budget = 64 << 20;
+    pc = hp_prefix_cache_create(&x->llm.model.cfg, &p, x->llm.model.be, &err);
+    turn(x, pc, P[0], L, -1, lg, &req);
+    hp_seq_init(&s, &x->llm.model, &err);
+    rc = hp_prefix_cache_begin(pc, P[0], L + 10, L + 5, &s, &req, &err);
+    hp_prefix_cache_stats(pc, &sts);
+    size_t held = sts.snap_bytes;
+    int nck = req.n_ckpt;
+    if (rc == HP_OK)
+        hp_prefix_cache_release(pc, &req);
+    hp_prefix_cache_stats(pc, &sts);
+    ok(rc == HP_OK && nck == 1 && held == sb && sts.snap_bytes == 0,
+       "a snapshot is counted while its request runs (%zu bytes), given back "
+       "at its end",
+       held);
+    hp_seq_free(&s);
+    hp_prefix_cache_destroy(pc);
+    free(lg);
 }
 
 int main(void)

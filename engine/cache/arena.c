@@ -113,3 +113,17 @@ void hp_arena_unmap(void *p, size_t bytes)
     if (p)
         munmap(p, bytes);
 }
+
+void *hp_arena_mem(const hp_backend_t *be, size_t bytes)
+{
+    return hp_backend_host_memory(be) ? hp_arena_map(bytes)
+                                      : hp_backend_alloc(be, bytes);
+}
+
+void hp_arena_mem_free(const hp_backend_t *be, void *p, size_t bytes)
+{
+    if (hp_backend_host_memory(be))
+        hp_arena_unmap(p, bytes);
+    else
+        hp_backend_free(be, p);
+}

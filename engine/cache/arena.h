@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 
+#include "engine/backend/backend.h"
 #include "engine/contract/hp_error.h"
 
 #define HP_ARENA_ALIGN 64           /* offsets' alignment and size granule */
@@ -45,5 +46,11 @@ size_t hp_arena_largest(const hp_arena_t *a);
  * touched on use (pages cost memory once written). NULL on failure. */
 void *hp_arena_map(size_t bytes);
 void hp_arena_unmap(void *p, size_t bytes);
+
+/* Memory for an arena of bytes in be's memory: a mapping as above where
+ * backend memory is host memory, one device allocation now otherwise
+ * (the pools' budgets, taken at start). NULL when there is none. */
+void *hp_arena_mem(const hp_backend_t *be, size_t bytes);
+void hp_arena_mem_free(const hp_backend_t *be, void *p, size_t bytes);
 
 #endif

@@ -27,7 +27,7 @@ struct hp_pool {
     hp_pool_stats_t st;
     hp_pool_hook_fn hook;
     void *hook_ud;
-    hp_pool_release_fn release; /* the caller's arena; NULL: our mapping */
+    hp_pool_release_fn release; /* gives the arena back */
     void *release_ud;
 };
 
@@ -54,6 +54,12 @@ static hp_pool_t *pool_new(uint8_t *arena, size_t budget, hp_error_t *err)
     return p;
 }
 
+static void unmap(void *ud, void *arena, size_t bytes)
+{
+    (void)ud;
+    hp_arena_unmap(arena, bytes);
+}
+
 hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err)
 {
     budget = hp_arena_round(budget);
@@ -62,7 +68,7 @@ hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err)
         hp_error_set(err, HP_ENOMEM, "pool: cannot reserve %zu bytes", budget);
         return NULL;
     }
-    hp_pool_t *p = pool_new(a, budget, err);
+    hp_pool_t *p = hp_pool_create_in(a, budget, unmap, NULL, err);
     if (!p)
         hp_arena_unmap(a, budget);
     return p;
@@ -145,10 +151,7 @@ void hp_pool_destroy(hp_pool_t *p)
         e = n;
     }
     hp_arena_fini(&p->ar);
-    if (p->release)
-        p->release(p->release_ud, p->arena);
-    else
-        hp_arena_unmap(p->arena, p->budget);
+    p->release(p->release_ud, p->arena, p->budget);
     pthread_mutex_destroy(&p->mu);
     free(p);
 }

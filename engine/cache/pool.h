@@ -46,8 +46,9 @@ hp_pool_t *hp_pool_create(size_t budget, hp_error_t *err);
 
 /* The same over an arena the caller made (device memory: the pool never
  * touches its bytes, only hands out offsets into it); destroy gives it
- * back through release(ud, arena); on failure it stays the caller's. */
-typedef void (*hp_pool_release_fn)(void *ud, void *arena);
+ * back through release(ud, arena, budget); on failure it stays the
+ * caller's. */
+typedef void (*hp_pool_release_fn)(void *ud, void *arena, size_t bytes);
 hp_pool_t *hp_pool_create_in(void *arena, size_t budget,
                              hp_pool_release_fn release, void *ud,
                              hp_error_t *err);

@@ -490,8 +490,7 @@ static int pool_init(hp_prefix_cache_t *pc, hp_error_t *err)
 {
     const hp_backend_t *be = pc->be;
     size_t bytes = hp_arena_round(pc->p.budget);
-    pc->mapped = hp_backend_host_memory(be);
-    pc->mem = pc->mapped ? hp_arena_map(bytes) : hp_backend_alloc(be, bytes);
+    pc->mem = hp_arena_mem(be, bytes);
     if (!pc->mem)
         return hp_error_set(err, HP_ENOMEM,
                             "%s: no memory for a private pool of %.1f MiB "
@@ -506,10 +505,8 @@ static int pool_init(hp_prefix_cache_t *pc, hp_error_t *err)
 static void pool_fini(hp_prefix_cache_t *pc)
 {
     hp_arena_fini(&pc->ar);
-    if (pc->mapped)
-        hp_arena_unmap(pc->mem, pc->mem_bytes);
-    else if (pc->mem)
-        hp_backend_free(pc->be, pc->mem);
+    if (pc->mem)
+        hp_arena_mem_free(pc->be, pc->mem, pc->mem_bytes);
     pc->mem = NULL;
 }
 

@@ -43,7 +43,6 @@ struct hp_prefix_cache {
     const hp_backend_t *be;
     uint8_t *mem;
     size_t mem_bytes;
-    int mapped; /* mem is our host mapping (else hp_backend_alloc) */
     hp_arena_t ar;
     size_t snap_used; /* bytes of requests' snapshots, not yet in the tree */
     hp_radix_t tree;

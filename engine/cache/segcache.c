@@ -113,22 +113,19 @@ float *hp_segc_V(const hp_model_config_t *c, const hp_pool_entry_t *e, int l)
     return view(c, e, l, 4);
 }
 
-static void arena_release(void *be, void *arena)
+static void arena_release(void *be, void *arena, size_t bytes)
 {
-    hp_backend_free(be, arena);
+    hp_arena_mem_free(be, arena, bytes);
 }
 
 hp_pool_t *hp_segc_pool_create(const hp_backend_t *be, size_t budget,
                                hp_error_t *err)
 {
-    if (hp_backend_host_memory(be))
-        return hp_pool_create(budget, err);
-    if (budget < HP_POOL_ALIGN) /* a mode that caches nothing */
-        budget = HP_POOL_ALIGN;
-    void *arena = hp_backend_alloc(be, budget);
+    budget = hp_arena_round(budget); /* 0: a mode that caches nothing */
+    void *arena = hp_arena_mem(be, budget);
     if (!arena) {
         hp_error_set(err, HP_ENOMEM,
-                     "%s: no device memory for a public pool of %.1f MiB "
+                     "%s: no memory for a public pool of %.1f MiB "
                      "(public_pool)",
                      hp_backend_name(be), budget / 1048576.0);
         return NULL;
@@ -136,7 +133,7 @@ hp_pool_t *hp_segc_pool_create(const hp_backend_t *be, size_t budget,
     hp_pool_t *p =
         hp_pool_create_in(arena, budget, arena_release, (void *)be, err);
     if (!p)
-        hp_backend_free(be, arena);
+        hp_arena_mem_free(be, arena, budget);
     return p;
 }
 

@@ -124,6 +124,8 @@ static u_char *ngx_http_hypic_engine_gauges(u_char *p, u_char *last,
     ngx_http_hypic_main_conf_t *hmcf, ngx_http_hypic_engine_state_t *st);
 static uint64_t ngx_http_hypic_gauge_value(ngx_http_hypic_engine_state_t *st,
     ngx_uint_t field, ngx_uint_t pool);
+static u_char *ngx_http_hypic_label(u_char *p, u_char *last,
+    const char *name, const char *value, size_t max);
 static ngx_int_t ngx_http_hypic_health_answer(ngx_http_hypic_health_t *h,
     ngx_uint_t connect);
 static void ngx_http_hypic_health_look(ngx_event_t *ev);
@@ -144,7 +146,7 @@ static const char  *ngx_http_hypic_state_names[] = {
 };
 
 static const char  *ngx_http_hypic_pool_names[] = {
-    "public", "private"                                /* HP_IPC_POOL_* */
+    "public", "private", "sequence"                    /* HP_IPC_POOL_* */
 };
 
 static ngx_http_hypic_gauge_t  ngx_http_hypic_gauges[] = {
@@ -174,22 +176,23 @@ static ngx_http_hypic_gauge_t  ngx_http_hypic_gauges[] = {
       NGX_HTTP_HYPIC_G_FREE_SLOTS, 0 },
 
     { "hypic:pool_used_bytes", "gauge",
-      "Bytes held in a cache pool (public: segments; private: prefix "
-      "cache).",
+      "Bytes held in a pool (public: segments; private: prefix cache; "
+      "sequence: the running requests' states and K/V).",
       NGX_HTTP_HYPIC_G_POOL_USED, 1 },
 
     { "hypic:pool_budget_bytes", "gauge",
-      "A cache pool's budget.",
+      "A pool's budget (sequence: what the engine's sequence memory "
+      "leaves to requests; 0: no pool, each request allocates).",
       NGX_HTTP_HYPIC_G_POOL_BUDGET, 1 },
 
     { "hypic:pool_entries", "gauge",
-      "Entries of a cache pool (public: segments; private: prefix tree "
-      "nodes).",
+      "Entries of a pool (public: segments; private: prefix tree nodes; "
+      "sequence: sequences held).",
       NGX_HTTP_HYPIC_G_POOL_ENTRIES, 1 },
 
     { "hypic:pool_evictions_total", "counter",
-      "Entries a cache pool dropped to make room, since the engine "
-      "started.",
+      "Entries a pool dropped to make room, since the engine started "
+      "(sequence: 0, requests are never preempted).",
       NGX_HTTP_HYPIC_G_POOL_EVICTIONS, 1 }
 };
 
@@ -585,6 +588,30 @@ ngx_http_hypic_engine_gauges(u_char *p, u_char *last,
         }
     }
 
+    p = ngx_slprintf(p, last,
+                     "# HELP hypic:engine_info What an engine that said "
+                     "hello serves, and where its model runs.\n"
+                     "# TYPE hypic:engine_info gauge\n");
+
+    for (i = 0; i < hmcf->engines.nelts; i++) {
+        if (st[i].shm == NULL) {
+            continue;
+        }
+
+        p = ngx_slprintf(p, last, "hypic:engine_info{engine=\"%V\"",
+                         &engine[i].name);
+        p = ngx_http_hypic_label(p, last, "node", st[i].shm->node,
+                                 sizeof(st[i].shm->node));
+        p = ngx_http_hypic_label(p, last, "model", st[i].shm->model,
+                                 sizeof(st[i].shm->model));
+        p = ngx_http_hypic_label(p, last, "device", st[i].shm->device,
+                                 sizeof(st[i].shm->device));
+        p = ngx_http_hypic_label(p, last, "device_name",
+                                 st[i].shm->device_name,
+                                 sizeof(st[i].shm->device_name));
+        p = ngx_slprintf(p, last, "} 1\n");
+    }
+
     for (g = 0; g < sizeof(ngx_http_hypic_gauges)
                     / sizeof(ngx_http_hypic_gauge_t); g++)
     {
@@ -624,6 +651,38 @@ ngx_http_hypic_engine_gauges(u_char *p, u_char *last,
     }
 
     return p;
+}
+
+
+/*
+ * ,name="value" from a string of the engine's header (NUL-terminated
+ * within max bytes, or cut there), escaped as the exposition format
+ * wants: backslash, double quote and line feed.
+ */
+
+static u_char *
+ngx_http_hypic_label(u_char *p, u_char *last, const char *name,
+    const char *value, size_t max)
+{
+    u_char  c;
+    size_t  i, n;
+
+    n = ngx_strnlen((u_char *) value, max);
+
+    p = ngx_slprintf(p, last, ",%s=\"", name);
+
+    for (i = 0; i < n && last - p > 2; i++) {
+        c = (u_char) value[i];
+
+        if (c == '\\' || c == '"' || c == '\n') {
+            *p++ = '\\';
+            c = (c == '\n') ? 'n' : c;
+        }
+
+        *p++ = c;
+    }
+
+    return ngx_slprintf(p, last, "\"");
 }
 
 
@@ -764,6 +823,7 @@ ngx_http_hypic_health_answer(ngx_http_hypic_health_t *h, ngx_uint_t connect)
     for (i = 0; i < hmcf->engines.nelts; i++) {
         len += sizeof(",{\"name\":\"\",\"address\":\"\",\"model\":\"\","
                       "\"state\":\"starting\",\"node\":\"\","
+                      "\"device\":\"\",\"device_name\":\"\","
                       "\"generation\":,\"pid\":,\"slots\":,"
                       "\"free_slots\":,\"running\":,\"queued\":,"
                       "\"heartbeat_age_ms\":}") - 1
@@ -774,7 +834,8 @@ ngx_http_hypic_health_answer(ngx_http_hypic_health_t *h, ngx_uint_t connect)
                                                 engine[i].address.len)
                + ngx_http_hypic_json_escape_len(engine[i].model.data,
                                                 engine[i].model.len)
-               + 6 * HP_IPC_NAME_BYTES;  /* the node, escaped */
+               + 6 * (2 * HP_IPC_NAME_BYTES + 32);
+                                    /* node, device names, escaped */
     }
 
     p = ngx_pnalloc(r->pool, len);
@@ -826,6 +887,17 @@ ngx_http_hypic_health_answer(ngx_http_hypic_health_t *h, ngx_uint_t connect)
         queued = atomic_load_explicit(&shm->queued, memory_order_relaxed);
 
         p = ngx_cpymem(p, ",\"node\":\"", sizeof(",\"node\":\"") - 1);
+        p = ngx_http_hypic_json_escape(p, node.data, node.len);
+
+        node.data = (u_char *) shm->device;
+        node.len = ngx_strnlen(node.data, sizeof(shm->device));
+        p = ngx_cpymem(p, "\",\"device\":\"", sizeof("\",\"device\":\"") - 1);
+        p = ngx_http_hypic_json_escape(p, node.data, node.len);
+
+        node.data = (u_char *) shm->device_name;
+        node.len = ngx_strnlen(node.data, sizeof(shm->device_name));
+        p = ngx_cpymem(p, "\",\"device_name\":\"",
+                       sizeof("\",\"device_name\":\"") - 1);
         p = ngx_http_hypic_json_escape(p, node.data, node.len);
         p = ngx_sprintf(p, "\",\"generation\":%uL,\"pid\":%D,"
                         "\"slots\":%uD,\"free_slots\":%uD,"

@@ -5,8 +5,9 @@
 # with two workers taking the requests (reuseport spreads them), one
 # scrape shows the sum. The engine gauges (state, running, waiting, free
 # slots, pool bytes, entries and evictions) follow what a second engine
-# holds: streams kept open, a queue behind a batch of 2, a small public
-# pool filled until it evicts.
+# holds: streams kept open (each running one holding a sequence of the
+# sequence pool), a queue behind a batch of 2, a small public pool filled
+# until it evicts; hypic:engine_info names the node, model and device.
 
 use strict;
 use warnings;
@@ -33,7 +34,8 @@ our $POOL = 128 * 1024;
 our $G = Hypic::Engine->start(
     args => ['--model', $MODEL, '--node', 't-gauge', '--slots', 6,
              '--batch', 2, '--throttle-ms', 20, '--max-prompt-bytes', '4k',
-             '--public-pool', $POOL, '--private-pool', '4m']);
+             '--public-pool', $POOL, '--private-pool', '4m',
+             '--seq-budget', '64m']);
 
 our $MPORT = free_port();
 
@@ -180,6 +182,7 @@ hypic: engine "dead" at "unix:/tmp/hypic-t-no-such-engine.sock" is unavailable
 --- config
     location /v1/ { hypic_pass g; }
     location = /metrics { hypic_metrics; }
+    location = /health { hypic_health; }
 --- timeout: 60
 --- response_check
 my ($res, $block, $srv) = @_;
@@ -209,6 +212,25 @@ is($m->{'hypic:pool_budget_bytes{engine="g",pool="private"}'}, 4 << 20,
    'the private pool\'s budget');
 is($m->{'hypic:pool_used_bytes{engine="g",pool="public"}'}, 0,
    'the public pool is empty');
+my $seq_budget = $m->{'hypic:pool_budget_bytes{engine="g",pool="sequence"}'};
+ok($seq_budget > 0 && $seq_budget < 64 << 20,
+   "the sequence pool leaves $seq_budget bytes to requests (64m less the "
+   . 'segment builder)');
+is($m->{'hypic:pool_used_bytes{engine="g",pool="sequence"}'}, 0,
+   'no request holds a sequence');
+is($m->{'hypic:pool_entries{engine="g",pool="sequence"}'}, 0, 'none held');
+my @info = grep { /^hypic:engine_info\{engine="g",/ } keys %$m;
+is(scalar @info, 1, 'one engine_info line for g');
+like($info[0] // '',
+     qr/^hypic:engine_info\{engine="g",node="t-gauge",model="[^"]+",device="cpu",device_name=""\}$/,
+     'engine_info: node, model, device cpu');
+is($m->{$info[0] // ''}, 1, 'engine_info is 1');
+ok(!grep({ /^hypic:engine_info\{engine="dead"/ } keys %$m),
+   'an engine that is down has no engine_info');
+my $health = JSON::PP::decode_json(http_request($srv, 'GET /health')->{body});
+my ($hg) = grep { $_->{name} eq 'g' } @{ $health->{engines} };
+is_deeply([$hg->{device}, $hg->{device_name}], ['cpu', ''],
+          '/health names the device too');
 my $text = http_request($srv, 'GET /metrics')->{body};
 for my $g (qw(engine_state engine_generation num_requests_running
               num_requests_waiting slots_free pool_used_bytes
@@ -239,11 +261,21 @@ ok($want->(2, 1, 3), 'three streams: 2 running, 1 waiting, 3 slots free')
     or diag(join ' ', map { "$_=$m->{$_}" }
                       grep { /engine="g"/ && /requests|slots_free/ }
                       sort keys %$m);
+is($m->{'hypic:pool_entries{engine="g",pool="sequence"}'}, 2,
+   'the two running streams hold a sequence each, the waiting one none');
+my $seq_used = $m->{'hypic:pool_used_bytes{engine="g",pool="sequence"}'};
+ok($seq_used > 0 && $seq_used <= $seq_budget,
+   "they hold $seq_used bytes of the sequence pool");
 close $_->{sock} for @h;
 ok($want->(0, 0, 6), 'closed: none running or waiting, 6 slots free')
     or diag(join ' ', map { "$_=$m->{$_}" }
                       grep { /engine="g"/ && /requests|slots_free/ }
                       sort keys %$m);
+ok(Hypic::Util::wait_until(
+       cond => sub { $m = scrape($srv);
+                     $m->{'hypic:pool_used_bytes{engine="g",pool="sequence"}'}
+                     == 0 }, timeout => 10),
+   'the sequences went back to the pool');
 
 # a pic request fills the public pool; distinct documents overflow it
 my $pic = sub {

@@ -8,7 +8,7 @@
 
 #include "engine/backend/backend_impl.h"
 
-static const hp_backend_t cpu = {&hp_backend_cpu_iface, NULL, "cpu", 1};
+static const hp_backend_t cpu = {&hp_backend_cpu_iface, NULL, "cpu", 1, ""};
 
 const hp_backend_t *hp_backend_cpu(void)
 {
@@ -54,6 +54,11 @@ void hp_backend_close(const hp_backend_t *b)
 const char *hp_backend_name(const hp_backend_t *b)
 {
     return b->name;
+}
+
+const char *hp_backend_device(const hp_backend_t *b)
+{
+    return b->device;
 }
 
 int hp_backend_host_memory(const hp_backend_t *b)

@@ -89,6 +89,8 @@ void hp_backend_close(const hp_backend_t *b);
 
 /* "cpu", "cuda:0", ... */
 const char *hp_backend_name(const hp_backend_t *b);
+/* The device's own name ("NVIDIA H100 80GB HBM3"); "" for the CPU. */
+const char *hp_backend_device(const hp_backend_t *b);
 /* Whether op runs here for weights of dtype (hk_wtype_t; ops without
  * weights ignore it). */
 int hp_backend_supports_op(const hp_backend_t *b, hp_op_t op, int dtype);

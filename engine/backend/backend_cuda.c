@@ -955,9 +955,9 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     c->gdn = gdn > GDN_SCALAR ? GDN_TC : (gdn_mode_t)gdn;
     c->gdn_flags = mode_flags[gdn];
     {
-        char nm[8];
         size_t mem = 0;
-        if (hk_cuda_device_info(nm, sizeof(nm), &c->sms, &mem) != HK_CUDA_OK ||
+        if (hk_cuda_device_info(c->self.device, sizeof(c->self.device), &c->sms,
+                                &mem) != HK_CUDA_OK ||
             c->sms < 1)
             c->sms = 1;
         c->mem = mem;

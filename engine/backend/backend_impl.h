@@ -141,6 +141,7 @@ struct hp_backend {
     void *ctx; /* the kind's own state (device, stream, first error) */
     char name[32];
     int host_memory; /* backend memory is host memory */
+    char device[64]; /* the hardware's name ("": the host's CPU) */
 };
 
 /* The CPU table (backend_cpu.c). */

@@ -105,8 +105,10 @@ static void pool_to_index(void *ud, const uint8_t key[16], uint32_t variant,
         hp_index_remove(ud, key);
 }
 
-/* The pools' gauges into the shared header, for nginx's /metrics. */
-static void publish_pools(hp_ipc_server_t *srv, const hp_cache_t *cache)
+/* The pools' gauges into the shared header, for nginx's /metrics: the
+ * caches' (st NULL: before the scheduler runs) and the sequences'. */
+static void publish_pools(hp_ipc_server_t *srv, const hp_cache_t *cache,
+                          const hp_sched_stats_t *st)
 {
     hp_pool_stats_t ps;
     hp_prefix_cache_stats_t pc;
@@ -117,6 +119,9 @@ static void publish_pools(hp_ipc_server_t *srv, const hp_cache_t *cache)
     hp_ipc_server_pool(srv, HP_IPC_POOL_PRIVATE, pc.bytes_used, pc.budget,
                        (uint64_t)pc.nodes,
                        pc.nodes_evicted + pc.states_evicted);
+    if (st)
+        hp_ipc_server_pool(srv, HP_IPC_POOL_SEQUENCE, st->seq_bytes,
+                           st->seq_budget, (uint64_t)st->seqs, 0);
 }
 
 /* After every productive scheduler step: the pools' gauges, wake nginx,
@@ -131,7 +136,7 @@ typedef struct {
 static void after_step(void *ud, const hp_sched_stats_t *st)
 {
     step_hooks_t *h = ud;
-    publish_pools(h->srv, h->cache);
+    publish_pools(h->srv, h->cache, st);
     hp_ipc_server_flush(h->srv, st);
     hp_index_set_load(h->index, st->live);
 }
@@ -513,6 +518,8 @@ int hp_cmd_serve(int argc, char **argv)
         .fingerprint = llm.model.fingerprint,
         .wait_mask = &wait_mask,
         .chat = chat,
+        .device = hp_backend_name(llm.model.be),
+        .device_name = hp_backend_device(llm.model.be),
     };
     sv.started_chunkwise = 1; /* the scheduler always has its pool */
     hp_sched_cfg_t scfg = {
@@ -539,12 +546,17 @@ int hp_cmd_serve(int argc, char **argv)
         goto free_llm;
     }
     step_hooks_t hooks = {sv.srv, index, &cache};
-    publish_pools(sv.srv, &cache);
+    publish_pools(sv.srv, &cache, NULL);
     scfg.flush_ud = &hooks;
     if (hp_sched_create(&sv.sched, &llm, &scfg, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;
         goto close_srv;
+    }
+    {
+        hp_sched_stats_t st;
+        hp_sched_stats(sv.sched, &st); /* the sequence pool's budget */
+        publish_pools(sv.srv, &cache, &st);
     }
     hp_ipc_server_set_seam(sv.srv, (int)c->num[HP_SO_SEAM]);
     logf_(&sv.log, HP_LOG_INFO,

@@ -74,8 +74,9 @@
 
 #define HP_IPC_MAGIC 0x43495048u /* "HPIC" little-endian */
 #define HP_IPC_VERSION                                                         \
-    7u /* 5: chat bodies; 6: choices and logprobs;                             \
-          7: structured output (grammar_len) */
+    8u /* 5: chat bodies; 6: choices and logprobs;                             \
+          7: structured output (grammar_len); 8: the sequence pool's           \
+          gauges and the device in the header */
 
 #define HP_IPC_MAX_STOP    4  /* stop strings per request (OpenAI's 4) */
 #define HP_IPC_STOP_BYTES  64 /* each, at most */
@@ -157,7 +158,15 @@ enum { HP_IPC_HEALTH_OK = 1, HP_IPC_HEALTH_DRAINING = 2 };
 
 /* The cache pools whose gauges the header carries (DESIGN §4): the
  * public one holds segments, the private one the prefix cache. */
-enum { HP_IPC_POOL_PUBLIC = 0, HP_IPC_POOL_PRIVATE = 1, HP_IPC_POOLS = 2 };
+/* The pools whose gauges the header carries: the segment tuples, the
+ * prefix cache, and the sequences of the requests in flight (their linear
+ * states and K/V: what vLLM calls the KV cache). */
+enum {
+    HP_IPC_POOL_PUBLIC = 0,
+    HP_IPC_POOL_PRIVATE = 1,
+    HP_IPC_POOL_SEQUENCE = 2,
+    HP_IPC_POOLS = 3
+};
 
 #define HP_IPC_FLAG_IGNORE_EOS 1u
 /* The input area holds the OpenAI chat request body (JSON), not a
@@ -285,8 +294,10 @@ typedef struct {
 typedef struct {
     _Atomic uint64_t bytes_used;
     _Atomic uint64_t budget;
-    _Atomic uint64_t entries;   /* public: segments; private: tree nodes */
-    _Atomic uint64_t evictions; /* since the engine started */
+    _Atomic uint64_t entries;   /* public: segments; private: tree nodes;
+                                   sequence: sequences held */
+    _Atomic uint64_t evictions; /* since the engine started (sequence: 0,
+                                   no request is preempted) */
 } hp_ipc_pool_gauges_t;
 
 typedef struct {
@@ -318,7 +329,11 @@ typedef struct {
     /* hp_ipc_now_ms() of the main loop's last turn */
     _Atomic uint64_t heartbeat_ms;
     hp_ipc_pool_gauges_t pools[HP_IPC_POOLS]; /* [HP_IPC_POOL_*] */
-    uint8_t reserved2[512 - 368];
+    /* where the model runs: the backend ("cpu", "cuda:0") and the device's
+     * own name ("" for the CPU), NUL-terminated; for /metrics only */
+    char device[32];
+    char device_name[HP_IPC_NAME_BYTES];
+    uint8_t reserved2[512 - 496];
 } hp_ipc_header_t;
 
 typedef struct {
@@ -343,8 +358,8 @@ _Static_assert(offsetof(hp_ipc_request_t, flags) == 104 &&
 _Static_assert(sizeof(hp_ipc_text_t) == 8 && sizeof(hp_ipc_token_t) == 16 &&
                    sizeof(hp_ipc_end_t) == 16,
                "TEXT, TOKEN and END record layouts");
-_Static_assert(HP_IPC_VERSION == 7u,
-               "the layouts above are version 7's: bump both together");
+_Static_assert(HP_IPC_VERSION == 8u,
+               "the layouts above are version 8's: bump both together");
 _Static_assert(sizeof(hp_ipc_start_t) == 32, "hp_ipc_start_t layout");
 _Static_assert(sizeof(hp_ipc_final_t) == 352, "hp_ipc_final_t layout");
 _Static_assert(sizeof(hp_ipc_hello_t) == 96, "hp_ipc_hello_t layout");
@@ -354,7 +369,9 @@ _Static_assert(offsetof(hp_ipc_header_t, health) == 248,
 _Static_assert(offsetof(hp_ipc_header_t, fingerprint) == 280,
                "hp_ipc_header_t layout");
 _Static_assert(offsetof(hp_ipc_header_t, heartbeat_ms) == 296 &&
-                   offsetof(hp_ipc_header_t, pools) == 304,
+                   offsetof(hp_ipc_header_t, pools) == 304 &&
+                   offsetof(hp_ipc_header_t, device) == 400 &&
+                   offsetof(hp_ipc_header_t, device_name) == 432,
                "hp_ipc_header_t layout");
 _Static_assert(sizeof(hp_ipc_pool_gauges_t) == 32,
                "hp_ipc_pool_gauges_t layout");

@@ -146,6 +146,10 @@ static int open_shm(hp_ipc_server_t *s, hp_error_t *err)
     /* before the socket listens: every worker that maps it sees it */
     if (c->fingerprint)
         memcpy(s->h->fingerprint, c->fingerprint, sizeof(s->h->fingerprint));
+    snprintf(s->h->device, sizeof(s->h->device), "%s",
+             c->device ? c->device : "");
+    snprintf(s->h->device_name, sizeof(s->h->device_name), "%s",
+             c->device_name ? c->device_name : "");
     return HP_OK;
 }
 

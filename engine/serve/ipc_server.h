@@ -26,6 +26,8 @@ typedef struct {
     const char *shm_name;    /* "/name" of the POSIX shared segment */
     const char *node;        /* this node's id (header, X-Hypic-Node) */
     const char *model;       /* model id (header) */
+    const char *device;      /* backend, e.g. "cuda:0" (header; NULL: "") */
+    const char *device_name; /* the device's own name (header; NULL: "") */
     uint32_t slots;          /* requests in flight at most */
     uint32_t input_bytes;    /* largest prompt, bytes */
     uint32_t ring_bytes;     /* output ring per slot (power of two) */

@@ -823,22 +823,43 @@ static int runnable(const hp_sched_t *s)
     return 0;
 }
 
+/* r's sequences (its own and the choices' kept for later) into the
+ * stats: an extent's length in a pool, else what it allocated. */
+static void count_seqs(const hp_sched_t *s, const req_t *r,
+                       hp_sched_stats_t *st)
+{
+    for (int i = -1; i < (r->kept ? r->n_choices - 1 : 0); i++) {
+        const hp_seq_t *q = i < 0 ? &r->seq : &r->kept[i];
+        if (!q->layers)
+            continue;
+        st->seqs++;
+        st->seq_bytes +=
+            q->pool ? q->pool_len : hp_seq_bytes(&s->llm->model, q->kv_cap);
+    }
+}
+
 static void update_stats(hp_sched_t *s)
 {
     int queued = 0;
     size_t bytes = 0;
+    s->st.seqs = 0;
+    s->st.seq_bytes = 0;
+    s->st.seq_budget = s->pool ? s->room : 0;
     for (req_t *r = s->q_head; r; r = r->next) {
         queued++;
         bytes += req_bytes(s, r);
+        count_seqs(s, r, &s->st);
     }
     for (req_t *r = s->in_head; r; r = r->next) {
         queued++;
         bytes += req_bytes(s, r);
+        count_seqs(s, r, &s->st);
     }
     s->st.decoding = 0;
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
         bytes += req_bytes(s, r);
+        count_seqs(s, r, &s->st);
         s->st.decoding += r->phase == R_DECODE;
         s->st.tokens += (uint64_t)(r->dec.n_tokens - r->counted);
         r->counted = r->dec.n_tokens;
@@ -1006,6 +1027,7 @@ static int seq_pool(hp_sched_t *s, hp_error_t *err)
                                  err)) != HP_OK)
             return rc;
     s->room = hp_seq_pool_bytes(s->pool) - build;
+    s->st.seq_budget = s->room;
     return HP_OK;
 }
 

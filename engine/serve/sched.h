@@ -72,6 +72,12 @@ typedef struct {
     int decoding;    /* requests decoding (prefill done, not finished) */
     uint64_t tokens; /* tokens generated since start */
     uint64_t passes; /* decode passes (forward calls) since start */
+    /* The requests' sequences (linear states and K/V): how many, their
+     * bytes, and what the sequence pool leaves to requests (0: no pool,
+     * each sequence allocates on its own). The segment builders' own
+     * sequences are in neither. */
+    int seqs;
+    size_t seq_bytes, seq_budget;
 } hp_sched_stats_t;
 
 typedef struct {

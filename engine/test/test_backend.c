@@ -174,7 +174,7 @@ static void check_open(void)
     /* a backend lacking an op says so, and a call to it does nothing */
     hp_backend_i none = hp_backend_cpu_iface;
     none.gate_mul = NULL;
-    struct hp_backend nb = {&none, NULL, "none", 1};
+    struct hp_backend nb = {.iface = &none, .name = "none", .host_memory = 1};
     float o[2] = {1, 2}, g[2] = {0, 0};
     hp_backend_gate_mul(&nb, o, g, 2);
     ok(!hp_backend_supports_op(&nb, HP_OP_GATE_MUL, 0) &&
@@ -200,7 +200,7 @@ static void check_model(const char *root, const char *name)
     iface.place = hd_place;
     iface.unplace = hd_unplace;
     iface.linear = hd_linear;
-    struct hp_backend hd = {&iface, d, "hostdev", 0};
+    struct hp_backend hd = {.iface = &iface, .ctx = d, .name = "hostdev"};
 
     snprintf(dir, sizeof(dir), "%s/models/test/%s", root, name);
     if (hp_model_load(&ref, dir, &err) != HP_OK ||

@@ -225,7 +225,8 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
     }
     hp_backend_i iface = hp_backend_cpu_iface;
     iface.linear = bf16x_linear;
-    struct hp_backend bx = {&iface, NULL, "cpu-bf16x", 1};
+    struct hp_backend bx = {
+        .iface = &iface, .name = "cpu-bf16x", .host_memory = 1};
     hp_model_t refx;
     if (bf16) {
         hp_model_free(&ref);

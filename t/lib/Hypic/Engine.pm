@@ -63,7 +63,8 @@ sub start_suite {
 # private --shm name unless args name one (so that suites never share a
 # segment name, nor the generation counter that goes with it).
 # wrap => [...] goes before the binary (e.g. ip netns exec NAME: a
-# command that execs it, so that pid stays the engine's).
+# command that execs it, so that pid stays the engine's). bin => PATH runs
+# another hypic-engine (e.g. one linked against the CUDA emulator).
 sub start {
     my ($class, %o) = @_;
     my $dir = private_dir('engine');
@@ -78,7 +79,7 @@ sub start {
     }
     my $self = bless { socket => $sock, dir => $dir, args => \@args,
                        env => $o{env}, shm => $shm,
-                       wrap => $o{wrap} || [],
+                       wrap => $o{wrap} || [], bin => $o{bin} // binary(),
                        timeout => $o{timeout} // 30 }, $class;
     $self->_spawn;
     return $self;
@@ -88,7 +89,7 @@ sub _spawn {
     my ($self) = @_;
     my $log = "$self->{dir}/engine.log";
     $self->{pid} = spawn(name => 'hypic-engine', env => $self->{env},
-                         cmd => [@{ $self->{wrap} }, binary(), 'serve',
+                         cmd => [@{ $self->{wrap} }, $self->{bin}, 'serve',
                                  @{ $self->{args} }],
                          stdout => $log, stderr => $log);
     wait_until(cond => sub { -S $self->{socket} }, pid => $self->{pid},

@@ -1,0 +1,221 @@
+# The serving path on the CUDA backend, end to end, without a GPU: real
+# nginx with the module in front of `hypic-engine serve --device cuda`
+# linked against the host emulator (kernels/cuda/emu/run.sh), beside the
+# same engine on the CPU. The module never knows where the model runs:
+# completions and chat, streamed and not, full, pic (cold then warm) and
+# prefix, give the CPU engine's greedy text; a refused request is the
+# same clean 400 and the engine serves the next; /metrics and /health
+# name the device and show the device's sequence pool.
+
+use strict;
+use warnings;
+use lib 't/lib';
+
+use Hypic::Nginx;
+use Hypic::Engine;
+use Hypic::Util qw(build_dir private_dir);
+
+Hypic::Engine::Client->import(qw(json_body json_of text_of cached_of
+                                 sse_events sse_text));
+
+our $MODEL = Hypic::Engine->test_model;
+my $lib = build_dir() . '/libhk_cpu.a';
+my $hypic = build_dir() . '/libhypic.a';
+my $why = Hypic::Engine->why_not
+    || (-d $MODEL ? '' : "no $MODEL")
+    || (-f $lib && -f $hypic ? '' : "no $lib or $hypic (make first)")
+    || (grep({ -x "$_/g++" } split /:/, $ENV{PATH}) ? '' : 'no g++')
+    # ASan and the emulator's ucontext stack switching do not mix
+    || ($ENV{HYPIC_ASAN} ? 'not under the sanitizers' : '');
+plan(skip_all => $why) if $why;
+
+# hypic-engine linked against the emulated device (build only: no order)
+my $work = private_dir('cuda-emu-serve');
+my $log = `HK_EMU_BUILD=$work HK_EMU_ORDERS= HK_EMU_ENGINE=$hypic kernels/cuda/emu/run.sh $lib 2>&1`;
+if ($? != 0 || !-x "$work/hypic-engine") {
+    plan(tests => 1);
+    fail('hypic-engine builds against the CUDA emulator');
+    diag($log);
+    exit;
+}
+
+my @common = ('--model', $MODEL, '--slots', 4, '--batch', 2,
+              '--max-context', 256,
+              '--public-pool', '16m', '--private-pool', '16m');
+our $gpu = Hypic::Engine->start(
+    bin => "$work/hypic-engine", env => { HK_EMU_ORDER => 'forward' },
+    timeout => 120,
+    args => [@common, '--device', 'cuda', '--node', 'emu-node']);
+our $cpu = Hypic::Engine->start(args => [@common, '--node', 'cpu-node']);
+add_vars(ENGINES => 'hypic_engine gpu unix:' . $gpu->socket
+                    . " model=tiny-1;\n"
+                    . 'hypic_engine cpu unix:' . $cpu->socket
+                    . ' model=tiny-1;');
+
+our $SEP = '<|pic_sep|>';
+our $PROMPT = join($SEP, 'You answer from the documents.',
+                   'The capital of Zorvia is Quellam, by the sea.',
+                   'Water boils at one hundred degrees at sea level.',
+                   'What is the capital of Zorvia?');
+
+sub body { json_body(@_) }
+
+# The same request through both engines: [gpu answer, cpu answer].
+sub both {
+    my ($srv, $mode, $path, $body) = @_;
+    return map { http_request($srv, "POST /$_/$mode$path\n$body", undef, 120) }
+               qw(gpu cpu);
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: full: completions, chat, streamed or not, the CPU engine's text
+--- http_config
+    @ENGINES@
+--- config
+    location /gpu/full/ { hypic_pass gpu; hypic_mode full; }
+    location /cpu/full/ { hypic_pass cpu; hypic_mode full; }
+--- timeout: 180
+--- response_check
+my (undef, undef, $srv) = @_;
+my $b = main::body(prompt => 'The capital of Zorvia is', max_tokens => 8,
+                   temperature => 0);
+my ($g, $c) = main::both($srv, 'full', '/v1/completions', $b);
+is($g->{status}, 200, 'completions on the emulated device: 200');
+ok(length main::text_of($c), 'the CPU engine says something');
+is(main::text_of($g), main::text_of($c), 'the same greedy text');
+is(main::json_of($g)->{usage}{completion_tokens}, 8, '8 tokens');
+
+my $chat = main::body(messages => [{ role => 'user', content => 'Hello!' }],
+                      max_tokens => 6, temperature => 0);
+my ($gc, $cc) = main::both($srv, 'full', '/v1/chat/completions', $chat);
+is($gc->{status}, 200, 'chat on the emulated device: 200');
+is(main::json_of($gc)->{choices}[0]{message}{content},
+   main::json_of($cc)->{choices}[0]{message}{content},
+   'chat: the same greedy text');
+
+my $st = main::body(messages => [{ role => 'user', content => 'Hello!' }],
+                    max_tokens => 6, temperature => 0,
+                    stream => JSON::PP::true);
+my $gs = http_request($srv, "POST /gpu/full/v1/chat/completions\n$st",
+                      undef, 120);
+my @ev = main::sse_events($gs->{body});
+is($ev[-1], '[DONE]', 'the stream ends with [DONE]');
+my $want = main::json_of($cc)->{choices}[0]{message}{content};
+utf8::encode($want);
+is(main::sse_text(@ev), $want, 'streamed: the same text as the CPU');
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: pic: cold then warm on the device, the CPU engine's text
+--- http_config
+    @ENGINES@
+--- config
+    location /gpu/pic/ { hypic_pass gpu; hypic_mode pic; hypic_seam 4; }
+    location /cpu/pic/ { hypic_pass cpu; hypic_mode pic; hypic_seam 4; }
+--- timeout: 180
+--- response_check
+my (undef, undef, $srv) = @_;
+my $b = main::body(prompt => $main::PROMPT, max_tokens => 6,
+                   temperature => 0);
+my $cold = http_request($srv, "POST /gpu/pic/v1/completions\n$b", undef, 120);
+my $warm = http_request($srv, "POST /gpu/pic/v1/completions\n$b", undef, 120);
+my $ref = http_request($srv, "POST /cpu/pic/v1/completions\n$b", undef, 120);
+is($cold->{status}, 200, 'cold pic on the device: 200');
+is($cold->{headers}{'x-hypic-segments'}[0], '0/4', 'cold: no segment cached');
+is($warm->{headers}{'x-hypic-segments'}[0], '3/4',
+   'warm: the three cacheable segments spliced from the device pool');
+ok(main::cached_of($warm) > 0,
+   'warm: cached tokens reported (' . main::cached_of($warm) . ')');
+is(main::text_of($cold), main::text_of($ref), 'cold: the CPU engine\'s text');
+is(main::text_of($warm), main::text_of($ref), 'warm: the CPU engine\'s text');
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: prefix: a resume on the device continues exactly
+--- http_config
+    @ENGINES@
+--- config
+    location /gpu/prefix/ { hypic_pass gpu; hypic_mode prefix; }
+    location /cpu/full/ { hypic_pass cpu; hypic_mode full; }
+--- timeout: 180
+--- response_check
+my (undef, undef, $srv) = @_;
+my @b = map { main::body(prompt => $_, max_tokens => 6, temperature => 0) }
+        ($main::PROMPT, "$main::PROMPT$main::SEP And of its population?");
+my @r = map { http_request($srv, "POST /gpu/prefix/v1/completions\n$_",
+                           undef, 120) } @b;
+my @ref = map { http_request($srv, "POST /cpu/full/v1/completions\n$_",
+                             undef, 120) } @b;
+is($r[1]{status}, 200, 'prefix on the device: 200');
+ok(main::cached_of($r[1]) > 0,
+   'the longer second prompt resumes from the device\'s prefix cache ('
+   . main::cached_of($r[1]) . ' tokens)');
+is(main::text_of($r[0]), main::text_of($ref[0]),
+   'first: the CPU\'s full text');
+is(main::text_of($r[1]), main::text_of($ref[1]),
+   'resumed: the CPU\'s full text of the longer prompt');
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: a refused request is a clean 400, and the device engine serves the next
+--- http_config
+    @ENGINES@
+--- config
+    location /v1/ { hypic_pass gpu; }
+--- request eval
+["POST /v1/completions\n{\"prompt\": \"" . ("word " x 400) . "\", \"max_tokens\": 1}",
+ "POST /v1/completions\n{\"prompt\": \"Hi\", \"max_tokens\": 2}"]
+--- error_code eval
+[400, 200]
+--- response_body_json eval
+[{ error => { type => "invalid_request_error",
+              code => "context_length_exceeded" } },
+ { object => "text_completion" }]
+--- timeout: 120
+--- error_log
+hypic: engine refused
+
+
+
+=== TEST 5: /metrics and /health name the device; the device's sequence pool
+--- http_config
+    @ENGINES@
+--- config
+    location /v1/ { hypic_pass gpu; }
+    location = /metrics { hypic_metrics; }
+    location = /health { hypic_health; }
+--- timeout: 60
+--- response_check
+my (undef, undef, $srv) = @_;
+my $text;
+Hypic::Util::wait_until(
+    cond => sub { $text = http_request($srv, 'GET /metrics')->{body};
+                  $text =~ /^hypic:engine_info\{engine="cpu"/m
+                      && $text =~ /^hypic:engine_info\{engine="gpu"/m },
+    timeout => 20);
+like($text, qr/^hypic:engine_info\{engine="gpu",node="emu-node",model="[^"]+",device="cuda:0",device_name="host emulator"\} 1$/m,
+     'engine_info: the gpu engine runs on cuda:0 (the emulator)');
+like($text, qr/^hypic:engine_info\{engine="cpu",node="cpu-node",model="[^"]+",device="cpu",device_name=""\} 1$/m,
+     'engine_info: the cpu engine on the CPU');
+my ($budget) = $text =~ /^hypic:pool_budget_bytes\{engine="gpu",pool="sequence"\} (\d+)$/m;
+ok(($budget // 0) > 0,
+   'a device engine always has a sequence pool (' . ($budget // '?')
+   . ' bytes for requests)');
+like($text, qr/^hypic:pool_budget_bytes\{engine="cpu",pool="sequence"\} 0$/m,
+     'the CPU engine without seq_budget has none (each request allocates)');
+my $h = main::json_of(http_request($srv, 'GET /health'));
+my %dev = map { $_->{name} => "$_->{device}/$_->{device_name}" }
+          @{ $h->{engines} || [] };
+is_deeply(\%dev, { gpu => 'cuda:0/host emulator', cpu => 'cpu/' },
+          '/health: each engine\'s device');
+--- no_error_log
+[error]

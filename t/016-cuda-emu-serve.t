@@ -5,7 +5,8 @@
 # completions and chat, streamed and not, full, pic (cold then warm) and
 # prefix, give the CPU engine's greedy text; a refused request is the
 # same clean 400 and the engine serves the next; /metrics and /health
-# name the device and show the device's sequence pool.
+# name the device and show the device's sequence pool; the prefill chunk
+# defaults to the device's (2048 tokens a step, 256 on the CPU).
 
 use strict;
 use warnings;
@@ -217,5 +218,9 @@ my %dev = map { $_->{name} => "$_->{device}/$_->{device_name}" }
           @{ $h->{engines} || [] };
 is_deeply(\%dev, { gpu => 'cuda:0/host emulator', cpu => 'cpu/' },
           '/health: each engine\'s device');
+like($main::gpu->log_text, qr/serving .* prefill chunk 2048,/,
+     'a device engine prefills 2048 tokens a step by default');
+like($main::cpu->log_text, qr/serving .* prefill chunk 256,/,
+     'a CPU engine 256');
 --- no_error_log
 [error]

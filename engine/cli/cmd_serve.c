@@ -567,7 +567,10 @@ int hp_cmd_serve(int argc, char **argv)
           model_id, c->str[HP_SO_SOCKET], node, shm,
           (unsigned long long)hp_ipc_server_generation(sv.srv), (int)getpid(),
           c->num[HP_SO_SLOTS], c->num[HP_SO_MAX_QUEUE], c->num[HP_SO_BATCH],
-          c->num[HP_SO_PREFILL_CHUNK], c->num[HP_SO_SEAM],
+          c->num[HP_SO_PREFILL_CHUNK]
+              ? c->num[HP_SO_PREFILL_CHUNK]
+              : (long)hp_sched_prefill_chunk(&llm.model),
+          c->num[HP_SO_SEAM],
           c->str[HP_SO_DECODE] ? c->str[HP_SO_DECODE] : "auto",
           c->num[HP_SO_PUBLIC_POOL] >> 20, c->num[HP_SO_PRIVATE_POOL] >> 20,
           pworkers, n_peers, index ? ", redis index" : "",

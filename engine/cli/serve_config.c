@@ -47,8 +47,9 @@ static const opt_t opts[HP_SO_N] = {
     {"batch", T_INT, 1, 4096, 8, 0, "N",
      "requests decoding at once (default 8)"},
     {"threads", T_INT, 0, 4096, 0, 0, "N", "compute threads (default: all)"},
-    {"prefill-chunk", T_INT, 1, 1 << 20, 256, 0, "N",
-     "prompt tokens per scheduler step (default 256)"},
+    {"prefill-chunk", T_INT, 0, 1 << 20, 0, 0, "N",
+     "prompt tokens per scheduler step (default 0: 256 on the CPU, 2048 "
+     "on a device)"},
     {"max-prompt-bytes", T_SIZE, 64, G, M, 0, "SIZE",
      "largest prompt, k/m suffix (default 1m)"},
     {"ring-bytes", T_SIZE, HP_IPC_RING_MIN, 1L << 26, 64 * K, 0, "SIZE",

@@ -1069,7 +1069,7 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
     if (s->cfg.batch <= 0)
         s->cfg.batch = 8;
     if (s->cfg.prefill_chunk <= 0)
-        s->cfg.prefill_chunk = 256;
+        s->cfg.prefill_chunk = hp_sched_prefill_chunk(&llm->model);
     if (s->cfg.seam < 0)
         s->cfg.seam = HP_SEAM_DEFAULT;
     if (s->cfg.max_queue <= 0)
@@ -1304,6 +1304,11 @@ void hp_sched_kick(hp_sched_t *s)
     s->kicked = 1;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+int hp_sched_prefill_chunk(const hp_model_t *m)
+{
+    return hp_backend_host_memory(m->be) ? 256 : 2048;
 }
 
 void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st)

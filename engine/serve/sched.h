@@ -82,7 +82,8 @@ typedef struct {
 
 typedef struct {
     int batch;         /* requests running at once (default 8) */
-    int prefill_chunk; /* prompt tokens per prefill step (default 256) */
+    int prefill_chunk; /* prompt tokens per prefill step (0: the model's
+                          backend's, hp_sched_prefill_chunk) */
     int max_queue;     /* requests waiting + running; beyond: HP_EBUSY */
     int max_context;   /* prompt + generated tokens (0: the model's) */
     int threads;       /* compute threads (0: the OpenMP default) */
@@ -248,6 +249,13 @@ void hp_sched_drain(hp_sched_t *s, int status, const char *msg);
 void hp_sched_kick(hp_sched_t *s);
 
 void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st);
+
+/* The prefill chunk a model's backend runs well: 256 tokens on the CPU,
+ * where a long prompt must not hold the decoding streams back for long;
+ * 2048 on a device, whose GEMMs and chunked GDN want long rows (a step
+ * of 256 leaves an H100 mostly idle) and where a chunk takes
+ * milliseconds. */
+int hp_sched_prefill_chunk(const hp_model_t *m);
 
 /* Stops the thread; every request still held gets done(CANCEL). */
 void hp_sched_destroy(hp_sched_t *s);

@@ -6,7 +6,8 @@
 # prefix, give the CPU engine's greedy text; a refused request is the
 # same clean 400 and the engine serves the next; /metrics and /health
 # name the device and show the device's sequence pool; the prefill chunk
-# defaults to the device's (2048 tokens a step, 256 on the CPU).
+# defaults to the device's (2048 tokens a step, 256 on the CPU), and the
+# device engine logs where the device's memory went at start.
 
 use strict;
 use warnings;
@@ -222,5 +223,13 @@ like($main::gpu->log_text, qr/serving .* prefill chunk 2048,/,
      'a device engine prefills 2048 tokens a step by default');
 like($main::cpu->log_text, qr/serving .* prefill chunk 256,/,
      'a CPU engine 256');
+my ($used, $total, $full) = $main::gpu->log_text =~
+    /cuda:0 \(host emulator\): (\d+) of (\d+) MiB in use after start: .* \((\d+) requests of max_context at once\)/;
+ok(defined $used && $used >= 32 && $used < $total && $full >= 2,
+   'the device engine logs where its memory went at start ('
+   . ($used // '?') . ' of ' . ($total // '?') . ' MiB, the two 16 MiB pools '
+   . 'included; ' . ($full // '?') . ' full-context requests fit)');
+unlike($main::cpu->log_text, qr/MiB in use after start/,
+       'the CPU engine has no device memory to report');
 --- no_error_log
 [error]

@@ -293,6 +293,11 @@ size_t hp_backend_mem_total(const hp_backend_t *b)
     return b->iface->mem_total ? b->iface->mem_total(b) : 0;
 }
 
+size_t hp_backend_mem_free(const hp_backend_t *b)
+{
+    return b->iface->mem_free ? b->iface->mem_free(b) : 0;
+}
+
 /* ---- ops ---------------------------------------------------------------- */
 
 void hp_backend_linear(const hp_backend_t *b, float *y, const float *x,

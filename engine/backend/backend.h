@@ -166,8 +166,10 @@ unsigned long hp_backend_device_waits(const hp_backend_t *b);
  * CPU): tests check that a warm splice leaves the cached tuples where
  * they are. */
 unsigned long long hp_backend_host_bytes(const hp_backend_t *b);
-/* Bytes of memory the device has in all (0: unknown, or host memory). */
+/* Bytes of memory the device has in all, and free now (0: unknown, or
+ * host memory). */
 size_t hp_backend_mem_total(const hp_backend_t *b);
+size_t hp_backend_mem_free(const hp_backend_t *b);
 /* Serializes the device work of the threads that share a device backend
  * (a server's scheduler steps, its prefill workers' segment builds): the
  * backend's staging, scratch, BLAS handle and first-failure record serve

@@ -298,6 +298,13 @@ static size_t cu_mem_total(be_t b)
     return ctx(b)->mem;
 }
 
+static size_t cu_mem_free(be_t b)
+{
+    size_t f = 0;
+    (void)b;
+    return hk_cuda_mem_info(&f, NULL) == HK_CUDA_OK ? f : 0;
+}
+
 /* ---- staging ------------------------------------------------------------ */
 
 /* Starts an op's staging: rings an earlier op outgrew go, once the work
@@ -868,6 +875,7 @@ static const hp_backend_i cuda_iface = {
     .device_waits = cu_device_waits,
     .host_bytes = cu_host_bytes,
     .mem_total = cu_mem_total,
+    .mem_free = cu_mem_free,
     .lock = cu_lock,
     .unlock = cu_unlock,
     .linear = cu_linear,

@@ -124,6 +124,30 @@ static void publish_pools(hp_ipc_server_t *srv, const hp_cache_t *cache,
                            st->seq_budget, (uint64_t)st->seqs, 0);
 }
 
+/* Where a device's memory went at start (everything a server allocates
+ * is taken by then), so an operator sizes seq_budget and the pools from
+ * one line: how many full-context requests fit, what is left free. */
+static void log_memory(serve_log_t *lg, const hp_model_t *m,
+                       const hp_sched_stats_t *st, const hp_serve_cfg_t *c)
+{
+    const hp_backend_t *be = m->be;
+    size_t total = hp_backend_mem_total(be), mib = 1 << 20, w = 0;
+    if (hp_backend_host_memory(be) || !total)
+        return;
+    for (size_t k = 0; k < sizeof(m->weight_bytes) / sizeof(*m->weight_bytes);
+         k++)
+        w += m->weight_bytes[k];
+    size_t free_now = hp_backend_mem_free(be);
+    logf_(lg, HP_LOG_INFO,
+          "%s (%s): %zu of %zu MiB in use after start: weights %zu MiB, "
+          "sequence pool %zu MiB (%d requests of max_context at once), "
+          "public pool %ld MiB, private pool %ld MiB; %zu MiB free",
+          hp_backend_name(be), hp_backend_device(be), (total - free_now) / mib,
+          total / mib, w / mib, st->seq_pool / mib, st->seq_full,
+          c->num[HP_SO_PUBLIC_POOL] >> 20, c->num[HP_SO_PRIVATE_POOL] >> 20,
+          free_now / mib);
+}
+
 /* After every productive scheduler step: the pools' gauges, wake nginx,
  * and publish the node's load (requests held) with the next index
  * heartbeat, which the module's routing breaks ties by. */
@@ -557,6 +581,7 @@ int hp_cmd_serve(int argc, char **argv)
         hp_sched_stats_t st;
         hp_sched_stats(sv.sched, &st); /* the sequence pool's budget */
         publish_pools(sv.srv, &cache, &st);
+        log_memory(&sv.log, &llm.model, &st, c);
     }
     hp_ipc_server_set_seam(sv.srv, (int)c->num[HP_SO_SEAM]);
     logf_(&sv.log, HP_LOG_INFO,

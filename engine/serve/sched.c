@@ -1028,6 +1028,8 @@ static int seq_pool(hp_sched_t *s, hp_error_t *err)
             return rc;
     s->room = hp_seq_pool_bytes(s->pool) - build;
     s->st.seq_budget = s->room;
+    s->st.seq_pool = hp_seq_pool_bytes(s->pool);
+    s->st.seq_full = (int)(s->room / hp_seq_pool_need(m, s->cfg.max_context));
     return HP_OK;
 }
 

@@ -78,6 +78,10 @@ typedef struct {
      * sequences are in neither. */
     int seqs;
     size_t seq_bytes, seq_budget;
+    /* the sequence pool in all (the builders' included), and how many
+     * requests of max_context positions its budget holds at once */
+    size_t seq_pool;
+    int seq_full;
 } hp_sched_stats_t;
 
 typedef struct {

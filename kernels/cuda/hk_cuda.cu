@@ -173,6 +173,19 @@ extern "C" int hk_cuda_device_info(char *name, size_t n, int *sms, size_t *mem)
     return HK_CUDA_OK;
 }
 
+extern "C" int hk_cuda_mem_info(size_t *free_bytes, size_t *total)
+{
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+    if (e != cudaSuccess)
+        return hk_cuda_status(e);
+    if (free_bytes)
+        *free_bytes = f;
+    if (total)
+        *total = t;
+    return HK_CUDA_OK;
+}
+
 extern "C" int hk_cuda_timer_create(hk_cuda_timer_t *t)
 {
     if (!t)

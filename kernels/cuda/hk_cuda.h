@@ -100,6 +100,9 @@ int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src, size_t bytes,
 /* The current device's name (truncated to n - 1 characters), its number of
  * multiprocessors and its memory in bytes; any output may be NULL. */
 int hk_cuda_device_info(char *name, size_t n, int *sms, size_t *mem);
+/* The current device's free and total memory in bytes (cudaMemGetInfo:
+ * what every process and the context hold counts as used). */
+int hk_cuda_mem_info(size_t *free_bytes, size_t *total);
 
 /* Elapsed device time between two points of a stream (a pair of CUDA
  * events), for the benches: start, launch work, stop (which waits for the

@@ -40,6 +40,7 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
+#include <malloc.h>
 #include <math.h>
 #include <ucontext.h>
 #include <vector>
@@ -324,17 +325,42 @@ static inline cudaError_t cudaGetLastError(void)
     return e;
 }
 
+/* The emulated device's memory: HK_EMU_MEM_MB (default 16 GiB), less
+ * what cudaMalloc holds (host threads allocate concurrently). */
+inline size_t hk_emu_mem_used;
+
+static inline size_t hk_emu_mem_total(void)
+{
+    const char *e = getenv("HK_EMU_MEM_MB");
+    return (e ? (size_t)atol(e) : 16384) << 20;
+}
+
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
     *p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256 * !bytes);
-    if (*p)
+    if (*p) {
         memset(*p, 0xa5, bytes); /* no zeroed memory on a GPU either */
+        __atomic_add_fetch(&hk_emu_mem_used, malloc_usable_size(*p),
+                           __ATOMIC_RELAXED);
+    }
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 static inline cudaError_t cudaFree(void *p)
 {
+    if (p)
+        __atomic_sub_fetch(&hk_emu_mem_used, malloc_usable_size(p),
+                           __ATOMIC_RELAXED);
     free(p);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    const size_t t = hk_emu_mem_total(),
+                 u = __atomic_load_n(&hk_emu_mem_used, __ATOMIC_RELAXED);
+    *total = t;
+    *free_bytes = u < t ? t - u : 0;
     return cudaSuccess;
 }
 
@@ -414,6 +440,7 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
 {
     memset(p, 0, sizeof(*p));
     snprintf(p->name, sizeof(p->name), "host emulator");
+    p->totalGlobalMem = hk_emu_mem_total();
     cudaDeviceGetAttribute(&p->multiProcessorCount,
                            cudaDevAttrMultiProcessorCount, dev);
     return cudaSuccess;

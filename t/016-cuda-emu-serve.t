@@ -7,7 +7,11 @@
 # same clean 400 and the engine serves the next; /metrics and /health
 # name the device and show the device's sequence pool; the prefill chunk
 # defaults to the device's (2048 tokens a step, 256 on the CPU), and the
-# device engine logs where the device's memory went at start.
+# device engine logs where the device's memory went at start. A device
+# that faults (a sticky error, as an illegal address on a GPU) ends the
+# request in flight with a clean 503, and its engine exits with status 1
+# for a supervisor to restart it, while nginx and the other engine serve
+# on.
 
 use strict;
 use warnings;
@@ -49,9 +53,18 @@ our $gpu = Hypic::Engine->start(
     timeout => 120,
     args => [@common, '--device', 'cuda', '--node', 'emu-node']);
 our $cpu = Hypic::Engine->start(args => [@common, '--node', 'cpu-node']);
+# a device that faults on demand: once $FAULT exists, its next launch is an
+# illegal address (sticky, as on a GPU)
+our $FAULT = "$work/fault";
+our $faulty = Hypic::Engine->start(
+    bin => "$work/hypic-engine", timeout => 120,
+    env => { HK_EMU_ORDER => 'forward', HK_EMU_FAULT_FILE => $FAULT },
+    args => [@common, '--device', 'cuda', '--node', 'faulty-node']);
 add_vars(ENGINES => 'hypic_engine gpu unix:' . $gpu->socket
                     . " model=tiny-1;\n"
                     . 'hypic_engine cpu unix:' . $cpu->socket
+                    . " model=tiny-1;\n"
+                    . 'hypic_engine faulty unix:' . $faulty->socket
                     . ' model=tiny-1;');
 
 our $SEP = '<|pic_sep|>';
@@ -233,3 +246,39 @@ unlike($main::cpu->log_text, qr/MiB in use after start/,
        'the CPU engine has no device memory to report');
 --- no_error_log
 [error]
+
+
+
+=== TEST 6: a device fault: a clean 503, the engine exits 1, the rest serve on
+--- http_config
+    @ENGINES@
+--- config
+    location /f/ { hypic_pass faulty; }
+    location /c/ { hypic_pass cpu; }
+    location = /health { hypic_health; }
+--- timeout: 180
+--- response_check
+my (undef, undef, $srv) = @_;
+my $b = main::body(prompt => 'The capital of Zorvia is', max_tokens => 4,
+                   temperature => 0);
+my $ok = http_request($srv, "POST /f/v1/completions\n$b", undef, 120);
+is($ok->{status}, 200, 'the device serves before its fault');
+open(my $fh, '>', $main::FAULT) or die "$main::FAULT: $!";
+close $fh;
+my $r = http_request($srv, "POST /f/v1/completions\n$b", undef, 120);
+is($r->{status}, 503, 'the request in flight when the device faults: 503');
+my $e = main::json_of($r)->{error} || {};
+is($e->{code}, 'engine_unavailable', 'engine_unavailable');
+like($e->{message} // '', qr/cuda:0: .*the device faulted; its context is lost/,
+     'the message names the fault (' . ($e->{message} // '') . ')');
+is($main::faulty->wait_exit(60), 1 << 8,
+   'the engine exits with status 1, for its supervisor to restart it');
+like($main::faulty->log_text,
+     qr/\[error\] cuda:0: \w+: the device faulted; its context is lost; every request in flight ended .*exiting with status 1/,
+     'its log says why');
+my $h = main::json_of(http_request($srv, 'GET /health'));
+my %state = map { $_->{name} => $_->{state} } @{ $h->{engines} || [] };
+is_deeply([@state{qw(faulty cpu)}], ['down', 'up'],
+          '/health: the faulted engine is down, the other up');
+is(http_request($srv, "POST /c/v1/completions\n$b", undef, 60)->{status},
+   200, 'the other engine serves on');

@@ -298,6 +298,11 @@ size_t hp_backend_mem_free(const hp_backend_t *b)
     return b->iface->mem_free ? b->iface->mem_free(b) : 0;
 }
 
+int hp_backend_lost(const hp_backend_t *b, hp_error_t *err)
+{
+    return b->iface->lost ? b->iface->lost(b, err) : 0;
+}
+
 /* ---- ops ---------------------------------------------------------------- */
 
 void hp_backend_linear(const hp_backend_t *b, float *y, const float *x,

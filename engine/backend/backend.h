@@ -170,6 +170,12 @@ unsigned long long hp_backend_host_bytes(const hp_backend_t *b);
  * host memory). */
 size_t hp_backend_mem_total(const hp_backend_t *b);
 size_t hp_backend_mem_free(const hp_backend_t *b);
+/* 1 once the device has faulted (an illegal address, uncorrectable ECC,
+ * a device-side assert: CUDA's sticky errors), err saying where and how:
+ * every later op fails, and only a new process gets the device back, so a
+ * server stops taking work and exits for its supervisor to restart it.
+ * Any thread; 0 on the CPU. */
+int hp_backend_lost(const hp_backend_t *b, hp_error_t *err);
 /* Serializes the device work of the threads that share a device backend
  * (a server's scheduler steps, its prefill workers' segment builds): the
  * backend's staging, scratch, BLAS handle and first-failure record serve

@@ -35,6 +35,7 @@
  *                   (HK_CUDA_GDN_TC_A1; the default is the blockwise one)
  */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,8 @@ typedef struct {
     hk_cuda_blas_t *blas;
     int rc;                /* first failure since the last sync (hk_cuda) */
     char what[96];         /* ... and where */
+    _Atomic int lost;      /* a sticky fault (HK_CUDA_EFAULT) was seen */
+    char lost_what[96];    /* ... first in this op, written before lost */
     hk_cuda_ring_t *stage; /* host arrays on their way to the device */
     hk_cuda_ring_t *retired[STAGE_RETIRED]; /* outgrown, the op still uses */
     int n_retired;
@@ -88,10 +91,24 @@ static cuda_t *ctx(be_t b)
 static void note(be_t b, int rc, const char *what)
 {
     cuda_t *c = ctx(b);
+    if (rc == HK_CUDA_EFAULT && !atomic_load(&c->lost)) {
+        snprintf(c->lost_what, sizeof(c->lost_what), "%s", what);
+        atomic_store(&c->lost, 1);
+    }
     if (rc == HK_CUDA_OK || c->rc != HK_CUDA_OK)
         return;
     c->rc = rc;
     snprintf(c->what, sizeof(c->what), "%s", what);
+}
+
+static int cu_lost(be_t b, hp_error_t *err)
+{
+    cuda_t *c = ctx(b);
+    if (!atomic_load(&c->lost))
+        return 0;
+    hp_error_set(err, HP_EUNAVAIL, "%s: %s: %s", b->name, c->lost_what,
+                 hk_cuda_strerror(HK_CUDA_EFAULT));
+    return 1;
 }
 
 static void cu_fail(be_t b, hp_op_t op)
@@ -109,7 +126,10 @@ static int cu_sync(be_t b, hp_error_t *err)
     c->rc = HK_CUDA_OK;
     if (rc == HK_CUDA_OK)
         return HP_OK;
-    return hp_error_set(err, rc == HK_CUDA_ENOMEM ? HP_ENOMEM : HP_EINTERNAL,
+    return hp_error_set(err,
+                        rc == HK_CUDA_ENOMEM   ? HP_ENOMEM
+                        : rc == HK_CUDA_EFAULT ? HP_EUNAVAIL
+                                               : HP_EINTERNAL,
                         "%s: %s: %s", b->name, c->what, hk_cuda_strerror(rc));
 }
 
@@ -876,6 +896,7 @@ static const hp_backend_i cuda_iface = {
     .host_bytes = cu_host_bytes,
     .mem_total = cu_mem_total,
     .mem_free = cu_mem_free,
+    .lost = cu_lost,
     .lock = cu_lock,
     .unlock = cu_unlock,
     .linear = cu_linear,

@@ -41,6 +41,7 @@ typedef struct {
     unsigned long long (*host_bytes)(be_t b); /* (optional) */
     size_t (*mem_total)(be_t b);              /* (optional) */
     size_t (*mem_free)(be_t b);               /* (optional) */
+    int (*lost)(be_t b, hp_error_t *err);     /* (optional) */
     void (*lock)(be_t b);                     /* (optional) */
     void (*unlock)(be_t b);                   /* (optional) */
 

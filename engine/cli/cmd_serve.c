@@ -47,6 +47,9 @@
 /* Set by the handler, taken by the loop (the only thread not blocking
  * these signals, and only while it waits). */
 static volatile sig_atomic_t sig_wake, sig_term, sig_int, sig_hup;
+/* Set by the scheduler's thread (the flush hook) when the device faulted;
+ * it sets sig_wake too, and the flush's wake-up ends the loop's wait. */
+static _Atomic int dev_lost;
 
 static void on_signal(int sig)
 {
@@ -160,6 +163,8 @@ typedef struct {
 static void after_step(void *ud, const hp_sched_stats_t *st)
 {
     step_hooks_t *h = ud;
+    if (st->lost && !atomic_exchange(&dev_lost, 1))
+        sig_wake = 1;
     publish_pools(h->srv, h->cache, st);
     hp_ipc_server_flush(h->srv, st);
     hp_index_set_load(h->index, st->live);
@@ -173,8 +178,9 @@ typedef struct {
     serve_log_t log;
     hp_ipc_server_t *srv;
     hp_sched_t *sched;
-    int started_chunkwise; /* the scheduler has a KVBuffer pool */
-    int at_once;           /* stopped by SIGINT or a second SIGTERM */
+    const hp_backend_t *be; /* where the model runs */
+    int started_chunkwise;  /* the scheduler has a KVBuffer pool */
+    int at_once;            /* stopped by SIGINT or a second SIGTERM */
 } serve_t;
 
 static int decode_form(const hp_serve_cfg_t *c)
@@ -254,12 +260,12 @@ static void reload(serve_t *sv)
 }
 
 /* Serves until a stop; 0 for a clean one (drained, drain timeout, or
- * stopped at once), 1 if the loop failed. */
+ * stopped at once), 1 if the loop failed or the device faulted. */
 static int serve_loop(serve_t *sv)
 {
     hp_error_t err = {0};
     int64_t deadline = 0;
-    int draining = 0, aborted = 0;
+    int draining = 0, aborted = 0, lost = 0;
 
     for (;;) {
         if (hp_ipc_server_run(sv->srv, sv->sched, &sig_wake, &err) != HP_OK) {
@@ -274,6 +280,22 @@ static int serve_loop(serve_t *sv)
 
         if (hup)
             reload(sv);
+        if (atomic_load(&dev_lost) && !lost) {
+            /* the scheduler ended every request with the fault and
+             * refuses new ones; the header says draining, so nginx stops
+             * sending; exit once nginx has collected the answers */
+            hp_backend_lost(sv->be, &err);
+            logf_(&sv->log, HP_LOG_ERROR,
+                  "%s; every request in flight ended with "
+                  "engine_unavailable; exiting with status 1 for the "
+                  "supervisor to restart the engine",
+                  err.msg);
+            lost = 1;
+            draining = 1;
+            deadline = now + ABORT_GRACE_MS;
+            hp_ipc_server_drain(sv->srv, deadline);
+            continue;
+        }
         if (intr || (term && draining)) {
             logf_(&sv->log, HP_LOG_WARN,
                   "%s: stopping now, %d request(s) in flight end",
@@ -301,7 +323,7 @@ static int serve_loop(serve_t *sv)
             logf_(&sv->log, HP_LOG_INFO, "drained: %s",
                   aborted ? "the requests ended by the timeout are collected"
                           : "every request in flight finished");
-            return 0;
+            return lost;
         }
         if (now < deadline)
             continue;
@@ -309,7 +331,7 @@ static int serve_loop(serve_t *sv)
             logf_(&sv->log, HP_LOG_WARN,
                   "%d request(s) not collected by nginx; stopping anyway",
                   busy);
-            return 0;
+            return lost;
         }
         logf_(&sv->log, HP_LOG_WARN,
               "drain timeout (%ld ms): %d request(s) still in flight",
@@ -438,6 +460,7 @@ int hp_cmd_serve(int argc, char **argv)
         rc = brc == HP_EBADINPUT ? 2 : 1;
         goto out;
     }
+    sv.be = be;
     if (hp_llm_load_on(&llm, dir, be, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;

@@ -91,6 +91,7 @@ struct hp_sched {
     int n_build, build_pos;
     size_t room;
     int dev_locked; /* the thread holds the device (hp_backend_lock) */
+    int lost;       /* the device faulted: nothing runs any more */
     int kvb;
     uint64_t passes;                 /* decode passes so far */
     hp_gcache_t *gcache;             /* compiled grammars (thread-safe) */
@@ -870,6 +871,32 @@ static void update_stats(hp_sched_t *s)
     s->st.bytes = bytes;
 }
 
+/* After a step: once the device has faulted (hp_backend_lost), every
+ * request ends with the fault, and the queue and later submissions are
+ * refused with it (engine_unavailable): nothing can run here again, and
+ * the flush hook's lost tells the server to exit for a restart. 1 the
+ * first time. */
+static int device_lost(hp_sched_t *s)
+{
+    hp_error_t why = {0}, err;
+    if (s->lost || !hp_backend_lost(s->llm->model.be, &why))
+        return 0;
+    hp_error_set(&err, HP_EUNAVAIL,
+                 "the device failed (%s); the engine stops and must be "
+                 "restarted",
+                 why.msg);
+    s->lost = 1;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->phase != R_FINISH)
+            fail(s->running[i], &err);
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    s->drain_err = err;
+    s->st.lost = 1;
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+}
+
 static void deadline_after(struct timespec *ts, int ms)
 {
     clock_gettime(CLOCK_REALTIME, ts);
@@ -918,6 +945,7 @@ static void *sched_main(void *arg)
         hp_backend_lock(s->llm->model.be);
         s->dev_locked = 1;
         int produced = step(s);
+        produced |= device_lost(s);
         s->dev_locked = 0;
         hp_backend_unlock(s->llm->model.be);
         pthread_mutex_lock(&s->mu);

@@ -82,6 +82,9 @@ typedef struct {
      * requests of max_context positions its budget holds at once */
     size_t seq_pool;
     int seq_full;
+    /* the device faulted (hp_backend_lost): every request ended with it,
+     * new ones are refused, the server should exit to be restarted */
+    int lost;
 } hp_sched_stats_t;
 
 typedef struct {

@@ -26,6 +26,8 @@ extern "C" const char *hk_cuda_strerror(int rc)
         return "CUDA runtime error";
     case HK_CUDA_EBLAS:
         return "cuBLAS error";
+    case HK_CUDA_EFAULT:
+        return "the device faulted; its context is lost";
     }
     return "unknown error";
 }

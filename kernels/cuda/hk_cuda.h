@@ -40,7 +40,11 @@ typedef enum {
     HK_CUDA_ENOMEM = -3,   /* cudaMalloc failed */
     HK_CUDA_ELAUNCH = -4,  /* kernel launch failed (cudaGetLastError) */
     HK_CUDA_ERUNTIME = -5, /* other CUDA runtime error (copy, sync) */
-    HK_CUDA_EBLAS = -6     /* cuBLAS error */
+    HK_CUDA_EBLAS = -6,    /* cuBLAS error */
+    /* the device faulted (illegal address or instruction, uncorrectable
+     * ECC, a device-side assert, ...): the context is lost, every later
+     * call fails, and only a new process gets the device back */
+    HK_CUDA_EFAULT = -7
 } hk_cuda_status_t;
 
 /* A static string naming rc. */

@@ -52,9 +52,30 @@ int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
                     int Hkv, int hd, float scale, float *scratch,
                     cudaStream_t stream);
 
+/* The errors that leave the context unusable (CUDA calls them sticky):
+ * every later call of the process returns them. */
+static inline int hk_cuda_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Every launch is followed by this: a launch error (bad configuration, no
  * device, missing kernel image for this GPU) becomes a status code, never
- * an exit. Asynchronous faults surface at the caller's next sync. */
+ * an exit. Asynchronous faults surface at the caller's next sync, or here
+ * once an earlier one has. */
 static inline int hk_cuda_check_launch(void)
 {
     cudaError_t e = cudaGetLastError();
@@ -62,11 +83,13 @@ static inline int hk_cuda_check_launch(void)
         return HK_CUDA_OK;
     if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
         return HK_CUDA_ENODEV;
-    return HK_CUDA_ELAUNCH;
+    return hk_cuda_sticky(e) ? HK_CUDA_EFAULT : HK_CUDA_ELAUNCH;
 }
 
 static inline int hk_cuda_status(cudaError_t e)
 {
+    if (hk_cuda_sticky(e))
+        return HK_CUDA_EFAULT;
     switch (e) {
     case cudaSuccess:
         return HK_CUDA_OK;

@@ -43,6 +43,7 @@
 #include <malloc.h>
 #include <math.h>
 #include <ucontext.h>
+#include <unistd.h>
 #include <vector>
 
 #define __global__
@@ -64,7 +65,16 @@ typedef enum {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
-    cudaErrorInvalidDevice = 101
+    cudaErrorInvalidDevice = 101,
+    cudaErrorECCUncorrectable = 214,
+    cudaErrorIllegalAddress = 700,
+    cudaErrorAssert = 710,
+    cudaErrorHardwareStackError = 714,
+    cudaErrorIllegalInstruction = 715,
+    cudaErrorMisalignedAddress = 716,
+    cudaErrorInvalidAddressSpace = 717,
+    cudaErrorInvalidPc = 718,
+    cudaErrorLaunchFailure = 719
 } cudaError_t;
 
 typedef enum {
@@ -129,6 +139,21 @@ struct hk_emu_state {
 };
 
 inline hk_emu_state hk_emu;
+
+/* A device fault on demand, for the serving path's tests: once the file
+ * HK_EMU_FAULT_FILE names exists, the next launch faults as an illegal
+ * address would on a GPU, and the error is sticky: every later launch,
+ * copy, memset, allocation and sync of the process returns it. */
+inline cudaError_t hk_emu_sticky = cudaSuccess;
+
+static inline cudaError_t hk_emu_fault(bool launch)
+{
+    static const char *file = getenv("HK_EMU_FAULT_FILE");
+    if (launch && hk_emu_sticky == cudaSuccess && file &&
+        access(file, F_OK) == 0)
+        hk_emu_sticky = cudaErrorIllegalAddress;
+    return hk_emu_sticky;
+}
 
 #define threadIdx (hk_emu_tidx())
 #define blockIdx  (hk_emu.block)
@@ -238,6 +263,10 @@ static inline void hk_emu_launch(dim3 g, dim3 b, size_t smem, cudaStream_t s,
                                  F f)
 {
     (void)s;
+    if (hk_emu_fault(true) != cudaSuccess) {
+        hk_emu.last_error = hk_emu_sticky;
+        return;
+    }
     const long long nt = (long long)b.x * b.y * b.z;
     if (nt < 1 || nt > 1024 || b.z > 64 || g.x < 1 || g.y < 1 || g.z < 1 ||
         g.y > 65535 || g.z > 65535 || g.x > 2147483647u ||
@@ -320,6 +349,8 @@ static inline cudaError_t cudaSetDevice(int d)
 
 static inline cudaError_t cudaGetLastError(void)
 {
+    if (hk_emu_fault(false) != cudaSuccess)
+        return hk_emu_sticky;
     const cudaError_t e = hk_emu.last_error;
     hk_emu.last_error = cudaSuccess;
     return e;
@@ -337,6 +368,10 @@ static inline size_t hk_emu_mem_total(void)
 
 static inline cudaError_t cudaMalloc(void **p, size_t bytes)
 {
+    if (hk_emu_fault(false) != cudaSuccess) {
+        *p = NULL;
+        return hk_emu_sticky;
+    }
     *p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256 * !bytes);
     if (*p) {
         memset(*p, 0xa5, bytes); /* no zeroed memory on a GPU either */
@@ -381,6 +416,8 @@ static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n,
                                           cudaStream_t s)
 {
     (void)s;
+    if (hk_emu_fault(false) != cudaSuccess)
+        return hk_emu_sticky;
     memset(p, v, n);
     return cudaSuccess;
 }
@@ -390,6 +427,8 @@ static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n,
 {
     (void)k;
     (void)s;
+    if (hk_emu_fault(false) != cudaSuccess)
+        return hk_emu_sticky;
     memmove(d, src, n);
     return cudaSuccess;
 }
@@ -397,7 +436,7 @@ static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n,
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     (void)s;
-    return cudaSuccess;
+    return hk_emu_fault(false);
 }
 
 /* ---- device queries, attributes, events ---- */
@@ -458,7 +497,7 @@ static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a,
 
 static inline cudaError_t cudaDeviceSynchronize(void)
 {
-    return cudaSuccess;
+    return hk_emu_fault(false);
 }
 
 typedef struct hk_emu_event {
@@ -497,7 +536,7 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     (void)e;
-    return cudaSuccess;
+    return hk_emu_fault(false);
 }
 
 static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a,

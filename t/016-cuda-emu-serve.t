@@ -11,7 +11,8 @@
 # that faults (a sticky error, as an illegal address on a GPU) ends the
 # request in flight with a clean 503, and its engine exits with status 1
 # for a supervisor to restart it, while nginx and the other engine serve
-# on.
+# on. A device too small for the configured pools stops the start with
+# an error naming the setting.
 
 use strict;
 use warnings;
@@ -66,6 +67,16 @@ add_vars(ENGINES => 'hypic_engine gpu unix:' . $gpu->socket
                     . " model=tiny-1;\n"
                     . 'hypic_engine faulty unix:' . $faulty->socket
                     . ' model=tiny-1;');
+
+# a device too small for the pools: a start error naming the setting
+{
+    my $dir = private_dir('cuda-emu-small');
+    my $out = `HK_EMU_MEM_MB=64 HK_EMU_ORDER=forward $work/hypic-engine serve --model $MODEL --device cuda --max-context 256 --public-pool 512m --socket $dir/s --shm /hypic-t-$$-small 2>&1`;
+    my $st = $? >> 8;
+    ok($st == 1 && $out =~ /cuda:0: no memory for a public pool of 512\.0 MiB \(public_pool\)/,
+       "a 64 MiB device refuses a 512 MiB public pool at start, naming it (exit $st)")
+        or diag($out);
+}
 
 our $SEP = '<|pic_sep|>';
 our $PROMPT = join($SEP, 'You answer from the documents.',
@@ -230,7 +241,8 @@ like($text, qr/^hypic:pool_budget_bytes\{engine="cpu",pool="sequence"\} 0$/m,
 my $h = main::json_of(http_request($srv, 'GET /health'));
 my %dev = map { $_->{name} => "$_->{device}/$_->{device_name}" }
           @{ $h->{engines} || [] };
-is_deeply(\%dev, { gpu => 'cuda:0/host emulator', cpu => 'cpu/' },
+is_deeply({ map { $_ => $dev{$_} } qw(gpu cpu) },
+          { gpu => 'cuda:0/host emulator', cpu => 'cpu/' },
           '/health: each engine\'s device');
 like($main::gpu->log_text, qr/serving .* prefill chunk 2048,/,
      'a device engine prefills 2048 tokens a step by default');

@@ -357,7 +357,8 @@ static inline cudaError_t cudaGetLastError(void)
 }
 
 /* The emulated device's memory: HK_EMU_MEM_MB (default 16 GiB), less
- * what cudaMalloc holds (host threads allocate concurrently). */
+ * what cudaMalloc holds (host threads allocate concurrently); an
+ * allocation past it fails as on a full GPU. */
 inline size_t hk_emu_mem_used;
 
 static inline size_t hk_emu_mem_total(void)
@@ -371,6 +372,11 @@ static inline cudaError_t cudaMalloc(void **p, size_t bytes)
     if (hk_emu_fault(false) != cudaSuccess) {
         *p = NULL;
         return hk_emu_sticky;
+    }
+    if (__atomic_load_n(&hk_emu_mem_used, __ATOMIC_RELAXED) + bytes >
+        hk_emu_mem_total()) {
+        *p = NULL; /* the device is full */
+        return cudaErrorMemoryAllocation;
     }
     *p = aligned_alloc(256, (bytes + 255) / 256 * 256 + 256 * !bytes);
     if (*p) {

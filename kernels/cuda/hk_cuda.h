@@ -331,14 +331,29 @@ int hk_cuda_moe_combine(float *x, const float *eo, const int *slot, int T,
 /* ---- next-token helpers (hk_sample.cu) --------------------------------- */
 
 #define HK_CUDA_TOPK_MAX 256
+/* Most blocks one row is split over. */
+#define HK_CUDA_SAMPLE_SPLITS_MAX 64
 
-/* Twin of hk_argmax per row: idx[B] of logits [B, V]. */
-int hk_cuda_argmax(int *idx, const float *logits, int B, int V, void *stream);
+/* Rows are cut into `splits` contiguous parts, one block each, so that a
+ * small batch still fills the device (0: the launcher's choice, about two
+ * blocks per SM in all, each part >= 8192 logits). The parts' partials go
+ * to scratch: hk_cuda_sample_scratch(B, splits) floats (8-byte aligned),
+ * enough for any B' <= B rows and the same splits (0: any choice the
+ * launcher makes for them). Results do not depend on the splits (the
+ * normalizer's sum order aside). */
+size_t hk_cuda_sample_scratch(int B, int splits);
+/* Twin of hk_argmax per row: idx[B] of logits [B, V]. scratch NULL: one
+ * block per row (splits 0 or 1). */
+int hk_cuda_argmax(int *idx, const float *logits, int B, int V, int splits,
+                   float *scratch, void *stream);
 /* Twin of hk_topk per row: p, idx [B, k] from logits [B, V]; k <= V and
- * k <= HK_CUDA_TOPK_MAX. The host copies 2k values per row and draws with
- * hk_sample_topk. */
+ * k <= HK_CUDA_TOPK_MAX; logits not NaN. The same indices in the same
+ * order as the CPU; p to the double normalizer's rounding (summed in
+ * another order). A radix select: six launches and five reads of the rows
+ * whatever k is. scratch is required. The host copies 2k values per row
+ * and draws with hk_sample_topk. */
 int hk_cuda_topk(float *p, int *idx, const float *logits, int B, int V, int k,
-                 double inv_t, void *stream);
+                 double inv_t, int splits, float *scratch, void *stream);
 
 /* ---- norms and activations (hk_norm.cu) -------------------------------- */
 

@@ -336,12 +336,13 @@ int hk_cuda_moe_combine(float *x, const float *eo, const int *slot, int T,
 
 /* Rows are cut into `splits` contiguous parts, one block each, so that a
  * small batch still fills the device (0: the launcher's choice, about two
- * blocks per SM in all, each part >= 8192 logits). The parts' partials go
- * to scratch: hk_cuda_sample_scratch(B, splits) floats (8-byte aligned),
- * enough for any B' <= B rows and the same splits (0: any choice the
- * launcher makes for them). Results do not depend on the splits (the
- * normalizer's sum order aside). */
-size_t hk_cuda_sample_scratch(int B, int splits);
+ * blocks per SM in all, each part >= 8192 logits; 1 from B = 2 x SMs).
+ * The parts' partials go to scratch (8-byte aligned) of the _scratch
+ * functions' floats for B rows and the same splits, enough for any
+ * B' <= B rows (splits 0: whatever the launcher picks for them). Results
+ * do not depend on the splits (the normalizer's sum order aside). */
+size_t hk_cuda_argmax_scratch(int B, int splits);
+size_t hk_cuda_topk_scratch(int B, int splits);
 /* Twin of hk_argmax per row: idx[B] of logits [B, V]. scratch NULL: one
  * block per row (splits 0 or 1). */
 int hk_cuda_argmax(int *idx, const float *logits, int B, int V, int splits,

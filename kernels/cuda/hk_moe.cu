@@ -207,8 +207,7 @@ extern "C" int hk_cuda_moe_plan(int *offs, int *rows, float *scale, int *slot,
     /* the warps' counts per expert in 48 KB of shared memory with the
      * static part: 8 warps up to E = 1500, fewer above, E <= 12000 */
     const int nw = E > 0 && E <= 12000 / 8 ? 8 : E > 0 ? 12000 / E : 0;
-    if (T < 0 || k <= 0 || E <= 0 || nw < 1 ||
-        (long long)T * k > 2147483647LL)
+    if (T < 0 || k <= 0 || E <= 0 || nw < 1 || (long long)T * k > 2147483647LL)
         return HK_CUDA_EINVAL;
     hk_moe_plan_kernel<<<1, 32 * nw, (size_t)nw * E * sizeof(int),
                          hk_stream(stream)>>>(offs, rows, scale, slot, idx, w,

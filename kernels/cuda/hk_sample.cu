@@ -7,10 +7,10 @@
  * A row is cut into S contiguous splits, one block each (grid (B, S)), so
  * that a batch of one still fills the GPU; S is the caller's or chosen
  * from B and the SM count (hk_sample_splits). Per-split partials live in
- * the caller's scratch (one record per (row, split), hk_cuda_sample_scratch)
- * and the next launch joins them; no atomics on global memory, no grid-wide
- * waits, and the joins run in split order, so results do not depend on
- * which block ran first.
+ * the caller's scratch (a record per (row, split): hk_cuda_argmax_scratch,
+ * hk_cuda_topk_scratch) and the next launch joins them; no atomics on
+ * global memory, no grid-wide waits, and the joins run in split order, so
+ * results do not depend on which block ran first.
  *
  * Argmax: each split's best in hk_sel_before order (value, then lower
  * index), then one thread per row joins the S bests (S = 1: the block
@@ -102,15 +102,15 @@ static __device__ void hk_span_best(const float *l, int lo, int hi, float *bv,
     *bi = i;
 }
 
-/* The first of the S split bests of a row (records from rec0), in split
- * order. */
-static __device__ void hk_join_best(const float *rec0, int S, float *bv,
-                                    int *bi)
+/* The first of a row's S split bests, (float value, int index) pairs
+ * `stride` words apart from b0, in split order. */
+static __device__ void hk_join_best(const float *b0, int S, size_t stride,
+                                    float *bv, int *bi)
 {
     float v = -INFINITY;
     int i = -1;
     for (int s = 0; s < S; s++) {
-        const float *r = rec0 + (size_t)s * HK_REC_WORDS + HK_REC_BEST;
+        const float *r = b0 + (size_t)s * stride;
         const int ri = ((const int *)r)[1];
         if (hk_sel_before(r[0], ri, v, i)) {
             v = r[0];
@@ -164,7 +164,7 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     if (S == 1) {
         idx[row] = i;
     } else {
-        float *r = hk_rec(scratch, row, S, s) + HK_REC_BEST;
+        float *r = scratch + ((size_t)row * S + s) * 2;
         r[0] = v;
         ((int *)r)[1] = i;
     }
@@ -179,7 +179,7 @@ static __global__ void hk_argmax_join_kernel(int *idx, float *scratch, int B,
         return;
     float v;
     int i;
-    hk_join_best(hk_rec(scratch, row, S, 0), S, &v, &i);
+    hk_join_best(scratch + (size_t)row * S * 2, S, 2, &v, &i);
     idx[row] = i;
 }
 
@@ -232,7 +232,7 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
         if (tid == 0) {
             float mx;
             int mi;
-            hk_join_best(rec0, S, &mx, &mi);
+            hk_join_best(rec0 + HK_REC_BEST, S, HK_REC_WORDS, &mx, &mi);
             s_mx = mx;
         }
         __syncthreads();
@@ -316,7 +316,7 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
 }
 
 /* One block per row: the splits' candidates (k in all) in rank order, then
- * the sampler's probabilities and order by thread 0. */
+ * the sampler's probabilities, a thread each, and its order. */
 static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     hk_topk_finish_kernel(float *p, // [B, k]
                           int *idx, // [B, k]
@@ -333,7 +333,8 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
         for (int j = tid; j < n; j += blockDim.x)
             if (at + j < k) { /* k in all unless logits are NaN */
                 cv[at + j] = r[HK_REC_CAND + j];
-                ci[at + j] = ((const int *)r)[HK_REC_CAND + HK_CUDA_TOPK_MAX + j];
+                ci[at + j] =
+                    ((const int *)r)[HK_REC_CAND + HK_CUDA_TOPK_MAX + j];
             }
         at += n;
     }
@@ -346,21 +347,29 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
         ti[rank] = ci[tid];
     }
     __syncthreads();
-    if (tid == 0) {
-        double z = 0.0;
-        for (int s = 0; s < S; s++)
-            z += *(const double *)(rec0 + (size_t)s * HK_REC_WORDS + HK_REC_Z);
-        hk_sel_probs(tv, ti, k, tv[0], z, inv_t);
-        for (int j = 0; j < k; j++) {
-            p[(size_t)row * k + j] = tv[j];
-            idx[(size_t)row * k + j] = ti[j];
-        }
+    /* z in split order, p a thread each; thread 0 orders them (linear on
+     * the rank order, where ties of p are adjacent) */
+    double z = 0.0;
+    for (int s = 0; s < S; s++)
+        z += *(const double *)(rec0 + (size_t)s * HK_REC_WORDS + HK_REC_Z);
+    const float mx = tv[0];
+    __syncthreads();
+    if (tid < k)
+        tv[tid] = hk_sel_prob(tv[tid], mx, z, inv_t);
+    __syncthreads();
+    if (tid == 0)
+        hk_sel_order(tv, ti, k);
+    __syncthreads();
+    if (tid < k) {
+        p[(size_t)row * k + tid] = tv[tid];
+        idx[(size_t)row * k + tid] = ti[tid];
     }
 }
 
 /* The splits of each of B rows of V: the caller's, else about two blocks
  * per SM in all, each split at least HK_SAMPLE_MIN_SPAN logits, at most
- * HK_CUDA_SAMPLE_SPLITS_MAX. B * result <= max(B, 2 * SMs). */
+ * HK_CUDA_SAMPLE_SPLITS_MAX. B * result <= max(B, 2 * SMs), and 1 where
+ * B >= 2 * SMs. */
 static int hk_sample_splits(int B, int V, int splits)
 {
     if (splits > 0)
@@ -371,21 +380,36 @@ static int hk_sample_splits(int B, int V, int splits)
     return s > 1 ? s : 1;
 }
 
-extern "C" size_t hk_cuda_sample_scratch(int B, int splits)
+/* Records for B rows at `splits` (0: any the launcher picks for B' <= B
+ * rows), `words` floats each; unsplit rows take none where `whole` is 0. */
+static size_t hk_sample_scratch(int B, int splits, int words, int whole)
 {
     if (B <= 0 || splits < 0 || splits > HK_CUDA_SAMPLE_SPLITS_MAX)
         return 0;
-    const int sms2 = 2 * hk_cuda_sm_count(1);
-    const size_t slots =
-        splits > 0 ? (size_t)B * splits : (size_t)(B > sms2 ? B : sms2);
-    return slots * HK_REC_WORDS;
+    const size_t sms2 = 2 * (size_t)hk_cuda_sm_count(1);
+    size_t slots = splits > 0 ? (size_t)B * splits : sms2;
+    if (whole && splits == 0)
+        slots = (size_t)B > sms2 ? (size_t)B : sms2;
+    if (!whole && splits == 1)
+        slots = 0;
+    return slots * (size_t)words;
+}
+
+extern "C" size_t hk_cuda_argmax_scratch(int B, int splits)
+{
+    return hk_sample_scratch(B, splits, 2, 0);
+}
+
+extern "C" size_t hk_cuda_topk_scratch(int B, int splits)
+{
+    return hk_sample_scratch(B, splits, HK_REC_WORDS, 1);
 }
 
 extern "C" int hk_cuda_argmax(int *idx, const float *logits, int B, int V,
                               int splits, float *scratch, void *stream)
 {
-    if (B < 0 || V <= 0 || splits < 0 ||
-        splits > HK_CUDA_SAMPLE_SPLITS_MAX || (!scratch && splits > 1))
+    if (B < 0 || V <= 0 || splits < 0 || splits > HK_CUDA_SAMPLE_SPLITS_MAX ||
+        (!scratch && splits > 1))
         return HK_CUDA_EINVAL;
     if (B == 0)
         return HK_CUDA_OK;
@@ -396,8 +420,8 @@ extern "C" int hk_cuda_argmax(int *idx, const float *logits, int B, int V,
     int rc = hk_cuda_check_launch();
     if (rc != HK_CUDA_OK || S == 1)
         return rc;
-    hk_argmax_join_kernel<<<HK_CEIL_DIV(B, 128), 128, 0, st>>>(idx, scratch,
-                                                               B, S);
+    hk_argmax_join_kernel<<<HK_CEIL_DIV(B, 128), 128, 0, st>>>(idx, scratch, B,
+                                                               S);
     return hk_cuda_check_launch();
 }
 

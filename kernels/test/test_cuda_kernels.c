@@ -1836,8 +1836,8 @@ static void test_moe_plan(void)
 {
     /* T, k, E, route: 0 all to expert E - 1, 1 random among E / 64 + 1,
      * 2 runs of 37 pairs, 3 uniform */
-    static const int shapes[][4] = {{1000, 1, 16, 0}, {300, 4, 512, 1},
-                                    {257, 8, 64, 2},  {5, 2, 3, 0},
+    static const int shapes[][4] = {{1000, 1, 16, 0},   {300, 4, 512, 1},
+                                    {257, 8, 64, 2},    {5, 2, 3, 0},
                                     {700, 10, 2000, 3}, {0, 4, 8, 3}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 6); s++) {
         const int T = shapes[s][0], k = shapes[s][1], E = shapes[s][2];
@@ -1914,20 +1914,14 @@ static void test_sample(void)
      * k = 1 and across the zeros, an all-equal row, the launcher's splits
      * (V = 70000: 8 on the emulator's 4 SMs), k = V = 1, the Qwen3.5
      * vocabulary (248320; full grid only). */
-    static const int shapes[][6] = {{3, 777, 20, 100, 4, LG_TIES},
-                                    {2, 1000, 50, 70, 3, LG_RAND},
-                                    {2, 300, 256, 100, 2, LG_INF},
-                                    {1, 40, 40, 100, 0, LG_TIES},
-                                    {2, 517, 1, 130, 5, LG_ZEROS},
-                                    {2, 333, 100, 100, 6, LG_ZEROS},
-                                    {1, 1000, 256, 100, 7, LG_EQUAL},
-                                    {1, 70000, 20, 100, 0, LG_RAND},
-                                    {1, 1, 1, 100, 0, LG_RAND},
-                                    {16, 3000, 64, 100, 0, LG_TIES},
-                                    {2, 5000, 256, 130, 1, LG_RAND},
-                                    {2, 4099, 256, 100, 64, LG_TIES},
-                                    {1, 248320, 20, 100, 0, LG_RAND},
-                                    {1, 248320, 256, 100, 0, LG_TIES}};
+    static const int shapes[][6] = {
+        {3, 777, 20, 100, 4, LG_TIES},    {2, 1000, 50, 70, 3, LG_RAND},
+        {2, 300, 256, 100, 2, LG_INF},    {1, 40, 40, 100, 0, LG_TIES},
+        {2, 517, 1, 130, 5, LG_ZEROS},    {2, 333, 100, 100, 6, LG_ZEROS},
+        {1, 1000, 256, 100, 7, LG_EQUAL}, {1, 70000, 20, 100, 0, LG_RAND},
+        {1, 1, 1, 100, 0, LG_RAND},       {16, 3000, 64, 100, 0, LG_TIES},
+        {2, 5000, 256, 130, 1, LG_RAND},  {2, 4099, 256, 100, 64, LG_TIES},
+        {1, 248320, 20, 100, 0, LG_RAND}, {1, 248320, 256, 100, 0, LG_TIES}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 9); s++) {
         const int B = shapes[s][0], V = shapes[s][1], k = shapes[s][2];
         const int splits = shapes[s][4];
@@ -1942,27 +1936,28 @@ static void test_sample(void)
             hk_topk(p + (size_t)b * k, idx + (size_t)b * k, lg + (size_t)b * V,
                     V, k, inv_t);
         }
-        const size_t ns = hk_cuda_sample_scratch(B, splits);
+        const size_t ns = hk_cuda_topk_scratch(B, splits);
         float *dlg = dev_from(lg, n), *dp = dev_alloc((size_t)B * k);
-        float *dscr = dev_alloc(ns);
-        CK(hk_cuda_memset0(dscr, ns * sizeof(float), NULL));
+        const size_t na = hk_cuda_argmax_scratch(B, splits);
+        float *dscr = dev_alloc(ns), *dascr = dev_alloc(na ? na : 1);
         int *dam = dev_ints(am, B), *didx = dev_ints(idx, (size_t)B * k);
         CK(hk_cuda_memset0(dam, B * sizeof(int), NULL));
         RUN(hk_cuda_argmax(dam, dlg, B, V, 0, NULL, NULL));
         int good = same_ints(am, dam, B, "idx (one block a row)");
         CK(hk_cuda_memset0(dam, B * sizeof(int), NULL));
-        RUN(hk_cuda_argmax(dam, dlg, B, V, splits, dscr, NULL));
-        ok(good & same_ints(am, dam, B, "idx"), "argmax B=%d V=%d splits=%d",
-           B, V, splits);
+        RUN(hk_cuda_argmax(dam, dlg, B, V, splits, dascr, NULL));
+        ok(good & same_ints(am, dam, B, "idx"), "argmax B=%d V=%d splits=%d", B,
+           V, splits);
         CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
         RUN(hk_cuda_topk(dp, didx, dlg, B, V, k, inv_t, splits, dscr, NULL));
         ok(same_ints(idx, didx, (size_t)B * k, "idx") &
                close_cpu(p, dp, (size_t)B * k, ATOL_SEL, RTOL_SEL, "p"),
-           "topk B=%d V=%d k=%d inv_t=%.3g splits=%d logits=%d", B, V, k,
-           inv_t, splits, shapes[s][5]);
+           "topk B=%d V=%d k=%d inv_t=%.3g splits=%d logits=%d", B, V, k, inv_t,
+           splits, shapes[s][5]);
         CK(hk_cuda_free(dlg));
         CK(hk_cuda_free(dp));
         CK(hk_cuda_free(dscr));
+        CK(hk_cuda_free(dascr));
         CK(hk_cuda_free(dam));
         CK(hk_cuda_free(didx));
         free(lg);
@@ -2811,13 +2806,13 @@ static void test_einval(void)
     good &= hk_cuda_attention_decode_paged(&x, &x, &x, &x, NULL, 0, NULL, 1, 16,
                                            2, 1, 8, 1.0f,
                                            NULL) == HK_CUDA_EINVAL; /* pages */
-    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0, 0,
-                         &x, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0, 0, &x,
+                         NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_topk(&x, NULL, &x, 1, 10, 5, 1.0, 0, NULL, NULL) ==
             HK_CUDA_EINVAL; /* no scratch */
-    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, 5, 1.0,
-                         HK_CUDA_SAMPLE_SPLITS_MAX + 1, &x,
-                         NULL) == HK_CUDA_EINVAL;
+    good &=
+        hk_cuda_topk(&x, NULL, &x, 1, 10, 5, 1.0, HK_CUDA_SAMPLE_SPLITS_MAX + 1,
+                     &x, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_argmax(NULL, &x, 1, 10, 2, NULL, NULL) ==
             HK_CUDA_EINVAL; /* splits without scratch */
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;
@@ -2871,6 +2866,25 @@ static void test_einval(void)
     ok(good, "launchers return HK_CUDA_EINVAL on bad shapes");
 }
 
+/* HK_CUDA_TEST_ONLY: does the test's name hold one of its comma-separated
+ * parts? */
+static int only_match(const char *only, const char *name)
+{
+    char part[128];
+    for (const char *at = only;; at++) {
+        const size_t n = strcspn(at, ",");
+        if (n > 0 && n < sizeof part) {
+            memcpy(part, at, n);
+            part[n] = 0;
+            if (strstr(name, part))
+                return 1;
+        }
+        at += n;
+        if (!*at)
+            return 0;
+    }
+}
+
 static void run_all(void)
 {
     const char *grid = getenv("HK_CUDA_TEST_GRID");
@@ -2881,10 +2895,11 @@ static void run_all(void)
     if (only)
         tap_diag("HK_CUDA_TEST_ONLY=%s: only the tests whose names hold it",
                  only);
-/* HK_CUDA_TEST_ONLY=gdn_chunk runs test_gdn_chunk* only (while iterating). */
+/* HK_CUDA_TEST_ONLY=gdn_chunk runs test_gdn_chunk* only (while iterating);
+ * test_sample,test_moe both. */
 #define RUN_TEST(fn)                                                           \
     do {                                                                       \
-        if (!only || strstr(#fn, only))                                        \
+        if (!only || only_match(only, #fn))                                    \
             fn();                                                              \
     } while (0)
     RUN_TEST(test_norms); /* rmsnorm_zc, rmsnorm_gated, l2norm */
@@ -2909,8 +2924,8 @@ static void run_all(void)
     RUN_TEST(test_attention_flash2x);
     RUN_TEST(test_attention_decode);
     RUN_TEST(test_attention_decode_paged);
-    RUN_TEST(test_moe);    /* moe_route, moe_plan, moe_gather, moe_scatter,
-                              moe_combine */
+    RUN_TEST(test_moe); /* moe_route, moe_plan, moe_gather, moe_scatter,
+                           moe_combine */
     RUN_TEST(test_moe_plan);
     RUN_TEST(test_sample); /* argmax, topk */
     RUN_TEST(test_gdn_chunk_bf16);

@@ -1726,6 +1726,50 @@ static void test_attention_decode_paged(void)
  * ---------------------------------------------------------------------
  */
 
+/* The CPU's dispatch plan of idx, w [T, k] (host) and the device's from
+ * didx, dw: both kept (host arrays, device rows, slot and the rest) for
+ * the ops that follow; returns whether they agree exactly. */
+typedef struct {
+    int *offs, *rows, *slot, *doffs, *drows, *dslot;
+    float *scale, *dscale;
+} plan_pair_t;
+
+static int plan_both(plan_pair_t *p, const int *idx, const float *w,
+                     const int *didx, const float *dw, int T, int k, int E)
+{
+    const size_t nk = (size_t)T * k, n1 = nk ? nk : 1;
+    p->offs = malloc((size_t)(E + 1) * sizeof(int));
+    p->rows = malloc(n1 * sizeof(int));
+    p->slot = malloc(n1 * sizeof(int));
+    p->scale = hmalloc(nk);
+    hk_moe_plan(p->offs, p->rows, p->scale, p->slot, idx, w, T, k, E);
+    p->doffs = dev_ints(p->offs, E + 1);
+    p->drows = dev_ints(p->rows, nk);
+    p->dslot = dev_ints(p->slot, nk);
+    p->dscale = dev_alloc(nk);
+    CK(hk_cuda_memset0(p->doffs, (E + 1) * sizeof(int), NULL));
+    CK(hk_cuda_memset0(p->drows, nk * sizeof(int), NULL));
+    CK(hk_cuda_memset0(p->dslot, nk * sizeof(int), NULL));
+    RUN(hk_cuda_moe_plan(p->doffs, p->drows, p->dscale, p->dslot, didx, dw, T,
+                         k, E, NULL));
+    return same_ints(p->offs, p->doffs, E + 1, "offs") &
+           same_ints(p->rows, p->drows, nk, "rows") &
+           same_ints(p->slot, p->dslot, nk, "slot") &
+           same_cpu(p->scale, p->dscale, nk, "scale");
+}
+
+static void plan_free(plan_pair_t *p)
+{
+    CK(hk_cuda_free(p->doffs));
+    CK(hk_cuda_free(p->drows));
+    CK(hk_cuda_free(p->dslot));
+    CK(hk_cuda_free(p->dscale));
+    free(p->offs);
+    free(p->rows);
+    free(p->slot);
+    free(p->scale);
+}
+
 static void test_moe(void)
 {
     /* T, E, k, renorm: ties (E = 8 logits from 3 values), k = E, the
@@ -1755,23 +1799,11 @@ static void test_moe(void)
         /* dispatch from the CPU's routes (so both sides plan the same) */
         CK(hk_cuda_h2d(didx, idx, nk * sizeof(int), NULL));
         CK(hk_cuda_h2d(dw, w, nk * sizeof(float), NULL));
-        int *offs = malloc((size_t)(E + 1) * sizeof(int));
-        int *rows = malloc(nk * sizeof(int)), *slot = malloc(nk * sizeof(int));
-        float *scale = hmalloc(nk);
-        hk_moe_plan(offs, rows, scale, slot, idx, w, T, k, E);
-        int *doffs = dev_ints(offs, E + 1), *drows = dev_ints(rows, nk);
-        int *dslot = dev_ints(slot, nk);
-        float *dscale = dev_alloc(nk);
-        CK(hk_cuda_memset0(doffs, (E + 1) * sizeof(int), NULL));
-        CK(hk_cuda_memset0(drows, nk * sizeof(int), NULL));
-        CK(hk_cuda_memset0(dslot, nk * sizeof(int), NULL));
-        RUN(hk_cuda_moe_plan(doffs, drows, dscale, dslot, didx, dw, T, k, E,
-                             NULL));
-        ok(same_ints(offs, doffs, E + 1, "offs") &
-               same_ints(rows, drows, nk, "rows") &
-               same_ints(slot, dslot, nk, "slot") &
-               same_cpu(scale, dscale, nk, "scale"),
-           "moe_plan T=%d E=%d k=%d", T, E, k);
+        plan_pair_t pl;
+        ok(plan_both(&pl, idx, w, didx, dw, T, k, E), "moe_plan T=%d E=%d k=%d",
+           T, E, k);
+        const int *offs = pl.offs, *rows = pl.rows, *slot = pl.slot;
+        const int *drows = pl.drows, *dslot = pl.dslot;
 
         float *y = frand((size_t)T * H, 1.0), *xg = hmalloc(nk * H);
         float *dy = dev_from(y, (size_t)T * H), *dxg = dev_alloc(nk * H);
@@ -1800,10 +1832,7 @@ static void test_moe(void)
         CK(hk_cuda_free(dlg));
         CK(hk_cuda_free(dw));
         CK(hk_cuda_free(didx));
-        CK(hk_cuda_free(doffs));
-        CK(hk_cuda_free(drows));
-        CK(hk_cuda_free(dslot));
-        CK(hk_cuda_free(dscale));
+        plan_free(&pl);
         CK(hk_cuda_free(dy));
         CK(hk_cuda_free(dxg));
         CK(hk_cuda_free(deo));
@@ -1812,10 +1841,6 @@ static void test_moe(void)
         free(lg);
         free(idx);
         free(w);
-        free(offs);
-        free(rows);
-        free(slot);
-        free(scale);
         free(y);
         free(xg);
         free(eo);
@@ -1851,36 +1876,16 @@ static void test_moe_plan(void)
                                          : (int)(u * E) % E;
         }
         float *w = frand(nk, 1.0);
-        int *offs = malloc((size_t)(E + 1) * sizeof(int));
-        int *rows = malloc((nk ? nk : 1) * sizeof(int));
-        int *slot = malloc((nk ? nk : 1) * sizeof(int));
-        float *scale = hmalloc(nk);
-        hk_moe_plan(offs, rows, scale, slot, idx, w, T, k, E);
-        int *didx = dev_ints(idx, nk), *doffs = dev_ints(offs, E + 1);
-        int *drows = dev_ints(rows, nk), *dslot = dev_ints(slot, nk);
-        float *dw = dev_from(w, nk), *dscale = dev_alloc(nk);
-        CK(hk_cuda_memset0(doffs, (E + 1) * sizeof(int), NULL));
-        CK(hk_cuda_memset0(drows, nk * sizeof(int), NULL));
-        CK(hk_cuda_memset0(dslot, nk * sizeof(int), NULL));
-        RUN(hk_cuda_moe_plan(doffs, drows, dscale, dslot, didx, dw, T, k, E,
-                             NULL));
-        ok(same_ints(offs, doffs, E + 1, "offs") &
-               same_ints(rows, drows, nk, "rows") &
-               same_ints(slot, dslot, nk, "slot") &
-               same_cpu(scale, dscale, nk, "scale"),
+        int *didx = dev_ints(idx, nk);
+        float *dw = dev_from(w, nk);
+        plan_pair_t pl;
+        ok(plan_both(&pl, idx, w, didx, dw, T, k, E),
            "moe_plan T=%d k=%d E=%d route=%d", T, k, E, shapes[s][3]);
         CK(hk_cuda_free(didx));
-        CK(hk_cuda_free(doffs));
-        CK(hk_cuda_free(drows));
-        CK(hk_cuda_free(dslot));
         CK(hk_cuda_free(dw));
-        CK(hk_cuda_free(dscale));
+        plan_free(&pl);
         free(idx);
         free(w);
-        free(offs);
-        free(rows);
-        free(slot);
-        free(scale);
     }
 }
 

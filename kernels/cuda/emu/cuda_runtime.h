@@ -199,8 +199,9 @@ static inline void __stcs(float4 *p, float4 v)
     *p = v;
 }
 
-/* Any 4- or 8-byte type (float, int, double), as CUDA's overloads. */
-template <class V> static inline V __shfl_xor_sync(unsigned mask, V v, int off)
+/* Lane l gets lane src's v: any 4- or 8-byte type (float, int, double),
+ * as CUDA's overloads. */
+template <class V> static inline V hk_emu_shfl(unsigned mask, V v, int src)
 {
     static_assert(sizeof(V) <= sizeof(double), "emu: shuffle of a wide type");
     if (mask != 0xffffffffu) {
@@ -211,27 +212,21 @@ template <class V> static inline V __shfl_xor_sync(unsigned mask, V v, int off)
     memcpy(&hk_emu.wbuf[w][l], &v, sizeof(V));
     hk_emu_warp_bar();
     V r;
-    memcpy(&r, &hk_emu.wbuf[w][l ^ off], sizeof(V));
+    memcpy(&r, &hk_emu.wbuf[w][src], sizeof(V));
     hk_emu_warp_bar(); /* nobody overwrites wbuf before all have read */
     return r;
+}
+
+template <class V> static inline V __shfl_xor_sync(unsigned mask, V v, int off)
+{
+    return hk_emu_shfl(mask, v, (hk_emu.cur % 32) ^ off);
 }
 
 /* Lane l gets lane l - off's v (its own below off). */
 template <class V> static inline V __shfl_up_sync(unsigned mask, V v, int off)
 {
-    static_assert(sizeof(V) <= sizeof(double), "emu: shuffle of a wide type");
-    if (mask != 0xffffffffu) {
-        fprintf(stderr, "emu: partial shuffle masks are not modelled\n");
-        abort();
-    }
-    const int w = hk_emu.cur / 32, l = hk_emu.cur % 32;
-    memcpy(&hk_emu.wbuf[w][l], &v, sizeof(V));
-    hk_emu_warp_bar();
-    V r = v;
-    if (l >= off)
-        memcpy(&r, &hk_emu.wbuf[w][l - off], sizeof(V));
-    hk_emu_warp_bar();
-    return r;
+    const int l = hk_emu.cur % 32;
+    return hk_emu_shfl(mask, v, l >= off ? l - off : l);
 }
 
 /* all[i] = lane i's x, in every lane (read before the closing barrier, as

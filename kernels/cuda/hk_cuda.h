@@ -317,7 +317,8 @@ int hk_cuda_moe_route(int *idx, float *w, const float *logits, int T, int E,
                       int k, int renorm, void *stream);
 /* Twins of hk_moe_plan, hk_moe_gather, hk_moe_scatter, hk_moe_combine
  * (same layouts, all device arrays; the caller copies offs to the host to
- * size each expert's GEMMs). */
+ * size each expert's GEMMs). The plan is one block (a parallel counting
+ * sort, the CPU's order within each expert); E <= 12000. */
 int hk_cuda_moe_plan(int *offs, int *rows, float *scale, int *slot,
                      const int *idx, const float *w, int T, int k, int E,
                      void *stream);

@@ -55,6 +55,12 @@
  *                                  the pages of all requests shuffled
  *                                  over one arena; flash-decoding with
  *                                  scratch, as attention_decode
+ *   sample_{argmax[_1blk],topk}    next-token choice over B = 1, 16, 64,
+ *                                  256 rows of the vocabulary (248320,
+ *                                  151936), top-k at k = 20 and 256:
+ *                                  rows split over blocks (with scratch)
+ *                                  or one block a row; GB/s of the logits
+ *                                  read once (bench_sample)
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
  *   attention_prefill[_flash2|_flash2x|_bf16|_simple]  causal, T = 4k,
  *                                  16k, 64k (simple: to 16k); TFLOP/s
@@ -1539,6 +1545,67 @@ static void mm_free(mm_ctx *c)
         CK(hk_cuda_free(bufs[i]));
 }
 
+/* ---- next-token choice (hk_sample.cu) ----------------------------------- */
+
+typedef struct {
+    float *lg, *p, *scr;
+    int *idx, B, V, k, split; /* split: with scratch (rows over blocks) */
+} samp_ctx;
+
+static int argmax_run(void *ctx, int rep)
+{
+    const samp_ctx *c = ctx;
+    (void)rep;
+    return hk_cuda_argmax(c->idx, c->lg, c->B, c->V, 0,
+                          c->split ? c->scr : NULL, NULL);
+}
+
+static int topk_run(void *ctx, int rep)
+{
+    const samp_ctx *c = ctx;
+    (void)rep;
+    return hk_cuda_topk(c->p, c->idx, c->lg, c->B, c->V, c->k, 1.0, 0, c->scr,
+                        NULL);
+}
+
+/* sample_argmax (rows split over blocks, the engine's call),
+ * sample_argmax_1blk (one block a row, no scratch), sample_topk at k = 20
+ * and HK_CUDA_TOPK_MAX, for B rows of a vocabulary of V (Qwen3.5's
+ * 248320, Qwen3-Next's 151936); GB/s of the logits read once (top-k reads
+ * them five times, from L2 where they fit). Logits: 4 random rows of
+ * N(0, 4) repeated. */
+static void bench_sample(const char *model, int V, int B)
+{
+    samp_ctx c = {0};
+    c.B = B, c.V = V;
+    const size_t R = B < 4 ? (size_t)B : 4, rb = (size_t)V * sizeof(float);
+    float *h = halloc(R * rb);
+    for (size_t i = 0; i < R * V; i++)
+        h[i] = (float)(4.0 * nrand());
+    c.lg = dev_tiled(h, R * rb, (size_t)B * rb);
+    free(h);
+    c.p = dalloc((size_t)B * HK_CUDA_TOPK_MAX * sizeof(float));
+    c.idx = dalloc((size_t)B * HK_CUDA_TOPK_MAX * sizeof(int));
+    c.scr = dalloc(hk_cuda_topk_scratch(B, 0) * sizeof(float));
+    const double bytes = (double)B * V * sizeof(float);
+    char params[96];
+    snprintf(params, sizeof params, "B=%d,V=%d", B, V);
+    c.split = 1;
+    measure("sample_argmax", model, params, argmax_run, &c, B, bytes, 0);
+    c.split = 0;
+    measure("sample_argmax_1blk", model, params, argmax_run, &c, B, bytes, 0);
+    const int ks[2] = {tiny ? 5 : 20, HK_CUDA_TOPK_MAX};
+    for (int j = 0; j < 2; j++) {
+        c.k = ks[j] < V ? ks[j] : V;
+        snprintf(params, sizeof params, "B=%d,V=%d,k=%d", B, V, c.k);
+        measure("sample_topk", model, params, topk_run, &c, B, bytes, 0);
+    }
+    CK(hk_cuda_free(c.lg));
+    CK(hk_cuda_free(c.p));
+    CK(hk_cuda_free(c.idx));
+    CK(hk_cuda_free(c.scr));
+}
+
 static void bench_mm(const char *model, int n, int in, int out,
                      hk_cuda_blas_t *blas)
 {
@@ -1667,6 +1734,11 @@ int main(int argc, char **argv)
             bench_att_decode_paged(&ms[i], tiny ? b + 1 : Bs[b],
                                    tiny ? 64 : 4096);
         }
+    static const int vocab[2] = {248320, 151936};
+    for (int b = 0; b < nB && wanted("sample"); b++)
+        for (int i = 0; i < nm; i++)
+            bench_sample(ms[i].name, tiny ? 1000 : vocab[i],
+                         tiny ? b + 1 : Bs[b]);
     for (int i = 0; i < nm && wanted("matmul"); i++) {
         const model_t *m = &ms[i];
         const int ns[2] = {tiny ? 8 : 4096, tiny ? 2 : 64};

@@ -531,6 +531,11 @@ def anchors_for(op):
         return ["torch matmul bf16"]
     if op == "copy_d2d":
         return ["torch copy_"]
+    if op.startswith("sample_argmax"):
+        return ["torch argmax"]
+    if op == "sample_topk":
+        # the same answer: the row's probabilities, the k largest
+        return ["torch softmax+topk"]
     return []
 
 
@@ -634,6 +639,13 @@ def run_anchor(anc, name, p, deadline):
         x = rnd(p["n"], p["in"]).to(dt)
         w = rnd(p["out"], p["in"]).to(dt)
         return anc.time(lambda: x @ w.T, deadline), None
+    if name == "torch argmax":
+        x = rnd(p["B"], p["V"])
+        return anc.time(lambda: torch.argmax(x, dim=-1), deadline), None
+    if name == "torch softmax+topk":
+        x = rnd(p["B"], p["V"])
+        return anc.time(lambda: torch.topk(torch.softmax(x, -1), p["k"]),
+                        deadline), None
     if name == "torch copy_":
         n = p["bytes"] // 4
         a = torch.zeros(n, device=anc.dev)

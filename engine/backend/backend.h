@@ -141,7 +141,8 @@ void hp_backend_unplace(const hp_backend_t *b, const void *p);
 
 /* What a server's passes ask of a backend beyond the memory its callers
  * allocate: a device backend's own scratch (the staging of host arrays,
- * x rounded to bf16, the I8 dequantization tile), planned once at start
+ * x rounded to bf16, the I8 dequantization tile, argmax's partials of rows
+ * split over blocks), planned once at start
  * with the workspace so that no step allocates device memory (a
  * cudaMalloc there synchronizes the device). */
 typedef struct {

@@ -11,10 +11,10 @@
  * Host arrays an op takes (positions, ids, pointer lists) go through a
  * staging ring (hk_cuda_ring_t: pinned memory, asynchronous copies), so
  * issuing an op never waits for the device: a step waits once, for its
- * results. The ring's segments, the I8 tile and the bf16 copy of x are
- * sized by hp_backend_reserve (the forward workspace's plan, at a
- * server's start); a call past the plan still grows them (a device
- * allocation, hence a sync) rather than fail. Failures are kept for
+ * results. The ring's segments, the I8 tile, the bf16 copy of x and
+ * argmax's split partials are sized by hp_backend_reserve (the forward
+ * workspace's plan, at a server's start); a call past the plan still grows them
+ * (a device allocation, hence a sync) rather than fail. Failures are kept for
  * hp_backend_sync, the first one with its op.
  *
  * Gated DeltaNet kernels, chosen at open by HYPIC_CUDA_GDN:
@@ -72,6 +72,8 @@ typedef struct {
     uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
     size_t xb_cap;   /* elements */
     float *i8_tile;  /* [CU_I8_TILE]: W dequantized, a tile of rows */
+    float *samp;     /* argmax's split partials (rows over blocks) */
+    size_t samp_cap; /* floats */
     size_t mem;      /* device memory in all (bytes) */
     float *host;     /* host scratch (the identity) */
     size_t host_cap; /* floats */
@@ -151,6 +153,7 @@ static void cu_close(be_t b)
     hk_cuda_ring_destroy(c->stage);
     hk_cuda_free(c->xb);
     hk_cuda_free(c->i8_tile);
+    hk_cuda_free(c->samp);
     free(c->host);
     pthread_cond_destroy(&c->turn);
     pthread_mutex_destroy(&c->mu);
@@ -273,8 +276,9 @@ static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
     /* a smaller plan (a prefill worker's, after the scheduler's) touches
      * nothing the ops in flight use */
     size_t seg = p->stage > STAGE_MIN ? p->stage : STAGE_MIN;
+    size_t samp = hk_cuda_argmax_scratch(p->rows > 0 ? p->rows : 1, 0);
     if (seg <= hk_cuda_ring_seg_bytes(c->stage) && (!bf16 || xb <= c->xb_cap) &&
-        (!i8 || tile))
+        (!i8 || tile) && samp <= c->samp_cap)
         return HP_OK;
     int rc = hk_cuda_stream_sync(NULL); /* nothing in flight reads them */
     stage_begin(b);
@@ -287,6 +291,8 @@ static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
         rc = grow((void **)&c->xb, &c->xb_cap, xb, sizeof(uint16_t));
     if (rc == HK_CUDA_OK && i8)
         rc = grow((void **)&c->i8_tile, &tile, CU_I8_TILE, sizeof(float));
+    if (rc == HK_CUDA_OK)
+        rc = grow((void **)&c->samp, &c->samp_cap, samp, sizeof(float));
     if (rc != HK_CUDA_OK)
         return hp_error_set(err,
                             rc == HK_CUDA_ENOMEM ? HP_ENOMEM : HP_EINTERNAL,
@@ -501,7 +507,11 @@ static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V)
     int *d = stage(b, NULL, (size_t)B * sizeof(int));
     if (!d)
         return;
-    note(b, hk_cuda_argmax(d, logits, B, V, NULL), "argmax");
+    /* rows split over blocks where the planned scratch holds their
+     * partials (a small batch fills the device), else a block a row */
+    cuda_t *c = ctx(b);
+    float *scr = hk_cuda_argmax_scratch(B, 0) <= c->samp_cap ? c->samp : NULL;
+    note(b, hk_cuda_argmax(d, logits, B, V, 0, scr, NULL), "argmax");
     cu_download(b, idx, d, (size_t)B * sizeof(int));
 }
 

@@ -140,7 +140,8 @@ static void layout(const hp_model_t *m, const hp_fwd_plan_t *p,
  * one op: positions or ids of R tokens, or per sequence of the batch two
  * pointer lists and a count, or a KVBuffer view with its block ids (up
  * to 1024 + max_step entries of 16-token blocks, hp_kvbuf_config_default:
- * under 128 ids); each array rounded to 256 bytes. */
+ * under 128 ids); each array rounded to 256 bytes; the argmax of up to
+ * R rows of logits (a device's partials of rows split over blocks). */
 static hp_backend_plan_t backend_plan(const hp_model_t *m,
                                       const hp_fwd_plan_t *p)
 {

@@ -21,16 +21,20 @@ static inline HK_HOSTDEV int hk_sel_before(float va, int a, float vb, int b)
     return va > vb || (va == vb && a < b);
 }
 
-/* p[k] holds the k largest logits in rank order, mx the largest of all and
- * z the double sum over all V of (float)exp((logit - mx) * inv_t): turns
- * them into the engine sampler's probabilities, (float)(e / z), and orders
- * them as it sorts, by p then index. Distinct logits may round to equal p,
- * and only adjacent entries can, so an insertion sort is enough. */
-static inline HK_HOSTDEV void hk_sel_probs(float *p, int *idx, int k, float mx,
-                                           double z, double inv_t)
+/* The engine sampler's probability of a logit l, given mx, the largest of
+ * all, and z, the double sum over all V of (float)exp((logit - mx) inv_t):
+ * (float)(e / z). */
+static inline HK_HOSTDEV float hk_sel_prob(float l, float mx, double z,
+                                           double inv_t)
 {
-    for (int j = 0; j < k; j++)
-        p[j] = (float)((float)exp((p[j] - mx) * inv_t) / z);
+    return (float)((float)exp((l - mx) * inv_t) / z);
+}
+
+/* Orders k probabilities as the sampler sorts, by p then index. Distinct
+ * logits may round to equal p, and only adjacent entries can, so an
+ * insertion sort is enough (O(k) on logits already in rank order). */
+static inline HK_HOSTDEV void hk_sel_order(float *p, int *idx, int k)
+{
     for (int j = 1; j < k; j++)
         for (int m = j;
              m > 0 && hk_sel_before(p[m], idx[m], p[m - 1], idx[m - 1]); m--) {
@@ -41,6 +45,16 @@ static inline HK_HOSTDEV void hk_sel_probs(float *p, int *idx, int k, float mx,
             p[m - 1] = tp;
             idx[m - 1] = ti;
         }
+}
+
+/* p[k] holds the k largest logits in rank order: turns them into the
+ * sampler's probabilities (hk_sel_prob) in its order (hk_sel_order). */
+static inline HK_HOSTDEV void hk_sel_probs(float *p, int *idx, int k, float mx,
+                                           double z, double inv_t)
+{
+    for (int j = 0; j < k; j++)
+        p[j] = hk_sel_prob(p[j], mx, z, inv_t);
+    hk_sel_order(p, idx, k);
 }
 
 #endif

@@ -321,7 +321,8 @@ int hk_cuda_moe_route(int *idx, float *w, const float *logits, int T, int E,
                       int k, int renorm, void *stream);
 /* Twins of hk_moe_plan, hk_moe_gather, hk_moe_scatter, hk_moe_combine
  * (same layouts, all device arrays; the caller copies offs to the host to
- * size each expert's GEMMs). */
+ * size each expert's GEMMs). The plan is one block (a parallel counting
+ * sort, the CPU's order within each expert); E <= 12000. */
 int hk_cuda_moe_plan(int *offs, int *rows, float *scale, int *slot,
                      const int *idx, const float *w, int T, int k, int E,
                      void *stream);
@@ -335,14 +336,30 @@ int hk_cuda_moe_combine(float *x, const float *eo, const int *slot, int T,
 /* ---- next-token helpers (hk_sample.cu) --------------------------------- */
 
 #define HK_CUDA_TOPK_MAX 256
+/* Most blocks one row is split over. */
+#define HK_CUDA_SAMPLE_SPLITS_MAX 64
 
-/* Twin of hk_argmax per row: idx[B] of logits [B, V]. */
-int hk_cuda_argmax(int *idx, const float *logits, int B, int V, void *stream);
+/* Rows are cut into `splits` contiguous parts, one block each, so that a
+ * small batch still fills the device (0: the launcher's choice, about two
+ * blocks per SM in all, each part >= 8192 logits; 1 from B = 2 x SMs).
+ * The parts' partials go to scratch (8-byte aligned) of the _scratch
+ * functions' floats for B rows and the same splits, enough for any
+ * B' <= B rows (splits 0: whatever the launcher picks for them). Results
+ * do not depend on the splits (the normalizer's sum order aside). */
+size_t hk_cuda_argmax_scratch(int B, int splits);
+size_t hk_cuda_topk_scratch(int B, int splits);
+/* Twin of hk_argmax per row: idx[B] of logits [B, V]. scratch NULL: one
+ * block per row (splits 0 or 1). */
+int hk_cuda_argmax(int *idx, const float *logits, int B, int V, int splits,
+                   float *scratch, void *stream);
 /* Twin of hk_topk per row: p, idx [B, k] from logits [B, V]; k <= V and
- * k <= HK_CUDA_TOPK_MAX. The host copies 2k values per row and draws with
- * hk_sample_topk. */
+ * k <= HK_CUDA_TOPK_MAX; logits not NaN. The same indices in the same
+ * order as the CPU; p to the double normalizer's rounding (summed in
+ * another order). A radix select: six launches and five reads of the rows
+ * whatever k is. scratch is required. The host copies 2k values per row
+ * and draws with hk_sample_topk. */
 int hk_cuda_topk(float *p, int *idx, const float *logits, int B, int V, int k,
-                 double inv_t, void *stream);
+                 double inv_t, int splits, float *scratch, void *stream);
 
 /* ---- norms and activations (hk_norm.cu) -------------------------------- */
 

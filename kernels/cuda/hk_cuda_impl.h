@@ -308,4 +308,29 @@ static __device__ __forceinline__ void hk_block_argbest(float *v, int *i,
     __syncthreads();
 }
 
+/* Exclusive prefix sum of x over the block in tid order (blockDim.x a
+ * multiple of 32); *total gets the block's sum. sh: 32 ints of shared
+ * memory, free again after the call. */
+static __device__ __forceinline__ int hk_block_scan(int x, int *total, int *sh)
+{
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int nw = blockDim.x >> 5;
+    int inc = x;
+    for (int off = 1; off < 32; off <<= 1) {
+        const int y = __shfl_up_sync(HK_FULL_MASK, inc, off);
+        inc += lane >= off ? y : 0;
+    }
+    if (lane == 31)
+        sh[warp] = inc;
+    __syncthreads();
+    int before = 0, all = 0;
+    for (int w = 0; w < nw; w++) {
+        before += w < warp ? sh[w] : 0;
+        all += sh[w];
+    }
+    __syncthreads();
+    *total = all;
+    return before + inc - x;
+}
+
 #endif

@@ -16,6 +16,7 @@
  * when nvcc exists; without it, or on a machine with no device, it prints
  * the plan and one "ok N # SKIP no CUDA device" per op and exits 0.
  */
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1725,6 +1726,50 @@ static void test_attention_decode_paged(void)
  * ---------------------------------------------------------------------
  */
 
+/* The CPU's dispatch plan of idx, w [T, k] (host) and the device's from
+ * didx, dw: both kept (host arrays, device rows, slot and the rest) for
+ * the ops that follow; returns whether they agree exactly. */
+typedef struct {
+    int *offs, *rows, *slot, *doffs, *drows, *dslot;
+    float *scale, *dscale;
+} plan_pair_t;
+
+static int plan_both(plan_pair_t *p, const int *idx, const float *w,
+                     const int *didx, const float *dw, int T, int k, int E)
+{
+    const size_t nk = (size_t)T * k, n1 = nk ? nk : 1;
+    p->offs = malloc((size_t)(E + 1) * sizeof(int));
+    p->rows = malloc(n1 * sizeof(int));
+    p->slot = malloc(n1 * sizeof(int));
+    p->scale = hmalloc(nk);
+    hk_moe_plan(p->offs, p->rows, p->scale, p->slot, idx, w, T, k, E);
+    p->doffs = dev_ints(p->offs, E + 1);
+    p->drows = dev_ints(p->rows, nk);
+    p->dslot = dev_ints(p->slot, nk);
+    p->dscale = dev_alloc(nk);
+    CK(hk_cuda_memset0(p->doffs, (E + 1) * sizeof(int), NULL));
+    CK(hk_cuda_memset0(p->drows, nk * sizeof(int), NULL));
+    CK(hk_cuda_memset0(p->dslot, nk * sizeof(int), NULL));
+    RUN(hk_cuda_moe_plan(p->doffs, p->drows, p->dscale, p->dslot, didx, dw, T,
+                         k, E, NULL));
+    return same_ints(p->offs, p->doffs, E + 1, "offs") &
+           same_ints(p->rows, p->drows, nk, "rows") &
+           same_ints(p->slot, p->dslot, nk, "slot") &
+           same_cpu(p->scale, p->dscale, nk, "scale");
+}
+
+static void plan_free(plan_pair_t *p)
+{
+    CK(hk_cuda_free(p->doffs));
+    CK(hk_cuda_free(p->drows));
+    CK(hk_cuda_free(p->dslot));
+    CK(hk_cuda_free(p->dscale));
+    free(p->offs);
+    free(p->rows);
+    free(p->slot);
+    free(p->scale);
+}
+
 static void test_moe(void)
 {
     /* T, E, k, renorm: ties (E = 8 logits from 3 values), k = E, the
@@ -1754,23 +1799,11 @@ static void test_moe(void)
         /* dispatch from the CPU's routes (so both sides plan the same) */
         CK(hk_cuda_h2d(didx, idx, nk * sizeof(int), NULL));
         CK(hk_cuda_h2d(dw, w, nk * sizeof(float), NULL));
-        int *offs = malloc((size_t)(E + 1) * sizeof(int));
-        int *rows = malloc(nk * sizeof(int)), *slot = malloc(nk * sizeof(int));
-        float *scale = hmalloc(nk);
-        hk_moe_plan(offs, rows, scale, slot, idx, w, T, k, E);
-        int *doffs = dev_ints(offs, E + 1), *drows = dev_ints(rows, nk);
-        int *dslot = dev_ints(slot, nk);
-        float *dscale = dev_alloc(nk);
-        CK(hk_cuda_memset0(doffs, (E + 1) * sizeof(int), NULL));
-        CK(hk_cuda_memset0(drows, nk * sizeof(int), NULL));
-        CK(hk_cuda_memset0(dslot, nk * sizeof(int), NULL));
-        RUN(hk_cuda_moe_plan(doffs, drows, dscale, dslot, didx, dw, T, k, E,
-                             NULL));
-        ok(same_ints(offs, doffs, E + 1, "offs") &
-               same_ints(rows, drows, nk, "rows") &
-               same_ints(slot, dslot, nk, "slot") &
-               same_cpu(scale, dscale, nk, "scale"),
-           "moe_plan T=%d E=%d k=%d", T, E, k);
+        plan_pair_t pl;
+        ok(plan_both(&pl, idx, w, didx, dw, T, k, E), "moe_plan T=%d E=%d k=%d",
+           T, E, k);
+        const int *offs = pl.offs, *rows = pl.rows, *slot = pl.slot;
+        const int *drows = pl.drows, *dslot = pl.dslot;
 
         float *y = frand((size_t)T * H, 1.0), *xg = hmalloc(nk * H);
         float *dy = dev_from(y, (size_t)T * H), *dxg = dev_alloc(nk * H);
@@ -1799,10 +1832,7 @@ static void test_moe(void)
         CK(hk_cuda_free(dlg));
         CK(hk_cuda_free(dw));
         CK(hk_cuda_free(didx));
-        CK(hk_cuda_free(doffs));
-        CK(hk_cuda_free(drows));
-        CK(hk_cuda_free(dslot));
-        CK(hk_cuda_free(dscale));
+        plan_free(&pl);
         CK(hk_cuda_free(dy));
         CK(hk_cuda_free(dxg));
         CK(hk_cuda_free(deo));
@@ -1811,10 +1841,6 @@ static void test_moe(void)
         free(lg);
         free(idx);
         free(w);
-        free(offs);
-        free(rows);
-        free(slot);
-        free(scale);
         free(y);
         free(xg);
         free(eo);
@@ -1827,45 +1853,120 @@ static void test_moe(void)
  * ------------------------------------------------------
  */
 
+/* The plan alone on routes that the router would not make: every pair to
+ * one expert (the rest empty), a few experts of many (most empty), runs
+ * of one expert across the warps' ranges, more experts than fit 8 warps'
+ * counts (E = 2000: 6 warps), no tokens. */
+static void test_moe_plan(void)
+{
+    /* T, k, E, route: 0 all to expert E - 1, 1 random among E / 64 + 1,
+     * 2 runs of 37 pairs, 3 uniform */
+    static const int shapes[][4] = {{1000, 1, 16, 0},   {300, 4, 512, 1},
+                                    {257, 8, 64, 2},    {5, 2, 3, 0},
+                                    {700, 10, 2000, 3}, {0, 4, 8, 3}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 6); s++) {
+        const int T = shapes[s][0], k = shapes[s][1], E = shapes[s][2];
+        const size_t nk = (size_t)T * k;
+        int *idx = malloc((nk ? nk : 1) * sizeof(int));
+        for (size_t i = 0; i < nk; i++) {
+            const double u = 0.5 * (urand() + 1.0);
+            idx[i] = shapes[s][3] == 0   ? E - 1
+                     : shapes[s][3] == 1 ? (int)(u * (E / 64 + 1)) * 64 % E
+                     : shapes[s][3] == 2 ? (int)(i / 37 * 7 % (size_t)E)
+                                         : (int)(u * E) % E;
+        }
+        float *w = frand(nk, 1.0);
+        int *didx = dev_ints(idx, nk);
+        float *dw = dev_from(w, nk);
+        plan_pair_t pl;
+        ok(plan_both(&pl, idx, w, didx, dw, T, k, E),
+           "moe_plan T=%d k=%d E=%d route=%d", T, k, E, shapes[s][3]);
+        CK(hk_cuda_free(didx));
+        CK(hk_cuda_free(dw));
+        plan_free(&pl);
+        free(idx);
+        free(w);
+    }
+}
+
+/* Logits for the sampler's tests (the radix select's hard cases). */
+enum { LG_RAND, LG_TIES, LG_EQUAL, LG_INF, LG_ZEROS };
+
+static float *sample_logits(size_t n, int kind)
+{
+    float *lg = frand(n, 8.0);
+    for (size_t i = 0; i < n; i++) {
+        const int r = (int)(5.0 * (urand() + 1.0)) % 5; /* 0..4 */
+        if (kind == LG_TIES) /* five values: long runs at the k-th */
+            lg[i] = (float)r;
+        else if (kind == LG_EQUAL)
+            lg[i] = 2.5f;
+        else if (kind == LG_INF) /* -inf, the extremes of f32, smalls */
+            lg[i] = r < 2   ? -INFINITY
+                    : r < 3 ? (i % 3 ? -FLT_MAX : FLT_MAX)
+                            : lg[i] * 1e-30f;
+        else if (kind == LG_ZEROS) /* -0 and +0 rank alike, by index */
+            lg[i] = r < 2 ? -0.0f : r < 4 ? 0.0f : -1.0f;
+    }
+    return lg;
+}
+
 static void test_sample(void)
 {
-    /* B, V, k, temperature x 100: ties (integer logits), k = V, k = 1, the
-     * Qwen3.5 vocabulary (248320; full grid only). */
-    static const int shapes[][4] = {{1, 1, 1, 100},
-                                    {3, 1000, 50, 70},
-                                    {2, 40, 40, 100},
-                                    {2, 5000, 256, 130},
-                                    {1, 248320, 20, 100}};
-    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+    /* B, V, k, temperature x 100, splits (0: the launcher's), logits:
+     * ties at the threshold over several splits, -inf and +-FLT_MAX at
+     * k = HK_CUDA_TOPK_MAX, V < threads with k = V, negative zeros with
+     * k = 1 and across the zeros, an all-equal row, the launcher's splits
+     * (V = 70000: 8 on the emulator's 4 SMs), k = V = 1, the Qwen3.5
+     * vocabulary (248320; full grid only). */
+    static const int shapes[][6] = {
+        {3, 777, 20, 100, 4, LG_TIES},    {2, 1000, 50, 70, 3, LG_RAND},
+        {2, 300, 256, 100, 2, LG_INF},    {1, 40, 40, 100, 0, LG_TIES},
+        {2, 517, 1, 130, 5, LG_ZEROS},    {2, 333, 100, 100, 6, LG_ZEROS},
+        {1, 1000, 256, 100, 7, LG_EQUAL}, {1, 70000, 20, 100, 0, LG_RAND},
+        {1, 1, 1, 100, 0, LG_RAND},       {16, 3000, 64, 100, 0, LG_TIES},
+        {2, 5000, 256, 130, 1, LG_RAND},  {2, 4099, 256, 100, 64, LG_TIES},
+        {1, 248320, 20, 100, 0, LG_RAND}, {1, 248320, 256, 100, 0, LG_TIES}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 9); s++) {
         const int B = shapes[s][0], V = shapes[s][1], k = shapes[s][2];
+        const int splits = shapes[s][4];
         const double inv_t = 100.0 / shapes[s][3];
         const size_t n = (size_t)B * V;
-        float *lg = frand(n, 8.0);
-        if (V == 40) /* ties, the maximum among them */
-            for (size_t i = 0; i < n; i++)
-                lg[i] = (float)((int)(5.0 * (urand() + 1.0)) % 5);
-        int am[4], *idx = malloc((size_t)B * k * sizeof(int));
+        float *lg = sample_logits(n, shapes[s][5]);
+        int *am = malloc((size_t)B * sizeof(int));
+        int *idx = malloc((size_t)B * k * sizeof(int));
         float *p = hmalloc((size_t)B * k);
         for (int b = 0; b < B; b++) {
             am[b] = hk_argmax(lg + (size_t)b * V, V);
             hk_topk(p + (size_t)b * k, idx + (size_t)b * k, lg + (size_t)b * V,
                     V, k, inv_t);
         }
+        const size_t ns = hk_cuda_topk_scratch(B, splits);
         float *dlg = dev_from(lg, n), *dp = dev_alloc((size_t)B * k);
+        const size_t na = hk_cuda_argmax_scratch(B, splits);
+        float *dscr = dev_alloc(ns), *dascr = dev_alloc(na ? na : 1);
         int *dam = dev_ints(am, B), *didx = dev_ints(idx, (size_t)B * k);
         CK(hk_cuda_memset0(dam, B * sizeof(int), NULL));
+        RUN(hk_cuda_argmax(dam, dlg, B, V, 0, NULL, NULL));
+        int good = same_ints(am, dam, B, "idx (one block a row)");
+        CK(hk_cuda_memset0(dam, B * sizeof(int), NULL));
+        RUN(hk_cuda_argmax(dam, dlg, B, V, splits, dascr, NULL));
+        ok(good & same_ints(am, dam, B, "idx"), "argmax B=%d V=%d splits=%d", B,
+           V, splits);
         CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
-        RUN(hk_cuda_argmax(dam, dlg, B, V, NULL));
-        ok(same_ints(am, dam, B, "idx"), "argmax B=%d V=%d", B, V);
-        RUN(hk_cuda_topk(dp, didx, dlg, B, V, k, inv_t, NULL));
+        RUN(hk_cuda_topk(dp, didx, dlg, B, V, k, inv_t, splits, dscr, NULL));
         ok(same_ints(idx, didx, (size_t)B * k, "idx") &
                close_cpu(p, dp, (size_t)B * k, ATOL_SEL, RTOL_SEL, "p"),
-           "topk B=%d V=%d k=%d inv_t=%.3g", B, V, k, inv_t);
+           "topk B=%d V=%d k=%d inv_t=%.3g splits=%d logits=%d", B, V, k, inv_t,
+           splits, shapes[s][5]);
         CK(hk_cuda_free(dlg));
         CK(hk_cuda_free(dp));
+        CK(hk_cuda_free(dscr));
+        CK(hk_cuda_free(dascr));
         CK(hk_cuda_free(dam));
         CK(hk_cuda_free(didx));
         free(lg);
+        free(am);
         free(idx);
         free(p);
     }
@@ -2710,8 +2811,15 @@ static void test_einval(void)
     good &= hk_cuda_attention_decode_paged(&x, &x, &x, &x, NULL, 0, NULL, 1, 16,
                                            2, 1, 8, 1.0f,
                                            NULL) == HK_CUDA_EINVAL; /* pages */
-    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0,
+    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0, 0, &x,
                          NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, 5, 1.0, 0, NULL, NULL) ==
+            HK_CUDA_EINVAL; /* no scratch */
+    good &=
+        hk_cuda_topk(&x, NULL, &x, 1, 10, 5, 1.0, HK_CUDA_SAMPLE_SPLITS_MAX + 1,
+                     &x, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_argmax(NULL, &x, 1, 10, 2, NULL, NULL) ==
+            HK_CUDA_EINVAL; /* splits without scratch */
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_matmul(&x, &x, &x, 1, 1, 1, NULL, NULL) == HK_CUDA_EINVAL;
     const hk_weight_t wi8 = {&x, &x, HK_W_I8,
@@ -2763,6 +2871,25 @@ static void test_einval(void)
     ok(good, "launchers return HK_CUDA_EINVAL on bad shapes");
 }
 
+/* HK_CUDA_TEST_ONLY: does the test's name hold one of its comma-separated
+ * parts? */
+static int only_match(const char *only, const char *name)
+{
+    char part[128];
+    for (const char *at = only;; at++) {
+        const size_t n = strcspn(at, ",");
+        if (n > 0 && n < sizeof part) {
+            memcpy(part, at, n);
+            part[n] = 0;
+            if (strstr(name, part))
+                return 1;
+        }
+        at += n;
+        if (!*at)
+            return 0;
+    }
+}
+
 static void run_all(void)
 {
     const char *grid = getenv("HK_CUDA_TEST_GRID");
@@ -2773,10 +2900,11 @@ static void run_all(void)
     if (only)
         tap_diag("HK_CUDA_TEST_ONLY=%s: only the tests whose names hold it",
                  only);
-/* HK_CUDA_TEST_ONLY=gdn_chunk runs test_gdn_chunk* only (while iterating). */
+/* HK_CUDA_TEST_ONLY=gdn_chunk runs test_gdn_chunk* only (while iterating);
+ * test_sample,test_moe both. */
 #define RUN_TEST(fn)                                                           \
     do {                                                                       \
-        if (!only || strstr(#fn, only))                                        \
+        if (!only || only_match(only, #fn))                                    \
             fn();                                                              \
     } while (0)
     RUN_TEST(test_norms); /* rmsnorm_zc, rmsnorm_gated, l2norm */
@@ -2801,8 +2929,9 @@ static void run_all(void)
     RUN_TEST(test_attention_flash2x);
     RUN_TEST(test_attention_decode);
     RUN_TEST(test_attention_decode_paged);
-    RUN_TEST(test_moe);    /* moe_route, moe_plan, moe_gather, moe_scatter,
-                              moe_combine */
+    RUN_TEST(test_moe); /* moe_route, moe_plan, moe_gather, moe_scatter,
+                           moe_combine */
+    RUN_TEST(test_moe_plan);
     RUN_TEST(test_sample); /* argmax, topk */
     RUN_TEST(test_gdn_chunk_bf16);
     RUN_TEST(test_gdn_chunk_varlen);

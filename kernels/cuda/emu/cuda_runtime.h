@@ -224,8 +224,9 @@ static inline void __stcs(float4 *p, float4 v)
     *p = v;
 }
 
-/* Any 4- or 8-byte type (float, int, double), as CUDA's overloads. */
-template <class V> static inline V __shfl_xor_sync(unsigned mask, V v, int off)
+/* Lane l gets lane src's v: any 4- or 8-byte type (float, int, double),
+ * as CUDA's overloads. */
+template <class V> static inline V hk_emu_shfl(unsigned mask, V v, int src)
 {
     static_assert(sizeof(V) <= sizeof(double), "emu: shuffle of a wide type");
     if (mask != 0xffffffffu) {
@@ -236,9 +237,83 @@ template <class V> static inline V __shfl_xor_sync(unsigned mask, V v, int off)
     memcpy(&hk_emu.wbuf[w][l], &v, sizeof(V));
     hk_emu_warp_bar();
     V r;
-    memcpy(&r, &hk_emu.wbuf[w][l ^ off], sizeof(V));
+    memcpy(&r, &hk_emu.wbuf[w][src], sizeof(V));
     hk_emu_warp_bar(); /* nobody overwrites wbuf before all have read */
     return r;
+}
+
+template <class V> static inline V __shfl_xor_sync(unsigned mask, V v, int off)
+{
+    return hk_emu_shfl(mask, v, (hk_emu.cur % 32) ^ off);
+}
+
+/* Lane l gets lane l - off's v (its own below off). */
+template <class V> static inline V __shfl_up_sync(unsigned mask, V v, int off)
+{
+    const int l = hk_emu.cur % 32;
+    return hk_emu_shfl(mask, v, l >= off ? l - off : l);
+}
+
+/* all[i] = lane i's x, in every lane (read before the closing barrier, as
+ * the shuffles: nobody overwrites wbuf before all have read). */
+static inline void hk_emu_warp_gather(unsigned x, unsigned *all)
+{
+    const int w = hk_emu.cur / 32, l = hk_emu.cur % 32;
+    memcpy(&hk_emu.wbuf[w][l], &x, sizeof(x));
+    hk_emu_warp_bar();
+    for (int i = 0; i < 32; i++)
+        memcpy(&all[i], &hk_emu.wbuf[w][i], sizeof(unsigned));
+    hk_emu_warp_bar();
+}
+
+/* Bit i: lane i's predicate is nonzero. */
+static inline unsigned __ballot_sync(unsigned mask, int pred)
+{
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "emu: partial ballot masks are not modelled\n");
+        abort();
+    }
+    unsigned all[32];
+    hk_emu_warp_gather(pred != 0, all);
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++)
+        r |= all[i] << i;
+    return r;
+}
+
+/* Bit i: lane i holds the caller's value. */
+static inline unsigned __match_any_sync(unsigned mask, unsigned v)
+{
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "emu: partial match masks are not modelled\n");
+        abort();
+    }
+    unsigned all[32];
+    hk_emu_warp_gather(v, all);
+    unsigned r = 0;
+    for (int i = 0; i < 32; i++)
+        r |= (unsigned)(all[i] == v) << i;
+    return r;
+}
+
+static inline int __popc(unsigned x)
+{
+    return __builtin_popcount(x);
+}
+
+static inline unsigned __float_as_uint(float x)
+{
+    unsigned u;
+    memcpy(&u, &x, sizeof(u));
+    return u;
+}
+
+/* Threads switch only at barriers, so a plain update is atomic here. */
+template <class T> static inline T atomicAdd(T *p, T v)
+{
+    const T old = *p;
+    *p = old + v;
+    return old;
 }
 
 static inline int min(int a, int b)

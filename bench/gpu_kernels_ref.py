@@ -516,6 +516,8 @@ def worst(acc, case_op, who, outs, model):
 
 
 def anchors_for(op):
+    if op.startswith("gdn_chunk_f32mma_round"):  # f32 in, FLA's bf16 precision
+        return ["fla chunk_gated_delta_rule bf16", "fla chunk_gated_delta_rule f32"]
     if op.startswith("gdn_chunk_f32"):
         return ["fla chunk_gated_delta_rule f32"]
     if op.startswith("gdn_chunk_bf16"):

@@ -36,7 +36,10 @@
  * HYPIC_CUDA_GDN=tc (they or an error), the others (qwen3next: dv = 8)
  * with auto (the f32 chunk there), one model with scalar (the f32 chunk
  * and the unfused decode). On tc, a batched decode step gives each
- * sequence what a step alone gives it.
+ * sequence what a step alone gives it. The dense f32 models also run on
+ * tc_bf16 (q, k, v rounded to bf16 for the chunk, FAST products) against
+ * the CPU whose chunk rounds them the same way ("cpu-bf16qkv",
+ * test_cpu_bf16.h); HK_CUDA_TEST_GRID=small without its KVBuffer run.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,9 +72,7 @@
 /* ... and the unrounded CPU's l2 error at least this many times that
  * reference's (the inputs were rounded, to nearest: emulator 1.8-2.4; the
  * chunk on f32 inputs gives < 1), and that reference's at least
- * BF16_FLOOR (FAST's products; the hi/lo kernels' ~2e-5 fail it). The
- * MoE copy is held to the bf16 rows' bounds instead (TOL_BF16_ROW): these
- * roundings flip its near-tied routes, as x's do. */
+ * BF16_FLOOR (FAST's products; the hi/lo kernels' ~2e-5 fail it). */
 #define BF16_NEARER 1.4
 #define BF16_FLOOR  1e-3
 
@@ -192,11 +193,13 @@ static void check_dir(const char *dir, const char *name)
         return;
     }
     c = ref.cfg;
-    /* f32 weights only: bf16 (x rounded) and int8 projections have
-     * references of their own, and on the MoE a bf16 rounding flips routes
-     * (the f32 copy holds the MoE to tc_bf16's bound instead) */
-    int f32w =
-        ref.weight_bytes[HK_W_BF16] == 0 && ref.weight_bytes[HK_W_I8] == 0;
+    /* tc_bf16 on the dense f32 models: bf16 (x rounded) and int8
+     * projections have references of their own, and on the small random
+     * MoE these roundings flip near-tied routes (the f32 copy: rows' l2
+     * median 3.5e-2, 84 % of greedy tokens), O(1) changes that say nothing
+     * of the chunk, which is the same op on either */
+    int dense_f32 = ref.weight_bytes[HK_W_BF16] == 0 &&
+                    ref.weight_bytes[HK_W_I8] == 0 && !ref.cfg.n_experts;
     hp_model_free(&ref);
     /* the heads the tensor-core chunk takes; the fused step takes dv % 4 */
     int tc = c.lin_k_dim % 16 == 0 && c.lin_v_dim % 16 == 0;
@@ -204,7 +207,7 @@ static void check_dir(const char *dir, const char *name)
     if (!strcmp(name, "qwen35-dense"))
         check_on(dir, name, cuda_scalar);
     /* FLA's precision */
-    if (tc && f32w)
+    if (tc && dense_f32)
         check_on(dir, name, cuda_bf16);
 }
 
@@ -234,7 +237,7 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
         return;
     }
     /* tc_bf16: the reference's chunk rounds q, k, v as the device's */
-    int qkv = dev == cuda_bf16, moe = ref.cfg.n_experts > 0;
+    int qkv = dev == cuda_bf16;
     hp_backend_i iface;
     struct hp_backend bx;
     tcb_backend(&iface, &bx, bf16, qkv);
@@ -261,7 +264,7 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
     int rb = tbr_run(&m, b, NULL, &err);
     ok(rb == HP_OK, "%s: %s (HYPIC_CUDA_GDN=%s) run %s", name,
        hp_backend_name(dev), mode_name(dev), rb == HP_OK ? "" : err.msg);
-    if (ra == HP_OK && rb == HP_OK && qkv && !bf16 && !moe) {
+    if (ra == HP_OK && rb == HP_OK && qkv) {
         /* the unrounded CPU's logits: tc_bf16 must be nearer the rounded
          * reference (the rounding happened, once, to nearest) */
         float *c = malloc(n * sizeof(float));
@@ -272,7 +275,7 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
         double med, ag = agree(a, b, TBR_ROWS, m.cfg.vocab_size, &med);
         ok(rc0 == HP_OK && mx <= TOL_TC_BF16 && l2 >= BF16_FLOOR &&
                l2 * BF16_NEARER <= l2c && ag == 1.0,
-           "%s: tc_bf16 logits within %.0e of %s's (max %.2e, l2 %.2e >= "
+           "%s: tc_bf16 logits within %.1e of %s's (max %.2e, l2 %.2e >= "
            "%.0e; the f32 CPU's l2 %.2e, >= %gx); every row's greedy token "
            "the same",
            name, TOL_TC_BF16, hp_backend_name(r->be), mx, l2, BF16_FLOOR, l2c,
@@ -320,11 +323,11 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
     rb = tbr_kvbuf(&m, b, tb, &err);
     ok(rb == HP_OK, "%s: %s KVBuffer run %s", name, hp_backend_name(dev),
        rb == HP_OK ? "" : err.msg);
-    if (ra == HP_OK && rb == HP_OK && !bf16 && !(qkv && moe)) {
+    if (ra == HP_OK && rb == HP_OK && !bf16) {
         double mx, l2, tol = qkv ? TOL_TC_BF16 : TOL_F32;
         test_rel_errs(a, b, n, &mx, &l2);
         ok(mx <= tol,
-           "%s: chunkwise decode and verification: logits within %.0e of "
+           "%s: chunkwise decode and verification: logits within %.1e of "
            "%s's (max %.2e, l2 %.2e)",
            name, tol, hp_backend_name(r->be), mx, l2);
         ok(!memcmp(ta, tb, sizeof(ta)),

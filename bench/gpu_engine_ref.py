@@ -38,6 +38,7 @@ transformers+FLA, decode at batch 64 >= 2x transformers, warm PIC TTFT >=
 import argparse
 import csv
 import os
+import re
 import statistics
 import sys
 import time
@@ -248,12 +249,14 @@ def merge(ours_path, anchors_path, out):
     ref = {(r["measure"], r["shape"]): r for r in anch}
     used, rows = set(), []
     for r in ours:
-        key = (r["measure"], r["shape"])
+        # TAG@MODE/...: a HYPIC_CUDA_GDN mode's run against TAG's anchors
+        base = re.sub(r"^([^/@]*)@[^/]*", r"\1", r["shape"])
+        key = (r["measure"], base)
         a = ref.get(key)
         if a:
             used.add(key)
         elif r["measure"].startswith("ttft_pic"):  # PIC against the full prefill
-            a = ref.get(("ttft_full", r["shape"]))
+            a = ref.get(("ttft_full", base))
         if a and r["measure"] != "pic_prompt_tokens":
             rows.append([r["measure"], r["shape"], r["ours"], a["anchor"], a["value"], r["unit"]])
         else:

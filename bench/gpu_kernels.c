@@ -17,6 +17,10 @@
  *                                  HYPIC_CUDA_GDN=auto; f32 is =scalar);
  *                                  {bf16,f32mma}_fast: one bf16 MMA per
  *                                  product (HK_CUDA_GDN_TC_FAST);
+ *                                  bf16_fasta: and kernel A's too (_FAST_A);
+ *                                  f32mma_round: f32 in, rounded to bf16
+ *                                  once, then bf16_fast (_ROUND:
+ *                                  HYPIC_CUDA_GDN=tc_bf16's call);
  *                                  {bf16,f32mma}_v1: the older structure,
  *                                  outputs in the sequential pass;
  *                                  {bf16,f32mma}_a1: the first kernel A
@@ -539,9 +543,13 @@ static const struct {
     {CH_F32, 0, "gdn_chunk_f32", "f32"},
     {CH_BF16, 0, "gdn_chunk_bf16", "bf16"},
     {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast"},
+    {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
+     "gdn_chunk_bf16_fasta", "bf16fasta"},
     {CH_BF16, HK_CUDA_GDN_TC_V1, "gdn_chunk_bf16_v1", "bf16v1"},
     {CH_F32MMA, 0, "gdn_chunk_f32mma", "f32mma"},
     {CH_F32MMA, HK_CUDA_GDN_TC_FAST, "gdn_chunk_f32mma_fast", "f32mmafast"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST,
+     "gdn_chunk_f32mma_round", "f32mmaround"},
     {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1"},
     {CH_BF16, HK_CUDA_GDN_TC_A1, "gdn_chunk_bf16_a1", "bf16a1"},
     {CH_F32MMA, HK_CUDA_GDN_TC_A1, "gdn_chunk_f32mma_a1", "f32mmaa1"},

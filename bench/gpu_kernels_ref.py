@@ -305,9 +305,9 @@ def case_accuracy(d, case, anc, rows, later):
         g, beta = arr(d, "g.f32", (T, Hv)), arr(d, "beta.f32", (T, Hv))
         S0 = arr(d, "S0.f32", (Hv, dk, dv))
         o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
-        for var in ("f32", "bf16", "bf16fast", "bf16v1", "bf16a1", "bf16ps",
-                    "f32mma", "f32mmafast", "f32mmav1", "f32mmaa1",
-                    "f32mmaps"):
+        for var in ("f32", "bf16", "bf16fast", "bf16fasta", "bf16v1",
+                    "bf16a1", "bf16ps", "f32mma", "f32mmafast",
+                    "f32mmaround", "f32mmav1", "f32mmaa1", "f32mmaps"):
             add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
             add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
             add("Tc", "ours_" + var, arr(d, "Tc_%s.f32" % var, Tc.shape),
@@ -442,6 +442,12 @@ ERR_OF = {
     "gdn_chunk_bf16_tc": ("gdn_chunk", "ours_bf16", ("o", "S", "Tc")),
     "gdn_chunk_bf16_fast": ("gdn_chunk", "ours_bf16fast", ("o", "S")),
     "gdn_chunk_bf16_fast_tc": ("gdn_chunk", "ours_bf16fast", ("o", "S", "Tc")),
+    "gdn_chunk_bf16_fasta": ("gdn_chunk", "ours_bf16fasta", ("o", "S")),
+    "gdn_chunk_bf16_fasta_tc": ("gdn_chunk", "ours_bf16fasta",
+                                ("o", "S", "Tc")),
+    "gdn_chunk_f32mma_round": ("gdn_chunk", "ours_f32mmaround", ("o", "S")),
+    "gdn_chunk_f32mma_round_tc": ("gdn_chunk", "ours_f32mmaround",
+                                  ("o", "S", "Tc")),
     "gdn_chunk_bf16_v1": ("gdn_chunk", "ours_bf16v1", ("o", "S")),
     "gdn_chunk_bf16_v1_tc": ("gdn_chunk", "ours_bf16v1", ("o", "S", "Tc")),
     "gdn_chunk_f32mma": ("gdn_chunk", "ours_f32mma", ("o", "S")),
@@ -510,6 +516,8 @@ def worst(acc, case_op, who, outs, model):
 
 
 def anchors_for(op):
+    if op.startswith("gdn_chunk_f32mma_round"):  # f32 in, FLA's bf16 precision
+        return ["fla chunk_gated_delta_rule bf16", "fla chunk_gated_delta_rule f32"]
     if op.startswith("gdn_chunk_f32"):
         return ["fla chunk_gated_delta_rule f32"]
     if op.startswith("gdn_chunk_bf16"):

@@ -109,6 +109,24 @@ ok($? >> 8 == 1 && $out =~ /cuda:7: |without CUDA/,
     like($md, qr/tiny prefill T=64 >= transformers\+FLA \| met \| 2\.00x/,
          'engine.md: prefill at twice the anchor meets its target');
     like($md, qr/\| 0\.50x \|/, 'engine.md: decode at half the anchor, 0.50x');
+
+    # another HYPIC_CUDA_GDN mode's rows (device-check's DC_GDN_MODES,
+    # shapes TAG@MODE/...) against the same anchors, a target of their own
+    system("cp $dir/ours.tsv $dir/ours2.tsv");
+    open $fh, '>>', "$dir/ours2.tsv" or die;
+    printf $fh "prefill\ttiny\@tc_bf16/T=64\t%g\t-\t-\ttok/s\n",
+        $v{'prefill tiny/T=64'} / 4;
+    close $fh;
+    $out = `python3 bench/gpu_engine_ref.py --ours $dir/ours2.tsv --anchors $dir/hf.tsv --out $dir/res3 2>&1`;
+    ($h, @m) = tsv("$dir/res3/engine.tsv");
+    %r = map { ("$_->[0] $_->[1]" => $_) } @m;
+    ok($? == 0 && $r{'prefill tiny@tc_bf16/T=64'}[3] eq 'A'
+       && $r{'prefill tiny/T=64'}[3] eq 'A',
+       'engine.tsv: a GDN mode\'s rows (TAG@MODE) beside the same anchors')
+        or diag($out);
+    like(slurp("$dir/res3/engine.md") // '',
+         qr/tiny\@tc_bf16 prefill T=64 >= transformers\+FLA \| not met \| 0\.50x/,
+         'engine.md: the mode\'s prefill target, at half the anchor');
 }
 
 SKIP: {

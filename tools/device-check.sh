@@ -52,6 +52,11 @@
 # steps: DC_DEVICE (cuda, or cpu without a GPU), DC_MODELS ("q35-0.8b
 # q35-9b-l8", or checkpoint folders; the first runs before the kernels,
 # the rest after them), DC_TOKENS, DC_BATCH, DC_DECODE, DC_PIC, DC_REPS;
+# DC_GDN_MODES (default "auto"): the HYPIC_CUDA_GDN modes gpu_engine runs
+# each checkpoint with, one run each under DC_ENGINE_S; modes after the
+# first skip the batched decode (--batch '', prefill and PIC only) and
+# label their rows' shapes TAG@MODE (e.g. "auto tc_bf16": the bf16 prefill
+# beside the default, each against the same transformers+FLA rows);
 # DC_PYTHON runs gpu_engine_ref.py (python3: it needs torch and
 # transformers).
 set -uo pipefail
@@ -253,12 +258,19 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
         echo "| gpu_engine $tag | missing (not generated: gen.log) | 0 | |" >>"$sum"
         return
     fi
-    l=$(lim "${DC_ENGINE_S:-120}")
-    step "gpu_engine $tag" "$l" "$res/engine-$tag.md" "${run[@]}" \
-        build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
-        --tokens "$e_tok" --batch "$e_batch" --decode "$e_dec" \
-        --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \
-        --budget "$((l * 7 / 10))"
+    local mode first=1 mtag batch
+    for mode in ${DC_GDN_MODES:-auto}; do
+        mtag=$tag batch=$e_batch
+        [ $first = 1 ] || mtag=$tag@$mode batch=
+        first=0
+        l=$(lim "${DC_ENGINE_S:-120}")
+        step "gpu_engine $mtag" "$l" "$res/engine-$mtag.md" "${run[@]}" \
+            env HYPIC_CUDA_GDN="$mode" \
+            build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
+            --tokens "$e_tok" --batch "$batch" --decode "$e_dec" \
+            --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \
+            --budget "$((l * 7 / 10))" --name "$mtag"
+    done
     step "logits $tag" "$(lim 30)" "$res/logits-$tag.log" "${run[@]}" \
         build-device/hypic-engine logits --model "$d" --device "$dev_name" \
         --prompt "$text" --all --out "$res/logits-$tag.safetensors"

@@ -33,6 +33,15 @@
  *                   HK_CUDA_GDN_TC_V1 / _FAST, to time them in the engine
  *   tc_a1           tc with the first chunk-local kernel A
  *                   (HK_CUDA_GDN_TC_A1; the default is the blockwise one)
+ *   tc_bf16         tc at FLA's bf16 precision: the prefill's q, k, v
+ *                   rounded to bf16 once, by the chunk entry's pass (hi
+ *                   halves only), and one bf16 MMA per product in the
+ *                   state pass and the outputs (HK_CUDA_GDN_TC_ROUND |
+ *                   _FAST); kernel A keeps (I + L)^-1's lo half
+ *                   (_FAST_A without it: 1.6x the logits' error on the
+ *                   dense test model, kernels/cuda/README); decode
+ *                   steps as tc (f32). Not the default until a device
+ *                   times it against auto.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -966,18 +975,24 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if ((rc = hk_cuda_set_device(device)) != HK_CUDA_OK)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
-    static const char *const modes[] = {"auto",  "tc",      "scalar",
-                                        "tc_v1", "tc_fast", "tc_a1"};
-    static const unsigned mode_flags[] = {
-        0, 0, 0, HK_CUDA_GDN_TC_V1, HK_CUDA_GDN_TC_FAST, HK_CUDA_GDN_TC_A1};
+    static const char *const modes[] = {"auto",    "tc",    "scalar", "tc_v1",
+                                        "tc_fast", "tc_a1", "tc_bf16"};
+    static const unsigned mode_flags[] = {0,
+                                          0,
+                                          0,
+                                          HK_CUDA_GDN_TC_V1,
+                                          HK_CUDA_GDN_TC_FAST,
+                                          HK_CUDA_GDN_TC_A1,
+                                          HK_CUDA_GDN_TC_ROUND |
+                                              HK_CUDA_GDN_TC_FAST};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
-    for (int i = 0; gdn < 0 && i < 6; i++)
+    for (int i = 0; gdn < 0 && i < 7; i++)
         gdn = strcmp(e, modes[i]) ? -1 : i;
     if (gdn < 0)
         return hp_error_set(err, HP_EBADINPUT,
                             "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
-                            "tc_v1, tc_fast or tc_a1",
+                            "tc_v1, tc_fast, tc_a1 or tc_bf16",
                             e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)

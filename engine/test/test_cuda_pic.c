@@ -17,6 +17,7 @@
 #include "engine/cache/assemble.h"
 #include "engine/cache/segcache.h"
 #include "engine/forward/sampler.h"
+#include "engine/test/test_cpu_bf16.h"
 #include "engine/test/test_util.h"
 
 /* f32 on the f32 GDN kernels (HYPIC_CUDA_GDN=scalar): sums in another
@@ -31,13 +32,22 @@
 #define TOL_TC       5e-4
 #define TOL_BF16     3e-2
 #define TOL_BF16_MOE 0.5
+/* HYPIC_CUDA_GDN=tc_bf16 (q, k, v rounded to bf16 once, FAST products)
+ * against the CPU whose chunk takes the same rounded q, k, v
+ * (test_cpu_bf16.h): FAST's single bf16 products remain, in the T_C and
+ * S_C|0 a capture keeps too (emulator, dense: tuples and states max
+ * 1.8e-2, logits 5e-3); greedy tokens identical */
+#define TOL_TC_BF16 3e-2
 
 #define W      3 /* seam: conv kernel 4 needs >= 3 */
 #define N_DOC  4
 #define N_TOK  4 /* greedy tokens after the warm splice */
 #define N_MORE 7 /* the prefix resume's next turn */
 
-static const hp_backend_t *cuda, *cuda_scalar;
+static const hp_backend_t *cuda, *cuda_scalar, *cuda_bf16;
+/* tc_bf16 too: the test models' run (make test-cuda-emu, the device), not
+ * t/015's named model (each mode is ~70 s under the emulator) */
+static int with_bf16;
 
 /* Token ids of segment s (seeded, content only: the same document in
  * another place has the same id). */
@@ -284,8 +294,9 @@ static void check_on(const char *dir, const char *name, const hp_llm_t *ref,
     }
     int bf16 = ref->model.weight_bytes[HK_W_BF16] > 0;
     double tol = bf16 ? (ref->model.cfg.n_experts ? TOL_BF16_MOE : TOL_BF16)
-                 : strcmp(mode, "scalar") ? TOL_TC
-                                          : TOL_F32;
+                 : !strcmp(mode, "tc_bf16") ? TOL_TC_BF16
+                 : strcmp(mode, "scalar")   ? TOL_TC
+                                            : TOL_F32;
     result_t b;
     int rb = run(&dev, &b, &err);
     ok(rb == HP_OK, "%s: run %s", tag, rb == HP_OK ? "" : err.msg);
@@ -352,6 +363,24 @@ static void check(const char *root, const char *name)
         check_on(dir, name, &ref, &a, cuda, "auto");
     }
     result_free(&a);
+    const hp_model_config_t *c = &ref.model.cfg;
+    if (with_bf16 && c->lin_k_dim % 16 == 0 && c->lin_v_dim % 16 == 0) {
+        /* tc_bf16 where the tensor-core chunk takes the heads, against the
+         * CPU rounding q, k, v (and x for bf16 weights) as it does */
+        hp_backend_i iface;
+        struct hp_backend bx;
+        tcb_backend(&iface, &bx, ref.model.weight_bytes[HK_W_BF16] > 0, 1);
+        hp_llm_t refq;
+        if (ok(hp_llm_load_on(&refq, dir, &bx, &err) == HP_OK, "%s on %s: %s",
+               name, bx.name, err.msg)) {
+            ra = run(&refq, &a, &err);
+            if (ok(ra == HP_OK, "%s: %s run %s", name, bx.name,
+                   ra == HP_OK ? "" : err.msg))
+                check_on(dir, name, &refq, &a, cuda_bf16, "tc_bf16");
+            result_free(&a);
+            hp_llm_free(&refq);
+        }
+    }
     hp_llm_free(&ref);
 }
 
@@ -370,6 +399,11 @@ int main(int argc, char **argv)
     unsetenv("HYPIC_CUDA_GDN");
     if (!ok(rc == HP_OK, "cuda:0 with HYPIC_CUDA_GDN=scalar: %s", err.msg))
         return tap_done();
+    setenv("HYPIC_CUDA_GDN", "tc_bf16", 1);
+    rc = hp_backend_open(&cuda_bf16, "cuda:0", &err);
+    unsetenv("HYPIC_CUDA_GDN");
+    if (!ok(rc == HP_OK, "cuda:0 with HYPIC_CUDA_GDN=tc_bf16: %s", err.msg))
+        return tap_done();
     ok(hp_backend_supports_op(cuda, HP_OP_AXPY, 0) &&
            hp_backend_supports_op(cuda, HP_OP_TRANS_COMPOSE, 0) &&
            hp_backend_supports_op(cuda, HP_OP_ROPE_SHIFT, 0),
@@ -379,9 +413,11 @@ int main(int argc, char **argv)
             check(getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".", argv[i]);
         rc = tap_done();
     } else {
+        with_bf16 = 1;
         rc = test_each_model(check);
     }
     hp_backend_close(cuda_scalar);
+    hp_backend_close(cuda_bf16);
     hp_backend_close(cuda);
     return rc;
 }

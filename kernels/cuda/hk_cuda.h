@@ -521,12 +521,22 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * (I + L)^{-1} by C serial rows) instead of the blockwise one (for
  * comparison; it combines with the others).
  * HK_CUDA_GDN_TC_PSHARE: the state pass single-buffered, 16 columns a
- * block, so two blocks share an SM (not yet timed; not with V1). */
+ * block, so two blocks share an SM (not yet timed; not with V1).
+ * HK_CUDA_GDN_TC_ROUND (f32 entry; the bf16 entry ignores it): q, k, v
+ * rounded to bf16 once (to nearest even) in the entry's pass, which
+ * writes no lo halves, then the bf16 entry's kernels: its results on the
+ * rounded inputs bit for bit (with FAST: FLA's bf16 precision).
+ * HK_CUDA_GDN_TC_FAST_A: kernel A's U = T diag(beta) V and W = T
+ * diag(beta e^gamma) K on T's hi half only (one MMA per product on bf16
+ * inputs), where the default adds T's lo half (FLA rounds its (I + L)^-1
+ * to bf16 the same way). */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
 #define HK_CUDA_GDN_TC_PSHARE 8u
-#define HK_CUDA_GDN_TC_FLAGS  15u
+#define HK_CUDA_GDN_TC_ROUND  16u
+#define HK_CUDA_GDN_TC_FAST_A 32u
+#define HK_CUDA_GDN_TC_FLAGS  63u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,

@@ -42,7 +42,10 @@
  * are split into bf16 hi + lo arrays in scratch first (one pass), and the
  * same kernels run with LO set: every product with an input gains its lo
  * term (hi*hi + hi*lo + lo*hi), so no operand keeps fewer than ~16
- * significant bits and the results stay ~1e-5 of the f32 kernel's.
+ * significant bits and the results stay ~1e-5 of the f32 kernel's. With
+ * HK_CUDA_GDN_TC_ROUND the pass writes the hi halves only (q, k, v
+ * rounded to bf16 once) and the bf16 entry's kernels run on them: that
+ * entry's results bit for bit, FLA's input precision.
  *
  * Requirements: dk, dv, C multiples of 16; dk <= 256; C <= 64; q, k, v
  * (bf16 entry), every state and Tc 32-byte aligned (wmma tiles).
@@ -306,7 +309,8 @@ hk_tc_xkt(hk_facc &acc, const uint16_t *X, const uint16_t *Xl,
 
 /* acc = row tile ti of (Th + Tl) B, T lower triangular (column tiles
  * kk <= ti), 16 columns of B at B (row stride ldB): Th B + Tl B, with LO
- * (B an f32 input's hi part, lo part Bl) + Th Bl. */
+ * (B an f32 input's hi part, lo part Bl) + Th Bl. Tl NULL: T's hi half
+ * only (HK_CUDA_GDN_TC_FAST_A). */
 template <bool LO>
 static __device__ void hk_tc_tb(hk_facc &acc, const uint16_t *Th,
                                 const uint16_t *Tl, int ldb, const uint16_t *B,
@@ -314,13 +318,17 @@ static __device__ void hk_tc_tb(hk_facc &acc, const uint16_t *Th,
 {
     wmma::fill_fragment(acc, 0.0f);
     for (int kk = 0; kk <= ti; kk++) {
-        hk_fa_row ah, al;
+        hk_fa_row ah;
         hk_fb_row b;
         wmma::load_matrix_sync(ah, hk_bf(Th + ti * 16 * ldb + kk * 16), ldb);
-        wmma::load_matrix_sync(al, hk_bf(Tl + ti * 16 * ldb + kk * 16), ldb);
         wmma::load_matrix_sync(b, hk_bf(B + kk * 16 * ldB), ldB);
         wmma::mma_sync(acc, ah, b, acc);
-        wmma::mma_sync(acc, al, b, acc);
+        if (Tl) {
+            hk_fa_row al;
+            wmma::load_matrix_sync(al, hk_bf(Tl + ti * 16 * ldb + kk * 16),
+                                   ldb);
+            wmma::mma_sync(acc, al, b, acc);
+        }
         if (LO) {
             wmma::load_matrix_sync(b, hk_bf(Bl + kk * 16 * ldB), ldB);
             wmma::mma_sync(acc, ah, b, acc);
@@ -352,7 +360,8 @@ template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_A_THREADS)
     hk_gdn_tc_local_kernel(hk_tc_ws ws, hk_tc_in in, const float *g,
                            const float *beta, const int *cu, int nseq,
-                           int nslots, int Hk, int Hv, int dk, int dv, int C)
+                           int nslots, int Hk, int Hv, int dk, int dv, int C,
+                           int fast_a)
 {
     HK_DYNAMIC_SMEM(smem);
     __shared__ int loc[2];
@@ -449,7 +458,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
         const uint16_t *Bl = LO ? (isw ? s.Kl : s.Vl) + cB : NULL;
         const int ldB = isw ? ldk : ldv;
         hk_facc acc;
-        hk_tc_tb<LO>(acc, Th, Tl, ldb, B, Bl, ldB, ti);
+        hk_tc_tb<LO>(acc, Th, fast_a ? NULL : Tl, ldb, B, Bl, ldB, ti);
         if (!isw) {
             wmma::store_matrix_sync(ws.U + (hc * C + ti * 16) * dv + tj * 16,
                                     acc, dv, wmma::mem_row_major);
@@ -536,7 +545,8 @@ template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
     hk_gdn_tc_local2_kernel(hk_tc_ws ws, hk_tc_in in, const float *g,
                             const float *beta, const int *cu, int nseq,
-                            int nslots, int Hk, int Hv, int dk, int dv, int C)
+                            int nslots, int Hk, int Hv, int dk, int dv, int C,
+                            int fast_a)
 {
     HK_DYNAMIC_SMEM(smem);
     __shared__ int loc[2];
@@ -690,8 +700,8 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
             for (int idx = warp; idx < nt * (w / 16); idx += nwarps) {
                 const int ti = idx / (w / 16), tj = idx % (w / 16);
                 hk_facc u;
-                hk_tc_tb<LO>(u, s.Th, s.Tl, ldb, s.Bh + tj * 16, s.Bl + tj * 16,
-                             ldp, ti);
+                hk_tc_tb<LO>(u, s.Th, fast_a ? NULL : s.Tl, ldb, s.Bh + tj * 16,
+                             s.Bl + tj * 16, ldp, ti);
                 const int col = c0 + tj * 16;
                 if (isw)
                     hk_tc_store_w(ws, u, stg, lane, hc, C, dk, ti, col);
@@ -1506,13 +1516,17 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     return p->sa > lim || p->sb > lim;
 }
 
-/* f32 x[n] into bf16 hi[n] + lo[n] (hk_bf16_split). */
+/* f32 x[n] into bf16 hi[n] + lo[n] (hk_bf16_split); with lo NULL, hi
+ * only (x rounded once: HK_CUDA_GDN_TC_ROUND). */
 static __global__ void hk_tc_split_kernel(uint16_t *hi, uint16_t *lo,
                                           const float *x, size_t n)
 {
     HK_GRID_STRIDE(e, n)
     {
-        hk_bf16_split(x[e], &hi[e], &lo[e]);
+        if (lo)
+            hk_bf16_split(x[e], &hi[e], &lo[e]);
+        else
+            hi[e] = hk_bf16_from_f32(x[e]);
     }
 }
 
@@ -1559,7 +1573,7 @@ extern "C" int hk_cuda_gdn_tc_phases(double *ms)
 template <bool LO>
 static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
                             hk_tc_in in, const hk_tc_plan &p, int fast,
-                            const float *g, const float *beta,
+                            int fast_a, const float *g, const float *beta,
                             const int *cu_seqlens, int nseq, int T, int Hk,
                             int Hv, int dk, int dv, int C, void *ws_base,
                             cudaStream_t s)
@@ -1578,7 +1592,8 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
                              cudaFuncAttributeMaxDynamicSharedMemorySize,      \
                              (int)p.sa);                                       \
         KERNEL<LO><<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, p.sa, s>>>(   \
-            ws, in, g, beta, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, C); \
+            ws, in, g, beta, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, C,  \
+            fast_a);                                                           \
     } while (0)
         if (p.A1)
             HK_TC_LOCAL(hk_gdn_tc_local_kernel);
@@ -1685,8 +1700,9 @@ extern "C" int hk_cuda_gdn_chunk_bf16_ex(
     const hk_tc_in in = {q, k, v, NULL, NULL, NULL};
     hk_tc_mark(0, hk_stream(stream));
     return hk_gdn_tc_launch<false>(
-        o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0, g, beta,
-        cu_seqlens, nseq, T, Hk, Hv, dk, dv, C, scratch, hk_stream(stream));
+        o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0,
+        flags & HK_CUDA_GDN_TC_FAST_A ? 1 : 0, g, beta, cu_seqlens, nseq, T, Hk,
+        Hv, dk, dv, C, scratch, hk_stream(stream));
 }
 
 extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
@@ -1739,7 +1755,8 @@ extern "C" int hk_cuda_gdn_chunk_tc_ex(
     int C, float *scratch, unsigned flags, void *stream)
 {
     hk_tc_plan p;
-    if (hk_tc_bad(&p, T, nseq, Hk, Hv, dk, dv, C, true, tcs != NULL, flags) ||
+    const bool lo = !(flags & HK_CUDA_GDN_TC_ROUND);
+    if (hk_tc_bad(&p, T, nseq, Hk, Hv, dk, dv, C, lo, tcs != NULL, flags) ||
         !states || !cu_seqlens || (T > 0 && !scratch))
         return HK_CUDA_EINVAL;
     const cudaStream_t s = hk_stream(stream);
@@ -1755,15 +1772,23 @@ extern "C" int hk_cuda_gdn_chunk_tc_ex(
     const size_t n[3] = {nq, nq, nv};
     for (int i = 0; i < 3 && T > 0; i++) {
         hk_tc_split_kernel<<<hk_grid_1d(n[i], 256), 256, 0, s>>>(
-            h[2 * i], h[2 * i + 1], src[i], n[i]);
+            h[2 * i], lo ? h[2 * i + 1] : NULL, src[i], n[i]);
         int rc = hk_cuda_check_launch();
         if (rc)
             return rc;
     }
+    if (!lo) { /* the bf16 entry's kernels on the rounded inputs */
+        const hk_tc_in in = {h[0], h[2], h[4], NULL, NULL, NULL};
+        return hk_gdn_tc_launch<false>(
+            o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0,
+            flags & HK_CUDA_GDN_TC_FAST_A ? 1 : 0, g, beta, cu_seqlens, nseq, T,
+            Hk, Hv, dk, dv, C, scratch, s);
+    }
     const hk_tc_in in = {h[0], h[2], h[4], h[1], h[3], h[5]};
     return hk_gdn_tc_launch<true>(
-        o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0, g, beta,
-        cu_seqlens, nseq, T, Hk, Hv, dk, dv, C, scratch, s);
+        o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0,
+        flags & HK_CUDA_GDN_TC_FAST_A ? 1 : 0, g, beta, cu_seqlens, nseq, T, Hk,
+        Hv, dk, dv, C, scratch, s);
 }
 
 extern "C" int hk_cuda_gdn_chunk_tc(float *o, float *const *states,

@@ -73,10 +73,11 @@ static int admit(const hp_model_t *m, const hp_fwd_plan_t *plan,
     return HP_OK;
 }
 
-/* Whether it[i] is live, in class cls (0: a KVBuffer decode step of
+/* Whether x is live, in class cls (0: a KVBuffer decode step of
  * pool kvp, 1: a recurrent step, 2: a verification), and wants only its
  * argmax or not (am). */
-static int in_class(const hp_fwd_item_t *x, int cls, const void *kvp, int am)
+static int in_class(const hp_fwd_item_t *x, int cls, const hp_kvbuf_pool_t *kvp,
+                    int am)
 {
     if (x->status != HP_OK || !x->argmax != !am)
         return 0;
@@ -88,7 +89,7 @@ static int in_class(const hp_fwd_item_t *x, int cls, const void *kvp, int am)
 /* Appends the unplaced items of a class to the order, those wanting only
  * their argmax first. */
 static void place_class(hp_fwd_item_t *it, int n, plan_t *p, int cls,
-                        const void *kvp)
+                        const hp_kvbuf_pool_t *kvp)
 {
     for (int am = 1; am >= 0; am--)
         for (int j = 0; j < n; j++)

@@ -37,8 +37,7 @@ static hp_fwd_plan_t resolve(const hp_model_t *m, const hp_fwd_plan_t *in)
 static int is_host(int id)
 {
     return id == B_POS || id == B_MOEOFFS || id == B_ITEMS || id == B_KVBUFS ||
-           id == B_DECODE || id == B_BEST || id == B_HOSTLOGITS ||
-           id == B_IDS;
+           id == B_DECODE || id == B_BEST || id == B_HOSTLOGITS || id == B_IDS;
 }
 
 /* Floats of every buffer for plan p: rows are the most of one pass (a

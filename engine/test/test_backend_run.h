@@ -245,8 +245,7 @@ static inline int tbr_step_counts(const hp_model_t *m, int B, int want,
             rc = hp_error_set(err, it[i].status, "%s", it[i].err.msg);
         else if (!it[i].argmax != !it[i].best ||
                  (!it[i].argmax && !it[i].logits))
-            rc = hp_error_set(err, HP_EINTERNAL, "item %d: results missing",
-                              i);
+            rc = hp_error_set(err, HP_EINTERNAL, "item %d: results missing", i);
     while (k > 0)
         hp_seq_free(&s[--k]);
     hp_fwd_ws_free(&ws);
@@ -269,19 +268,17 @@ static inline tbr_counts_t tbr_check_counts(const hp_model_t *m,
         int rc = HP_OK, same = 1;
         for (int i = want == 2; i < 3 && rc == HP_OK; i++) {
             rc = tbr_step_counts(m, Bs[i], want, &n[i], &err);
-            same &= i == (want == 2) ||
-                    (n[i].ops == n[i - 1].ops &&
-                     n[i].transfers == n[i - 1].transfers &&
-                     n[i].waits == n[i - 1].waits);
+            same &= i == (want == 2) || (n[i].ops == n[i - 1].ops &&
+                                         n[i].transfers == n[i - 1].transfers &&
+                                         n[i].waits == n[i - 1].waits);
         }
         ok(rc == HP_OK && same && n[2].waits <= most_waits,
            "%s on %s: a batched step of 1, 4, 16 plain decode items (%s) "
            "issues the same ops (%lu, %lu, %lu), transfers (%lu, %lu, %lu) "
            "and waits (%lu, %lu, %lu; <= %lu) %s",
            name, hp_backend_name(m->be), forms[want], n[0].ops, n[1].ops,
-           n[2].ops, n[0].transfers, n[1].transfers, n[2].transfers,
-           n[0].waits, n[1].waits, n[2].waits, most_waits,
-           rc == HP_OK ? "" : err.msg);
+           n[2].ops, n[0].transfers, n[1].transfers, n[2].transfers, n[0].waits,
+           n[1].waits, n[2].waits, most_waits, rc == HP_OK ? "" : err.msg);
     }
     return n[2];
 }

@@ -275,8 +275,11 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
         batch_vs_alone(&m, name);
         /* a step's ops, transfers and waits whatever its batch: at most
          * one wait for the argmax, one for the logits, one for the status
-         * (and one per MoE layer, as above) */
-        tbr_check_counts(&m, name, 3 + (m.cfg.n_experts ? m.cfg.n_layers : 0));
+         * (and one per MoE layer, as above); the small grid on the dense
+         * models only (~15 s a model on the emulator) */
+        if (!small_grid || !m.cfg.n_experts)
+            tbr_check_counts(&m, name,
+                             3 + (m.cfg.n_experts ? m.cfg.n_layers : 0));
     }
     free(a);
     free(b);

@@ -225,6 +225,9 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
     }
     if (rc == HP_OK)
         rc = hp_backend_sync(b->be, err);
+    unsigned long o0 = hp_backend_op_count(b->be);
+    unsigned long t0 = hp_backend_transfer_count(b->be);
+    unsigned long w0 = hp_backend_device_waits(b->be);
     double a = bench_now();
     for (int s = 0; s < n_dec && rc == HP_OK; s++) {
         /* greedy as the scheduler asks it: each row's argmax on the
@@ -243,6 +246,13 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
     if (rc == HP_OK)
         rc = hp_backend_sync(b->be, err);
     *dt = bench_now() - a;
+    /* what a step costs the host: flat in B since the step issues each
+     * op once over all rows (backend.h, hp_backend_op_count) */
+    if (rc == HP_OK)
+        fprintf(stderr, "#   per step: %.1f ops, %.1f transfers, %.1f waits\n",
+                (double)(hp_backend_op_count(b->be) - o0) / n_dec,
+                (double)(hp_backend_transfer_count(b->be) - t0) / n_dec,
+                (double)(hp_backend_device_waits(b->be) - w0) / n_dec);
     for (int i = 0; i < n_seq; i++)
         hp_seq_free(&seq[i]);
     free(seq);

@@ -130,6 +130,8 @@ static int entry(const hp_backend_i *i, hp_op_t op)
         return i->axpy != NULL;
     case HP_OP_KV_STORE:
         return i->kv_store != NULL;
+    case HP_OP_KV_STORE_DECODE:
+        return i->kv_store_decode != NULL;
     case HP_OP_ARGMAX:
         return i->argmax != NULL;
     case HP_OP_TRANS_IDENTITY:
@@ -165,8 +167,60 @@ static void unsupported(const hp_backend_t *b, hp_op_t op)
         b->iface->fail(b, op);
 }
 
+/* Ops issued and host-link transfers so far, every backend of this
+ * process (atomic: prefill workers issue ops too). */
+static unsigned long n_ops, n_transfers;
+
+static void count(unsigned long ops, unsigned long transfers)
+{
+    __atomic_add_fetch(&n_ops, ops, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&n_transfers, transfers, __ATOMIC_RELAXED);
+}
+
+unsigned long hp_backend_op_count(const hp_backend_t *b)
+{
+    (void)b;
+    return __atomic_load_n(&n_ops, __ATOMIC_RELAXED);
+}
+
+unsigned long hp_backend_transfer_count(const hp_backend_t *b)
+{
+    (void)b;
+    return __atomic_load_n(&n_transfers, __ATOMIC_RELAXED);
+}
+
+/* The host arrays an op's signature takes (backend.h: ids, positions,
+ * pointer lists, argmax's and moe_plan's outputs): each one a copy over
+ * the host link on a device backend. */
+static unsigned long host_arrays(hp_op_t op)
+{
+    switch (op) {
+    case HP_OP_EMBED:
+    case HP_OP_KV_STORE:
+    case HP_OP_ARGMAX:
+    case HP_OP_CONV1D_SILU_DECODE:
+    case HP_OP_GDN_DECODE:
+    case HP_OP_ROPE:
+    case HP_OP_ATTENTION:
+    case HP_OP_MOE_PLAN:
+    case HP_OP_KVBUF_STEP:
+        return 1;
+    case HP_OP_GDN_STEP:
+    case HP_OP_KVBUF_FLUSH:
+        return 2;
+    case HP_OP_KV_STORE_DECODE:
+    case HP_OP_ATTENTION_DECODE:
+        return 3;
+    default:
+        return 0;
+    }
+}
+
+/* The one dispatch point of the ops: counted, then run or recorded as
+ * unsupported. */
 #define CALL(op, fn, ...)                                                      \
     do {                                                                       \
+        count(1, host_arrays(op));                                             \
         if (b->iface->fn)                                                      \
             b->iface->fn(b, __VA_ARGS__);                                      \
         else                                                                   \
@@ -204,24 +258,28 @@ void hp_backend_free(const hp_backend_t *b, void *p)
 
 void hp_backend_memset0(const hp_backend_t *b, void *p, size_t bytes)
 {
+    count(1, 0);
     b->iface->memset0(b, p, bytes);
 }
 
 void hp_backend_upload(const hp_backend_t *b, void *dst, const void *src,
                        size_t bytes)
 {
+    count(0, 1);
     b->iface->upload(b, dst, src, bytes);
 }
 
 void hp_backend_download(const hp_backend_t *b, void *dst, const void *src,
                          size_t bytes)
 {
+    count(0, 1);
     b->iface->download(b, dst, src, bytes);
 }
 
 void hp_backend_copy(const hp_backend_t *b, void *dst, const void *src,
                      size_t bytes)
 {
+    count(1, 0);
     b->iface->copy(b, dst, src, bytes);
 }
 
@@ -229,18 +287,18 @@ void hp_backend_put(const hp_backend_t *b, void *dst, const void *src,
                     hp_mem_t mem, size_t bytes)
 {
     if (mem == HP_MEM_HOST)
-        b->iface->upload(b, dst, src, bytes);
+        hp_backend_upload(b, dst, src, bytes);
     else
-        b->iface->copy(b, dst, src, bytes);
+        hp_backend_copy(b, dst, src, bytes);
 }
 
 void hp_backend_get(const hp_backend_t *b, void *dst, hp_mem_t mem,
                     const void *src, size_t bytes)
 {
     if (mem == HP_MEM_HOST)
-        b->iface->download(b, dst, src, bytes);
+        hp_backend_download(b, dst, src, bytes);
     else
-        b->iface->copy(b, dst, src, bytes);
+        hp_backend_copy(b, dst, src, bytes);
 }
 
 int hp_backend_place(const hp_backend_t *b, const void **p, size_t bytes,
@@ -379,6 +437,13 @@ void hp_backend_kv_store(const hp_backend_t *b, float *kc, float *vc,
                          int kvd)
 {
     CALL(HP_OP_KV_STORE, kv_store, kc, vc, k, v, pos, T, kvd);
+}
+
+void hp_backend_kv_store_decode(const hp_backend_t *b, float *const *kcs,
+                                float *const *vcs, const float *k,
+                                const float *v, const int *pos, int B, int kvd)
+{
+    CALL(HP_OP_KV_STORE_DECODE, kv_store_decode, kcs, vcs, k, v, pos, B, kvd);
 }
 
 void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,

@@ -64,6 +64,7 @@ typedef enum {
     HP_OP_SCALE_ROWS,
     HP_OP_AXPY,
     HP_OP_KV_STORE,
+    HP_OP_KV_STORE_DECODE,
     HP_OP_ARGMAX,
     HP_OP_TRANS_IDENTITY,
     HP_OP_TRANS_COMPOSE,
@@ -167,6 +168,15 @@ unsigned long hp_backend_device_waits(const hp_backend_t *b);
  * CPU): tests check that a warm splice leaves the cached tuples where
  * they are. */
 unsigned long long hp_backend_host_bytes(const hp_backend_t *b);
+/* Ops issued through this seam so far (each op call, device copies and
+ * memsets; an op made of others, gdn_step on the CPU, counts them too)
+ * and host-link transfers (uploads, downloads, and each host array an op
+ * takes: ids, positions, pointer lists, argmax's indices), every backend
+ * of this process together. Counted at the seam, so the CPU backend
+ * counts what a device backend would launch and move: tests check that
+ * a batched decode step issues as many whatever its batch. */
+unsigned long hp_backend_op_count(const hp_backend_t *b);
+unsigned long hp_backend_transfer_count(const hp_backend_t *b);
 /* Bytes of memory the device has in all, and free now (0: unknown, or
  * host memory). */
 size_t hp_backend_mem_total(const hp_backend_t *b);
@@ -230,6 +240,12 @@ void hp_backend_axpy(const hp_backend_t *b, float *y, float a, const float *x,
 void hp_backend_kv_store(const hp_backend_t *b, float *kc, float *vc,
                          const float *k, const float *v, const int *pos, int T,
                          int kvd);
+/* One new row for each of B requests with its own cache: kcs[r][pos[r],
+ * :] = k[r, :], vcs[r][pos[r], :] = v[r, :]; kcs, vcs [B] host arrays of
+ * backend pointers, pos [B] host. */
+void hp_backend_kv_store_decode(const hp_backend_t *b, float *const *kcs,
+                                float *const *vcs, const float *k,
+                                const float *v, const int *pos, int B, int kvd);
 /* idx[r] = argmax of logits[r, :] (lowest index among equals); idx [B]
  * host (a sync point). */
 void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,

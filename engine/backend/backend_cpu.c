@@ -132,6 +132,16 @@ static void cpu_kv_store(be_t b, float *kc, float *vc, const float *k,
     hk_kv_store(kc, vc, k, v, pos, T, kvd);
 }
 
+static void cpu_kv_store_decode(be_t b, float *const *kcs, float *const *vcs,
+                                const float *k, const float *v, const int *pos,
+                                int B, int kvd)
+{
+    (void)b;
+    for (int r = 0; r < B; r++)
+        hk_kv_store(kcs[r], vcs[r], k + (size_t)r * kvd, v + (size_t)r * kvd,
+                    pos + r, 1, kvd);
+}
+
 static void cpu_argmax(be_t b, int *idx, const float *logits, int B, int V)
 {
     (void)b;
@@ -373,6 +383,7 @@ const hp_backend_i hp_backend_cpu_iface = {
     .scale_rows = cpu_scale_rows,
     .axpy = cpu_axpy,
     .kv_store = cpu_kv_store,
+    .kv_store_decode = cpu_kv_store_decode,
     .argmax = cpu_argmax,
     .conv1d_silu = cpu_conv1d_silu,
     .conv1d_silu_decode = cpu_conv1d_silu_decode,

@@ -510,6 +510,19 @@ static void cu_kv_store(be_t b, float *kc, float *vc, const float *k,
         note(b, hk_cuda_kv_store(kc, vc, k, v, d, T, kvd, NULL), "kv_store");
 }
 
+static void cu_kv_store_decode(be_t b, float *const *kcs, float *const *vcs,
+                               const float *k, const float *v, const int *pos,
+                               int B, int kvd)
+{
+    stage_begin(b);
+    float *const *dk = stage(b, kcs, (size_t)B * sizeof(float *));
+    float *const *dv = stage(b, vcs, (size_t)B * sizeof(float *));
+    const int *dp = stage(b, pos, (size_t)B * sizeof(int));
+    if (dk && dv && dp)
+        note(b, hk_cuda_kv_store_decode(dk, dv, k, v, dp, B, kvd, NULL),
+             "kv_store_decode");
+}
+
 static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V)
 {
     stage_begin(b);
@@ -928,6 +941,7 @@ static const hp_backend_i cuda_iface = {
     .gate_mul = cu_gate_mul,
     .scale_rows = cu_scale_rows,
     .kv_store = cu_kv_store,
+    .kv_store_decode = cu_kv_store_decode,
     .argmax = cu_argmax,
     .conv1d_silu = cu_conv1d_silu,
     .conv1d_silu_decode = cu_conv1d_silu_decode,

@@ -64,6 +64,9 @@ typedef struct {
     void (*axpy)(be_t b, float *y, float a, const float *x, size_t n);
     void (*kv_store)(be_t b, float *kc, float *vc, const float *k,
                      const float *v, const int *pos, int T, int kvd);
+    void (*kv_store_decode)(be_t b, float *const *kcs, float *const *vcs,
+                            const float *k, const float *v, const int *pos,
+                            int B, int kvd);
     void (*argmax)(be_t b, int *idx, const float *logits, int B, int V);
     void (*conv1d_silu)(be_t b, float *y, float *state, const float *x,
                         const float *w, int T, int C, int K);

@@ -144,11 +144,14 @@ typedef struct {
 } hp_fwd_item_t;
 
 /*
- * One step of n sequences as one pass: the projections, MLPs and LM head
- * run as one GEMM over every row (each weight read once per step); conv,
- * recurrence and attention run per sequence, the KVBuffer decode steps of
- * sequences sharing a pool in one hp_kvbuf_decode call. A sequence's
- * results equal its own hp_forward's to f32 rounding (GEMM vs GEMV sums).
+ * One step of n sequences as one pass: the embedding, projections, MLPs
+ * and LM head run as one call over every row (each weight read once per
+ * step); the one-token steps' conv, recurrence, K/V stores and attention
+ * as one call each over their caches (the KVBuffer decode steps of
+ * sequences sharing a pool in one hp_kvbuf_decode call), so the backend
+ * ops a step issues and its host-link transfers do not grow with them;
+ * a verification's per sequence. A sequence's results equal its own
+ * hp_forward's to f32 rounding (GEMM vs GEMV sums).
  *
  * Each item is checked first (tokens, positions, the plan's max_step and
  * max_ctx, KVBuffer room for every layer): one that fails gets status/err and

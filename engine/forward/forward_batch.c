@@ -73,26 +73,47 @@ static int admit(const hp_model_t *m, const hp_fwd_plan_t *plan,
     return HP_OK;
 }
 
+/* Whether x is live, in class cls (0: a KVBuffer decode step of
+ * pool kvp, 1: a recurrent step, 2: a verification), and wants only its
+ * argmax or not (am). */
+static int in_class(const hp_fwd_item_t *x, int cls, const hp_kvbuf_pool_t *kvp,
+                    int am)
+{
+    if (x->status != HP_OK || !x->argmax != !am)
+        return 0;
+    if (cls == 0)
+        return is_kvdec(x) && x->seq->kvpool == kvp;
+    return cls == 1 ? !is_kvdec(x) && !x->verify : x->verify;
+}
+
+/* Appends the unplaced items of a class to the order, those wanting only
+ * their argmax first. */
+static void place_class(hp_fwd_item_t *it, int n, plan_t *p, int cls,
+                        const hp_kvbuf_pool_t *kvp)
+{
+    for (int am = 1; am >= 0; am--)
+        for (int j = 0; j < n; j++)
+            if (p->row[j] < 0 && in_class(&it[j], cls, kvp, am)) {
+                p->order[p->live++] = j;
+                p->row[j] = 0; /* placed; the row comes below */
+            }
+}
+
 /* Row order: the KVBuffer decode steps first, grouped by pool (each group
- * one hp_kvbuf_decode call over contiguous rows), then the rest. */
+ * one hp_kvbuf_decode call over contiguous rows), then the recurrent
+ * steps (one fused call), then the verifications; within each group the
+ * greedy items first, so the rows whose logits go to the host are few
+ * contiguous runs (one download each), not one per item. */
 static void place(hp_fwd_item_t *it, int n, plan_t *p)
 {
     p->live = p->rows = p->vrows = 0;
     for (int i = 0; i < n; i++)
         p->row[i] = -1;
-    for (int i = 0; i < n; i++) {
-        if (!is_kvdec(&it[i]) || p->row[i] >= 0)
-            continue;
-        for (int j = i; j < n; j++)
-            if (is_kvdec(&it[j]) && p->row[j] < 0 &&
-                it[j].seq->kvpool == it[i].seq->kvpool) {
-                p->order[p->live++] = j;
-                p->row[j] = 0; /* placed; the row comes below */
-            }
-    }
     for (int i = 0; i < n; i++)
-        if (it[i].status == HP_OK && !is_kvdec(&it[i]))
-            p->order[p->live++] = i;
+        if (is_kvdec(&it[i]) && p->row[i] < 0)
+            place_class(it, n, p, 0, it[i].seq->kvpool);
+    place_class(it, n, p, 1, NULL);
+    place_class(it, n, p, 2, NULL);
     for (int k = 0; k < p->live; k++) {
         hp_fwd_item_t *x = &it[p->order[k]];
         p->row[p->order[k]] = p->rows;
@@ -226,7 +247,7 @@ static int full_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
 {
     const hp_model_config_t *c = &m->cfg;
     int hd = c->head_dim;
-    size_t qd = (size_t)c->n_heads * hd;
+    size_t qd = (size_t)c->n_heads * hd, kvd = c->kv_row;
     float **kcs = hp_fwd_buf(ws, B_DECODE, 5 * (size_t)p->live);
     hp_fwd_att_t b;
     int rc = hp_fwd_att_begin(m, l, ws, y, pos, p->rows, &b, err);
@@ -244,16 +265,17 @@ static int full_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
             k++;
             continue;
         }
-        /* a run of one-token steps, contiguous rows: one attention call
-         * over their caches */
+        /* a run of one-token steps, contiguous rows: one K/V store and
+         * one attention call over their caches */
         for (; k + R < p->live && it[p->order[k + R]].T == 1; R++) {
-            int j = p->order[k + R];
-            hp_seq_layer_t *sl = &it[j].seq->layers[l];
-            hp_fwd_att_store(m, sl, &b, pos, p->row[j], 1);
+            hp_seq_layer_t *sl = &it[p->order[k + R]].seq->layers[l];
             kcs[R] = sl->k;
             vcs[R] = sl->v;
-            nctx[R] = p->ctx[j];
+            nctx[R] = p->ctx[p->order[k + R]];
         }
+        hp_backend_kv_store_decode(m->be, kcs, vcs, b.k + (size_t)r0 * kvd,
+                                   b.v + (size_t)r0 * kvd, pos + r0, R,
+                                   (int)kvd);
         hp_backend_attention_decode(
             m->be, b.o + (size_t)r0 * qd, b.q + (size_t)r0 * qd,
             (const float *const *)kcs, (const float *const *)vcs, nctx, R,
@@ -278,6 +300,16 @@ static void unverify(const hp_model_t *m, hp_fwd_item_t *it, const plan_t *p)
     }
 }
 
+/* Logits rows [r0, r1) to the host's copy hl (nothing when empty). */
+static void download_rows(const hp_model_t *m, float *hl, const float *lg,
+                          size_t r0, size_t r1)
+{
+    const size_t V = (size_t)m->cfg.vocab_size;
+    if (r1 > r0)
+        hp_backend_download(m->be, hl + r0 * V, lg + r0 * V,
+                            (r1 - r0) * V * sizeof(float));
+}
+
 /* The step's results where the host reads them: every row's argmax when
  * an item wants only that (on a device its logits then stay there: a
  * vocabulary of floats per row is the step's largest copy), the logits of
@@ -297,6 +329,7 @@ static int take_logits(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         any |= it[p->order[k]].argmax;
     if (any)
         hp_backend_argmax(m->be, best, lg, p->rows, (int)V);
+    size_t run0 = 0, run1 = 0; /* rows [run0, run1) still to download */
     for (int k = 0; k < p->live; k++) {
         hp_fwd_item_t *a = &it[p->order[k]];
         size_t r0 = (size_t)p->row[p->order[k]];
@@ -304,11 +337,16 @@ static int take_logits(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         a->logits = NULL;
         if (a->argmax && !host)
             continue;
-        if (!host)
-            hp_backend_download(m->be, hl + r0 * V, lg + r0 * V,
-                                (size_t)a->T * V * sizeof(float));
         a->logits = hl + r0 * V;
+        if (host)
+            continue;
+        if (r0 != run1) { /* a new run of rows the host reads */
+            download_rows(m, hl, lg, run0, run1);
+            run0 = r0;
+        }
+        run1 = r0 + (size_t)a->T;
     }
+    download_rows(m, hl, lg, run0, run1);
     return hp_backend_sync(m->be, err);
 }
 
@@ -345,24 +383,28 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
         ascr = a > ascr ? a : ascr;
     }
     int *pos = hp_fwd_buf(ws, B_POS, (size_t)p.rows);
+    int *ids = hp_fwd_buf(ws, B_IDS, (size_t)p.rows);
     float *x = hp_fwd_buf(ws, B_X, (size_t)p.rows * H);
     float *y = hp_fwd_buf(ws, B_Y, (size_t)p.rows * H);
     float *scr = hp_fwd_buf(ws, B_SCRATCH, ascr);
     int vr = p.vrows;
-    if (!pos || !x || !y || !scr ||
+    if (!pos || !ids || !x || !y || !scr ||
         (vr &&
          (!hp_fwd_buf(ws, B_SPECQKV, (size_t)c->n_layers * vr * cd) ||
           !hp_fwd_buf(ws, B_SPECCONV, (size_t)cd * (c->conv_kernel - 1)))))
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
     note_specs(ws, it, &p);
 
+    /* every row's id and position gathered, one embedding call */
     for (int k = 0; k < p.live; k++) {
         const hp_fwd_item_t *a = &it[p.order[k]];
         int r0 = p.row[p.order[k]];
-        for (int t = 0; t < a->T; t++)
+        for (int t = 0; t < a->T; t++) {
             pos[r0 + t] = a->seq->n_pos + t;
-        hp_backend_embed(m->be, x + (size_t)r0 * H, &m->embed, a->ids, a->T);
+            ids[r0 + t] = a->ids[t];
+        }
     }
+    hp_backend_embed(m->be, x, &m->embed, ids, p.rows);
 
     rc = HP_OK;
     for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {

@@ -54,6 +54,7 @@ enum {
     B_BEST,       /* host; hp_forward_batch: each row's argmax (ints) */
     B_HOSTLOGITS, /* host; hp_forward_batch: logits rows the host reads,
                      where backend memory is not host memory */
+    B_IDS,        /* host; hp_forward_batch: the rows' token ids (ints) */
     B_JUMPS,      /* the jump callbacks' (hp_fwd_jump_mem) */
     B_JUMPSCR,
     B_COUNT

@@ -17,6 +17,7 @@
 #include "engine/forward/sampler.h"
 #include "engine/forward/seq.h"
 #include "engine/forward/spec.h"
+#include "t/lib/tap.h"
 
 #define TBR_PROMPT 37
 #define TBR_STEPS  4
@@ -192,6 +193,94 @@ static inline int tbr_kvbuf(const hp_model_t *m, float *out, int *toks,
     hp_fwd_ws_free(&ws);
     hp_kvbuf_pool_free(&pool);
     return rc;
+}
+
+/* One batched decode step of B plain items (fresh sequences, the same
+ * token each) and what it cost: ops issued and host-link transfers (counted at
+ * the backend seam, any backend), host waits for the device. want: 0
+ * every item wants its logits, 1 only its argmax, 2 every other item
+ * only its argmax (item 0 its logits). B <= TBR_MAX_B. */
+#ifndef TBR_MAX_B
+#define TBR_MAX_B 16
+#endif
+typedef struct {
+    unsigned long ops, transfers, waits;
+} tbr_counts_t;
+
+static inline int tbr_step_counts(const hp_model_t *m, int B, int want,
+                                  tbr_counts_t *n, hp_error_t *err)
+{
+    hp_fwd_plan_t plan = {16, 0, TBR_MAX_B, 1};
+    hp_fwd_ws_t ws;
+    hp_seq_t s[TBR_MAX_B];
+    hp_fwd_item_t it[TBR_MAX_B];
+    int ids[TBR_MAX_B], rc, k = 0;
+    memset(n, 0, sizeof(*n));
+    if (B < 1 || B > TBR_MAX_B)
+        return hp_error_set(err, HP_EBADINPUT, "B = %d", B);
+    if ((rc = hp_fwd_ws_init(&ws, m, &plan, err)) != HP_OK)
+        return rc;
+    for (; k < B && rc == HP_OK; k++) {
+        rc = hp_seq_init(&s[k], m, err);
+        /* one token for all: a MoE layer then routes every row to the
+         * same experts (its per-expert ops grow with the experts a batch
+         * reaches, up to all of them, not with its rows) */
+        ids[k] = 13 % m->cfg.vocab_size;
+        it[k] = (hp_fwd_item_t){.seq = &s[k],
+                                .ids = &ids[k],
+                                .T = 1,
+                                .argmax = want == 1 || (want == 2 && k % 2)};
+    }
+    const hp_backend_t *be = m->be;
+    unsigned long o0 = hp_backend_op_count(be);
+    unsigned long t0 = hp_backend_transfer_count(be);
+    unsigned long w0 = hp_backend_device_waits(be);
+    if (rc == HP_OK)
+        rc = hp_forward_batch(m, it, B, &ws, err);
+    n->ops = hp_backend_op_count(be) - o0;
+    n->transfers = hp_backend_transfer_count(be) - t0;
+    n->waits = hp_backend_device_waits(be) - w0;
+    for (int i = 0; i < B && rc == HP_OK; i++)
+        if (it[i].status != HP_OK)
+            rc = hp_error_set(err, it[i].status, "%s", it[i].err.msg);
+        else if (!it[i].argmax != !it[i].best ||
+                 (!it[i].argmax && !it[i].logits))
+            rc = hp_error_set(err, HP_EINTERNAL, "item %d: results missing", i);
+    while (k > 0)
+        hp_seq_free(&s[--k]);
+    hp_fwd_ws_free(&ws);
+    return rc;
+}
+
+/* The step's ops, transfers and waits do not grow with its plain decode
+ * items: B = 1, 4 and 16 (the mixed form from B = 4: at 1 it has no
+ * argmax) cost the same. Checked for each form of item; waits at most
+ * most_waits. Returns the B = 16 step's counts of the mixed form. */
+static inline tbr_counts_t tbr_check_counts(const hp_model_t *m,
+                                            const char *name,
+                                            unsigned long most_waits)
+{
+    static const int Bs[3] = {1, 4, TBR_MAX_B};
+    static const char *forms[3] = {"logits", "argmax", "mixed"};
+    tbr_counts_t n[3] = {{0}};
+    hp_error_t err = {0};
+    for (int want = 0; want < 3; want++) {
+        int rc = HP_OK, same = 1;
+        for (int i = want == 2; i < 3 && rc == HP_OK; i++) {
+            rc = tbr_step_counts(m, Bs[i], want, &n[i], &err);
+            same &= i == (want == 2) || (n[i].ops == n[i - 1].ops &&
+                                         n[i].transfers == n[i - 1].transfers &&
+                                         n[i].waits == n[i - 1].waits);
+        }
+        ok(rc == HP_OK && same && n[2].waits <= most_waits,
+           "%s on %s: a batched step of 1, 4, 16 plain decode items (%s) "
+           "issues the same ops (%lu, %lu, %lu), transfers (%lu, %lu, %lu) "
+           "and waits (%lu, %lu, %lu; <= %lu) %s",
+           name, hp_backend_name(m->be), forms[want], n[0].ops, n[1].ops,
+           n[2].ops, n[0].transfers, n[1].transfers, n[2].transfers, n[0].waits,
+           n[1].waits, n[2].waits, most_waits, rc == HP_OK ? "" : err.msg);
+    }
+    return n[2];
 }
 
 #endif

@@ -7,7 +7,9 @@
  * equal; a bad item is left out without touching the others; every block
  * returns to the pool. And the workspace's plan: a call longer than it
  * runs in pieces with the same logits, jumps and a transition run across
- * pieces; a batch, an item or a context past it is refused.
+ * pieces; a batch, an item or a context past it is refused. And a step
+ * of plain decode items issues as many backend ops and transfers
+ * whatever its batch (tbr_check_counts).
  */
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +21,7 @@
 #include "engine/forward/sampler.h"
 #include "engine/forward/seq.h"
 #include "engine/model/model.h"
+#include "engine/test/test_backend_run.h"
 #include "engine/test/test_util.h"
 #include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
@@ -236,6 +239,7 @@ static void check(const char *root, const char *name)
     hp_fwd_ws_free(&ws);
     hp_fwd_ws_free(&ws1);
     check_plan(name, &m);
+    tbr_check_counts(&m, name, 0);
     hp_model_free(&m);
 }
 

@@ -2,7 +2,8 @@
 # nginx with the module in front of `hypic-engine serve --device cuda`
 # linked against the host emulator (kernels/cuda/emu/run.sh), beside the
 # same engine on the CPU. The module never knows where the model runs:
-# completions and chat, streamed and not, full, pic (cold then warm) and
+# completions and chat, streamed and not, greedy and sampled (the device
+# sending the sampler's candidates only), full, pic (cold then warm) and
 # prefix, give the CPU engine's greedy text; a refused request is the
 # same clean 400 and the engine serves the next; /metrics and /health
 # name the device and show the device's sequence pool; the prefill chunk
@@ -113,6 +114,18 @@ is($g->{status}, 200, 'completions on the emulated device: 200');
 ok(length main::text_of($c), 'the CPU engine says something');
 is(main::text_of($g), main::text_of($c), 'the same greedy text');
 is(main::json_of($g)->{usage}{completion_tokens}, 8, '8 tokens');
+
+# sampled: the device sends the sampler's 256 candidates a token and the
+# engine draws from them (top_k, top_p within them), or fetches the row
+# when they cannot decide (plain temperature); either way the CPU's draw
+for my $f ([top_k => 20], [top_p => 0.9], []) {
+    my $sb = main::body(prompt => 'The capital of Zorvia is', max_tokens => 8,
+                        temperature => 0.8, seed => 7, @$f);
+    my ($gs, $cs) = main::both($srv, 'full', '/v1/completions', $sb);
+    is($gs->{status}, 200, "sampled (@$f) on the device: 200");
+    is(main::text_of($gs), main::text_of($cs),
+       "sampled (@$f): the CPU engine's text, seed for seed");
+}
 
 my $chat = main::body(messages => [{ role => 'user', content => 'Hello!' }],
                       max_tokens => 6, temperature => 0);

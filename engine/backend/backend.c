@@ -134,6 +134,8 @@ static int entry(const hp_backend_i *i, hp_op_t op)
         return i->kv_store_decode != NULL;
     case HP_OP_ARGMAX:
         return i->argmax != NULL;
+    case HP_OP_TOPK:
+        return i->topk != NULL;
     case HP_OP_TRANS_IDENTITY:
         return i->trans_identity != NULL;
     case HP_OP_TRANS_COMPOSE:
@@ -190,7 +192,7 @@ unsigned long hp_backend_transfer_count(const hp_backend_t *b)
 }
 
 /* The host arrays an op's signature takes (backend.h: ids, positions,
- * pointer lists, argmax's and moe_plan's outputs): each one a copy over
+ * pointer lists, argmax's, topk's and moe_plan's outputs): each one a copy over
  * the host link on a device backend. */
 static unsigned long host_arrays(hp_op_t op)
 {
@@ -207,6 +209,8 @@ static unsigned long host_arrays(hp_op_t op)
         return 1;
     case HP_OP_GDN_STEP:
     case HP_OP_KVBUF_FLUSH:
+        return 2;
+    case HP_OP_TOPK:
         return 2;
     case HP_OP_KV_STORE_DECODE:
     case HP_OP_ATTENTION_DECODE:
@@ -450,6 +454,12 @@ void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
                        int B, int V)
 {
     CALL(HP_OP_ARGMAX, argmax, idx, logits, B, V);
+}
+
+void hp_backend_topk(const hp_backend_t *b, float *p, int *idx,
+                     const float *logits, int B, int V, int k, double inv_t)
+{
+    CALL(HP_OP_TOPK, topk, p, idx, logits, B, V, k, inv_t);
 }
 
 void hp_backend_conv1d_silu(const hp_backend_t *b, float *y, float *state,

@@ -66,6 +66,7 @@ typedef enum {
     HP_OP_KV_STORE,
     HP_OP_KV_STORE_DECODE,
     HP_OP_ARGMAX,
+    HP_OP_TOPK,
     HP_OP_TRANS_IDENTITY,
     HP_OP_TRANS_COMPOSE,
     HP_OP_TRANS_CHAIN,
@@ -250,6 +251,13 @@ void hp_backend_kv_store_decode(const hp_backend_t *b, float *const *kcs,
  * host (a sync point). */
 void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
                        int B, int V);
+/* The sampler's k candidates of each row at temperature 1/inv_t
+ * (hk_topk): p, idx [B, k] host (a sync point), for hk_sample_topk; k <=
+ * HP_BACKEND_TOPK_MAX. A device sends 2k values a row, not V; its
+ * scratch is planned by hp_backend_reserve for the plan's rows. */
+#define HP_BACKEND_TOPK_MAX 256
+void hp_backend_topk(const hp_backend_t *b, float *p, int *idx,
+                     const float *logits, int B, int V, int k, double inv_t);
 
 /* ---- causal conv, Gated DeltaNet ---------------------------------------- */
 

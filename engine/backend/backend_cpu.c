@@ -149,6 +149,15 @@ static void cpu_argmax(be_t b, int *idx, const float *logits, int B, int V)
         idx[r] = hk_argmax(logits + (size_t)r * V, V);
 }
 
+static void cpu_topk(be_t b, float *p, int *idx, const float *logits, int B,
+                     int V, int k, double inv_t)
+{
+    (void)b;
+    for (int r = 0; r < B; r++)
+        hk_topk(p + (size_t)r * k, idx + (size_t)r * k, logits + (size_t)r * V,
+                V, k, inv_t);
+}
+
 static void cpu_conv1d_silu(be_t b, float *y, float *state, const float *x,
                             const float *w, int T, int C, int K)
 {
@@ -385,6 +394,7 @@ const hp_backend_i hp_backend_cpu_iface = {
     .kv_store = cpu_kv_store,
     .kv_store_decode = cpu_kv_store_decode,
     .argmax = cpu_argmax,
+    .topk = cpu_topk,
     .conv1d_silu = cpu_conv1d_silu,
     .conv1d_silu_decode = cpu_conv1d_silu_decode,
     .gdn_gates = cpu_gdn_gates,

@@ -274,6 +274,13 @@ static int grow(void **p, size_t *cap, size_t need, size_t size)
     return rc;
 }
 
+/* topk's scratch and device outputs (p, idx: k floats and ints a row) for
+ * B rows of the largest k, in floats. */
+static size_t topk_floats(int B)
+{
+    return hk_cuda_topk_scratch(B, 0) + 2 * (size_t)B * HP_BACKEND_TOPK_MAX;
+}
+
 /* The scratch the plan's projections and staging take, now. */
 static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
 {
@@ -285,7 +292,9 @@ static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
     /* a smaller plan (a prefill worker's, after the scheduler's) touches
      * nothing the ops in flight use */
     size_t seg = p->stage > STAGE_MIN ? p->stage : STAGE_MIN;
-    size_t samp = hk_cuda_argmax_scratch(p->rows > 0 ? p->rows : 1, 0);
+    size_t samp = topk_floats(p->rows > 0 ? p->rows : 1);
+    if (samp < hk_cuda_argmax_scratch(p->rows > 0 ? p->rows : 1, 0))
+        samp = hk_cuda_argmax_scratch(p->rows > 0 ? p->rows : 1, 0);
     if (seg <= hk_cuda_ring_seg_bytes(c->stage) && (!bf16 || xb <= c->xb_cap) &&
         (!i8 || tile) && samp <= c->samp_cap)
         return HP_OK;
@@ -535,6 +544,22 @@ static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V)
     float *scr = hk_cuda_argmax_scratch(B, 0) <= c->samp_cap ? c->samp : NULL;
     note(b, hk_cuda_argmax(d, logits, B, V, 0, scr, NULL), "argmax");
     cu_download(b, idx, d, (size_t)B * sizeof(int));
+}
+
+static void cu_topk(be_t b, float *p, int *idx, const float *logits, int B,
+                    int V, int k, double inv_t)
+{
+    cuda_t *c = ctx(b);
+    if (k > HP_BACKEND_TOPK_MAX || topk_floats(B) > c->samp_cap) {
+        note(b, HK_CUDA_EINVAL, "topk: past the plan (hp_backend_reserve)");
+        return;
+    }
+    float *dp = c->samp + hk_cuda_topk_scratch(B, 0);
+    int *di = (int *)(dp + (size_t)B * k);
+    note(b, hk_cuda_topk(dp, di, logits, B, V, k, inv_t, 0, c->samp, NULL),
+         "topk");
+    cu_download(b, p, dp, (size_t)B * k * sizeof(float));
+    cu_download(b, idx, di, (size_t)B * k * sizeof(int));
 }
 
 static void cu_conv1d_silu(be_t b, float *y, float *state, const float *x,
@@ -943,6 +968,7 @@ static const hp_backend_i cuda_iface = {
     .kv_store = cu_kv_store,
     .kv_store_decode = cu_kv_store_decode,
     .argmax = cu_argmax,
+    .topk = cu_topk,
     .conv1d_silu = cu_conv1d_silu,
     .conv1d_silu_decode = cu_conv1d_silu_decode,
     .gdn_gates = cu_gdn_gates,

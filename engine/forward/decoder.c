@@ -9,6 +9,7 @@
 
 #include "engine/forward/decoder.h"
 #include "engine/forward/spec.h"
+#include "kernels/cpu/hk_cpu.h"
 
 /* Length of the longest suffix of text[0..len) that is a proper prefix of
  * a stop string: that much is held back, it may still become one. */
@@ -255,6 +256,20 @@ int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
                     int *tok, hp_error_t *err)
 {
     return hp_decoder_next_id(d, -1, sm, logits, tok, err);
+}
+
+int hp_decoder_pick_topk(hp_decoder_t *d, const float *p, const int *idx, int k,
+                         int V)
+{
+    if (d->done || d->n_tokens >= d->max_tokens || d->grammar ||
+        d->sampling.temperature <= 0.0f)
+        return -1;
+    hp_rng_t was = d->rng;
+    int t = hk_sample_topk(p, idx, k, V, d->sampling.top_k, d->sampling.top_p,
+                           hp_rng_uniform(&d->rng));
+    if (t < 0)
+        d->rng = was;
+    return t;
 }
 
 int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,

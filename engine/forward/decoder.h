@@ -88,6 +88,14 @@ int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
  * < 0 (an unmasked argmax is not the masked one). */
 int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
                        const float *logits, int *tok, hp_error_t *err);
+/* The token d's sampler draws from k candidates of hk_topk's (a device's
+ * hp_fwd_item_t.cand_p / cand_idx of a vocabulary of V), as hp_sample
+ * would from the whole row with the same draw: the choice for
+ * hp_decoder_next_id's best. -1, the generator untouched, where the
+ * candidates cannot decide (the kept set reaches past them) or no token
+ * is due (done, max_tokens, a grammar): then the logits decide. */
+int hp_decoder_pick_topk(hp_decoder_t *d, const float *p, const int *idx, int k,
+                         int V);
 
 /* One token chosen elsewhere (an accepted speculative draft, or the
  * token drawn at a rejection): the same stops and text as for a sampled

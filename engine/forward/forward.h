@@ -134,13 +134,23 @@ typedef struct {
     int verify;     /* ids = [x0, drafts]: hp_forward_accept must follow */
     int argmax;     /* only each row's argmax is wanted (greedy sampling):
                        on a device the logits then stay there */
+    /* > 0 (a one-token step, not a verification): on a device, the row's
+     * sampler candidates (hp_backend_topk: hp_fwd_topk(m) of them, at
+     * temperature 1/inv_t) are wanted first; the logits stay there
+     * (hp_forward_fetch_logits gets them when the candidates cannot
+     * decide). Ignored where backend memory is host memory. */
+    int topk;
+    double inv_t;
     /* out, host memory in ws, valid until ws's next use */
-    float *logits;   /* [T, vocab] (the caller may overwrite them); NULL
-                        with argmax where backend memory is not host memory */
-    const int *best; /* with argmax: [T], each row's argmax (hp_argmax's
-                        rule: lowest index among equals) */
-    int status;      /* HP_OK, or why this sequence did not run */
-    hp_error_t err;  /* status != HP_OK: the message */
+    float *logits;       /* [T, vocab] (the caller may overwrite them); NULL
+                            with argmax where backend memory is not host memory */
+    const int *best;     /* with argmax: [T], each row's argmax (hp_argmax's
+                            rule: lowest index among equals) */
+    const float *cand_p; /* with topk on a device: [k] the candidates' */
+    const int *cand_idx; /* probabilities and tokens (hk_topk's order) */
+    int row;             /* the item's first row in the step */
+    int status;          /* HP_OK, or why this sequence did not run */
+    hp_error_t err;      /* status != HP_OK: the message */
 } hp_fwd_item_t;
 
 /*
@@ -162,6 +172,15 @@ typedef struct {
  */
 int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *items, int n,
                      hp_fwd_ws_t *ws, hp_error_t *err);
+
+/* The candidates a topk item gets: min(HP_BACKEND_TOPK_MAX, vocab). */
+int hp_fwd_topk(const hp_model_t *m);
+
+/* After hp_forward_batch, before the workspace's next use: the logits of
+ * an item that got only its argmax or candidates, copied to host memory
+ * (it->logits). */
+int hp_forward_fetch_logits(const hp_model_t *m, hp_fwd_ws_t *ws,
+                            hp_fwd_item_t *it, hp_error_t *err);
 
 /*
  * Speculative verification through the KVBuffer (seq's buffers open,

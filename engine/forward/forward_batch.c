@@ -73,13 +73,21 @@ static int admit(const hp_model_t *m, const hp_fwd_plan_t *plan,
     return HP_OK;
 }
 
-/* Whether x is live, in class cls (0: a KVBuffer decode step of
- * pool kvp, 1: a recurrent step, 2: a verification), and wants only its
- * argmax or not (am). */
-static int in_class(const hp_fwd_item_t *x, int cls, const hp_kvbuf_pool_t *kvp,
-                    int am)
+/* Whether x's logits stay where the backend has them: it wants only its
+ * argmax, or on a device only its sampler candidates. */
+static int stays(const hp_model_t *m, const hp_fwd_item_t *x)
 {
-    if (x->status != HP_OK || !x->argmax != !am)
+    return x->argmax || (x->topk > 0 && !x->verify && x->T == 1 &&
+                         !hp_backend_host_memory(m->be));
+}
+
+/* Whether x is live, in class cls (0: a KVBuffer decode step of
+ * pool kvp, 1: a recurrent step, 2: a verification), and its logits stay
+ * on the device or not (am). */
+static int in_class(const hp_model_t *m, const hp_fwd_item_t *x, int cls,
+                    const hp_kvbuf_pool_t *kvp, int am)
+{
+    if (x->status != HP_OK || !stays(m, x) != !am)
         return 0;
     if (cls == 0)
         return is_kvdec(x) && x->seq->kvpool == kvp;
@@ -88,12 +96,12 @@ static int in_class(const hp_fwd_item_t *x, int cls, const hp_kvbuf_pool_t *kvp,
 
 /* Appends the unplaced items of a class to the order, those wanting only
  * their argmax first. */
-static void place_class(hp_fwd_item_t *it, int n, plan_t *p, int cls,
-                        const hp_kvbuf_pool_t *kvp)
+static void place_class(const hp_model_t *m, hp_fwd_item_t *it, int n,
+                        plan_t *p, int cls, const hp_kvbuf_pool_t *kvp)
 {
     for (int am = 1; am >= 0; am--)
         for (int j = 0; j < n; j++)
-            if (p->row[j] < 0 && in_class(&it[j], cls, kvp, am)) {
+            if (p->row[j] < 0 && in_class(m, &it[j], cls, kvp, am)) {
                 p->order[p->live++] = j;
                 p->row[j] = 0; /* placed; the row comes below */
             }
@@ -104,16 +112,16 @@ static void place_class(hp_fwd_item_t *it, int n, plan_t *p, int cls,
  * steps (one fused call), then the verifications; within each group the
  * greedy items first, so the rows whose logits go to the host are few
  * contiguous runs (one download each), not one per item. */
-static void place(hp_fwd_item_t *it, int n, plan_t *p)
+static void place(const hp_model_t *m, hp_fwd_item_t *it, int n, plan_t *p)
 {
     p->live = p->rows = p->vrows = 0;
     for (int i = 0; i < n; i++)
         p->row[i] = -1;
     for (int i = 0; i < n; i++)
         if (is_kvdec(&it[i]) && p->row[i] < 0)
-            place_class(it, n, p, 0, it[i].seq->kvpool);
-    place_class(it, n, p, 1, NULL);
-    place_class(it, n, p, 2, NULL);
+            place_class(m, it, n, p, 0, it[i].seq->kvpool);
+    place_class(m, it, n, p, 1, NULL);
+    place_class(m, it, n, p, 2, NULL);
     for (int k = 0; k < p->live; k++) {
         hp_fwd_item_t *x = &it[p->order[k]];
         p->row[p->order[k]] = p->rows;
@@ -310,32 +318,82 @@ static void download_rows(const hp_model_t *m, float *hl, const float *lg,
                             (r1 - r0) * V * sizeof(float));
 }
 
+int hp_fwd_topk(const hp_model_t *m)
+{
+    return m->cfg.vocab_size < HP_BACKEND_TOPK_MAX ? m->cfg.vocab_size
+                                                   : HP_BACKEND_TOPK_MAX;
+}
+
+/* The sampler's candidates of the topk items, one hp_backend_topk per run
+ * of consecutive rows at one temperature (a step's requests mostly share
+ * theirs); 2k values a row cross to the host instead of a vocabulary. */
+static int take_cands(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
+                      const plan_t *p, const float *lg, hp_error_t *err)
+{
+    const size_t V = (size_t)m->cfg.vocab_size, K = (size_t)hp_fwd_topk(m);
+    float *cp = hp_fwd_buf(ws, B_CANDP, (size_t)p->rows * K);
+    int *ci = (int *)hp_fwd_buf(ws, B_CANDI, (size_t)p->rows * K);
+    if (!cp || !ci)
+        return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
+    for (int k = 0; k < p->live;) {
+        hp_fwd_item_t *a = &it[p->order[k]];
+        if (a->argmax || !stays(m, a)) {
+            k++;
+            continue;
+        }
+        size_t r0 = (size_t)p->row[p->order[k]], n = 0;
+        for (; k < p->live; k++, n++) {
+            hp_fwd_item_t *x = &it[p->order[k]];
+            if (x->argmax || !stays(m, x) || x->inv_t != a->inv_t ||
+                (size_t)p->row[p->order[k]] != r0 + n)
+                break;
+            x->cand_p = cp + (r0 + n) * K;
+            x->cand_idx = ci + (r0 + n) * K;
+        }
+        hp_backend_topk(m->be, cp + r0 * K, ci + r0 * K, lg + r0 * V, (int)n,
+                        (int)V, (int)K, a->inv_t);
+    }
+    return HP_OK;
+}
+
 /* The step's results where the host reads them: every row's argmax when
- * an item wants only that (on a device its logits then stay there: a
- * vocabulary of floats per row is the step's largest copy), the logits of
- * the other items copied to host memory where backend memory is not. */
+ * an item wants only that, a topk item's candidates (on a device their
+ * logits then stay there: a vocabulary of floats per row is the step's
+ * largest copy), the logits of the other items copied to host memory
+ * where backend memory is not. */
 static int take_logits(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
                        const plan_t *p, const float *lg, hp_error_t *err)
 {
     const size_t V = (size_t)m->cfg.vocab_size;
     const int host = hp_backend_host_memory(m->be);
-    int any = 0;
+    int any = 0, cands = 0;
     int *best = hp_fwd_buf(ws, B_BEST, (size_t)p->rows);
     float *hl =
         host ? (float *)lg : hp_fwd_buf(ws, B_HOSTLOGITS, (size_t)p->rows * V);
     if (!best || !hl)
         return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
-    for (int k = 0; k < p->live; k++)
-        any |= it[p->order[k]].argmax;
+    for (int k = 0; k < p->live; k++) {
+        hp_fwd_item_t *a = &it[p->order[k]];
+        any |= a->argmax;
+        cands |= !a->argmax && stays(m, a);
+        a->cand_p = NULL;
+        a->cand_idx = NULL;
+        a->row = p->row[p->order[k]];
+    }
     if (any)
         hp_backend_argmax(m->be, best, lg, p->rows, (int)V);
+    if (cands) {
+        int rc = take_cands(m, ws, it, p, lg, err);
+        if (rc != HP_OK)
+            return rc;
+    }
     size_t run0 = 0, run1 = 0; /* rows [run0, run1) still to download */
     for (int k = 0; k < p->live; k++) {
         hp_fwd_item_t *a = &it[p->order[k]];
         size_t r0 = (size_t)p->row[p->order[k]];
         a->best = a->argmax ? best + r0 : NULL;
         a->logits = NULL;
-        if (a->argmax && !host)
+        if (stays(m, a) && !host)
             continue;
         a->logits = hl + r0 * V;
         if (host)
@@ -347,6 +405,21 @@ static int take_logits(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         run1 = r0 + (size_t)a->T;
     }
     download_rows(m, hl, lg, run0, run1);
+    return hp_backend_sync(m->be, err);
+}
+
+int hp_forward_fetch_logits(const hp_model_t *m, hp_fwd_ws_t *ws,
+                            hp_fwd_item_t *it, hp_error_t *err)
+{
+    const size_t V = (size_t)m->cfg.vocab_size;
+    if (it->logits)
+        return HP_OK;
+    float *lg = hp_fwd_buf(ws, B_LOGITS, 0);
+    float *hl = hp_fwd_buf(ws, B_HOSTLOGITS, 0);
+    if (!lg || !hl)
+        return hp_error_set(err, HP_EINTERNAL, "forward: no step's logits");
+    download_rows(m, hl, lg, (size_t)it->row, (size_t)it->row + (size_t)it->T);
+    it->logits = hl + (size_t)it->row * V;
     return hp_backend_sync(m->be, err);
 }
 
@@ -370,7 +443,7 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
         it[i].err.code = HP_OK;
         it[i].status = admit(m, &ws->plan, &it[i]);
     }
-    place(it, n, &p);
+    place(m, it, n, &p);
     ws->n_spec = 0;
     if (p.live == 0)
         return HP_OK;

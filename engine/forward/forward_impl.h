@@ -55,6 +55,8 @@ enum {
     B_HOSTLOGITS, /* host; hp_forward_batch: logits rows the host reads,
                      where backend memory is not host memory */
     B_IDS,        /* host; hp_forward_batch: the rows' token ids (ints) */
+    B_CANDP,      /* host; hp_forward_batch: topk items' candidates, */
+    B_CANDI,      /* hp_fwd_topk a row: probabilities, tokens (ints) */
     B_JUMPS,      /* the jump callbacks' (hp_fwd_jump_mem) */
     B_JUMPSCR,
     B_COUNT

@@ -596,8 +596,19 @@ static void resolve(hp_sched_t *s, req_t *r, hp_fwd_item_t *it)
         return;
     }
     if (!it->verify) {
-        rc = hp_decoder_next_id(&r->dec, it->best ? it->best[0] : -1, &s->sm,
-                                it->logits, &r->feed, &err);
+        int best = it->best ? it->best[0] : -1;
+        /* a device sent the sampler's candidates only: they decide, or
+         * the row's logits come over after all */
+        if (best < 0 && it->cand_p) {
+            best = hp_decoder_pick_topk(&r->dec, it->cand_p, it->cand_idx,
+                                        hp_fwd_topk(&s->llm->model),
+                                        s->llm->model.cfg.vocab_size);
+            if (best < 0)
+                rc = hp_forward_fetch_logits(&s->llm->model, &s->ws, it, &err);
+        }
+        if (rc == HP_OK)
+            rc = hp_decoder_next_id(&r->dec, best, &s->sm, it->logits, &r->feed,
+                                    &err);
     } else {
         rc = it->best
                  ? hp_decoder_accept_best(&r->dec, it->best, r->ids + 1,
@@ -634,7 +645,12 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
                                 .T = r->n_ids,
                                 .verify = r->n_ids > 1,
                                 .argmax = r->dec.sampling.temperature <= 0.0f &&
-                                          !r->dec.logprobs && !r->dec.grammar};
+                                          !r->dec.logprobs && !r->dec.grammar,
+                                .topk = r->dec.sampling.temperature > 0.0f &&
+                                        !r->dec.logprobs && !r->dec.grammar,
+                                .inv_t = r->dec.sampling.temperature > 0.0f
+                                             ? 1.0 / r->dec.sampling.temperature
+                                             : 0.0};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
         s->passes++;

@@ -9,6 +9,8 @@
 #ifndef HYPIC_ENGINE_TEST_BACKEND_RUN_H
 #define HYPIC_ENGINE_TEST_BACKEND_RUN_H
 
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/forward/dump.h"
@@ -17,12 +19,50 @@
 #include "engine/forward/sampler.h"
 #include "engine/forward/seq.h"
 #include "engine/forward/spec.h"
+#include "kernels/cpu/hk_cpu.h"
 #include "t/lib/tap.h"
 
 #define TBR_PROMPT 37
 #define TBR_STEPS  4
 /* logits rows a run writes */
 #define TBR_ROWS (TBR_PROMPT + TBR_STEPS + 4)
+
+/* A device's candidates for a topk item against hk_topk on its logits,
+ * fetched after them (hp_forward_fetch_logits): the same tokens in the
+ * same order, probabilities to the normalizer's rounding. */
+static inline int tbr_check_cands(const hp_model_t *m, hp_fwd_ws_t *ws,
+                                  hp_fwd_item_t *it, hp_error_t *err)
+{
+    const int V = m->cfg.vocab_size, k = hp_fwd_topk(m);
+    float *p = malloc((size_t)k * sizeof(float));
+    int *idx = malloc((size_t)k * sizeof(int));
+    float *cp = malloc((size_t)k * sizeof(float));
+    int *ci = malloc((size_t)k * sizeof(int));
+    int rc = p && idx && cp && ci
+                 ? HP_OK
+                 : hp_error_set(err, HP_ENOMEM, "test: memory");
+    if (rc == HP_OK) { /* before the fetch: it reuses the host buffers */
+        memcpy(cp, it->cand_p, (size_t)k * sizeof(float));
+        memcpy(ci, it->cand_idx, (size_t)k * sizeof(int));
+        rc = hp_forward_fetch_logits(m, ws, it, err);
+    }
+    if (rc == HP_OK && !it->logits)
+        rc = hp_error_set(err, HP_EINTERNAL, "topk item: no logits fetched");
+    if (rc == HP_OK) {
+        hk_topk(p, idx, it->logits, V, k, it->inv_t);
+        for (int i = 0; i < k && rc == HP_OK; i++)
+            if (ci[i] != idx[i] || fabsf(cp[i] - p[i]) > 1e-5f + 1e-4f * p[i])
+                rc = hp_error_set(err, HP_EINTERNAL,
+                                  "topk candidate %d: %d (p %g) where the "
+                                  "logits give %d (p %g)",
+                                  i, ci[i], cp[i], idx[i], p[i]);
+    }
+    free(p);
+    free(idx);
+    free(cp);
+    free(ci);
+    return rc;
+}
 
 /* out [TBR_ROWS, vocab]; the first sequence's state dumped to the file
  * dump unless it is NULL. */
@@ -66,17 +106,26 @@ static inline int tbr_run(const hp_model_t *m, float *out, const char *dump,
         next[i] = rc == HP_OK ? hp_argmax(out, V) : 0;
         out += V;
     }
-    hp_fwd_item_t g[2] = {{.seq = &s[0], .ids = &next[0], .T = 1, .argmax = 1},
-                          {.seq = &s[1], .ids = &next[1], .T = 1}};
+    /* the second samples: on a device only its candidates come over
+     * (hp_backend_topk), then its logits on demand */
+    hp_fwd_item_t g[2] = {
+        {.seq = &s[0], .ids = &next[0], .T = 1, .argmax = 1},
+        {.seq = &s[1], .ids = &next[1], .T = 1, .topk = 1, .inv_t = 1.25}};
+    const int host = hp_backend_host_memory(m->be);
     if (rc == HP_OK)
         rc = hp_forward_batch(m, g, 2, &ws, err);
     if (rc == HP_OK &&
         (g[0].status != HP_OK || g[1].status != HP_OK || !g[0].best ||
-         g[1].best || !g[1].logits ||
+         g[1].best || !g[1].logits != !host || !g[1].cand_p != !!host ||
          (g[0].logits && hp_argmax(g[0].logits, V) != *g[0].best)))
-        rc = hp_error_set(err, HP_EINTERNAL, "argmax step: best %s, logits %s",
+        rc = hp_error_set(err, HP_EINTERNAL,
+                          "argmax and topk step: best %s, logits %s, "
+                          "candidates %s",
                           g[0].best ? "set" : "missing",
-                          g[0].logits ? "disagree" : "missing");
+                          g[0].logits ? "disagree" : "missing",
+                          g[1].cand_p ? "sent" : "not sent");
+    if (rc == HP_OK && !host)
+        rc = tbr_check_cands(m, &ws, &g[1], err);
     if (rc == HP_OK) {
         memset(out, 0, (size_t)V * 4);
         out[*g[0].best] = 1.0f;

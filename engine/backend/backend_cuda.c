@@ -555,7 +555,7 @@ static void cu_topk(be_t b, float *p, int *idx, const float *logits, int B,
         return;
     }
     float *dp = c->samp + hk_cuda_topk_scratch(B, 0);
-    int *di = (int *)(dp + (size_t)B * k);
+    int *di = (int *)(void *)(dp + (size_t)B * k);
     note(b, hk_cuda_topk(dp, di, logits, B, V, k, inv_t, 0, c->samp, NULL),
          "topk");
     cu_download(b, p, dp, (size_t)B * k * sizeof(float));

@@ -37,9 +37,8 @@ int main(void)
     for (int row = 0; row < ROWS; row++) {
         /* peaked rows (a model's) and flat ones, ties included */
         for (int i = 0; i < V; i++)
-            l[i] = row % 3 == 2
-                       ? (float)(int)(7.0 * test_rng_unif(&rng))
-                       : (float)(test_rng_normal(&rng) * (2.0 + row));
+            l[i] = row % 3 == 2 ? (float)(int)(7.0 * test_rng_unif(&rng))
+                                : (float)(test_rng_normal(&rng) * (2.0 + row));
         for (size_t a = 0; a < sizeof(temps) / sizeof(*temps); a++) {
             hk_topk(p, idx, l, V, K, 1.0 / temps[a]);
             for (size_t b = 0; b < sizeof(top_ks) / sizeof(*top_ks); b++)
@@ -54,8 +53,7 @@ int main(void)
                         hp_rng_seed(&rb, sp.seed);
                         int want = hp_sample(&sm, l, &sp, &ra);
                         int got = hk_sample_topk(p, idx, K, V, sp.top_k,
-                                                 sp.top_p,
-                                                 hp_rng_uniform(&rb));
+                                                 sp.top_p, hp_rng_uniform(&rb));
                         cases++;
                         if (got < 0) {
                             undecided++;
@@ -69,12 +67,14 @@ int main(void)
                     }
         }
     }
-    ok(agree, "the candidates pick hp_sample's token wherever they decide "
-              "(%ld of %ld decided, %ld the same)",
+    ok(agree,
+       "the candidates pick hp_sample's token wherever they decide "
+       "(%ld of %ld decided, %ld the same)",
        decided, cases, same);
     ok(rng_agree, "and leave the generator where hp_sample leaves it");
-    ok(topk_undecided == 0, "every top-k filter within the %d candidates "
-                            "decides (%ld did not)",
+    ok(topk_undecided == 0,
+       "every top-k filter within the %d candidates "
+       "decides (%ld did not)",
        K, topk_undecided);
     ok(decided > cases / 2 && undecided > 0,
        "most draws decide, some need the row (%ld of %ld)", undecided, cases);

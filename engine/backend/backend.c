@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "engine/backend/backend_impl.h"
+#include "kernels/cpu/hk_cpu.h"
 
 static const hp_backend_t cpu = {&hp_backend_cpu_iface, NULL, "cpu", 1, ""};
 
@@ -454,6 +455,12 @@ void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
                        int B, int V)
 {
     CALL(HP_OP_ARGMAX, argmax, idx, logits, B, V);
+}
+
+int hp_backend_sample_topk(const float *p, const int *idx, int k, int V,
+                           int top_k, float top_p, double u)
+{
+    return hk_sample_topk(p, idx, k, V, top_k, top_p, u);
 }
 
 void hp_backend_topk(const hp_backend_t *b, float *p, int *idx,

@@ -258,6 +258,11 @@ void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
 #define HP_BACKEND_TOPK_MAX 256
 void hp_backend_topk(const hp_backend_t *b, float *p, int *idx,
                      const float *logits, int B, int V, int k, double inv_t);
+/* Host math, not an op: the token the sampler draws with uniform u from
+ * k candidates of hp_backend_topk's (hk_sample_topk; -1 where they
+ * cannot decide). */
+int hp_backend_sample_topk(const float *p, const int *idx, int k, int V,
+                           int top_k, float top_p, double u);
 
 /* ---- causal conv, Gated DeltaNet ---------------------------------------- */
 

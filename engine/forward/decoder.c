@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/backend/backend.h"
 #include "engine/forward/decoder.h"
 #include "engine/forward/spec.h"
-#include "kernels/cpu/hk_cpu.h"
 
 /* Length of the longest suffix of text[0..len) that is a proper prefix of
  * a stop string: that much is held back, it may still become one. */
@@ -265,8 +265,8 @@ int hp_decoder_pick_topk(hp_decoder_t *d, const float *p, const int *idx, int k,
         d->sampling.temperature <= 0.0f)
         return -1;
     hp_rng_t was = d->rng;
-    int t = hk_sample_topk(p, idx, k, V, d->sampling.top_k, d->sampling.top_p,
-                           hp_rng_uniform(&d->rng));
+    int t = hp_backend_sample_topk(p, idx, k, V, d->sampling.top_k,
+                                   d->sampling.top_p, hp_rng_uniform(&d->rng));
     if (t < 0)
         d->rng = was;
     return t;

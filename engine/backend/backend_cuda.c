@@ -81,7 +81,7 @@ typedef struct {
     uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
     size_t xb_cap;   /* elements */
     float *i8_tile;  /* [CU_I8_TILE]: W dequantized, a tile of rows */
-    float *samp;     /* argmax's split partials (rows over blocks) */
+    float *samp;     /* argmax's and topk's split partials, topk's output */
     size_t samp_cap; /* floats */
     size_t mem;      /* device memory in all (bytes) */
     float *host;     /* host scratch (the identity) */
@@ -292,9 +292,10 @@ static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
     /* a smaller plan (a prefill worker's, after the scheduler's) touches
      * nothing the ops in flight use */
     size_t seg = p->stage > STAGE_MIN ? p->stage : STAGE_MIN;
-    size_t samp = topk_floats(p->rows > 0 ? p->rows : 1);
-    if (samp < hk_cuda_argmax_scratch(p->rows > 0 ? p->rows : 1, 0))
-        samp = hk_cuda_argmax_scratch(p->rows > 0 ? p->rows : 1, 0);
+    const int rows = p->rows > 0 ? p->rows : 1;
+    size_t samp = topk_floats(rows), am = hk_cuda_argmax_scratch(rows, 0);
+    if (samp < am)
+        samp = am;
     if (seg <= hk_cuda_ring_seg_bytes(c->stage) && (!bf16 || xb <= c->xb_cap) &&
         (!i8 || tile) && samp <= c->samp_cap)
         return HP_OK;
@@ -1027,7 +1028,7 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
                                               HK_CUDA_GDN_TC_FAST};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
-    for (int i = 0; gdn < 0 && i < 7; i++)
+    for (int i = 0; gdn < 0 && i < (int)(sizeof(modes) / sizeof(*modes)); i++)
         gdn = strcmp(e, modes[i]) ? -1 : i;
     if (gdn < 0)
         return hp_error_set(err, HP_EBADINPUT,

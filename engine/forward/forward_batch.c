@@ -81,6 +81,12 @@ static int stays(const hp_model_t *m, const hp_fwd_item_t *x)
                          !hp_backend_host_memory(m->be));
 }
 
+/* Whether x wants only its sampler candidates (and gets them). */
+static int wants_cands(const hp_model_t *m, const hp_fwd_item_t *x)
+{
+    return !x->argmax && stays(m, x);
+}
+
 /* Whether x is live, in class cls (0: a KVBuffer decode step of
  * pool kvp, 1: a recurrent step, 2: a verification), and its logits stay
  * on the device or not (am). */
@@ -94,8 +100,8 @@ static int in_class(const hp_model_t *m, const hp_fwd_item_t *x, int cls,
     return cls == 1 ? !is_kvdec(x) && !x->verify : x->verify;
 }
 
-/* Appends the unplaced items of a class to the order, those wanting only
- * their argmax first. */
+/* Appends the unplaced items of a class to the order, those whose logits
+ * stay on the device first. */
 static void place_class(const hp_model_t *m, hp_fwd_item_t *it, int n,
                         plan_t *p, int cls, const hp_kvbuf_pool_t *kvp)
 {
@@ -337,14 +343,14 @@ static int take_cands(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
     for (int k = 0; k < p->live;) {
         hp_fwd_item_t *a = &it[p->order[k]];
-        if (a->argmax || !stays(m, a)) {
+        if (!wants_cands(m, a)) {
             k++;
             continue;
         }
         size_t r0 = (size_t)p->row[p->order[k]], n = 0;
         for (; k < p->live; k++, n++) {
             hp_fwd_item_t *x = &it[p->order[k]];
-            if (x->argmax || !stays(m, x) || x->inv_t != a->inv_t ||
+            if (!wants_cands(m, x) || x->inv_t != a->inv_t ||
                 (size_t)p->row[p->order[k]] != r0 + n)
                 break;
             x->cand_p = cp + (r0 + n) * K;
@@ -375,7 +381,7 @@ static int take_logits(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
     for (int k = 0; k < p->live; k++) {
         hp_fwd_item_t *a = &it[p->order[k]];
         any |= a->argmax;
-        cands |= !a->argmax && stays(m, a);
+        cands |= wants_cands(m, a);
         a->cand_p = NULL;
         a->cand_idx = NULL;
         a->row = p->row[p->order[k]];

@@ -861,7 +861,6 @@ static void update_stats(hp_sched_t *s)
     size_t bytes = 0;
     s->st.seqs = 0;
     s->st.seq_bytes = 0;
-    s->st.seq_budget = s->pool ? s->room : 0;
     for (req_t *r = s->q_head; r; r = r->next) {
         queued++;
         bytes += req_bytes(s, r);

@@ -146,8 +146,14 @@ int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err)
     int cap = s->kv_cap ? s->kv_cap : 256;
     while (cap < n)
         cap *= 2;
-    if (s->pool)
-        return pool_move(s, n, cap, err);
+    if (s->pool) {
+        int rc = pool_move(s, n, cap, err);
+        return rc == HP_EBUSY ? hp_error_set(err, HP_ENOMEM,
+                                             "sequence: no memory for %d "
+                                             "positions",
+                                             n)
+                              : rc;
+    }
     size_t row = c->kv_row * sizeof(float);
     size_t old = (size_t)s->kv_cap * row, bytes = (size_t)cap * row;
     for (int l = 0; l < c->n_layers; l++) {
@@ -454,24 +460,25 @@ int hp_seq_init_in(hp_seq_t *s, const hp_model_t *m, hp_seq_pool_t *pool, int n,
 }
 
 /* A pooled sequence past its extent: to a larger one (cap positions, else
- * n), its states and K/V copied inside the pool. Not with KVBuffers open
- * (they point at the states). */
+ * n), its states and K/V copied inside the pool (backend copies: the pool
+ * may be device memory); open KVBuffers follow their states. HP_EBUSY
+ * when no free extent holds n positions now. */
 static int pool_move(hp_seq_t *s, int n, int cap, hp_error_t *err)
 {
     const hp_model_config_t *c = &s->model->cfg;
     hp_seq_pool_t *p = s->pool;
-    size_t len = hp_seq_pool_need(s->model, cap), off = (size_t)-1;
-    if (!s->kvpool) {
+    size_t len = hp_seq_pool_need(s->model, cap);
+    size_t off = pool_take(p, len);
+    if (off == (size_t)-1) {
+        cap = n;
+        len = hp_seq_pool_need(s->model, cap);
         off = pool_take(p, len);
-        if (off == (size_t)-1) {
-            cap = n;
-            len = hp_seq_pool_need(s->model, cap);
-            off = pool_take(p, len);
-        }
     }
     if (off == (size_t)-1)
-        return hp_error_set(err, HP_ENOMEM,
-                            "sequence: no memory for %d positions", n);
+        return hp_error_set(err, HP_EBUSY,
+                            "sequence: no room in the pool for %d positions "
+                            "now",
+                            n);
     hp_seq_layer_t *old = malloc((size_t)c->n_layers * sizeof(*old));
     if (!old) {
         pool_put(p, off, len);
@@ -485,6 +492,12 @@ static int pool_move(hp_seq_t *s, int n, int cap, hp_error_t *err)
         if (c->layer_kind[l] == HP_LAYER_LINEAR) {
             hp_backend_copy(s->be, b->S, a->S, c->state_floats * sizeof(float));
             hp_backend_copy(s->be, b->conv, a->conv, conv_bytes(c));
+            /* a buffer's state (the last flush's) or the storage a KV-only
+             * one creates it in is this layer's S */
+            if (b->kvb.S == a->S)
+                b->kvb.S = b->S;
+            if (b->kvb.store == a->S)
+                b->kvb.store = b->S;
         } else if (kv) {
             hp_backend_copy(s->be, b->k, a->k, kv);
             hp_backend_copy(s->be, b->v, a->v, kv);
@@ -496,4 +509,16 @@ static int pool_move(hp_seq_t *s, int n, int cap, hp_error_t *err)
     s->pool_len = len;
     s->kv_cap = cap;
     return HP_OK;
+}
+
+int hp_seq_grow(hp_seq_t *s, int n, int cap, hp_error_t *err)
+{
+    if (n <= s->kv_cap)
+        return HP_OK;
+    if (!s->pool)
+        return hp_seq_reserve(s, cap > n ? cap : n, err);
+    if (s->spec_T)
+        return hp_error_set(err, HP_EBADINPUT,
+                            "sequence: grow with an unresolved verification");
+    return pool_move(s, n, cap > n ? cap : n, err);
 }

@@ -32,11 +32,11 @@ typedef struct {
  * and K/V caches, all of one sequence in one extent), so that a request's
  * admission, prefill and decode make no device allocation (on CUDA each
  * cudaMalloc may synchronize the device). First fit over a free list of
- * extents (host memory), merged again when freed; an extent is sized
- * for the most positions its sequence will hold (the scheduler reserves
- * prompt + max_tokens + drafts at admission), so it does not move while
- * the request runs. A sequence that outgrows its extent moves to a larger
- * one (a copy inside the pool) or fails with HP_ENOMEM as on the CPU.
+ * extents (host memory), merged again when freed. A sequence that
+ * outgrows its extent moves to a larger one (a copy inside the pool:
+ * hp_seq_grow, or hp_seq_reserve, which fails with HP_ENOMEM as on the
+ * CPU); the scheduler takes a bounded first extent and grows it as the
+ * sequence does.
  * The byte budget is its caller's (hp_sched_cfg_t.seq_budget). Thread
  * safe.
  */
@@ -61,6 +61,12 @@ int hp_seq_init(hp_seq_t *s, const hp_model_t *m, hp_error_t *err);
 void hp_seq_free(hp_seq_t *s);
 /* Makes room for positions [0, n) in every K/V cache (doubling). */
 int hp_seq_reserve(hp_seq_t *s, int n, hp_error_t *err);
+/* Room for positions [0, n): a pooled sequence moves to an extent of cap
+ * positions (else n; cap < n: n), its states, K/V and open KVBuffers
+ * kept; HP_EBUSY when the pool has no free extent that large now (others
+ * must give theirs back first), nothing changed. Not with a verification
+ * unresolved (HP_EBADINPUT). Unpooled: hp_seq_reserve. */
+int hp_seq_grow(hp_seq_t *s, int n, int cap, hp_error_t *err);
 /* Back to the empty state, keeping the allocations (KVBuffers are
  * closed, their entries dropped). */
 void hp_seq_reset(hp_seq_t *s);

@@ -38,7 +38,15 @@ typedef struct req {
     hp_prompt_t prompt;
     int prefilled; /* prompt tokens through the model */
     hp_seq_t seq;
-    int need_pos;   /* most positions it may reach (the pool's extent) */
+    int need_pos;   /* most positions it may reach */
+    int want_pos;   /* positions of the extent its next admission takes */
+    uint64_t order; /* lead: its first admission's place (victims: last) */
+    /* preempted while decoding: the context to prefill again (prompt and
+     * the tokens the sequence held), NULL: none */
+    int *redo;
+    int n_redo;
+    int shown;     /* start() was called: never again */
+    int preempted; /* lead: times a choice of it was preempted */
     hp_seq_t *kept; /* [n_choices - 1] the choices' pooled sequences,
                        taken with the lead's at admission */
     float *logits;  /* [vocab] the prompt's last */
@@ -96,6 +104,8 @@ struct hp_sched {
     uint64_t passes;                 /* decode passes so far */
     hp_gcache_t *gcache;             /* compiled grammars (thread-safe) */
     int shown_running, shown_queued; /* the gauges the last flush gave */
+    uint64_t admits;                 /* first admissions so far */
+    uint64_t growths, preemptions;   /* hp_sched_stats_t's */
 };
 
 static int64_t now_us(void)
@@ -129,6 +139,7 @@ static void req_free(req_t *r)
         hp_seq_free(&r->kept[i]); /* no-op on those the choices took */
     free(r->kept);
     free(r->logits);
+    free(r->redo);
     hp_prompt_free(&r->prompt);
     free(r);
 }
@@ -167,6 +178,7 @@ static void req_done(hp_sched_t *s, req_t *r)
     f.fetched_tokens = r->fetched_tokens;
     f.segs_hit = r->ast.hit_segments;
     f.segs_total = r->prompt.n_segs;
+    f.preempted = r->preempted;
     f.ttft_us = r->t_first ? r->t_first - r->t_submit : -1;
     f.total_us = t - r->t_submit;
     if (r->status != HP_OK)
@@ -287,8 +299,9 @@ static void fail(req_t *r, const hp_error_t *err)
 
 static void started(req_t *r, int *produced)
 {
-    if (!r->ops.start)
+    if (!r->ops.start || r->shown)
         return;
+    r->shown = 1;
     hp_sched_start_t st = {
         .prompt_tokens = r->prompt.n,
         .cached_tokens = r->ast.cached_tokens,
@@ -332,22 +345,31 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
     hp_error_t err = {0};
     int V = s->llm->model.cfg.vocab_size;
 
-    r->t_admit = now_us();
+    int first = !r->order; /* not readmitted after a preemption */
+    if (first) {
+        r->t_admit = now_us();
+        r->order = ++s->admits;
+    }
     r->phase = R_PREFILL;
     if ((!r->seq.layers && hp_seq_init(&r->seq, &s->llm->model, &err)) ||
-        hp_seq_reserve(&r->seq, r->prompt.n + 1, &err) != HP_OK) {
+        hp_seq_reserve(&r->seq, (r->redo ? r->n_redo : r->prompt.n) + 1,
+                       &err) != HP_OK) {
         fail(r, &err);
         return;
     }
-    r->logits = malloc((size_t)V * sizeof(float));
-    if (!r->logits) {
+    if (!r->logits && !(r->logits = malloc((size_t)V * sizeof(float)))) {
         hp_error_set(&err, HP_ENOMEM, "no memory for a request's logits");
         fail(r, &err);
         return;
     }
+    /* a context prefilled again keeps its form; its buffers open after
+     * the prefill (resume) */
+    if (r->redo)
+        return;
     /* KV-only: the prompt itself goes through the buffers (opened on the
      * empty sequence); failing that, chunkwise after the prefill */
-    r->decode = decode_form(s, r);
+    if (first)
+        r->decode = decode_form(s, r);
     if (r->decode == HP_SCHED_DECODE_KVONLY &&
         hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err) != HP_OK)
         r->decode = HP_SCHED_DECODE_CHUNKWISE;
@@ -364,7 +386,11 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
 static void open_buffers(hp_sched_t *s, req_t *r)
 {
     hp_error_t err;
-    if (r->decode == HP_SCHED_DECODE_CHUNKWISE && r->seq.layers &&
+    /* KV-only's buffers are open from its admission, unless its context
+     * was prefilled again (resume): it goes on chunkwise then */
+    if ((r->decode == HP_SCHED_DECODE_CHUNKWISE ||
+         r->decode == HP_SCHED_DECODE_KVONLY) &&
+        r->seq.layers &&
         !r->seq.kvpool &&
         hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err) != HP_OK) {
         r->decode = HP_SCHED_DECODE_RECURRENT;
@@ -387,6 +413,7 @@ static int fork_choice(hp_sched_t *s, req_t *r, int i, hp_error_t *err)
     c->ud = r->ud;
     c->mode = r->mode;
     c->seam = r->seam;
+    c->need_pos = r->need_pos;
     c->ask_decode = r->ask_decode;
     c->decode = r->decode;
     c->prefilled = r->prefilled;
@@ -439,6 +466,18 @@ static void to_decode(hp_sched_t *s, req_t *r)
             fail(r, &err);
             return;
         }
+    open_buffers(s, r);
+}
+
+/* A preempted request's context is back in its sequence: decoding goes
+ * on where it stopped (its decoder, and its choices, untouched). */
+static void resume(hp_sched_t *s, req_t *r)
+{
+    free(r->redo);
+    r->redo = NULL;
+    r->n_redo = 0;
+    r->prefilled = r->lead->prompt.n;
+    r->phase = R_DECODE;
     open_buffers(s, r);
 }
 
@@ -530,26 +569,34 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
     started(r, produced);
 }
 
+/* One chunk of the prompt, or of a preempted request's context (whose
+ * logits are not wanted: its next token is chosen already, or its
+ * prompt's logits are still held). */
 static void prefill_chunk(hp_sched_t *s, req_t *r)
 {
     hp_error_t err = {0};
-    int chunk = s->cfg.prefill_chunk, left = r->prompt.n - r->prefilled;
+    const int *ids = r->redo ? r->redo : r->prompt.ids;
+    int chunk = s->cfg.prefill_chunk,
+        left = (r->redo ? r->n_redo : r->prompt.n) - r->prefilled;
     int n = left < chunk ? left : chunk, last = n == left;
     /* a KV-only prompt goes through the buffers in pieces they take */
     int piece = r->seq.kvpool ? s->kvpool.cfg.max_step : n;
     for (int off = 0; off < n; off += piece) {
         int k = n - off < piece ? n - off : piece;
-        int rc = hp_forward(
-            &s->llm->model, &r->seq, &s->ws, r->prompt.ids + r->prefilled, NULL,
-            k, NULL, last && off + k == n ? HP_LOGITS_LAST : HP_LOGITS_NONE,
-            r->logits, &err);
+        int rc = hp_forward(&s->llm->model, &r->seq, &s->ws,
+                            ids + r->prefilled, NULL, k, NULL,
+                            last && off + k == n && !r->redo ? HP_LOGITS_LAST
+                                                             : HP_LOGITS_NONE,
+                            r->logits, &err);
         if (rc != HP_OK) {
             fail(r, &err);
             return;
         }
         r->prefilled += k;
     }
-    if (last)
+    if (last && r->redo)
+        resume(s, r);
+    else if (last)
         to_decode(s, r);
 }
 
@@ -674,15 +721,31 @@ static int refuse_queued(hp_sched_t *s)
     pthread_mutex_unlock(&s->mu);
     if (!draining || !s->q_head)
         return 0;
-    while (s->q_head) {
-        req_t *r = s->q_head;
-        s->q_head = r->next;
+    /* preempted ones were admitted: they run on (unless nothing can) */
+    int any = 0;
+    req_t **pp = &s->q_head;
+    s->q_tail = NULL;
+    while (*pp) {
+        req_t *r = *pp;
+        if (r->order && !s->lost) {
+            s->q_tail = r;
+            pp = &r->next;
+            continue;
+        }
+        *pp = r->next;
         r->status = err.code;
         r->err = err;
-        req_done(s, r);
+        retire(s, r);
+        any = 1;
     }
-    s->q_tail = NULL;
-    return 1;
+    return any;
+}
+
+/* Batch places a queued request takes: a choice each, or one for a
+ * preempted choice (its siblings hold their own). */
+static int places(const req_t *r)
+{
+    return r->redo || r->lead != r ? 1 : r->n_choices;
 }
 
 /* Takes r's sequences (every choice's) from the pool: HP_OK (or no
@@ -691,23 +754,199 @@ static int refuse_queued(hp_sched_t *s)
 static int take_seqs(hp_sched_t *s, req_t *r, hp_error_t *err)
 {
     const hp_model_t *m = &s->llm->model;
+    int n_kept = places(r) - 1;
     if (!s->pool || r->seq.layers)
         return HP_OK;
-    if (r->n_choices > 1 &&
-        !(r->kept = calloc((size_t)r->n_choices - 1, sizeof(*r->kept))))
+    if (n_kept && !(r->kept = calloc((size_t)n_kept, sizeof(*r->kept))))
         return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
-    int rc = hp_seq_init_in(&r->seq, m, s->pool, r->need_pos, err);
-    for (int i = 0; rc == HP_OK && i < r->n_choices - 1; i++)
-        rc = hp_seq_init_in(&r->kept[i], m, s->pool, r->need_pos, err);
+    int rc = hp_seq_init_in(&r->seq, m, s->pool, r->want_pos, err);
+    for (int i = 0; rc == HP_OK && i < n_kept; i++)
+        rc = hp_seq_init_in(&r->kept[i], m, s->pool, r->want_pos, err);
     if (rc != HP_OK) {
         if (r->seq.layers)
             hp_seq_free(&r->seq);
-        for (int i = 0; r->kept && i < r->n_choices - 1; i++)
+        for (int i = 0; i < n_kept; i++)
             hp_seq_free(&r->kept[i]);
         free(r->kept);
         r->kept = NULL;
     }
     return rc;
+}
+
+/* ---- memory on demand: growth and preemption -------------------------- */
+
+/* The first extent of a sequence of ctx positions: seq_step positions to
+ * grow into and one verification's drafts, within the most it reaches. */
+static int first_pos(const hp_sched_t *s, const req_t *r, int ctx)
+{
+    long p = (long)ctx + s->cfg.seq_step + HP_SCHED_MAX_DRAFT + 1;
+    return p < r->need_pos ? (int)p : r->need_pos;
+}
+
+/* The running choice to preempt: the last admitted (its request's first
+ * admission; of a request, its last choice) of those holding a sequence
+ * that will still run. Older requests keep their memory, so a request
+ * preempted and readmitted is the next victim again, not its elders. */
+static req_t *victim(const hp_sched_t *s)
+{
+    req_t *v = NULL;
+    for (int i = 0; i < s->n_running; i++) {
+        req_t *r = s->running[i];
+        if (!r->seq.layers || r->phase == R_FINISH || r->cancelled ||
+            group_failed(r) || r->dec.max_tokens == 0)
+            continue;
+        if (!v || r->lead->order > v->lead->order ||
+            (r->lead == v->lead && r->choice > v->choice))
+            v = r;
+    }
+    return v;
+}
+
+/* v gives its memory back and waits at the head of the queue. Decoding,
+ * it keeps its decoder (text, stops, generator, what was shown) and, to
+ * prefill again when readmitted, the tokens its sequence held; still
+ * prefilling (its prompt), it starts over. HP_ENOMEM. */
+static int preempt(hp_sched_t *s, req_t *v, int want, hp_error_t *err)
+{
+    if (v->phase == R_DECODE) {
+        const hp_prompt_t *pr = &v->lead->prompt; /* a choice has none */
+        int n = v->seq.n_pos, P = pr->n, gen = n - P;
+        if (gen < 0 || gen > v->dec.n_ids - v->dec.n_prompt)
+            return hp_error_set(err, HP_EINTERNAL,
+                                "scheduler: a sequence of %d positions, a "
+                                "prompt of %d and %d tokens",
+                                n, P, v->dec.n_ids - v->dec.n_prompt);
+        int *ids = malloc((size_t)n * sizeof(int));
+        if (!ids)
+            return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
+        memcpy(ids, pr->ids, (size_t)P * sizeof(int));
+        memcpy(ids + P, v->dec.ids + v->dec.n_prompt, (size_t)gen * sizeof(int));
+        v->redo = ids;
+        v->n_redo = n;
+    } else if (!v->redo) {
+        drop_job(s, v);
+        for (int i = 0; v->kept && i < v->n_choices - 1; i++)
+            hp_seq_free(&v->kept[i]);
+        free(v->kept);
+        v->kept = NULL;
+    }
+    hp_seq_free(&v->seq);
+    v->prefilled = 0;
+    v->want_pos = want;
+    v->phase = R_QUEUED;
+    s->held -= v->holds;
+    v->holds = 0;
+    int k = 0;
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i] != v)
+            s->running[k++] = s->running[i];
+    s->n_running = k;
+    v->next = s->q_head;
+    s->q_head = v;
+    if (!s->q_tail)
+        s->q_tail = v;
+    s->blocked = NULL;
+    s->preemptions++;
+    v->lead->preempted++;
+    return HP_OK;
+}
+
+/* r's sequence, past its extent for this step's tokens (need positions):
+ * to one half as large again, at least seq_step more, at most all it may
+ * reach. HP_EBUSY: no room now. */
+static int grow(hp_sched_t *s, req_t *r, int need, hp_error_t *err)
+{
+    long cap = r->seq.kv_cap, more = cap / 2;
+    cap += more > s->cfg.seq_step ? more : s->cfg.seq_step;
+    if (cap > r->need_pos)
+        cap = r->need_pos;
+    int rc = hp_seq_grow(&r->seq, need, cap > need ? (int)cap : need, err);
+    s->growths += rc == HP_OK;
+    return rc;
+}
+
+/* No room for r to grow into (need positions): the last admitted choice
+ * (*out) gives its memory back. HP_OK; *out may be r itself: it waits
+ * for the others' memory or, alone, takes a fresh extent of the pool's
+ * free memory as a whole, its own included (free memory may lie in
+ * pieces). Else the error r fails with: HP_ETOOLARGE where it needs
+ * more than the pool leaves requests. */
+static int preempt_for(hp_sched_t *s, req_t *r, int need, req_t **out,
+                       hp_error_t *err)
+{
+    req_t *v = victim(s);
+    *out = v && v != r ? v : r;
+    if (v && v != r)
+        return preempt(s, v,
+                       first_pos(s, v,
+                                 v->phase == R_DECODE ? v->seq.n_pos
+                                 : v->redo            ? v->n_redo
+                                                      : v->prompt.n),
+                       err);
+    int alone = 1;
+    for (int i = 0; i < s->n_running; i++)
+        alone &= s->running[i] == r || (!s->running[i]->seq.layers &&
+                                         !s->running[i]->kept);
+    long want = (long)need + s->cfg.seq_step;
+    if (want > r->need_pos)
+        want = r->need_pos > need ? r->need_pos : need;
+    const hp_model_t *m = &s->llm->model;
+    if (alone && hp_seq_pool_need(m, (int)want) > s->room)
+        want = need;
+    if (alone && hp_seq_pool_need(m, need) > s->room)
+        return hp_error_set(err, HP_ETOOLARGE,
+                            "the sequence reached %d positions: %d take "
+                            "%zu bytes, the sequence pool leaves requests "
+                            "%zu (seq_budget)",
+                            need - r->n_ids, need, hp_seq_pool_need(m, need),
+                            s->room);
+    return preempt(s, r, (int)want, err);
+}
+
+/* v leaves rs[*n] (if there): 1 if it stood at or before i. */
+static int unplan(req_t **rs, int *n, const req_t *v, int i)
+{
+    for (int j = 0; j < *n; j++)
+        if (rs[j] == v) {
+            memmove(&rs[j], &rs[j + 1], (size_t)(*n - j - 1) * sizeof(*rs));
+            (*n)--;
+            return j <= i;
+        }
+    return 0;
+}
+
+/* Room for this step's tokens in each of rs[n] (planned, in admission
+ * order: the oldest get theirs first): sequences grow, preempting where
+ * the pool has no room. Returns the count left in rs. */
+static int make_room(hp_sched_t *s, req_t **rs, int n)
+{
+    if (!s->pool)
+        return n;
+    /* the finished never run again: their memory goes now */
+    for (int i = 0; i < s->n_running; i++)
+        if (s->running[i]->phase == R_FINISH && s->running[i]->seq.layers)
+            hp_seq_free(&s->running[i]->seq);
+    for (int i = 0; i < n; i++) {
+        req_t *r = rs[i];
+        int need = r->seq.n_pos + r->n_ids;
+        while (need > r->seq.kv_cap) {
+            hp_error_t err = {0};
+            req_t *v;
+            int rc = grow(s, r, need, &err);
+            if (rc == HP_OK)
+                break;
+            if (rc == HP_EBUSY)
+                rc = preempt_for(s, r, need, &v, &err);
+            if (rc != HP_OK) {
+                fail(r, &err);
+                v = r;
+            }
+            i -= unplan(rs, &n, v, i);
+            if (v == r)
+                break;
+        }
+    }
+    return n;
 }
 
 /* One iteration; returns 1 if it produced output. */
@@ -725,7 +964,7 @@ static int step(hp_sched_t *s)
         *pp = r->next;
         if (s->q_tail == r)
             s->q_tail = NULL;
-        req_done(s, r);
+        retire(s, r); /* a preempted choice: its request may run on */
     }
     if (!s->q_head)
         s->q_tail = NULL;
@@ -739,7 +978,7 @@ static int step(hp_sched_t *s)
      * sequences' memory from the pool: while that is short, it waits for
      * running requests to end (with none running it never fits: its
      * error) */
-    while (s->q_head && s->held + s->q_head->n_choices <= s->cfg.batch) {
+    while (s->q_head && s->held + places(s->q_head) <= s->cfg.batch) {
         req_t *r = s->q_head;
         hp_error_t perr = {0};
         int prc = take_seqs(s, r, &perr);
@@ -753,7 +992,7 @@ static int step(hp_sched_t *s)
             s->q_tail = NULL;
         r->next = NULL;
         s->running[s->n_running++] = r;
-        r->holds = r->n_choices;
+        r->holds = places(r);
         s->held += r->holds;
         if (prc != HP_OK) {
             r->t_admit = now_us();
@@ -762,7 +1001,7 @@ static int step(hp_sched_t *s)
         }
         admit(s, r, &produced);
         /* cold segments go to the workers at once: LPT sees the load */
-        if (r->phase == R_PREFILL && uses_workers(s, r))
+        if (r->phase == R_PREFILL && !r->redo && uses_workers(s, r))
             prefill_cached(s, r, &produced);
     }
 
@@ -771,7 +1010,7 @@ static int step(hp_sched_t *s)
     for (int i = 0; i < s->n_running; i++) {
         req_t *r = s->running[i];
         if (r->phase == R_PREFILL && !is_cancelled(r) && !waiting(r)) {
-            if (r->mode == HP_IPC_MODE_FULL)
+            if (r->mode == HP_IPC_MODE_FULL || r->redo)
                 prefill_chunk(s, r);
             else
                 prefill_cached(s, r, &produced);
@@ -791,6 +1030,7 @@ static int step(hp_sched_t *s)
         if (r->phase == R_DECODE && plan(s, r))
             s->item_req[n_dec++] = r;
     }
+    n_dec = make_room(s, s->item_req, n_dec);
     if (n_dec)
         decode_step(s, s->item_req, n_dec);
     for (int i = 0; i < n_dec; i++)
@@ -819,7 +1059,7 @@ static int step(hp_sched_t *s)
 /* Can a step make progress now? (called with mu held) */
 static int runnable(const hp_sched_t *s)
 {
-    if (s->q_head && s->held + s->q_head->n_choices <= s->cfg.batch &&
+    if (s->q_head && s->held + places(s->q_head) <= s->cfg.batch &&
         s->q_head != s->blocked)
         return 1;
     for (int i = 0; i < s->n_running; i++) {
@@ -881,6 +1121,8 @@ static void update_stats(hp_sched_t *s)
         r->counted = r->dec.n_tokens;
     }
     s->st.passes = s->passes;
+    s->st.seq_growths = s->growths;
+    s->st.preemptions = s->preemptions;
     s->st.queued = queued;
     s->st.running = s->n_running;
     s->st.bytes = bytes;
@@ -1002,7 +1244,7 @@ static void *sched_main(void *arg)
         req_t *r = s->q_head;
         s->q_head = r->next;
         r->cancelled = 1;
-        req_done(s, r);
+        retire(s, r); /* a preempted choice's request ends with its last */
     }
     s->q_tail = NULL;
     return NULL;
@@ -1123,6 +1365,8 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
         s->cfg.max_context = llm->model.cfg.max_positions > 0
                                  ? llm->model.cfg.max_positions
                                  : INT_MAX;
+    if (s->cfg.seq_step <= 0)
+        s->cfg.seq_step = HP_SCHED_SEQ_STEP;
     if (s->cfg.max_segment <= 0 || s->cfg.max_segment > s->cfg.max_context)
         s->cfg.max_segment = s->cfg.max_context;
     /* as hp_generate: ids past the tokenizer (padding rows of the
@@ -1250,15 +1494,17 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
         req_free(r);
         return rc;
     }
+    /* its first extent; it grows from there as it decodes */
+    r->want_pos = first_pos(s, r, r->prompt.n);
     if (s->pool) {
         size_t need = (size_t)r->n_choices *
-                      hp_seq_pool_need(&s->llm->model, r->need_pos);
+                      hp_seq_pool_need(&s->llm->model, r->want_pos);
         if (need > s->room) {
             rc = hp_error_set(err, HP_ETOOLARGE,
                               "the request takes %.1f MiB of sequence memory "
                               "(%d positions, %d choices), the engine has "
                               "%.1f MiB (seq_budget)",
-                              need / 1048576.0, r->need_pos, r->n_choices,
+                              need / 1048576.0, r->want_pos, r->n_choices,
                               s->room / 1048576.0);
             req_free(r);
             return rc;

@@ -58,6 +58,13 @@ enum { HP_SCHED_SPEC_SERVER = 0, HP_SCHED_SPEC_ON = 1, HP_SCHED_SPEC_OFF = 2 };
 #define HP_SCHED_MAX_DRAFT     16
 #define HP_SCHED_DRAFT_DEFAULT 8
 
+/* The sequence pool's default growth step: 512 positions are 12 MiB of
+ * f32 K/V on Qwen3.5-0.8B (6 full layers), so 256 short requests take
+ * 3 GiB where reserving max_context (262144) took 6.4 GB each; a step
+ * this long also keeps the moves rare (one per 512 tokens at first,
+ * then geometric) and most replies within their first extent. */
+#define HP_SCHED_SEQ_STEP 512
+
 /* ---- the scheduler --------------------------------------------------- */
 
 typedef struct hp_sched hp_sched_t;
@@ -82,6 +89,10 @@ typedef struct {
      * requests of max_context positions its budget holds at once */
     size_t seq_pool;
     int seq_full;
+    /* since start: sequences moved to a larger extent as they grew, and
+     * requests (choices) preempted for want of room: their memory given
+     * back, their context prefilled again when readmitted */
+    uint64_t seq_growths, preemptions;
     /* the device faulted (hp_backend_lost): every request ended with it,
      * new ones are refused, the server should exit to be restarted */
     int lost;
@@ -111,11 +122,20 @@ typedef struct {
     int solo_decode;
     /* The sequence pool (seq.h): the running requests' states and K/V
      * come out of one allocation made here at start, so that serving a
-     * request allocates no device memory. Each request reserves at
-     * admission the most positions it may reach: prompt + max_tokens +
-     * the drafts of one verification (n choices: n times that); one that
-     * does not fit now waits in the queue until running ones end, one
-     * larger than the pool is refused at submit (HP_ETOOLARGE). The
+     * request allocates no device memory. Memory is taken as a sequence
+     * grows: a request reserves at admission its prompt + seq_step
+     * positions + the drafts of one verification, at most the most it
+     * may reach (prompt + max_tokens + drafts; n choices: n times that);
+     * before a step would write past a sequence's extent, the sequence
+     * moves to one half as large again (at least seq_step more). One
+     * whose first extent does not fit now waits in the queue until
+     * running ones end, one larger than the pool is refused at submit
+     * (HP_ETOOLARGE). When a sequence cannot grow, the most recently
+     * admitted running request (choice) is preempted: its memory goes
+     * back and it waits at the head of the queue, then prefills its
+     * context (prompt and tokens so far) again and decodes on, its
+     * output unbroken; one that cannot grow even alone ends with
+     * HP_ETOOLARGE. The
      * segment builds of naive/pic (hp_segc_build_*) run in builders'
      * sequences of max_segment positions taken from the pool at start
      * too: one for this thread where there is a cache, one per prefill
@@ -129,6 +149,9 @@ typedef struct {
      * on its own, as before). */
     size_t seq_budget;
     int max_segment; /* positions of a builder (0: max_context) */
+    /* positions a pooled sequence takes beyond its context at admission,
+     * and the least it grows by (0: HP_SCHED_SEQ_STEP) */
+    int seq_step;
     /* Called in the scheduler thread after a step that produced output
      * (may be NULL): a place to send wake-ups in one go. */
     void (*flush)(void *ud, const hp_sched_stats_t *st);
@@ -158,6 +181,7 @@ typedef struct {
     int accepted_tokens; /* ... and accepted (<= completion_tokens) */
     int segs_hit;
     int segs_total;
+    int preempted;    /* times a choice of it gave its memory back */
     int64_t ttft_us;  /* submit to first token (-1: none) */
     int64_t total_us; /* submit to done */
     hp_error_t err;   /* status != HP_OK: why */

@@ -1294,6 +1294,182 @@ static void test_seq_budget(void)
     hp_sched_destroy(s);
 }
 
+
+/* ---- memory on demand: growth and preemption -------------------------- */
+
+#define GROW_CTX 96 /* max_context: requests without max_tokens end here */
+
+typedef struct {
+    int n;      /* choices */
+    float temp; /* 0: greedy */
+    int spec;   /* HP_SCHED_SPEC_* */
+    int decode; /* HP_SCHED_DECODE_* */
+    int lp;     /* log-probabilities: a token() per token */
+} grow_req_t;
+
+static int submit_grow(hp_sched_t *s, col_t *c, const char *prompt,
+                       const grow_req_t *g, uint64_t seed)
+{
+    hp_error_t err = {0};
+    hp_sched_req_t r = {.prompt = prompt,
+                        .prompt_len = strlen(prompt),
+                        .mode = HP_IPC_MODE_FULL,
+                        .seam = -1,
+                        .n = g->n,
+                        .decode = g->decode,
+                        .speculative = g->spec,
+                        .ops = g->n > 1 || g->lp ? &choice_ops : &ops,
+                        .ud = c};
+    memset(c, 0, sizeof(*c));
+    c->accept = -1;
+    r.gen.max_tokens = 1 << 30; /* none asked: the context's end */
+    r.gen.ignore_eos = 1;
+    r.gen.logprobs = g->lp;
+    r.gen.sampling = (hp_sampling_t){g->temp, 0, 1.0f, seed};
+    int rc = hp_sched_submit(s, &r, &err);
+    if (rc != HP_OK)
+        tap_diag("submit: %s", err.msg);
+    return rc;
+}
+
+/* A choice's text and token count (both collectors). */
+static const char *grow_text(const col_t *c, const grow_req_t *g, int i)
+{
+    return g->n > 1 || g->lp ? c->ctext[i] : c->text;
+}
+
+static hp_sched_t *make_grow(size_t budget, int spec)
+{
+    hp_sched_t *s;
+    hp_error_t err = {0};
+    hp_sched_cfg_t cfg = {.batch = 6,
+                          .prefill_chunk = 16,
+                          .max_context = GROW_CTX,
+                          .max_draft = 6,
+                          .speculative = spec,
+                          .seq_budget = budget,
+                          .seq_step = 8};
+    if (hp_sched_create(&s, &llm, &cfg, &err) != HP_OK) {
+        tap_diag("%s", err.msg);
+        exit(1);
+    }
+    return s;
+}
+
+/*
+ * Requests that omit max_tokens on a pool that holds two sequences of
+ * the whole context: they take first extents of prompt + 8 positions,
+ * grow as they decode, and the last admitted is preempted and resumed
+ * by recompute. Each round submits two greedy requests and then the
+ * one under test (the victim); every text must be what it is alone,
+ * streamed once.
+ */
+static void test_seq_grow(void)
+{
+    static const char *prompts[3] = {"Hello world", "Once upon a time",
+                                     "the cat the cat the cat the cat sat"};
+    static const grow_req_t fill = {1, 0, HP_SCHED_SPEC_OFF, 0, 0};
+    static const struct {
+        grow_req_t g;
+        const char *what;
+    } rounds[] = {
+        {{1, 0, HP_SCHED_SPEC_OFF, 0, 1}, "greedy, streamed with logprobs"},
+        {{1, 1.0f, HP_SCHED_SPEC_OFF, 0, 0}, "sampled with a seed"},
+        {{2, 1.0f, HP_SCHED_SPEC_OFF, 0, 1}, "2 choices, sampled"},
+        {{1, 0, HP_SCHED_SPEC_ON, HP_SCHED_DECODE_CHUNKWISE, 0},
+         "greedy, speculative (KVBuffer)"},
+        {{1, 0, HP_SCHED_SPEC_OFF, HP_SCHED_DECODE_AUTO, 0},
+         "greedy, KV-only decode"},
+    };
+    static col_t ref[3], got[3];
+    int nr = (int)(sizeof(rounds) / sizeof(rounds[0]));
+    size_t full = hp_seq_pool_need(&llm.model, GROW_CTX + HP_SCHED_MAX_DRAFT +
+                                                   1);
+    hp_sched_t *alone_s = make_grow(0, 0), *s = make_grow(2 * full, 0);
+
+    for (int k = 0; k < nr; k++) {
+        const grow_req_t *g = &rounds[k].g;
+        uint64_t seed = 77 + (uint64_t)k;
+        /* alone: one at a time, no pool */
+        for (int i = 0; i < 3; i++) {
+            submit_grow(alone_s, &ref[i], prompts[i], i < 2 ? &fill : g, seed);
+            wait_for(&ref[i], is_done);
+        }
+        for (int i = 0; i < 3; i++)
+            submit_grow(s, &got[i], prompts[i], i < 2 ? &fill : g, seed);
+        int same = 1, once = 1;
+        for (int i = 0; i < 3; i++) {
+            const grow_req_t *gi = i < 2 ? &fill : g;
+            same &= wait_for(&got[i], is_done) && got[i].fin.status == HP_OK &&
+                    got[i].fin.finish == HP_FINISH_LENGTH &&
+                    got[i].fin.completion_tokens ==
+                        ref[i].fin.completion_tokens;
+            for (int c = 0; c < gi->n; c++) {
+                same &= !strcmp(grow_text(&got[i], gi, c),
+                                grow_text(&ref[i], gi, c));
+                if (strcmp(grow_text(&got[i], gi, c),
+                           grow_text(&ref[i], gi, c)))
+                    tap_diag("%s: request %d choice %d: \"%s\", alone \"%s\"",
+                             rounds[k].what, i, c, grow_text(&got[i], gi, c),
+                             grow_text(&ref[i], gi, c));
+                /* a token() per token: none twice, none lost */
+                if (gi->lp)
+                    once &= got[i].n_lp[c] == got[i].fin.completion_tokens /
+                                                  gi->n &&
+                            got[i].ends[c] == 1;
+            }
+        }
+        if (!same)
+            tap_diag("status %d %s; ref %d tokens", got[2].fin.status,
+                     got[2].fin.err.msg, ref[2].fin.completion_tokens);
+        ok(same && got[2].fin.preempted > 0 &&
+               got[2].fin.completion_tokens ==
+                   g->n * (GROW_CTX - got[2].fin.prompt_tokens),
+           "seq growth, %s: preempted %d times, each text is the one it "
+           "gives alone, to the context's end (%d tokens)",
+           rounds[k].what, got[2].fin.preempted, got[2].fin.completion_tokens);
+        if (g->lp)
+            ok(once, "seq growth, %s: each token streamed once (%d, %d)",
+               rounds[k].what, got[2].n_lp[0], got[2].n_lp[1]);
+        if (g->spec == HP_SCHED_SPEC_ON)
+            ok(got[2].fin.draft_tokens > 0,
+               "seq growth, %s: it speculated (%d drafted)", rounds[k].what,
+               got[2].fin.draft_tokens);
+    }
+    hp_sched_stats_t st;
+    settled(s, &st);
+    ok(st.seq_growths >= (uint64_t)nr && st.preemptions >= (uint64_t)nr &&
+           st.seqs == 0 && st.seq_bytes == 0,
+       "seq growth: %llu growths, %llu preemptions counted, nothing held "
+       "after",
+       (unsigned long long)st.seq_growths, (unsigned long long)st.preemptions);
+    hp_sched_destroy(s);
+    hp_sched_destroy(alone_s);
+
+    /* a pool whose room holds a first extent but not the whole context:
+     * alone, the request cannot grow and ends with an error */
+    static col_t big;
+    hp_prompt_t p;
+    hp_error_t err = {0};
+    hp_prompt_build(&p, &llm, prompts[0], strlen(prompts[0]), "", &err);
+    int first = p.n + 8 + HP_SCHED_MAX_DRAFT + 1;
+    hp_prompt_free(&p);
+    s = make_grow(hp_seq_pool_need(&llm.model, first + 12), 0);
+    submit_grow(s, &big, prompts[0], &fill, 1);
+    wait_for(&big, is_done);
+    ok(big.fin.status == HP_ETOOLARGE && strstr(big.fin.err.msg, "seq_budget") &&
+           big.fin.completion_tokens > 8 && big.len > 0,
+       "seq growth: a request the pool cannot hold alone ends with an error "
+       "after %d tokens (%s)",
+       big.fin.completion_tokens, big.fin.err.msg);
+    settled(s, &st);
+    ok(st.preemptions > 0 && (uint64_t)big.fin.preempted == st.preemptions,
+       "seq growth: alone, its extent too large to move within the pool, "
+       "it was prefilled again in a fresh one first (%d times)",
+       big.fin.preempted);
+    hp_sched_destroy(s);
+}
+
 int main(void)
 {
     hp_error_t err = {0};
@@ -1318,6 +1494,7 @@ int main(void)
     test_choice_limits();
     test_seq_pool();
     test_seq_budget();
+    test_seq_grow();
     hp_llm_free(&llm);
     return tap_done();
 }

@@ -158,6 +158,8 @@ typedef struct {
     hp_ipc_server_t *srv;
     hp_index_t *index;
     const hp_cache_t *cache;
+    serve_log_t *log;
+    uint64_t preempt_logged; /* the preemptions the last line counted */
 } step_hooks_t;
 
 static void after_step(void *ud, const hp_sched_stats_t *st)
@@ -165,6 +167,18 @@ static void after_step(void *ud, const hp_sched_stats_t *st)
     step_hooks_t *h = ud;
     if (st->lost && !atomic_exchange(&dev_lost, 1))
         sig_wake = 1;
+    /* the sequence pool ran short: said at 1, 2, 4, ... preemptions, so
+     * that a pool too small shows without a line per request */
+    if (st->preemptions >= 2 * h->preempt_logged + !h->preempt_logged) {
+        h->preempt_logged = st->preemptions;
+        logf_(h->log, HP_LOG_INFO,
+              "sequence pool: %llu requests preempted (prefilled again "
+              "once readmitted) and %llu sequences grown since start; "
+              "seq_budget %zu MiB leaves requests %zu MiB",
+              (unsigned long long)st->preemptions,
+              (unsigned long long)st->seq_growths, st->seq_pool >> 20,
+              st->seq_budget >> 20);
+    }
     publish_pools(h->srv, h->cache, st);
     hp_ipc_server_flush(h->srv, st);
     hp_index_set_load(h->index, st->live);
@@ -592,7 +606,7 @@ int hp_cmd_serve(int argc, char **argv)
         rc = 1;
         goto free_llm;
     }
-    step_hooks_t hooks = {sv.srv, index, &cache};
+    step_hooks_t hooks = {sv.srv, index, &cache, &sv.log, 0};
     publish_pools(sv.srv, &cache, NULL);
     scfg.flush_ud = &hooks;
     if (hp_sched_create(&sv.sched, &llm, &scfg, &err) != HP_OK) {

@@ -45,8 +45,8 @@ typedef struct req {
      * the tokens the sequence held), NULL: none */
     int *redo;
     int n_redo;
-    int shown;     /* start() was called: never again */
-    int preempted; /* lead: times a choice of it was preempted */
+    int shown;      /* start() was called: never again */
+    int preempted;  /* lead: times a choice of it was preempted */
     hp_seq_t *kept; /* [n_choices - 1] the choices' pooled sequences,
                        taken with the lead's at admission */
     float *logits;  /* [vocab] the prompt's last */
@@ -390,8 +390,7 @@ static void open_buffers(hp_sched_t *s, req_t *r)
      * was prefilled again (resume): it goes on chunkwise then */
     if ((r->decode == HP_SCHED_DECODE_CHUNKWISE ||
          r->decode == HP_SCHED_DECODE_KVONLY) &&
-        r->seq.layers &&
-        !r->seq.kvpool &&
+        r->seq.layers && !r->seq.kvpool &&
         hp_seq_kvbuf_open(&r->seq, &s->kvpool, &err) != HP_OK) {
         r->decode = HP_SCHED_DECODE_RECURRENT;
         r->dec.spec = 0;
@@ -583,11 +582,10 @@ static void prefill_chunk(hp_sched_t *s, req_t *r)
     int piece = r->seq.kvpool ? s->kvpool.cfg.max_step : n;
     for (int off = 0; off < n; off += piece) {
         int k = n - off < piece ? n - off : piece;
-        int rc = hp_forward(&s->llm->model, &r->seq, &s->ws,
-                            ids + r->prefilled, NULL, k, NULL,
-                            last && off + k == n && !r->redo ? HP_LOGITS_LAST
-                                                             : HP_LOGITS_NONE,
-                            r->logits, &err);
+        int rc = hp_forward(
+            &s->llm->model, &r->seq, &s->ws, ids + r->prefilled, NULL, k, NULL,
+            last && off + k == n && !r->redo ? HP_LOGITS_LAST : HP_LOGITS_NONE,
+            r->logits, &err);
         if (rc != HP_OK) {
             fail(r, &err);
             return;
@@ -820,7 +818,8 @@ static int preempt(hp_sched_t *s, req_t *v, int want, hp_error_t *err)
         if (!ids)
             return hp_error_set(err, HP_ENOMEM, "scheduler: out of memory");
         memcpy(ids, pr->ids, (size_t)P * sizeof(int));
-        memcpy(ids + P, v->dec.ids + v->dec.n_prompt, (size_t)gen * sizeof(int));
+        memcpy(ids + P, v->dec.ids + v->dec.n_prompt,
+               (size_t)gen * sizeof(int));
         v->redo = ids;
         v->n_redo = n;
     } else if (!v->redo) {
@@ -885,8 +884,8 @@ static int preempt_for(hp_sched_t *s, req_t *r, int need, req_t **out,
                        err);
     int alone = 1;
     for (int i = 0; i < s->n_running; i++)
-        alone &= s->running[i] == r || (!s->running[i]->seq.layers &&
-                                         !s->running[i]->kept);
+        alone &= s->running[i] == r ||
+                 (!s->running[i]->seq.layers && !s->running[i]->kept);
     long want = (long)need + s->cfg.seq_step;
     if (want > r->need_pos)
         want = r->need_pos > need ? r->need_pos : need;

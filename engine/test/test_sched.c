@@ -1294,7 +1294,6 @@ static void test_seq_budget(void)
     hp_sched_destroy(s);
 }
 
-
 /* ---- memory on demand: growth and preemption -------------------------- */
 
 #define GROW_CTX 96 /* max_context: requests without max_tokens end here */
@@ -1382,9 +1381,10 @@ static void test_seq_grow(void)
          "greedy, KV-only decode"},
     };
     static col_t ref[3], got[3];
+    hp_error_t err = {0};
     int nr = (int)(sizeof(rounds) / sizeof(rounds[0]));
-    size_t full = hp_seq_pool_need(&llm.model, GROW_CTX + HP_SCHED_MAX_DRAFT +
-                                                   1);
+    size_t full =
+        hp_seq_pool_need(&llm.model, GROW_CTX + HP_SCHED_MAX_DRAFT + 1);
     hp_sched_t *alone_s = make_grow(0, 0), *s = make_grow(2 * full, 0);
 
     for (int k = 0; k < nr; k++) {
@@ -1400,10 +1400,10 @@ static void test_seq_grow(void)
         int same = 1, once = 1;
         for (int i = 0; i < 3; i++) {
             const grow_req_t *gi = i < 2 ? &fill : g;
-            same &= wait_for(&got[i], is_done) && got[i].fin.status == HP_OK &&
-                    got[i].fin.finish == HP_FINISH_LENGTH &&
-                    got[i].fin.completion_tokens ==
-                        ref[i].fin.completion_tokens;
+            same &=
+                wait_for(&got[i], is_done) && got[i].fin.status == HP_OK &&
+                got[i].fin.finish == HP_FINISH_LENGTH &&
+                got[i].fin.completion_tokens == ref[i].fin.completion_tokens;
             for (int c = 0; c < gi->n; c++) {
                 same &= !strcmp(grow_text(&got[i], gi, c),
                                 grow_text(&ref[i], gi, c));
@@ -1414,8 +1414,8 @@ static void test_seq_grow(void)
                              grow_text(&ref[i], gi, c));
                 /* a token() per token: none twice, none lost */
                 if (gi->lp)
-                    once &= got[i].n_lp[c] == got[i].fin.completion_tokens /
-                                                  gi->n &&
+                    once &= got[i].n_lp[c] ==
+                                got[i].fin.completion_tokens / gi->n &&
                             got[i].ends[c] == 1;
             }
         }
@@ -1446,18 +1446,75 @@ static void test_seq_grow(void)
     hp_sched_destroy(s);
     hp_sched_destroy(alone_s);
 
+    /* pic (the cache's modes): preempted, its context is prefilled again
+     * in full; what its start reported holds, and start comes once */
+    {
+        static col_t pf[3];
+        hp_cache_t cache;
+        hp_prefix_cache_params_t pcp;
+        hp_prefix_cache_params_default(&pcp, 16u << 20);
+        cache.pub = hp_pool_create(16u << 20, &err);
+        cache.prefix =
+            hp_prefix_cache_create(&llm.model.cfg, &pcp, llm.model.be, &err);
+        hp_sched_cfg_t cfg = {.batch = 4,
+                              .prefill_chunk = 16,
+                              .max_context = GROW_CTX,
+                              .cache = &cache,
+                              .seam = -1,
+                              .max_segment = 32,
+                              .seq_step = 8,
+                              .seq_budget =
+                                  hp_seq_pool_need(&llm.model, 32) + 2 * full};
+        int made = hp_sched_create(&s, &llm, &cfg, &err) == HP_OK;
+        reset();
+        for (int i = 0; made && i < 3; i++) {
+            hp_sched_req_t r = {.prompt = i < 2 ? prompts[i] : RAG,
+                                .prompt_len = strlen(i < 2 ? prompts[i] : RAG),
+                                .separator = "<|pic_sep|>",
+                                .mode =
+                                    i < 2 ? HP_IPC_MODE_FULL : HP_IPC_MODE_PIC,
+                                .seam = -1,
+                                .ops = &ops,
+                                .ud = &pf[i]};
+            memset(&pf[i], 0, sizeof(pf[i]));
+            pf[i].id = i;
+            pf[i].accept = -1;
+            r.gen.max_tokens = 1 << 30;
+            r.gen.ignore_eos = 1;
+            hp_sched_submit(s, &r, &err);
+        }
+        int starts = 0;
+        for (int i = 0; made && i < 3; i++)
+            wait_for(&pf[i], is_done);
+        for (int i = 0; i < n_started; i++)
+            starts += start_order[i] == 2;
+        ok(made && pf[2].fin.status == HP_OK && pf[2].fin.preempted > 0 &&
+               pf[2].fin.mode == HP_IPC_MODE_PIC && pf[2].fin.segs_total == 3 &&
+               starts == 1 &&
+               pf[2].fin.completion_tokens ==
+                   GROW_CTX - pf[2].fin.prompt_tokens &&
+               (int)strlen(pf[2].text) > 0,
+           "seq growth, pic: preempted %d times, ends at the context's end "
+           "(%d tokens), mode pic, started once (%d)",
+           pf[2].fin.preempted, pf[2].fin.completion_tokens, starts);
+        if (made)
+            hp_sched_destroy(s);
+        hp_pool_destroy(cache.pub);
+        hp_prefix_cache_destroy(cache.prefix);
+    }
+
     /* a pool whose room holds a first extent but not the whole context:
      * alone, the request cannot grow and ends with an error */
     static col_t big;
     hp_prompt_t p;
-    hp_error_t err = {0};
     hp_prompt_build(&p, &llm, prompts[0], strlen(prompts[0]), "", &err);
     int first = p.n + 8 + HP_SCHED_MAX_DRAFT + 1;
     hp_prompt_free(&p);
     s = make_grow(hp_seq_pool_need(&llm.model, first + 12), 0);
     submit_grow(s, &big, prompts[0], &fill, 1);
     wait_for(&big, is_done);
-    ok(big.fin.status == HP_ETOOLARGE && strstr(big.fin.err.msg, "seq_budget") &&
+    ok(big.fin.status == HP_ETOOLARGE &&
+           strstr(big.fin.err.msg, "seq_budget") &&
            big.fin.completion_tokens > 8 && big.len > 0,
        "seq growth: a request the pool cannot hold alone ends with an error "
        "after %d tokens (%s)",

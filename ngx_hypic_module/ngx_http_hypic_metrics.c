@@ -57,6 +57,7 @@ static ngx_uint_t  ngx_http_hypic_e2e_ms[] = {
 #define NGX_HTTP_HYPIC_G_POOL_BUDGET     7
 #define NGX_HTTP_HYPIC_G_POOL_ENTRIES    8
 #define NGX_HTTP_HYPIC_G_POOL_EVICTIONS  9
+#define NGX_HTTP_HYPIC_G_PREEMPTIONS     10
 
 /* bytes of one engine's sample lines, besides its name */
 #define NGX_HTTP_HYPIC_ENGINE_METRICS    4096
@@ -192,8 +193,14 @@ static ngx_http_hypic_gauge_t  ngx_http_hypic_gauges[] = {
 
     { "hypic:pool_evictions_total", "counter",
       "Entries a pool dropped to make room, since the engine started "
-      "(sequence: 0, requests are never preempted).",
-      NGX_HTTP_HYPIC_G_POOL_EVICTIONS, 1 }
+      "(sequence: requests preempted).",
+      NGX_HTTP_HYPIC_G_POOL_EVICTIONS, 1 },
+
+    { "hypic:preemptions_total", "counter",
+      "Requests that gave their sequence memory back for others to grow "
+      "into, since the engine started; each prefilled its context again "
+      "once readmitted.",
+      NGX_HTTP_HYPIC_G_PREEMPTIONS, 0 }
 };
 
 
@@ -724,6 +731,10 @@ ngx_http_hypic_gauge_value(ngx_http_hypic_engine_state_t *st,
 
     case NGX_HTTP_HYPIC_G_POOL_ENTRIES:
         return atomic_load_explicit(&pg->entries, memory_order_relaxed);
+
+    case NGX_HTTP_HYPIC_G_PREEMPTIONS:
+        pg = &shm->pools[HP_IPC_POOL_SEQUENCE];
+        return atomic_load_explicit(&pg->evictions, memory_order_relaxed);
 
     default: /* NGX_HTTP_HYPIC_G_POOL_EVICTIONS */
         return atomic_load_explicit(&pg->evictions, memory_order_relaxed);

@@ -8,6 +8,9 @@
 # holds: streams kept open (each running one holding a sequence of the
 # sequence pool), a queue behind a batch of 2, a small public pool filled
 # until it evicts; hypic:engine_info names the node, model and device.
+# Requests without max_tokens on a sequence pool too small for all of
+# them at their full length: sequences grow, and hypic:preemptions_total
+# counts those that gave their memory back (each answer still whole).
 
 use strict;
 use warnings;
@@ -37,11 +40,20 @@ our $G = Hypic::Engine->start(
              '--public-pool', $POOL, '--private-pool', '4m',
              '--seq-budget', '64m']);
 
+# P: a sequence pool of 1200k: a segment builder of 64 positions (49 KiB
+# on this model), three first extents (prompt + 512 + drafts: 284 KiB
+# each) but not three sequences of the whole context (1024: 538 KiB)
+our $P = Hypic::Engine->start(
+    args => ['--model', $MODEL, '--node', 't-preempt', '--slots', 4,
+             '--max-context', 1024, '--max-segment', 64,
+             '--seq-budget', '1200k']);
+
 our $MPORT = free_port();
 
 add_vars(ENGINE => 'hypic_engine tiny unix:' . $engine->socket
                    . ' model=tiny-1;',
          ENGINE_G => 'hypic_engine g unix:' . $G->socket . ' model=tiny-1;',
+         ENGINE_P => 'hypic_engine p unix:' . $P->socket . ' model=tiny-1;',
          MPORT => $MPORT);
 
 our $DOC = 'The lighthouse keeper climbs one hundred and twelve steps '
@@ -313,3 +325,53 @@ ok($m->{'hypic:pool_evictions_total{engine="g",pool="public"}'} > 0,
    . ' evicted)');
 cmp_ok($m->{'hypic:pool_used_bytes{engine="g",pool="public"}'}, '<=',
        $main::POOL, 'within the budget');
+
+
+
+=== TEST 3: preemptions: requests that omit max_tokens on a small sequence pool
+--- http_config
+    @ENGINE_P@
+--- config
+    location /v1/ { hypic_pass p; }
+    location = /metrics { hypic_metrics; }
+--- timeout: 120
+--- response_check
+my ($res, $block, $srv) = @_;
+my $m;
+ok(Hypic::Util::wait_until(
+       cond => sub { $m = scrape($srv);
+                     ($m->{'hypic:engine_state{engine="p",state="up"}'}
+                      // 0) == 1 },
+       timeout => 20),
+   'engine p is up');
+is($m->{'hypic:preemptions_total{engine="p"}'}, 0, 'no preemption yet');
+like(http_request($srv, 'GET /metrics')->{body},
+     qr/^# TYPE hypic:preemptions_total counter$/m,
+     'preemptions are a counter');
+# a chat request without max_tokens runs to the context's end (a
+# completions request's default is 16)
+my $req = "POST /v1/chat/completions\n"
+    . body(messages => [{role => 'user', content => 'Hello'}],
+           temperature => 0, ignore_eos => JSON::PP::true);
+my @r = Hypic::Engine::Client::concurrently($srv->{port}, ($req) x 3);
+my @j = map { Hypic::Engine::Client::json_of($_) } @r;
+my @ok = grep { $_->{status} == 200 } @r;
+is(scalar @ok, 3, 'three answers');
+my $n = $j[0]{usage}{prompt_tokens} // 0;
+is_deeply([map { $_->{usage}{completion_tokens} // -1 } @j],
+          [(1024 - $n) x 3], 'each to the end of the context')
+    or diag(join ' ', map { $_->{status} . ': ' . substr($_->{body}, 0, 300) }
+                      @r);
+is_deeply([map { $_->{choices}[0]{finish_reason} // '' } @j],
+          [('length') x 3], 'finish length');
+my @text = map { $_->{choices}[0]{message}{content} // '' } @j;
+ok(length($text[0]) > 0 && !grep({ $_ ne $text[0] } @text),
+   'the three greedy texts are the same');
+Hypic::Util::wait_until(
+    cond => sub { $m = scrape($srv);
+                  $m->{'hypic:preemptions_total{engine="p"}'} },
+    timeout => 10);
+my $pre = $m->{'hypic:preemptions_total{engine="p"}'};
+ok($pre > 0, "$pre preemptions counted");
+is($m->{'hypic:pool_evictions_total{engine="p",pool="sequence"}'}, $pre,
+   'as the sequence pool\'s evictions');

@@ -124,7 +124,7 @@ static void publish_pools(hp_ipc_server_t *srv, const hp_cache_t *cache,
                        pc.nodes_evicted + pc.states_evicted);
     if (st)
         hp_ipc_server_pool(srv, HP_IPC_POOL_SEQUENCE, st->seq_bytes,
-                           st->seq_budget, (uint64_t)st->seqs, 0);
+                           st->seq_budget, (uint64_t)st->seqs, st->preemptions);
 }
 
 /* Where a device's memory went at start (everything a server allocates

@@ -296,8 +296,8 @@ typedef struct {
     _Atomic uint64_t budget;
     _Atomic uint64_t entries;   /* public: segments; private: tree nodes;
                                    sequence: sequences held */
-    _Atomic uint64_t evictions; /* since the engine started (sequence: 0,
-                                   no request is preempted) */
+    _Atomic uint64_t evictions; /* since the engine started (sequence:
+                                   requests preempted for room) */
 } hp_ipc_pool_gauges_t;
 
 typedef struct {

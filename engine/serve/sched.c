@@ -882,10 +882,11 @@ static int preempt_for(hp_sched_t *s, req_t *r, int need, req_t **out,
                                  : v->redo            ? v->n_redo
                                                       : v->prompt.n),
                        err);
-    int alone = 1;
-    for (int i = 0; i < s->n_running; i++)
-        alone &= s->running[i] == r ||
-                 (!s->running[i]->seq.layers && !s->running[i]->kept);
+    int alone = 1; /* no other holds a sequence (or its choices' kept) */
+    for (int i = 0; i < s->n_running; i++) {
+        const req_t *q = s->running[i];
+        alone &= q == r || (!q->seq.layers && !(q->kept && q->kept[0].layers));
+    }
     long want = (long)need + s->cfg.seq_step;
     if (want > r->need_pos)
         want = r->need_pos > need ? r->need_pos : need;

@@ -345,7 +345,7 @@ static void admit(hp_sched_t *s, req_t *r, int *produced)
     hp_error_t err = {0};
     int V = s->llm->model.cfg.vocab_size;
 
-    int first = !r->order; /* not readmitted after a preemption */
+    int first = !r->lead->order; /* not readmitted after a preemption */
     if (first) {
         r->t_admit = now_us();
         r->order = ++s->admits;
@@ -725,7 +725,7 @@ static int refuse_queued(hp_sched_t *s)
     s->q_tail = NULL;
     while (*pp) {
         req_t *r = *pp;
-        if (r->order && !s->lost) {
+        if (r->lead->order && !s->lost) {
             s->q_tail = r;
             pp = &r->next;
             continue;
@@ -873,15 +873,20 @@ static int grow(hp_sched_t *s, req_t *r, int need, hp_error_t *err)
 static int preempt_for(hp_sched_t *s, req_t *r, int need, req_t **out,
                        hp_error_t *err)
 {
+    const hp_model_t *m = &s->llm->model;
     req_t *v = victim(s);
     *out = v && v != r ? v : r;
-    if (v && v != r)
-        return preempt(s, v,
-                       first_pos(s, v,
-                                 v->phase == R_DECODE ? v->seq.n_pos
-                                 : v->redo            ? v->n_redo
-                                                      : v->prompt.n),
-                       err);
+    if (v && v != r) {
+        /* its first extent again, or what its prefill needs where that
+         * is more than the pool leaves requests */
+        int ctx = v->phase == R_DECODE ? v->seq.n_pos
+                  : v->redo            ? v->n_redo
+                                       : v->prompt.n;
+        int want = first_pos(s, v, ctx);
+        if (hp_seq_pool_need(m, want) > s->room)
+            want = ctx + 1;
+        return preempt(s, v, want, err);
+    }
     int alone = 1; /* no other holds a sequence (or its choices' kept) */
     for (int i = 0; i < s->n_running; i++) {
         const req_t *q = s->running[i];
@@ -890,7 +895,6 @@ static int preempt_for(hp_sched_t *s, req_t *r, int need, req_t **out,
     long want = (long)need + s->cfg.seq_step;
     if (want > r->need_pos)
         want = r->need_pos > need ? r->need_pos : need;
-    const hp_model_t *m = &s->llm->model;
     if (alone && hp_seq_pool_need(m, (int)want) > s->room)
         want = need;
     if (alone && hp_seq_pool_need(m, need) > s->room)

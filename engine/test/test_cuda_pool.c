@@ -37,7 +37,9 @@
 
 #define PROMPT     "The quick brown fox jumps over the lazy dog, again and again"
 #define MAX_TOKENS 3
-#define SEP        "<|pic_sep|>"
+/* tokens of the requests that grow (no max_tokens: the context's end) */
+#define GROW_TOKENS 40
+#define SEP         "<|pic_sep|>"
 /* short documents (seam 3: interiors of a few tokens) */
 #define DOCS "Zorvia's capital is Quellam." SEP "Water boils at 100 degrees."
 #define RAG  "Lead." SEP DOCS SEP "Capital?"
@@ -284,6 +286,57 @@ out:
         hp_pool_destroy(cache.pub);
 }
 
+/* Sequence memory on demand in device memory: two requests without
+ * max_tokens on a pool for one and a half whole contexts take first
+ * extents of prompt + 4 positions, grow (device-to-device copies,
+ * KVBuffers following), and the second is preempted and prefilled again;
+ * both say what one says alone, and nothing is allocated on the device. */
+static void check_grow(const hp_llm_t *llm, const char *name,
+                       const hp_backend_t *be, int n_prompt)
+{
+    hp_error_t err = {0};
+    int ctx = n_prompt + GROW_TOKENS;
+    size_t full = hp_seq_pool_need(&llm->model, ctx + HP_SCHED_MAX_DRAFT + 1);
+    hp_sched_cfg_t cfg = {.batch = 2,
+                          .prefill_chunk = 16,
+                          .max_context = ctx,
+                          .seq_budget = full + full / 2,
+                          .seq_step = 4};
+    hp_sched_t *s;
+    col_t one = {0}, a = {0}, b = {0};
+    /* alone: the default pool holds the whole context at once */
+    cfg.seq_budget = 0;
+    if (hp_sched_create(&s, llm, &cfg, &err) == HP_OK) {
+        submit(s, &one, 1 << 30, 1, &err);
+        wait_done(&one);
+        hp_sched_destroy(s);
+    }
+    cfg.seq_budget = full + full / 2;
+    if (!ok(hp_sched_create(&s, llm, &cfg, &err) == HP_OK,
+            "%s: scheduler growing its sequences: %s", name, err.msg))
+        return;
+    unsigned long at_start = hp_backend_device_allocs(be);
+    submit(s, &a, 1 << 30, 1, &err);
+    submit(s, &b, 1 << 30, 1, &err);
+    wait_done(&a);
+    wait_done(&b);
+    hp_sched_stats_t st;
+    hp_sched_stats(s, &st);
+    ok(one.fin.status == HP_OK && a.fin.status == HP_OK &&
+           b.fin.status == HP_OK && one.fin.completion_tokens == GROW_TOKENS &&
+           a.fin.completion_tokens == GROW_TOKENS &&
+           b.fin.completion_tokens == GROW_TOKENS && b.fin.preempted > 0 &&
+           st.seq_growths > 0 && !strcmp(a.text, one.text) &&
+           !strcmp(b.text, one.text),
+       "%s: grown sequences, the second preempted %d times (%llu growths): "
+       "each says what one says alone (\"%s\" / \"%s\" / \"%s\") %s",
+       name, b.fin.preempted, (unsigned long long)st.seq_growths, one.text,
+       a.text, b.text, b.fin.err.msg);
+    ok(hp_backend_device_allocs(be) == at_start,
+       "%s: growth and preemption made no device allocation", name);
+    hp_sched_destroy(s);
+}
+
 static void check(const char *root, const char *name, const hp_backend_t *be)
 {
     char dir[1024];
@@ -350,6 +403,7 @@ static void check(const char *root, const char *name, const hp_backend_t *be)
     ok(rc == HP_ETOOLARGE, "%s: two choices that cannot fit together: %s", name,
        err.msg);
     hp_sched_destroy(s);
+    check_grow(&llm, name, be, n_prompt);
     check_cached(&llm, name, be);
     hp_llm_free(&llm);
 }

@@ -87,8 +87,9 @@ static const opt_t opts[HP_SO_N] = {
     {"drain-timeout-ms", T_INT, 0, 1 << 30, 30000, 1, "N",
      "SIGTERM: longest wait for requests in flight (default 30000)"},
     {"seq-budget", T_SIZE, 0, 1024 * G, 0, 0, "SIZE",
-     "running requests' states and KV, one allocation at start; a request "
-     "waits for room; includes the segment builders' (default: batch x "
+     "running requests' states and KV, one allocation at start, taken as "
+     "sequences grow (the last admitted preempted when short); includes "
+     "the segment builders' (default: batch x "
      "max-context on a device, capped at half its memory; none on cpu)"},
     {"max-segment", T_INT, 0, 1 << 30, 0, 0, "N",
      "longest naive/pic segment; sizes the builders' sequences in "

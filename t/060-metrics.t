@@ -375,3 +375,5 @@ my $pre = $m->{'hypic:preemptions_total{engine="p"}'};
 ok($pre > 0, "$pre preemptions counted");
 is($m->{'hypic:pool_evictions_total{engine="p",pool="sequence"}'}, $pre,
    'as the sequence pool\'s evictions');
+like($main::P->log_text, qr/sequence pool: 1 requests preempted/,
+     'the engine logs its first preemption');

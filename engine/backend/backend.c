@@ -463,10 +463,17 @@ int hp_backend_sample_topk(const float *p, const int *idx, int k, int V,
     return hk_sample_topk(p, idx, k, V, top_k, top_p, u);
 }
 
-void hp_backend_topk(const hp_backend_t *b, float *p, int *idx,
-                     const float *logits, int B, int V, int k, double inv_t)
+void hp_backend_topk(const hp_backend_t *b, float *p, int *idx, float *raw,
+                     double *lse, const float *logits, int B, int V, int k,
+                     double inv_t)
 {
-    CALL(HP_OP_TOPK, topk, p, idx, logits, B, V, k, inv_t);
+    count(0, (raw != NULL) + (lse != NULL)); /* beyond host_arrays' two */
+    CALL(HP_OP_TOPK, topk, p, idx, raw, lse, logits, B, V, k, inv_t);
+}
+
+double hp_backend_lse(const float *x, int V)
+{
+    return hk_lse(x, V, hk_argmax(x, V));
 }
 
 void hp_backend_conv1d_silu(const hp_backend_t *b, float *y, float *state,

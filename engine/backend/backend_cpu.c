@@ -149,13 +149,14 @@ static void cpu_argmax(be_t b, int *idx, const float *logits, int B, int V)
         idx[r] = hk_argmax(logits + (size_t)r * V, V);
 }
 
-static void cpu_topk(be_t b, float *p, int *idx, const float *logits, int B,
-                     int V, int k, double inv_t)
+static void cpu_topk(be_t b, float *p, int *idx, float *raw, double *lse,
+                     const float *logits, int B, int V, int k, double inv_t)
 {
     (void)b;
     for (int r = 0; r < B; r++)
-        hk_topk(p + (size_t)r * k, idx + (size_t)r * k, logits + (size_t)r * V,
-                V, k, inv_t);
+        hk_topk(p + (size_t)r * k, idx + (size_t)r * k,
+                raw ? raw + (size_t)r * k : NULL, lse ? lse + r : NULL,
+                logits + (size_t)r * V, V, k, inv_t);
 }
 
 static void cpu_conv1d_silu(be_t b, float *y, float *state, const float *x,

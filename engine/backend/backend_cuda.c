@@ -274,11 +274,12 @@ static int grow(void **p, size_t *cap, size_t need, size_t size)
     return rc;
 }
 
-/* topk's scratch and device outputs (p, idx: k floats and ints a row) for
- * B rows of the largest k, in floats. */
+/* topk's scratch and device outputs (lse: a double a row; p, idx, raw: k
+ * floats and ints a row) for B rows of the largest k, in floats. */
 static size_t topk_floats(int B)
 {
-    return hk_cuda_topk_scratch(B, 0) + 2 * (size_t)B * HP_BACKEND_TOPK_MAX;
+    return hk_cuda_topk_scratch(B, 0) +
+           (size_t)B * (2 + 3 * (size_t)HP_BACKEND_TOPK_MAX);
 }
 
 /* The scratch the plan's projections and staging take, now. */
@@ -547,20 +548,30 @@ static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V)
     cu_download(b, idx, d, (size_t)B * sizeof(int));
 }
 
-static void cu_topk(be_t b, float *p, int *idx, const float *logits, int B,
-                    int V, int k, double inv_t)
+static void cu_topk(be_t b, float *p, int *idx, float *raw, double *lse,
+                    const float *logits, int B, int V, int k, double inv_t)
 {
     cuda_t *c = ctx(b);
     if (k > HP_BACKEND_TOPK_MAX || topk_floats(B) > c->samp_cap) {
         note(b, HK_CUDA_EINVAL, "topk: past the plan (hp_backend_reserve)");
         return;
     }
-    float *dp = c->samp + hk_cuda_topk_scratch(B, 0);
+    /* the scratch is whole 32-byte records: the doubles first stay
+     * aligned */
+    double *dl = (double *)(void *)(c->samp + hk_cuda_topk_scratch(B, 0));
+    float *dp = (float *)(void *)(dl + B);
     int *di = (int *)(void *)(dp + (size_t)B * k);
-    note(b, hk_cuda_topk(dp, di, logits, B, V, k, inv_t, 0, c->samp, NULL),
+    float *dr = (float *)(void *)(di + (size_t)B * k);
+    note(b,
+         hk_cuda_topk(dp, di, raw ? dr : NULL, lse ? dl : NULL, logits, B, V,
+                      k, inv_t, 0, c->samp, NULL),
          "topk");
     cu_download(b, p, dp, (size_t)B * k * sizeof(float));
     cu_download(b, idx, di, (size_t)B * k * sizeof(int));
+    if (raw)
+        cu_download(b, raw, dr, (size_t)B * k * sizeof(float));
+    if (lse)
+        cu_download(b, lse, dl, (size_t)B * sizeof(double));
 }
 
 static void cu_conv1d_silu(be_t b, float *y, float *state, const float *x,

@@ -68,8 +68,8 @@ typedef struct {
                             const float *k, const float *v, const int *pos,
                             int B, int kvd);
     void (*argmax)(be_t b, int *idx, const float *logits, int B, int V);
-    void (*topk)(be_t b, float *p, int *idx, const float *logits, int B, int V,
-                 int k, double inv_t);
+    void (*topk)(be_t b, float *p, int *idx, float *raw, double *lse,
+                 const float *logits, int B, int V, int k, double inv_t);
     void (*conv1d_silu)(be_t b, float *y, float *state, const float *x,
                         const float *w, int T, int C, int K);
     void (*conv1d_silu_decode)(be_t b, float *y, float *const *states,

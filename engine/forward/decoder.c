@@ -137,10 +137,10 @@ static int dec_end(hp_decoder_t *d, hp_finish_t finish, int flush,
     return HP_OK;
 }
 
-/* The entry of token t, counted just now, from the logits it was
- * chosen from (rows of the sampler's V). */
+/* The entry of token t, counted just now: ready, formed already, or from
+ * the logits it was chosen from (rows of the sampler's V). */
 static int note_logprobs(hp_decoder_t *d, int t, const float *logits, int V,
-                         hp_error_t *err)
+                         const hp_logprobs_t *ready, hp_error_t *err)
 {
     if (d->n_lp == d->cap_lp) {
         int cap = d->cap_lp ? 2 * d->cap_lp : 16;
@@ -151,14 +151,18 @@ static int note_logprobs(hp_decoder_t *d, int t, const float *logits, int V,
         d->cap_lp = cap;
     }
     hp_decoder_lp_t *e = &d->lp[d->n_lp++];
-    hp_logprobs(&e->lp, logits, V, t, d->top_logprobs);
+    if (ready)
+        e->lp = *ready;
+    else
+        hp_logprobs(&e->lp, logits, V, t, d->top_logprobs);
     e->off = d->text.len;
     return HP_OK;
 }
 
-/* hp_decoder_push, with the logits t was chosen from (NULL: none) */
+/* hp_decoder_push, with the logits t was chosen from (NULL: none) or its
+ * log-probabilities formed elsewhere (lp; NULL: none) */
 static int push(hp_decoder_t *d, int t, const float *logits, int V,
-                hp_error_t *err)
+                const hp_logprobs_t *lp, hp_error_t *err)
 {
     if (d->done)
         return HP_OK;
@@ -181,8 +185,8 @@ static int push(hp_decoder_t *d, int t, const float *logits, int V,
             return hp_error_set(err, HP_EINTERNAL,
                                 "decoder: token %d is not in the grammar", t);
     }
-    if (d->logprobs && logits) {
-        int rc = note_logprobs(d, t, logits, V, err);
+    if (d->logprobs && (logits || lp)) {
+        int rc = note_logprobs(d, t, logits, V, lp, err);
         if (rc != HP_OK)
             return rc;
     }
@@ -249,7 +253,7 @@ static int constrain(hp_decoder_t *d, const float *logits, int V,
 
 int hp_decoder_push(hp_decoder_t *d, int t, hp_error_t *err)
 {
-    return push(d, t, NULL, 0, err);
+    return push(d, t, NULL, 0, NULL, err);
 }
 
 int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
@@ -272,8 +276,11 @@ int hp_decoder_pick_topk(hp_decoder_t *d, const float *p, const int *idx, int k,
     return t;
 }
 
-int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
-                       const float *logits, int *tok, hp_error_t *err)
+/* hp_decoder_next_id, with best's log-probabilities formed elsewhere
+ * (lp; NULL: from the logits) */
+static int next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
+                   const float *logits, const hp_logprobs_t *lp, int *tok,
+                   hp_error_t *err)
 {
     *tok = -1;
     if (d->done)
@@ -291,11 +298,42 @@ int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
         best = -1;
     }
     int t = best >= 0 ? best : hp_sample(sm, logits, &d->sampling, &d->rng);
-    /* logits may be NULL where the device chose best (no logprobs then) */
-    int rc = push(d, t, logits, sm->V, err);
+    /* logits may be NULL where the device chose best (no logprobs then,
+     * or lp formed from its candidates) */
+    int rc = push(d, t, logits, sm ? sm->V : 0, lp, err);
     if (rc == HP_OK && !d->done)
         *tok = t;
     return rc;
+}
+
+int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
+                       const float *logits, int *tok, hp_error_t *err)
+{
+    return next_id(d, best, sm, logits, NULL, tok, err);
+}
+
+int hp_decoder_next_cands(hp_decoder_t *d, const float *p, const int *idx,
+                          const float *raw, const double *lse, int k, int V,
+                          int *tok, hp_error_t *err)
+{
+    if (d->grammar)
+        return 1;
+    if (d->done || d->n_tokens >= d->max_tokens) /* ends without a token */
+        return next_id(d, -1, NULL, NULL, NULL, tok, err);
+    hp_rng_t was = d->rng;
+    int t = d->sampling.temperature > 0.0f ? hp_decoder_pick_topk(d, p, idx, k, V)
+            : raw                          ? hp_logprobs_first(raw, idx, k)
+                                           : -1;
+    hp_logprobs_t lp;
+    if (t >= 0 && d->logprobs &&
+        (!raw || !lse ||
+         hp_logprobs_from(&lp, *lse, raw, idx, k, t, d->top_logprobs) != 0))
+        t = -1; /* the row has them */
+    if (t < 0) {
+        d->rng = was;
+        return 1;
+    }
+    return next_id(d, t, NULL, NULL, d->logprobs ? &lp : NULL, tok, err);
 }
 
 size_t hp_decoder_ready(const hp_decoder_t *d, const char **text)
@@ -335,14 +373,16 @@ static int accepted(hp_decoder_t *d, const float *rows, int V, const int *draft,
     *tok = -1;
     /* row j holds the logits draft j was checked against */
     for (int j = 0; j < acc && rc == HP_OK && !d->done; j++) {
-        rc = push(d, draft[j], rows ? rows + (size_t)j * V : NULL, V, err);
+        rc = push(d, draft[j], rows ? rows + (size_t)j * V : NULL, V, NULL,
+                  err);
         if (rc == HP_OK && !d->done)
             (*keep)++;
     }
     /* the model's own token where the drafts stopped: the next one to
      * feed, chosen without a fresh forward pass */
     if (rc == HP_OK && !d->done)
-        rc = push(d, next, rows ? rows + (size_t)acc * V : NULL, V, err);
+        rc = push(d, next, rows ? rows + (size_t)acc * V : NULL, V, NULL,
+                  err);
     if (rc == HP_OK && !d->done)
         *tok = next;
     return rc;

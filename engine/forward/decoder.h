@@ -96,6 +96,17 @@ int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
  * is due (done, max_tokens, a grammar): then the logits decide. */
 int hp_decoder_pick_topk(hp_decoder_t *d, const float *p, const int *idx, int k,
                          int V);
+/* hp_decoder_next_id from a device's k candidates of a vocabulary of V
+ * (hp_fwd_item_t.cand_*; raw, lse NULL where not sent): the token drawn
+ * from them (hp_decoder_pick_topk) or, greedy, the row's argmax (their
+ * first by raw logit, hp_logprobs_first), with its log-probabilities
+ * formed from raw and lse (hp_logprobs_from) where d wants them. Returns
+ * as hp_decoder_next_id, or 1, nothing done and the generator untouched,
+ * where the candidates cannot decide (or lack the chosen token, or a
+ * grammar masks the row): then hp_decoder_next_id on the row's logits. */
+int hp_decoder_next_cands(hp_decoder_t *d, const float *p, const int *idx,
+                          const float *raw, const double *lse, int k, int V,
+                          int *tok, hp_error_t *err);
 
 /* One token chosen elsewhere (an accepted speculative draft, or the
  * token drawn at a rejection): the same stops and text as for a sampled

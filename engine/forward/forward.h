@@ -141,6 +141,9 @@ typedef struct {
      * decide). Ignored where backend memory is host memory. */
     int topk;
     double inv_t;
+    /* with topk: what its log-probabilities need comes too (cand_raw,
+     * cand_lse; hp_logprobs_from), so they need no logits either */
+    int logprobs;
     /* out, host memory in ws, valid until ws's next use */
     float *logits;       /* [T, vocab] (the caller may overwrite them); NULL
                             with argmax where backend memory is not host memory */
@@ -148,6 +151,8 @@ typedef struct {
                             rule: lowest index among equals) */
     const float *cand_p; /* with topk on a device: [k] the candidates' */
     const int *cand_idx; /* probabilities and tokens (hk_topk's order) */
+    const float *cand_raw;  /* with logprobs too: [k] their raw logits */
+    const double *cand_lse; /* and the row's log-sum-exp */
     int row;             /* the item's first row in the step */
     int status;          /* HP_OK, or why this sequence did not run */
     hp_error_t err;      /* status != HP_OK: the message */

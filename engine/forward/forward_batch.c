@@ -339,7 +339,9 @@ static int take_cands(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
     const size_t V = (size_t)m->cfg.vocab_size, K = (size_t)hp_fwd_topk(m);
     float *cp = hp_fwd_buf(ws, B_CANDP, (size_t)p->rows * K);
     int *ci = (int *)hp_fwd_buf(ws, B_CANDI, (size_t)p->rows * K);
-    if (!cp || !ci)
+    float *cr = hp_fwd_buf(ws, B_CANDR, (size_t)p->rows * K);
+    double *cl = (double *)hp_fwd_buf(ws, B_CANDL, 2 * (size_t)p->rows);
+    if (!cp || !ci || !cr || !cl)
         return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
     for (int k = 0; k < p->live;) {
         hp_fwd_item_t *a = &it[p->order[k]];
@@ -351,12 +353,17 @@ static int take_cands(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         for (; k < p->live; k++, n++) {
             hp_fwd_item_t *x = &it[p->order[k]];
             if (!wants_cands(m, x) || x->inv_t != a->inv_t ||
+                !x->logprobs != !a->logprobs ||
                 (size_t)p->row[p->order[k]] != r0 + n)
                 break;
             x->cand_p = cp + (r0 + n) * K;
             x->cand_idx = ci + (r0 + n) * K;
+            x->cand_raw = x->logprobs ? cr + (r0 + n) * K : NULL;
+            x->cand_lse = x->logprobs ? cl + r0 + n : NULL;
         }
-        hp_backend_topk(m->be, cp + r0 * K, ci + r0 * K, lg + r0 * V, (int)n,
+        hp_backend_topk(m->be, cp + r0 * K, ci + r0 * K,
+                        a->logprobs ? cr + r0 * K : NULL,
+                        a->logprobs ? cl + r0 : NULL, lg + r0 * V, (int)n,
                         (int)V, (int)K, a->inv_t);
     }
     return HP_OK;
@@ -384,6 +391,8 @@ static int take_logits(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         cands |= wants_cands(m, a);
         a->cand_p = NULL;
         a->cand_idx = NULL;
+        a->cand_raw = NULL;
+        a->cand_lse = NULL;
         a->row = p->row[p->order[k]];
     }
     if (any)

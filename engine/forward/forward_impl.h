@@ -56,7 +56,9 @@ enum {
                      where backend memory is not host memory */
     B_IDS,        /* host; hp_forward_batch: the rows' token ids (ints) */
     B_CANDP,      /* host; hp_forward_batch: topk items' candidates, */
-    B_CANDI,      /* hp_fwd_topk a row: probabilities, tokens (ints) */
+    B_CANDI,      /* hp_fwd_topk a row: probabilities, tokens (ints), */
+    B_CANDR,      /* raw logits (logprobs items), */
+    B_CANDL,      /* a row's log-sum-exp (a double: two floats) */
     B_JUMPS,      /* the jump callbacks' (hp_fwd_jump_mem) */
     B_JUMPSCR,
     B_COUNT

@@ -38,7 +38,8 @@ static int is_host(int id)
 {
     return id == B_POS || id == B_MOEOFFS || id == B_ITEMS || id == B_KVBUFS ||
            id == B_DECODE || id == B_BEST || id == B_HOSTLOGITS ||
-           id == B_IDS || id == B_CANDP || id == B_CANDI;
+           id == B_IDS || id == B_CANDP || id == B_CANDI || id == B_CANDR ||
+           id == B_CANDL;
 }
 
 /* Floats of every buffer for plan p: rows are the most of one pass (a
@@ -108,8 +109,9 @@ static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
     n[B_DECODE] = 5 * batch; /* two pointers and an int each */
     n[B_BEST] = n[B_IDS] = brows;
     n[B_HOSTLOGITS] = hp_backend_host_memory(be) ? 0 : brows * c->vocab_size;
-    n[B_CANDP] = n[B_CANDI] =
+    n[B_CANDP] = n[B_CANDI] = n[B_CANDR] =
         hp_backend_host_memory(be) ? 0 : brows * (size_t)hp_fwd_topk(m);
+    n[B_CANDL] = hp_backend_host_memory(be) ? 0 : 2 * brows;
     if (c->n_lin > 0) {
         n[B_JUMPS] = c->state_floats;
         n[B_JUMPSCR] = c->state_floats;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine/backend/backend.h"
+#include "kernels/common/hk_select.h"
 
 /* Sorting (probability, index) pairs keeps qsort free of hidden state. */
 typedef struct {
@@ -154,40 +155,58 @@ void hp_sampler_probs(hp_sampler_t *s, float *out, const float *logits,
 void hp_logprobs(hp_logprobs_t *out, const float *logits, int V, int token,
                  int n_top)
 {
-    int a = hp_argmax(logits, V), k = 0;
-    float mx = logits[a];
-    double sum = 1.0; /* the maximum's own term */
+    hp_logprobs_from(out, hp_backend_lse(logits, V), logits, NULL, V, token,
+                     n_top);
+}
+
+int hp_logprobs_from(hp_logprobs_t *out, double lse, const float *raw,
+                     const int *ids, int k, int token, int n_top)
+{
+    int at = ids ? -1 : token, n = 0;
 
     if (n_top > HP_LOGPROBS_MAX_TOP)
         n_top = HP_LOGPROBS_MAX_TOP;
-    if (n_top > V)
-        n_top = V;
-    for (int i = 0; i < V; i++)
-        if (i != a)
-            sum += exp((double)logits[i] - mx);
-    double lse = mx + log(sum);
-    /* the top n_top by insertion: a logit enters only past the smallest
-     * kept one, so the vocabulary is read once */
-    for (int i = 0; i < V && n_top > 0; i++) {
-        float l = logits[i];
-        if (l == -INFINITY) /* masked out by a grammar: not a choice */
+    if (n_top > k)
+        n_top = k;
+    /* the top n_top by insertion: a logit enters only past the last kept
+     * one, so the candidates are read once */
+    for (int j = 0; j < k && (n_top > 0 || at < 0); j++) {
+        const int id = ids ? ids[j] : j;
+        const float l = raw[j];
+        if (id == token)
+            at = j;
+        if (n_top == 0 || l == -INFINITY) /* masked by a grammar: no choice */
             continue;
-        if (k == n_top && l <= out->top_lp[k - 1])
+        if (n == n_top &&
+            !hk_sel_before(l, id, out->top_lp[n - 1], out->top_id[n - 1]))
             continue;
-        int j = k < n_top ? k++ : k - 1;
-        while (j > 0 && out->top_lp[j - 1] < l) {
-            out->top_lp[j] = out->top_lp[j - 1];
-            out->top_id[j] = out->top_id[j - 1];
-            j--;
+        int i = n < n_top ? n++ : n - 1;
+        for (; i > 0 &&
+               hk_sel_before(l, id, out->top_lp[i - 1], out->top_id[i - 1]);
+             i--) {
+            out->top_lp[i] = out->top_lp[i - 1];
+            out->top_id[i] = out->top_id[i - 1];
         }
-        out->top_lp[j] = l;
-        out->top_id[j] = i;
+        out->top_lp[i] = l;
+        out->top_id[i] = id;
     }
-    for (int j = 0; j < k; j++)
-        out->top_lp[j] = (float)((double)out->top_lp[j] - lse);
-    out->n_top = k;
+    if (at < 0)
+        return -1;
+    for (int i = 0; i < n; i++)
+        out->top_lp[i] = (float)((double)out->top_lp[i] - lse);
+    out->n_top = n;
     out->token = token;
-    out->logprob = (float)((double)logits[token] - lse);
+    out->logprob = (float)((double)raw[at] - lse);
+    return 0;
+}
+
+int hp_logprobs_first(const float *raw, const int *ids, int k)
+{
+    int f = 0;
+    for (int j = 1; j < k; j++)
+        if (hk_sel_before(raw[j], ids[j], raw[f], ids[f]))
+            f = j;
+    return ids[f];
 }
 
 uint64_t hp_sampling_choice_seed(uint64_t seed, int choice)

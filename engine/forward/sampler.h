@@ -61,6 +61,19 @@ typedef struct {
  */
 void hp_logprobs(hp_logprobs_t *out, const float *logits, int V, int token,
                  int n_top);
+/*
+ * hp_logprobs from what a device sends instead of the row: lse, the row's
+ * log-sum-exp of its raw logits, and k candidates, raw logits raw[k] of
+ * tokens ids[k] (NULL: ids 0..k-1) in any order, among them the row's
+ * n_top largest (hp_backend_topk's). Returns 0, or -1 where token is not
+ * a candidate (out then unset). hp_logprobs is this over the whole row.
+ */
+int hp_logprobs_from(hp_logprobs_t *out, double lse, const float *raw,
+                     const int *ids, int k, int token, int n_top);
+/* The first of k candidates (raw logits raw[k] of tokens ids[k]) by raw
+ * logit, then lower id: hp_argmax's choice where they hold the row's
+ * largest. */
+int hp_logprobs_first(const float *raw, const int *ids, int k);
 
 /* The seed of choice i of a request seeded `seed` (n > 1 choices): choice
  * 0 keeps the seed, so a choice is the run of one request with its seed. */

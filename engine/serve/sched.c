@@ -641,17 +641,20 @@ static void resolve(hp_sched_t *s, req_t *r, hp_fwd_item_t *it)
         return;
     }
     if (!it->verify) {
-        int best = it->best ? it->best[0] : -1;
-        /* a device sent the sampler's candidates only: they decide, or
-         * the row's logits come over after all */
-        if (best < 0 && it->cand_p) {
-            best = hp_decoder_pick_topk(&r->dec, it->cand_p, it->cand_idx,
-                                        hp_fwd_topk(&s->llm->model),
-                                        s->llm->model.cfg.vocab_size);
-            if (best < 0)
+        int best = it->best ? it->best[0] : -1, decided = 0;
+        /* a device sent the sampler's candidates only (with what
+         * log-probabilities need): they decide, or the row's logits come
+         * over after all */
+        if (it->cand_p) {
+            rc = hp_decoder_next_cands(
+                &r->dec, it->cand_p, it->cand_idx, it->cand_raw, it->cand_lse,
+                hp_fwd_topk(&s->llm->model), s->llm->model.cfg.vocab_size,
+                &r->feed, &err);
+            decided = rc <= 0;
+            if (rc > 0)
                 rc = hp_forward_fetch_logits(&s->llm->model, &s->ws, it, &err);
         }
-        if (rc == HP_OK)
+        if (rc == HP_OK && !decided)
             rc = hp_decoder_next_id(&r->dec, best, &s->sm, it->logits, &r->feed,
                                     &err);
     } else {
@@ -681,21 +684,21 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
         int k = n - i0 < per ? n - i0 : per;
         for (int i = 0; i < k; i++) {
             req_t *r = rs[i0 + i];
-            /* greedy: the device picks the token, no logits copied
-             * (unless its log-probabilities are asked for, or a grammar
-             * masks them first) */
-            s->items[i] =
-                (hp_fwd_item_t){.seq = &r->seq,
-                                .ids = r->ids,
-                                .T = r->n_ids,
-                                .verify = r->n_ids > 1,
-                                .argmax = r->dec.sampling.temperature <= 0.0f &&
-                                          !r->dec.logprobs && !r->dec.grammar,
-                                .topk = r->dec.sampling.temperature > 0.0f &&
-                                        !r->dec.logprobs && !r->dec.grammar,
-                                .inv_t = r->dec.sampling.temperature > 0.0f
-                                             ? 1.0 / r->dec.sampling.temperature
-                                             : 0.0};
+            /* on a device no logits are copied unless a grammar masks
+             * them first: greedy, the device picks the token; sampled or
+             * with log-probabilities, it sends the candidates (at
+             * temperature 1 for greedy) and what log-probabilities need */
+            const float temp = r->dec.sampling.temperature;
+            const int plain = !r->dec.grammar, lp = r->dec.logprobs;
+            s->items[i] = (hp_fwd_item_t){.seq = &r->seq,
+                                          .ids = r->ids,
+                                          .T = r->n_ids,
+                                          .verify = r->n_ids > 1,
+                                          .argmax = temp <= 0.0f && !lp && plain,
+                                          .topk = (temp > 0.0f || lp) && plain,
+                                          .logprobs = lp && plain,
+                                          .inv_t = temp > 0.0f ? 1.0 / temp
+                                                               : 1.0};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
         s->passes++;

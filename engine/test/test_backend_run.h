@@ -49,7 +49,7 @@ static inline int tbr_check_cands(const hp_model_t *m, hp_fwd_ws_t *ws,
     if (rc == HP_OK && !it->logits)
         rc = hp_error_set(err, HP_EINTERNAL, "topk item: no logits fetched");
     if (rc == HP_OK) {
-        hk_topk(p, idx, it->logits, V, k, it->inv_t);
+        hk_topk(p, idx, NULL, NULL, it->logits, V, k, it->inv_t);
         for (int i = 0; i < k && rc == HP_OK; i++)
             if (ci[i] != idx[i] || fabsf(cp[i] - p[i]) > 1e-5f + 1e-4f * p[i])
                 rc = hp_error_set(err, HP_EINTERNAL,

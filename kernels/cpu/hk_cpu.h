@@ -257,9 +257,15 @@ int hk_argmax(const float *x, int n);
  * at temperature 1/inv_t as the engine sampler forms them,
  * p = (float)(e / z) with e = (float)exp((logit - max) * inv_t) and z the
  * double sum of e over all V; then ordered as the sampler sorts, by p
- * descending, then index ascending. */
-void hk_topk(float *p, int *idx, const float *logits, int V, int k,
-             double inv_t);
+ * descending, then index ascending. With raw[k] and *lse (each NULL:
+ * not wanted), what log-probabilities need: the candidates' raw logits
+ * (raw[j] = logits[idx[j]]) and the row's hk_lse. */
+void hk_topk(float *p, int *idx, float *raw, double *lse,
+             const float *logits, int V, int k, double inv_t);
+/* log(sum exp(x[i])) of x[n], a the index of the largest (hk_argmax):
+ * x[a] + log(1 + sum over i != a of exp(x[i] - x[a])), in double and in
+ * index order, as the engine's log-probabilities sum it. */
+double hk_lse(const float *x, int n, int a);
 /* The token the sampler draws with uniform u in [0, 1) from k candidates
  * of hk_topk: top_k (0: off) keeps the first top_k, top_p (>= 1: off) the
  * shortest head whose probabilities sum to top_p; the kept ones are

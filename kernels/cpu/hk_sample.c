@@ -27,13 +27,25 @@ int hk_argmax(const float *x, int n)
     return best;
 }
 
+double hk_lse(const float *x, int n, int a)
+{
+    double sum = 1.0; /* x[a]'s own term */
+    for (int i = 0; i < n; i++)
+        if (i != a)
+            sum += exp((double)x[i] - x[a]);
+    return x[a] + log(sum);
+}
+
 void hk_topk(float *p,            // [k]
              int *idx,            // [k]
+             float *raw,          // [k] or NULL
+             double *lse,         // [1] or NULL
              const float *logits, // [V]
              int V, int k, double inv_t)
 {
     assert(k >= 1 && k <= V);
-    const float mx = logits[hk_argmax(logits, V)];
+    const int a = hk_argmax(logits, V);
+    const float mx = logits[a];
     double z = 0.0;
     for (int i = 0; i < V; i++)
         z += (float)exp((logits[i] - mx) * inv_t);
@@ -52,6 +64,10 @@ void hk_topk(float *p,            // [k]
         idx[j] = i;
     }
     hk_sel_probs(p, idx, k, mx, z, inv_t);
+    for (int j = 0; raw && j < k; j++)
+        raw[j] = logits[idx[j]];
+    if (lse)
+        *lse = hk_lse(logits, V, a);
 }
 
 int hk_sample_topk(const float *p, const int *idx, int k, int V, int top_k,

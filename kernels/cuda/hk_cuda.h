@@ -355,11 +355,15 @@ int hk_cuda_argmax(int *idx, const float *logits, int B, int V, int splits,
 /* Twin of hk_topk per row: p, idx [B, k] from logits [B, V]; k <= V and
  * k <= HK_CUDA_TOPK_MAX; logits not NaN. The same indices in the same
  * order as the CPU; p to the double normalizer's rounding (summed in
- * another order). A radix select: six launches and five reads of the rows
- * whatever k is. scratch is required. The host copies 2k values per row
- * and draws with hk_sample_topk. */
-int hk_cuda_topk(float *p, int *idx, const float *logits, int B, int V, int k,
-                 double inv_t, int splits, float *scratch, void *stream);
+ * another order). raw [B, k], lse [B] (8-byte aligned), each NULL where
+ * not wanted: raw exactly the CPU's, lse to its double sum's rounding
+ * (its terms summed in another order). A radix select: six launches and
+ * five reads of the rows whatever k is. scratch is required. The host
+ * copies 2k values per row (3k + 2 with raw and lse) and draws with
+ * hk_sample_topk. */
+int hk_cuda_topk(float *p, int *idx, float *raw, double *lse,
+                 const float *logits, int B, int V, int k, double inv_t,
+                 int splits, float *scratch, void *stream);
 
 /* ---- norms and activations (hk_norm.cu) -------------------------------- */
 

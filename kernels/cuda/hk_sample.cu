@@ -21,8 +21,9 @@
  *   pass 0: split bests, histogram of key bits 31..24;
  *   pass 1: every block joins the bests (the maximum) and the pass-0
  *           histograms (the threshold's top digit), sums its split's
- *           (float)exp((l - max) inv_t) in double, histograms bits 23..16
- *           of the keys under that digit;
+ *           (float)exp((l - max) inv_t) in double (and, where the
+ *           log-sum-exp is wanted, exp((double)l - max)), histograms bits
+ *           23..16 of the keys under that digit;
  *   passes 2, 3: the same for bits 15..8 and 7..0;
  *   pass 4: the last join gives T, the k-th largest key, and `need`, how
  *           many keys equal to T are kept; each split writes its keys > T
@@ -31,7 +32,9 @@
  *           rule), to its record; at most k in all;
  *   finish: one block per row gathers the k candidates, sorts them by
  *           rank (hk_sel_before), sums the S normalizer partials in split
- *           order and forms p with the CPU's code (hk_select.h).
+ *           order and forms p with the CPU's code (hk_select.h); where
+ *           wanted, the candidates' raw logits (read back by index) and
+ *           the row's log-sum-exp, max + log of the S partials' sum.
  * Each join (hk_digit) sums the S histograms bin by bin, one bin a thread,
  * and finds the digit whose suffix count reaches the keys still wanted by
  * a block scan; every block of a pass does it (S x 256 loads, cheaper than
@@ -51,7 +54,8 @@
 /* One (row, split) record of the scratch, in 4-byte words. */
 #define HK_REC_HIST  0 /* int [passes][bins]: the split's digit counts */
 #define HK_REC_Z     (HK_REC_HIST + HK_SAMPLE_PASSES * HK_SAMPLE_BINS)
-#define HK_REC_BEST  (HK_REC_Z + 2)     /* float value, int index */
+#define HK_REC_LZ    (HK_REC_Z + 2)     /* double: exp(l - max) summed */
+#define HK_REC_BEST  (HK_REC_LZ + 2)    /* float value, int index */
 #define HK_REC_STATE (HK_REC_BEST + 2)  /* split 0: (prefix, left) x 3 */
 #define HK_REC_COUNT (HK_REC_STATE + 6) /* candidates written (pass 4) */
 #define HK_REC_CAND  (HK_REC_COUNT + 2) /* float [TOPK_MAX], int [TOPK_MAX] */
@@ -59,8 +63,9 @@
     ((HK_REC_CAND + 2 * HK_CUDA_TOPK_MAX + 7) / 8 * 8) /* 32-byte records */
 
 static_assert(HK_SAMPLE_BINS == HK_SAMPLE_THREADS, "one bin a thread");
-static_assert(HK_REC_Z % 2 == 0 && HK_REC_WORDS % 2 == 0,
-              "the double partial is 8-byte aligned");
+static_assert(HK_REC_Z % 2 == 0 && HK_REC_LZ % 2 == 0 &&
+                  HK_REC_WORDS % 2 == 0,
+              "the double partials are 8-byte aligned");
 
 /* The order-preserving key: a > b as floats iff key(a) > key(b), and
  * -0 == +0 keyed alike, as hk_sel_before compares them. */
@@ -187,7 +192,8 @@ static __global__ void hk_argmax_join_kernel(int *idx, float *scratch, int B,
  * file's comment. */
 static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     hk_topk_pass_kernel(int pass, const float *logits, // [B, V]
-                        int V, int k, double inv_t, int S, float *scratch)
+                        int V, int k, double inv_t, int want_lse, int S,
+                        float *scratch)
 {
     __shared__ int hist[HK_SAMPLE_THREADS / 32][HK_SAMPLE_BINS];
     __shared__ float sv[HK_SAMPLE_THREADS];
@@ -237,12 +243,19 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
         }
         __syncthreads();
         const float mx = s_mx;
-        double z = 0.0;
-        for (int e = lo + tid; e < hi; e += blockDim.x)
+        double z = 0.0, lz = 0.0;
+        for (int e = lo + tid; e < hi; e += blockDim.x) {
             z += (float)exp((l[e] - mx) * inv_t);
+            if (want_lse) /* hk_lse's terms, the same read */
+                lz += exp((double)l[e] - mx);
+        }
         z = hk_block_sum_d(z, sd);
-        if (tid == 0)
+        if (want_lse)
+            lz = hk_block_sum_d(lz, sd);
+        if (tid == 0) {
             *(double *)(rec + HK_REC_Z) = z;
+            *(double *)(rec + HK_REC_LZ) = lz;
+        }
     }
 
     if (pass < HK_SAMPLE_PASSES) {
@@ -316,11 +329,15 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
 }
 
 /* One block per row: the splits' candidates (k in all) in rank order, then
- * the sampler's probabilities, a thread each, and its order. */
+ * the sampler's probabilities, a thread each, and its order; raw and lse
+ * where wanted (non-NULL). */
 static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
-    hk_topk_finish_kernel(float *p, // [B, k]
-                          int *idx, // [B, k]
-                          int k, double inv_t, int S, float *scratch)
+    hk_topk_finish_kernel(float *p,            // [B, k]
+                          int *idx,            // [B, k]
+                          float *raw,          // [B, k] or NULL
+                          double *lse,         // [B] or NULL
+                          const float *logits, // [B, V]
+                          int V, int k, double inv_t, int S, float *scratch)
 {
     __shared__ float cv[HK_CUDA_TOPK_MAX], tv[HK_CUDA_TOPK_MAX];
     __shared__ int ci[HK_CUDA_TOPK_MAX], ti[HK_CUDA_TOPK_MAX];
@@ -353,6 +370,13 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     for (int s = 0; s < S; s++)
         z += *(const double *)(rec0 + (size_t)s * HK_REC_WORDS + HK_REC_Z);
     const float mx = tv[0];
+    if (lse && tid == 0) {
+        double lz = 0.0;
+        for (int s = 0; s < S; s++)
+            lz += *(const double *)(rec0 + (size_t)s * HK_REC_WORDS +
+                                    HK_REC_LZ);
+        lse[row] = mx + log(lz);
+    }
     __syncthreads();
     if (tid < k)
         tv[tid] = hk_sel_prob(tv[tid], mx, z, inv_t);
@@ -363,6 +387,8 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     if (tid < k) {
         p[(size_t)row * k + tid] = tv[tid];
         idx[(size_t)row * k + tid] = ti[tid];
+        if (raw)
+            raw[(size_t)row * k + tid] = logits[(size_t)row * V + ti[tid]];
     }
 }
 
@@ -425,9 +451,10 @@ extern "C" int hk_cuda_argmax(int *idx, const float *logits, int B, int V,
     return hk_cuda_check_launch();
 }
 
-extern "C" int hk_cuda_topk(float *p, int *idx, const float *logits, int B,
-                            int V, int k, double inv_t, int splits,
-                            float *scratch, void *stream)
+extern "C" int hk_cuda_topk(float *p, int *idx, float *raw, double *lse,
+                            const float *logits, int B, int V, int k,
+                            double inv_t, int splits, float *scratch,
+                            void *stream)
 {
     if (B < 0 || V <= 0 || k < 1 || k > V || k > HK_CUDA_TOPK_MAX ||
         !(inv_t > 0.0) || splits < 0 || splits > HK_CUDA_SAMPLE_SPLITS_MAX ||
@@ -439,12 +466,12 @@ extern "C" int hk_cuda_topk(float *p, int *idx, const float *logits, int B,
     cudaStream_t st = hk_stream(stream);
     for (int pass = 0; pass <= HK_SAMPLE_PASSES; pass++) {
         hk_topk_pass_kernel<<<dim3(B, S), HK_SAMPLE_THREADS, 0, st>>>(
-            pass, logits, V, k, inv_t, S, scratch);
+            pass, logits, V, k, inv_t, lse != NULL, S, scratch);
         const int rc = hk_cuda_check_launch();
         if (rc != HK_CUDA_OK)
             return rc;
     }
-    hk_topk_finish_kernel<<<B, HK_SAMPLE_THREADS, 0, st>>>(p, idx, k, inv_t, S,
-                                                           scratch);
+    hk_topk_finish_kernel<<<B, HK_SAMPLE_THREADS, 0, st>>>(
+        p, idx, raw, lse, logits, V, k, inv_t, S, scratch);
     return hk_cuda_check_launch();
 }

@@ -167,6 +167,10 @@ static void print_plan(void)
  * on both sides, summed in another order; then one division. */
 #define RTOL_SEL 2e-6
 #define ATOL_SEL 1e-9
+/* A row's log-sum-exp: the same double terms summed in another order
+ * (at most V of them, each rounding by 2^-53 relative: V 2^-53 <= 3e-11
+ * relative to the sum at V = 248320), then log. */
+#define TOL_LSE 1e-10
 
 /* ---- plumbing ------------------------------------------------------------ */
 
@@ -1935,14 +1939,18 @@ static void test_sample(void)
         float *lg = sample_logits(n, shapes[s][5]);
         int *am = malloc((size_t)B * sizeof(int));
         int *idx = malloc((size_t)B * k * sizeof(int));
-        float *p = hmalloc((size_t)B * k);
+        float *p = hmalloc((size_t)B * k), *raw = hmalloc((size_t)B * k);
+        double *lse = malloc((size_t)B * sizeof(double));
+        double *dlse = malloc((size_t)B * sizeof(double));
         for (int b = 0; b < B; b++) {
             am[b] = hk_argmax(lg + (size_t)b * V, V);
-            hk_topk(p + (size_t)b * k, idx + (size_t)b * k, lg + (size_t)b * V,
-                    V, k, inv_t);
+            hk_topk(p + (size_t)b * k, idx + (size_t)b * k,
+                    raw + (size_t)b * k, lse + b, lg + (size_t)b * V, V, k,
+                    inv_t);
         }
         const size_t ns = hk_cuda_topk_scratch(B, splits);
         float *dlg = dev_from(lg, n), *dp = dev_alloc((size_t)B * k);
+        float *dr = dev_alloc((size_t)B * k), *dl = dev_alloc(2 * (size_t)B);
         const size_t na = hk_cuda_argmax_scratch(B, splits);
         float *dscr = dev_alloc(ns), *dascr = dev_alloc(na ? na : 1);
         int *dam = dev_ints(am, B), *didx = dev_ints(idx, (size_t)B * k);
@@ -1954,13 +1962,34 @@ static void test_sample(void)
         ok(good & same_ints(am, dam, B, "idx"), "argmax B=%d V=%d splits=%d", B,
            V, splits);
         CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
-        RUN(hk_cuda_topk(dp, didx, dlg, B, V, k, inv_t, splits, dscr, NULL));
+        RUN(hk_cuda_topk(dp, didx, NULL, NULL, dlg, B, V, k, inv_t, splits,
+                         dscr, NULL));
         ok(same_ints(idx, didx, (size_t)B * k, "idx") &
                close_cpu(p, dp, (size_t)B * k, ATOL_SEL, RTOL_SEL, "p"),
            "topk B=%d V=%d k=%d inv_t=%.3g splits=%d logits=%d", B, V, k, inv_t,
            splits, shapes[s][5]);
+        /* with what log-probabilities need: the same candidates, their raw
+         * logits exactly, the log-sum-exp to its sum's order */
+        CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
+        RUN(hk_cuda_topk(dp, didx, dr, (double *)(void *)dl, dlg, B, V, k,
+                         inv_t, splits, dscr, NULL));
+        CK(hk_cuda_d2h(dlse, dl, (size_t)B * sizeof(double), NULL));
+        int lse_good = 1;
+        for (int b = 0; b < B; b++)
+            lse_good &= fabs(dlse[b] - lse[b]) <= TOL_LSE * (1.0 + fabs(lse[b]));
+        if (!lse_good)
+            tap_diag("  lse: row 0 %.17g where the CPU gives %.17g", dlse[0],
+                     lse[0]);
+        ok(same_ints(idx, didx, (size_t)B * k, "idx") &
+               close_cpu(p, dp, (size_t)B * k, ATOL_SEL, RTOL_SEL, "p") &
+               same_cpu(raw, dr, (size_t)B * k, "raw") & lse_good,
+           "topk with raw logits and lse B=%d V=%d k=%d inv_t=%.3g splits=%d "
+           "logits=%d",
+           B, V, k, inv_t, splits, shapes[s][5]);
         CK(hk_cuda_free(dlg));
         CK(hk_cuda_free(dp));
+        CK(hk_cuda_free(dr));
+        CK(hk_cuda_free(dl));
         CK(hk_cuda_free(dscr));
         CK(hk_cuda_free(dascr));
         CK(hk_cuda_free(dam));
@@ -1969,6 +1998,9 @@ static void test_sample(void)
         free(am);
         free(idx);
         free(p);
+        free(raw);
+        free(lse);
+        free(dlse);
     }
 }
 
@@ -2867,13 +2899,13 @@ static void test_einval(void)
     good &= hk_cuda_attention_decode_paged(&x, &x, &x, &x, NULL, 0, NULL, 1, 16,
                                            2, 1, 8, 1.0f,
                                            NULL) == HK_CUDA_EINVAL; /* pages */
-    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1, 1.0, 0, &x,
+    good &= hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1,
+                         1.0, 0, &x, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 5, 1.0, 0, NULL,
+                         NULL) == HK_CUDA_EINVAL; /* no scratch */
+    good &= hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 5, 1.0,
+                         HK_CUDA_SAMPLE_SPLITS_MAX + 1, &x,
                          NULL) == HK_CUDA_EINVAL;
-    good &= hk_cuda_topk(&x, NULL, &x, 1, 10, 5, 1.0, 0, NULL, NULL) ==
-            HK_CUDA_EINVAL; /* no scratch */
-    good &=
-        hk_cuda_topk(&x, NULL, &x, 1, 10, 5, 1.0, HK_CUDA_SAMPLE_SPLITS_MAX + 1,
-                     &x, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_argmax(NULL, &x, 1, 10, 2, NULL, NULL) ==
             HK_CUDA_EINVAL; /* splits without scratch */
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;

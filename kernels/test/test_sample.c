@@ -85,15 +85,27 @@ static void test_topk(const char *name, const float *l, int V, int k,
 {
     pr_t *ref = ref_sorted(l, V, inv_t);
     float *p = malloc((size_t)k * sizeof(float));
+    float *raw = malloc((size_t)k * sizeof(float));
     int *idx = malloc((size_t)k * sizeof(int));
-    hk_topk(p, idx, l, V, k, inv_t);
+    double lse;
+    hk_topk(p, idx, raw, &lse, l, V, k, inv_t);
     int good = 1;
     for (int j = 0; j < k; j++)
-        good &= idx[j] == ref[j].i && p[j] == ref[j].p;
-    ok(good, "topk %s V=%d k=%d inv_t=%.3g: the sampler's first k, same p",
-       name, V, k, inv_t);
+        good &= idx[j] == ref[j].i && p[j] == ref[j].p && raw[j] == l[idx[j]];
+    /* the log-sum-exp naively, every term in index order: the same to the
+     * double sum's rounding */
+    const float mx = l[hk_argmax(l, V)];
+    double sum = 0.0;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)l[i] - mx);
+    const double want = mx + log(sum);
+    ok(good && fabs(lse - want) <= 1e-12 * (1.0 + fabs(want)),
+       "topk %s V=%d k=%d inv_t=%.3g: the sampler's first k, same p, their "
+       "raw logits, the log-sum-exp (%.17g, naively %.17g)",
+       name, V, k, inv_t, lse, want);
     free(ref);
     free(p);
+    free(raw);
     free(idx);
 }
 
@@ -106,7 +118,7 @@ static void test_draw(const float *l, int V, int k, double inv_t)
     pr_t *ref = ref_sorted(l, V, inv_t);
     float *p = malloc((size_t)k * sizeof(float));
     int *idx = malloc((size_t)k * sizeof(int));
-    hk_topk(p, idx, l, V, k, inv_t);
+    hk_topk(p, idx, NULL, NULL, l, V, k, inv_t);
     int agree = 1, undecided = 0, decided = 0;
     for (size_t a = 0; a < sizeof(top_ks) / sizeof(top_ks[0]); a++)
         for (size_t b = 0; b < sizeof(top_ps) / sizeof(top_ps[0]); b++)

@@ -173,6 +173,7 @@ static void unsupported(const hp_backend_t *b, hp_op_t op)
 /* Ops issued and host-link transfers so far, every backend of this
  * process (atomic: prefill workers issue ops too). */
 static unsigned long n_ops, n_transfers;
+static unsigned long long n_down_bytes;
 
 static void count(unsigned long ops, unsigned long transfers)
 {
@@ -184,6 +185,12 @@ unsigned long hp_backend_op_count(const hp_backend_t *b)
 {
     (void)b;
     return __atomic_load_n(&n_ops, __ATOMIC_RELAXED);
+}
+
+unsigned long long hp_backend_download_bytes(const hp_backend_t *b)
+{
+    (void)b;
+    return __atomic_load_n(&n_down_bytes, __ATOMIC_RELAXED);
 }
 
 unsigned long hp_backend_transfer_count(const hp_backend_t *b)
@@ -278,6 +285,7 @@ void hp_backend_download(const hp_backend_t *b, void *dst, const void *src,
                          size_t bytes)
 {
     count(0, 1);
+    __atomic_add_fetch(&n_down_bytes, bytes, __ATOMIC_RELAXED);
     b->iface->download(b, dst, src, bytes);
 }
 

@@ -178,6 +178,10 @@ unsigned long long hp_backend_host_bytes(const hp_backend_t *b);
  * a batched decode step issues as many whatever its batch. */
 unsigned long hp_backend_op_count(const hp_backend_t *b);
 unsigned long hp_backend_transfer_count(const hp_backend_t *b);
+/* Bytes hp_backend_download copied so far (the logits rows a step
+ * brings over; ops' host outputs not counted), counted alike: tests check
+ * that rows whose candidates decide are not copied. */
+unsigned long long hp_backend_download_bytes(const hp_backend_t *b);
 /* Bytes of memory the device has in all, and free now (0: unknown, or
  * host memory). */
 size_t hp_backend_mem_total(const hp_backend_t *b);

@@ -235,6 +235,8 @@ static void check_model(const char *root, const char *name)
        name, d->foreign_io);
     ok(d->transfers > t0, "%s: logits came back by download (%ld transfers)",
        name, d->transfers - t0);
+    /* a step's counts whatever its batch; logprobs rows copy no row */
+    tbr_check_counts(&m, name, 0);
     ok(d->live == d->n_placed,
        "%s: run freed all it allocated (%ld live, %d placed)", name, d->live,
        d->n_placed);

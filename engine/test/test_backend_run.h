@@ -27,9 +27,54 @@
 /* logits rows a run writes */
 #define TBR_ROWS (TBR_PROMPT + TBR_STEPS + 4)
 
+/* got against want: ids exact, values within one float ulp plus 1e-9
+ * (the lse summed in another order on a device; test_sampler.c) */
+static inline int tbr_same_lp(const hp_logprobs_t *got,
+                              const hp_logprobs_t *want)
+{
+    int same = got->token == want->token && got->n_top == want->n_top;
+    for (int j = -1; same && j < want->n_top; j++) {
+        const float g = j < 0 ? got->logprob : got->top_lp[j];
+        const float w = j < 0 ? want->logprob : want->top_lp[j];
+        same = (j < 0 || got->top_id[j] == want->top_id[j]) &&
+               fabsf(g - w) <= 1.1920929e-7f * fabsf(w) + 1e-9f;
+    }
+    return same;
+}
+
+/* A logprobs item's entries from its candidates (raw logits cr, lse)
+ * against hp_logprobs on its fetched logits: greedy (the token
+ * hp_logprobs_first, hp_argmax's) and for some candidates, n_top 0, 5,
+ * 20. */
+static inline int tbr_check_lp(const float *logits, int V, const float *cr,
+                               const int *ci, double lse, int k,
+                               hp_error_t *err)
+{
+    const int first = hp_logprobs_first(cr, ci, k);
+    if (first != hp_argmax(logits, V))
+        return hp_error_set(err, HP_EINTERNAL,
+                            "logprobs: the candidates' first %d, the argmax %d",
+                            first, hp_argmax(logits, V));
+    const int toks[4] = {first, ci[1], ci[k / 2], ci[k - 1]};
+    for (int t = 0; t < 4; t++)
+        for (int n = 0; n <= HP_LOGPROBS_MAX_TOP; n += n ? 15 : 5) {
+            hp_logprobs_t got, want;
+            hp_logprobs(&want, logits, V, toks[t], n);
+            if (hp_logprobs_from(&got, lse, cr, ci, k, toks[t], n) != 0 ||
+                !tbr_same_lp(&got, &want))
+                return hp_error_set(err, HP_EINTERNAL,
+                                    "logprobs of %d (n_top %d): %g where the "
+                                    "logits give %g",
+                                    toks[t], n, got.logprob, want.logprob);
+        }
+    return HP_OK;
+}
+
 /* A device's candidates for a topk item against hk_topk on its logits,
  * fetched after them (hp_forward_fetch_logits): the same tokens in the
- * same order, probabilities to the normalizer's rounding. */
+ * same order, probabilities to the normalizer's rounding; with logprobs,
+ * their raw logits exactly and the entries formed from them
+ * (tbr_check_lp). */
 static inline int tbr_check_cands(const hp_model_t *m, hp_fwd_ws_t *ws,
                                   hp_fwd_item_t *it, hp_error_t *err)
 {
@@ -37,13 +82,21 @@ static inline int tbr_check_cands(const hp_model_t *m, hp_fwd_ws_t *ws,
     float *p = malloc((size_t)k * sizeof(float));
     int *idx = malloc((size_t)k * sizeof(int));
     float *cp = malloc((size_t)k * sizeof(float));
+    float *cr = malloc((size_t)k * sizeof(float));
     int *ci = malloc((size_t)k * sizeof(int));
-    int rc = p && idx && cp && ci
+    double lse = 0.0;
+    int rc = p && idx && cp && cr && ci
                  ? HP_OK
                  : hp_error_set(err, HP_ENOMEM, "test: memory");
+    if (rc == HP_OK && it->logprobs && (!it->cand_raw || !it->cand_lse))
+        rc = hp_error_set(err, HP_EINTERNAL, "logprobs item: no raw logits");
     if (rc == HP_OK) { /* before the fetch: it reuses the host buffers */
         memcpy(cp, it->cand_p, (size_t)k * sizeof(float));
         memcpy(ci, it->cand_idx, (size_t)k * sizeof(int));
+        if (it->logprobs) {
+            memcpy(cr, it->cand_raw, (size_t)k * sizeof(float));
+            lse = *it->cand_lse;
+        }
         rc = hp_forward_fetch_logits(m, ws, it, err);
     }
     if (rc == HP_OK && !it->logits)
@@ -56,10 +109,18 @@ static inline int tbr_check_cands(const hp_model_t *m, hp_fwd_ws_t *ws,
                                   "topk candidate %d: %d (p %g) where the "
                                   "logits give %d (p %g)",
                                   i, ci[i], cp[i], idx[i], p[i]);
+        for (int i = 0; it->logprobs && i < k && rc == HP_OK; i++)
+            if (cr[i] != it->logits[ci[i]])
+                rc = hp_error_set(err, HP_EINTERNAL,
+                                  "candidate %d: raw logit %g, the row's %g", i,
+                                  cr[i], it->logits[ci[i]]);
+        if (rc == HP_OK && it->logprobs)
+            rc = tbr_check_lp(it->logits, V, cr, ci, lse, k, err);
     }
     free(p);
     free(idx);
     free(cp);
+    free(cr);
     free(ci);
     return rc;
 }
@@ -110,7 +171,12 @@ static inline int tbr_run(const hp_model_t *m, float *out, const char *dump,
      * (hp_backend_topk), then its logits on demand */
     hp_fwd_item_t g[2] = {
         {.seq = &s[0], .ids = &next[0], .T = 1, .argmax = 1},
-        {.seq = &s[1], .ids = &next[1], .T = 1, .topk = 1, .inv_t = 1.25}};
+        {.seq = &s[1],
+         .ids = &next[1],
+         .T = 1,
+         .topk = 1,
+         .inv_t = 1.25,
+         .logprobs = 1}};
     const int host = hp_backend_host_memory(m->be);
     if (rc == HP_OK)
         rc = hp_forward_batch(m, g, 2, &ws, err);
@@ -248,12 +314,15 @@ static inline int tbr_kvbuf(const hp_model_t *m, float *out, int *toks,
  * token each) and what it cost: ops issued and host-link transfers (counted at
  * the backend seam, any backend), host waits for the device. want: 0
  * every item wants its logits, 1 only its argmax, 2 every other item
- * only its argmax (item 0 its logits). B <= TBR_MAX_B. */
+ * only its argmax (item 0 its logits), 3 its log-probabilities (greedy:
+ * the candidates at temperature 1 with their raw logits and lse).
+ * B <= TBR_MAX_B. */
 #ifndef TBR_MAX_B
 #define TBR_MAX_B 16
 #endif
 typedef struct {
     unsigned long ops, transfers, waits;
+    unsigned long long down; /* bytes hp_backend_download copied */
 } tbr_counts_t;
 
 static inline int tbr_step_counts(const hp_model_t *m, int B, int want,
@@ -278,22 +347,30 @@ static inline int tbr_step_counts(const hp_model_t *m, int B, int want,
         it[k] = (hp_fwd_item_t){.seq = &s[k],
                                 .ids = &ids[k],
                                 .T = 1,
-                                .argmax = want == 1 || (want == 2 && k % 2)};
+                                .argmax = want == 1 || (want == 2 && k % 2),
+                                .topk = want == 3,
+                                .logprobs = want == 3,
+                                .inv_t = 1.0};
     }
     const hp_backend_t *be = m->be;
     unsigned long o0 = hp_backend_op_count(be);
     unsigned long t0 = hp_backend_transfer_count(be);
     unsigned long w0 = hp_backend_device_waits(be);
+    unsigned long long d0 = hp_backend_download_bytes(be);
     if (rc == HP_OK)
         rc = hp_forward_batch(m, it, B, &ws, err);
     n->ops = hp_backend_op_count(be) - o0;
     n->transfers = hp_backend_transfer_count(be) - t0;
     n->waits = hp_backend_device_waits(be) - w0;
+    n->down = hp_backend_download_bytes(be) - d0;
+    const int host = hp_backend_host_memory(be);
     for (int i = 0; i < B && rc == HP_OK; i++)
         if (it[i].status != HP_OK)
             rc = hp_error_set(err, it[i].status, "%s", it[i].err.msg);
         else if (!it[i].argmax != !it[i].best ||
-                 (!it[i].argmax && !it[i].logits))
+                 (!it[i].argmax && !it[i].topk && !it[i].logits) ||
+                 (it[i].topk && !it[i].logits != !host) ||
+                 (it[i].topk && !host && (!it[i].cand_raw || !it[i].cand_lse)))
             rc = hp_error_set(err, HP_EINTERNAL, "item %d: results missing", i);
     while (k > 0)
         hp_seq_free(&s[--k]);
@@ -304,16 +381,18 @@ static inline int tbr_step_counts(const hp_model_t *m, int B, int want,
 /* The step's ops, transfers and waits do not grow with its plain decode
  * items: B = 1, 4 and 16 (the mixed form from B = 4: at 1 it has no
  * argmax) cost the same. Checked for each form of item; waits at most
- * most_waits. Returns the B = 16 step's counts of the mixed form. */
+ * most_waits. The log-probabilities form copies no row down (on a device:
+ * the candidates decide; on the host there is nothing to copy). Returns
+ * the B = 16 step's counts of the mixed form. */
 static inline tbr_counts_t tbr_check_counts(const hp_model_t *m,
                                             const char *name,
                                             unsigned long most_waits)
 {
     static const int Bs[3] = {1, 4, TBR_MAX_B};
-    static const char *forms[3] = {"logits", "argmax", "mixed"};
-    tbr_counts_t n[3] = {{0}};
+    static const char *forms[4] = {"logits", "argmax", "mixed", "logprobs"};
+    tbr_counts_t n[3] = {{0}}, mixed = {0};
     hp_error_t err = {0};
-    for (int want = 0; want < 3; want++) {
+    for (int want = 0; want < 4; want++) {
         int rc = HP_OK, same = 1;
         for (int i = want == 2; i < 3 && rc == HP_OK; i++) {
             rc = tbr_step_counts(m, Bs[i], want, &n[i], &err);
@@ -328,8 +407,20 @@ static inline tbr_counts_t tbr_check_counts(const hp_model_t *m,
            name, hp_backend_name(m->be), forms[want], n[0].ops, n[1].ops,
            n[2].ops, n[0].transfers, n[1].transfers, n[2].transfers, n[0].waits,
            n[1].waits, n[2].waits, most_waits, rc == HP_OK ? "" : err.msg);
+        if (want == 2)
+            mixed = n[2];
+        if (want == 0 || want == 3)
+            ok(rc == HP_OK &&
+                   (want == 3 || hp_backend_host_memory(m->be)
+                        ? n[2].down == 0
+                        : n[2].down == (unsigned long long)TBR_MAX_B *
+                                           m->cfg.vocab_size * sizeof(float)),
+               "%s on %s: a step of %d %s items copies %llu bytes of logits "
+               "down",
+               name, hp_backend_name(m->be), TBR_MAX_B, forms[want],
+               n[2].down);
     }
-    return n[2];
+    return mixed;
 }
 
 #endif

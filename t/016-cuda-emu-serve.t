@@ -4,7 +4,10 @@
 # same engine on the CPU. The module never knows where the model runs:
 # completions and chat, streamed and not, greedy and sampled (the device
 # sending the sampler's candidates only), full, pic (cold then warm) and
-# prefix, give the CPU engine's greedy text; a refused request is the
+# prefix, give the CPU engine's greedy text; log-probabilities (the device
+# sending the candidates' raw logits and the row's log-sum-exp, not the
+# row) the CPU engine's tokens and alternatives, their values to the
+# backends' logits tolerance; a refused request is the
 # same clean 400 and the engine serves the next; /metrics and /health
 # name the device and show the device's sequence pool; the prefill chunk
 # defaults to the device's (2048 tokens a step, 256 on the CPU), and the
@@ -94,6 +97,62 @@ sub both {
                qw(gpu cpu);
 }
 
+# A response's log-probability entries, streamed or not, chat or
+# completions, as [token, logprob, [[alternative, logprob]...]].
+sub lp_entries {
+    my ($r) = @_;
+    my @j = $r->{body} =~ /^data: / ? grep { ref $_ } sse_events($r->{body})
+                                    : (json_of($r));
+    my @e;
+    for my $c (map { @{ $_->{choices} || [] } } @j) {
+        my $lp = $c->{logprobs} or next;
+        if ($lp->{content}) {
+            push @e, map { [$_->{token}, $_->{logprob},
+                            [map { [$_->{token}, $_->{logprob}] }
+                             @{ $_->{top_logprobs} || [] }]] }
+                     @{ $lp->{content} };
+            next;
+        }
+        for my $i (0 .. $#{ $lp->{tokens} || [] }) {
+            my $d = $lp->{top_logprobs}[$i] || {};
+            push @e, [$lp->{tokens}[$i], $lp->{token_logprobs}[$i],
+                      [map { [$_, $d->{$_}] }
+                       sort { $d->{$b} <=> $d->{$a} || $a cmp $b } keys %$d]];
+        }
+    }
+    return @e;
+}
+
+# The device's entries against the CPU's: the same tokens and alternatives
+# in the same order, every value within $TOL (the two backends' logits
+# differ by f32 rounding, ~1e-5 on the tiny model; the device's own
+# normalizer, summed in another order, adds ~1e-7).
+our $TOL = 1e-3;
+sub same_lp {
+    my ($g, $c, $what) = @_;
+    my @g = lp_entries($g);
+    my @c = lp_entries($c);
+    my ($why, $worst) = ('', 0);
+    $why = scalar(@g) . ' entries, the CPU ' . scalar(@c) if @g != @c || !@g;
+    for my $i (0 .. $#c) {
+        last if $why;
+        my @p = ([$g[$i][0], $g[$i][1]], @{ $g[$i][2] });
+        my @q = ([$c[$i][0], $c[$i][1]], @{ $c[$i][2] });
+        $why = "entry $i: " . scalar(@p) . ' values, the CPU ' . scalar(@q)
+            if @p != @q;
+        for my $j (0 .. $#q) {
+            last if $why;
+            my $d = abs($p[$j][1] - $q[$j][1]);
+            $worst = $d if $d > $worst;
+            $why = "entry $i, value $j: '$p[$j][0]' $p[$j][1], the CPU "
+                   . "'$q[$j][0]' $q[$j][1]"
+                if $p[$j][0] ne $q[$j][0] || $d > $TOL;
+        }
+    }
+    ok(!$why, "$what: the CPU engine's tokens and alternatives, values "
+       . "within $TOL (" . scalar(@c) . " entries, worst $worst) $why");
+}
+
 run_tests();
 
 __DATA__
@@ -150,7 +209,42 @@ is(main::sse_text(@ev), $want, 'streamed: the same text as the CPU');
 
 
 
-=== TEST 2: pic: cold then warm on the device, the CPU engine's text
+=== TEST 2: log-probabilities from the device's candidates: the CPU's
+--- http_config
+    @ENGINES@
+--- config
+    location /gpu/full/ { hypic_pass gpu; hypic_mode full; }
+    location /cpu/full/ { hypic_pass cpu; hypic_mode full; }
+--- timeout: 180
+--- response_check
+my (undef, undef, $srv) = @_;
+my $msg = [{ role => 'user', content => 'Hello!' }];
+for my $t (
+    ['greedy chat, top_logprobs 5', '/v1/chat/completions',
+     messages => $msg, temperature => 0, logprobs => JSON::PP::true,
+     top_logprobs => 5],
+    ['sampled chat streamed, top_logprobs 20', '/v1/chat/completions',
+     messages => $msg, temperature => 0.8, seed => 7, top_k => 40,
+     logprobs => JSON::PP::true, top_logprobs => 20,
+     stream => JSON::PP::true],
+    ['greedy completions streamed, logprobs 3', '/v1/completions',
+     prompt => 'The capital of Zorvia is', temperature => 0, logprobs => 3,
+     stream => JSON::PP::true],
+    ['sampled completions, logprobs 0', '/v1/completions',
+     prompt => 'The capital of Zorvia is', temperature => 0.8, seed => 3,
+     logprobs => 0]) {
+    my ($what, $path, @f) = @$t;
+    my ($g, $c) = main::both($srv, 'full', $path,
+                             main::body(max_tokens => 6, @f));
+    is($g->{status}, 200, "$what on the device: 200");
+    main::same_lp($g, $c, $what);
+}
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: pic: cold then warm on the device, the CPU engine's text
 --- http_config
     @ENGINES@
 --- config
@@ -177,7 +271,7 @@ is(main::text_of($warm), main::text_of($ref), 'warm: the CPU engine\'s text');
 
 
 
-=== TEST 3: prefix: a resume on the device continues exactly
+=== TEST 4: prefix: a resume on the device continues exactly
 --- http_config
     @ENGINES@
 --- config
@@ -205,7 +299,7 @@ is(main::text_of($r[1]), main::text_of($ref[1]),
 
 
 
-=== TEST 4: a refused request is a clean 400, and the device engine serves the next
+=== TEST 5: a refused request is a clean 400, and the device engine serves the next
 --- http_config
     @ENGINES@
 --- config
@@ -225,7 +319,7 @@ hypic: engine refused
 
 
 
-=== TEST 5: /metrics and /health name the device; the device's sequence pool
+=== TEST 6: /metrics and /health name the device; the device's sequence pool
 --- http_config
     @ENGINES@
 --- config
@@ -274,7 +368,7 @@ unlike($main::cpu->log_text, qr/MiB in use after start/,
 
 
 
-=== TEST 6: a device fault: a clean 503, the engine exits 1, the rest serve on
+=== TEST 7: a device fault: a clean 503, the engine exits 1, the rest serve on
 --- http_config
     @ENGINES@
 --- config

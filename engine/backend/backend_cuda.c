@@ -274,12 +274,36 @@ static int grow(void **p, size_t *cap, size_t need, size_t size)
     return rc;
 }
 
-/* topk's scratch and device outputs (lse: a double a row; p, idx, raw: k
- * floats and ints a row) for B rows of the largest k, in floats. */
+/* Host scratch of at least bytes (grown, kept), or NULL (noted). */
+static void *host_room(be_t b, size_t bytes, const char *what)
+{
+    cuda_t *c = ctx(b);
+    size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+    if (n > c->host_cap) {
+        float *h = realloc(c->host, n * sizeof(float));
+        if (!h) {
+            note(b, HK_CUDA_ENOMEM, what);
+            return NULL;
+        }
+        c->host = h;
+        c->host_cap = n;
+    }
+    return c->host;
+}
+
+/* topk's outputs (lse: a double a row; p, idx, raw: k floats and ints a
+ * row) for B rows of k, in floats: on the device after its scratch, one
+ * block, so that one copy brings them to the host (host_room), where
+ * they are dealt out. */
+static size_t topk_out(int B, int k)
+{
+    return (size_t)B * (2 + 3 * (size_t)k);
+}
+
+/* topk's scratch and outputs for B rows of the largest k, in floats. */
 static size_t topk_floats(int B)
 {
-    return hk_cuda_topk_scratch(B, 0) +
-           (size_t)B * (2 + 3 * (size_t)HP_BACKEND_TOPK_MAX);
+    return hk_cuda_topk_scratch(B, 0) + topk_out(B, HP_BACKEND_TOPK_MAX);
 }
 
 /* The scratch the plan's projections and staging take, now. */
@@ -297,6 +321,10 @@ static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
     size_t samp = topk_floats(rows), am = hk_cuda_argmax_scratch(rows, 0);
     if (samp < am)
         samp = am;
+    /* topk's host copy, grown now rather than in a step */
+    if (!host_room(b, topk_out(rows, HP_BACKEND_TOPK_MAX) * sizeof(float),
+                   "topk's host copy"))
+        return hp_error_set(err, HP_ENOMEM, "%s: out of host memory", b->name);
     if (seg <= hk_cuda_ring_seg_bytes(c->stage) && (!bf16 || xb <= c->xb_cap) &&
         (!i8 || tile) && samp <= c->samp_cap)
         return HP_OK;
@@ -389,23 +417,6 @@ static void *stage(be_t b, const void *src, size_t bytes)
     }
     note(b, hk_cuda_ring_put(c->stage, src, bytes, NULL, &d), "staging");
     return d;
-}
-
-/* Host scratch of at least bytes (grown, kept), or NULL (noted). */
-static void *host_room(be_t b, size_t bytes, const char *what)
-{
-    cuda_t *c = ctx(b);
-    size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
-    if (n > c->host_cap) {
-        float *h = realloc(c->host, n * sizeof(float));
-        if (!h) {
-            note(b, HK_CUDA_ENOMEM, what);
-            return NULL;
-        }
-        c->host = h;
-        c->host_cap = n;
-    }
-    return c->host;
 }
 
 /* ---- ops ---------------------------------------------------------------- */
@@ -556,22 +567,29 @@ static void cu_topk(be_t b, float *p, int *idx, float *raw, double *lse,
         note(b, HK_CUDA_EINVAL, "topk: past the plan (hp_backend_reserve)");
         return;
     }
-    /* the scratch is whole 32-byte records: the doubles first stay
-     * aligned */
-    double *dl = (double *)(void *)(c->samp + hk_cuda_topk_scratch(B, 0));
-    float *dp = (float *)(void *)(dl + B);
-    int *di = (int *)(void *)(dp + (size_t)B * k);
-    float *dr = (float *)(void *)(di + (size_t)B * k);
+    /* [lse | p | idx | raw]: the scratch is whole 32-byte records, so
+     * the doubles first stay aligned; one copy of the part wanted */
+    const size_t n = (size_t)B * k;
+    float *out = c->samp + hk_cuda_topk_scratch(B, 0);
+    float *dp = out + 2 * (size_t)B, *dr = dp + 2 * n;
+    int *di = (int *)(void *)(dp + n);
     note(b,
-         hk_cuda_topk(dp, di, raw ? dr : NULL, lse ? dl : NULL, logits, B, V,
-                      k, inv_t, 0, c->samp, NULL),
+         hk_cuda_topk(dp, di, raw ? dr : NULL,
+                      lse ? (double *)(void *)out : NULL, logits, B, V, k,
+                      inv_t, 0, c->samp, NULL),
          "topk");
-    cu_download(b, p, dp, (size_t)B * k * sizeof(float));
-    cu_download(b, idx, di, (size_t)B * k * sizeof(int));
+    const float *from = lse ? out : dp, *to = dp + (raw ? 3 : 2) * n;
+    float *h = host_room(b, topk_out(B, k) * sizeof(float), "topk");
+    if (!h)
+        return;
+    cu_download(b, h, from, (size_t)(to - from) * sizeof(float));
+    const float *hp = h + (dp - from);
+    memcpy(p, hp, n * sizeof(float));
+    memcpy(idx, hp + n, n * sizeof(int));
     if (raw)
-        cu_download(b, raw, dr, (size_t)B * k * sizeof(float));
+        memcpy(raw, hp + 2 * n, n * sizeof(float));
     if (lse)
-        cu_download(b, lse, dl, (size_t)B * sizeof(double));
+        memcpy(lse, h, (size_t)B * sizeof(double));
 }
 
 static void cu_conv1d_silu(be_t b, float *y, float *state, const float *x,

@@ -321,9 +321,10 @@ int hp_decoder_next_cands(hp_decoder_t *d, const float *p, const int *idx,
     if (d->done || d->n_tokens >= d->max_tokens) /* ends without a token */
         return next_id(d, -1, NULL, NULL, NULL, tok, err);
     hp_rng_t was = d->rng;
-    int t = d->sampling.temperature > 0.0f ? hp_decoder_pick_topk(d, p, idx, k, V)
-            : raw                          ? hp_logprobs_first(raw, idx, k)
-                                           : -1;
+    int t = d->sampling.temperature > 0.0f
+                ? hp_decoder_pick_topk(d, p, idx, k, V)
+            : raw ? hp_logprobs_first(raw, idx, k)
+                  : -1;
     hp_logprobs_t lp;
     if (t >= 0 && d->logprobs &&
         (!raw || !lse ||
@@ -373,16 +374,15 @@ static int accepted(hp_decoder_t *d, const float *rows, int V, const int *draft,
     *tok = -1;
     /* row j holds the logits draft j was checked against */
     for (int j = 0; j < acc && rc == HP_OK && !d->done; j++) {
-        rc = push(d, draft[j], rows ? rows + (size_t)j * V : NULL, V, NULL,
-                  err);
+        rc =
+            push(d, draft[j], rows ? rows + (size_t)j * V : NULL, V, NULL, err);
         if (rc == HP_OK && !d->done)
             (*keep)++;
     }
     /* the model's own token where the drafts stopped: the next one to
      * feed, chosen without a fresh forward pass */
     if (rc == HP_OK && !d->done)
-        rc = push(d, next, rows ? rows + (size_t)acc * V : NULL, V, NULL,
-                  err);
+        rc = push(d, next, rows ? rows + (size_t)acc * V : NULL, V, NULL, err);
     if (rc == HP_OK && !d->done)
         *tok = next;
     return rc;

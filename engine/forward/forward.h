@@ -151,11 +151,12 @@ typedef struct {
                             rule: lowest index among equals) */
     const float *cand_p; /* with topk on a device: [k] the candidates' */
     const int *cand_idx; /* probabilities and tokens (hk_topk's order) */
-    const float *cand_raw;  /* with logprobs too: [k] their raw logits */
-    const double *cand_lse; /* and the row's log-sum-exp */
-    int row;             /* the item's first row in the step */
-    int status;          /* HP_OK, or why this sequence did not run */
-    hp_error_t err;      /* status != HP_OK: the message */
+    /* with logprobs too: [k] their raw logits, [1] the row's log-sum-exp */
+    const float *cand_raw;
+    const double *cand_lse;
+    int row;        /* the item's first row in the step */
+    int status;     /* HP_OK, or why this sequence did not run */
+    hp_error_t err; /* status != HP_OK: the message */
 } hp_fwd_item_t;
 
 /*

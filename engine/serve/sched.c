@@ -690,15 +690,15 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
              * temperature 1 for greedy) and what log-probabilities need */
             const float temp = r->dec.sampling.temperature;
             const int plain = !r->dec.grammar, lp = r->dec.logprobs;
-            s->items[i] = (hp_fwd_item_t){.seq = &r->seq,
-                                          .ids = r->ids,
-                                          .T = r->n_ids,
-                                          .verify = r->n_ids > 1,
-                                          .argmax = temp <= 0.0f && !lp && plain,
-                                          .topk = (temp > 0.0f || lp) && plain,
-                                          .logprobs = lp && plain,
-                                          .inv_t = temp > 0.0f ? 1.0 / temp
-                                                               : 1.0};
+            s->items[i] =
+                (hp_fwd_item_t){.seq = &r->seq,
+                                .ids = r->ids,
+                                .T = r->n_ids,
+                                .verify = r->n_ids > 1,
+                                .argmax = temp <= 0.0f && !lp && plain,
+                                .topk = (temp > 0.0f || lp) && plain,
+                                .logprobs = lp && plain,
+                                .inv_t = temp > 0.0f ? 1.0 / temp : 1.0};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
         s->passes++;

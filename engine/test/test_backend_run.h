@@ -169,14 +169,13 @@ static inline int tbr_run(const hp_model_t *m, float *out, const char *dump,
     }
     /* the second samples: on a device only its candidates come over
      * (hp_backend_topk), then its logits on demand */
-    hp_fwd_item_t g[2] = {
-        {.seq = &s[0], .ids = &next[0], .T = 1, .argmax = 1},
-        {.seq = &s[1],
-         .ids = &next[1],
-         .T = 1,
-         .topk = 1,
-         .inv_t = 1.25,
-         .logprobs = 1}};
+    hp_fwd_item_t g[2] = {{.seq = &s[0], .ids = &next[0], .T = 1, .argmax = 1},
+                          {.seq = &s[1],
+                           .ids = &next[1],
+                           .T = 1,
+                           .topk = 1,
+                           .inv_t = 1.25,
+                           .logprobs = 1}};
     const int host = hp_backend_host_memory(m->be);
     if (rc == HP_OK)
         rc = hp_forward_batch(m, g, 2, &ws, err);
@@ -417,8 +416,7 @@ static inline tbr_counts_t tbr_check_counts(const hp_model_t *m,
                                            m->cfg.vocab_size * sizeof(float)),
                "%s on %s: a step of %d %s items copies %llu bytes of logits "
                "down",
-               name, hp_backend_name(m->be), TBR_MAX_B, forms[want],
-               n[2].down);
+               name, hp_backend_name(m->be), TBR_MAX_B, forms[want], n[2].down);
     }
     return mixed;
 }

@@ -260,8 +260,8 @@ int hk_argmax(const float *x, int n);
  * descending, then index ascending. With raw[k] and *lse (each NULL:
  * not wanted), what log-probabilities need: the candidates' raw logits
  * (raw[j] = logits[idx[j]]) and the row's hk_lse. */
-void hk_topk(float *p, int *idx, float *raw, double *lse,
-             const float *logits, int V, int k, double inv_t);
+void hk_topk(float *p, int *idx, float *raw, double *lse, const float *logits,
+             int V, int k, double inv_t);
 /* log(sum exp(x[i])) of x[n], a the index of the largest (hk_argmax):
  * x[a] + log(1 + sum over i != a of exp(x[i] - x[a])), in double and in
  * index order, as the engine's log-probabilities sum it. */

@@ -63,8 +63,7 @@
     ((HK_REC_CAND + 2 * HK_CUDA_TOPK_MAX + 7) / 8 * 8) /* 32-byte records */
 
 static_assert(HK_SAMPLE_BINS == HK_SAMPLE_THREADS, "one bin a thread");
-static_assert(HK_REC_Z % 2 == 0 && HK_REC_LZ % 2 == 0 &&
-                  HK_REC_WORDS % 2 == 0,
+static_assert(HK_REC_Z % 2 == 0 && HK_REC_LZ % 2 == 0 && HK_REC_WORDS % 2 == 0,
               "the double partials are 8-byte aligned");
 
 /* The order-preserving key: a > b as floats iff key(a) > key(b), and
@@ -373,8 +372,8 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     if (lse && tid == 0) {
         double lz = 0.0;
         for (int s = 0; s < S; s++)
-            lz += *(const double *)(rec0 + (size_t)s * HK_REC_WORDS +
-                                    HK_REC_LZ);
+            lz +=
+                *(const double *)(rec0 + (size_t)s * HK_REC_WORDS + HK_REC_LZ);
         lse[row] = mx + log(lz);
     }
     __syncthreads();

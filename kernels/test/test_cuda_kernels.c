@@ -1944,9 +1944,8 @@ static void test_sample(void)
         double *dlse = malloc((size_t)B * sizeof(double));
         for (int b = 0; b < B; b++) {
             am[b] = hk_argmax(lg + (size_t)b * V, V);
-            hk_topk(p + (size_t)b * k, idx + (size_t)b * k,
-                    raw + (size_t)b * k, lse + b, lg + (size_t)b * V, V, k,
-                    inv_t);
+            hk_topk(p + (size_t)b * k, idx + (size_t)b * k, raw + (size_t)b * k,
+                    lse + b, lg + (size_t)b * V, V, k, inv_t);
         }
         const size_t ns = hk_cuda_topk_scratch(B, splits);
         float *dlg = dev_from(lg, n), *dp = dev_alloc((size_t)B * k);
@@ -1976,7 +1975,8 @@ static void test_sample(void)
         CK(hk_cuda_d2h(dlse, dl, (size_t)B * sizeof(double), NULL));
         int lse_good = 1;
         for (int b = 0; b < B; b++)
-            lse_good &= fabs(dlse[b] - lse[b]) <= TOL_LSE * (1.0 + fabs(lse[b]));
+            lse_good &=
+                fabs(dlse[b] - lse[b]) <= TOL_LSE * (1.0 + fabs(lse[b]));
         if (!lse_good)
             tap_diag("  lse: row 0 %.17g where the CPU gives %.17g", dlse[0],
                      lse[0]);
@@ -2903,9 +2903,9 @@ static void test_einval(void)
                          1.0, 0, &x, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 5, 1.0, 0, NULL,
                          NULL) == HK_CUDA_EINVAL; /* no scratch */
-    good &= hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 5, 1.0,
-                         HK_CUDA_SAMPLE_SPLITS_MAX + 1, &x,
-                         NULL) == HK_CUDA_EINVAL;
+    good &=
+        hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 5, 1.0,
+                     HK_CUDA_SAMPLE_SPLITS_MAX + 1, &x, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_argmax(NULL, &x, 1, 10, 2, NULL, NULL) ==
             HK_CUDA_EINVAL; /* splits without scratch */
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;

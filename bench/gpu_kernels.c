@@ -1572,8 +1572,8 @@ static int topk_run(void *ctx, int rep)
 {
     const samp_ctx *c = ctx;
     (void)rep;
-    return hk_cuda_topk(c->p, c->idx, NULL, NULL, c->lg, c->B, c->V, c->k, 1.0,
-                        0, c->scr, NULL);
+    return hk_cuda_topk(c->p, c->idx, NULL, NULL, c->lg, c->B, c->V, c->V, c->k,
+                        1.0, 0, c->scr, NULL);
 }
 
 /* sample_argmax (rows split over blocks, the engine's call),

@@ -472,11 +472,11 @@ int hp_backend_sample_topk(const float *p, const int *idx, int k, int V,
 }
 
 void hp_backend_topk(const hp_backend_t *b, float *p, int *idx, float *raw,
-                     double *lse, const float *logits, int B, int V, int k,
-                     double inv_t)
+                     double *lse, const float *logits, int B, int V, int ld,
+                     int k, double inv_t)
 {
     count(0, (raw != NULL) + (lse != NULL)); /* beyond host_arrays' two */
-    CALL(HP_OP_TOPK, topk, p, idx, raw, lse, logits, B, V, k, inv_t);
+    CALL(HP_OP_TOPK, topk, p, idx, raw, lse, logits, B, V, ld, k, inv_t);
 }
 
 double hp_backend_lse(const float *x, int V)

@@ -256,7 +256,8 @@ void hp_backend_kv_store_decode(const hp_backend_t *b, float *const *kcs,
 void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
                        int B, int V);
 /* The sampler's k candidates of each row at temperature 1/inv_t
- * (hk_topk): p, idx [B, k] host (a sync point), for hk_sample_topk; k <=
+ * (hk_topk) among its first V logits (the sampler's vocabulary; rows ld
+ * apart): p, idx [B, k] host (a sync point), for hk_sample_topk; k <=
  * HP_BACKEND_TOPK_MAX. raw [B, k] and lse [B] host, each NULL where not
  * wanted: the candidates' raw logits (raw[j] = logits[idx[j]]) and each
  * row's log-sum-exp of its raw logits (hp_backend_lse, summed in another
@@ -265,8 +266,8 @@ void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
  * planned by hp_backend_reserve for the plan's rows. */
 #define HP_BACKEND_TOPK_MAX 256
 void hp_backend_topk(const hp_backend_t *b, float *p, int *idx, float *raw,
-                     double *lse, const float *logits, int B, int V, int k,
-                     double inv_t);
+                     double *lse, const float *logits, int B, int V, int ld,
+                     int k, double inv_t);
 /* Host math, not an op: log(sum exp(x[i])) of x[V], the sum in double
  * from the largest term (hk_lse). */
 double hp_backend_lse(const float *x, int V);

@@ -150,13 +150,14 @@ static void cpu_argmax(be_t b, int *idx, const float *logits, int B, int V)
 }
 
 static void cpu_topk(be_t b, float *p, int *idx, float *raw, double *lse,
-                     const float *logits, int B, int V, int k, double inv_t)
+                     const float *logits, int B, int V, int ld, int k,
+                     double inv_t)
 {
     (void)b;
     for (int r = 0; r < B; r++)
         hk_topk(p + (size_t)r * k, idx + (size_t)r * k,
                 raw ? raw + (size_t)r * k : NULL, lse ? lse + r : NULL,
-                logits + (size_t)r * V, V, k, inv_t);
+                logits + (size_t)r * ld, V, k, inv_t);
 }
 
 static void cpu_conv1d_silu(be_t b, float *y, float *state, const float *x,

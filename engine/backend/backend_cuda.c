@@ -560,7 +560,8 @@ static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V)
 }
 
 static void cu_topk(be_t b, float *p, int *idx, float *raw, double *lse,
-                    const float *logits, int B, int V, int k, double inv_t)
+                    const float *logits, int B, int V, int ld, int k,
+                    double inv_t)
 {
     cuda_t *c = ctx(b);
     if (k > HP_BACKEND_TOPK_MAX || topk_floats(B) > c->samp_cap) {
@@ -575,7 +576,7 @@ static void cu_topk(be_t b, float *p, int *idx, float *raw, double *lse,
     int *di = (int *)(void *)(dp + n);
     note(b,
          hk_cuda_topk(dp, di, raw ? dr : NULL,
-                      lse ? (double *)(void *)out : NULL, logits, B, V, k,
+                      lse ? (double *)(void *)out : NULL, logits, B, V, ld, k,
                       inv_t, 0, c->samp, NULL),
          "topk");
     const float *from = lse ? out : dp, *to = dp + (raw ? 3 : 2) * n;

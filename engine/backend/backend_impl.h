@@ -69,7 +69,8 @@ typedef struct {
                             int B, int kvd);
     void (*argmax)(be_t b, int *idx, const float *logits, int B, int V);
     void (*topk)(be_t b, float *p, int *idx, float *raw, double *lse,
-                 const float *logits, int B, int V, int k, double inv_t);
+                 const float *logits, int B, int V, int ld, int k,
+                 double inv_t);
     void (*conv1d_silu)(be_t b, float *y, float *state, const float *x,
                         const float *w, int T, int C, int K);
     void (*conv1d_silu_decode)(be_t b, float *y, float *const *states,

@@ -144,6 +144,10 @@ typedef struct {
     /* with topk: what its log-probabilities need comes too (cand_raw,
      * cand_lse; hp_logprobs_from), so they need no logits either */
     int logprobs;
+    /* with topk: the sampler's vocabulary, the candidates and lse taken
+     * from logits [0, vocab) (the rest: padding rows never sampled; 0 or
+     * more than the model's: all; at least hp_fwd_topk(m)) */
+    int vocab;
     /* out, host memory in ws, valid until ws's next use */
     float *logits;       /* [T, vocab] (the caller may overwrite them); NULL
                             with argmax where backend memory is not host memory */

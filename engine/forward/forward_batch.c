@@ -330,6 +330,14 @@ int hp_fwd_topk(const hp_model_t *m)
                                                    : HP_BACKEND_TOPK_MAX;
 }
 
+/* The logits x's candidates come from: [0, this). */
+static size_t cand_vocab(const hp_model_t *m, const hp_fwd_item_t *x)
+{
+    const size_t V = (size_t)m->cfg.vocab_size, K = (size_t)hp_fwd_topk(m);
+    size_t n = x->vocab > 0 && (size_t)x->vocab < V ? (size_t)x->vocab : V;
+    return n < K ? K : n;
+}
+
 /* The sampler's candidates of the topk items, one hp_backend_topk per run
  * of consecutive rows at one temperature (a step's requests mostly share
  * theirs); 2k values a row cross to the host instead of a vocabulary. */
@@ -354,6 +362,7 @@ static int take_cands(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
             hp_fwd_item_t *x = &it[p->order[k]];
             if (!wants_cands(m, x) || x->inv_t != a->inv_t ||
                 !x->logprobs != !a->logprobs ||
+                cand_vocab(m, x) != cand_vocab(m, a) ||
                 (size_t)p->row[p->order[k]] != r0 + n)
                 break;
             x->cand_p = cp + (r0 + n) * K;
@@ -364,7 +373,7 @@ static int take_cands(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         hp_backend_topk(m->be, cp + r0 * K, ci + r0 * K,
                         a->logprobs ? cr + r0 * K : NULL,
                         a->logprobs ? cl + r0 : NULL, lg + r0 * V, (int)n,
-                        (int)V, (int)K, a->inv_t);
+                        (int)cand_vocab(m, a), (int)V, (int)K, a->inv_t);
     }
     return HP_OK;
 }

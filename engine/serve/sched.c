@@ -648,8 +648,7 @@ static void resolve(hp_sched_t *s, req_t *r, hp_fwd_item_t *it)
         if (it->cand_p) {
             rc = hp_decoder_next_cands(
                 &r->dec, it->cand_p, it->cand_idx, it->cand_raw, it->cand_lse,
-                hp_fwd_topk(&s->llm->model), s->llm->model.cfg.vocab_size,
-                &r->feed, &err);
+                hp_fwd_topk(&s->llm->model), s->sm.V, &r->feed, &err);
             decided = rc <= 0;
             if (rc > 0)
                 rc = hp_forward_fetch_logits(&s->llm->model, &s->ws, it, &err);
@@ -698,6 +697,7 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
                                 .argmax = temp <= 0.0f && !lp && plain,
                                 .topk = (temp > 0.0f || lp) && plain,
                                 .logprobs = lp && plain,
+                                .vocab = s->sm.V,
                                 .inv_t = temp > 0.0f ? 1.0 / temp : 1.0};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);

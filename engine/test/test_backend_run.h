@@ -78,7 +78,10 @@ static inline int tbr_check_lp(const float *logits, int V, const float *cr,
 static inline int tbr_check_cands(const hp_model_t *m, hp_fwd_ws_t *ws,
                                   hp_fwd_item_t *it, hp_error_t *err)
 {
-    const int V = m->cfg.vocab_size, k = hp_fwd_topk(m);
+    const int k = hp_fwd_topk(m);
+    const int V = it->vocab > 0 && it->vocab < m->cfg.vocab_size
+                      ? it->vocab
+                      : m->cfg.vocab_size;
     float *p = malloc((size_t)k * sizeof(float));
     int *idx = malloc((size_t)k * sizeof(int));
     float *cp = malloc((size_t)k * sizeof(float));
@@ -175,7 +178,9 @@ static inline int tbr_run(const hp_model_t *m, float *out, const char *dump,
                            .T = 1,
                            .topk = 1,
                            .inv_t = 1.25,
-                           .logprobs = 1}};
+                           .logprobs = 1,
+                           /* a sampler's vocabulary: not the padding */
+                           .vocab = V - 7}};
     const int host = hp_backend_host_memory(m->be);
     if (rc == HP_OK)
         rc = hp_forward_batch(m, g, 2, &ws, err);

@@ -352,7 +352,8 @@ size_t hk_cuda_topk_scratch(int B, int splits);
  * block per row (splits 0 or 1). */
 int hk_cuda_argmax(int *idx, const float *logits, int B, int V, int splits,
                    float *scratch, void *stream);
-/* Twin of hk_topk per row: p, idx [B, k] from logits [B, V]; k <= V and
+/* Twin of hk_topk per row: p, idx [B, k] from the first V of each row of
+ * logits [B, ld] (ld >= V); k <= V and
  * k <= HK_CUDA_TOPK_MAX; logits not NaN. The same indices in the same
  * order as the CPU; p to the double normalizer's rounding (summed in
  * another order). raw [B, k], lse [B] (8-byte aligned), each NULL where
@@ -362,7 +363,7 @@ int hk_cuda_argmax(int *idx, const float *logits, int B, int V, int splits,
  * copies 2k values per row (3k + 2 with raw and lse) and draws with
  * hk_sample_topk. */
 int hk_cuda_topk(float *p, int *idx, float *raw, double *lse,
-                 const float *logits, int B, int V, int k, double inv_t,
+                 const float *logits, int B, int V, int ld, int k, double inv_t,
                  int splits, float *scratch, void *stream);
 
 /* ---- norms and activations (hk_norm.cu) -------------------------------- */

@@ -190,8 +190,8 @@ static __global__ void hk_argmax_join_kernel(int *idx, float *scratch, int B,
 /* Pass `pass` (0..4) of the radix select, block (row, split); see the
  * file's comment. */
 static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
-    hk_topk_pass_kernel(int pass, const float *logits, // [B, V]
-                        int V, int k, double inv_t, int want_lse, int S,
+    hk_topk_pass_kernel(int pass, const float *logits, // [B, ld]
+                        int V, int ld, int k, double inv_t, int want_lse, int S,
                         float *scratch)
 {
     __shared__ int hist[HK_SAMPLE_THREADS / 32][HK_SAMPLE_BINS];
@@ -201,7 +201,7 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     __shared__ int sh[32], out[2], s_count, s_eq[2];
     __shared__ float s_mx;
     const int row = blockIdx.x, s = blockIdx.y, tid = threadIdx.x;
-    const float *l = logits + (size_t)row * V;
+    const float *l = logits + (size_t)row * ld;
     float *rec0 = hk_rec(scratch, row, S, 0);
     float *rec = rec0 + (size_t)s * HK_REC_WORDS;
     int *irec = (int *)rec;
@@ -335,8 +335,8 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
                           int *idx,            // [B, k]
                           float *raw,          // [B, k] or NULL
                           double *lse,         // [B] or NULL
-                          const float *logits, // [B, V]
-                          int V, int k, double inv_t, int S, float *scratch)
+                          const float *logits, // [B, ld]
+                          int ld, int k, double inv_t, int S, float *scratch)
 {
     __shared__ float cv[HK_CUDA_TOPK_MAX], tv[HK_CUDA_TOPK_MAX];
     __shared__ int ci[HK_CUDA_TOPK_MAX], ti[HK_CUDA_TOPK_MAX];
@@ -387,7 +387,7 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
         p[(size_t)row * k + tid] = tv[tid];
         idx[(size_t)row * k + tid] = ti[tid];
         if (raw)
-            raw[(size_t)row * k + tid] = logits[(size_t)row * V + ti[tid]];
+            raw[(size_t)row * k + tid] = logits[(size_t)row * ld + ti[tid]];
     }
 }
 
@@ -451,11 +451,11 @@ extern "C" int hk_cuda_argmax(int *idx, const float *logits, int B, int V,
 }
 
 extern "C" int hk_cuda_topk(float *p, int *idx, float *raw, double *lse,
-                            const float *logits, int B, int V, int k,
+                            const float *logits, int B, int V, int ld, int k,
                             double inv_t, int splits, float *scratch,
                             void *stream)
 {
-    if (B < 0 || V <= 0 || k < 1 || k > V || k > HK_CUDA_TOPK_MAX ||
+    if (B < 0 || V <= 0 || ld < V || k < 1 || k > V || k > HK_CUDA_TOPK_MAX ||
         !(inv_t > 0.0) || splits < 0 || splits > HK_CUDA_SAMPLE_SPLITS_MAX ||
         !scratch)
         return HK_CUDA_EINVAL;
@@ -465,12 +465,12 @@ extern "C" int hk_cuda_topk(float *p, int *idx, float *raw, double *lse,
     cudaStream_t st = hk_stream(stream);
     for (int pass = 0; pass <= HK_SAMPLE_PASSES; pass++) {
         hk_topk_pass_kernel<<<dim3(B, S), HK_SAMPLE_THREADS, 0, st>>>(
-            pass, logits, V, k, inv_t, lse != NULL, S, scratch);
+            pass, logits, V, ld, k, inv_t, lse != NULL, S, scratch);
         const int rc = hk_cuda_check_launch();
         if (rc != HK_CUDA_OK)
             return rc;
     }
     hk_topk_finish_kernel<<<B, HK_SAMPLE_THREADS, 0, st>>>(
-        p, idx, raw, lse, logits, V, k, inv_t, S, scratch);
+        p, idx, raw, lse, logits, ld, k, inv_t, S, scratch);
     return hk_cuda_check_launch();
 }

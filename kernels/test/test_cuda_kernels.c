@@ -1961,7 +1961,7 @@ static void test_sample(void)
         ok(good & same_ints(am, dam, B, "idx"), "argmax B=%d V=%d splits=%d", B,
            V, splits);
         CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
-        RUN(hk_cuda_topk(dp, didx, NULL, NULL, dlg, B, V, k, inv_t, splits,
+        RUN(hk_cuda_topk(dp, didx, NULL, NULL, dlg, B, V, V, k, inv_t, splits,
                          dscr, NULL));
         ok(same_ints(idx, didx, (size_t)B * k, "idx") &
                close_cpu(p, dp, (size_t)B * k, ATOL_SEL, RTOL_SEL, "p"),
@@ -1970,7 +1970,7 @@ static void test_sample(void)
         /* with what log-probabilities need: the same candidates, their raw
          * logits exactly, the log-sum-exp to its sum's order */
         CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
-        RUN(hk_cuda_topk(dp, didx, dr, (double *)(void *)dl, dlg, B, V, k,
+        RUN(hk_cuda_topk(dp, didx, dr, (double *)(void *)dl, dlg, B, V, V, k,
                          inv_t, splits, dscr, NULL));
         CK(hk_cuda_d2h(dlse, dl, (size_t)B * sizeof(double), NULL));
         int lse_good = 1;
@@ -2899,12 +2899,13 @@ static void test_einval(void)
     good &= hk_cuda_attention_decode_paged(&x, &x, &x, &x, NULL, 0, NULL, 1, 16,
                                            2, 1, 8, 1.0f,
                                            NULL) == HK_CUDA_EINVAL; /* pages */
-    good &= hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, HK_CUDA_TOPK_MAX + 1,
-                         1.0, 0, &x, NULL) == HK_CUDA_EINVAL;
-    good &= hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 5, 1.0, 0, NULL,
+    good &=
+        hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 10, HK_CUDA_TOPK_MAX + 1,
+                     1.0, 0, &x, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 10, 5, 1.0, 0, NULL,
                          NULL) == HK_CUDA_EINVAL; /* no scratch */
     good &=
-        hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 5, 1.0,
+        hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 10, 5, 1.0,
                      HK_CUDA_SAMPLE_SPLITS_MAX + 1, &x, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_argmax(NULL, &x, 1, 10, 2, NULL, NULL) ==
             HK_CUDA_EINVAL; /* splits without scratch */

@@ -204,20 +204,9 @@ is($ev[-1], '[DONE]', 'the stream ends with [DONE]');
 my $want = main::json_of($cc)->{choices}[0]{message}{content};
 utf8::encode($want);
 is(main::sse_text(@ev), $want, 'streamed: the same text as the CPU');
---- no_error_log
-[error]
 
-
-
-=== TEST 2: log-probabilities from the device's candidates: the CPU's
---- http_config
-    @ENGINES@
---- config
-    location /gpu/full/ { hypic_pass gpu; hypic_mode full; }
-    location /cpu/full/ { hypic_pass cpu; hypic_mode full; }
---- timeout: 180
---- response_check
-my (undef, undef, $srv) = @_;
+# log-probabilities: the device sends the candidates' raw logits and the
+# row's log-sum-exp, not the row
 my $msg = [{ role => 'user', content => 'Hello!' }];
 for my $t (
     ['greedy chat, top_logprobs 5', '/v1/chat/completions',
@@ -244,7 +233,7 @@ for my $t (
 
 
 
-=== TEST 3: pic: cold then warm on the device, the CPU engine's text
+=== TEST 2: pic: cold then warm on the device, the CPU engine's text
 --- http_config
     @ENGINES@
 --- config
@@ -271,7 +260,7 @@ is(main::text_of($warm), main::text_of($ref), 'warm: the CPU engine\'s text');
 
 
 
-=== TEST 4: prefix: a resume on the device continues exactly
+=== TEST 3: prefix: a resume on the device continues exactly
 --- http_config
     @ENGINES@
 --- config
@@ -299,7 +288,7 @@ is(main::text_of($r[1]), main::text_of($ref[1]),
 
 
 
-=== TEST 5: a refused request is a clean 400, and the device engine serves the next
+=== TEST 4: a refused request is a clean 400, and the device engine serves the next
 --- http_config
     @ENGINES@
 --- config
@@ -319,7 +308,7 @@ hypic: engine refused
 
 
 
-=== TEST 6: /metrics and /health name the device; the device's sequence pool
+=== TEST 5: /metrics and /health name the device; the device's sequence pool
 --- http_config
     @ENGINES@
 --- config
@@ -368,7 +357,7 @@ unlike($main::cpu->log_text, qr/MiB in use after start/,
 
 
 
-=== TEST 7: a device fault: a clean 503, the engine exits 1, the rest serve on
+=== TEST 6: a device fault: a clean 503, the engine exits 1, the rest serve on
 --- http_config
     @ENGINES@
 --- config

@@ -92,12 +92,14 @@ static void test_topk(const char *name, const float *l, int V, int k,
     int good = 1;
     for (int j = 0; j < k; j++)
         good &= idx[j] == ref[j].i && p[j] == ref[j].p && raw[j] == l[idx[j]];
-    /* the log-sum-exp naively, every term in index order: the same to the
-     * double sum's rounding */
-    const float mx = l[hk_argmax(l, V)];
-    double sum = 0.0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)l[i] - mx);
+    /* the log-sum-exp with its terms in another order (backwards): the
+     * same to the double sum's rounding */
+    const int a = hk_argmax(l, V);
+    const float mx = l[a];
+    double sum = 1.0;
+    for (int i = V - 1; i >= 0; i--)
+        if (i != a)
+            sum += exp((double)l[i] - mx);
     const double want = mx + log(sum);
     ok(good && fabs(lse - want) <= 1e-12 * (1.0 + fabs(want)),
        "topk %s V=%d k=%d inv_t=%.3g: the sampler's first k, same p, their "

@@ -5,8 +5,9 @@
  * uniform hp_sample would take (hp_decoder_pick_topk). Over random rows,
  * temperatures, top-k and top-p filters and seeds, that must give
  * hp_sample's token and leave the generator where hp_sample leaves it
- * wherever the candidates decide, and decide every top-k filter within
- * the candidates.
+ * wherever the candidates decide, decide every top-k filter within
+ * the candidates, and, at plain temperature, every draw inside their
+ * probability mass.
  *
  * Log-probabilities likewise: from the candidates' raw logits and the
  * row's log-sum-exp (hp_backend_topk's raw, lse; hp_logprobs_from), the
@@ -133,9 +134,32 @@ static void check_logprobs(void)
     free(idx);
 }
 
+/* Where the normalizer's bounds straddle u, the row decides. With no
+ * filter the sampler's normalizer is 1 within 2^-23, so u = 0.5 on half
+ * the mass is on a boundary; with top-k 4 over 3 candidates it lies in
+ * [0.875, 1], so u in (0.5, 0.571) could go either way. */
+static void test_bounds(void)
+{
+    const float p[3] = {0.5f, 0.25f, 0.125f};
+    const int idx[3] = {7, 3, 9};
+    ok(hk_sample_topk(p, idx, 3, 1000, 0, 1.0f, 0.4999) == 7 &&
+           hk_sample_topk(p, idx, 3, 1000, 0, 1.0f, 0.5) == -1 &&
+           hk_sample_topk(p, idx, 3, 1000, 0, 1.0f, 0.5001) == 3 &&
+           hk_sample_topk(p, idx, 3, 1000, 0, 1.0f, 0.8749) == 9 &&
+           hk_sample_topk(p, idx, 3, 1000, 0, 1.0f, 0.8751) == -1,
+       "no filter: a draw on a boundary within rounding, or past the "
+       "candidates' mass, needs the row");
+    ok(hk_sample_topk(p, idx, 3, 1000, 4, 1.0f, 0.3) == 7 &&
+           hk_sample_topk(p, idx, 3, 1000, 4, 1.0f, 0.55) == -1 &&
+           hk_sample_topk(p, idx, 3, 1000, 4, 1.0f, 0.6) == 3,
+       "top-k one past the candidates: decided only where every "
+       "normalizer the fourth allows gives the same token");
+}
+
 int main(void)
 {
     check_logprobs();
+    test_bounds();
 
     enum { V = 3000, K = HP_BACKEND_TOPK_MAX, ROWS = 6, DRAWS = 40 };
     static const float temps[] = {0.3f, 0.8f, 1.0f, 1.7f};
@@ -149,6 +173,7 @@ int main(void)
         return 1;
 
     long same = 0, decided = 0, undecided = 0, cases = 0, topk_undecided = 0;
+    long plain = 0, plain_decided = 0, inside_undecided = 0;
     int agree = 1, rng_agree = 1;
     for (int row = 0; row < ROWS; row++) {
         /* peaked rows (a model's) and flat ones, ties included */
@@ -168,14 +193,24 @@ int main(void)
                         hp_rng_seed(&ra, sp.seed);
                         hp_rng_seed(&rb, sp.seed);
                         int want = hp_sample(&sm, l, &sp, &ra);
+                        double u = hp_rng_uniform(&rb);
                         int got = hk_sample_topk(p, idx, K, V, sp.top_k,
-                                                 sp.top_p, hp_rng_uniform(&rb));
+                                                 sp.top_p, u);
+                        /* plain temperature: the draw is the list's
+                         * wherever u is inside its mass */
+                        int past = sp.top_k == 0 && sp.top_p >= 1.0f;
+                        double mass = 0.0;
+                        for (int i = 0; i < K; i++)
+                            mass += p[i];
                         cases++;
+                        plain += past;
                         if (got < 0) {
                             undecided++;
                             topk_undecided += sp.top_k > 0 && sp.top_k <= K;
+                            inside_undecided += past && u < mass * 0.99999;
                             continue;
                         }
+                        plain_decided += past;
                         decided++;
                         same += got == want;
                         agree &= got == want;
@@ -192,6 +227,10 @@ int main(void)
        "every top-k filter within the %d candidates "
        "decides (%ld did not)",
        K, topk_undecided);
+    ok(inside_undecided == 0 && plain_decided > plain / 2,
+       "plain temperature: a draw inside the candidates' mass decides "
+       "(%ld of %ld decided, %ld inside did not)",
+       plain_decided, plain, inside_undecided);
     ok(decided > cases / 2 && undecided > 0,
        "most draws decide, some need the row (%ld of %ld)", undecided, cases);
 

@@ -270,8 +270,11 @@ double hk_lse(const float *x, int n, int a);
  * of hk_topk: top_k (0: off) keeps the first top_k, top_p (>= 1: off) the
  * shortest head whose probabilities sum to top_p; the kept ones are
  * renormalized and the first whose cumulative probability exceeds u wins.
- * Returns -1 when the k candidates cannot decide (k < V, and top_k is 0 or
- * above k, and the nucleus is not complete within them). */
+ * Where the kept set reaches past the k candidates (k < V, top_k 0 or
+ * above k, the nucleus not complete within them), its normalizer is only
+ * bounded, and the draw is decided while u falls within the candidates'
+ * share for every normalizer in the bounds (plain temperature: u below
+ * their probability mass). Returns -1 where it is not. */
 int hk_sample_topk(const float *p, const int *idx, int k, int V, int top_k,
                    float top_p, double u);
 

@@ -70,38 +70,60 @@ void hk_topk(float *p,            // [k]
         *lse = hk_lse(logits, V, a);
 }
 
+/* The sampler's sum of all V probabilities, sum (float)(e_i / z) in
+ * double, is 1 within this: each term is rounded to float (2^-24
+ * relative), the double sums and the division add about 2 V 2^-53,
+ * which 2^-24 more covers for any V below 2^28. */
+#define HK_SAMPLE_TOTAL_SLACK 0x1p-23
+
 int hk_sample_topk(const float *p, const int *idx, int k, int V, int top_k,
                    float top_p, double u)
 {
     assert(k >= 1 && k <= V);
-    int n = V;
-    if (top_k > 0 && top_k < n)
-        n = top_k;
-    const int complete = n <= k; /* the kept set lies within the list */
-    n = n < k ? n : k;
-    if (top_p > 0.0f && top_p < 1.0f) {
-        double cum = 0.0;
-        int keep = 0;
-        while (keep < n) {
-            cum += p[keep];
-            keep++;
-            if (cum >= top_p)
-                break;
-        }
-        if (cum < top_p && !complete)
-            return -1;
-        n = keep;
-    } else if (!complete) {
-        return -1;
-    }
+    const int lim = top_k > 0 && top_k < V ? top_k : V; /* top-k's kept */
+    const int nucleus = top_p > 0.0f && top_p < 1.0f;
+    const int n = lim < k ? lim : k; /* the kept that the list holds */
+    /* the nucleus walk, in the sampler's order and arithmetic: its sum is
+     * the sampler's normalizer wherever the kept set ends in the list */
     double z = 0.0;
-    for (int i = 0; i < n; i++)
-        z += p[i];
-    double cum = 0.0;
-    for (int i = 0; i < n; i++) {
-        cum += (float)(p[i] / z);
-        if (u < cum)
-            return idx[i];
+    int keep = 0;
+    while (keep < n) {
+        z += p[keep++];
+        if (nucleus && z >= top_p)
+            break;
     }
-    return idx[n - 1];
+    double zlo = z, zhi = z;
+    if (!(nucleus && z >= top_p) && lim > k) {
+        /* The kept set runs past the list: its normalizer is at least the
+         * list's sum, at most the list's sum plus the rest of top-k at
+         * p[k - 1] each, or the last head below top_p plus one more, or
+         * the whole vocabulary's; with no filter it is the whole. */
+        const double slack = 1.0 + (double)lim * 0x1p-52;
+        zhi = 1.0 + HK_SAMPLE_TOTAL_SLACK;
+        if ((z + (double)(lim - k) * p[k - 1]) * slack < zhi)
+            zhi = (z + (double)(lim - k) * p[k - 1]) * slack;
+        if (nucleus && ((double)top_p + p[k - 1]) * slack < zhi)
+            zhi = ((double)top_p + p[k - 1]) * slack;
+        if (lim == V) {
+            const double whole = 1.0 - HK_SAMPLE_TOTAL_SLACK;
+            const double least = nucleus && top_p < whole ? top_p : whole;
+            if (least > zlo)
+                zlo = least;
+        }
+        if (zhi < zlo)
+            zhi = zlo;
+        keep = -1;
+    }
+    /* The sampler's cumulative probability falls as its normalizer grows,
+     * so lo and hi bound it over [zlo, zhi]: the draw is decided where u
+     * is below the first lo it reaches and not below the previous hi. */
+    double lo = 0.0, hi = 0.0;
+    for (int i = 0; i < (keep < 0 ? n : keep); i++) {
+        const double was = hi;
+        lo += (float)(p[i] / zhi);
+        hi += (float)(p[i] / zlo);
+        if (u < lo)
+            return u >= was ? idx[i] : -1;
+    }
+    return keep > 0 ? idx[keep - 1] : -1;
 }

@@ -1564,7 +1564,7 @@ static int argmax_run(void *ctx, int rep)
 {
     const samp_ctx *c = ctx;
     (void)rep;
-    return hk_cuda_argmax(c->idx, c->lg, c->B, c->V, 0,
+    return hk_cuda_argmax(c->idx, c->lg, c->B, c->V, c->V, 0,
                           c->split ? c->scr : NULL, NULL);
 }
 

@@ -460,9 +460,9 @@ void hp_backend_kv_store_decode(const hp_backend_t *b, float *const *kcs,
 }
 
 void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
-                       int B, int V)
+                       int B, int V, int ld)
 {
-    CALL(HP_OP_ARGMAX, argmax, idx, logits, B, V);
+    CALL(HP_OP_ARGMAX, argmax, idx, logits, B, V, ld);
 }
 
 int hp_backend_sample_topk(const float *p, const int *idx, int k, int V,

@@ -251,10 +251,11 @@ void hp_backend_kv_store(const hp_backend_t *b, float *kc, float *vc,
 void hp_backend_kv_store_decode(const hp_backend_t *b, float *const *kcs,
                                 float *const *vcs, const float *k,
                                 const float *v, const int *pos, int B, int kvd);
-/* idx[r] = argmax of logits[r, :] (lowest index among equals); idx [B]
- * host (a sync point). */
+/* idx[r] = argmax of logits[r, 0..V) (lowest index among equals), rows
+ * ld >= V floats apart (the sampler's ids: a checkpoint's padding rows
+ * past the tokenizer are never chosen); idx [B] host (a sync point). */
 void hp_backend_argmax(const hp_backend_t *b, int *idx, const float *logits,
-                       int B, int V);
+                       int B, int V, int ld);
 /* The sampler's k candidates of each row at temperature 1/inv_t
  * (hk_topk) among its first V logits (the sampler's vocabulary; rows ld
  * apart): p, idx [B, k] host (a sync point), for hk_sample_topk; k <=

@@ -142,11 +142,12 @@ static void cpu_kv_store_decode(be_t b, float *const *kcs, float *const *vcs,
                     pos + r, 1, kvd);
 }
 
-static void cpu_argmax(be_t b, int *idx, const float *logits, int B, int V)
+static void cpu_argmax(be_t b, int *idx, const float *logits, int B, int V,
+                       int ld)
 {
     (void)b;
     for (int r = 0; r < B; r++)
-        idx[r] = hk_argmax(logits + (size_t)r * V, V);
+        idx[r] = hk_argmax(logits + (size_t)r * ld, V);
 }
 
 static void cpu_topk(be_t b, float *p, int *idx, float *raw, double *lse,

@@ -545,7 +545,8 @@ static void cu_kv_store_decode(be_t b, float *const *kcs, float *const *vcs,
              "kv_store_decode");
 }
 
-static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V)
+static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V,
+                      int ld)
 {
     stage_begin(b);
     int *d = stage(b, NULL, (size_t)B * sizeof(int));
@@ -555,7 +556,7 @@ static void cu_argmax(be_t b, int *idx, const float *logits, int B, int V)
      * partials (a small batch fills the device), else a block a row */
     cuda_t *c = ctx(b);
     float *scr = hk_cuda_argmax_scratch(B, 0) <= c->samp_cap ? c->samp : NULL;
-    note(b, hk_cuda_argmax(d, logits, B, V, 0, scr, NULL), "argmax");
+    note(b, hk_cuda_argmax(d, logits, B, V, ld, 0, scr, NULL), "argmax");
     cu_download(b, idx, d, (size_t)B * sizeof(int));
 }
 

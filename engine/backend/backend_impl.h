@@ -67,7 +67,7 @@ typedef struct {
     void (*kv_store_decode)(be_t b, float *const *kcs, float *const *vcs,
                             const float *k, const float *v, const int *pos,
                             int B, int kvd);
-    void (*argmax)(be_t b, int *idx, const float *logits, int B, int V);
+    void (*argmax)(be_t b, int *idx, const float *logits, int B, int V, int ld);
     void (*topk)(be_t b, float *p, int *idx, float *raw, double *lse,
                  const float *logits, int B, int V, int ld, int k,
                  double inv_t);

@@ -144,10 +144,6 @@ typedef struct {
     /* with topk: what its log-probabilities need comes too (cand_raw,
      * cand_lse; hp_logprobs_from), so they need no logits either */
     int logprobs;
-    /* with topk: the sampler's vocabulary, the candidates and lse taken
-     * from logits [0, vocab) (the rest: padding rows never sampled; 0 or
-     * more than the model's: all; at least hp_fwd_topk(m)) */
-    int vocab;
     /* out, host memory in ws, valid until ws's next use */
     float *logits;       /* [T, vocab] (the caller may overwrite them); NULL
                             with argmax where backend memory is not host memory */
@@ -183,7 +179,8 @@ typedef struct {
 int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *items, int n,
                      hp_fwd_ws_t *ws, hp_error_t *err);
 
-/* The candidates a topk item gets: min(HP_BACKEND_TOPK_MAX, vocab). */
+/* The candidates a topk item gets: min(HP_BACKEND_TOPK_MAX,
+ * m->sample_vocab). */
 int hp_fwd_topk(const hp_model_t *m);
 
 /* After hp_forward_batch, before the workspace's next use: the logits of

@@ -326,16 +326,8 @@ static void download_rows(const hp_model_t *m, float *hl, const float *lg,
 
 int hp_fwd_topk(const hp_model_t *m)
 {
-    return m->cfg.vocab_size < HP_BACKEND_TOPK_MAX ? m->cfg.vocab_size
-                                                   : HP_BACKEND_TOPK_MAX;
-}
-
-/* The logits x's candidates come from: [0, this). */
-static size_t cand_vocab(const hp_model_t *m, const hp_fwd_item_t *x)
-{
-    const size_t V = (size_t)m->cfg.vocab_size, K = (size_t)hp_fwd_topk(m);
-    size_t n = x->vocab > 0 && (size_t)x->vocab < V ? (size_t)x->vocab : V;
-    return n < K ? K : n;
+    return m->sample_vocab < HP_BACKEND_TOPK_MAX ? m->sample_vocab
+                                                 : HP_BACKEND_TOPK_MAX;
 }
 
 /* The sampler's candidates of the topk items, one hp_backend_topk per run
@@ -362,7 +354,6 @@ static int take_cands(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
             hp_fwd_item_t *x = &it[p->order[k]];
             if (!wants_cands(m, x) || x->inv_t != a->inv_t ||
                 !x->logprobs != !a->logprobs ||
-                cand_vocab(m, x) != cand_vocab(m, a) ||
                 (size_t)p->row[p->order[k]] != r0 + n)
                 break;
             x->cand_p = cp + (r0 + n) * K;
@@ -373,7 +364,7 @@ static int take_cands(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         hp_backend_topk(m->be, cp + r0 * K, ci + r0 * K,
                         a->logprobs ? cr + r0 * K : NULL,
                         a->logprobs ? cl + r0 : NULL, lg + r0 * V, (int)n,
-                        (int)cand_vocab(m, a), (int)V, (int)K, a->inv_t);
+                        m->sample_vocab, (int)V, (int)K, a->inv_t);
     }
     return HP_OK;
 }
@@ -405,7 +396,7 @@ static int take_logits(const hp_model_t *m, hp_fwd_ws_t *ws, hp_fwd_item_t *it,
         a->row = p->row[p->order[k]];
     }
     if (any)
-        hp_backend_argmax(m->be, best, lg, p->rows, (int)V);
+        hp_backend_argmax(m->be, best, lg, p->rows, m->sample_vocab, (int)V);
     if (cands) {
         int rc = take_cands(m, ws, it, p, lg, err);
         if (rc != HP_OK)

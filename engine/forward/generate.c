@@ -27,11 +27,8 @@ int hp_generate(const hp_llm_t *llm, hp_seq_t *seq, hp_fwd_ws_t *ws,
                 void *ud, hp_gen_result_t *res, hp_error_t *err)
 {
     const hp_model_t *m = &llm->model;
-    int Vm = m->cfg.vocab_size, spec = p->speculative, rc, tok, keep;
-    /* Embedding tables are padded past the tokenizer: ids without a token
-     * are never sampled. */
-    size_t tv = hp_tokenizer_vocab_size(llm->tok);
-    int V = tv < (size_t)Vm ? (int)tv : Vm;
+    int Vm = m->cfg.vocab_size, V = m->sample_vocab, spec = p->speculative;
+    int rc, tok, keep;
     hp_decoder_t d;
     hp_sampler_t sm = {0};
     int *ids = spec ? malloc(((size_t)spec + 1) * sizeof(int)) : NULL;

@@ -71,7 +71,7 @@ void hp_sampler_free(hp_sampler_t *s)
 int hp_argmax(const float *logits, int V)
 {
     int best;
-    hp_backend_argmax(hp_backend_cpu(), &best, logits, 1, V);
+    hp_backend_argmax(hp_backend_cpu(), &best, logits, 1, V, V);
     return best;
 }
 

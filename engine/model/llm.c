@@ -40,6 +40,7 @@ int hp_llm_load_on(hp_llm_t *llm, const char *dir, const hp_backend_t *be,
                             "%s: %zu tokens but config.json vocab_size is %d",
                             path, tv, llm->model.cfg.vocab_size);
     }
+    llm->model.sample_vocab = (int)tv;
     for (int i = 0; i < llm->model.cfg.n_eos; i++)
         add_stop(llm, llm->model.cfg.eos_ids[i]);
     /* Chat models end a turn with <|im_end|> whatever config.json says. */

@@ -886,6 +886,7 @@ int hp_model_load_on(hp_model_t *m, const char *dir, const hp_backend_t *be,
     memset(m, 0, sizeof(*m));
     m->be = be;
     int rc = load(m, dir, err);
+    m->sample_vocab = m->cfg.vocab_size;
     if (rc == HP_OK)
         rc = place_all(m, err);
     if (rc != HP_OK)

@@ -70,6 +70,11 @@ typedef struct {
     size_t weight_bytes[3];     /* matrices (I8: with scales) by hk_wtype_t */
     hp_layer_weights_t *layers; /* [L] */
 
+    /* The ids a sampler may choose, logits[0..sample_vocab): the
+     * tokenizer's (hp_llm_load; cfg.vocab_size without one). Embedding
+     * tables are padded past the tokenizer, and their rows are no token. */
+    int sample_vocab;
+
     /* 128-bit model fingerprint: XXH3-128 of config.json ++ tokenizer.json
      * bytes (DESIGN §3), the namespace of every segment id. */
     uint8_t fingerprint[16];

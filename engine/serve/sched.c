@@ -697,7 +697,6 @@ static void decode_step(hp_sched_t *s, req_t **rs, int n)
                                 .argmax = temp <= 0.0f && !lp && plain,
                                 .topk = (temp > 0.0f || lp) && plain,
                                 .logprobs = lp && plain,
-                                .vocab = s->sm.V,
                                 .inv_t = temp > 0.0f ? 1.0 / temp : 1.0};
         }
         int rc = hp_forward_batch(&s->llm->model, s->items, k, &s->ws, &err);
@@ -1378,9 +1377,7 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
         s->cfg.max_segment = s->cfg.max_context;
     /* as hp_generate: ids past the tokenizer (padding rows of the
      * embedding table) are never sampled */
-    size_t tv = hp_tokenizer_vocab_size(llm->tok);
-    int V = tv < (size_t)llm->model.cfg.vocab_size ? (int)tv
-                                                   : llm->model.cfg.vocab_size;
+    const int V = llm->model.sample_vocab;
     if (s->cfg.max_draft <= 0)
         s->cfg.max_draft = HP_SCHED_DRAFT_DEFAULT;
     if (s->cfg.max_draft > HP_SCHED_MAX_DRAFT)

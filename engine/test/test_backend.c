@@ -209,6 +209,7 @@ static void check_model(const char *root, const char *name)
         free(d);
         return;
     }
+    ref.sample_vocab = m.sample_vocab = TBR_SAMPLE_VOCAB(m.cfg.vocab_size);
     ok(m.embed.data != ref.embed.data && d->n_placed > 0,
        "%s: the weights are placed on the backend (%d tensors)", name,
        d->n_placed);

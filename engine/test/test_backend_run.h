@@ -70,6 +70,11 @@ static inline int tbr_check_lp(const float *logits, int V, const float *cr,
     return HP_OK;
 }
 
+/* A tokenizer shorter than the embedding table (models pad it): the ids
+ * tbr_run chooses among, over the candidates' k = 256 and leaving ~40 %
+ * of a small table out, where a device's argmax would often land. */
+#define TBR_SAMPLE_VOCAB(V) ((V) / 2 + 37 < (V) ? (V) / 2 + 37 : (V))
+
 /* A device's candidates for a topk item against hk_topk on its logits,
  * fetched after them (hp_forward_fetch_logits): the same tokens in the
  * same order, probabilities to the normalizer's rounding; with logprobs,
@@ -79,9 +84,7 @@ static inline int tbr_check_cands(const hp_model_t *m, hp_fwd_ws_t *ws,
                                   hp_fwd_item_t *it, hp_error_t *err)
 {
     const int k = hp_fwd_topk(m);
-    const int V = it->vocab > 0 && it->vocab < m->cfg.vocab_size
-                      ? it->vocab
-                      : m->cfg.vocab_size;
+    const int V = m->sample_vocab;
     float *p = malloc((size_t)k * sizeof(float));
     int *idx = malloc((size_t)k * sizeof(int));
     float *cp = malloc((size_t)k * sizeof(float));
@@ -129,7 +132,9 @@ static inline int tbr_check_cands(const hp_model_t *m, hp_fwd_ws_t *ws,
 }
 
 /* out [TBR_ROWS, vocab]; the first sequence's state dumped to the file
- * dump unless it is NULL. */
+ * dump unless it is NULL. Tokens are chosen among m->sample_vocab (the
+ * callers leave out much of the table, TBR_SAMPLE_VOCAB, so a device
+ * reading past it errs). */
 static inline int tbr_run(const hp_model_t *m, float *out, const char *dump,
                           hp_error_t *err)
 {
@@ -167,7 +172,7 @@ static inline int tbr_run(const hp_model_t *m, float *out, const char *dump,
             rc = hp_error_set(err, HP_EINTERNAL, "best without argmax");
         else
             memcpy(out, it[i].logits, (size_t)V * 4);
-        next[i] = rc == HP_OK ? hp_argmax(out, V) : 0;
+        next[i] = rc == HP_OK ? hp_argmax(out, m->sample_vocab) : 0;
         out += V;
     }
     /* the second samples: on a device only its candidates come over
@@ -178,16 +183,16 @@ static inline int tbr_run(const hp_model_t *m, float *out, const char *dump,
                            .T = 1,
                            .topk = 1,
                            .inv_t = 1.25,
-                           .logprobs = 1,
-                           /* a sampler's vocabulary: not the padding */
-                           .vocab = V - 7}};
+                           .logprobs = 1}};
     const int host = hp_backend_host_memory(m->be);
     if (rc == HP_OK)
         rc = hp_forward_batch(m, g, 2, &ws, err);
     if (rc == HP_OK &&
         (g[0].status != HP_OK || g[1].status != HP_OK || !g[0].best ||
          g[1].best || !g[1].logits != !host || !g[1].cand_p != !!host ||
-         (g[0].logits && hp_argmax(g[0].logits, V) != *g[0].best)))
+         *g[0].best >= m->sample_vocab ||
+         (g[0].logits &&
+          hp_argmax(g[0].logits, m->sample_vocab) != *g[0].best)))
         rc = hp_error_set(err, HP_EINTERNAL,
                           "argmax and topk step: best %s, logits %s, "
                           "candidates %s",

@@ -257,6 +257,8 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
         hp_model_free(&ref);
     }
     hp_model_t *r = bf16 || qkv ? &refx : &ref;
+    ref.sample_vocab = r->sample_vocab = m.sample_vocab =
+        TBR_SAMPLE_VOCAB(m.cfg.vocab_size);
     if (i8) /* the CPU twin of hk_cuda_linear_i8 */
         hk_cpu_set_isa(HK_ISA_AVX2);
     size_t n = (size_t)TBR_ROWS * m.cfg.vocab_size;

@@ -194,8 +194,8 @@ int main(void)
                         hp_rng_seed(&rb, sp.seed);
                         int want = hp_sample(&sm, l, &sp, &ra);
                         double u = hp_rng_uniform(&rb);
-                        int got = hk_sample_topk(p, idx, K, V, sp.top_k,
-                                                 sp.top_p, u);
+                        int got =
+                            hk_sample_topk(p, idx, K, V, sp.top_k, sp.top_p, u);
                         /* plain temperature: the draw is the list's
                          * wherever u is inside its mass */
                         int past = sp.top_k == 0 && sp.top_p >= 1.0f;

@@ -348,10 +348,11 @@ int hk_cuda_moe_combine(float *x, const float *eo, const int *slot, int T,
  * do not depend on the splits (the normalizer's sum order aside). */
 size_t hk_cuda_argmax_scratch(int B, int splits);
 size_t hk_cuda_topk_scratch(int B, int splits);
-/* Twin of hk_argmax per row: idx[B] of logits [B, V]. scratch NULL: one
- * block per row (splits 0 or 1). */
-int hk_cuda_argmax(int *idx, const float *logits, int B, int V, int splits,
-                   float *scratch, void *stream);
+/* Twin of hk_argmax per row: idx[B] of logits [B, V] whose rows are ld
+ * >= V floats apart (the engine: the sampler's ids of a padded vocabulary).
+ * scratch NULL: one block per row (splits 0 or 1). */
+int hk_cuda_argmax(int *idx, const float *logits, int B, int V, int ld,
+                   int splits, float *scratch, void *stream);
 /* Twin of hk_topk per row: p, idx [B, k] from the first V of each row of
  * logits [B, ld] (ld >= V); k <= V and
  * k <= HK_CUDA_TOPK_MAX; logits not NaN. The same indices in the same

@@ -152,8 +152,8 @@ static __device__ void hk_digit(const float *rec0, int S, int pass,
 
 static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     hk_argmax_kernel(int *idx,            // [B]
-                     const float *logits, // [B, V]
-                     int V, int S, float *scratch)
+                     const float *logits, // [B, ld]
+                     int V, int ld, int S, float *scratch)
 {
     __shared__ float sv[HK_SAMPLE_THREADS];
     __shared__ int si[HK_SAMPLE_THREADS];
@@ -162,7 +162,7 @@ static __global__ void __launch_bounds__(HK_SAMPLE_THREADS)
     hk_span(V, S, s, &lo, &hi);
     float v;
     int i;
-    hk_span_best(logits + (size_t)row * V, lo, hi, &v, &i, sv, si);
+    hk_span_best(logits + (size_t)row * ld, lo, hi, &v, &i, sv, si);
     if (threadIdx.x != 0)
         return;
     if (S == 1) {
@@ -431,17 +431,17 @@ extern "C" size_t hk_cuda_topk_scratch(int B, int splits)
 }
 
 extern "C" int hk_cuda_argmax(int *idx, const float *logits, int B, int V,
-                              int splits, float *scratch, void *stream)
+                              int ld, int splits, float *scratch, void *stream)
 {
-    if (B < 0 || V <= 0 || splits < 0 || splits > HK_CUDA_SAMPLE_SPLITS_MAX ||
-        (!scratch && splits > 1))
+    if (B < 0 || V <= 0 || ld < V || splits < 0 ||
+        splits > HK_CUDA_SAMPLE_SPLITS_MAX || (!scratch && splits > 1))
         return HK_CUDA_EINVAL;
     if (B == 0)
         return HK_CUDA_OK;
     const int S = scratch ? hk_sample_splits(B, V, splits) : 1;
     cudaStream_t st = hk_stream(stream);
     hk_argmax_kernel<<<dim3(B, S), HK_SAMPLE_THREADS, 0, st>>>(idx, logits, V,
-                                                               S, scratch);
+                                                               ld, S, scratch);
     int rc = hk_cuda_check_launch();
     if (rc != HK_CUDA_OK || S == 1)
         return rc;

@@ -1947,30 +1947,38 @@ static void test_sample(void)
             hk_topk(p + (size_t)b * k, idx + (size_t)b * k, raw + (size_t)b * k,
                     lse + b, lg + (size_t)b * V, V, k, inv_t);
         }
+        /* every other shape: rows ld apart, padded with logits that would
+         * win if the kernels read past V (a checkpoint's padding rows) */
+        const int ld = s % 2 ? V + 7 : V;
+        float *pad = hmalloc((size_t)B * ld);
+        for (int b = 0; b < B; b++)
+            for (int j = 0; j < ld; j++)
+                pad[(size_t)b * ld + j] = j < V ? lg[(size_t)b * V + j] : 3e38f;
         const size_t ns = hk_cuda_topk_scratch(B, splits);
-        float *dlg = dev_from(lg, n), *dp = dev_alloc((size_t)B * k);
+        float *dlg = dev_from(pad, (size_t)B * ld);
+        float *dp = dev_alloc((size_t)B * k);
         float *dr = dev_alloc((size_t)B * k), *dl = dev_alloc(2 * (size_t)B);
         const size_t na = hk_cuda_argmax_scratch(B, splits);
         float *dscr = dev_alloc(ns), *dascr = dev_alloc(na ? na : 1);
         int *dam = dev_ints(am, B), *didx = dev_ints(idx, (size_t)B * k);
         CK(hk_cuda_memset0(dam, B * sizeof(int), NULL));
-        RUN(hk_cuda_argmax(dam, dlg, B, V, 0, NULL, NULL));
+        RUN(hk_cuda_argmax(dam, dlg, B, V, ld, 0, NULL, NULL));
         int good = same_ints(am, dam, B, "idx (one block a row)");
         CK(hk_cuda_memset0(dam, B * sizeof(int), NULL));
-        RUN(hk_cuda_argmax(dam, dlg, B, V, splits, dascr, NULL));
-        ok(good & same_ints(am, dam, B, "idx"), "argmax B=%d V=%d splits=%d", B,
-           V, splits);
+        RUN(hk_cuda_argmax(dam, dlg, B, V, ld, splits, dascr, NULL));
+        ok(good & same_ints(am, dam, B, "idx"),
+           "argmax B=%d V=%d ld=%d splits=%d", B, V, ld, splits);
         CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
-        RUN(hk_cuda_topk(dp, didx, NULL, NULL, dlg, B, V, V, k, inv_t, splits,
+        RUN(hk_cuda_topk(dp, didx, NULL, NULL, dlg, B, V, ld, k, inv_t, splits,
                          dscr, NULL));
         ok(same_ints(idx, didx, (size_t)B * k, "idx") &
                close_cpu(p, dp, (size_t)B * k, ATOL_SEL, RTOL_SEL, "p"),
-           "topk B=%d V=%d k=%d inv_t=%.3g splits=%d logits=%d", B, V, k, inv_t,
-           splits, shapes[s][5]);
+           "topk B=%d V=%d ld=%d k=%d inv_t=%.3g splits=%d logits=%d", B, V, ld,
+           k, inv_t, splits, shapes[s][5]);
         /* with what log-probabilities need: the same candidates, their raw
          * logits exactly, the log-sum-exp to its sum's order */
         CK(hk_cuda_memset0(didx, (size_t)B * k * sizeof(int), NULL));
-        RUN(hk_cuda_topk(dp, didx, dr, (double *)(void *)dl, dlg, B, V, V, k,
+        RUN(hk_cuda_topk(dp, didx, dr, (double *)(void *)dl, dlg, B, V, ld, k,
                          inv_t, splits, dscr, NULL));
         CK(hk_cuda_d2h(dlse, dl, (size_t)B * sizeof(double), NULL));
         int lse_good = 1;
@@ -1995,6 +2003,7 @@ static void test_sample(void)
         CK(hk_cuda_free(dam));
         CK(hk_cuda_free(didx));
         free(lg);
+        free(pad);
         free(am);
         free(idx);
         free(p);
@@ -2907,7 +2916,9 @@ static void test_einval(void)
     good &=
         hk_cuda_topk(&x, NULL, NULL, NULL, &x, 1, 10, 10, 5, 1.0,
                      HK_CUDA_SAMPLE_SPLITS_MAX + 1, &x, NULL) == HK_CUDA_EINVAL;
-    good &= hk_cuda_argmax(NULL, &x, 1, 10, 2, NULL, NULL) ==
+    good &= hk_cuda_argmax(NULL, &x, 1, 10, 9, 0, NULL, NULL) ==
+            HK_CUDA_EINVAL; /* rows closer than V */
+    good &= hk_cuda_argmax(NULL, &x, 1, 10, 10, 2, NULL, NULL) ==
             HK_CUDA_EINVAL; /* splits without scratch */
     good &= hk_cuda_moe_route(NULL, &x, &x, 1, 4, 5, 1, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_matmul(&x, &x, &x, 1, 1, 1, NULL, NULL) == HK_CUDA_EINVAL;

@@ -1557,7 +1557,10 @@ static void mm_free(mm_ctx *c)
 
 typedef struct {
     float *lg, *p, *scr;
+    float *raw;               /* with lp: the candidates' raw logits [B, k] */
+    double *lse;              /* with lp: the rows' log-sum-exp [B] */
     int *idx, B, V, k, split; /* split: with scratch (rows over blocks) */
+    int lp; /* top-k with what log-probabilities need (raw, lse) */
 } samp_ctx;
 
 static int argmax_run(void *ctx, int rep)
@@ -1572,13 +1575,16 @@ static int topk_run(void *ctx, int rep)
 {
     const samp_ctx *c = ctx;
     (void)rep;
-    return hk_cuda_topk(c->p, c->idx, NULL, NULL, c->lg, c->B, c->V, c->V, c->k,
+    return hk_cuda_topk(c->p, c->idx, c->lp ? c->raw : NULL,
+                        c->lp ? c->lse : NULL, c->lg, c->B, c->V, c->V, c->k,
                         1.0, 0, c->scr, NULL);
 }
 
 /* sample_argmax (rows split over blocks, the engine's call),
  * sample_argmax_1blk (one block a row, no scratch), sample_topk at k = 20
- * and HK_CUDA_TOPK_MAX, for B rows of a vocabulary of V (Qwen3.5's
+ * and HK_CUDA_TOPK_MAX, sample_topk_lp at HK_CUDA_TOPK_MAX with the
+ * log-probabilities' raw logits and log-sum-exp (a second exp a logit on
+ * the normalizer's pass), for B rows of a vocabulary of V (Qwen3.5's
  * 248320, Qwen3-Next's 151936); GB/s of the logits read once (top-k reads
  * them five times, from L2 where they fit). Logits: 4 random rows of
  * N(0, 4) repeated. */
@@ -1594,6 +1600,8 @@ static void bench_sample(const char *model, int V, int B)
     free(h);
     c.p = dalloc((size_t)B * HK_CUDA_TOPK_MAX * sizeof(float));
     c.idx = dalloc((size_t)B * HK_CUDA_TOPK_MAX * sizeof(int));
+    c.raw = dalloc((size_t)B * HK_CUDA_TOPK_MAX * sizeof(float));
+    c.lse = dalloc((size_t)B * sizeof(double));
     c.scr = dalloc(hk_cuda_topk_scratch(B, 0) * sizeof(float));
     const double bytes = (double)B * V * sizeof(float);
     char params[96];
@@ -1608,9 +1616,13 @@ static void bench_sample(const char *model, int V, int B)
         snprintf(params, sizeof params, "B=%d,V=%d,k=%d", B, V, c.k);
         measure("sample_topk", model, params, topk_run, &c, B, bytes, 0);
     }
+    c.lp = 1; /* c.k: HK_CUDA_TOPK_MAX (or V), as the engine asks */
+    measure("sample_topk_lp", model, params, topk_run, &c, B, bytes, 0);
     CK(hk_cuda_free(c.lg));
     CK(hk_cuda_free(c.p));
     CK(hk_cuda_free(c.idx));
+    CK(hk_cuda_free(c.raw));
+    CK(hk_cuda_free(c.lse));
     CK(hk_cuda_free(c.scr));
 }
 

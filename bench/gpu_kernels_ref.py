@@ -541,7 +541,7 @@ def anchors_for(op):
         return ["torch copy_"]
     if op.startswith("sample_argmax"):
         return ["torch argmax"]
-    if op == "sample_topk":
+    if op in ("sample_topk", "sample_topk_lp"):
         # the same answer: the row's probabilities, the k largest
         return ["torch softmax+topk"]
     return []

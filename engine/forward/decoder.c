@@ -262,20 +262,6 @@ int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
     return hp_decoder_next_id(d, -1, sm, logits, tok, err);
 }
 
-int hp_decoder_pick_topk(hp_decoder_t *d, const float *p, const int *idx, int k,
-                         int V)
-{
-    if (d->done || d->n_tokens >= d->max_tokens || d->grammar ||
-        d->sampling.temperature <= 0.0f)
-        return -1;
-    hp_rng_t was = d->rng;
-    int t = hp_backend_sample_topk(p, idx, k, V, d->sampling.top_k,
-                                   d->sampling.top_p, hp_rng_uniform(&d->rng));
-    if (t < 0)
-        d->rng = was;
-    return t;
-}
-
 /* hp_decoder_next_id, with best's log-probabilities formed elsewhere
  * (lp; NULL: from the logits) */
 static int next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
@@ -321,8 +307,10 @@ int hp_decoder_next_cands(hp_decoder_t *d, const float *p, const int *idx,
     if (d->done || d->n_tokens >= d->max_tokens) /* ends without a token */
         return next_id(d, -1, NULL, NULL, NULL, tok, err);
     hp_rng_t was = d->rng;
-    int t = d->sampling.temperature > 0.0f
-                ? hp_decoder_pick_topk(d, p, idx, k, V)
+    const hp_sampling_t *sp = &d->sampling;
+    int t = sp->temperature > 0.0f
+                ? hp_backend_sample_topk(p, idx, k, V, sp->top_k, sp->top_p,
+                                         hp_rng_uniform(&d->rng))
             : raw ? hp_logprobs_first(raw, idx, k)
                   : -1;
     hp_logprobs_t lp;

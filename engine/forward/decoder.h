@@ -88,17 +88,10 @@ int hp_decoder_next(hp_decoder_t *d, hp_sampler_t *sm, const float *logits,
  * < 0 (an unmasked argmax is not the masked one). */
 int hp_decoder_next_id(hp_decoder_t *d, int best, hp_sampler_t *sm,
                        const float *logits, int *tok, hp_error_t *err);
-/* The token d's sampler draws from k candidates of hk_topk's (a device's
- * hp_fwd_item_t.cand_p / cand_idx of a vocabulary of V), as hp_sample
- * would from the whole row with the same draw: the choice for
- * hp_decoder_next_id's best. -1, the generator untouched, where the
- * candidates cannot decide (the kept set reaches past them) or no token
- * is due (done, max_tokens, a grammar): then the logits decide. */
-int hp_decoder_pick_topk(hp_decoder_t *d, const float *p, const int *idx, int k,
-                         int V);
 /* hp_decoder_next_id from a device's k candidates of a vocabulary of V
- * (hp_fwd_item_t.cand_*; raw, lse NULL where not sent): the token drawn
- * from them (hp_decoder_pick_topk) or, greedy, the row's argmax (their
+ * (hp_fwd_item_t.cand_*; raw, lse NULL where not sent): the token d's
+ * sampler draws from them as hp_sample would from the whole row with the
+ * same draw (hp_backend_sample_topk) or, greedy, the row's argmax (their
  * first by raw logit, hp_logprobs_first), with its log-probabilities
  * formed from raw and lse (hp_logprobs_from) where d wants them. Returns
  * as hp_decoder_next_id, or 1, nothing done and the generator untouched,

@@ -1375,9 +1375,7 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
         s->cfg.seq_step = HP_SCHED_SEQ_STEP;
     if (s->cfg.max_segment <= 0 || s->cfg.max_segment > s->cfg.max_context)
         s->cfg.max_segment = s->cfg.max_context;
-    /* as hp_generate: ids past the tokenizer (padding rows of the
-     * embedding table) are never sampled */
-    const int V = llm->model.sample_vocab;
+    const int V = llm->model.sample_vocab; /* the sampler's ids */
     if (s->cfg.max_draft <= 0)
         s->cfg.max_draft = HP_SCHED_DRAFT_DEFAULT;
     if (s->cfg.max_draft > HP_SCHED_MAX_DRAFT)

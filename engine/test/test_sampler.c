@@ -2,7 +2,7 @@
  * test_sampler.c - the device's way of sampling against the sampler's
  * own: a device sends the scheduler hk_topk's candidates of a row
  * (hp_backend_topk), and hk_sample_topk draws from them with the same
- * uniform hp_sample would take (hp_decoder_pick_topk). Over random rows,
+ * uniform hp_sample would take (hp_decoder_next_cands). Over random rows,
  * temperatures, top-k and top-p filters and seeds, that must give
  * hp_sample's token and leave the generator where hp_sample leaves it
  * wherever the candidates decide, decide every top-k filter within

@@ -93,17 +93,18 @@ int hk_sample_topk(const float *p, const int *idx, int k, int V, int top_k,
             break;
     }
     double zlo = z, zhi = z;
-    if (!(nucleus && z >= top_p) && lim > k) {
+    const int exact = (nucleus && z >= top_p) || lim <= k;
+    if (!exact) {
         /* The kept set runs past the list: its normalizer is at least the
          * list's sum, at most the list's sum plus the rest of top-k at
          * p[k - 1] each, or the last head below top_p plus one more, or
          * the whole vocabulary's; with no filter it is the whole. */
         const double slack = 1.0 + (double)lim * 0x1p-52;
-        zhi = 1.0 + HK_SAMPLE_TOTAL_SLACK;
-        if ((z + (double)(lim - k) * p[k - 1]) * slack < zhi)
-            zhi = (z + (double)(lim - k) * p[k - 1]) * slack;
-        if (nucleus && ((double)top_p + p[k - 1]) * slack < zhi)
-            zhi = ((double)top_p + p[k - 1]) * slack;
+        const double rest = (z + (double)(lim - k) * p[k - 1]) * slack;
+        const double head = ((double)top_p + p[k - 1]) * slack;
+        zhi = fmin(1.0 + HK_SAMPLE_TOTAL_SLACK, rest);
+        if (nucleus)
+            zhi = fmin(zhi, head);
         if (lim == V) {
             const double whole = 1.0 - HK_SAMPLE_TOTAL_SLACK;
             const double least = nucleus && top_p < whole ? top_p : whole;
@@ -112,18 +113,17 @@ int hk_sample_topk(const float *p, const int *idx, int k, int V, int top_k,
         }
         if (zhi < zlo)
             zhi = zlo;
-        keep = -1;
     }
     /* The sampler's cumulative probability falls as its normalizer grows,
      * so lo and hi bound it over [zlo, zhi]: the draw is decided where u
      * is below the first lo it reaches and not below the previous hi. */
     double lo = 0.0, hi = 0.0;
-    for (int i = 0; i < (keep < 0 ? n : keep); i++) {
+    for (int i = 0; i < keep; i++) {
         const double was = hi;
         lo += (float)(p[i] / zhi);
         hi += (float)(p[i] / zlo);
         if (u < lo)
             return u >= was ? idx[i] : -1;
     }
-    return keep > 0 ? idx[keep - 1] : -1;
+    return exact ? idx[keep - 1] : -1;
 }

@@ -56,7 +56,8 @@
 # each checkpoint with, one run each under DC_ENGINE_S; modes after the
 # first skip the batched decode (--batch '', prefill and PIC only) and
 # label their rows' shapes TAG@MODE (e.g. "auto tc_bf16": the bf16 prefill
-# beside the default, each against the same transformers+FLA rows);
+# beside the default, each against the same transformers+FLA rows); a
+# mode GDN+ATT also sets HYPIC_CUDA_ATT (e.g. tc_bf16+flash2x);
 # DC_PYTHON runs gpu_engine_ref.py (python3: it needs torch and
 # transformers).
 set -uo pipefail
@@ -258,14 +259,15 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
         echo "| gpu_engine $tag | missing (not generated: gen.log) | 0 | |" >>"$sum"
         return
     fi
-    local mode first=1 mtag batch
+    local mode first=1 mtag batch att
     for mode in ${DC_GDN_MODES:-auto}; do
-        mtag=$tag batch=$e_batch
+        mtag=$tag batch=$e_batch att=
         [ $first = 1 ] || mtag=$tag@$mode batch=
         first=0
+        [[ $mode == *+* ]] && att=${mode#*+}
         l=$(lim "${DC_ENGINE_S:-120}")
         step "gpu_engine $mtag" "$l" "$res/engine-$mtag.md" "${run[@]}" \
-            env HYPIC_CUDA_GDN="$mode" \
+            env HYPIC_CUDA_GDN="${mode%%+*}" ${att:+HYPIC_CUDA_ATT="$att"} \
             build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
             --tokens "$e_tok" --batch "$batch" --decode "$e_dec" \
             --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \

@@ -651,7 +651,13 @@ static void warm_up(bench_t *b)
     if (n <= 2 * b->o->seam)
         return;
     pic_prompt(b, &pc, 2, n);
-    pc.cache.pub = hp_segc_pool_create(b->be, 64u << 20, &err);
+    /* every segment at once: the assembly holds them all */
+    pc.cache.pub = hp_segc_pool_create(
+        b->be,
+        hp_assemble_pool_bytes(&b->llm.model.cfg, &pc.p, HP_IPC_MODE_PIC,
+                               b->o->seam) +
+            (1u << 20),
+        &err);
     if (pc.cache.pub &&
         assemble_once(b, &pc, HP_IPC_MODE_PIC, 1, &dt, NULL, &err) != HP_OK)
         fprintf(stderr, "# warm-up pic: %s\n", err.msg);

@@ -194,17 +194,19 @@ static uint16_t *to_bf16(const float *x, size_t n)
     return b;
 }
 
-/* --only: is op one of the ops to run (or a family prefix of them)? */
+/* --only: is op one of the ops to run (or a family prefix of them)?
+ * copy_d2d always: every family's GB/s are read against it. */
 static int wanted(const char *op)
 {
-    return !only || !strncmp(op, only, strlen(only)) ||
-           !strncmp(only, op, strlen(op));
+    return !only || !strcmp(op, "copy_d2d") ||
+           !strncmp(op, only, strlen(only)) || !strncmp(only, op, strlen(op));
 }
 
 /* Would measure() time op (not only a family that holds it)? */
 static int measured(const char *op)
 {
-    return wanted(op) && !(only && strncmp(op, only, strlen(only)));
+    return wanted(op) && (!only || !strcmp(op, "copy_d2d") ||
+                          !strncmp(op, only, strlen(only)));
 }
 
 static int over_budget(void)

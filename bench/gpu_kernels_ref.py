@@ -550,14 +550,17 @@ def anchors_for(op):
 def priority(r, name=""):
     """Order of the anchors' timing: torch SDPA bf16 at the prefill shapes
     first (a few seconds, no compiling; an earlier run ran out of time
-    before them), then the chunk at 16k, decode, the rest; SDPA f32 at
+    before them), then the chunk at 16k (FLA bf16, the target's anchor,
+    before f32: each compiles for a minute), decode, the rest; SDPA f32 at
     64k keys (seconds a call) last."""
     op, p = r["op"], r["params"]
     if op.startswith("attention_prefill") and name == "torch sdpa bf16":
         return -1
     if op.startswith("attention_prefill") and "T=65536," in p:
         return 6
-    if op == "copy_d2d" or (op.startswith("gdn_chunk") and "T=16384," in p):
+    if op.startswith("gdn_chunk") and "T=16384," in p:
+        return 0 if name.endswith("bf16") else 0.5
+    if op == "copy_d2d":
         return 0
     if op.startswith("gdn_step") or op.startswith("gdn_decode"):
         return 1

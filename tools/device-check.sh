@@ -180,7 +180,7 @@ want tests && [ $found = 0 ] &&
 
 # Greedy text on the device against the CPU's, on the committed models.
 parity() {
-    local m st mode isa rows=0 bad=0 o=${TMPDIR:-/tmp}/dc-parity.$$
+    local m st mode isa rows=0 bad=0 near=0 o=${TMPDIR:-/tmp}/dc-parity.$$
     local doc='The capital of France is Paris, on the Seine.<|pic_sep|>'
     echo "| model | mode | $dev_name vs cpu |"
     echo "|---|---|---|"
@@ -207,6 +207,14 @@ parity() {
                 grep -q 'cannot' "$o.dev" || bad=$((bad + 1))
             elif cmp -s "$o.cpu" "$o.dev"; then
                 st="same greedy text"
+            elif [[ $m != *int8* ]] &&
+                grep -q '"num_experts"' "$m/config.json" &&
+                grep -q bfloat16 "$m/config.json"; then
+                # the device rounds x to bf16 before its bf16 GEMMs, the
+                # CPU does not: a random MoE's near-tied routes flip
+                # (test_cuda_backend holds it to the CPU that rounds too)
+                st="differs, as expected (bf16 MoE: near-tied routes)"
+                near=$((near + 1))
             else
                 st="DIFFERENT (outputs: $(od -An -c "$o.cpu" | head -2 | tr -s ' ') / $(od -An -c "$o.dev" | head -2 | tr -s ' '))"
                 bad=$((bad + 1))
@@ -216,7 +224,7 @@ parity() {
     done
     rm -f "$o.cpu" "$o.dev"
     echo
-    echo "$rows runs, $bad differ or fail"
+    echo "$rows runs, $bad differ or fail, $near differ as expected"
     [ "$bad" = 0 ]
 }
 dev_name=${DC_DEVICE:-cuda}

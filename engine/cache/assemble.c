@@ -99,16 +99,17 @@ static hp_pool_entry_t *segment_entry(const hp_llm_t *llm, hp_cache_t *cache,
 
 int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
                           hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                          hp_ipc_mode_t mode, int w, hp_assemble_stats_t *st,
-                          hp_error_t *err)
+                          hp_ipc_mode_t mode, int w, int *next,
+                          hp_assemble_stats_t *st, hp_error_t *err)
 {
     hp_assemble_stats_t local = {0};
     if (!st)
         st = &local;
     if (mode != HP_IPC_MODE_NAIVE && mode != HP_IPC_MODE_PIC)
         return 0;
-    for (int i = 0; i < p->n_segs; i++) {
+    for (int i = *next; i < p->n_segs; i++) {
         const hp_prompt_seg_t *s = &p->segs[i];
+        *next = i + 1;
         if (!hp_assemble_cacheable(s, mode, w) ||
             hp_pool_contains(cache->pub, s->id,
                              hp_assemble_variant(s, mode, w)))
@@ -127,9 +128,9 @@ int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
                      const hp_prompt_t *p, hp_ipc_mode_t mode, int w,
                      hp_assemble_stats_t *st, hp_error_t *err)
 {
-    int rc;
-    while ((rc = hp_assemble_warm_next(llm, cache, ws, p, mode, w, st, err)) ==
-           1)
+    int rc, next = 0;
+    while ((rc = hp_assemble_warm_next(llm, cache, ws, p, mode, w, &next, st,
+                                       err)) == 1)
         ;
     return rc;
 }

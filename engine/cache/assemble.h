@@ -92,12 +92,17 @@ int hp_assemble_warm(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
                      hp_assemble_stats_t *stats, hp_error_t *err);
 
 /* One unit of the warm pass, for a scheduler that interleaves work:
- * prefills the first cacheable segment of p missing from the public pool
- * and returns 1, or returns 0 when none is missing (negative: an error). */
+ * prefills the first cacheable segment of p from *next on that is missing
+ * from the public pool, moves *next past it and returns 1, or returns 0
+ * when none is left (negative: an error). *next starts at 0. The cursor
+ * makes the pass end: a pool too small for every segment evicts one
+ * segment to hold the next, and "the first one missing" would never run
+ * out (hp_assemble then builds what was evicted, or fails with
+ * HP_ENOMEM). */
 int hp_assemble_warm_next(const hp_llm_t *llm, hp_cache_t *cache,
                           hp_fwd_ws_t *ws, const hp_prompt_t *p,
-                          hp_ipc_mode_t mode, int w, hp_assemble_stats_t *stats,
-                          hp_error_t *err);
+                          hp_ipc_mode_t mode, int w, int *next,
+                          hp_assemble_stats_t *stats, hp_error_t *err);
 
 /*
  * The two halves of the splice, one cached PIC (or naive) entry e of the

@@ -160,6 +160,7 @@ typedef struct {
     const hp_cache_t *cache;
     serve_log_t *log;
     uint64_t preempt_logged; /* the preemptions the last line counted */
+    uint64_t short_logged;   /* the same for pool_short */
 } step_hooks_t;
 
 static void after_step(void *ud, const hp_sched_stats_t *st)
@@ -178,6 +179,13 @@ static void after_step(void *ud, const hp_sched_stats_t *st)
               (unsigned long long)st->preemptions,
               (unsigned long long)st->seq_growths, st->seq_pool >> 20,
               st->seq_budget >> 20);
+    }
+    if (st->pool_short >= 2 * h->short_logged + !h->short_logged) {
+        h->short_logged = st->pool_short;
+        logf_(h->log, HP_LOG_WARN,
+              "public pool: %llu naive/pic requests ran full since start: "
+              "their segments need more than public_pool holds",
+              (unsigned long long)st->pool_short);
     }
     publish_pools(h->srv, h->cache, st);
     hp_ipc_server_flush(h->srv, st);
@@ -606,7 +614,7 @@ int hp_cmd_serve(int argc, char **argv)
         rc = 1;
         goto free_llm;
     }
-    step_hooks_t hooks = {sv.srv, index, &cache, &sv.log, 0};
+    step_hooks_t hooks = {sv.srv, index, &cache, &sv.log, 0, 0};
     publish_pools(sv.srv, &cache, NULL);
     scfg.flush_ud = &hooks;
     if (hp_sched_create(&sv.sched, &llm, &scfg, &err) != HP_OK) {

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -33,6 +34,7 @@ typedef struct req {
     int seam;
     int phase;
     hp_assemble_stats_t ast;
+    int warm_next; /* the warm pass's cursor (hp_assemble_warm_next) */
     int fetched_tokens;    /* of ast.cached_tokens: pulled from peers */
     hp_prefill_job_t *job; /* cold segments on the prefill workers */
     hp_prompt_t prompt;
@@ -106,6 +108,7 @@ struct hp_sched {
     int shown_running, shown_queued; /* the gauges the last flush gave */
     uint64_t admits;                 /* first admissions so far */
     uint64_t growths, preemptions;   /* hp_sched_stats_t's */
+    atomic_ullong pool_short;        /* counted by submit (callers' threads) */
 };
 
 static int64_t now_us(void)
@@ -528,7 +531,8 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
     } else {
         rc =
             hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
-                                  (hp_ipc_mode_t)r->mode, r->seam, &warm, &err);
+                                  (hp_ipc_mode_t)r->mode, r->seam,
+                                  &r->warm_next, &warm, &err);
         if (rc == 1) {
             r->ast.miss_segments += warm.miss_segments;
             r->ast.miss_tokens += warm.miss_tokens;
@@ -1129,6 +1133,7 @@ static void update_stats(hp_sched_t *s)
     s->st.passes = s->passes;
     s->st.seq_growths = s->growths;
     s->st.preemptions = s->preemptions;
+    s->st.pool_short = atomic_load(&s->pool_short);
     s->st.queued = queued;
     s->st.running = s->n_running;
     s->st.bytes = bytes;
@@ -1429,6 +1434,23 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
     return HP_OK;
 }
 
+/* naive/pic hold every cacheable segment of the prompt in the public pool
+ * while they assemble it: a prompt whose segments the pool cannot hold at
+ * once runs full instead (counted: hp_sched_stats_t.pool_short), since its
+ * assembly could only fail for want of memory. */
+static void pool_holds(hp_sched_t *s, req_t *r)
+{
+    hp_pool_stats_t ps;
+    if (r->mode != HP_IPC_MODE_NAIVE && r->mode != HP_IPC_MODE_PIC)
+        return;
+    hp_pool_stats(s->cfg.cache->pub, &ps);
+    if (hp_assemble_pool_bytes(&s->llm->model.cfg, &r->prompt,
+                               (hp_ipc_mode_t)r->mode, r->seam) <= ps.budget)
+        return;
+    r->mode = HP_IPC_MODE_FULL;
+    atomic_fetch_add(&s->pool_short, 1);
+}
+
 /* naive/pic build each cacheable segment on its own in a builder's
  * sequence (planned at start): one longer than that can never be built. */
 static int segments_fit(const hp_sched_t *s, const req_t *r, hp_error_t *err)
@@ -1492,6 +1514,7 @@ int hp_sched_submit(hp_sched_t *s, const hp_sched_req_t *req, hp_error_t *err)
                   ? req->mode
                   : HP_IPC_MODE_FULL;
     r->seam = req->seam >= 0 ? req->seam : s->cfg.seam;
+    pool_holds(s, r);
     if ((rc = segments_fit(s, r, err)) != HP_OK) {
         req_free(r);
         return rc;

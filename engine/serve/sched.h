@@ -93,6 +93,9 @@ typedef struct {
      * requests (choices) preempted for want of room: their memory given
      * back, their context prefilled again when readmitted */
     uint64_t seq_growths, preemptions;
+    /* since start: naive/pic requests whose cacheable segments the public
+     * pool could not hold at once, run full instead */
+    uint64_t pool_short;
     /* the device faulted (hp_backend_lost): every request ended with it,
      * new ones are refused, the server should exit to be restarted */
     int lost;

@@ -167,6 +167,34 @@ static void check_model(const char *root, const char *name)
     hp_seq_free(&sc);
     free(lw);
 
+    /* a pool that holds the largest segment but not all of them: the warm
+     * pass ends (each segment once; it evicts one to hold the next), and
+     * the assembly, which must hold them all, fails cleanly */
+    {
+        size_t one = 0, a = HP_POOL_ALIGN;
+        for (int i = 0; i < p.n_segs; i++)
+            if (hp_assemble_cacheable(&p.segs[i], HP_IPC_MODE_PIC, 8)) {
+                size_t b = (hp_assemble_entry_bytes(c, &p.segs[i],
+                                                    HP_IPC_MODE_PIC, 8) +
+                            a - 1) / a * a;
+                one = b > one ? b : one;
+            }
+        size_t all = hp_assemble_pool_bytes(c, &p, HP_IPC_MODE_PIC, 8);
+        hp_assemble_stats_t ws = {0};
+        cache_new(&x, one, 64 << 20);
+        int wrc = hp_assemble_warm(&x.llm, &x.cache, &x.ws, &p,
+                                   HP_IPC_MODE_PIC, 8, &ws, &err);
+        float *ls = run(&x, &p, HP_IPC_MODE_PIC, 8, &sc, &st, &rc);
+        ok(one < all && wrc == HP_OK && ws.miss_segments == 3 &&
+               rc == HP_ENOMEM,
+           "%s: a pool of %zu bytes (the prompt's segments take %zu): the "
+           "warm pass builds each segment once (%d), the assembly fails "
+           "with HP_ENOMEM (%d)",
+           name, one, all, ws.miss_segments, rc);
+        hp_seq_free(&sc);
+        free(ls);
+    }
+
     /* a seam wider than every segment: all recomputed, equals full */
     float *lb = run(&x, &p, HP_IPC_MODE_PIC, 64, &sc, &st, &rc);
     ok(rc == HP_OK && rel(lf, lb, V) <= EXACT_TOL,

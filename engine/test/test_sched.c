@@ -1130,6 +1130,50 @@ static void test_choices(int mode, int solo, const char *what)
     unmake_cached(s, &cache);
 }
 
+/* A pic request whose segments the public pool cannot hold at once runs
+ * full (before: its warm pass evicted one segment to build the next, for
+ * ever), with full's text, and is counted; one that fits runs pic. */
+static void test_pool_short(void)
+{
+    static col_t pic, full, fits;
+    hp_error_t err = {0};
+    hp_cache_t cache;
+    hp_prompt_t p;
+    hp_sched_stats_t st;
+    hp_sched_t *s = make_cached(4, 0, &cache);
+    hp_prompt_build(&p, &llm, RAG, strlen(RAG), "<|pic_sep|>", &err);
+    size_t all = hp_assemble_pool_bytes(&llm.model.cfg, &p, HP_IPC_MODE_PIC,
+                                        HP_SEAM_DEFAULT);
+    hp_prompt_free(&p);
+    hp_pool_destroy(cache.pub); /* empty: nothing has run */
+    cache.pub = hp_pool_create(all - HP_POOL_ALIGN, &err);
+    memset(&pic, 0, sizeof(pic));
+    memset(&full, 0, sizeof(full));
+    memset(&fits, 0, sizeof(fits));
+    submit_n(s, &pic, HP_IPC_MODE_PIC, 1, 7);
+    submit_n(s, &full, HP_IPC_MODE_FULL, 1, 7);
+    int done = wait_for(&pic, is_done) && wait_for(&full, is_done);
+    settled(s, &st);
+    ok(done && pic.fin.status == HP_OK && pic.fin.mode == HP_IPC_MODE_FULL &&
+           !strcmp(pic.ctext[0], full.ctext[0]) && st.pool_short == 1,
+       "pool short: pic whose segments take %zu bytes of a pool of %zu "
+       "runs full (mode %d), full's text, counted (%llu)",
+       all, all - HP_POOL_ALIGN, pic.fin.mode,
+       (unsigned long long)st.pool_short);
+    unmake_cached(s, &cache);
+    s = make_cached(4, 0, &cache);
+    hp_pool_destroy(cache.pub);
+    cache.pub = hp_pool_create(all, &err);
+    submit_n(s, &fits, HP_IPC_MODE_PIC, 1, 7);
+    done = wait_for(&fits, is_done);
+    settled(s, &st);
+    ok(done && fits.fin.status == HP_OK && fits.fin.mode == HP_IPC_MODE_PIC &&
+           st.pool_short == 0,
+       "pool short: a pool of exactly %zu bytes runs it pic (mode %d)", all,
+       fits.fin.mode);
+    unmake_cached(s, &cache);
+}
+
 static void test_choice_limits(void)
 {
     static col_t c;
@@ -1549,6 +1593,7 @@ int main(void)
     test_choices(HP_IPC_MODE_FULL, 0, "full, batched decode");
     test_choices(HP_IPC_MODE_PIC, 0, "pic, batched decode");
     test_choice_limits();
+    test_pool_short();
     test_seq_pool();
     test_seq_budget();
     test_seq_grow();

@@ -397,12 +397,13 @@ static int hk_att_args_ok(int rows, int Hq, int Hkv, int hd)
 /* DEFAULT: HYPIC_CUDA_ATT, read once (a thread-safe local static). */
 static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
 {
-    static const char *const names[] = {"simple", "flash_bf16", "flash2",
-                                        "flash2x"};
-    static const int values[] = {HK_CUDA_ATT_SIMPLE, HK_CUDA_ATT_FLASH_BF16,
-                                 HK_CUDA_ATT_FLASH2, HK_CUDA_ATT_FLASH2X};
+    static const char *const names[] = {"simple", "flash", "flash_bf16",
+                                        "flash2", "flash2x"};
+    static const int values[] = {HK_CUDA_ATT_SIMPLE, HK_CUDA_ATT_FLASH,
+                                 HK_CUDA_ATT_FLASH_BF16, HK_CUDA_ATT_FLASH2,
+                                 HK_CUDA_ATT_FLASH2X};
     static const hk_cuda_att_impl_t env = (hk_cuda_att_impl_t)hk_env_choice(
-        "HYPIC_CUDA_ATT", names, values, 4, HK_CUDA_ATT_FLASH);
+        "HYPIC_CUDA_ATT", names, values, 5, HK_CUDA_ATT_FLASH2X);
     return impl == HK_CUDA_ATT_DEFAULT ? env : impl;
 }
 

@@ -946,10 +946,14 @@ static unsigned hk_kv_resolve(unsigned flags)
     return flags ? flags : env;
 }
 
-/* v2's float4 columns per block row: the flags' slab, else 64 columns
- * (a pass covers 128 rows) while that gives >= 4 blocks per SM, else 32
- * (more blocks for small batches, and for dv <= 32). */
-static int hk_kv2_nc4(unsigned flags, int Hv, int R, int dv)
+/* v2's float4 columns per block row: the flags' slab; else, for a step
+ * (T = 1), 128 columns once that gives a block per SM, else 32; for a
+ * verification 64 columns (a pass covers 128 rows) while that gives >= 4
+ * blocks per SM, else 32 (more blocks for small batches, and for dv <=
+ * 32). The step's rule is the H100's (session 11's run: CW128 0.0215 /
+ * 0.0535 / 0.1725 ms at B = 16 / 64 / 256 against 0.0308 / 0.0661 /
+ * 0.2144 for the old rule's; CW32 best at B = 1). */
+static int hk_kv2_nc4(unsigned flags, int Hv, int R, int T, int dv)
 {
     switch (flags & HK_CUDA_KVBUF_CW_MASK) {
     case HK_CUDA_KVBUF_CW128:
@@ -962,8 +966,12 @@ static int hk_kv2_nc4(unsigned flags, int Hv, int R, int dv)
         break;
     }
     const int sms = hk_cuda_sm_count(1);
+    if (dv <= 32)
+        return 8;
+    if (T == 1)
+        return (long long)Hv * R * HK_CEIL_DIV(dv, 128) >= sms ? 32 : 8;
     const long long blocks = (long long)Hv * R * HK_CEIL_DIV(dv, 64);
-    return dv > 32 && blocks >= 4LL * sms ? 16 : 8;
+    return blocks >= 4LL * sms ? 16 : 8;
 }
 
 /* Flags the launchers take (hk_cuda.h); EINVAL for unknown bits. */
@@ -1037,9 +1045,12 @@ static int hk_kvbuf_step_v2(float *o, float *arena, const hk_kvbuf_view_t *vw,
     const dim3 grid(HK_CEIL_DIV(g->dv, 4 * nc4), g->Hv, R);
     const size_t sm =
         T == 1 ? hk_kv2_smem(lp, nc4, g->dk) : hk_kv2v_smem(T, lp, nc4, g->dk);
+    /* past 48 KB in all (the static part counts: the verification's is
+     * 32 KB) a kernel must be allowed its dynamic part first */
+    const bool optin = hk_kv2_step_bytes(T, lp, nc4, g->dk) > 48 * 1024;
 #define HK_KV2_LAUNCH(KERNEL, ...)                                             \
     do {                                                                       \
-        if (sm > 32 * 1024)                                                    \
+        if (optin)                                                             \
             cudaFuncSetAttribute(                                              \
                 KERNEL, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm); \
         KERNEL<<<grid, HK_KV2_THREADS, sm, s>>>(__VA_ARGS__);                  \
@@ -1075,7 +1086,7 @@ extern "C" int hk_cuda_kvbuf_step_ex(float *o, float *arena,
         lmax < T || (R > 0 && (!vw || !arena)) || !hk_kv_flags_ok(flags))
         return HK_CUDA_EINVAL;
     flags = hk_kv_resolve(flags);
-    const int nc4 = hk_kv2_nc4(flags, g->Hv, R, g->dv);
+    const int nc4 = hk_kv2_nc4(flags, g->Hv, R, T, g->dv);
     const int lp = HK_CEIL_DIV(lmax, g->bs) * g->bs;
     const bool v2 =
         hk_kv2_ok(g, arena, v, o) &&
@@ -1086,7 +1097,12 @@ extern "C" int hk_cuda_kvbuf_step_ex(float *o, float *arena,
     if (R == 0)
         return HK_CUDA_OK;
     const cudaStream_t s = hk_stream(stream);
-    if (v2 && !(flags & HK_CUDA_KVBUF_V1))
+    /* a verification runs v1 from a block per SM on, unless v2 was named
+     * (H100, session 11, T = 5: v1 0.059 / 0.131 ms at B = 16 / 64, v2
+     * 0.108 / 0.232; v2 ahead at B = 1, 0.031 against 0.053) */
+    const bool v1_verify = T > 1 && !forced &&
+                           (long long)g->Hv * R >= hk_cuda_sm_count(1);
+    if (v2 && !(flags & HK_CUDA_KVBUF_V1) && !v1_verify)
         return hk_kvbuf_step_v2(o, arena, vw, q, k, v, gl, beta, R, T, g, lmax,
                                 nc4, s);
     return hk_kvbuf_step_v1(o, arena, vw, q, k, v, gl, beta, R, T, g, lmax, s);
@@ -1119,7 +1135,7 @@ extern "C" int hk_cuda_kvbuf_flush_ex(float *arena, const hk_kvbuf_view_t *vw,
         return HK_CUDA_OK;
     const cudaStream_t s = hk_stream(stream);
     if (v2 && !(flags & HK_CUDA_KVBUF_V1)) {
-        const int nc4 = hk_kv2_nc4(flags, g->Hv, R, g->dv);
+        const int nc4 = hk_kv2_nc4(flags, g->Hv, R, 1, g->dv);
         const dim3 grid(HK_CEIL_DIV(g->dv, 4 * nc4), g->Hv, R);
         if (nc4 == 32)
             hk_kvbuf_flush2_kernel<32>

@@ -34,7 +34,7 @@ typedef struct req {
     int seam;
     int phase;
     hp_assemble_stats_t ast;
-    int warm_next; /* the warm pass's cursor (hp_assemble_warm_next) */
+    int warm_next;         /* the warm pass's cursor (hp_assemble_warm_next) */
     int fetched_tokens;    /* of ast.cached_tokens: pulled from peers */
     hp_prefill_job_t *job; /* cold segments on the prefill workers */
     hp_prompt_t prompt;
@@ -529,10 +529,9 @@ static void prefill_cached(hp_sched_t *s, req_t *r, int *produced)
         r->ast.miss_tokens = (int)(ps.miss_tokens - ps.fetched_tokens);
         r->fetched_tokens = (int)ps.fetched_tokens;
     } else {
-        rc =
-            hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
-                                  (hp_ipc_mode_t)r->mode, r->seam,
-                                  &r->warm_next, &warm, &err);
+        rc = hp_assemble_warm_next(s->llm, s->cfg.cache, &s->ws, &r->prompt,
+                                   (hp_ipc_mode_t)r->mode, r->seam,
+                                   &r->warm_next, &warm, &err);
         if (rc == 1) {
             r->ast.miss_segments += warm.miss_segments;
             r->ast.miss_tokens += warm.miss_tokens;

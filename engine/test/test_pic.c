@@ -176,14 +176,15 @@ static void check_model(const char *root, const char *name)
             if (hp_assemble_cacheable(&p.segs[i], HP_IPC_MODE_PIC, 8)) {
                 size_t b = (hp_assemble_entry_bytes(c, &p.segs[i],
                                                     HP_IPC_MODE_PIC, 8) +
-                            a - 1) / a * a;
+                            a - 1) /
+                           a * a;
                 one = b > one ? b : one;
             }
         size_t all = hp_assemble_pool_bytes(c, &p, HP_IPC_MODE_PIC, 8);
         hp_assemble_stats_t ws = {0};
         cache_new(&x, one, 64 << 20);
-        int wrc = hp_assemble_warm(&x.llm, &x.cache, &x.ws, &p,
-                                   HP_IPC_MODE_PIC, 8, &ws, &err);
+        int wrc = hp_assemble_warm(&x.llm, &x.cache, &x.ws, &p, HP_IPC_MODE_PIC,
+                                   8, &ws, &err);
         float *ls = run(&x, &p, HP_IPC_MODE_PIC, 8, &sc, &st, &rc);
         ok(one < all && wrc == HP_OK && ws.miss_segments == 3 &&
                rc == HP_ENOMEM,

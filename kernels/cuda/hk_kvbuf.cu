@@ -1100,8 +1100,8 @@ extern "C" int hk_cuda_kvbuf_step_ex(float *o, float *arena,
     /* a verification runs v1 from a block per SM on, unless v2 was named
      * (H100, session 11, T = 5: v1 0.059 / 0.131 ms at B = 16 / 64, v2
      * 0.108 / 0.232; v2 ahead at B = 1, 0.031 against 0.053) */
-    const bool v1_verify = T > 1 && !forced &&
-                           (long long)g->Hv * R >= hk_cuda_sm_count(1);
+    const bool v1_verify =
+        T > 1 && !forced && (long long)g->Hv * R >= hk_cuda_sm_count(1);
     if (v2 && !(flags & HK_CUDA_KVBUF_V1) && !v1_verify)
         return hk_kvbuf_step_v2(o, arena, vw, q, k, v, gl, beta, R, T, g, lmax,
                                 nc4, s);

@@ -29,8 +29,10 @@
 #      timed on the same shapes, then their accuracy; kernels.tsv,
 #      accuracy.tsv, report.md (written as it goes: a timeout keeps rows)
 #   7. step 4 for the other checkpoints of DC_MODELS, in the time left
-# Everything goes to $OUT/gpu/<date>-<device>/ (OUT defaults to
-# /tmp/device-check), summarized in device-check.md there. Without a
+# Everything goes to $DC_WORK/gpu/<date>-<device>/ (DC_WORK defaults to
+# /tmp/device-check), summarized in device-check.md there; with OUT set
+# (the device tool's), device-check.md and device-check.tgz (the whole
+# folder) are copied to $OUT at the end. Without a
 # device (no nvidia-smi, or no CUDA device) the same report says so, the
 # tests SKIP, the engine steps run on the CPU with toy shapes (DC_DEVICE
 # and the shape knobs below), and the reference script still checks the
@@ -74,8 +76,20 @@ name=$(timeout 20 nvidia-smi --query-gpu=name --format=csv,noheader \
     2>/dev/null | head -1)
 dev=$(echo "${name:-nodevice}" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' |
     sed 's/-$//')
-res=${OUT:-/tmp/device-check}/gpu/$(date -u +%Y-%m-%d)-$dev
+# The results are written under DC_WORK; where the device tool's OUT is
+# set (it brings back 8 files at most), the summary and one tarball of the
+# whole folder go there when the script ends, also when it is stopped.
+work=${DC_WORK:-/tmp/device-check}
+res=$work/gpu/$(date -u +%Y-%m-%d)-$dev
 mkdir -p "$res"
+bring_back() {
+    [ -n "${OUT:-}" ] && [ "$OUT" != "$work" ] || return 0
+    mkdir -p "$OUT"
+    cp "$res/device-check.md" "$OUT/" 2>/dev/null
+    tar -C "$work" -czf "$OUT/device-check.tgz" gpu 2>/dev/null
+}
+trap bring_back EXIT
+trap 'exit 143' TERM INT
 sum=$res/device-check.md
 t_all=$(date +%s)
 total=${DC_TOTAL_S:-570}

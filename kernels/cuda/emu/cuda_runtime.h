@@ -18,14 +18,20 @@
  * Dynamic shared memory (HK_DYNAMIC_SMEM, hk_cuda_impl.h) is one buffer
  * per launch of the size the launch asks for, 128-byte aligned and filled
  * with a NaN pattern before each block (as uninitialized as on a GPU); a
- * launch asking more than an H100 block may have (227 KB) fails. Device
+ * launch asking more than an H100 block may have (227 KB) fails, and so
+ * does one whose dynamic part passes what its kernel may take: 48 KB less
+ * its static __shared__ bytes (emu_rewrite.py has each declaration
+ * register its variable, hk_emu_shared; a launch checks after its blocks
+ * ran, so its error comes with outputs a GPU would not have written),
+ * else what cudaFuncSetAttribute allowed the kernel (not checked for a
+ * template kernel launched with deduced arguments: no address). Device
  * memory is 256-byte aligned, as cudaMalloc's. Events read the host clock.
  * nvcuda::wmma is in emu/mma.h, bf16 in emu/cuda_bf16.h, the inline PTX
  * of hk_ptx.h (mma.sync, ldmatrix, cp.async) in emu/ptx.h.
  *
  * What it does not model: memory spaces (device pointers are host
- * pointers), streams (everything is synchronous), static shared-memory
- * limits, registers, timing, f32 FMA contraction choices of nvcc.
+ * pointers), streams (everything is synchronous), registers, timing, f32
+ * FMA contraction choices of nvcc.
  */
 #ifndef HK_EMU_CUDA_RUNTIME_H
 #define HK_EMU_CUDA_RUNTIME_H
@@ -44,6 +50,7 @@
 #include <math.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -136,6 +143,11 @@ struct hk_emu_state {
     unsigned char *dyn_smem = nullptr;
     size_t dyn_cap = 0;
     long long block_serial = 0; /* blocks run so far (emu/ptx.h's cp.async) */
+    /* the running launch's static __shared__ variables (hk_emu_shared) */
+    std::vector<const void *> shared_seen;
+    size_t shared_static = 0;
+    /* cudaFuncSetAttribute(MaxDynamicSharedMemorySize) per kernel */
+    std::vector<std::pair<const void *, int>> dyn_allowed;
 };
 
 inline hk_emu_state hk_emu;
@@ -333,9 +345,31 @@ static inline void hk_emu_entry(void)
     hk_emu.progress++;
 }
 
+/* A static __shared__ variable of the running kernel, as declared (every
+ * thread registers it; each address counts once a launch). */
+static inline void hk_emu_shared(const void *p, size_t bytes)
+{
+    for (const void *q : hk_emu.shared_seen)
+        if (q == p)
+            return;
+    hk_emu.shared_seen.push_back(p);
+    hk_emu.shared_static += bytes;
+}
+
+/* The dynamic shared memory kernel k may take: what cudaFuncSetAttribute
+ * allowed it, else 48 KB less its static part. */
+static inline size_t hk_emu_dyn_limit(const void *k)
+{
+    for (const auto &a : hk_emu.dyn_allowed)
+        if (a.first == k)
+            return (size_t)a.second;
+    const size_t dflt = 48 * 1024;
+    return hk_emu.shared_static < dflt ? dflt - hk_emu.shared_static : 0;
+}
+
 template <class F>
-static inline void hk_emu_launch(dim3 g, dim3 b, size_t smem, cudaStream_t s,
-                                 F f)
+static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
+                                 cudaStream_t s, F f)
 {
     (void)s;
     if (hk_emu_fault(true) != cudaSuccess) {
@@ -354,6 +388,8 @@ static inline void hk_emu_launch(dim3 g, dim3 b, size_t smem, cudaStream_t s,
         hk_emu.dyn_cap = (smem + 127) / 128 * 128;
         hk_emu.dyn_smem = (unsigned char *)aligned_alloc(128, hk_emu.dyn_cap);
     }
+    hk_emu.shared_seen.clear();
+    hk_emu.shared_static = 0;
     const bool reverse = getenv("HK_EMU_ORDER") &&
                          strcmp(getenv("HK_EMU_ORDER"), "reverse") == 0;
     const std::function<void()> body = f;
@@ -406,6 +442,14 @@ static inline void hk_emu_launch(dim3 g, dim3 b, size_t smem, cudaStream_t s,
                     }
                 }
             }
+    if (k && smem > hk_emu_dyn_limit(k)) {
+        fprintf(stderr,
+                "emu: a launch asks %zu bytes of dynamic shared memory, its "
+                "kernel may take %zu (%zu static; cudaFuncSetAttribute "
+                "first)\n",
+                smem, hk_emu_dyn_limit(k), hk_emu.shared_static);
+        hk_emu.last_error = cudaErrorInvalidConfiguration;
+    }
 }
 
 /* ---- runtime API subset ---- */
@@ -566,14 +610,23 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
     return cudaSuccess;
 }
 
+/* Records the dynamic shared memory kernel f may take (the launch checks
+ * it: hk_emu_dyn_limit). */
 template <class F>
 static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a,
                                                int v)
 {
-    (void)f;
-    (void)a;
-    return v >= 0 && v <= HK_EMU_MAX_DYN_SMEM ? cudaSuccess
-                                              : cudaErrorInvalidValue;
+    if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 ||
+        v > HK_EMU_MAX_DYN_SMEM)
+        return cudaErrorInvalidValue;
+    const void *k = reinterpret_cast<const void *>(f);
+    for (auto &x : hk_emu.dyn_allowed)
+        if (x.first == k) {
+            x.second = v;
+            return cudaSuccess;
+        }
+    hk_emu.dyn_allowed.emplace_back(k, v);
+    return cudaSuccess;
 }
 
 static inline cudaError_t cudaDeviceSynchronize(void)

@@ -3,7 +3,16 @@
 
     name<<<grid, block, smem, stream>>>(args)
 becomes
-    hk_emu_launch(grid, block, smem, stream, [=]() { name(args); })
+    hk_emu_launch(reinterpret_cast<const void *>(&name), grid, block, smem,
+                  stream, [=]() { name(args); })
+(the kernel's address: what cudaFuncSetAttribute allowed it; nullptr
+where the launch takes no dynamic shared memory, or the kernel is a
+template whose arguments the call deduces), and each
+static shared declaration
+    __shared__ float a[N], b;
+is followed, on its line, by
+    hk_emu_shared(&a, sizeof(a)); hk_emu_shared(&b, sizeof(b));
+so that a launch knows its kernel's static shared bytes (the 48 KB rule).
 
 name may carry template arguments (kernel<R>), and a macro's line
 continuation may stand between it and <<< (clang-format breaks long
@@ -44,9 +53,65 @@ def rewrite(src):
             e += 1
         args = src[k + 1:e]
         out.append(src[pos:m.start()])
-        out.append("hk_emu_launch(%s, [=]() { %s(%s); })"
-                   % (cfg, m.group(1), args))
+        out.append("hk_emu_launch(%s, %s, [=]() { %s(%s); })"
+                   % (address(src, m.group(1), cfg), cfg, m.group(1), args))
         pos = e + 1
+
+
+def address(src, name, cfg):
+    """The kernel's address, or nullptr (no shared-memory check) for a
+    launch without dynamic shared memory (nothing to check), and for a
+    template launched with its arguments deduced (no address to take)."""
+    depth, parts, cur = 0, [], ""
+    for ch in cfg:
+        depth += ch in "(<"
+        depth -= ch in ")>"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    if len(parts) < 3 or parts[2].strip() == "0":
+        return "nullptr"
+    if "<" not in name and re.search(
+            r"template\s*<[^<>]*>\s*(?:static\s+)?__global__\b[^;{}]*?\b"
+            + re.escape(name) + r"\s*\(", src):
+        return "nullptr"
+    return "reinterpret_cast<const void *>(&%s)" % name
+
+
+SHARED = re.compile(r"(?<!extern )__shared__\s+([^;]*);")
+NAME = re.compile(r"([A-Za-z_]\w*)\s*(?:\[|$)")
+
+
+def register_shared(src):
+    """Each static __shared__ declaration registers its variables."""
+    def names(decl):
+        # the declarators, split at the commas outside brackets
+        parts, depth, cur = [], 0, ""
+        for ch in decl:
+            depth += ch == "["
+            depth -= ch == "]"
+            if ch == "," and depth == 0:
+                parts.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        parts.append(cur)
+        out = []
+        for p in parts:
+            m = NAME.search(p.strip())
+            if not m:
+                sys.exit("emu_rewrite: no name in __shared__ %s" % decl)
+            out.append(m.group(1))
+        return out
+
+    def add(m):
+        reg = " ".join("hk_emu_shared(&%s, sizeof(%s));" % (n, n)
+                       for n in names(m.group(1)))
+        return m.group(0) + " " + reg
+    return SHARED.sub(add, src)
 
 
 def main():
@@ -54,7 +119,7 @@ def main():
         src = f.read()
     with open(sys.argv[2], "w") as f:
         f.write('#line 1 "%s"\n' % sys.argv[1])
-        f.write(rewrite(src))
+        f.write(rewrite(register_shared(src)))
 
 
 if __name__ == "__main__":

@@ -7,11 +7,14 @@
  *       [--tokens 4096,16384] [--batch 1,16,64,256] [--decode 32]
  *       [--pic 4x4096,8x4096] [--tsv FILE] [--budget SECONDS]
  *       [--reps 3] [--piece 1024] [--prompt 16] [--lead 32] [--query 32]
- *       [--seam 8] [--name TAG]
+ *       [--seam 8] [--name TAG] [--profile 0|1]
  *
  * prefill  one sequence of T synthetic tokens (bench_prompt_id) through
  *          hp_prefill in pieces of --piece, the last token's logits, the
- *          backend synchronized before the clock stops.
+ *          backend synchronized before the clock stops. --profile 1: then
+ *          one more, untimed, under the backend's op profile
+ *          (hp_backend_profile_start), its device time by kind of op on
+ *          stderr, largest first: where a prefill's time goes.
  * decode   B sequences, each after a --prompt-token prompt of its own,
  *          then --decode greedy steps of all B through hp_forward_batch
  *          (the scheduler's batched step: argmax on the backend).
@@ -57,7 +60,7 @@ typedef struct {
     int tokens[MAX_LIST], n_tokens;
     int batch[MAX_LIST], n_batch;
     int pic_k[MAX_LIST], pic_n[MAX_LIST], n_pic;
-    int decode, reps, piece, prompt, lead, query, seam;
+    int decode, reps, piece, prompt, lead, query, seam, profile;
     double budget;
 } opts_t;
 
@@ -183,6 +186,50 @@ static int prefill_run(bench_t *b, const void *arg, double *dt, hp_error_t *err)
     return prefill_once(b, a->ids, a->T, dt, err);
 }
 
+static int prof_cmp(const void *a, const void *b)
+{
+    double x = ((const hp_backend_prof_row_t *)a)->ms,
+           y = ((const hp_backend_prof_row_t *)b)->ms;
+    return (x < y) - (x > y);
+}
+
+/* One more prefill under the backend's op profile: its device time by
+ * kind of op, largest first. */
+static void profile_prefill(bench_t *b, const int *ids, int T)
+{
+    hp_backend_prof_row_t rows[64];
+    hp_error_t err = {0};
+    double dt, all = 0;
+    int n = 0, calls = 0;
+    if (over_budget(b))
+        return;
+    int rc = hp_backend_profile_start(b->be, &err);
+    if (rc == HP_OK) {
+        rc = prefill_once(b, ids, T, &dt, &err);
+        hp_error_t e2 = {0};
+        int rs = hp_backend_profile_stop(b->be, rows, 64, &n, &e2);
+        if (rc == HP_OK && rs != HP_OK) {
+            rc = rs;
+            err = e2;
+        }
+    }
+    if (rc != HP_OK) {
+        fprintf(stderr, "# profile prefill T=%d: %s\n", T, err.msg);
+        return;
+    }
+    qsort(rows, (size_t)n, sizeof(rows[0]), prof_cmp);
+    for (int i = 0; i < n; i++)
+        all += rows[i].ms, calls += (int)rows[i].calls;
+    fprintf(stderr,
+            "# profile prefill T=%d: %.2f ms of device time in %d ops "
+            "(wall %.2f ms)\n",
+            T, all, calls, dt * 1e3);
+    for (int i = 0; i < n; i++)
+        fprintf(stderr, "#   %-24s %10.3f ms %5.1f %% %7ld calls\n", rows[i].op,
+                rows[i].ms, all > 0 ? 100 * rows[i].ms / all : 0,
+                rows[i].calls);
+}
+
 static void bench_prefill(bench_t *b, int T)
 {
     char shape[64];
@@ -193,6 +240,8 @@ static void bench_prefill(bench_t *b, int T)
     prefill_arg_t a = {ids, T};
     snprintf(shape, sizeof(shape), "T=%d", T);
     measure(b, "prefill", shape, "tok/s", T, prefill_run, &a, NULL, &err);
+    if (b->o->profile)
+        profile_prefill(b, ids, T);
     free(ids);
 }
 
@@ -528,7 +577,7 @@ static int usage(void)
             "4096,16384]\n       [--batch 1,16,64,256] [--decode N] [--pic "
             "4x4096,8x4096] [--tsv FILE]\n       [--budget S] [--reps R] "
             "[--piece P] [--prompt N] [--lead N] [--query N]\n       [--seam "
-            "W] [--name TAG]\n");
+            "W] [--name TAG] [--profile 0|1]\n");
     return 2;
 }
 
@@ -579,6 +628,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->query = atoi(v);
         else if (!strcmp(a, "--seam"))
             o->seam = atoi(v);
+        else if (!strcmp(a, "--profile"))
+            o->profile = atoi(v);
         else
             return usage();
     }

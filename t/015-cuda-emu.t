@@ -219,9 +219,10 @@ PY
 }
 
 # bench/gpu_engine's PIC rows on the emulated device (toy shapes): every
-# one a figure, none "unsupported".
+# one a figure, none "unsupported"; and a prefill's op profile (--profile):
+# its kinds of op, with their calls, sum to the whole.
 {
-    my $out = `HK_EMU_ORDER=forward $work/gpu_engine --model models/test/qwen35-dense --device cuda --tokens '' --batch '' --decode 1 --pic 1x10 --seam 3 --reps 1 --lead 2 --query 2 --piece 16 --tsv $work/engine.tsv 2>&1`;
+    my $out = `HK_EMU_ORDER=forward $work/gpu_engine --model models/test/qwen35-dense --device cuda --tokens 16 --batch '' --decode 1 --pic 1x10 --seam 3 --reps 1 --lead 2 --query 2 --piece 16 --profile 1 --tsv $work/engine.tsv 2>&1`;
     my $rc = $?;
     my %v;
     if (open my $fh, '<', "$work/engine.tsv") {
@@ -232,6 +233,19 @@ PY
     my @bad = grep { ($v{$_} // '') !~ /^[0-9.e+-]+$/ || $v{$_} <= 0 } @want;
     ok($rc == 0 && !@bad, 'gpu_engine --device cuda: every PIC row measured')
         or diag("bad: @bad\n$out");
+    my ($all, $ops) = $out =~ /^# profile prefill T=16: ([0-9.]+) ms of device time in (\d+) ops/m;
+    my (%calls, $pct);
+    while ($out =~ /^#   (\S.*?)\s+([0-9.]+) ms\s+([0-9.]+) %\s+(\d+) calls$/mg) {
+        $calls{$1} = $4;
+        $pct += $3;
+    }
+    my $sum = 0;
+    $sum += $_ for values %calls;
+    ok(defined $ops && $calls{linear} && $calls{attention}
+       && $calls{'gdn_chunk (tensor cores)'} && $sum == $ops
+       && abs($pct - 100) < 1,
+       "gpu_engine --profile 1: a prefill's device time by op ($ops ops, "
+       . scalar(keys %calls) . ' kinds)') or diag($out);
 }
 
 done_testing();

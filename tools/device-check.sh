@@ -293,6 +293,7 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
             build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
             --tokens "$e_tok" --batch "$batch" --decode "$e_dec" \
             --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \
+            --profile 1 \
             --budget "$((l * 7 / 10))" --name "$mtag"
     done
     step "logits $tag" "$(lim 30)" "$res/logits-$tag.log" "${run[@]}" \

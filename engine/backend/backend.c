@@ -347,6 +347,22 @@ unsigned long long hp_backend_host_bytes(const hp_backend_t *b)
     return b->iface->host_bytes ? b->iface->host_bytes(b) : 0;
 }
 
+int hp_backend_profile_start(const hp_backend_t *b, hp_error_t *err)
+{
+    if (!b->iface->profile)
+        return hp_error_set(err, HP_EBADINPUT, "%s: no op profile", b->name);
+    return b->iface->profile(b, 1, NULL, 0, NULL, err);
+}
+
+int hp_backend_profile_stop(const hp_backend_t *b, hp_backend_prof_row_t *rows,
+                            int cap, int *n, hp_error_t *err)
+{
+    *n = 0;
+    if (!b->iface->profile)
+        return hp_error_set(err, HP_EBADINPUT, "%s: no op profile", b->name);
+    return b->iface->profile(b, 0, rows, cap, n, err);
+}
+
 void hp_backend_lock(const hp_backend_t *b)
 {
     if (b->iface->lock)

@@ -169,6 +169,21 @@ unsigned long hp_backend_device_waits(const hp_backend_t *b);
  * CPU): tests check that a warm splice leaves the cached tuples where
  * they are. */
 unsigned long long hp_backend_host_bytes(const hp_backend_t *b);
+
+/* An op profile, for benches: between start and stop, the device time of
+ * each kind of op summed (the CUDA backend records an event after each op
+ * and reads them at stop: an op's time includes any idle gap before it,
+ * so the rows sum to the elapsed time). One host thread at a time;
+ * HP_EBADINPUT where the backend has none (the CPU). */
+typedef struct {
+    char op[32]; /* the op's name as its errors give it */
+    double ms;
+    long calls;
+} hp_backend_prof_row_t;
+int hp_backend_profile_start(const hp_backend_t *b, hp_error_t *err);
+/* rows[cap]: the kinds in order of first use; *n of them (at most cap). */
+int hp_backend_profile_stop(const hp_backend_t *b, hp_backend_prof_row_t *rows,
+                            int cap, int *n, hp_error_t *err);
 /* Ops issued through this seam so far (each op call, device copies and
  * memsets; an op made of others, gdn_step on the CPU, counts them too)
  * and host-link transfers (uploads, downloads, and each host array an op

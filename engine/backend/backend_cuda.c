@@ -63,6 +63,10 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
 #define STAGE_RETIRED 8
 /* A ring segment's bytes before any plan: a few ops' pointer lists */
 #define STAGE_MIN ((size_t)64 << 10)
+/* An op profile's marks (events, made at its first start: a 64k-token
+ * prefill of a 24-layer model is ~30k ops) and kinds of op */
+#define PROF_MARKS (1 << 16)
+#define PROF_KINDS 64
 
 typedef struct {
     struct hp_backend self;
@@ -91,6 +95,12 @@ typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t turn;
     unsigned long next, serving;
+    /* the op profile (hp_backend_profile_start): a mark after each op;
+     * prof_of[i] is the kind of the op mark i + 1 ends */
+    hk_cuda_marks_t *marks;
+    int prof_on, prof_full, prof_n, n_kinds;
+    unsigned char *prof_of; /* [PROF_MARKS] */
+    char kinds[PROF_KINDS][32];
 } cuda_t;
 
 static cuda_t *ctx(be_t b)
@@ -98,10 +108,28 @@ static cuda_t *ctx(be_t b)
     return b->ctx;
 }
 
-/* Keeps the first failure: rc from an hk_cuda call, what it was. */
+/* The op profile's mark after an op named what. */
+static void prof_mark(cuda_t *c, const char *what)
+{
+    int k = 0;
+    while (k < c->n_kinds && strcmp(c->kinds[k], what))
+        k++;
+    if (k == PROF_KINDS || hk_cuda_marks_record(c->marks, NULL) != HK_CUDA_OK) {
+        c->prof_full = 1;
+        return;
+    }
+    if (k == c->n_kinds)
+        snprintf(c->kinds[c->n_kinds++], sizeof(c->kinds[0]), "%s", what);
+    c->prof_of[c->prof_n++] = (unsigned char)k;
+}
+
+/* Keeps the first failure: rc from an hk_cuda call, what it was; marks
+ * the op for a profile. */
 static void note(be_t b, int rc, const char *what)
 {
     cuda_t *c = ctx(b);
+    if (c->prof_on && !c->prof_full)
+        prof_mark(c, what);
     if (rc == HK_CUDA_EFAULT && !atomic_load(&c->lost)) {
         snprintf(c->lost_what, sizeof(c->lost_what), "%s", what);
         atomic_store(&c->lost, 1);
@@ -164,6 +192,8 @@ static void cu_close(be_t b)
     hk_cuda_free(c->i8_tile);
     hk_cuda_free(c->samp);
     free(c->host);
+    hk_cuda_marks_destroy(c->marks);
+    free(c->prof_of);
     pthread_cond_destroy(&c->turn);
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -365,6 +395,61 @@ static unsigned long long cu_host_bytes(be_t b)
 {
     (void)b;
     return hk_cuda_host_bytes();
+}
+
+/* on: the first mark (the marks made at the first start); off: the time
+ * from each mark to the next summed by the kind of op that ends it. */
+static int cu_profile(be_t b, int on, hp_backend_prof_row_t *rows, int cap,
+                      int *n, hp_error_t *err)
+{
+    cuda_t *c = ctx(b);
+    int rc = HK_CUDA_OK;
+    if (on) {
+        if (!c->marks &&
+            ((rc = hk_cuda_marks_create(&c->marks, PROF_MARKS)) != HK_CUDA_OK ||
+             !(c->prof_of = malloc(PROF_MARKS)))) {
+            hk_cuda_marks_destroy(c->marks);
+            c->marks = NULL;
+            return hp_error_set(err, HP_ENOMEM, "%s: op profile: %s", b->name,
+                                hk_cuda_strerror(rc ? rc : HK_CUDA_ENOMEM));
+        }
+        c->prof_n = c->n_kinds = c->prof_full = 0;
+        rc = hk_cuda_marks_record(c->marks, NULL);
+        c->prof_on = rc == HK_CUDA_OK;
+        return c->prof_on
+                   ? HP_OK
+                   : hp_error_set(err, HP_EINTERNAL, "%s: op profile: %s",
+                                  b->name, hk_cuda_strerror(rc));
+    }
+    if (!c->prof_on)
+        return hp_error_set(err, HP_EBADINPUT, "%s: no op profile started",
+                            b->name);
+    c->prof_on = 0;
+    float *ms = malloc(PROF_MARKS * sizeof(float));
+    int got = 0;
+    if (!ms)
+        return hp_error_set(err, HP_ENOMEM, "%s: op profile", b->name);
+    rc = hk_cuda_marks_read(c->marks, ms, &got);
+    for (int k = 0; k < c->n_kinds && k < cap; k++) {
+        snprintf(rows[k].op, sizeof(rows[k].op), "%s", c->kinds[k]);
+        rows[k].ms = 0;
+        rows[k].calls = 0;
+    }
+    for (int i = 0; i < got && i < c->prof_n; i++)
+        if (c->prof_of[i] < cap) {
+            rows[c->prof_of[i]].ms += ms[i];
+            rows[c->prof_of[i]].calls++;
+        }
+    free(ms);
+    *n = c->n_kinds < cap ? c->n_kinds : cap;
+    if (rc != HK_CUDA_OK)
+        return hp_error_set(err, HP_EINTERNAL, "%s: op profile: %s", b->name,
+                            hk_cuda_strerror(rc));
+    if (c->prof_full)
+        return hp_error_set(err, HP_ENOMEM,
+                            "%s: op profile: more than %d ops or %d kinds",
+                            b->name, PROF_MARKS - 1, PROF_KINDS);
+    return HP_OK;
 }
 
 static size_t cu_mem_total(be_t b)
@@ -983,6 +1068,7 @@ static const hp_backend_i cuda_iface = {
     .device_allocs = cu_device_allocs,
     .device_waits = cu_device_waits,
     .host_bytes = cu_host_bytes,
+    .profile = cu_profile,
     .mem_total = cu_mem_total,
     .mem_free = cu_mem_free,
     .lost = cu_lost,

@@ -218,6 +218,62 @@ extern "C" int hk_cuda_timer_start(hk_cuda_timer_t *t, void *stream)
         cudaEventRecord((cudaEvent_t)t->start, hk_stream(stream)));
 }
 
+struct hk_cuda_marks {
+    cudaEvent_t *ev;
+    int cap, n;
+};
+
+extern "C" int hk_cuda_marks_create(hk_cuda_marks_t **out, int cap)
+{
+    if (!out || cap < 2)
+        return HK_CUDA_EINVAL;
+    hk_cuda_marks_t *m = (hk_cuda_marks_t *)calloc(1, sizeof(*m));
+    if (!m || !(m->ev = (cudaEvent_t *)calloc((size_t)cap, sizeof(*m->ev)))) {
+        free(m);
+        return HK_CUDA_ENOMEM;
+    }
+    for (; m->cap < cap; m->cap++) {
+        const cudaError_t e = cudaEventCreate(&m->ev[m->cap]);
+        if (e != cudaSuccess) {
+            hk_cuda_marks_destroy(m);
+            return hk_cuda_status(e);
+        }
+    }
+    *out = m;
+    return HK_CUDA_OK;
+}
+
+extern "C" void hk_cuda_marks_destroy(hk_cuda_marks_t *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->cap; i++)
+        cudaEventDestroy(m->ev[i]);
+    free(m->ev);
+    free(m);
+}
+
+extern "C" int hk_cuda_marks_record(hk_cuda_marks_t *m, void *stream)
+{
+    if (m->n == m->cap)
+        return HK_CUDA_ENOMEM;
+    return hk_cuda_status(cudaEventRecord(m->ev[m->n++], hk_stream(stream)));
+}
+
+extern "C" int hk_cuda_marks_read(hk_cuda_marks_t *m, float *ms, int *n)
+{
+    cudaError_t e = cudaSuccess;
+    *n = 0;
+    if (m->n > 1)
+        e = cudaEventSynchronize(m->ev[m->n - 1]);
+    for (int i = 0; e == cudaSuccess && i + 1 < m->n; i++)
+        e = cudaEventElapsedTime(&ms[i], m->ev[i], m->ev[i + 1]);
+    if (e == cudaSuccess)
+        *n = m->n > 1 ? m->n - 1 : 0;
+    m->n = 0;
+    return hk_cuda_status(e);
+}
+
 extern "C" int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms)
 {
     float f = 0.0f;

@@ -119,6 +119,18 @@ void hk_cuda_timer_destroy(hk_cuda_timer_t *t); /* zeroed: a no-op */
 int hk_cuda_timer_start(hk_cuda_timer_t *t, void *stream);
 int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
 
+/* Marks on a stream, for op profiles: a CUDA event recorded after each
+ * piece of work; read gives the milliseconds between consecutive marks
+ * (each piece's device time, and any idle gap before it), waiting for the
+ * last, and empties the list. Create makes cap events up front: record
+ * past them is HK_CUDA_ENOMEM. One host thread at a time. */
+typedef struct hk_cuda_marks hk_cuda_marks_t;
+int hk_cuda_marks_create(hk_cuda_marks_t **m, int cap);
+void hk_cuda_marks_destroy(hk_cuda_marks_t *m); /* NULL: a no-op */
+int hk_cuda_marks_record(hk_cuda_marks_t *m, void *stream);
+/* ms[i] (i < *n, *n = marks - 1) is the time from mark i to mark i + 1. */
+int hk_cuda_marks_read(hk_cuda_marks_t *m, float *ms, int *n);
+
 /* cuBLAS handle for the projections and the dense transition products;
  * one per host thread that launches them. Create after choosing the
  * device. */

@@ -58,20 +58,25 @@ def rewrite(src):
         pos = e + 1
 
 
-def address(src, name, cfg):
-    """The kernel's address, or nullptr (no shared-memory check) for a
-    launch without dynamic shared memory (nothing to check), and for a
-    template launched with its arguments deduced (no address to take)."""
+def split_top(text, opening, closing):
+    """text split at the commas outside the brackets given."""
     depth, parts, cur = 0, [], ""
-    for ch in cfg:
-        depth += ch in "(<"
-        depth -= ch in ")>"
+    for ch in text:
+        depth += ch in opening
+        depth -= ch in closing
         if ch == "," and depth == 0:
             parts.append(cur)
             cur = ""
         else:
             cur += ch
-    parts.append(cur)
+    return parts + [cur]
+
+
+def address(src, name, cfg):
+    """The kernel's address, or nullptr (no shared-memory check) for a
+    launch without dynamic shared memory (nothing to check), and for a
+    template launched with its arguments deduced (no address to take)."""
+    parts = split_top(cfg, "(<", ")>")
     if len(parts) < 3 or parts[2].strip() == "0":
         return "nullptr"
     if "<" not in name and re.search(
@@ -88,19 +93,8 @@ NAME = re.compile(r"([A-Za-z_]\w*)\s*(?:\[|$)")
 def register_shared(src):
     """Each static __shared__ declaration registers its variables."""
     def names(decl):
-        # the declarators, split at the commas outside brackets
-        parts, depth, cur = [], 0, ""
-        for ch in decl:
-            depth += ch == "["
-            depth -= ch == "]"
-            if ch == "," and depth == 0:
-                parts.append(cur)
-                cur = ""
-            else:
-                cur += ch
-        parts.append(cur)
         out = []
-        for p in parts:
+        for p in split_top(decl, "[", "]"):  # the declarators
             m = NAME.search(p.strip())
             if not m:
                 sys.exit("emu_rewrite: no name in __shared__ %s" % decl)

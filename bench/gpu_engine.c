@@ -198,6 +198,7 @@ static int prof_cmp(const void *a, const void *b)
 static void profile_prefill(bench_t *b, const int *ids, int T)
 {
     hp_backend_prof_row_t rows[64];
+    const int cap = (int)(sizeof(rows) / sizeof(rows[0]));
     hp_error_t err = {0};
     double dt, all = 0;
     int n = 0, calls = 0;
@@ -207,7 +208,7 @@ static void profile_prefill(bench_t *b, const int *ids, int T)
     if (rc == HP_OK) {
         rc = prefill_once(b, ids, T, &dt, &err);
         hp_error_t e2 = {0};
-        int rs = hp_backend_profile_stop(b->be, rows, 64, &n, &e2);
+        int rs = hp_backend_profile_stop(b->be, rows, cap, &n, &e2);
         if (rc == HP_OK && rs != HP_OK) {
             rc = rs;
             err = e2;

@@ -349,18 +349,18 @@ unsigned long long hp_backend_host_bytes(const hp_backend_t *b)
 
 int hp_backend_profile_start(const hp_backend_t *b, hp_error_t *err)
 {
-    if (!b->iface->profile)
+    if (!b->iface->profile_start)
         return hp_error_set(err, HP_EBADINPUT, "%s: no op profile", b->name);
-    return b->iface->profile(b, 1, NULL, 0, NULL, err);
+    return b->iface->profile_start(b, err);
 }
 
 int hp_backend_profile_stop(const hp_backend_t *b, hp_backend_prof_row_t *rows,
                             int cap, int *n, hp_error_t *err)
 {
     *n = 0;
-    if (!b->iface->profile)
+    if (!b->iface->profile_stop)
         return hp_error_set(err, HP_EBADINPUT, "%s: no op profile", b->name);
-    return b->iface->profile(b, 0, rows, cap, n, err);
+    return b->iface->profile_stop(b, rows, cap, n, err);
 }
 
 void hp_backend_lock(const hp_backend_t *b)

@@ -397,30 +397,34 @@ static unsigned long long cu_host_bytes(be_t b)
     return hk_cuda_host_bytes();
 }
 
-/* on: the first mark (the marks made at the first start); off: the time
- * from each mark to the next summed by the kind of op that ends it. */
-static int cu_profile(be_t b, int on, hp_backend_prof_row_t *rows, int cap,
-                      int *n, hp_error_t *err)
+/* The first mark (the marks are made at the first start). */
+static int cu_profile_start(be_t b, hp_error_t *err)
 {
     cuda_t *c = ctx(b);
     int rc = HK_CUDA_OK;
-    if (on) {
-        if (!c->marks &&
-            ((rc = hk_cuda_marks_create(&c->marks, PROF_MARKS)) != HK_CUDA_OK ||
-             !(c->prof_of = malloc(PROF_MARKS)))) {
-            hk_cuda_marks_destroy(c->marks);
-            c->marks = NULL;
-            return hp_error_set(err, HP_ENOMEM, "%s: op profile: %s", b->name,
-                                hk_cuda_strerror(rc ? rc : HK_CUDA_ENOMEM));
-        }
-        c->prof_n = c->n_kinds = c->prof_full = 0;
-        rc = hk_cuda_marks_record(c->marks, NULL);
-        c->prof_on = rc == HK_CUDA_OK;
-        return c->prof_on
-                   ? HP_OK
-                   : hp_error_set(err, HP_EINTERNAL, "%s: op profile: %s",
-                                  b->name, hk_cuda_strerror(rc));
+    if (!c->marks &&
+        ((rc = hk_cuda_marks_create(&c->marks, PROF_MARKS)) != HK_CUDA_OK ||
+         !(c->prof_of = malloc(PROF_MARKS)))) {
+        hk_cuda_marks_destroy(c->marks);
+        c->marks = NULL;
+        return hp_error_set(err, HP_ENOMEM, "%s: op profile: %s", b->name,
+                            hk_cuda_strerror(rc ? rc : HK_CUDA_ENOMEM));
     }
+    c->prof_n = c->n_kinds = c->prof_full = 0;
+    rc = hk_cuda_marks_record(c->marks, NULL);
+    c->prof_on = rc == HK_CUDA_OK;
+    return c->prof_on ? HP_OK
+                      : hp_error_set(err, HP_EINTERNAL, "%s: op profile: %s",
+                                     b->name, hk_cuda_strerror(rc));
+}
+
+/* The time from each mark to the next, summed by the kind of op that
+ * ends it. */
+static int cu_profile_stop(be_t b, hp_backend_prof_row_t *rows, int cap, int *n,
+                           hp_error_t *err)
+{
+    cuda_t *c = ctx(b);
+    int rc;
     if (!c->prof_on)
         return hp_error_set(err, HP_EBADINPUT, "%s: no op profile started",
                             b->name);
@@ -1068,12 +1072,13 @@ static const hp_backend_i cuda_iface = {
     .device_allocs = cu_device_allocs,
     .device_waits = cu_device_waits,
     .host_bytes = cu_host_bytes,
-    .profile = cu_profile,
     .mem_total = cu_mem_total,
     .mem_free = cu_mem_free,
     .lost = cu_lost,
     .lock = cu_lock,
     .unlock = cu_unlock,
+    .profile_start = cu_profile_start,
+    .profile_stop = cu_profile_stop,
     .linear = cu_linear,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,

@@ -39,14 +39,15 @@ typedef struct {
     unsigned long (*device_allocs)(be_t b);   /* (optional) */
     unsigned long (*device_waits)(be_t b);    /* (optional) */
     unsigned long long (*host_bytes)(be_t b); /* (optional) */
-    /* on = 1 starts an op profile, 0 stops it into rows (optional) */
-    int (*profile)(be_t b, int on, hp_backend_prof_row_t *rows, int cap, int *n,
-                   hp_error_t *err);
-    size_t (*mem_total)(be_t b);          /* (optional) */
-    size_t (*mem_free)(be_t b);           /* (optional) */
-    int (*lost)(be_t b, hp_error_t *err); /* (optional) */
-    void (*lock)(be_t b);                 /* (optional) */
-    void (*unlock)(be_t b);               /* (optional) */
+    size_t (*mem_total)(be_t b);              /* (optional) */
+    size_t (*mem_free)(be_t b);               /* (optional) */
+    int (*lost)(be_t b, hp_error_t *err);     /* (optional) */
+    void (*lock)(be_t b);                     /* (optional) */
+    void (*unlock)(be_t b);                   /* (optional) */
+    /* the op profile (hp_backend_profile_start, _stop; both or neither) */
+    int (*profile_start)(be_t b, hp_error_t *err);
+    int (*profile_stop)(be_t b, hp_backend_prof_row_t *rows, int cap, int *n,
+                        hp_error_t *err);
 
     /* ops (all optional) */
     void (*linear)(be_t b, float *y, const float *x, const hk_weight_t *w,

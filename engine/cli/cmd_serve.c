@@ -163,15 +163,24 @@ typedef struct {
     uint64_t short_logged;   /* the same for pool_short */
 } step_hooks_t;
 
+/* 1 when a count has reached 1, 2, 4, ... since the last line (*logged
+ * its count then, set): a trouble that persists shows without a line per
+ * request. */
+static int doubled(uint64_t now, uint64_t *logged)
+{
+    if (now < 2 * *logged + !*logged)
+        return 0;
+    *logged = now;
+    return 1;
+}
+
 static void after_step(void *ud, const hp_sched_stats_t *st)
 {
     step_hooks_t *h = ud;
     if (st->lost && !atomic_exchange(&dev_lost, 1))
         sig_wake = 1;
-    /* the sequence pool ran short: said at 1, 2, 4, ... preemptions, so
-     * that a pool too small shows without a line per request */
-    if (st->preemptions >= 2 * h->preempt_logged + !h->preempt_logged) {
-        h->preempt_logged = st->preemptions;
+    /* the sequence pool ran short */
+    if (doubled(st->preemptions, &h->preempt_logged))
         logf_(h->log, HP_LOG_INFO,
               "sequence pool: %llu requests preempted (prefilled again "
               "once readmitted) and %llu sequences grown since start; "
@@ -179,14 +188,11 @@ static void after_step(void *ud, const hp_sched_stats_t *st)
               (unsigned long long)st->preemptions,
               (unsigned long long)st->seq_growths, st->seq_pool >> 20,
               st->seq_budget >> 20);
-    }
-    if (st->pool_short >= 2 * h->short_logged + !h->short_logged) {
-        h->short_logged = st->pool_short;
+    if (doubled(st->pool_short, &h->short_logged))
         logf_(h->log, HP_LOG_WARN,
               "public pool: %llu naive/pic requests ran full since start: "
               "their segments need more than public_pool holds",
               (unsigned long long)st->pool_short);
-    }
     publish_pools(h->srv, h->cache, st);
     hp_ipc_server_flush(h->srv, st);
     hp_index_set_load(h->index, st->live);

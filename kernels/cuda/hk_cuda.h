@@ -212,7 +212,7 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
 
 /* Which kernels the attention calls run. DEFAULT is the environment's
  * HYPIC_CUDA_ATT (simple, flash, flash_bf16, flash2 or flash2x; read
- * once), else FLASH2X: FLASH's accuracy at 4.3-4.8x its speed on an H100
+ * once), else FLASH2X: FLASH's accuracy at 4.2-4.9x its speed on an H100
  * (bench/results/gpu/2026-11-27-h100-session11).
  *   SIMPLE      one block per (query, head), f32 CUDA cores; decode the
  *               same per (request, head) (the first kernels, kept to

@@ -442,12 +442,13 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
                     }
                 }
             }
-    if (k && smem > hk_emu_dyn_limit(k)) {
+    const size_t may = k ? hk_emu_dyn_limit(k) : smem;
+    if (smem > may) {
         fprintf(stderr,
                 "emu: a launch asks %zu bytes of dynamic shared memory, its "
                 "kernel may take %zu (%zu static; cudaFuncSetAttribute "
                 "first)\n",
-                smem, hk_emu_dyn_limit(k), hk_emu.shared_static);
+                smem, may, hk_emu.shared_static);
         hk_emu.last_error = cudaErrorInvalidConfiguration;
     }
 }

@@ -1187,7 +1187,8 @@ typedef struct {
     int *qpos, *nctx;
     float **kcs, **vcs; /* decode: device tables */
     float *scr;         /* decode: flash-decoding's scratch; prefill: FLASH2X's
-                           (FLASH2 takes its first half) */
+                           or FLASH3's, the larger (FLASH2 takes the first
+                           half of FLASH2X's) */
 } att_ctx;
 
 /* The kernels measured: bench op, kernels, passed the scratch. */
@@ -1197,6 +1198,8 @@ typedef struct {
     int scratch;
 } att_kind_t;
 static const att_kind_t att_prefill_kinds[] = {
+    {"attention_prefill_flash3", HK_CUDA_ATT_FLASH3, 1},
+    {"attention_prefill_flash3seq", HK_CUDA_ATT_FLASH3_SEQ, 1},
     {"attention_prefill_flash2", HK_CUDA_ATT_FLASH2, 1},
     {"attention_prefill_flash2x", HK_CUDA_ATT_FLASH2X, 1},
     {"attention_prefill", HK_CUDA_ATT_FLASH, 0},
@@ -1206,7 +1209,7 @@ static const att_kind_t att_decode_kinds[] = {
     {"attention_decode", HK_CUDA_ATT_FLASH, 1},
     {"attention_decode_1blk", HK_CUDA_ATT_FLASH, 0},
     {"attention_decode_simple", HK_CUDA_ATT_SIMPLE, 0}};
-#define N_ATT_PREFILL 5
+#define N_ATT_PREFILL 7
 #define N_ATT_KINDS   3 /* decode */
 static int att_prefill_run(void *ctx, int rep)
 {
@@ -1276,8 +1279,11 @@ static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
         c->qpos = dalloc((size_t)T * sizeof(int));
         CK(hk_cuda_h2d(c->qpos, pos, (size_t)T * sizeof(int), NULL));
         free(pos);
-        const size_t ns =
+        const size_t n2 =
             hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH2X, T, m->Hkv, m->hd);
+        const size_t n3 =
+            hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH3, T, m->Hkv, m->hd);
+        const size_t ns = n2 > n3 ? n2 : n3;
         if (ns)
             c->scr = dalloc(ns * sizeof(float));
         return;
@@ -1312,6 +1318,14 @@ static void att_free(att_ctx *c)
         CK(hk_cuda_free(bufs[i]));
 }
 
+/* Whether this device runs the kind (FLASH3: compute capability 9.0). */
+static int att_kind_here(const att_kind_t *kd)
+{
+    return (kd->impl != HK_CUDA_ATT_FLASH3 &&
+            kd->impl != HK_CUDA_ATT_FLASH3_SEQ) ||
+           hk_cuda_compute_capability() == 90;
+}
+
 /* Every prefill kind at T. last_ms, last_T: each kind's last time (ms at
  * T): the cost grows as T^2, and a call predicted to overrun the budget
  * (warm-up + 1) is not started. */
@@ -1329,6 +1343,11 @@ static void bench_att_prefill(const model_t *m, int T, double *last_ms,
         /* SIMPLE re-reads K/V per query head: 64k would take minutes. */
         if (!wanted(kd->op) || (kd->impl == HK_CUDA_ATT_SIMPLE && T > 16384))
             continue;
+        if (!att_kind_here(kd)) {
+            skipped(kd->op, m->name, params,
+                    "skipped: not a compute capability 9.0 device");
+            continue;
+        }
         const double r = last_T[i] ? (double)T / last_T[i] : 0.0;
         const double pred_s = last_ms[i] > 0 ? 2e-3 * last_ms[i] * r * r : 0.0;
         if (over_budget() || bench_now() - t_begin + pred_s > budget) {
@@ -1494,10 +1513,13 @@ static void dump_att(const model_t *m, int T, int B, int N)
     dump_dev("v.f32", c.v, kvr * m->Hkv * m->hd * 4);
     float *scr = c.scr;
     /* o.f32 (attention_prefill, attention_decode), else o_SUFFIX.f32
-     * (o_flash2, o_flash2x, o_bf16, o_simple; o_1blk, o_simple). */
+     * (o_flash3, o_flash3seq, o_flash2, o_flash2x, o_bf16, o_simple; o_1blk,
+     * o_simple). */
     const int nk = B ? N_ATT_KINDS : N_ATT_PREFILL;
     for (int i = 0; i < nk; i++) {
         char file[64] = "o.f32";
+        if (!att_kind_here(&kinds[i]))
+            continue;
         const char *suf = strchr(kinds[i].op + strlen("attention_"), '_');
         if (suf)
             snprintf(file, sizeof file, "o_%s.f32", suf + 1);

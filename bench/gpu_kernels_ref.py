@@ -398,7 +398,7 @@ def case_accuracy(d, case, anc, rows, later):
             qs, ks, vs = q[:, None], k, v
         add("o", "ours", ours, o)
         # the other kernels of the op (gpu_kernels.c's att_*_kinds)
-        for var in ("flash2", "flash2x", "bf16", "simple", "1blk"):
+        for var in ("flash3", "flash3seq", "flash2", "flash2x", "bf16", "simple", "1blk"):
             f = os.path.join(d, "o_%s.f32" % var)
             if os.path.exists(f):
                 add("o", "ours_att_" + var, arr(d, "o_%s.f32" % var, o.shape),
@@ -473,6 +473,10 @@ ERR_OF = {
     "gdn_decode_chain": ("gdn_step", "ours_chain", ("o", "S")),
     "attention_prefill": ("attention_prefill", "ours", ("o",)),
     "attention_prefill_bf16": ("attention_prefill", "ours_att_bf16", ("o",)),
+    "attention_prefill_flash3": ("attention_prefill", "ours_att_flash3",
+                                 ("o",)),
+    "attention_prefill_flash3seq": ("attention_prefill",
+                                    "ours_att_flash3seq", ("o",)),
     "attention_prefill_flash2": ("attention_prefill", "ours_att_flash2",
                                  ("o",)),
     "attention_prefill_flash2x": ("attention_prefill", "ours_att_flash2x",

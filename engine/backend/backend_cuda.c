@@ -830,7 +830,7 @@ static void cu_rope_shift(be_t b, float *x, int delta, int T, int nh, int hd,
 
 /* The prefill kernel is HYPIC_CUDA_ATT's (hk_cuda_attention_ex); with
  * scratch for FLASH2's bf16 copies of k and v (FLASH2X's hi and lo
- * halves) when that is the choice. */
+ * halves, FLASH3's bf16 tiles) when that is the choice. */
 static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
                          const float *k, const float *v, int T, int N, int Hq,
                          int Hkv, int hd, float scale, float *scratch)
@@ -846,7 +846,8 @@ static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
 
 /* Prefill: none (online softmax per tile), except FLASH2's bf16 copies of
  * the N keys and values (HYPIC_CUDA_ATT=flash2), twice that for FLASH2X's
- * hi and lo halves (flash2x). Decode (T = 1) splits
+ * hi and lo halves (flash2x), FLASH3's tiles (flash3: FLASH2's, N rounded
+ * up to 64 keys). Decode (T = 1) splits
  * the keys of each (request, kv group) over blocks while B Hkv is under
  * four blocks per SM (hk_cuda_attention_decode_scratch): B Hkv splits
  * < 8 SMs, so B Hq splits < 8 SMs Hq whatever B and Hkv are, each split

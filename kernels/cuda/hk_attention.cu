@@ -397,13 +397,15 @@ static int hk_att_args_ok(int rows, int Hq, int Hkv, int hd)
 /* DEFAULT: HYPIC_CUDA_ATT, read once (a thread-safe local static). */
 static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
 {
-    static const char *const names[] = {"simple", "flash", "flash_bf16",
-                                        "flash2", "flash2x"};
-    static const int values[] = {HK_CUDA_ATT_SIMPLE, HK_CUDA_ATT_FLASH,
+    static const char *const names[] = {"simple",    "flash",   "flash_bf16",
+                                        "flash2",    "flash2x", "flash3",
+                                        "flash3_seq"};
+    static const int values[] = {HK_CUDA_ATT_SIMPLE,     HK_CUDA_ATT_FLASH,
                                  HK_CUDA_ATT_FLASH_BF16, HK_CUDA_ATT_FLASH2,
-                                 HK_CUDA_ATT_FLASH2X};
+                                 HK_CUDA_ATT_FLASH2X,    HK_CUDA_ATT_FLASH3,
+                                 HK_CUDA_ATT_FLASH3_SEQ};
     static const hk_cuda_att_impl_t env = (hk_cuda_att_impl_t)hk_env_choice(
-        "HYPIC_CUDA_ATT", names, values, 5, HK_CUDA_ATT_FLASH2X);
+        "HYPIC_CUDA_ATT", names, values, 7, HK_CUDA_ATT_FLASH2X);
     return impl == HK_CUDA_ATT_DEFAULT ? env : impl;
 }
 
@@ -411,8 +413,15 @@ extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int N,
                                             int Hkv, int hd)
 {
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
-    if (N <= 0 || Hkv <= 0 || hd <= 0 ||
-        (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X))
+    if (N <= 0 || Hkv <= 0 || hd <= 0)
+        return 0;
+    if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) {
+        /* and FLASH2's, its fallback */
+        const size_t f3 = hk_attention_f3_scratch(N, Hkv, hd);
+        const size_t f2 = hk_attention_f2_scratch(0, N, Hkv, hd);
+        return f3 > f2 ? f3 : f2;
+    }
+    if (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X)
         return 0;
     return hk_attention_f2_scratch(use == HK_CUDA_ATT_FLASH2X, N, Hkv, hd);
 }
@@ -424,9 +433,17 @@ extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,
                                     float *scratch, void *stream)
 {
     if (!hk_att_args_ok(T, Hq, Hkv, hd) || N <= 0 ||
-        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH2X)
+        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH3_SEQ)
         return HK_CUDA_EINVAL;
     hk_cuda_att_impl_t use = hk_att_resolve(impl);
+    if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) {
+        const int rc =
+            hk_attention_f3(use == HK_CUDA_ATT_FLASH3, o, q, qpos, k, v, T, N,
+                            Hq, Hkv, hd, scale, scratch, hk_stream(stream));
+        if (rc != HK_CUDA_EINVAL || impl != HK_CUDA_ATT_DEFAULT)
+            return rc;
+        use = HK_CUDA_ATT_FLASH2;
+    }
     if (use == HK_CUDA_ATT_FLASH2 || use == HK_CUDA_ATT_FLASH2X) {
         const int rc =
             hk_attention_f2(use == HK_CUDA_ATT_FLASH2X, o, q, qpos, k, v, T, N,
@@ -506,7 +523,7 @@ static int hk_dec_args_ok(hk_cuda_att_impl_t impl, int B, int Hq, int Hkv,
                           int hd)
 {
     return hk_att_args_ok(B, Hq, Hkv, hd) && B <= HK_CUDA_MAX_GRID_YZ &&
-           impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_FLASH2X;
+           impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_FLASH3_SEQ;
 }
 
 extern "C" int

@@ -427,12 +427,6 @@ template <int HD, bool X> struct hk_f2 {
     static constexpr int BLOCKS = SMEM <= 115200 ? 2 : 1;
 };
 
-/* The padded width of a head dim (0: too wide). */
-static int hk_f2_hd(int hd)
-{
-    return hd <= 64 ? 64 : hd <= 128 ? 128 : hd <= 256 ? 256 : 0;
-}
-
 /* k, v [N, Hkv, hd] f32 -> bf16 [Hkv, N, HD] planes kh, vh (and, X, kl,
  * vl) P elements apart from kb, zero past hd; one thread per 8 output
  * values of each. */
@@ -726,7 +720,7 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
 
 size_t hk_attention_f2_scratch(int split, int N, int Hkv, int hd)
 {
-    const int HD = hk_f2_hd(hd);
+    const int HD = hk_att_tc_hd(hd);
     /* two bf16 arrays, four with the lo halves */
     return HD ? (size_t)N * Hkv * HD * (split ? 2 : 1) : 0;
 }
@@ -769,7 +763,7 @@ int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
                     int Hkv, int hd, float scale, float *scratch,
                     cudaStream_t stream)
 {
-    const int HD = hk_f2_hd(hd);
+    const int HD = hk_att_tc_hd(hd);
     if (!HD || !scratch || ((uintptr_t)scratch & 15) != 0)
         return HK_CUDA_EINVAL;
     const int x = split != 0, i = HD == 64 ? 0 : HD == 128 ? 1 : 2;

@@ -175,6 +175,11 @@ extern "C" int hk_cuda_device_info(char *name, size_t n, int *sms, size_t *mem)
     return HK_CUDA_OK;
 }
 
+extern "C" int hk_cuda_compute_capability(void)
+{
+    return hk_cuda_cc();
+}
+
 extern "C" int hk_cuda_mem_info(size_t *free_bytes, size_t *total)
 {
     size_t f = 0, t = 0;

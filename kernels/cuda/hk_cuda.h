@@ -104,6 +104,9 @@ int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src, size_t bytes,
 /* The current device's name (truncated to n - 1 characters), its number of
  * multiprocessors and its memory in bytes; any output may be NULL. */
 int hk_cuda_device_info(char *name, size_t n, int *sms, size_t *mem);
+/* The current device's compute capability as major 10 + minor (90: an
+ * H100 or H200); 0 where it cannot say. */
+int hk_cuda_compute_capability(void);
 /* The current device's free and total memory in bytes (cudaMemGetInfo:
  * what every process and the context hold counts as used). */
 int hk_cuda_mem_info(size_t *free_bytes, size_t *total);
@@ -211,7 +214,8 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
 #define HK_CUDA_ATT_TC_MAX_HD 256
 
 /* Which kernels the attention calls run. DEFAULT is the environment's
- * HYPIC_CUDA_ATT (simple, flash, flash_bf16, flash2 or flash2x; read
+ * HYPIC_CUDA_ATT (simple, flash, flash_bf16, flash2, flash2x, flash3 or
+ * flash3_seq; read
  * once), else FLASH2X: FLASH's accuracy at 4.2-4.9x its speed on an H100
  * (bench/results/gpu/2026-11-27-h100-session11).
  *   SIMPLE      one block per (query, head), f32 CUDA cores; decode the
@@ -232,17 +236,26 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
  *               as bf16 hi + lo, 3 MMAs per product, ~1e-5 of f32);
  *               scratch twice FLASH2's (k and v hi and lo); decode as
  *               FLASH.
+ *   FLASH3      prefill on Hopper's warpgroup tensor cores (wgmma, sm_90a:
+ *               compute capability 9.0 only) on bf16 q, k, p, v (FLASH2's
+ *               precision), the next tile's scores computed during this
+ *               tile's softmax; scratch for k and v as bf16 tiles; decode
+ *               as FLASH. Not yet timed on a device: opt-in.
+ *   FLASH3_SEQ  FLASH3 without that overlap (to measure it).
  * FLASH falls back to SIMPLE where it cannot run (hd above
  * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs), FLASH2 and
- * FLASH2X to FLASH (no scratch, or where they cannot run); asked for
- * explicitly they return HK_CUDA_EINVAL there instead. */
+ * FLASH2X to FLASH (no scratch, or where they cannot run), FLASH3 and
+ * FLASH3_SEQ to FLASH2 (another device); asked for explicitly they return
+ * HK_CUDA_EINVAL there instead. */
 typedef enum {
     HK_CUDA_ATT_DEFAULT = 0,
     HK_CUDA_ATT_SIMPLE = 1,
     HK_CUDA_ATT_FLASH = 2,
     HK_CUDA_ATT_FLASH_BF16 = 3,
     HK_CUDA_ATT_FLASH2 = 4,
-    HK_CUDA_ATT_FLASH2X = 5
+    HK_CUDA_ATT_FLASH2X = 5,
+    HK_CUDA_ATT_FLASH3 = 6,
+    HK_CUDA_ATT_FLASH3_SEQ = 7
 } hk_cuda_att_impl_t;
 
 /* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys

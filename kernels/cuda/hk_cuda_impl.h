@@ -52,6 +52,25 @@ int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
                     int Hkv, int hd, float scale, float *scratch,
                     cudaStream_t stream);
 
+/* hk_attention_wg.cu: FLASH3, the prefill on Hopper's wgmma (bf16
+ * operands; overlap: the next tile's scores issued before this tile's
+ * softmax, else FLASH3_SEQ); scratch (16-byte aligned):
+ * hk_attention_f3_scratch floats for the bf16 tiles of k and v (0: hd too
+ * wide). HK_CUDA_EINVAL where it cannot run (not a compute capability 9.0
+ * device, shared memory). Arguments checked by hk_cuda_attention_ex. */
+size_t hk_attention_f3_scratch(int N, int Hkv, int hd);
+int hk_attention_f3(int overlap, float *o, const float *q, const int *qpos,
+                    const float *k, const float *v, int T, int N, int Hq,
+                    int Hkv, int hd, float scale, float *scratch,
+                    cudaStream_t stream);
+
+/* The head dim the register-fragment prefills (FLASH2, FLASH3) pad hd to:
+ * 64, 128 or 256 (0: too wide). */
+static inline int hk_att_tc_hd(int hd)
+{
+    return hd <= 64 ? 64 : hd <= 128 ? 128 : hd <= 256 ? 256 : 0;
+}
+
 /* The errors that leave the context unusable (CUDA calls them sticky):
  * every later call of the process returns them. */
 static inline int hk_cuda_sticky(cudaError_t e)
@@ -115,6 +134,20 @@ static inline int hk_cuda_smem_optin(void)
                                dev) != cudaSuccess)
         return 48 * 1024;
     return v;
+}
+
+/* The current device's compute capability, major 10 + minor (0 where it
+ * cannot say). */
+static inline int hk_cuda_cc(void)
+{
+    int dev = 0, ma = 0, mi = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) !=
+            cudaSuccess ||
+        cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) !=
+            cudaSuccess)
+        return 0;
+    return ma * 10 + mi;
 }
 
 /* The current device's SM count (fallback where it cannot say). */

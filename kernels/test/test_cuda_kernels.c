@@ -1369,6 +1369,20 @@ typedef struct {
     int T, N, Hq, Hkv, hd, rot;
 } att_shape_t;
 
+/* FLASH3 (wgmma) runs on a compute capability 9.0 device only (the
+ * emulator is one); elsewhere its checks are skipped, saying so once. */
+static int flash3_here(void)
+{
+    static int here = -1;
+    if (here < 0) {
+        here = hk_cuda_compute_capability() == 90;
+        if (!here)
+            tap_diag("  flash3 skipped: compute capability %d, not 9.0",
+                     hk_cuda_compute_capability());
+    }
+    return here;
+}
+
 static void test_attention(void)
 {
     /* qpos: prefill from 0, a prompt over a cache (the last T of N), a
@@ -1392,7 +1406,9 @@ static void test_attention(void)
         {HK_CUDA_ATT_FLASH, ATOL_ATT_TC, RTOL_ATT_TC, "flash"},
         {HK_CUDA_ATT_FLASH_BF16, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash_bf16"},
         {HK_CUDA_ATT_FLASH2, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash2"},
-        {HK_CUDA_ATT_FLASH2X, ATOL_ATT_TC, RTOL_ATT_TC, "flash2x"}};
+        {HK_CUDA_ATT_FLASH2X, ATOL_ATT_TC, RTOL_ATT_TC, "flash2x"},
+        {HK_CUDA_ATT_FLASH3, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash3"},
+        {HK_CUDA_ATT_FLASH3_SEQ, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash3_seq"}};
     const float eps = 1e-6f;
     /* The small grid reaches shape 4: several row blocks of FLASH2 (128
      * rows) and a K/V buffer refilled (4 tiles of 64 keys). */
@@ -1433,6 +1449,10 @@ static void test_attention(void)
         RUN(hk_cuda_rope(dkn, dpos, T, Hkv, hd, a->rot, 1e7, NULL));
         RUN(hk_cuda_kv_store(dkc, dvc, dkn, dvn, dpos, T, Hkv * hd, NULL));
         for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+            if ((impls[m].impl == HK_CUDA_ATT_FLASH3 ||
+                 impls[m].impl == HK_CUDA_ATT_FLASH3_SEQ) &&
+                !flash3_here())
+                continue;
             /* The previous kernel's output must not pass for this one's. */
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
             const size_t nscr =
@@ -1470,6 +1490,81 @@ static void test_attention(void)
         free(kw);
         free(o);
         free(ogate);
+        free(scr);
+    }
+}
+
+/* FLASH3 at every padded head dim against the CPU at the bf16 bound, and
+ * against FLASH2 (the same precision): several row blocks (128 rows) and
+ * both warpgroups, the K/V buffers refilled (tiles of 64 keys), a last
+ * tile past N, hd below its padded width, a cached prefix, unordered
+ * positions (a PIC splice). */
+static void test_attention_flash3(void)
+{
+    static const int shapes[][5] = {{37, 100, 8, 2, 64},  {24, 90, 4, 2, 128},
+                                    {40, 75, 8, 2, 256},  {9, 30, 6, 3, 100},
+                                    {70, 300, 8, 2, 256}, {33, 33, 2, 2, 48}};
+    static const struct {
+        hk_cuda_att_impl_t impl;
+        const char *name;
+    } impls[3] = {{HK_CUDA_ATT_FLASH2, "flash2"},
+                  {HK_CUDA_ATT_FLASH3, "flash3"},
+                  {HK_CUDA_ATT_FLASH3_SEQ, "flash3_seq"}};
+    if (!flash3_here())
+        return;
+    for (int s = 0; s < NSHAPES(shapes); s++) {
+        const int T = shapes[s][0], N = shapes[s][1], Hq = shapes[s][2];
+        const int Hkv = shapes[s][3], hd = shapes[s][4];
+        const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
+        int qpos[128];
+        for (int t = 0; t < T; t++)
+            qpos[t] = s == 3 ? (t * 7 + 5) % N : N - T + t;
+        float *q = frand(nq, 3.0), *k = frand(nkv, 1.0), *v = frand(nkv, 1.0);
+        float *o = hmalloc(nq), *o2 = hmalloc(nq);
+        float *scr = hmalloc(hk_attention_scratch(T, N, Hq));
+        const float scale = 1.0f / sqrtf((float)hd);
+        hk_attention(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scr);
+        float *dq = dev_from(q, nq), *dk = dev_from(k, nkv);
+        float *dv = dev_from(v, nkv), *dO = dev_alloc(nq);
+        int *dpos = dev_ints(qpos, T);
+        for (int m = 0; m < 3; m++) {
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            const size_t ns =
+                hk_cuda_attention_scratch(impls[m].impl, N, Hkv, hd);
+            float *dscr = dev_alloc(ns);
+            RUN(hk_cuda_attention_ex(impls[m].impl, dO, dq, dpos, dk, dv, T, N,
+                                     Hq, Hkv, hd, scale, dscr, NULL));
+            CK(hk_cuda_free(dscr));
+            if (m == 0) {
+                CK(hk_cuda_d2h(o2, dO, nq * sizeof(float), NULL));
+                continue;
+            }
+            const double r = ratio_cpu(o, dO, nq, ATOL_ATT_BF16, RTOL_ATT_BF16);
+            /* FLASH2 and FLASH3 round the same operands to bf16; they
+             * differ in the order of the f32 sums (and so a bf16 rounding
+             * of p here and there) only */
+            const double r2 =
+                ratio_cpu(o2, dO, nq, ATOL_ATT_BF16 / 2, RTOL_ATT_BF16 / 2);
+            if (!(r <= 1.0 && r2 <= 1.0) || getenv("HK_CUDA_TEST_VERBOSE"))
+                tap_diag("  worst |err| / (atol + rtol |ref|): vs cpu %.3g, "
+                         "vs flash2 (bound / 2) %.3g",
+                         r, r2);
+            ok(r <= 1.0 && r2 <= 1.0,
+               "attention %s T=%d N=%d Hq=%d Hkv=%d hd=%d%s: within the bf16 "
+               "bound of the CPU, near flash2",
+               impls[m].name, T, N, Hq, Hkv, hd,
+               s == 3 ? " (unordered qpos)" : "");
+        }
+        CK(hk_cuda_free(dq));
+        CK(hk_cuda_free(dk));
+        CK(hk_cuda_free(dv));
+        CK(hk_cuda_free(dO));
+        CK(hk_cuda_free(dpos));
+        free(q);
+        free(k);
+        free(v);
+        free(o);
+        free(o2);
         free(scr);
     }
 }
@@ -2894,6 +2989,9 @@ static void test_einval(void)
     good &=
         hk_cuda_attention_ex(HK_CUDA_ATT_FLASH2X, &x, &x, NULL, &x, &x, 1, 1, 1,
                              1, 8, 1.0f, NULL, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_attention_ex(HK_CUDA_ATT_FLASH3, &x, &x, NULL, &x, &x, 1, 1,
+                                 1, 1, 8, 1.0f, NULL,
+                                 NULL) == HK_CUDA_EINVAL; /* no scratch */
     good &= hk_cuda_attention_decode_ex(HK_CUDA_ATT_FLASH, &x, &x, NULL, NULL,
                                         NULL, 1, 32, 1, 8, 1.0f, NULL,
                                         NULL) == HK_CUDA_EINVAL; /* r > 16 */
@@ -3030,6 +3128,7 @@ static void run_all(void)
     RUN_TEST(test_embed);
     RUN_TEST(test_attention);
     RUN_TEST(test_attention_flash2x);
+    RUN_TEST(test_attention_flash3);
     RUN_TEST(test_attention_decode);
     RUN_TEST(test_attention_decode_paged);
     RUN_TEST(test_moe); /* moe_route, moe_plan, moe_gather, moe_scatter,

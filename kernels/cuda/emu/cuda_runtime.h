@@ -27,7 +27,8 @@
  * template kernel launched with deduced arguments: no address). Device
  * memory is 256-byte aligned, as cudaMalloc's. Events read the host clock.
  * nvcuda::wmma is in emu/mma.h, bf16 in emu/cuda_bf16.h, the inline PTX
- * of hk_ptx.h (mma.sync, ldmatrix, cp.async) in emu/ptx.h.
+ * of hk_ptx.h (mma.sync, ldmatrix, cp.async) in emu/ptx.h, hk_wgmma.h's
+ * warpgroup products in emu/wgmma.h.
  *
  * What it does not model: memory spaces (device pointers are host
  * pointers), streams (everything is synchronous), registers, timing, f32
@@ -139,9 +140,10 @@ struct hk_emu_state {
     long long progress = 0;
     int bar_count = 0, bar_gen = 0;
     int wcount[32] = {0}, wgen[32] = {0};
+    int gcount[8] = {0}, ggen[8] = {0}; /* warpgroups (emu/wgmma.h) */
     double wbuf[32][32];
     unsigned char *dyn_smem = nullptr;
-    size_t dyn_cap = 0;
+    size_t dyn_cap = 0, dyn_size = 0; /* allocated; this launch's */
     long long block_serial = 0; /* blocks run so far (emu/ptx.h's cp.async) */
     /* the running launch's static __shared__ variables (hk_emu_shared) */
     std::vector<const void *> shared_seen;
@@ -212,6 +214,21 @@ static inline void hk_emu_warp_bar(void)
         return;
     }
     while (hk_emu.wgen[w] == g)
+        hk_emu_yield();
+}
+
+/* Barrier of the 128 threads of the caller's warpgroup (4 warps). */
+static inline void hk_emu_group_bar(void)
+{
+    const int w = hk_emu.cur / 128;
+    const int g = hk_emu.ggen[w];
+    hk_emu.progress++;
+    if (++hk_emu.gcount[w] == 128) {
+        hk_emu.gcount[w] = 0;
+        hk_emu.ggen[w]++;
+        return;
+    }
+    while (hk_emu.ggen[w] == g)
         hk_emu_yield();
 }
 
@@ -388,6 +405,7 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
         hk_emu.dyn_cap = (smem + 127) / 128 * 128;
         hk_emu.dyn_smem = (unsigned char *)aligned_alloc(128, hk_emu.dyn_cap);
     }
+    hk_emu.dyn_size = smem;
     hk_emu.shared_seen.clear();
     hk_emu.shared_static = 0;
     const bool reverse = getenv("HK_EMU_ORDER") &&
@@ -410,6 +428,7 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
                     memset(hk_emu.dyn_smem, 0xff, smem); /* NaN floats */
                 hk_emu.bar_count = 0;
                 memset(hk_emu.wcount, 0, sizeof(hk_emu.wcount));
+                memset(hk_emu.gcount, 0, sizeof(hk_emu.gcount));
                 for (int i = 0; i < nt; i++) {
                     hk_emu_thread &t = hk_emu.th[i];
                     t.done = t.waiting = false;
@@ -569,6 +588,8 @@ static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 
 typedef enum {
     cudaDevAttrMultiProcessorCount = 16,
+    cudaDevAttrComputeCapabilityMajor = 75,
+    cudaDevAttrComputeCapabilityMinor = 76,
     cudaDevAttrMaxSharedMemoryPerBlockOptin = 97
 } cudaDeviceAttr;
 
@@ -596,6 +617,10 @@ static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a,
     (void)dev;
     if (a == cudaDevAttrMultiProcessorCount)
         *v = getenv("HK_EMU_SMS") ? atoi(getenv("HK_EMU_SMS")) : 4;
+    else if (a == cudaDevAttrComputeCapabilityMajor)
+        *v = 9; /* an H100's 9.0: what emu/wgmma.h models */
+    else if (a == cudaDevAttrComputeCapabilityMinor)
+        *v = 0;
     else
         *v = HK_EMU_MAX_DYN_SMEM;
     return cudaSuccess;
@@ -608,6 +633,8 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
     p->totalGlobalMem = hk_emu_mem_total();
     cudaDeviceGetAttribute(&p->multiProcessorCount,
                            cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&p->major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&p->minor, cudaDevAttrComputeCapabilityMinor, dev);
     return cudaSuccess;
 }
 

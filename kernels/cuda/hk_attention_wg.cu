@@ -1,0 +1,473 @@
+/*
+ * hk_attention_wg.cu - FLASH3: causal GQA attention prefill on Hopper's
+ * warpgroup tensor cores (wgmma, hk_wgmma.h), on bf16 q, k, p, v with f32
+ * accumulation and softmax (FLASH2's precision; the math and the CPU twin
+ * are hk_attention.c's):
+ *
+ *   o[t, h] = sum_{j <= qpos[t]} softmax_j(scale * q[t, h] . k[j, g]) v[j, g]
+ *
+ * Why: on an H100, mma.sync (FLASH2) reaches ~190 TFLOP/s at T = 16k where
+ * torch's SDPA (wgmma kernels) reaches ~630 (session 11); wgmma is the
+ * only way to the hardware's rate.
+ *
+ * Scratch. One pass (hk_f3_convert) writes k and v as bf16 tiles of 64
+ * keys, in exactly the layout the kernel's shared memory takes them (the
+ * K tile, then V transposed), so that a tile is one contiguous run of
+ * 2 * 64 * HD bf16 that cp.async copies 16 bytes a thread at a time with
+ * no address arithmetic, and both products read K-major operands (the
+ * contracted axis contiguous: hd for S = Q K^T, keys for O = P V). Keys
+ * past N are zeros. Layout (hk_wgmma.h's core matrices, 8 x 8 bf16 of
+ * 128 contiguous bytes): K tile element (key n, column d) at
+ * (n / 8) 8 HD + (d / 8) 64 + 8 (n % 8) + d % 8; V^T tile element (column
+ * d, key n) at (d / 8) 8 BK + (n / 8) 64 + 8 (d % 8) + n % 8.
+ *
+ * The kernel, per block of 128 rows (query, head) of one kv group (rows as
+ * hk_attention_tc.cu's: head fastest, latest rows first), two warpgroups
+ * of 64 rows each:
+ *   - q rows -> bf16 in shared memory, as core matrices (zeros past hd and
+ *     past the last row);
+ *   - tiles of BK = 64 keys double-buffered: tile j + 1 is issued with
+ *     cp.async before tile j is used;
+ *   - S = Q K^T: HD / 16 wgmma m64n64k16, both operands in shared memory,
+ *     S in registers (32 floats a thread);
+ *   - scale * log2(e), the causal mask and the online softmax on the
+ *     accumulators, as FLASH2 (the accumulator layout of a warp is
+ *     mma.m16n8's, side by side); O *= alpha in registers;
+ *   - O += P V: P packed to bf16 A fragments straight from S's registers
+ *     (the accumulator layout is the A-fragment layout), BK / 16 wgmma
+ *     m64nHDk16 with A in registers and V^T in shared memory; O is 64 x HD
+ *     a warpgroup (HD / 2 floats a thread: 128 at HD 256).
+ * Tiles past a warpgroup's last key are skipped whole; within the diagonal
+ * tile P is 0 past each row's last key (a partial P V would put the
+ * products on a path ptxas cannot prove uniform, and it serializes them).
+ * Shared memory: 128 HD 2 (Q) + 2 x 2 x 64 HD 2 (two buffers of K and V^T) +
+ * 512 bytes: 197,120 at HD 256 (one block per SM), 98,816 at 128.
+ *
+ * Runs only on a compute capability 9.0 device (sm_90a's wgmma; elsewhere
+ * HK_CUDA_EINVAL, and the default choice falls back to FLASH2). Under the
+ * host emulator, emu/wgmma.h.
+ */
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "kernels/cuda/hk_cuda_impl.h"
+#include "kernels/cuda/hk_ptx.h"
+#include "kernels/cuda/hk_wgmma.h"
+
+#define HK_F3_THREADS 256 /* two warpgroups */
+#define HK_F3_M       128 /* rows (query, head) per block, 64 a warpgroup */
+#define HK_F3_BK      64  /* keys per tile */
+
+template <int HD> struct hk_f3 {
+    static constexpr size_t Q = (size_t)HK_F3_M * HD * 2;
+    static constexpr int TILE = 2 * HK_F3_BK * HD; /* bf16: K, then V^T */
+    static constexpr size_t SMEM = Q + 2 * (size_t)TILE * 2 + HK_F3_M * 4;
+};
+
+/* Blocks per SM: two only where their registers fit (HD 64 without the
+ * overlap: ~110 a thread; beyond, two would cap them at 128 and ptxas
+ * serializes the products or spills). */
+static constexpr int hk_f3_blocks(int HD, bool OV)
+{
+    return HD <= 64 && !OV ? 2 : 1;
+}
+
+/* k, v [N, Hkv, hd] f32 -> the scratch's bf16 tiles (above), ntiles per
+ * kv group; one thread per 8 keys x 8 columns of both. */
+static __global__ void hk_f3_convert(__nv_bfloat16 *kv, const float *k,
+                                     const float *v, int N, int ntiles, int Hkv,
+                                     int hd, int HD)
+{
+    const int n8 = HK_F3_BK / 8, d8s = HD / 8;
+    const size_t n = (size_t)Hkv * ntiles * n8 * d8s;
+    const size_t tile = 2 * (size_t)HK_F3_BK * HD;
+    HK_GRID_STRIDE(i, n)
+    {
+        const int d8 = (int)(i % d8s);
+        const int kb = (int)(i / d8s % n8);
+        const size_t gt = i / d8s / n8; /* g ntiles + tile */
+        const size_t g = gt / (size_t)ntiles;
+        const int key0 = (int)(gt % (size_t)ntiles) * HK_F3_BK + kb * 8;
+        float x[2][8][8]; /* [k, v][key][column] */
+        for (int r = 0; r < 8; r++) {
+            const int key = key0 + r;
+            for (int c = 0; c < 8; c++) {
+                const int d = d8 * 8 + c;
+                const bool in = key < N && d < hd;
+                const size_t at = ((size_t)key * Hkv + g) * hd + d;
+                x[0][r][c] = in ? k[at] : 0.0f;
+                x[1][r][c] = in ? v[at] : 0.0f;
+            }
+        }
+        __nv_bfloat16 *t = kv + gt * tile;
+        for (int r = 0; r < 8; r++) {
+            /* K: row r of core matrix (kb, d8); V^T: row d8 8 + r of its
+             * core matrix (d8, kb), i.e. column r of the block */
+            uint4 a, b;
+            a.x = hk_pack_bf16x2(x[0][r][0], x[0][r][1]);
+            a.y = hk_pack_bf16x2(x[0][r][2], x[0][r][3]);
+            a.z = hk_pack_bf16x2(x[0][r][4], x[0][r][5]);
+            a.w = hk_pack_bf16x2(x[0][r][6], x[0][r][7]);
+            b.x = hk_pack_bf16x2(x[1][0][r], x[1][1][r]);
+            b.y = hk_pack_bf16x2(x[1][2][r], x[1][3][r]);
+            b.z = hk_pack_bf16x2(x[1][4][r], x[1][5][r]);
+            b.w = hk_pack_bf16x2(x[1][6][r], x[1][7][r]);
+            *reinterpret_cast<uint4 *>(t + (size_t)kb * 8 * HD + d8 * 64 +
+                                       8 * r) = a;
+            *reinterpret_cast<uint4 *>(t + HK_F3_BK * HD +
+                                       (size_t)d8 * 8 * HK_F3_BK + kb * 64 +
+                                       8 * r) = b;
+        }
+    }
+}
+
+/* S = Q K^T of the warpgroup's 64 rows and a tile's 64 keys, issued
+ * (committed, not waited for). */
+template <int HD>
+static __device__ __forceinline__ void hk_f3_scores(float S[HK_F3_BK / 2],
+                                                    const __nv_bfloat16 *wQ,
+                                                    const __nv_bfloat16 *tK)
+{
+    hk_wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < HD / 16; s++)
+        hk_wgmma_ss_64x64(S, hk_wgmma_desc(wQ + s * 128, 128, HD * 16),
+                          hk_wgmma_desc(tK + s * 128, 128, HD * 16), s > 0);
+    hk_wgmma_commit();
+}
+
+/* Scale, mask and the online softmax of a tile's scores on the thread's
+ * rows h = 0 (g), 1 (g + 8) (S[4 i + 2 h + e] is key k0 + 8 i +
+ * 2 (lane % 4) + e; lim: the rows' keys), O *= alpha, and P packed as
+ * the A fragments of P V (keys 16 s.. are S[8 s .. 8 s + 7] in pairs). */
+template <int HD>
+static __device__ __forceinline__ void
+hk_f3_softmax(float S[HK_F3_BK / 2], int k0, const int lim[2], int lane,
+              float sl2, float m[2], float l[2], float O[HD / 2],
+              uint32_t P[HK_F3_BK / 16][4])
+{
+    const int BK = HK_F3_BK;
+    const bool full = k0 + BK <= min(lim[0], lim[1]);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < BK / 8; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + 8 * i + 2 * (lane & 3) + (e & 1);
+            const float s =
+                full || key < lim[e >> 1] ? S[4 * i + e] * sl2 : -INFINITY;
+            S[4 * i + e] = s;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s);
+        }
+    float msub[2], alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(HK_FULL_MASK, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(HK_FULL_MASK, mx[h], 2));
+        const float mn = fmaxf(m[h], mx[h]);
+        /* no key yet: p = 0 and nothing to rescale */
+        msub[h] = mn == -INFINITY ? 0.0f : mn;
+        alpha[h] = exp2f(m[h] - msub[h]);
+        m[h] = mn;
+    }
+#pragma unroll
+    for (int i = 0; i < BK / 2; i++) {
+        S[i] = exp2f(S[i] - msub[(i >> 1) & 1]);
+        rs[(i >> 1) & 1] += S[i];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        l[h] = l[h] * alpha[h] + rs[h];
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++)
+        O[i] *= alpha[(i >> 1) & 1];
+#pragma unroll
+    for (int s = 0; s < BK / 16; s++) {
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            P[s][u] = hk_pack_bf16x2(S[8 * s + 2 * u], S[8 * s + 2 * u + 1]);
+    }
+}
+
+/* O += P V over a tile's V^T, issued (committed, not waited for). Within
+ * the diagonal tile P is 0 past each row's last key: a partial product
+ * would put the wgmma on a path ptxas cannot prove uniform, and it
+ * serializes them all. */
+template <int HD>
+static __device__ __forceinline__ void
+hk_f3_pv(float O[HD / 2], uint32_t P[HK_F3_BK / 16][4], const __nv_bfloat16 *tV)
+{
+    /* registers wgmma reads are written before its fence */
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++)
+        hk_wgmma_hold(O[i]);
+#pragma unroll
+    for (int s = 0; s < HK_F3_BK / 16; s++)
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+            hk_wgmma_hold(P[s][u]);
+    hk_wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < HK_F3_BK / 16; s++)
+        hk_wgmma_rs<HD>(O, P[s],
+                        hk_wgmma_desc(tV + s * 128, 128, HK_F3_BK * 16), 1);
+    hk_wgmma_commit();
+}
+
+/* Keeps the compiler's reads of n accumulators after the wait. */
+static __device__ __forceinline__ void hk_f3_hold(float *x, int n)
+{
+#pragma unroll
+    for (int i = 0; i < n; i++)
+        hk_wgmma_hold(x[i]);
+}
+
+/* Grid (row blocks, Hkv). sl2 = scale * log2(e). kv: the scratch's tiles
+ * (hk_f3_convert), ntiles per kv group. OV: the next tile's S = Q K^T is
+ * issued before this tile's softmax, so the tensor cores run it while the
+ * softmax runs (FlashAttention-3's intra-warpgroup overlap): K tiles are
+ * loaded a tile ahead of V tiles, and S of two tiles is in registers. */
+template <int HD, bool OV>
+static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
+    hk_f3_kernel(float *o,                // [T, Hq, hd]
+                 const float *q,          // [T, Hq, hd]
+                 const int *qpos,         // [T]
+                 const __nv_bfloat16 *kv, // tiles
+                 int T, int ntiles, int Hq, int Hkv, int hd, float sl2, int vec)
+{
+    typedef hk_f3<HD> L;
+    const int BK = HK_F3_BK, TILE = L::TILE;
+    HK_DYNAMIC_SMEM(smem);
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem;               // [M, HD] as tiles
+    __nv_bfloat16 *sT = (__nv_bfloat16 *)(smem + L::Q);      // [2][K | V^T]
+    int *sLim = (int *)(smem + L::Q + 2 * (size_t)TILE * 2); // [M]
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int wg = tid >> 7, wq = (tid >> 5) & 3; /* warpgroup, its warp */
+    const int r = Hq / Hkv, g = blockIdx.y;
+    const long long rows = (long long)T * r;
+    const long long R0 = (long long)(gridDim.x - 1 - blockIdx.x) * HK_F3_M;
+    /* Offset of row rr of the block in q and o; -1 past the last row. */
+    auto qoff = [&](int rr) -> long long {
+        const long long R = R0 + rr;
+        if (R >= rows)
+            return -1;
+        return ((R / r) * Hq + (long long)g * r + R % r) * hd;
+    };
+
+    if (tid < HK_F3_M)
+        sLim[tid] = R0 + tid < rows ? qpos[(R0 + tid) / r] + 1 : 0;
+    /* Chunk i of 8 bf16 is row 8 (i / 8 / (HD / 8)) + i % 8, columns
+     * 8 (i / 8 % (HD / 8)): consecutive threads fill a core matrix. */
+    for (int i = tid; i < HK_F3_M * HD / 8; i += HK_F3_THREADS) {
+        const int rr = (i >> 3) / (HD / 8) * 8 + (i & 7);
+        const int d = (i >> 3) % (HD / 8) * 8;
+        const long long at = qoff(rr);
+        float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if (at >= 0 && vec && d < hd) {
+            const float4 a = *reinterpret_cast<const float4 *>(q + at + d);
+            const float4 b = *reinterpret_cast<const float4 *>(q + at + d + 4);
+            x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+            x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+        } else if (at >= 0) {
+            for (int u = 0; u < 8; u++)
+                x[u] = d + u < hd ? q[at + d + u] : 0.0f;
+        }
+        *reinterpret_cast<uint4 *>(sQ + (size_t)i * 8) =
+            make_uint4(hk_pack_bf16x2(x[0], x[1]), hk_pack_bf16x2(x[2], x[3]),
+                       hk_pack_bf16x2(x[4], x[5]), hk_pack_bf16x2(x[6], x[7]));
+    }
+
+    /* Keys: the block's (nk), the warpgroup's 64 rows' (gmax), the lane's
+     * two rows' (lim[0]: row g of its warp's 16, lim[1]: g + 8). Read
+     * after the barrier below (sLim's writers). */
+    const int wr = wg * 64 + wq * 16;
+    const __nv_bfloat16 *kvg = kv + (size_t)g * ntiles * TILE;
+    /* Half (0: K, 1: V^T) of tile j into slot b's half (no commit). */
+    auto load = [&](int j, int half, int b) {
+        const __nv_bfloat16 *src = kvg + (size_t)j * TILE + half * (TILE / 2);
+        __nv_bfloat16 *dst = sT + b * TILE + half * (TILE / 2);
+        for (int i = tid; i < TILE / 16; i += HK_F3_THREADS)
+            hk_cp_async16(dst + i * 8, src + i * 8, 16);
+    };
+    /* this warpgroup's 64 rows of Q */
+    const __nv_bfloat16 *wQ = sQ + (size_t)wg * 64 * HD;
+    float O[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++)
+        O[i] = 0.0f;
+    uint32_t P[BK / 16][4];
+    hk_fence_proxy_async(); /* st.shared -> wgmma's reads */
+    __syncthreads();
+    int nk = 0, gmax = 0;
+    for (int i = 0; i < HK_F3_M; i++)
+        nk = max(nk, sLim[i]);
+    for (int i = 0; i < 64; i++)
+        gmax = max(gmax, sLim[wg * 64 + i]);
+    const int lim[2] = {sLim[wr + lane / 4], sLim[wr + lane / 4 + 8]};
+    const int nt = (nk + BK - 1) / BK;
+
+    if (!OV) {
+        /* tile j in slot j % 2; tile j + 1 issued before tile j is used */
+        if (nt > 0) {
+            load(0, 0, 0), load(0, 1, 0);
+            hk_cp_async_commit();
+        }
+        for (int j = 0; j < nt; j++) {
+            if (j + 1 < nt) {
+                load(j + 1, 0, (j + 1) & 1), load(j + 1, 1, (j + 1) & 1);
+                hk_cp_async_commit();
+                hk_cp_async_wait<1>();
+            } else {
+                hk_cp_async_wait<0>();
+            }
+            hk_fence_proxy_async(); /* cp.async's writes -> wgmma's reads */
+            __syncthreads();
+            const int k0 = j * BK;
+            if (k0 < gmax) { /* warpgroup-uniform */
+                const __nv_bfloat16 *tK = sT + (j & 1) * TILE;
+                float S[BK / 2];
+                hk_f3_scores<HD>(S, wQ, tK);
+                hk_wgmma_wait<0>();
+                hk_f3_hold(S, BK / 2);
+                hk_f3_softmax<HD>(S, k0, lim, lane, sl2, m, l, O, P);
+                hk_f3_pv<HD>(O, P, tK + BK * HD);
+                hk_wgmma_wait<0>();
+                hk_f3_hold(O, HD / 2);
+            }
+            /* every warpgroup is done with slot j % 2 before tile j + 2 */
+            __syncthreads();
+        }
+    } else if (nt > 0) {
+        /* K of tile j in slot j % 2, V of tile j in slot j % 2: at the top
+         * of iteration j, S_j is in registers and every warpgroup is done
+         * with K_j and V_{j-1}; K_{j+2} and V_{j+1} go in their slots
+         * while K_{j+1} and V_j (issued an iteration ago) land. */
+        float S[BK / 2], Sn[BK / 2];
+        load(0, 0, 0), load(0, 1, 0);
+        if (nt > 1)
+            load(1, 0, 1);
+        hk_cp_async_commit();
+        hk_cp_async_wait<0>();
+        hk_fence_proxy_async();
+        __syncthreads();
+        if (0 < gmax) {
+            hk_f3_scores<HD>(S, wQ, sT);
+            hk_wgmma_wait<0>();
+            hk_f3_hold(S, BK / 2);
+        }
+        __syncthreads(); /* K_0 is free */
+        for (int j = 0; j < nt; j++) {
+            if (j + 2 < nt)
+                load(j + 2, 0, j & 1);
+            if (j + 1 < nt)
+                load(j + 1, 1, (j + 1) & 1);
+            hk_cp_async_commit(); /* maybe empty: the wait counts it */
+            hk_cp_async_wait<1>();
+            hk_fence_proxy_async();
+            __syncthreads();
+            const int k0 = j * BK;
+            const bool next = k0 + BK < gmax; /* warpgroup-uniform */
+            if (next)
+                hk_f3_scores<HD>(Sn, wQ, sT + ((j + 1) & 1) * TILE);
+            if (k0 < gmax) {
+                hk_f3_softmax<HD>(S, k0, lim, lane, sl2, m, l, O, P);
+                hk_f3_pv<HD>(O, P, sT + (j & 1) * TILE + BK * HD);
+            }
+            hk_wgmma_wait<0>();
+            hk_f3_hold(O, HD / 2);
+            if (next) {
+                hk_f3_hold(Sn, BK / 2);
+#pragma unroll
+                for (int i = 0; i < BK / 2; i++)
+                    S[i] = Sn[i];
+            }
+            /* every warpgroup is done with K_{j+1} and V_j */
+            __syncthreads();
+        }
+    }
+
+    /* o = O / l, l summed over the row's 4 lanes. */
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(HK_FULL_MASK, l[h], 1);
+        l[h] += __shfl_xor_sync(HK_FULL_MASK, l[h], 2);
+        const long long at = qoff(wr + lane / 4 + 8 * h);
+        if (at < 0)
+            continue;
+        const float inv = 1.0f / l[h];
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = 8 * i + 2 * (lane & 3) + e;
+                if (d < hd)
+                    o[at + d] = O[4 * i + 2 * h + e] * inv;
+            }
+    }
+}
+
+size_t hk_attention_f3_scratch(int N, int Hkv, int hd)
+{
+    const int HD = hk_att_tc_hd(hd);
+    const size_t ntiles = ((size_t)N + HK_F3_BK - 1) / HK_F3_BK;
+    /* bf16 K and V^T tiles: 2 HK_F3_BK HD bf16 = HK_F3_BK HD floats each */
+    return HD ? (size_t)Hkv * ntiles * HK_F3_BK * HD : 0;
+}
+
+template <int HD, bool OV>
+static int hk_f3_launch(float *o, const float *q, const int *qpos,
+                        const float *k, const float *v, int T, int N, int Hq,
+                        int Hkv, int hd, float scale, float *scratch, int vec,
+                        cudaStream_t stream)
+{
+    typedef hk_f3<HD> L;
+    if (L::SMEM > (size_t)hk_cuda_smem_optin())
+        return HK_CUDA_EINVAL;
+    if (T == 0)
+        return HK_CUDA_OK;
+    __nv_bfloat16 *kv = reinterpret_cast<__nv_bfloat16 *>(scratch);
+    const int ntiles = (N + HK_F3_BK - 1) / HK_F3_BK;
+    const size_t nconv = (size_t)Hkv * ntiles * (HK_F3_BK / 8) * (HD / 8);
+    hk_f3_convert<<<hk_grid_1d(nconv, 256), 256, 0, stream>>>(
+        kv, k, v, N, ntiles, Hkv, hd, HD);
+    const int rc = hk_cuda_check_launch();
+    if (rc)
+        return rc;
+    const long long nb = ((long long)T * (Hq / Hkv) + HK_F3_M - 1) / HK_F3_M;
+    cudaFuncSetAttribute(hk_f3_kernel<HD, OV>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)L::SMEM);
+    const dim3 grid((unsigned)nb, (unsigned)Hkv);
+    hk_f3_kernel<HD, OV><<<grid, HK_F3_THREADS, L::SMEM, stream>>>(
+        o, q, qpos, kv, T, ntiles, Hq, Hkv, hd, scale * 1.4426950408889634f,
+        vec);
+    return hk_cuda_check_launch();
+}
+
+/* The launcher of (HD, OV). */
+typedef int (*hk_f3_launch_t)(float *, const float *, const int *,
+                              const float *, const float *, int, int, int, int,
+                              int, float, float *, int, cudaStream_t);
+
+int hk_attention_f3(int overlap, float *o, const float *q, const int *qpos,
+                    const float *k, const float *v, int T, int N, int Hq,
+                    int Hkv, int hd, float scale, float *scratch,
+                    cudaStream_t stream)
+{
+    const int HD = hk_att_tc_hd(hd);
+    if (!HD || !scratch || ((uintptr_t)scratch & 15) != 0 || hk_cuda_cc() != 90)
+        return HK_CUDA_EINVAL;
+    const long long nb = ((long long)T * (Hq / Hkv) + HK_F3_M - 1) / HK_F3_M;
+    if (nb > 2147483647LL || Hkv > HK_CUDA_MAX_GRID_YZ)
+        return HK_CUDA_EINVAL;
+    const int vec = hd % 8 == 0 && ((uintptr_t)q & 15) == 0;
+    static const hk_f3_launch_t f[2][3] = {
+        {hk_f3_launch<64, false>, hk_f3_launch<128, false>,
+         hk_f3_launch<256, false>},
+        {hk_f3_launch<64, true>, hk_f3_launch<128, true>,
+         hk_f3_launch<256, true>}};
+    return f[overlap != 0][HD == 64    ? 0
+                           : HD == 128 ? 1
+                                       : 2](o, q, qpos, k, v, T, N, Hq, Hkv, hd,
+                                            scale, scratch, vec, stream);
+}

@@ -162,19 +162,20 @@ tap_all("$work/test_cuda_peer qwen35-dense",
 }
 
 # The engine's prefill on FLASH2 (HYPIC_CUDA_ATT=flash2: bf16 operands,
-# scratch from the forward plan) and FLASH2X (flash2x: its hi/lo split
-# operands, twice the scratch) against the default FLASH and the CPU:
-# every position's logits, a bf16 kernel's error for FLASH2 (FLASH ~3e-5,
-# FLASH2 ~6e-4 here), FLASH's bound for FLASH2X, the same greedy token
-# everywhere.
+# scratch from the forward plan), FLASH2X (flash2x: its hi/lo split
+# operands, twice the scratch) and FLASH3 (flash3: wgmma, bf16 operands,
+# its tiles' scratch) against the default FLASH and the CPU: every
+# position's logits, a bf16 kernel's error for FLASH2 and FLASH3 (FLASH
+# ~3e-5, FLASH2 ~6e-4 here), FLASH's bound for FLASH2X, the same greedy
+# token everywhere.
 SKIP: {
     my $why = python_module('numpy');
-    skip $why, 2 if $why;
+    skip $why, 3 if $why;
     my $prompt = 'The capital of Zorvia is Quellam, by the sea. Water boils '
         . 'at one hundred degrees. The capital of Zorvia is';
     my $rc = 0;
     for my $run (['cpu', 'flash'], ['cuda', 'flash'], ['cuda', 'flash2'],
-                 ['cuda', 'flash2x']) {
+                 ['cuda', 'flash2x'], ['cuda', 'flash3']) {
         my ($dev, $att) = @$run;
         system("HYPIC_CUDA_ATT=$att HK_EMU_ORDER=forward $work/hypic-engine "
                . "logits --model models/test/qwen35-dense --device $dev --all "
@@ -191,18 +192,21 @@ def load(p):
     (t,) = h.values()
     o = t['data_offsets']
     return np.frombuffer(b[8 + n + o[0]:8 + n + o[1]], np.float32).reshape(t['shape'])
-c, f, f2, f2x = (load(sys.argv[1] + x) for x in
-                 ('cpu-flash.st', 'cuda-flash.st', 'cuda-flash2.st', 'cuda-flash2x.st'))
+c, f, f2, f2x, f3 = (load(sys.argv[1] + x) for x in
+                     ('cpu-flash.st', 'cuda-flash.st', 'cuda-flash2.st',
+                      'cuda-flash2x.st', 'cuda-flash3.st'))
 e = lambda g: float(np.abs(g - c).max() / np.abs(c).max())
-same = all((g.argmax(-1) == c.argmax(-1)).all() for g in (f, f2, f2x))
-# FLASH2X's own logits, not FLASH's (a fallback would give them bit for bit)
+same = all((g.argmax(-1) == c.argmax(-1)).all() for g in (f, f2, f2x, f3))
+# FLASH2X's and FLASH3's own logits, not their fallbacks' (FLASH's, FLASH2's
+# bit for bit)
 ran = int(bool((f2x != f).any()))
-print(f'{e(f):.2e} {e(f2):.2e} {e(f2x):.2e} {int(same)} {ran}')
+ran3 = int(bool((f3 != f2).any()))
+print(f'{e(f):.2e} {e(f2):.2e} {e(f2x):.2e} {int(same)} {ran} {e(f3):.2e} {ran3}')
 PY
     open(my $py, '>', "$work/lg-cmp.py") or die;
     print $py $cmp;
     close $py;
-    my ($ef, $ef2, $ef2x, $same, $ran) =
+    my ($ef, $ef2, $ef2x, $same, $ran, $ef3, $ran3) =
         split ' ', `python3 $work/lg-cmp.py $work/lg- 2>&1`;
     ok($rc == 0 && $same && $ef <= 1e-4 && $ef2 > $ef && $ef2 <= 5e-3,
        "logits --device cuda with FLASH2 prefill: within 5e-3 of the CPU's "
@@ -216,6 +220,12 @@ PY
        . "the CPU's (" . ($ef2x // '?') . '; FLASH2 ' . ($ef2 // '?')
        . '), greedy tokens the same')
         or diag("rc $rc, same " . ($same // '?') . ', ran ' . ($ran // '?'));
+    # bf16 operands as FLASH2, its own kernel (the emulator is an H100)
+    ok($rc == 0 && $same && $ran3 && $ef3 > $ef && $ef3 <= 5e-3,
+       "logits --device cuda with FLASH3 prefill: within 5e-3 of the CPU's "
+       . '(' . ($ef3 // '?') . '; FLASH2 ' . ($ef2 // '?') . '), greedy tokens '
+       . 'the same')
+        or diag("rc $rc, same " . ($same // '?') . ', ran ' . ($ran3 // '?'));
 }
 
 # bench/gpu_engine's PIC rows on the emulated device (toy shapes): every

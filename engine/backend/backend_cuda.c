@@ -42,6 +42,8 @@
  *                   dense test model, kernels/cuda/README); decode
  *                   steps as tc (f32). Not the default until a device
  *                   times it against auto.
+ *   tc_reg,         tc and tc_bf16 with the state pass's state in
+ *   tc_bf16_reg     registers (HK_CUDA_GDN_TC_REG; untimed)
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1139,16 +1141,19 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if ((rc = hk_cuda_set_device(device)) != HK_CUDA_OK)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
-    static const char *const modes[] = {"auto",    "tc",    "scalar", "tc_v1",
-                                        "tc_fast", "tc_a1", "tc_bf16"};
-    static const unsigned mode_flags[] = {0,
-                                          0,
-                                          0,
-                                          HK_CUDA_GDN_TC_V1,
-                                          HK_CUDA_GDN_TC_FAST,
-                                          HK_CUDA_GDN_TC_A1,
-                                          HK_CUDA_GDN_TC_ROUND |
-                                              HK_CUDA_GDN_TC_FAST};
+    static const char *const modes[] = {"auto",    "tc",      "scalar",
+                                        "tc_v1",   "tc_fast", "tc_a1",
+                                        "tc_bf16", "tc_reg",  "tc_bf16_reg"};
+    static const unsigned mode_flags[] = {
+        0,
+        0,
+        0,
+        HK_CUDA_GDN_TC_V1,
+        HK_CUDA_GDN_TC_FAST,
+        HK_CUDA_GDN_TC_A1,
+        HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST,
+        HK_CUDA_GDN_TC_REG,
+        HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_REG};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
     for (int i = 0; gdn < 0 && i < (int)(sizeof(modes) / sizeof(*modes)); i++)
@@ -1156,7 +1161,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if (gdn < 0)
         return hp_error_set(err, HP_EBADINPUT,
                             "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
-                            "tc_v1, tc_fast, tc_a1 or tc_bf16",
+                            "tc_v1, tc_fast, tc_a1, tc_bf16, tc_reg or "
+                            "tc_bf16_reg",
                             e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)

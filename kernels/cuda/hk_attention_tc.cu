@@ -472,24 +472,6 @@ static __global__ void hk_f2_convert(__nv_bfloat16 *kb, const float *k,
     }
 }
 
-/* One 16-deep step of two 8-column n-tiles: d0 += A B (B's n-tiles in
- * b[0..1], b[2..3]), d1 likewise; X: A = a + al, B = b + bl, as
- * a b + a bl + al b, the small terms first (al, bl unread without X). */
-template <bool X>
-static __device__ __forceinline__ void
-hk_f2_mma(float d0[4], float d1[4], const uint32_t a[4], const uint32_t al[4],
-          const uint32_t b[4], const uint32_t bl[4])
-{
-    if (X) {
-        hk_mma_bf16_16816(d0, al, b, d0);
-        hk_mma_bf16_16816(d1, al, b + 2, d1);
-        hk_mma_bf16_16816(d0, a, bl, d0);
-        hk_mma_bf16_16816(d1, a, bl + 2, d1);
-    }
-    hk_mma_bf16_16816(d0, a, b, d0);
-    hk_mma_bf16_16816(d1, a, b + 2, d1);
-}
-
 /* Grid (row blocks, Hkv). sl2 = scale * log2(e). kb: the scratch's planes
  * (hk_f2_convert), P elements apart. */
 template <int HD, bool X>
@@ -626,7 +608,7 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
                     hk_ldmatrix_x4(b, kr);
                     if (X)
                         hk_ldmatrix_x4(bl, kr + KP);
-                    hk_f2_mma<X>(S[2 * np], S[2 * np + 1], a, al, b, bl);
+                    hk_mma2<X, X>(S[2 * np], S[2 * np + 1], a, al, b, bl);
                 }
             }
             /* scale, mask, online softmax on rows h = 0 (g), 1 (g + 8) */
@@ -690,7 +672,7 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
                     hk_ldmatrix_x4_trans(b, vr + dp * 16);
                     if (X)
                         hk_ldmatrix_x4_trans(bl, vr + KP + dp * 16);
-                    hk_f2_mma<X>(O[2 * dp], O[2 * dp + 1], p, pl, b, bl);
+                    hk_mma2<X, X>(O[2 * dp], O[2 * dp + 1], p, pl, b, bl);
                 }
             }
         }

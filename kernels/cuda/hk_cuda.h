@@ -561,14 +561,19 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * HK_CUDA_GDN_TC_FAST_A: kernel A's U = T diag(beta) V and W = T
  * diag(beta e^gamma) K on T's hi half only (one MMA per product on bf16
  * inputs), where the default adds T's lo half (FLA rounds its (I + L)^-1
- * to bf16 the same way). */
+ * to bf16 the same way).
+ * HK_CUDA_GDN_TC_REG: the state pass with the state in registers (mma.sync
+ * accumulators, two barriers a chunk; kernel P's products, another order
+ * of f32 sums) where dk is a multiple of 64 (and not with V1 or PSHARE,
+ * which it leaves as they are). Not yet timed. */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
 #define HK_CUDA_GDN_TC_PSHARE 8u
 #define HK_CUDA_GDN_TC_ROUND  16u
 #define HK_CUDA_GDN_TC_FAST_A 32u
-#define HK_CUDA_GDN_TC_FLAGS  63u
+#define HK_CUDA_GDN_TC_REG    64u
+#define HK_CUDA_GDN_TC_FLAGS  127u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,

@@ -56,6 +56,7 @@
 
 #include "kernels/common/gdn_math.h"
 #include "kernels/cuda/hk_cuda_impl.h"
+#include "kernels/cuda/hk_ptx.h"
 
 using namespace nvcuda;
 
@@ -1291,6 +1292,253 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     }
 }
 
+/* ---- the state pass with the state in registers (HK_CUDA_GDN_TC_REG) ---
+ *
+ * Kernel P keeps the state tile in shared memory as f32 and splits it to
+ * bf16 there every chunk, and goes through shared memory for each wmma
+ * tile, with three barriers a chunk: each chunk step is latency, not
+ * arithmetic (~2M MACs a chunk and block on tensor cores). Kernel R holds
+ * the state as mma.sync accumulators, FlashAttention-2's way (hk_ptx.h):
+ * 4 warps, warp w the state rows w dk / 4 .. (MT = dk / 64 tiles of 16
+ * rows) across the BV columns. Per chunk:
+ *   1. the state (the chunk's starting one) to shared memory as bf16 hi
+ *      (and lo), and to scratch for the output kernel; barrier (with the
+ *      chunk's copies landed; the next chunk's are issued after it);
+ *   2. warp w < C / 16: Vn rows 16 w.. = U + (-W) S on mma (W by
+ *      ldmatrix, S by ldmatrix.trans), in registers; to scratch;
+ *   3. X = e^{gamma_n - gamma} Vn, split, to shared memory; S *= e^{gamma_n}
+ *      in registers; barrier;
+ *   4. S += K^T X on mma (K^T by ldmatrix.trans of K's rows, X by
+ *      ldmatrix.trans), in registers.
+ * Two barriers a chunk and no f32 tile in shared memory. The products and
+ * their splits are kernel P's (hi*hi + hi*lo + lo*hi, or hi only with
+ * fast; K's lo rows with LO), in another order of f32 sums. The shared
+ * memory is kernel P's double-buffered carve (its f32 tiles unused), the
+ * copies hk_tc_p_fetch's. Requires dk a multiple of 64 (at most 256). */
+#define HK_TC_R_THREADS 128
+
+template <int BV, int MT, bool LO>
+static __global__ void __launch_bounds__(HK_TC_R_THREADS)
+    hk_gdn_tc_reg_kernel(hk_tc_ws ws, float *const *states, float *const *tcs,
+                         hk_tc_in in, const int *cu, int nslots, int Hk, int Hv,
+                         int dk, int dv, int C, int fast)
+{
+    const int NT = BV / 8; /* 8-column tiles */
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ int first;
+    hk_tc_p_smem s;
+    hk_tc_p_carve(&s, smem, dk, C, BV, LO, 2);
+    const int h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const bool is_tc = (int)blockIdx.x * BV >= dv;
+    const int col0 = is_tc ? blockIdx.x * BV - dv : blockIdx.x * BV;
+    const int ldf = BV + HK_PAD32, ldh = BV + HK_PAD16, ldk = dk + HK_PAD16;
+    const size_t ldq = (size_t)Hk * dk;
+    const int ldg = is_tc ? dk : dv;
+    float *Sg =
+        is_tc ? tcs[b] + (size_t)h * dk * dk : states[b] + (size_t)h * dk * dv;
+    const int ts = cu[b], len = cu[b + 1] - cu[b], nch = (len + C - 1) / C;
+    const uint16_t *kh0 = in.k + (size_t)kh * dk;
+    const uint16_t *kl0 = LO && !fast ? in.kl + (size_t)kh * dk : NULL;
+    const bool split = !fast, klo = LO && !fast;
+    /* this warp's state rows: r0 + 16 mt + g8 (+ 8) */
+    const int r0 = warp * (dk / 4);
+    /* ldmatrix row addresses (hk_attention_tc.cu's FLASH2): A tiles take
+     * rows ar and columns ac of a 16x16 tile; B tiles (.trans, k-major
+     * rows) the same */
+    const int ar = (lane & 7) + ((lane >> 3) & 1) * 8, ac = (lane >> 4) * 8;
+    /* K^T's A fragments by .trans from K's rows (tokens): matrix lane / 8
+     * is tokens 8 (i / 2).., state rows 8 (i % 2).. */
+    const int kr = (lane & 7) + (lane >> 4) * 8, kc = ((lane >> 3) & 1) * 8;
+
+    if (tid == 0) { /* this sequence's first chunk slot */
+        int acc = 0;
+        for (int i = 0; i < b; i++)
+            acc += (cu[i + 1] - cu[i] + C - 1) / C;
+        first = acc;
+    }
+    float S[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = r0 + 16 * mt + g8 + 8 * (e >> 1);
+                const int col = 8 * nt + 2 * t4 + (e & 1);
+                S[mt][nt][e] = is_tc ? (row == col0 + col ? 1.0f : 0.0f)
+                                     : Sg[(size_t)row * ldg + col0 + col];
+            }
+    __syncthreads();
+    if (nch > 0)
+        hk_tc_p_fetch(s, ws, kh0 + (size_t)ts * ldq,
+                      kl0 ? kl0 + (size_t)ts * ldq : NULL, ldq, 0,
+                      (size_t)h * nslots + first, min(C, len), dk, dv, C, BV,
+                      col0, is_tc, fast);
+
+    for (int c = 0; c < nch; c++) {
+        const int bf = c & 1;
+        const int n = min(C, len - c * C), ntk = (n + 15) / 16;
+        const size_t hc = (size_t)h * nslots + first + c;
+        /* 1. the starting state, split, to shared memory and scratch */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int row = r0 + 16 * mt + g8 + 8 * hh;
+                    const int col = 8 * nt + 2 * t4;
+                    uint32_t hi, lo;
+                    hk_split_bf16x2(S[mt][nt][2 * hh], S[mt][nt][2 * hh + 1],
+                                    &hi, &lo);
+                    *reinterpret_cast<uint32_t *>(s.Sh + row * ldh + col) = hi;
+                    if (split)
+                        *reinterpret_cast<uint32_t *>(s.Sl + row * ldh + col) =
+                            lo;
+                    if (!is_tc) {
+                        const size_t at = (hc * dk + row) * dv + col0 + col;
+                        *reinterpret_cast<uint32_t *>(ws.Sh + at) = hi;
+                        if (split)
+                            *reinterpret_cast<uint32_t *>(ws.Sl + at) = lo;
+                    }
+                }
+        __pipeline_wait_prior(0);
+        /* chunk c's copies landed everywhere; the state is published;
+         * every read of buffer bf ^ 1 (chunk c - 1) is done */
+        __syncthreads();
+        if (c + 1 < nch) {
+            const size_t rn = (size_t)(ts + (c + 1) * C) * ldq;
+            hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, bf ^ 1,
+                          hc + 1, min(C, len - (c + 1) * C), dk, dv, C, BV,
+                          col0, is_tc, fast);
+        }
+        const double *gam = bf ? s.gb[1] : s.gb[0];
+        const uint16_t *Wh = bf ? s.Wh[1] : s.Wh[0];
+        const uint16_t *Wl = bf ? s.Wl[1] : s.Wl[0];
+        const uint16_t *Kb = bf ? s.Kb[1] : s.Kb[0];
+        const uint16_t *Kl = bf ? s.Kl[1] : s.Kl[0];
+        const float *Ub = bf ? s.Ub[1] : s.Ub[0];
+
+        /* 2, 3. Vn of rows 16 warp.. (tiles past the chunk's end: none) */
+        if (warp < ntk) {
+            float V[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int row = 16 * warp + g8 + 8 * (e >> 1);
+                    const int col = 8 * nt + 2 * t4 + (e & 1);
+                    V[nt][e] = is_tc ? 0.0f : Ub[row * ldf + col];
+                }
+            for (int kk = 0; kk < dk / 16; kk++) {
+                uint32_t a[4], al[4];
+                const uint16_t *wa = Wh + (16 * warp + ar) * ldk + kk * 16 + ac;
+                hk_ldmatrix_x4(a, wa);
+                if (split)
+                    hk_ldmatrix_x4(al, Wl + (wa - Wh));
+#pragma unroll
+                for (int dp = 0; dp < BV / 16; dp++) {
+                    uint32_t bb[4], bl[4];
+                    const int at = (kk * 16 + ar) * ldh + ac + dp * 16;
+                    hk_ldmatrix_x4_trans(bb, s.Sh + at);
+                    if (split) {
+                        hk_ldmatrix_x4_trans(bl, s.Sl + at);
+                        hk_mma2<true, true>(V[2 * dp], V[2 * dp + 1], a, al, bb,
+                                            bl);
+                    } else {
+                        hk_mma2<false, false>(V[2 * dp], V[2 * dp + 1], a, a,
+                                              bb, bb);
+                    }
+                }
+            }
+            const double gl = gam[n - 1];
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int row = 16 * warp + g8 + 8 * hh;
+                const float en = row < n ? hk_gdn_decay(gl - gam[row]) : 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const int col = 8 * nt + 2 * t4;
+                    float v0 = V[nt][2 * hh], v1 = V[nt][2 * hh + 1];
+                    if (is_tc) {
+                        v0 = fabsf(v0) < HK_GDN_TINY ? 0.0f : v0;
+                        v1 = fabsf(v1) < HK_GDN_TINY ? 0.0f : v1;
+                    }
+                    uint32_t hi, lo;
+                    if (!is_tc) {
+                        const size_t at = (hc * C + row) * dv + col0 + col;
+                        hk_split_bf16x2(v0, v1, &hi, &lo);
+                        *reinterpret_cast<uint32_t *>(ws.Vh + at) = hi;
+                        if (split)
+                            *reinterpret_cast<uint32_t *>(ws.Vl + at) = lo;
+                    }
+                    hk_split_bf16x2(en * v0, en * v1, &hi, &lo);
+                    *reinterpret_cast<uint32_t *>(s.Xh + row * ldh + col) = hi;
+                    *reinterpret_cast<uint32_t *>(s.Xl + row * ldh + col) = lo;
+                }
+            }
+        }
+        const float egn = hk_gdn_decay(gam[n - 1]);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    S[mt][nt][e] *= egn;
+        __syncthreads();
+
+        /* 4. S += K^T X over the chunk's 16-token tiles */
+        for (int kk = 0; kk < ntk; kk++) {
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                uint32_t a[4], al[4];
+                const int at = (kk * 16 + kr) * ldk + r0 + 16 * mt + kc;
+                hk_ldmatrix_x4_trans(a, Kb + at);
+                if (klo)
+                    hk_ldmatrix_x4_trans(al, Kl + at);
+#pragma unroll
+                for (int dp = 0; dp < BV / 16; dp++) {
+                    uint32_t bb[4], bl[4];
+                    const int xt = (kk * 16 + ar) * ldh + ac + dp * 16;
+                    hk_ldmatrix_x4_trans(bb, s.Xh + xt);
+                    float *d0 = S[mt][2 * dp], *d1 = S[mt][2 * dp + 1];
+                    if (!split) {
+                        hk_mma2<false, false>(d0, d1, a, a, bb, bb);
+                        continue;
+                    }
+                    hk_ldmatrix_x4_trans(bl, s.Xl + xt);
+                    if (klo)
+                        hk_mma2<true, true>(d0, d1, a, al, bb, bl);
+                    else
+                        hk_mma2<false, true>(d0, d1, a, a, bb, bl);
+                }
+            }
+        }
+        if (is_tc)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (fabsf(S[mt][nt][e]) < HK_GDN_TINY)
+                            S[mt][nt][e] = 0.0f;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int row = r0 + 16 * mt + g8 + 8 * (e >> 1);
+                const int col = 8 * nt + 2 * t4 + (e & 1);
+                Sg[(size_t)row * ldg + col0 + col] = S[mt][nt][e];
+            }
+}
+
 struct hk_tc_o_smem {
     uint16_t *Qs;      // [C][dk + 8]   Q rows (zero past the chunk)
     uint16_t *Ql;      // [C][dk + 8]   their lo parts (LO only)
@@ -1493,6 +1741,7 @@ struct hk_tc_plan {
     int BV, PBV, BVO;
     int nbuf; /* the pass's buffers: 1 with HK_CUDA_GDN_TC_PSHARE, else 2 */
     int A1;   /* the first kernel A (HK_CUDA_GDN_TC_A1) */
+    int reg;  /* the pass in registers (HK_CUDA_GDN_TC_REG), where it can */
     size_t sa, sb, so;
 };
 
@@ -1509,6 +1758,8 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
                  : hk_tc_pass_bv(nseq, Hv, ncols, dk, C, lo, p->nbuf);
     p->BV = p->PBV ? p->PBV : hk_tc_bv(nseq, Hv, ncols, dk, dv);
     p->A1 = (flags & HK_CUDA_GDN_TC_A1) != 0;
+    p->reg = (flags & HK_CUDA_GDN_TC_REG) && p->PBV && p->nbuf == 2 &&
+             dk % 64 == 0 && dk <= 256;
     p->sa = p->A1 ? hk_tc_a_carve(NULL, NULL, dk, dv, C, lo)
                   : hk_tc_a2_carve(NULL, NULL, C, lo);
     p->sb = p->PBV ? hk_tc_p_carve(NULL, NULL, dk, C, p->BV, lo, p->nbuf)
@@ -1627,6 +1878,16 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
         return rc;
     }
 #undef HK_TC_STATE
+#define HK_TC_REG(N, M)                                                        \
+    do {                                                                       \
+        cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<N, M, LO>,                   \
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                             (int)p.sb);                                       \
+        hk_gdn_tc_reg_kernel<N, M, LO><<<grid, HK_TC_R_THREADS, p.sb, s>>>(    \
+            ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C,    \
+            fast);                                                             \
+    } while (0)
+    const int mt = dk / 64; /* kernel R's state tiles a warp */
 #define HK_TC_PASS(N, NB)                                                      \
     do {                                                                       \
         cudaFuncSetAttribute(hk_gdn_tc_pass_kernel<N, LO, NB>,                 \
@@ -1636,7 +1897,19 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
             ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C,    \
             fast);                                                             \
     } while (0)
-    if (p.BV == 32 && p.nbuf == 2)
+    if (p.reg && p.BV == 32 && mt == 1)
+        HK_TC_REG(32, 1);
+    else if (p.reg && p.BV == 32 && mt == 2)
+        HK_TC_REG(32, 2);
+    else if (p.reg && p.BV == 32)
+        HK_TC_REG(32, 4);
+    else if (p.reg && mt == 1)
+        HK_TC_REG(16, 1);
+    else if (p.reg && mt == 2)
+        HK_TC_REG(16, 2);
+    else if (p.reg)
+        HK_TC_REG(16, 4);
+    else if (p.BV == 32 && p.nbuf == 2)
         HK_TC_PASS(32, 2);
     else if (p.BV == 32)
         HK_TC_PASS(32, 1);
@@ -1645,6 +1918,7 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
     else
         HK_TC_PASS(16, 1);
 #undef HK_TC_PASS
+#undef HK_TC_REG
     rc = hk_cuda_check_launch();
     hk_tc_mark(3, s);
     if (rc || T == 0) {

@@ -25,7 +25,8 @@
  * groups pending than its own, then needs a barrier before other threads
  * read it.
  * hk_split_bf16x2 (both builds): two floats as bf16 hi + lo pairs, the
- * split of kernels/common/hk_bf16.h.
+ * split of kernels/common/hk_bf16.h; hk_mma2 (both builds): a 16-deep
+ * step of two n-tiles on optionally split operands.
  */
 #ifndef HK_PTX_H
 #define HK_PTX_H
@@ -97,6 +98,27 @@ static __device__ __forceinline__ uint32_t hk_pack_bf16x2(float x, float y)
 }
 
 #endif /* HK_EMU_CUDA_RUNTIME_H */
+
+/* One 16-deep step of two 8-column n-tiles: d0 += A B (B's n-tiles in
+ * b[0..1], b[2..3]), d1 likewise, where A = a + al (AL) and B = b + bl
+ * (BL) are split operands: a b + a bl + al b, the small terms first (al,
+ * bl unread without their flag). */
+template <bool AL, bool BL>
+static __device__ __forceinline__ void
+hk_mma2(float d0[4], float d1[4], const uint32_t a[4], const uint32_t al[4],
+        const uint32_t b[4], const uint32_t bl[4])
+{
+    if (AL) {
+        hk_mma_bf16_16816(d0, al, b, d0);
+        hk_mma_bf16_16816(d1, al, b + 2, d1);
+    }
+    if (BL) {
+        hk_mma_bf16_16816(d0, a, bl, d0);
+        hk_mma_bf16_16816(d1, a, bl + 2, d1);
+    }
+    hk_mma_bf16_16816(d0, a, b, d0);
+    hk_mma_bf16_16816(d1, a, b + 2, d1);
+}
 
 /* x, y -> hi = their bf16 pair (hk_pack_bf16x2), lo = the pair of the
  * rounded remainders x - hi.x, y - hi.y (hk_bf16_split's lo): hi + lo

@@ -2142,22 +2142,25 @@ static void test_sample(void)
 /* The variants each tensor-core test runs: the default (blockwise kernel
  * A, split state pass), v1's state pass, the fast products, the
  * single-buffered state pass, the fast products with kernel A's on T's
- * hi half too (HYPIC_CUDA_GDN=tc_bf16's); then (the full grid: make
- * test-cuda-emu) the first kernel A with the first three and the last. */
+ * hi half too (HYPIC_CUDA_GDN=tc_bf16's), the state pass in registers
+ * (split and fast); then (the full grid: make test-cuda-emu) the first
+ * kernel A with the first three and the fast_a pair. */
 static const unsigned tc_vflags[] = {
     0,
     HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_PSHARE,
     HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
+    HK_CUDA_GDN_TC_REG,
+    HK_CUDA_GDN_TC_REG | HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_A1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A};
 static const char *const tc_vname[] = {
-    "",       " v1",      " fast",          " ps", " fast fast_a", " a1",
-    " a1 v1", " a1 fast", " a1 fast fast_a"};
-#define TC_NVAR grid_n(NSHAPES(tc_vflags), 5)
+    "",          " v1", " fast",  " ps",      " fast fast_a",   " reg",
+    " reg fast", " a1", " a1 v1", " a1 fast", " a1 fast fast_a"};
+#define TC_NVAR grid_n(NSHAPES(tc_vflags), 7)
 
 /* q, k, v of p as bf16 on the device (p's copies rounded in place). */
 typedef struct {
@@ -2358,13 +2361,15 @@ static void test_gdn_chunk_varlen(void)
 #define VL_MAX 6
     static const struct {
         int nseq, len[VL_MAX], Hk, Hv, dk, dv, C;
-    } cases[] = {{5, {5, 0, 70, 16, 33}, 1, 2, 32, 32, 32},
+    } cases[] = {{5, {5, 0, 70, 16, 33}, 1, 2, 64, 32, 32},
                  {4, {130, 64, 1, 200}, 2, 4, 64, 64, 64},
                  {3, {17, 1, 50}, 2, 2, 16, 48, 16}};
-    static const unsigned vflags[4] = {
-        0, HK_CUDA_GDN_TC_V1, HK_CUDA_GDN_TC_PSHARE, HK_CUDA_GDN_TC_A1};
-    static const char *const vname[4] = {"", " v1", " ps", " a1"};
-    const int nv = grid_n(4, 3); /* kernel A1: the full grid */
+    /* the first case's dk = 64 runs the pass in registers too */
+    static const unsigned vflags[5] = {0, HK_CUDA_GDN_TC_V1,
+                                       HK_CUDA_GDN_TC_PSHARE,
+                                       HK_CUDA_GDN_TC_REG, HK_CUDA_GDN_TC_A1};
+    static const char *const vname[5] = {"", " v1", " ps", " reg", " a1"};
+    const int nv = grid_n(5, 4); /* kernel A1: the full grid */
     for (int vs = 0; vs < nv * grid_n(NSHAPES(cases), 1); vs++) {
         const int s = vs / nv; /* each case in v2, v1, then with kernel A1 */
         const unsigned flags = vflags[vs % nv];

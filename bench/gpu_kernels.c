@@ -1325,12 +1325,30 @@ static void att_free(att_ctx *c)
         CK(hk_cuda_free(bufs[i]));
 }
 
-/* Whether this device runs the kind (FLASH3: compute capability 9.0). */
-static int att_kind_here(const att_kind_t *kd)
+/* The wgmma kinds (FLASH3, FLASH3_SEQ) have never run on a GPU: a fault
+ * there would leave the context unusable for every row after it, so with
+ * --only they run in their own family (attention_prefill_flash3), not in
+ * attention_prefill's. */
+static int att_kind_wg(const att_kind_t *kd)
 {
-    return (kd->impl != HK_CUDA_ATT_FLASH3 &&
-            kd->impl != HK_CUDA_ATT_FLASH3_SEQ) ||
-           hk_cuda_compute_capability() == 90;
+    return kd->impl == HK_CUDA_ATT_FLASH3 || kd->impl == HK_CUDA_ATT_FLASH3_SEQ;
+}
+
+/* Whether this run takes the kind: the wgmma kinds on a compute
+ * capability 9.0 device only, and with --only when it names their family
+ * (why: "skipped: ..." in *why). */
+static int att_kind_here(const att_kind_t *kd, const char **why)
+{
+    *why = NULL;
+    if (!att_kind_wg(kd))
+        return 1;
+    if (hk_cuda_compute_capability() != 90)
+        *why = "skipped: not a compute capability 9.0 device";
+    else if (only && strncmp(only, "attention_prefill_flash3",
+                             strlen("attention_prefill_flash3")))
+        *why = "skipped: its own family (--only attention_prefill_flash3) "
+               "until a device has run it";
+    return *why == NULL;
 }
 
 /* Every prefill kind at T. last_ms, last_T: each kind's last time (ms at
@@ -1350,9 +1368,10 @@ static void bench_att_prefill(const model_t *m, int T, double *last_ms,
         /* SIMPLE re-reads K/V per query head: 64k would take minutes. */
         if (!wanted(kd->op) || (kd->impl == HK_CUDA_ATT_SIMPLE && T > 16384))
             continue;
-        if (!att_kind_here(kd)) {
-            skipped(kd->op, m->name, params,
-                    "skipped: not a compute capability 9.0 device");
+        const char *why;
+        if (!att_kind_here(kd, &why)) {
+            if (measured(kd->op))
+                skipped(kd->op, m->name, params, why);
             continue;
         }
         const double r = last_T[i] ? (double)T / last_T[i] : 0.0;
@@ -1525,7 +1544,8 @@ static void dump_att(const model_t *m, int T, int B, int N)
     const int nk = B ? N_ATT_KINDS : N_ATT_PREFILL;
     for (int i = 0; i < nk; i++) {
         char file[64] = "o.f32";
-        if (!att_kind_here(&kinds[i]))
+        const char *why;
+        if (!att_kind_here(&kinds[i], &why))
             continue;
         const char *suf = strchr(kinds[i].op + strlen("attention_"), '_');
         if (suf)

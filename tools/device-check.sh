@@ -49,8 +49,9 @@
 # kernels" (the default, all; DC_KERNELS=0 drops kernels); gpu_kernels
 # runs once per family of ops (--only PREFIX), DC_KERNELS_ONLY lists the
 # families (default: gdn_chunk gdn_step gdn_decode kvbuf attention_prefill
-# attention_decode matmul sample; e.g. kvbuf: its rows, copy_d2d and the
-# gdn_step times they compare with; sample: argmax and top-k). The engine
+# attention_decode matmul sample attention_prefill_flash3; e.g. kvbuf: its
+# rows, copy_d2d and the gdn_step times they compare with; sample: argmax
+# and top-k). The engine
 # steps: DC_DEVICE (cuda, or cpu without a GPU), DC_MODELS ("q35-0.8b
 # q35-9b-l8", or checkpoint folders; the first runs before the kernels,
 # the rest after them), DC_TOKENS, DC_BATCH, DC_DECODE, DC_PIC, DC_REPS;
@@ -331,9 +332,12 @@ elif [ -x build-device/bench/gpu_kernels ]; then
     # copy_d2d too); the tables are merged after. attention_decode holds
     # attention_decode_paged's rows too (a prefix of theirs).
     l=$(lim "${DC_BENCH_S:-240}")
+    # attention_prefill_flash3 (FLASH3's wgmma, never run on a GPU before)
+    # runs alone, last: a fault there cannot take other rows with it.
     declare -A share=([gdn_chunk]=30 [gdn_step]=10 [gdn_decode]=6 [kvbuf]=14
-        [attention_prefill]=22 [attention_decode]=12 [matmul]=10 [sample]=5)
-    read -ra fams <<<"${DC_KERNELS_ONLY:-gdn_chunk gdn_step gdn_decode kvbuf attention_prefill attention_decode matmul sample}"
+        [attention_prefill]=22 [attention_decode]=12 [matmul]=10 [sample]=5
+        [attention_prefill_flash3]=8)
+    read -ra fams <<<"${DC_KERNELS_ONLY:-gdn_chunk gdn_step gdn_decode kvbuf attention_prefill attention_decode matmul sample attention_prefill_flash3}"
     tot=0
     for f in "${fams[@]}"; do tot=$((tot + ${share[$f]:-10})); done
     rm -f "$res"/bench-*.tsv "$res"/bench-*.md

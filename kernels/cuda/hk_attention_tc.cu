@@ -680,24 +680,8 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
         __syncthreads();
     }
 
-    /* o = O / l, l summed over the row's 4 lanes. */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(HK_FULL_MASK, l[h], 1);
-        l[h] += __shfl_xor_sync(HK_FULL_MASK, l[h], 2);
-        const long long at = qoff(wr + lane / 4 + 8 * h);
-        if (at < 0)
-            continue;
-        const float inv = 1.0f / l[h];
-#pragma unroll
-        for (int nt = 0; nt < HD / 8; nt++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = nt * 8 + 2 * (lane & 3) + e;
-                if (d < hd)
-                    o[at + d] = O[nt][2 * h + e] * inv;
-            }
-    }
+    const long long at[2] = {qoff(wr + lane / 4), qoff(wr + lane / 4 + 8)};
+    hk_frag_rows_out<HD>(o, &O[0][0], l, at, hd, lane);
 }
 
 size_t hk_attention_f2_scratch(int split, int N, int Hkv, int hd)

@@ -386,24 +386,8 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
         }
     }
 
-    /* o = O / l, l summed over the row's 4 lanes. */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(HK_FULL_MASK, l[h], 1);
-        l[h] += __shfl_xor_sync(HK_FULL_MASK, l[h], 2);
-        const long long at = qoff(wr + lane / 4 + 8 * h);
-        if (at < 0)
-            continue;
-        const float inv = 1.0f / l[h];
-#pragma unroll
-        for (int i = 0; i < HD / 8; i++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int d = 8 * i + 2 * (lane & 3) + e;
-                if (d < hd)
-                    o[at + d] = O[4 * i + 2 * h + e] * inv;
-            }
-    }
+    const long long at[2] = {qoff(wr + lane / 4), qoff(wr + lane / 4 + 8)};
+    hk_frag_rows_out<HD>(o, O, l, at, hd, lane);
 }
 
 size_t hk_attention_f3_scratch(int N, int Hkv, int hd)

@@ -140,6 +140,15 @@ static size_t hk_tc_ws_bytes(size_t slots, int Hv, int dk, int dv, int C,
     return at;
 }
 
+/* Sequence b's first chunk slot. */
+static __device__ int hk_tc_first_slot(const int *cu, int b, int C)
+{
+    int acc = 0;
+    for (int i = 0; i < b; i++)
+        acc += (cu[i + 1] - cu[i] + C - 1) / C;
+    return acc;
+}
+
 /* Chunk slot `slot` of the batch: its sequence's first token t0 and its
  * length n (0: past the last chunk). Thread 0 scans the offsets. */
 static __device__ void hk_tc_locate(const int *cu, int nseq, int C, int slot,
@@ -786,12 +795,8 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
     const int ts = cu[b], len = cu[b + 1] - cu[b], nch = (len + C - 1) / C;
     const int NB = BV / 16;
 
-    if (tid == 0) { /* this sequence's first chunk slot */
-        int acc = 0;
-        for (int i = 0; i < b; i++)
-            acc += (cu[i + 1] - cu[i] + C - 1) / C;
-        first = acc;
-    }
+    if (tid == 0)
+        first = hk_tc_first_slot(cu, b, C);
     for (int e = tid; e < dk * BV; e += blockDim.x) {
         const int i = e / BV, j = e % BV;
         s.Sf[i * ldf + j] = is_tc ? (i == col0 + j ? 1.0f : 0.0f)
@@ -1052,6 +1057,27 @@ static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
     return at;
 }
 
+/* Buffer bf of kernel P's double buffer (selects, not an index: an
+ * indexed pointer array goes to the stack). */
+struct hk_tc_p_buf {
+    const double *gam;
+    const uint16_t *Wh, *Wl, *Kb, *Kl;
+    const float *Ub;
+};
+
+static __device__ __forceinline__ hk_tc_p_buf
+hk_tc_p_pick(const hk_tc_p_smem &s, int bf)
+{
+    hk_tc_p_buf t;
+    t.gam = bf ? s.gb[1] : s.gb[0];
+    t.Wh = bf ? s.Wh[1] : s.Wh[0];
+    t.Wl = bf ? s.Wl[1] : s.Wl[0];
+    t.Kb = bf ? s.Kb[1] : s.Kb[0];
+    t.Kl = bf ? s.Kl[1] : s.Kl[0];
+    t.Ub = bf ? s.Ub[1] : s.Ub[0];
+    return t;
+}
+
 /* Issues (and commits) the copies of chunk slot hc (tokens t0.., n of
  * them) into buffer bf: the rows of its nt 16-row tiles of -W (hi; lo
  * unless fast) and K (zeros past n, nothing read there; K's lo rows from
@@ -1095,6 +1121,19 @@ static __device__ void hk_tc_p_fetch(const hk_tc_p_smem &s, const hk_tc_ws &ws,
     __pipeline_commit();
 }
 
+/* Chunk c of the block's sequence (tokens ts + c C.., of len; slots from
+ * hc0) into buffer bf, by hk_tc_p_fetch. kl0: K's lo rows, or NULL. */
+static __device__ void
+hk_tc_p_fetch_chunk(const hk_tc_p_smem &s, const hk_tc_ws &ws,
+                    const uint16_t *kh0, const uint16_t *kl0, size_t ldq,
+                    int bf, size_t hc0, int ts, int len, int c, int dk, int dv,
+                    int C, int BV, int col0, bool is_tc, int fast)
+{
+    const size_t rn = (size_t)(ts + c * C) * ldq;
+    hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, bf, hc0 + c,
+                  min(C, len - c * C), dk, dv, C, BV, col0, is_tc, fast);
+}
+
 /* Kernel P: column block blockIdx.x of [S | Tc], value head blockIdx.y,
  * sequence blockIdx.z. LO: K has lo parts (f32 inputs). nbuf = 2: the next
  * chunk's tiles are fetched while this one computes; 1 (the shared-SM
@@ -1130,12 +1169,8 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     const uint16_t *kh0 = in.k + (size_t)kh * dk;
     const uint16_t *kl0 = LO && !fast ? in.kl + (size_t)kh * dk : NULL;
 
-    if (tid == 0) { /* this sequence's first chunk slot */
-        int acc = 0;
-        for (int i = 0; i < b; i++)
-            acc += (cu[i + 1] - cu[i] + C - 1) / C;
-        first = acc;
-    }
+    if (tid == 0)
+        first = hk_tc_first_slot(cu, b, C);
     for (int e = tid; e < dk * BV; e += blockDim.x) {
         const int i = e / BV, j = e % BV;
         const float x = is_tc ? (i == col0 + j ? 1.0f : 0.0f)
@@ -1145,10 +1180,8 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     }
     __syncthreads();
     if (nch > 0)
-        hk_tc_p_fetch(s, ws, kh0 + (size_t)ts * ldq,
-                      kl0 ? kl0 + (size_t)ts * ldq : NULL, ldq, 0,
-                      (size_t)h * nslots + first, min(C, len), dk, dv, C, BV,
-                      col0, is_tc, fast);
+        hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, (size_t)h * nslots + first,
+                            ts, len, 0, dk, dv, C, BV, col0, is_tc, fast);
 
     for (int c = 0; c < nch; c++) {
         const int bf = nbuf == 2 ? c & 1 : 0;
@@ -1159,17 +1192,13 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
          * written; every read of buffer bf ^ 1 (chunk c - 1) is done */
         __syncthreads();
         if (nbuf == 2 && c + 1 < nch) {
-            const size_t rn = (size_t)(ts + (c + 1) * C) * ldq;
-            hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, bf ^ 1,
-                          hc + 1, min(C, len - (c + 1) * C), dk, dv, C, BV,
-                          col0, is_tc, fast);
+            hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, bf ^ 1, hc - c, ts, len,
+                                c + 1, dk, dv, C, BV, col0, is_tc, fast);
         }
-        const double *gam = bf ? s.gb[1] : s.gb[0];
-        const uint16_t *Wh = bf ? s.Wh[1] : s.Wh[0];
-        const uint16_t *Wl = bf ? s.Wl[1] : s.Wl[0];
-        const uint16_t *Kb = bf ? s.Kb[1] : s.Kb[0];
-        const uint16_t *Kl = bf ? s.Kl[1] : s.Kl[0];
-        const float *Ub = bf ? s.Ub[1] : s.Ub[0];
+        const hk_tc_p_buf t = hk_tc_p_pick(s, bf);
+        const double *gam = t.gam;
+        const uint16_t *Wh = t.Wh, *Wl = t.Wl, *Kb = t.Kb, *Kl = t.Kl;
+        const float *Ub = t.Ub;
         if (!is_tc) /* the chunk's starting state, for the output kernel */
             for (int e = tid; e < dk * NB * 2; e += blockDim.x) {
                 const int i = e / (NB * 2), j = (e % (NB * 2)) * 8;
@@ -1279,10 +1308,8 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
         }
         if (nbuf == 1 && c + 1 < nch) {
             __syncthreads(); /* every read of chunk c's tiles is done */
-            const size_t rn = (size_t)(ts + (c + 1) * C) * ldq;
-            hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, 0,
-                          hc + 1, min(C, len - (c + 1) * C), dk, dv, C, BV,
-                          col0, is_tc, fast);
+            hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, hc - c, ts, len, c + 1,
+                                dk, dv, C, BV, col0, is_tc, fast);
         }
     }
     __syncthreads();
@@ -1352,12 +1379,8 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
      * is tokens 8 (i / 2).., state rows 8 (i % 2).. */
     const int kr = (lane & 7) + (lane >> 4) * 8, kc = ((lane >> 3) & 1) * 8;
 
-    if (tid == 0) { /* this sequence's first chunk slot */
-        int acc = 0;
-        for (int i = 0; i < b; i++)
-            acc += (cu[i + 1] - cu[i] + C - 1) / C;
-        first = acc;
-    }
+    if (tid == 0)
+        first = hk_tc_first_slot(cu, b, C);
     float S[MT][NT][4];
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
@@ -1372,10 +1395,8 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
             }
     __syncthreads();
     if (nch > 0)
-        hk_tc_p_fetch(s, ws, kh0 + (size_t)ts * ldq,
-                      kl0 ? kl0 + (size_t)ts * ldq : NULL, ldq, 0,
-                      (size_t)h * nslots + first, min(C, len), dk, dv, C, BV,
-                      col0, is_tc, fast);
+        hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, (size_t)h * nslots + first,
+                            ts, len, 0, dk, dv, C, BV, col0, is_tc, fast);
 
     for (int c = 0; c < nch; c++) {
         const int bf = c & 1;
@@ -1409,17 +1430,13 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
          * every read of buffer bf ^ 1 (chunk c - 1) is done */
         __syncthreads();
         if (c + 1 < nch) {
-            const size_t rn = (size_t)(ts + (c + 1) * C) * ldq;
-            hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, bf ^ 1,
-                          hc + 1, min(C, len - (c + 1) * C), dk, dv, C, BV,
-                          col0, is_tc, fast);
+            hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, bf ^ 1, hc - c, ts, len,
+                                c + 1, dk, dv, C, BV, col0, is_tc, fast);
         }
-        const double *gam = bf ? s.gb[1] : s.gb[0];
-        const uint16_t *Wh = bf ? s.Wh[1] : s.Wh[0];
-        const uint16_t *Wl = bf ? s.Wl[1] : s.Wl[0];
-        const uint16_t *Kb = bf ? s.Kb[1] : s.Kb[0];
-        const uint16_t *Kl = bf ? s.Kl[1] : s.Kl[0];
-        const float *Ub = bf ? s.Ub[1] : s.Ub[0];
+        const hk_tc_p_buf t = hk_tc_p_pick(s, bf);
+        const double *gam = t.gam;
+        const uint16_t *Wh = t.Wh, *Wl = t.Wl, *Kb = t.Kb, *Kl = t.Kl;
+        const float *Ub = t.Ub;
 
         /* 2, 3. Vn of rows 16 warp.. (tiles past the chunk's end: none) */
         if (warp < ntk) {

@@ -26,7 +26,8 @@
  * read it.
  * hk_split_bf16x2 (both builds): two floats as bf16 hi + lo pairs, the
  * split of kernels/common/hk_bf16.h; hk_mma2 (both builds): a 16-deep
- * step of two n-tiles on optionally split operands.
+ * step of two n-tiles on optionally split operands; hk_frag_rows_out (both
+ * builds): the attention prefills' o = O / l from C fragments.
  */
 #ifndef HK_PTX_H
 #define HK_PTX_H
@@ -118,6 +119,35 @@ hk_mma2(float d0[4], float d1[4], const uint32_t a[4], const uint32_t al[4],
     }
     hk_mma_bf16_16816(d0, a, b, d0);
     hk_mma_bf16_16816(d1, a, b + 2, d1);
+}
+
+/* The attention prefills' end on register fragments (FLASH2, FLASH3):
+ * o = O / l on the lane's two rows h = 0 (row g of its warp's 16) and 1
+ * (g + 8), l first summed over the row's 4 lanes. O[4 i + 2 h + e] (C
+ * fragments of 8 columns side by side) is column 8 i + 2 (lane % 4) + e;
+ * columns from hd on are dropped; at[h]: the row's offset in o, -1 for no
+ * row. */
+template <int HD>
+static __device__ __forceinline__ void
+hk_frag_rows_out(float *o, const float *O, float l[2], const long long at[2],
+                 int hd, int lane)
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        if (at[h] < 0)
+            continue;
+        const float inv = 1.0f / l[h];
+#pragma unroll
+        for (int i = 0; i < HD / 8; i++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int d = 8 * i + 2 * (lane & 3) + e;
+                if (d < hd)
+                    o[at[h] + d] = O[4 * i + 2 * h + e] * inv;
+            }
+    }
 }
 
 /* x, y -> hi = their bf16 pair (hk_pack_bf16x2), lo = the pair of the

@@ -217,6 +217,36 @@ static inline void hk_emu_warp_bar(void)
         hk_emu_yield();
 }
 
+/* The caller's queue of asynchronous operations of type T (emu/ptx.h's
+ * cp.async, emu/wgmma.h's products): committed groups, oldest first, then
+ * the open one; emptied when a new block starts (what a block never waited
+ * for is dropped). */
+template <class T> struct hk_emu_async_queue {
+    long long block = -1;
+    std::vector<std::vector<T>> groups;
+    std::vector<T> open;
+};
+
+template <class T> static inline hk_emu_async_queue<T> &hk_emu_async(void)
+{
+    static hk_emu_async_queue<T> q[1024];
+    hk_emu_async_queue<T> &t = q[hk_emu.cur];
+    if (t.block != hk_emu.block_serial) {
+        t.block = hk_emu.block_serial;
+        t.groups.clear();
+        t.open.clear();
+    }
+    return t;
+}
+
+/* Closes the open group of the caller's queue. */
+template <class T> static inline void hk_emu_async_commit(void)
+{
+    hk_emu_async_queue<T> &q = hk_emu_async<T>();
+    q.groups.push_back(q.open);
+    q.open.clear();
+}
+
 /* Barrier of the 128 threads of the caller's warpgroup (4 warps). */
 static inline void hk_emu_group_bar(void)
 {

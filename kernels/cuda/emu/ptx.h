@@ -145,25 +145,6 @@ struct hk_emu_copy {
     int n;
 };
 
-/* A thread's copies: committed groups (oldest first), then the open one. */
-struct hk_emu_cp_queue {
-    long long block = -1;
-    std::vector<std::vector<hk_emu_copy>> groups;
-    std::vector<hk_emu_copy> open;
-};
-
-static inline hk_emu_cp_queue &hk_emu_cpq(void)
-{
-    static hk_emu_cp_queue q[1024];
-    hk_emu_cp_queue &t = q[hk_emu.cur];
-    if (t.block != hk_emu.block_serial) { /* a new block: drop the rest */
-        t.block = hk_emu.block_serial;
-        t.groups.clear();
-        t.open.clear();
-    }
-    return t;
-}
-
 /* cp.async.cg.shared.global [dst], [src], 16, src_bytes */
 static inline void hk_cp_async16(void *dst, const void *src, int src_bytes)
 {
@@ -180,21 +161,19 @@ static inline void hk_cp_async16(void *dst, const void *src, int src_bytes)
         memset((char *)dst + src_bytes, 0, (size_t)(16 - src_bytes));
         return;
     }
-    hk_emu_cpq().open.push_back({dst, src, src_bytes});
+    hk_emu_async<hk_emu_copy>().open.push_back({dst, src, src_bytes});
 }
 
 /* cp.async.commit_group */
 static inline void hk_cp_async_commit(void)
 {
-    hk_emu_cp_queue &q = hk_emu_cpq();
-    q.groups.push_back(q.open);
-    q.open.clear();
+    hk_emu_async_commit<hk_emu_copy>();
 }
 
 /* cp.async.wait_group N: the copies of all but the N newest groups land. */
 template <int N> static inline void hk_cp_async_wait(void)
 {
-    hk_emu_cp_queue &q = hk_emu_cpq();
+    hk_emu_async_queue<hk_emu_copy> &q = hk_emu_async<hk_emu_copy>();
     while (q.groups.size() > (size_t)N) {
         for (const hk_emu_copy &c : q.groups.front()) {
             memcpy(c.dst, c.src, (size_t)c.n);

@@ -96,24 +96,6 @@ struct hk_emu_wg_pending {
     bool done; /* prod computed */
 };
 
-struct hk_emu_wg_queue {
-    long long block = -1;
-    std::vector<std::vector<hk_emu_wg_pending>> groups;
-    std::vector<hk_emu_wg_pending> open;
-};
-
-static inline hk_emu_wg_queue &hk_emu_wgq(void)
-{
-    static hk_emu_wg_queue q[1024];
-    hk_emu_wg_queue &t = q[hk_emu.cur];
-    if (t.block != hk_emu.block_serial) { /* a new block: drop the rest */
-        t.block = hk_emu.block_serial;
-        t.groups.clear();
-        t.open.clear();
-    }
-    return t;
-}
-
 /* p.prod = this thread's share of A B (rows 16 w + g, + 8; columns
  * 8 i + 2 t, + 1), B (and A with op 1, both operands in shared memory)
  * read now. */
@@ -192,7 +174,7 @@ static inline void hk_emu_wgmma(int op, int n, float *d, const uint32_t *a,
     }
     if (hk_emu_wg_eager())
         hk_emu_wg_compute(p);
-    hk_emu_wgq().open.push_back(p);
+    hk_emu_async<hk_emu_wg_pending>().open.push_back(p);
     /* nobody overwrites this generation's table before all have read it:
      * the next collective of the group uses the other half */
 }
@@ -232,9 +214,7 @@ static inline void hk_wgmma_hold(uint32_t &) {}
 /* wgmma.commit_group */
 static inline void hk_wgmma_commit(void)
 {
-    hk_emu_wg_queue &q = hk_emu_wgq();
-    q.groups.push_back(q.open);
-    q.open.clear();
+    hk_emu_async_commit<hk_emu_wg_pending>();
 }
 
 /* wgmma.wait_group N: all but the N newest groups retire, oldest first:
@@ -242,7 +222,8 @@ static inline void hk_wgmma_commit(void)
  * earlier product of the same group left there. */
 template <int N> static inline void hk_wgmma_wait(void)
 {
-    hk_emu_wg_queue &q = hk_emu_wgq();
+    hk_emu_async_queue<hk_emu_wg_pending> &q =
+        hk_emu_async<hk_emu_wg_pending>();
     while (q.groups.size() > (size_t)N) {
         for (hk_emu_wg_pending &p : q.groups.front()) {
             if (!p.done)

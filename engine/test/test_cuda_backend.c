@@ -391,8 +391,8 @@ int main(int argc, char **argv)
            hp_backend_supports_op(cuda, HP_OP_EMBED, HK_W_I8),
        "cuda: BF16 and I8 embeddings are gathered on the device");
     ok(open_mode(&b, "fast", &err) == HP_EBADINPUT &&
-           strstr(err.msg, "auto, tc, scalar, tc_v1, tc_fast, tc_a1 or "
-                           "tc_bf16"),
+           strstr(err.msg, "auto, tc, scalar, tc_v1, tc_fast, tc_a1, "
+                           "tc_bf16, tc_reg or tc_bf16_reg"),
        "an unknown HYPIC_CUDA_GDN is refused: %s", err.msg);
     if (open_mode(&cuda_tc, "tc", &err) != HP_OK ||
         open_mode(&cuda_scalar, "scalar", &err) != HP_OK ||

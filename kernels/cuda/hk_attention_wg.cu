@@ -37,6 +37,11 @@
  *     (the accumulator layout is the A-fragment layout), BK / 16 wgmma
  *     m64nHDk16 with A in registers and V^T in shared memory; O is 64 x HD
  *     a warpgroup (HD / 2 floats a thread: 128 at HD 256).
+ * That is FLASH3_SEQ. FLASH3 (OV) issues tile j + 1's S before tile j's
+ * softmax, so the tensor cores compute it while the softmax runs
+ * (FlashAttention-3's intra-warpgroup overlap): K tiles are loaded a tile
+ * ahead of V tiles, in the same two slots, and S of two tiles is in
+ * registers (242 a thread at HD 256, against 202).
  * Tiles past a warpgroup's last key are skipped whole; within the diagonal
  * tile P is 0 past each row's last key (a partial P V would put the
  * products on a path ptxas cannot prove uniform, and it serializes them).
@@ -121,6 +126,16 @@ static __global__ void hk_f3_convert(__nv_bfloat16 *kv, const float *k,
     }
 }
 
+/* Pins n accumulators in the instruction order: after a wait, so reads
+ * stay after it; before a wgmma fence, so no register move lands between
+ * the fence and the products (ptxas would serialize them: C7515). */
+static __device__ __forceinline__ void hk_f3_hold(float *x, int n)
+{
+#pragma unroll
+    for (int i = 0; i < n; i++)
+        hk_wgmma_hold(x[i]);
+}
+
 /* S = Q K^T of the warpgroup's 64 rows and a tile's 64 keys, issued
  * (committed, not waited for). */
 template <int HD>
@@ -128,6 +143,7 @@ static __device__ __forceinline__ void hk_f3_scores(float S[HK_F3_BK / 2],
                                                     const __nv_bfloat16 *wQ,
                                                     const __nv_bfloat16 *tK)
 {
+    hk_f3_hold(S, HK_F3_BK / 2);
     hk_wgmma_fence();
 #pragma unroll
     for (int s = 0; s < HD / 16; s++)
@@ -212,14 +228,6 @@ hk_f3_pv(float O[HD / 2], uint32_t P[HK_F3_BK / 16][4], const __nv_bfloat16 *tV)
         hk_wgmma_rs<HD>(O, P[s],
                         hk_wgmma_desc(tV + s * 128, 128, HK_F3_BK * 16), 1);
     hk_wgmma_commit();
-}
-
-/* Keeps the compiler's reads of n accumulators after the wait. */
-static __device__ __forceinline__ void hk_f3_hold(float *x, int n)
-{
-#pragma unroll
-    for (int i = 0; i < n; i++)
-        hk_wgmma_hold(x[i]);
 }
 
 /* Grid (row blocks, Hkv). sl2 = scale * log2(e). kv: the scratch's tiles
@@ -325,7 +333,7 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
             const int k0 = j * BK;
             if (k0 < gmax) { /* warpgroup-uniform */
                 const __nv_bfloat16 *tK = sT + (j & 1) * TILE;
-                float S[BK / 2];
+                float S[BK / 2] = {}; /* defined: hk_f3_scores pins it */
                 hk_f3_scores<HD>(S, wQ, tK);
                 hk_wgmma_wait<0>();
                 hk_f3_hold(S, BK / 2);
@@ -342,7 +350,7 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
          * of iteration j, S_j is in registers and every warpgroup is done
          * with K_j and V_{j-1}; K_{j+2} and V_{j+1} go in their slots
          * while K_{j+1} and V_j (issued an iteration ago) land. */
-        float S[BK / 2], Sn[BK / 2];
+        float S[BK / 2] = {}, Sn[BK / 2] = {};
         load(0, 0, 0), load(0, 1, 0);
         if (nt > 1)
             load(1, 0, 1);

@@ -186,21 +186,17 @@ static __global__ void __launch_bounds__(HK_FA_THREADS)
     hk_fa_smem s;
     hk_fa_carve(&s, smem, ldh, SPLIT);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int r = Hq / Hkv, g = blockIdx.y;
-    const long long rows = (long long)T * r;
-    const long long R0 = (long long)(gridDim.x - 1 - blockIdx.x) * HK_FA_M;
+    const int g = blockIdx.y;
+    const hk_att_rows rw(HK_FA_M, T, Hq, Hkv, hd);
     const size_t ldkv = (size_t)Hkv * hd;
     /* Row rr of the block in q and o (NULL past the last row). */
     auto qrow = [&](int rr) -> const float * {
-        const long long R = R0 + rr;
-        if (R >= rows)
-            return nullptr;
-        return q + ((size_t)(R / r) * Hq + (size_t)g * r + R % r) * hd;
+        const long long at = rw.off(rr);
+        return at < 0 ? nullptr : q + at;
     };
 
     if (tid < HK_FA_M) {
-        const long long R = R0 + tid;
-        s.lim[tid] = R < rows ? qpos[R / r] + 1 : 0;
+        s.lim[tid] = rw.keys(qpos, tid);
         s.m[tid] = -INFINITY;
         s.l[tid] = 0.0f;
     }
@@ -494,22 +490,14 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
     __nv_bfloat16 *sV = sK + 2 * NS * KP;                    // [2][NS][BK, LD]
     int *sLim = (int *)(smem + NS * (L::Q + 4 * L::KV));     // [M]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int r = Hq / Hkv, g = blockIdx.y;
-    const long long rows = (long long)T * r;
-    const long long R0 = (long long)(gridDim.x - 1 - blockIdx.x) * HK_F2_M;
-    /* Offset of row rr of the block in q and o; -1 past the last row. */
-    auto qoff = [&](int rr) -> long long {
-        const long long R = R0 + rr;
-        if (R >= rows)
-            return -1;
-        return ((R / r) * Hq + (long long)g * r + R % r) * hd;
-    };
+    const int g = blockIdx.y;
+    const hk_att_rows rw(HK_F2_M, T, Hq, Hkv, hd);
 
     if (tid < HK_F2_M)
-        sLim[tid] = R0 + tid < rows ? qpos[(R0 + tid) / r] + 1 : 0;
+        sLim[tid] = rw.keys(qpos, tid);
     for (int i = tid; i < HK_F2_M * HD / 4; i += HK_F2_THREADS) {
         const int rr = i / (HD / 4), d = i % (HD / 4) * 4;
-        const long long at = qoff(rr);
+        const long long at = rw.off(rr);
         float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (at >= 0 && vec && d < hd) {
             const float4 f = *reinterpret_cast<const float4 *>(q + at + d);
@@ -680,7 +668,7 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
         __syncthreads();
     }
 
-    const long long at[2] = {qoff(wr + lane / 4), qoff(wr + lane / 4 + 8)};
+    const long long at[2] = {rw.off(wr + lane / 4), rw.off(wr + lane / 4 + 8)};
     hk_frag_rows_out<HD>(o, &O[0][0], l, at, hd, lane);
 }
 

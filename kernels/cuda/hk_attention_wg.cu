@@ -251,25 +251,17 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
     int *sLim = (int *)(smem + L::Q + 2 * (size_t)TILE * 2); // [M]
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3; /* warpgroup, its warp */
-    const int r = Hq / Hkv, g = blockIdx.y;
-    const long long rows = (long long)T * r;
-    const long long R0 = (long long)(gridDim.x - 1 - blockIdx.x) * HK_F3_M;
-    /* Offset of row rr of the block in q and o; -1 past the last row. */
-    auto qoff = [&](int rr) -> long long {
-        const long long R = R0 + rr;
-        if (R >= rows)
-            return -1;
-        return ((R / r) * Hq + (long long)g * r + R % r) * hd;
-    };
+    const int g = blockIdx.y;
+    const hk_att_rows rw(HK_F3_M, T, Hq, Hkv, hd);
 
     if (tid < HK_F3_M)
-        sLim[tid] = R0 + tid < rows ? qpos[(R0 + tid) / r] + 1 : 0;
+        sLim[tid] = rw.keys(qpos, tid);
     /* Chunk i of 8 bf16 is row 8 (i / 8 / (HD / 8)) + i % 8, columns
      * 8 (i / 8 % (HD / 8)): consecutive threads fill a core matrix. */
     for (int i = tid; i < HK_F3_M * HD / 8; i += HK_F3_THREADS) {
         const int rr = (i >> 3) / (HD / 8) * 8 + (i & 7);
         const int d = (i >> 3) % (HD / 8) * 8;
-        const long long at = qoff(rr);
+        const long long at = rw.off(rr);
         float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
         if (at >= 0 && vec && d < hd) {
             const float4 a = *reinterpret_cast<const float4 *>(q + at + d);
@@ -394,7 +386,7 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
         }
     }
 
-    const long long at[2] = {qoff(wr + lane / 4), qoff(wr + lane / 4 + 8)};
+    const long long at[2] = {rw.off(wr + lane / 4), rw.off(wr + lane / 4 + 8)};
     hk_frag_rows_out<HD>(o, O, l, at, hd, lane);
 }
 

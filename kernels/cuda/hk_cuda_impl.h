@@ -64,6 +64,36 @@ int hk_attention_f3(int overlap, float *o, const float *q, const int *qpos,
                     int Hkv, int hd, float scale, float *scratch,
                     cudaStream_t stream);
 
+/* The rows of the tensor-core attention prefills (FLASH, FLASH2, FLASH3):
+ * the rows of kv group g are its (query, head) pairs, head fastest (row R
+ * is query R / r, head g r + R % r, r = Hq / Hkv), so every K/V tile a
+ * block stages serves all the group's heads; the grid's x runs blocks of
+ * M rows latest first (the most keys), y the kv groups. */
+struct hk_att_rows {
+    long long R0, rows; /* the block's first row; the group's rows */
+    int r, g, Hq, hd;
+    __device__ hk_att_rows(int M, int T, int Hq_, int Hkv, int hd_)
+        : R0((long long)(gridDim.x - 1 - blockIdx.x) * M),
+          rows((long long)T * (Hq_ / Hkv)), r(Hq_ / Hkv), g((int)blockIdx.y),
+          Hq(Hq_), hd(hd_)
+    {
+    }
+    /* Offset of the block's row rr in q and o; -1 past the last row. */
+    __device__ long long off(int rr) const
+    {
+        const long long R = R0 + rr;
+        if (R >= rows)
+            return -1;
+        return ((R / r) * Hq + (long long)g * r + R % r) * hd;
+    }
+    /* The keys row rr sees (its qpos + 1; 0 past the last row). */
+    __device__ int keys(const int *qpos, int rr) const
+    {
+        const long long R = R0 + rr;
+        return R < rows ? qpos[R / r] + 1 : 0;
+    }
+};
+
 /* The head dim the register-fragment prefills (FLASH2, FLASH3) pad hd to:
  * 64, 128 or 256 (0: too wide). */
 static inline int hk_att_tc_hd(int hd)

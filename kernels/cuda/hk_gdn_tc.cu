@@ -1895,47 +1895,39 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
         return rc;
     }
 #undef HK_TC_STATE
-#define HK_TC_REG(N, M)                                                        \
+    /* the state pass: kernel R (the state in registers) or P, by the plan;
+     * the kernel (a template-id) is the variadic part */
+#define HK_TC_PASS(THREADS, ...)                                               \
     do {                                                                       \
-        cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<N, M, LO>,                   \
+        cudaFuncSetAttribute(__VA_ARGS__,                                      \
                              cudaFuncAttributeMaxDynamicSharedMemorySize,      \
                              (int)p.sb);                                       \
-        hk_gdn_tc_reg_kernel<N, M, LO><<<grid, HK_TC_R_THREADS, p.sb, s>>>(    \
-            ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C,    \
-            fast);                                                             \
+        __VA_ARGS__<<<grid, THREADS, p.sb, s>>>(ws, states, tcs, in,           \
+                                                cu_seqlens, (int)slots, Hk,    \
+                                                Hv, dk, dv, C, fast);          \
     } while (0)
     const int mt = dk / 64; /* kernel R's state tiles a warp */
-#define HK_TC_PASS(N, NB)                                                      \
-    do {                                                                       \
-        cudaFuncSetAttribute(hk_gdn_tc_pass_kernel<N, LO, NB>,                 \
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
-                             (int)p.sb);                                       \
-        hk_gdn_tc_pass_kernel<N, LO, NB><<<grid, HK_TC_P_THREADS, p.sb, s>>>(  \
-            ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C,    \
-            fast);                                                             \
-    } while (0)
     if (p.reg && p.BV == 32 && mt == 1)
-        HK_TC_REG(32, 1);
+        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<32, 1, LO>);
     else if (p.reg && p.BV == 32 && mt == 2)
-        HK_TC_REG(32, 2);
+        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<32, 2, LO>);
     else if (p.reg && p.BV == 32)
-        HK_TC_REG(32, 4);
+        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<32, 4, LO>);
     else if (p.reg && mt == 1)
-        HK_TC_REG(16, 1);
+        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<16, 1, LO>);
     else if (p.reg && mt == 2)
-        HK_TC_REG(16, 2);
+        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<16, 2, LO>);
     else if (p.reg)
-        HK_TC_REG(16, 4);
+        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<16, 4, LO>);
     else if (p.BV == 32 && p.nbuf == 2)
-        HK_TC_PASS(32, 2);
+        HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<32, LO, 2>);
     else if (p.BV == 32)
-        HK_TC_PASS(32, 1);
+        HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<32, LO, 1>);
     else if (p.nbuf == 2)
-        HK_TC_PASS(16, 2);
+        HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<16, LO, 2>);
     else
-        HK_TC_PASS(16, 1);
+        HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<16, LO, 1>);
 #undef HK_TC_PASS
-#undef HK_TC_REG
     rc = hk_cuda_check_launch();
     hk_tc_mark(3, s);
     if (rc || T == 0) {

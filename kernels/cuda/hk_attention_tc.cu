@@ -599,45 +599,10 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
                     hk_mma2<X, X>(S[2 * np], S[2 * np + 1], a, al, b, bl);
                 }
             }
-            /* scale, mask, online softmax on rows h = 0 (g), 1 (g + 8) */
-            const bool full = k0 + BK <= min(lim[0], lim[1]);
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int nt = 0; nt < BK / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = k0 + nt * 8 + 2 * (lane & 3) + (e & 1);
-                    const float s =
-                        full || key < lim[e >> 1] ? S[nt][e] * sl2 : -INFINITY;
-                    S[nt][e] = s;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s);
-                }
-            float msub[2], alpha[2], rs[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(HK_FULL_MASK, mx[h], 1));
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(HK_FULL_MASK, mx[h], 2));
-                const float mn = fmaxf(m[h], mx[h]);
-                /* no key yet: p = 0 and nothing to rescale */
-                msub[h] = mn == -INFINITY ? 0.0f : mn;
-                alpha[h] = exp2f(m[h] - msub[h]);
-                m[h] = mn;
-            }
-#pragma unroll
-            for (int nt = 0; nt < BK / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    S[nt][e] = exp2f(S[nt][e] - msub[e >> 1]);
-                    rs[e >> 1] += S[nt][e];
-                }
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                l[h] = l[h] * alpha[h] + rs[h];
-#pragma unroll
-            for (int i = 0; i < HD / 8; i++) {
-                O[i][0] *= alpha[0], O[i][1] *= alpha[0];
-                O[i][2] *= alpha[1], O[i][3] *= alpha[1];
-            }
+            /* scale, mask, online softmax on rows h = 0 (g), 1 (g + 8);
+             * O *= alpha */
+            hk_frag_softmax<BK / 8, HD / 2>(&S[0][0], &O[0][0], k0, lim, lane,
+                                            sl2, m, l);
             /* O += P V: P's A fragment of keys 16 kk.. is S's n-tiles
              * 2 kk (columns 0-7) and 2 kk + 1 (8-15). */
 #pragma unroll

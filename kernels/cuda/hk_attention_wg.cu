@@ -152,10 +152,9 @@ static __device__ __forceinline__ void hk_f3_scores(float S[HK_F3_BK / 2],
     hk_wgmma_commit();
 }
 
-/* Scale, mask and the online softmax of a tile's scores on the thread's
- * rows h = 0 (g), 1 (g + 8) (S[4 i + 2 h + e] is key k0 + 8 i +
- * 2 (lane % 4) + e; lim: the rows' keys), O *= alpha, and P packed as
- * the A fragments of P V (keys 16 s.. are S[8 s .. 8 s + 7] in pairs). */
+/* A tile's online softmax step (hk_frag_softmax: the accumulator layout
+ * of a warp is mma.m16n8's, side by side), then P packed as the A
+ * fragments of P V (keys 16 s.. are S[8 s .. 8 s + 7] in pairs). */
 template <int HD>
 static __device__ __forceinline__ void
 hk_f3_softmax(float S[HK_F3_BK / 2], int k0, const int lim[2], int lane,
@@ -163,40 +162,7 @@ hk_f3_softmax(float S[HK_F3_BK / 2], int k0, const int lim[2], int lane,
               uint32_t P[HK_F3_BK / 16][4])
 {
     const int BK = HK_F3_BK;
-    const bool full = k0 + BK <= min(lim[0], lim[1]);
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int i = 0; i < BK / 8; i++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int key = k0 + 8 * i + 2 * (lane & 3) + (e & 1);
-            const float s =
-                full || key < lim[e >> 1] ? S[4 * i + e] * sl2 : -INFINITY;
-            S[4 * i + e] = s;
-            mx[e >> 1] = fmaxf(mx[e >> 1], s);
-        }
-    float msub[2], alpha[2], rs[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(HK_FULL_MASK, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(HK_FULL_MASK, mx[h], 2));
-        const float mn = fmaxf(m[h], mx[h]);
-        /* no key yet: p = 0 and nothing to rescale */
-        msub[h] = mn == -INFINITY ? 0.0f : mn;
-        alpha[h] = exp2f(m[h] - msub[h]);
-        m[h] = mn;
-    }
-#pragma unroll
-    for (int i = 0; i < BK / 2; i++) {
-        S[i] = exp2f(S[i] - msub[(i >> 1) & 1]);
-        rs[(i >> 1) & 1] += S[i];
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++)
-        l[h] = l[h] * alpha[h] + rs[h];
-#pragma unroll
-    for (int i = 0; i < HD / 2; i++)
-        O[i] *= alpha[(i >> 1) & 1];
+    hk_frag_softmax<BK / 8, HD / 2>(S, O, k0, lim, lane, sl2, m, l);
 #pragma unroll
     for (int s = 0; s < BK / 16; s++) {
 #pragma unroll

@@ -27,7 +27,8 @@
  * hk_split_bf16x2 (both builds): two floats as bf16 hi + lo pairs, the
  * split of kernels/common/hk_bf16.h; hk_mma2 (both builds): a 16-deep
  * step of two n-tiles on optionally split operands; hk_frag_rows_out (both
- * builds): the attention prefills' o = O / l from C fragments.
+ * builds): the attention prefills' o = O / l from C fragments;
+ * hk_frag_softmax: their online softmax step on C fragments.
  */
 #ifndef HK_PTX_H
 #define HK_PTX_H
@@ -119,6 +120,55 @@ hk_mma2(float d0[4], float d1[4], const uint32_t a[4], const uint32_t al[4],
     }
     hk_mma_bf16_16816(d0, a, b, d0);
     hk_mma_bf16_16816(d1, a, b + 2, d1);
+}
+
+/* The attention prefills' online softmax step on register fragments
+ * (FLASH2, FLASH3), for a tile of NT 8-key n-tiles of scores S (C
+ * fragments side by side: S[4 i + 2 h + e] is key k0 + 8 i + 2 (lane % 4)
+ * + e of the lane's row h = 0 (row g of its warp's 16) or 1 (g + 8)):
+ * scaled by sl2 (scale log2 e), keys from lim[h] on masked, the row maxima
+ * m over the row's 4 lanes, S <- 2^{S - m} (the probabilities, f32), the
+ * sums l and the NO accumulators O (the same layout) rescaled by
+ * 2^{m_old - m}. A row with no key yet keeps p = 0 and nothing to
+ * rescale. */
+template <int NT, int NO>
+static __device__ __forceinline__ void
+hk_frag_softmax(float *S, float *O, int k0, const int lim[2], int lane,
+                float sl2, float m[2], float l[2])
+{
+    const bool full = k0 + 8 * NT <= min(lim[0], lim[1]);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + 8 * i + 2 * (lane & 3) + (e & 1);
+            const float x =
+                full || key < lim[e >> 1] ? S[4 * i + e] * sl2 : -INFINITY;
+            S[4 * i + e] = x;
+            mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        }
+    float msub[2], alpha[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(m[h], mx[h]);
+        msub[h] = mn == -INFINITY ? 0.0f : mn;
+        alpha[h] = exp2f(m[h] - msub[h]);
+        m[h] = mn;
+    }
+#pragma unroll
+    for (int i = 0; i < 4 * NT; i++) {
+        S[i] = exp2f(S[i] - msub[(i >> 1) & 1]);
+        rs[(i >> 1) & 1] += S[i];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        l[h] = l[h] * alpha[h] + rs[h];
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+        O[i] *= alpha[(i >> 1) & 1];
 }
 
 /* The attention prefills' end on register fragments (FLASH2, FLASH3):

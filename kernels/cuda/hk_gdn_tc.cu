@@ -1134,6 +1134,30 @@ hk_tc_p_fetch_chunk(const hk_tc_p_smem &s, const hk_tc_ws &ws,
                   min(C, len - c * C), dk, dv, C, BV, col0, is_tc, fast);
 }
 
+/* A state pass block's place (kernels P and R): BV columns from col0 of
+ * the state (or, is_tc, of T_C) of value head h (key head kh) of sequence
+ * b, from column block blockIdx.x of [S | Tc], blockIdx.y and blockIdx.z;
+ * Sg its matrix (row stride ldg); the sequence's tokens ts.., len of them
+ * in nch chunks. */
+struct hk_tc_pass_at {
+    int h, b, kh, col0, ldg, ts, len, nch;
+    bool is_tc;
+    float *Sg;
+    __device__ hk_tc_pass_at(float *const *states, float *const *tcs,
+                             const int *cu, int BV, int Hk, int Hv, int dk,
+                             int dv, int C)
+        : h((int)blockIdx.y), b((int)blockIdx.z), kh(h / (Hv / Hk)),
+          col0((int)blockIdx.x * BV >= dv ? (int)blockIdx.x * BV - dv
+                                          : (int)blockIdx.x * BV),
+          ldg((int)blockIdx.x * BV >= dv ? dk : dv), ts(cu[b]),
+          len(cu[b + 1] - cu[b]), nch((len + C - 1) / C),
+          is_tc((int)blockIdx.x * BV >= dv),
+          Sg(is_tc ? tcs[b] + (size_t)h * dk * dk
+                   : states[b] + (size_t)h * dk * dv)
+    {
+    }
+};
+
 /* Kernel P: column block blockIdx.x of [S | Tc], value head blockIdx.y,
  * sequence blockIdx.z. LO: K has lo parts (f32 inputs). nbuf = 2: the next
  * chunk's tiles are fetched while this one computes; 1 (the shared-SM
@@ -1151,17 +1175,15 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     __shared__ int first;
     hk_tc_p_smem s;
     hk_tc_p_carve(&s, smem, dk, C, BV, LO, nbuf);
-    const int h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
+    const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
+    const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
+    const int ts = pa.ts, len = pa.len, nch = pa.nch;
+    const bool is_tc = pa.is_tc;
+    float *Sg = pa.Sg;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nwarps = blockDim.x >> 5;
-    const bool is_tc = (int)blockIdx.x * BV >= dv;
-    const int col0 = is_tc ? blockIdx.x * BV - dv : blockIdx.x * BV;
     const int ldf = BV + HK_PAD32, ldh = BV + HK_PAD16, ldk = dk + HK_PAD16;
     const size_t ldq = (size_t)Hk * dk;
-    const int ldg = is_tc ? dk : dv;
-    float *Sg =
-        is_tc ? tcs[b] + (size_t)h * dk * dk : states[b] + (size_t)h * dk * dv;
-    const int ts = cu[b], len = cu[b + 1] - cu[b], nch = (len + C - 1) / C;
     const int NB = BV / 16, nk = dk / 16;
     /* Two warps split each Vn tile's dk sum (BV = 16 has fewer tiles than
      * warps); the same at every BV, so sums do not depend on it. */
@@ -1355,17 +1377,15 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
     __shared__ int first;
     hk_tc_p_smem s;
     hk_tc_p_carve(&s, smem, dk, C, BV, LO, 2);
-    const int h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
+    const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
+    const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
+    const int ts = pa.ts, len = pa.len, nch = pa.nch;
+    const bool is_tc = pa.is_tc;
+    float *Sg = pa.Sg;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g8 = lane >> 2, t4 = lane & 3;
-    const bool is_tc = (int)blockIdx.x * BV >= dv;
-    const int col0 = is_tc ? blockIdx.x * BV - dv : blockIdx.x * BV;
     const int ldf = BV + HK_PAD32, ldh = BV + HK_PAD16, ldk = dk + HK_PAD16;
     const size_t ldq = (size_t)Hk * dk;
-    const int ldg = is_tc ? dk : dv;
-    float *Sg =
-        is_tc ? tcs[b] + (size_t)h * dk * dk : states[b] + (size_t)h * dk * dv;
-    const int ts = cu[b], len = cu[b + 1] - cu[b], nch = (len + C - 1) / C;
     const uint16_t *kh0 = in.k + (size_t)kh * dk;
     const uint16_t *kl0 = LO && !fast ? in.kl + (size_t)kh * dk : NULL;
     const bool split = !fast, klo = LO && !fast;

@@ -1346,8 +1346,9 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * Kernel P keeps the state tile in shared memory as f32 and splits it to
  * bf16 there every chunk, and goes through shared memory for each wmma
  * tile, with three barriers a chunk: each chunk step is latency, not
- * arithmetic (~2M MACs a chunk and block on tensor cores). Kernel R holds
- * the state as mma.sync accumulators, FlashAttention-2's way (hk_ptx.h):
+ * arithmetic (0.5-1.6M MACs a chunk and block at dk = 128, BV = 32, fast
+ * or split, on tensor cores). Kernel R holds the state as mma.sync
+ * accumulators, FlashAttention-2's way (hk_ptx.h):
  * 4 warps, warp w the state rows w dk / 4 .. (MT = dk / 64 tiles of 16
  * rows) across the BV columns. Per chunk:
  *   1. the state (the chunk's starting one) to shared memory as bf16 hi

@@ -186,8 +186,8 @@ static __global__ void __launch_bounds__(HK_FA_THREADS)
     hk_fa_smem s;
     hk_fa_carve(&s, smem, ldh, SPLIT);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = blockIdx.y;
     const hk_att_rows rw(HK_FA_M, T, Hq, Hkv, hd);
+    const int g = rw.g;
     const size_t ldkv = (size_t)Hkv * hd;
     /* Row rr of the block in q and o (NULL past the last row). */
     auto qrow = [&](int rr) -> const float * {
@@ -490,8 +490,8 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
     __nv_bfloat16 *sV = sK + 2 * NS * KP;                    // [2][NS][BK, LD]
     int *sLim = (int *)(smem + NS * (L::Q + 4 * L::KV));     // [M]
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = blockIdx.y;
     const hk_att_rows rw(HK_F2_M, T, Hq, Hkv, hd);
+    const int g = rw.g;
 
     if (tid < HK_F2_M)
         sLim[tid] = rw.keys(qpos, tid);

@@ -217,8 +217,8 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
     int *sLim = (int *)(smem + L::Q + 2 * (size_t)TILE * 2); // [M]
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3; /* warpgroup, its warp */
-    const int g = blockIdx.y;
     const hk_att_rows rw(HK_F3_M, T, Hq, Hkv, hd);
+    const int g = rw.g;
 
     if (tid < HK_F3_M)
         sLim[tid] = rw.keys(qpos, tid);
@@ -416,8 +416,7 @@ int hk_attention_f3(int overlap, float *o, const float *q, const int *qpos,
          hk_f3_launch<256, false>},
         {hk_f3_launch<64, true>, hk_f3_launch<128, true>,
          hk_f3_launch<256, true>}};
-    return f[overlap != 0][HD == 64    ? 0
-                           : HD == 128 ? 1
-                                       : 2](o, q, qpos, k, v, T, N, Hq, Hkv, hd,
-                                            scale, scratch, vec, stream);
+    const int i = HD == 64 ? 0 : HD == 128 ? 1 : 2;
+    return f[overlap != 0][i](o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale,
+                              scratch, vec, stream);
 }

@@ -771,6 +771,28 @@ static __host__ __device__ size_t hk_tc_b_carve(hk_tc_b_smem *s,
     return at;
 }
 
+/* A state pass block's place (kernels B, P and R): BV columns from col0
+ * of the state (or, is_tc, of T_C) of value head h (key head kh) of
+ * sequence b, from column block blockIdx.x of [S | Tc], blockIdx.y and
+ * blockIdx.z; Sg its matrix (row stride ldg); the sequence's tokens ts..,
+ * len of them in nch chunks. */
+struct hk_tc_pass_at {
+    bool is_tc;
+    int h, b, kh, col0, ldg, ts, len, nch;
+    float *Sg;
+    __device__ hk_tc_pass_at(float *const *states, float *const *tcs,
+                             const int *cu, int BV, int Hk, int Hv, int dk,
+                             int dv, int C)
+        : is_tc((int)blockIdx.x * BV >= dv), h((int)blockIdx.y),
+          b((int)blockIdx.z), kh(h / (Hv / Hk)),
+          col0((int)blockIdx.x * BV - (is_tc ? dv : 0)), ldg(is_tc ? dk : dv),
+          ts(cu[b]), len(cu[b + 1] - cu[b]), nch((len + C - 1) / C),
+          Sg(is_tc ? tcs[b] + (size_t)h * dk * dk
+                   : states[b] + (size_t)h * dk * dv)
+    {
+    }
+};
+
 /* Kernel B: column block blockIdx.x of [S | Tc] (dv / BV of S, then
  * dk / BV of Tc), value head blockIdx.y, sequence blockIdx.z. */
 template <int BV, bool LO>
@@ -783,16 +805,14 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
     __shared__ int first;
     hk_tc_b_smem s;
     hk_tc_b_carve(&s, smem, dk, C, BV, LO);
-    const int h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
+    const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
+    const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
+    const int ts = pa.ts, len = pa.len, nch = pa.nch;
+    const bool is_tc = pa.is_tc;
+    float *Sg = pa.Sg;
     const int tid = threadIdx.x, warp = tid >> 5, nwarps = blockDim.x >> 5;
-    const bool is_tc = (int)blockIdx.x * BV >= dv;
-    const int col0 = is_tc ? blockIdx.x * BV - dv : blockIdx.x * BV;
     const int ldf = BV + HK_PAD32, ldh = BV + HK_PAD16, ldk = dk + HK_PAD16;
     const size_t ldq = (size_t)Hk * dk, ldo = (size_t)Hv * dv;
-    const int ldg = is_tc ? dk : dv;
-    float *Sg =
-        is_tc ? tcs[b] + (size_t)h * dk * dk : states[b] + (size_t)h * dk * dv;
-    const int ts = cu[b], len = cu[b + 1] - cu[b], nch = (len + C - 1) / C;
     const int NB = BV / 16;
 
     if (tid == 0)
@@ -1133,30 +1153,6 @@ hk_tc_p_fetch_chunk(const hk_tc_p_smem &s, const hk_tc_ws &ws,
     hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, bf, hc0 + c,
                   min(C, len - c * C), dk, dv, C, BV, col0, is_tc, fast);
 }
-
-/* A state pass block's place (kernels P and R): BV columns from col0 of
- * the state (or, is_tc, of T_C) of value head h (key head kh) of sequence
- * b, from column block blockIdx.x of [S | Tc], blockIdx.y and blockIdx.z;
- * Sg its matrix (row stride ldg); the sequence's tokens ts.., len of them
- * in nch chunks. */
-struct hk_tc_pass_at {
-    int h, b, kh, col0, ldg, ts, len, nch;
-    bool is_tc;
-    float *Sg;
-    __device__ hk_tc_pass_at(float *const *states, float *const *tcs,
-                             const int *cu, int BV, int Hk, int Hv, int dk,
-                             int dv, int C)
-        : h((int)blockIdx.y), b((int)blockIdx.z), kh(h / (Hv / Hk)),
-          col0((int)blockIdx.x * BV >= dv ? (int)blockIdx.x * BV - dv
-                                          : (int)blockIdx.x * BV),
-          ldg((int)blockIdx.x * BV >= dv ? dk : dv), ts(cu[b]),
-          len(cu[b + 1] - cu[b]), nch((len + C - 1) / C),
-          is_tc((int)blockIdx.x * BV >= dv),
-          Sg(is_tc ? tcs[b] + (size_t)h * dk * dk
-                   : states[b] + (size_t)h * dk * dv)
-    {
-    }
-};
 
 /* Kernel P: column block blockIdx.x of [S | Tc], value head blockIdx.y,
  * sequence blockIdx.z. LO: K has lo parts (f32 inputs). nbuf = 2: the next
@@ -1514,7 +1510,9 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
                     }
                     hk_split_bf16x2(en * v0, en * v1, &hi, &lo);
                     *reinterpret_cast<uint32_t *>(s.Xh + row * ldh + col) = hi;
-                    *reinterpret_cast<uint32_t *>(s.Xl + row * ldh + col) = lo;
+                    if (split)
+                        *reinterpret_cast<uint32_t *>(s.Xl + row * ldh + col) =
+                            lo;
                 }
             }
         }

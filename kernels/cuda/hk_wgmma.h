@@ -39,6 +39,17 @@
 
 #include <stdint.h>
 
+/* The descriptor of a shared-memory operand at shared address a (both
+ * builds): start, LBO and SBO in 16-byte units, base offset and swizzle
+ * mode 0. */
+static __host__ __device__ __forceinline__ uint64_t
+hk_wgmma_desc_pack(uint32_t a, uint32_t lbo, uint32_t sbo)
+{
+    return (uint64_t)((a & 0x3ffffu) >> 4) |
+           (uint64_t)((lbo >> 4) & 0x3fffu) << 16 |
+           (uint64_t)((sbo >> 4) & 0x3fffu) << 32;
+}
+
 #ifdef HK_EMU_CUDA_RUNTIME_H
 #include <wgmma.h> /* emu/wgmma.h */
 #else
@@ -57,10 +68,18 @@ static __device__ __forceinline__ uint64_t hk_wgmma_desc(const void *p,
                                                          uint32_t lbo,
                                                          uint32_t sbo)
 {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((a & 0x3ffffu) >> 4) |
-           (uint64_t)((lbo >> 4) & 0x3fffu) << 16 |
-           (uint64_t)((sbo >> 4) & 0x3fffu) << 32;
+    return hk_wgmma_desc_pack((uint32_t)__cvta_generic_to_shared(p), lbo, sbo);
+}
+
+/* Keeps the compiler from moving accesses of x across this point. */
+static __device__ __forceinline__ void hk_wgmma_hold(float &x)
+{
+    asm volatile("" : "+f"(x)::"memory");
+}
+
+static __device__ __forceinline__ void hk_wgmma_hold(uint32_t &x)
+{
+    asm volatile("" : "+r"(x)::"memory");
 }
 
 #if HK_WGMMA_ARCH
@@ -83,17 +102,6 @@ static __device__ __forceinline__ void hk_wgmma_commit(void)
 template <int N> static __device__ __forceinline__ void hk_wgmma_wait(void)
 {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-
-/* Keeps the compiler from moving accesses of x across this point. */
-static __device__ __forceinline__ void hk_wgmma_hold(float &x)
-{
-    asm volatile("" : "+f"(x)::"memory");
-}
-
-static __device__ __forceinline__ void hk_wgmma_hold(uint32_t &x)
-{
-    asm volatile("" : "+r"(x)::"memory");
 }
 
 /* D[64, 64] (+)= A B: A 64 x 16 and B 16 x 64 by their descriptors. */
@@ -233,8 +241,6 @@ static __device__ __forceinline__ void hk_fence_proxy_async(void) {}
 static __device__ __forceinline__ void hk_wgmma_fence(void) {}
 static __device__ __forceinline__ void hk_wgmma_commit(void) {}
 template <int N> static __device__ __forceinline__ void hk_wgmma_wait(void) {}
-static __device__ __forceinline__ void hk_wgmma_hold(float &) {}
-static __device__ __forceinline__ void hk_wgmma_hold(uint32_t &) {}
 #define HK_WGMMA_TRAP(name, ...)                                               \
     static __device__ __forceinline__ void name(__VA_ARGS__)                   \
     {                                                                          \

@@ -1369,20 +1369,6 @@ typedef struct {
     int T, N, Hq, Hkv, hd, rot;
 } att_shape_t;
 
-/* FLASH3 (wgmma) runs on a compute capability 9.0 device only (the
- * emulator is one); elsewhere its checks are skipped, saying so once. */
-static int flash3_here(void)
-{
-    static int here = -1;
-    if (here < 0) {
-        here = hk_cuda_compute_capability() == 90;
-        if (!here)
-            tap_diag("  flash3 skipped: compute capability %d, not 9.0",
-                     hk_cuda_compute_capability());
-    }
-    return here;
-}
-
 static void test_attention(void)
 {
     /* qpos: prefill from 0, a prompt over a cache (the last T of N), a
@@ -1486,6 +1472,20 @@ static void test_attention(void)
         free(ogate);
         free(scr);
     }
+}
+
+/* FLASH3 (wgmma) runs on a compute capability 9.0 device only (the
+ * emulator is one); elsewhere its checks are skipped, saying so once. */
+static int flash3_here(void)
+{
+    static int here = -1;
+    if (here < 0) {
+        here = hk_cuda_compute_capability() == 90;
+        if (!here)
+            tap_diag("  flash3 skipped: compute capability %d, not 9.0",
+                     hk_cuda_compute_capability());
+    }
+    return here;
 }
 
 /* FLASH3 at every padded head dim against the CPU at the bf16 bound, and

@@ -181,6 +181,16 @@ static inline uint3 hk_emu_tidx(void)
                  t / (hk_emu.bdim.x * hk_emu.bdim.y)};
 }
 
+/* HK_EMU_ORDER=reverse: threads run in reverse tid order between
+ * barriers, and the asynchronous copies and products take the other end
+ * of their window (emu/ptx.h, emu/wgmma.h). Read once. */
+static inline bool hk_emu_reverse(void)
+{
+    static const bool r = getenv("HK_EMU_ORDER") &&
+                          strcmp(getenv("HK_EMU_ORDER"), "reverse") == 0;
+    return r;
+}
+
 static inline void hk_emu_yield(void)
 {
     hk_emu_thread &t = hk_emu.th[hk_emu.cur];
@@ -202,19 +212,26 @@ static inline void __syncthreads(void)
         hk_emu_yield();
 }
 
+/* Barrier of the n threads of a part of the block (count and gen: its
+ * arrivals and its generation). */
+static inline void hk_emu_part_bar(int *count, int *gen, int n)
+{
+    const int g = *gen;
+    hk_emu.progress++;
+    if (++*count == n) {
+        *count = 0;
+        ++*gen;
+        return;
+    }
+    while (*gen == g)
+        hk_emu_yield();
+}
+
 /* Barrier of the 32 lanes of the caller's warp. */
 static inline void hk_emu_warp_bar(void)
 {
     const int w = hk_emu.cur / 32;
-    const int g = hk_emu.wgen[w];
-    hk_emu.progress++;
-    if (++hk_emu.wcount[w] == 32) {
-        hk_emu.wcount[w] = 0;
-        hk_emu.wgen[w]++;
-        return;
-    }
-    while (hk_emu.wgen[w] == g)
-        hk_emu_yield();
+    hk_emu_part_bar(&hk_emu.wcount[w], &hk_emu.wgen[w], 32);
 }
 
 /* The caller's queue of asynchronous operations of type T (emu/ptx.h's
@@ -251,15 +268,7 @@ template <class T> static inline void hk_emu_async_commit(void)
 static inline void hk_emu_group_bar(void)
 {
     const int w = hk_emu.cur / 128;
-    const int g = hk_emu.ggen[w];
-    hk_emu.progress++;
-    if (++hk_emu.gcount[w] == 128) {
-        hk_emu.gcount[w] = 0;
-        hk_emu.ggen[w]++;
-        return;
-    }
-    while (hk_emu.ggen[w] == g)
-        hk_emu_yield();
+    hk_emu_part_bar(&hk_emu.gcount[w], &hk_emu.ggen[w], 128);
 }
 
 static inline void __syncwarp(unsigned mask = 0xffffffffu)
@@ -438,8 +447,7 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
     hk_emu.dyn_size = smem;
     hk_emu.shared_seen.clear();
     hk_emu.shared_static = 0;
-    const bool reverse = getenv("HK_EMU_ORDER") &&
-                         strcmp(getenv("HK_EMU_ORDER"), "reverse") == 0;
+    const bool reverse = hk_emu_reverse();
     const std::function<void()> body = f;
     hk_emu.body = &body;
     hk_emu.nthreads = (int)nt;

@@ -154,9 +154,7 @@ static inline void hk_cp_async16(void *dst, const void *src, int src_bytes)
                 src_bytes);
         abort();
     }
-    static const bool eager = getenv("HK_EMU_ORDER") &&
-                              strcmp(getenv("HK_EMU_ORDER"), "reverse") == 0;
-    if (eager) {
+    if (hk_emu_reverse()) {
         memcpy(dst, src, (size_t)src_bytes);
         memset((char *)dst + src_bytes, 0, (size_t)(16 - src_bytes));
         return;

@@ -57,10 +57,8 @@ static inline uint64_t hk_wgmma_desc(const void *p, uint32_t lbo, uint32_t sbo)
                 p, lbo, sbo);
         abort();
     }
-    const uint32_t a = (uint32_t)(q - hk_emu.dyn_smem);
-    return (uint64_t)((a & 0x3ffffu) >> 4) |
-           (uint64_t)((lbo >> 4) & 0x3fffu) << 16 |
-           (uint64_t)((sbo >> 4) & 0x3fffu) << 32;
+    /* the offset into the launch's shared memory is its shared address */
+    return hk_wgmma_desc_pack((uint32_t)(q - hk_emu.dyn_smem), lbo, sbo);
 }
 
 /* Element (mn, k) of the shared-memory operand d describes. */
@@ -118,13 +116,6 @@ static inline void hk_emu_wg_compute(hk_emu_wg_pending &p)
     p.done = true;
 }
 
-static inline bool hk_emu_wg_eager(void)
-{
-    static const bool reverse = getenv("HK_EMU_ORDER") &&
-                                strcmp(getenv("HK_EMU_ORDER"), "reverse") == 0;
-    return !reverse;
-}
-
 /* The collective: op 1 (A by descriptor) or 2 (A in registers a). */
 static inline void hk_emu_wgmma(int op, int n, float *d, const uint32_t *a,
                                 uint64_t da, uint64_t db, int acc)
@@ -172,7 +163,7 @@ static inline void hk_emu_wgmma(int op, int n, float *d, const uint32_t *a,
                 }
         }
     }
-    if (hk_emu_wg_eager())
+    if (!hk_emu_reverse())
         hk_emu_wg_compute(p);
     hk_emu_async<hk_emu_wg_pending>().open.push_back(p);
     /* nobody overwrites this generation's table before all have read it:

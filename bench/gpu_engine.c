@@ -4,7 +4,8 @@
  * through the engine's own paths on the backend --device names.
  *
  *   build/bench/gpu_engine --model DIR [--device cpu|cuda[:N]]
- *       [--tokens 4096,16384] [--batch 1,16,64,256] [--decode 32]
+ *       [--dtype auto|f32|bf16] [--tokens 4096,16384] [--batch 1,16,64,256]
+ * [--decode 32]
  *       [--pic 4x4096,8x4096] [--tsv FILE] [--budget SECONDS]
  *       [--reps 3] [--piece 1024] [--prompt 16] [--lead 32] [--query 32]
  *       [--seam 8] [--name TAG] [--profile 0|1]
@@ -57,6 +58,7 @@
 
 typedef struct {
     const char *model, *device, *tsv, *name;
+    hp_compute_t dtype; /* --dtype (hp_model_set_compute) */
     int tokens[MAX_LIST], n_tokens;
     int batch[MAX_LIST], n_batch;
     int pic_k[MAX_LIST], pic_n[MAX_LIST], n_pic;
@@ -574,8 +576,9 @@ static int parse_pic(const char *s, int *k, int *n, int max)
 static int usage(void)
 {
     fprintf(stderr,
-            "usage: gpu_engine --model DIR [--device cpu|cuda[:N]] [--tokens "
-            "4096,16384]\n       [--batch 1,16,64,256] [--decode N] [--pic "
+            "usage: gpu_engine --model DIR [--device cpu|cuda[:N]] [--dtype "
+            "auto|f32|bf16]\n       [--tokens 4096,16384] [--batch "
+            "1,16,64,256] [--decode N] [--pic "
             "4x4096,8x4096] [--tsv FILE]\n       [--budget S] [--reps R] "
             "[--piece P] [--prompt N] [--lead N] [--query N]\n       [--seam "
             "W] [--name TAG] [--profile 0|1]\n");
@@ -603,7 +606,10 @@ static int parse(opts_t *o, int argc, char **argv)
             o->model = v;
         else if (!strcmp(a, "--device"))
             o->device = v;
-        else if (!strcmp(a, "--tsv"))
+        else if (!strcmp(a, "--dtype")) {
+            if (hp_compute_parse(v, &o->dtype))
+                return usage();
+        } else if (!strcmp(a, "--tsv"))
             o->tsv = v;
         else if (!strcmp(a, "--name"))
             o->name = v;
@@ -733,6 +739,7 @@ int main(int argc, char **argv)
         return bench_fail(&err);
     if (hp_llm_load_on(&b.llm, o.model, b.be, &err) != HP_OK)
         return bench_fail(&err);
+    hp_model_set_compute(&b.llm.model, o.dtype);
     const hp_model_config_t *c = &b.llm.model.cfg;
     hp_fwd_plan_t plan = plan_of(&o);
     if (hp_fwd_ws_init(&b.ws, &b.llm.model, &plan, &err) != HP_OK)
@@ -750,12 +757,13 @@ int main(int argc, char **argv)
     }
     const size_t *wb = b.llm.model.weight_bytes;
     printf("# %s on %s: %d layers, hidden %d, vocab %d; weights f32 %.0f MB, "
-           "bf16 %.0f MB; loaded in %.1f s; workspace %.0f MB (piece %d, "
-           "batch %d, context %d)\n",
+           "bf16 %.0f MB; operands %s; loaded in %.1f s; workspace %.0f MB "
+           "(piece %d, batch %d, context %d)\n",
            o.model, hp_backend_name(b.be), c->n_layers, c->hidden,
            c->vocab_size, wb[HK_W_F32] / 1e6, wb[HK_W_BF16] / 1e6,
-           bench_now() - b.t0, hp_fwd_ws_bytes(&b.llm.model, &plan) / 1e6,
-           plan.max_tokens, plan.max_batch, plan.max_ctx);
+           hp_prec_name(b.llm.model.prec), bench_now() - b.t0,
+           hp_fwd_ws_bytes(&b.llm.model, &plan) / 1e6, plan.max_tokens,
+           plan.max_batch, plan.max_ctx);
     printf("# median of %d; decode: %d steps after %d-token prompts; pic: "
            "lead %d + k x n + query %d, seam %d\n",
            o.reps, o.decode, o.prompt, o.lead, o.query, o.seam);

@@ -578,7 +578,9 @@ static const char *chunk_op(int v, char *buf, size_t n)
  * median of 5 profiled calls per launch, one row each, op
  * "phase_<op>.<launch>" (split: the f32 entry's q/k/v split; A: kernel A;
  * P: the state pass, B for v1; O: the outputs). The rows' sum is about
- * the op's own row (the events add a little). */
+ * the op's own row (the events add a little). The pass's row notes the
+ * kernels that ran (hk_cuda_gdn_tc_kernels: R where the state pass ran in
+ * registers). */
 static void chunk_phases(const char *op, const char *model, const char *params,
                          chunk_ctx *c)
 {
@@ -596,6 +598,11 @@ static void chunk_phases(const char *op, const char *model, const char *params,
         CK(hk_cuda_gdn_tc_phases(ms[r]));
     }
     CK(hk_cuda_gdn_tc_profile(0));
+    char kn[48] = "kernels ";
+    if (hk_cuda_gdn_tc_kernels(kn + 8, sizeof kn - 8, c->T, 1, c->Hk, c->Hv,
+                               c->dk, c->dv, CHUNK, c->kind == CH_F32MMA, c->tc,
+                               c->flags))
+        kn[0] = 0;
     for (int i = 0; i < HK_CUDA_GDN_TC_PHASES; i++) {
         if ((i == 0 && c->kind == CH_BF16) || (i == 3 && v1))
             continue; /* not launched */
@@ -605,7 +612,8 @@ static void chunk_phases(const char *op, const char *model, const char *params,
         qsort(x, (size_t)reps, sizeof(double), cmp_dbl);
         char name[64];
         snprintf(name, sizeof name, "phase_%s.%s", op, names[i]);
-        emit(name, model, params, x[reps / 2], reps, -1, -1, -1, NULL);
+        emit(name, model, params, x[reps / 2], reps, -1, -1, -1,
+             i == 2 ? kn : NULL);
     }
 }
 

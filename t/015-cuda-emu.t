@@ -175,7 +175,7 @@ tap_all("$work/test_cuda_peer qwen35-dense",
 # token everywhere.
 SKIP: {
     my $why = python_module('numpy');
-    skip $why, 3 if $why;
+    skip $why, 4 if $why;
     my $prompt = 'The capital of Zorvia is Quellam, by the sea. Water boils '
         . 'at one hundred degrees. The capital of Zorvia is';
     my $rc = 0;
@@ -226,6 +226,22 @@ PY
        . '), greedy tokens the same')
         or diag("rc $rc, same " . ($same // '?') . ', ran ' . ($ran // '?'));
     # bf16 operands as FLASH2, its own kernel (the emulator is an H100)
+    # --dtype picks them without HYPIC_CUDA_ATT: bf16 is FLASH2, auto on
+    # this f32 checkpoint FLASH2X (the CLI through the model's precision to
+    # the backend's kernel), bit for bit
+    my $rcd = 0;
+    for my $dt (qw(bf16 auto)) {
+        system("env -u HYPIC_CUDA_ATT HK_EMU_ORDER=forward $work/hypic-engine "
+               . "logits --model models/test/qwen35-dense --device cuda "
+               . "--dtype $dt --all --prompt '$prompt' "
+               . "--out $work/lg-dtype-$dt.st >/dev/null 2>&1");
+        $rcd ||= $?;
+    }
+    ok($rc == 0 && $rcd == 0
+       && system("cmp -s $work/lg-dtype-bf16.st $work/lg-cuda-flash2.st") == 0
+       && system("cmp -s $work/lg-dtype-auto.st $work/lg-cuda-flash2x.st") == 0,
+       'logits --dtype bf16: FLASH2\'s logits bit for bit; --dtype auto on an '
+       . 'f32 checkpoint: FLASH2X\'s');
     ok($rc == 0 && $same && $ran3 && $ef3 > $ef && $ef3 <= 5e-3,
        "logits --device cuda with FLASH3 prefill: within 5e-3 of the CPU's "
        . '(' . ($ef3 // '?') . '; FLASH2 ' . ($ef2 // '?') . '), greedy tokens '

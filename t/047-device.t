@@ -3,7 +3,8 @@
 # usage error (exit 2) naming the choices; cuda without a device, or in a
 # build without CUDA, is a clear error (exit 1), never a crash; where a
 # device exists, cuda gives the CPU's greedy text. The same for serve's
-# flag and its config-file key.
+# flag and its config-file key. --dtype (auto, f32, bf16: what a device may
+# round to bf16) is checked the same way; on the CPU it changes nothing.
 
 use strict;
 use warnings;
@@ -60,6 +61,23 @@ if ($st == 0) {
 } else {
     ok($st == 1 && $err =~ /device cuda:0: (no CUDA device|this program was built without CUDA)/,
        "cuda without a device: a clear error ($err)");
+}
+
+for my $dt (qw(auto f32 bf16)) {
+    my ($s, $g, $o) = run_engine(@gen, '--dtype', $dt);
+    ok($s == 0 && !$g && $o eq $want, "--dtype $dt on the CPU: the same text");
+}
+{
+    my ($s, $g, undef, $e) = run_engine(@gen, '--dtype', 'fp16');
+    ok($s == 2 && !$g && $e =~ /--dtype is auto, f32 or bf16, not 'fp16'/,
+       "--dtype fp16: usage error ($e)");
+    my $dir = private_dir('dtype-serve');
+    open my $f, '>', "$dir/conf" or die;
+    print $f "model $model\nsocket $dir/s\ndtype half\n";
+    close $f;
+    ($s, $g, undef, $e) = run_engine('serve', '--config', "$dir/conf");
+    ok($s == 2 && !$g && $e =~ /conf:3: dtype is auto, f32 or bf16, not 'half'/,
+       "serve: the config key dtype is checked ($e)");
 }
 
 SKIP: {

@@ -60,7 +60,9 @@
 # first skip the batched decode (--batch '', prefill and PIC only) and
 # label their rows' shapes TAG@MODE (e.g. "auto tc_bf16": the bf16 prefill
 # beside the default, each against the same transformers+FLA rows); a
-# mode GDN+ATT also sets HYPIC_CUDA_ATT (e.g. tc_bf16+flash2x);
+# mode GDN+ATT also sets HYPIC_CUDA_ATT (e.g. tc_bf16+flash2x; the
+# default on a bf16 checkpoint is --dtype auto's bf16 attention, FLASH2:
+# auto+flash2x times the f32-accurate one beside it);
 # DC_PYTHON runs gpu_engine_ref.py (python3: it needs torch and
 # transformers).
 set -uo pipefail
@@ -201,11 +203,14 @@ parity() {
     echo "|---|---|---|"
     for m in models/test/* models/default; do
         [ -f "$m/config.json" ] || continue
-        # pic: two documents captured, then spliced warm (seam 3)
+        # pic: two documents captured, then spliced warm (seam 3); f32
+        # operands on the device too (a bf16 checkpoint's default, bf16
+        # attention, is the engine rows' below: this checks the port)
         for mode in full pic; do
             rows=$((rows + 1))
             gen=("${run[@]}" build-device/hypic-engine generate --model "$m"
-                --max-tokens 16 --temperature 0 --mode "$mode" --seam 3)
+                --max-tokens 16 --temperature 0 --mode "$mode" --seam 3
+                --dtype f32)
             if [ "$mode" = pic ]; then
                 gen+=(--prompt "Notes.<|pic_sep|>$doc${doc/Paris/Lyon}The capital of France is")
             else

@@ -404,6 +404,79 @@ void hp_backend_linear_acc(const hp_backend_t *b, float *y, const float *x,
     CALL(HP_OP_LINEAR_ACC, linear, y, x, w, n, 1);
 }
 
+void hp_backend_linear_n(const hp_backend_t *b, float *const *y, const float *x,
+                         const hk_weight_t *const *w, int k, int n)
+{
+    int same = 1; /* one input: every matrix as wide */
+    for (int i = 1; i < k; i++)
+        same &= w[i]->cols == w[0]->cols;
+    if (!b->iface->linear_n || !same) {
+        for (int i = 0; i < k; i++)
+            hp_backend_linear(b, y[i], x, w[i], n);
+        return;
+    }
+    count((unsigned long)k, 0); /* k projections, as k linear calls */
+    b->iface->linear_n(b, y, x, w, k, n);
+}
+
+/* The made-then-projected ops: a backend's own, counted as the two ops
+ * they are made of, or those two ops. */
+void hp_backend_rmsnorm_linear_n(const hp_backend_t *b, float *const *ys,
+                                 float *y, const float *x, const float *nw,
+                                 const hk_weight_t *const *w, int k, int T,
+                                 float eps)
+{
+    int same = 1;
+    for (int i = 1; i < k; i++)
+        same &= w[i]->cols == w[0]->cols;
+    if (!b->iface->rmsnorm_linear_n || !same) {
+        hp_backend_rmsnorm(b, y, x, nw, T, w[0]->cols, eps);
+        hp_backend_linear_n(b, ys, y, w, k, T);
+        return;
+    }
+    count(1 + (unsigned long)k, 0);
+    b->iface->rmsnorm_linear_n(b, ys, y, x, nw, w, k, T, eps);
+}
+
+void hp_backend_rmsnorm_gated_linear_acc(const hp_backend_t *b, float *x,
+                                         float *o, const float *z,
+                                         const float *gw, int rows, int dim,
+                                         float eps, const hk_weight_t *w, int T)
+{
+    if (!b->iface->rmsnorm_gated_linear_acc) {
+        hp_backend_rmsnorm_gated(b, o, o, z, gw, rows, dim, eps);
+        hp_backend_linear_acc(b, x, o, w, T);
+        return;
+    }
+    count(2, 0);
+    b->iface->rmsnorm_gated_linear_acc(b, x, o, z, gw, rows, dim, eps, w, T);
+}
+
+void hp_backend_gate_mul_linear_acc(const hp_backend_t *b, float *x, float *o,
+                                    const float *gate, const hk_weight_t *w,
+                                    int T)
+{
+    if (!b->iface->gate_mul_linear_acc) {
+        hp_backend_gate_mul(b, o, gate, (size_t)T * w->cols);
+        hp_backend_linear_acc(b, x, o, w, T);
+        return;
+    }
+    count(2, 0);
+    b->iface->gate_mul_linear_acc(b, x, o, gate, w, T);
+}
+
+void hp_backend_swiglu_linear_acc(const hp_backend_t *b, float *x, float *g,
+                                  const float *u, const hk_weight_t *w, int T)
+{
+    if (!b->iface->swiglu_linear_acc) {
+        hp_backend_swiglu(b, g, g, u, (size_t)T * w->cols);
+        hp_backend_linear_acc(b, x, g, w, T);
+        return;
+    }
+    count(2, 0);
+    b->iface->swiglu_linear_acc(b, x, g, u, w, T);
+}
+
 void hp_backend_embed(const hp_backend_t *b, float *x, const hk_weight_t *w,
                       const int *ids, int T)
 {
@@ -619,17 +692,17 @@ void hp_backend_rope_shift(const hp_backend_t *b, float *x, int delta, int T,
 void hp_backend_attention(const hp_backend_t *b, float *o, const float *q,
                           const int *qpos, const float *k, const float *v,
                           int T, int N, int Hq, int Hkv, int hd, float scale,
-                          float *scratch)
+                          hp_prec_t prec, float *scratch)
 {
     CALL(HP_OP_ATTENTION, attention, o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale,
-         scratch);
+         prec, scratch);
 }
 
 size_t hp_backend_attention_scratch(const hp_backend_t *b, int T, int N, int Hq,
-                                    int Hkv, int hd)
+                                    int Hkv, int hd, hp_prec_t prec)
 {
     return b->iface->attention_scratch
-               ? b->iface->attention_scratch(b, T, N, Hq, Hkv, hd)
+               ? b->iface->attention_scratch(b, T, N, Hq, Hkv, hd, prec)
                : 0;
 }
 

@@ -224,6 +224,35 @@ void hp_backend_linear(const hp_backend_t *b, float *y, const float *x,
                        const hk_weight_t *w, int n);
 void hp_backend_linear_acc(const hp_backend_t *b, float *y, const float *x,
                            const hk_weight_t *w, int n);
+/* y[i] = x . W[i]^T for k matrices of one input (the same cols): a layer's
+ * in-projections. The results of k hp_backend_linear calls; a device
+ * rounds x to bf16 once for its bf16 matrices, not once each. */
+void hp_backend_linear_n(const hp_backend_t *b, float *const *y, const float *x,
+                         const hk_weight_t *const *w, int k, int n);
+/* A projection's input made by an op, then the projection(s): the results
+ * of the two ops each names, except that the input made (y, o, g) is
+ * scratch afterwards: where the matrices are all bf16, a device writes it
+ * straight to their bf16 operand, rounded as the projection would, and
+ * never as f32 (no copy written and read back). */
+/* hp_backend_rmsnorm(y, x, nw, T, w[0]->cols, eps), hp_backend_linear_n. */
+void hp_backend_rmsnorm_linear_n(const hp_backend_t *b, float *const *ys,
+                                 float *y, const float *x, const float *nw,
+                                 const hk_weight_t *const *w, int k, int T,
+                                 float eps);
+/* hp_backend_rmsnorm_gated(o, o, z, gw, rows, dim, eps), then
+ * hp_backend_linear_acc(x, o, w, T). */
+void hp_backend_rmsnorm_gated_linear_acc(const hp_backend_t *b, float *x,
+                                         float *o, const float *z,
+                                         const float *gw, int rows, int dim,
+                                         float eps, const hk_weight_t *w,
+                                         int T);
+/* hp_backend_gate_mul(o, gate, T w->cols), hp_backend_linear_acc(x, o). */
+void hp_backend_gate_mul_linear_acc(const hp_backend_t *b, float *x, float *o,
+                                    const float *gate, const hk_weight_t *w,
+                                    int T);
+/* hp_backend_swiglu(g, g, u, T w->cols), hp_backend_linear_acc(x, g). */
+void hp_backend_swiglu_linear_acc(const hp_backend_t *b, float *x, float *g,
+                                  const float *u, const hk_weight_t *w, int T);
 /* x[t, :] = W[ids[t], :] as f32; ids [T] host. */
 void hp_backend_embed(const hp_backend_t *b, float *x, const hk_weight_t *w,
                       const int *ids, int T);
@@ -356,14 +385,21 @@ void hp_backend_rope(const hp_backend_t *b, float *x, const int *pos, int T,
 /* Keys at positions a re-rotated to a + delta. */
 void hp_backend_rope_shift(const hp_backend_t *b, float *x, int delta, int T,
                            int nh, int hd, int rot, double theta);
+/* The operand precision an op may take where the backend has a choice
+ * (the attention prefill): F32 keeps f32-level accuracy (~1e-5); BF16 lets
+ * it round q, k, p and v to bf16, a bf16 checkpoint's own numerics (as
+ * transformers runs it), where that is faster (a device: FLASH2 instead of
+ * FLASH2X, kernels/cuda/hk_cuda.h). The CPU computes in f32 either way. */
+typedef enum { HP_PREC_F32 = 0, HP_PREC_BF16 = 1 } hp_prec_t;
+
 /* Causal GQA attention of q[T, Hq, hd] at qpos [T] (host) over k, v
- * [N, Hkv, hd] (cached and new); o [T, Hq, hd]. */
+ * [N, Hkv, hd] (cached and new) at precision prec; o [T, Hq, hd]. */
 void hp_backend_attention(const hp_backend_t *b, float *o, const float *q,
                           const int *qpos, const float *k, const float *v,
                           int T, int N, int Hq, int Hkv, int hd, float scale,
-                          float *scratch);
+                          hp_prec_t prec, float *scratch);
 size_t hp_backend_attention_scratch(const hp_backend_t *b, int T, int N, int Hq,
-                                    int Hkv, int hd);
+                                    int Hkv, int hd, hp_prec_t prec);
 /* One query for each of B requests over its own cache: q, o [B, Hq, hd];
  * kcs, vcs [B] host arrays of backend pointers; n_ctx [B] host (request r
  * attends keys 0..n_ctx[r]-1). scratch: attention_scratch(1, max n_ctx). */

@@ -241,18 +241,21 @@ static void cpu_rope_shift(be_t b, float *x, int delta, int T, int nh, int hd,
 
 static void cpu_attention(be_t b, float *o, const float *q, const int *qpos,
                           const float *k, const float *v, int T, int N, int Hq,
-                          int Hkv, int hd, float scale, float *scratch)
+                          int Hkv, int hd, float scale, hp_prec_t prec,
+                          float *scratch)
 {
     (void)b;
+    (void)prec; /* f32 either way: rounding would buy the CPU nothing */
     hk_attention(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scratch);
 }
 
 static size_t cpu_attention_scratch(be_t b, int T, int N, int Hq, int Hkv,
-                                    int hd)
+                                    int hd, hp_prec_t prec)
 {
     (void)b;
     (void)Hkv;
     (void)hd;
+    (void)prec;
     return hk_attention_scratch(T, N, Hq);
 }
 

@@ -512,6 +512,36 @@ static void *stage(be_t b, const void *src, size_t bytes)
 
 /* ---- ops ---------------------------------------------------------------- */
 
+/* The bf16 staging of a projection's input, need elements at least: grown
+ * as needed; NULL (noted) when it cannot be. */
+static uint16_t *cu_xb(be_t b, size_t need)
+{
+    cuda_t *c = ctx(b);
+    if (need > c->xb_cap) {
+        hk_cuda_free(c->xb);
+        c->xb = NULL;
+        c->xb_cap = 0;
+        int rc = hk_cuda_malloc((void **)&c->xb, need * sizeof(uint16_t));
+        if (rc != HK_CUDA_OK) {
+            note(b, rc, "linear (bf16 staging)");
+            return NULL;
+        }
+        c->xb_cap = need;
+    }
+    return c->xb;
+}
+
+/* A bf16 projection of the staged input (cu_xb's, rounded already). */
+static void cu_linear_staged(be_t b, float *y, const hk_weight_t *w, int n,
+                             int acc)
+{
+    cuda_t *c = ctx(b);
+    note(b,
+         hk_cuda_matmul_bf16(y, NULL, w->data, n, w->cols, w->rows, acc, c->xb,
+                             c->blas, NULL),
+         "linear (bf16)");
+}
+
 static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
                       int n, int acc)
 {
@@ -544,22 +574,111 @@ static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
         cu_fail(b, acc ? HP_OP_LINEAR_ACC : HP_OP_LINEAR);
         return;
     }
-    size_t need = (size_t)n * w->cols;
-    if (need > c->xb_cap) {
-        hk_cuda_free(c->xb);
-        c->xb = NULL;
-        c->xb_cap = 0;
-        int rc = hk_cuda_malloc((void **)&c->xb, need * sizeof(uint16_t));
-        if (rc != HK_CUDA_OK) {
-            note(b, rc, "linear (bf16 staging)");
-            return;
+    uint16_t *xb = cu_xb(b, (size_t)n * w->cols);
+    if (xb)
+        note(b,
+             hk_cuda_matmul_bf16(y, x, w->data, n, w->cols, w->rows, acc, xb,
+                                 c->blas, NULL),
+             "linear (bf16)");
+}
+
+/* Matrices of one input: x rounded to bf16 once, by the first bf16 one's
+ * call, for every bf16 one (the staging holds it: same cols). */
+static void cu_linear_n(be_t b, float *const *y, const float *x,
+                        const hk_weight_t *const *w, int k, int n)
+{
+    int rounded = 0;
+    for (int i = 0; i < k; i++) {
+        if (w[i]->dtype == HK_W_BF16 && rounded) {
+            cu_linear_staged(b, y[i], w[i], n, 0);
+            continue;
         }
-        c->xb_cap = need;
+        rounded |= w[i]->dtype == HK_W_BF16;
+        cu_linear(b, y[i], x, w[i], n, 0);
     }
-    note(b,
-         hk_cuda_matmul_bf16(y, x, w->data, n, w->cols, w->rows, acc, c->xb,
-                             c->blas, NULL),
-         "linear (bf16)");
+}
+
+/* The staging for n rows of matrices w[0..k) (one input, same cols) when
+ * every one is bf16, else NULL: a producer may write their input to it. */
+static uint16_t *cu_xb_for(be_t b, const hk_weight_t *const *w, int k, int n)
+{
+    for (int i = 0; i < k; i++)
+        if (w[i]->dtype != HK_W_BF16)
+            return NULL;
+    return cu_xb(b, (size_t)n * w[0]->cols);
+}
+
+/* The producers of a projection's input (backend.h): straight to its bf16
+ * staging where the matrices are bf16 (the f32 kernels' output rounded,
+ * bit for bit: hk_norm.cu), else the two ops. */
+static void cu_rmsnorm(be_t b, float *y, const float *x, const float *w,
+                       int rows, int dim, float eps);
+static void cu_rmsnorm_gated(be_t b, float *y, const float *x, const float *z,
+                             const float *w, int rows, int dim, float eps);
+static void cu_swiglu(be_t b, float *y, const float *g, const float *u,
+                      size_t n);
+static void cu_gate_mul(be_t b, float *o, const float *gate, size_t n);
+
+static void cu_rmsnorm_linear_n(be_t b, float *const *ys, float *y,
+                                const float *x, const float *nw,
+                                const hk_weight_t *const *w, int k, int T,
+                                float eps)
+{
+    const int H = w[0]->cols;
+    uint16_t *xb = cu_xb_for(b, w, k, T);
+    if (!xb) {
+        cu_rmsnorm(b, y, x, nw, T, H, eps);
+        cu_linear_n(b, ys, y, w, k, T);
+        return;
+    }
+    note(b, hk_cuda_rmsnorm_zc_bf16(xb, x, nw, T, H, eps, NULL), "rmsnorm");
+    for (int i = 0; i < k; i++)
+        cu_linear_staged(b, ys[i], w[i], T, 0);
+}
+
+static void cu_rmsnorm_gated_linear_acc(be_t b, float *x, float *o,
+                                        const float *z, const float *gw,
+                                        int rows, int dim, float eps,
+                                        const hk_weight_t *w, int T)
+{
+    uint16_t *xb = cu_xb_for(b, &w, 1, T);
+    if (!xb) {
+        cu_rmsnorm_gated(b, o, o, z, gw, rows, dim, eps);
+        cu_linear(b, x, o, w, T, 1);
+        return;
+    }
+    note(b, hk_cuda_rmsnorm_gated_bf16(xb, o, z, gw, rows, dim, eps, NULL),
+         "rmsnorm_gated");
+    cu_linear_staged(b, x, w, T, 1);
+}
+
+static void cu_gate_mul_linear_acc(be_t b, float *x, float *o,
+                                   const float *gate, const hk_weight_t *w,
+                                   int T)
+{
+    const size_t n = (size_t)T * w->cols;
+    uint16_t *xb = cu_xb_for(b, &w, 1, T);
+    if (!xb) {
+        cu_gate_mul(b, o, gate, n);
+        cu_linear(b, x, o, w, T, 1);
+        return;
+    }
+    note(b, hk_cuda_gate_mul_bf16(xb, o, gate, n, NULL), "gate_mul");
+    cu_linear_staged(b, x, w, T, 1);
+}
+
+static void cu_swiglu_linear_acc(be_t b, float *x, float *g, const float *u,
+                                 const hk_weight_t *w, int T)
+{
+    const size_t n = (size_t)T * w->cols;
+    uint16_t *xb = cu_xb_for(b, &w, 1, T);
+    if (!xb) {
+        cu_swiglu(b, g, g, u, n);
+        cu_linear(b, x, g, w, T, 1);
+        return;
+    }
+    note(b, hk_cuda_swiglu_bf16(xb, g, u, n, NULL), "swiglu");
+    cu_linear_staged(b, x, w, T, 1);
 }
 
 static void cu_embed(be_t b, float *x, const hk_weight_t *w, const int *ids,
@@ -830,18 +949,27 @@ static void cu_rope_shift(be_t b, float *x, int delta, int T, int nh, int hd,
          "rope_shift");
 }
 
-/* The prefill kernel is HYPIC_CUDA_ATT's (hk_cuda_attention_ex); with
- * scratch for FLASH2's bf16 copies of k and v (FLASH2X's hi and lo
- * halves, FLASH3's bf16 tiles) when that is the choice. */
+/* The prefill's kernels by precision: the defaults for f32 and bf16
+ * operands (FLASH2X, FLASH2), or HYPIC_CUDA_ATT's for both. */
+static hk_cuda_att_impl_t cu_att_impl(hp_prec_t prec)
+{
+    return prec == HP_PREC_BF16 ? HK_CUDA_ATT_DEFAULT_BF16
+                                : HK_CUDA_ATT_DEFAULT;
+}
+
+/* The prefill (hk_cuda_attention_ex); with scratch for FLASH2's bf16
+ * copies of k and v (FLASH2X's hi and lo halves, FLASH3's bf16 tiles)
+ * when that is the choice. */
 static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
                          const float *k, const float *v, int T, int N, int Hq,
-                         int Hkv, int hd, float scale, float *scratch)
+                         int Hkv, int hd, float scale, hp_prec_t prec,
+                         float *scratch)
 {
     stage_begin(b);
     const int *d = stage(b, qpos, (size_t)T * sizeof(int));
     if (d)
         note(b,
-             hk_cuda_attention_ex(HK_CUDA_ATT_DEFAULT, o, q, d, k, v, T, N, Hq,
+             hk_cuda_attention_ex(cu_att_impl(prec), o, q, d, k, v, T, N, Hq,
                                   Hkv, hd, scale, scratch, NULL),
              "attention");
 }
@@ -855,10 +983,10 @@ static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
  * < 8 SMs, so B Hq splits < 8 SMs Hq whatever B and Hkv are, each split
  * keeping 2 + hd floats per query head. */
 static size_t cu_attention_scratch(be_t b, int T, int N, int Hq, int Hkv,
-                                   int hd)
+                                   int hd, hp_prec_t prec)
 {
     if (T != 1)
-        return hk_cuda_attention_scratch(HK_CUDA_ATT_DEFAULT, N, Hkv, hd);
+        return hk_cuda_attention_scratch(cu_att_impl(prec), N, Hkv, hd);
     return (size_t)8 * ctx(b)->sms * Hq * (2 + HK_CUDA_ATT_TC_MAX_HD);
 }
 
@@ -875,7 +1003,7 @@ static void cu_attention_decode(be_t b, float *o, const float *q,
     /* flash-decoding needs the scratch its split takes: the plan's (see
      * cu_attention_scratch) unless the head dim is past its bound */
     float *scr = hk_cuda_attention_decode_scratch(B, Hq, Hkv, hd) <=
-                         cu_attention_scratch(b, 1, 0, Hq, Hkv, hd)
+                         cu_attention_scratch(b, 1, 0, Hq, Hkv, hd, HP_PREC_F32)
                      ? scratch
                      : NULL;
     if (dk && dv && dn)
@@ -1083,6 +1211,11 @@ static const hp_backend_i cuda_iface = {
     .profile_start = cu_profile_start,
     .profile_stop = cu_profile_stop,
     .linear = cu_linear,
+    .linear_n = cu_linear_n,
+    .rmsnorm_linear_n = cu_rmsnorm_linear_n,
+    .rmsnorm_gated_linear_acc = cu_rmsnorm_gated_linear_acc,
+    .gate_mul_linear_acc = cu_gate_mul_linear_acc,
+    .swiglu_linear_acc = cu_swiglu_linear_acc,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
     .rmsnorm_gated = cu_rmsnorm_gated,

@@ -52,6 +52,20 @@ typedef struct {
     /* ops (all optional) */
     void (*linear)(be_t b, float *y, const float *x, const hk_weight_t *w,
                    int n, int acc);
+    /* (optional: else linear k times) */
+    void (*linear_n)(be_t b, float *const *y, const float *x,
+                     const hk_weight_t *const *w, int k, int n);
+    /* (optional, each: else the two ops it is made of, backend.h) */
+    void (*rmsnorm_linear_n)(be_t b, float *const *ys, float *y, const float *x,
+                             const float *nw, const hk_weight_t *const *w,
+                             int k, int T, float eps);
+    void (*rmsnorm_gated_linear_acc)(be_t b, float *x, float *o, const float *z,
+                                     const float *gw, int rows, int dim,
+                                     float eps, const hk_weight_t *w, int T);
+    void (*gate_mul_linear_acc)(be_t b, float *x, float *o, const float *gate,
+                                const hk_weight_t *w, int T);
+    void (*swiglu_linear_acc)(be_t b, float *x, float *g, const float *u,
+                              const hk_weight_t *w, int T);
     void (*embed)(be_t b, float *x, const hk_weight_t *w, const int *ids,
                   int T);
     void (*rmsnorm)(be_t b, float *y, const float *x, const float *w, int rows,
@@ -109,8 +123,10 @@ typedef struct {
                        int rot, double theta);
     void (*attention)(be_t b, float *o, const float *q, const int *qpos,
                       const float *k, const float *v, int T, int N, int Hq,
-                      int Hkv, int hd, float scale, float *scratch);
-    size_t (*attention_scratch)(be_t b, int T, int N, int Hq, int Hkv, int hd);
+                      int Hkv, int hd, float scale, hp_prec_t prec,
+                      float *scratch);
+    size_t (*attention_scratch)(be_t b, int T, int N, int Hq, int Hkv, int hd,
+                                hp_prec_t prec);
     void (*attention_decode)(be_t b, float *o, const float *q,
                              const float *const *kcs, const float *const *vcs,
                              const int *n_ctx, int B, int Hq, int Hkv, int hd,

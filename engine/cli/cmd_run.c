@@ -42,7 +42,7 @@ typedef struct {
 static void usage(const char *cmd)
 {
     printf("usage: hypic-engine %s --model DIR (--prompt S | --prompt-file F)"
-           " [--device cpu|cuda[:N]]%s\n",
+           " [--device cpu|cuda[:N]]\n       [--dtype auto|f32|bf16]%s\n",
            cmd,
            !strcmp(cmd, "generate")
                ? " [--max-tokens N] [--temperature T] [--top-p P]\n"
@@ -113,6 +113,8 @@ static int run_prefill(run_t *r, int argc, char **argv, const char *cmd,
     }
     rc = hp_llm_load_on(&r->llm, r->o.model, r->be, &err);
     r->loaded = rc == HP_OK;
+    if (rc == HP_OK)
+        hp_model_set_compute(&r->llm.model, (hp_compute_t)r->o.dtype);
     if (rc == HP_OK)
         rc = hp_prompt_build(&r->prompt, &r->llm, text, len, r->o.separator,
                              &err);

@@ -494,13 +494,17 @@ int hp_cmd_serve(int argc, char **argv)
         rc = 1;
         goto out;
     }
+    hp_compute_t dtype = HP_COMPUTE_AUTO;
+    hp_compute_parse(c->str[HP_SO_DTYPE], &dtype); /* checked: or unset */
+    hp_model_set_compute(&llm.model, dtype);
     const size_t *wb = llm.model.weight_bytes;
     logf_(&sv.log, HP_LOG_INFO,
           "model %s loaded on %s (%d layers, hidden %d; weights f32 %zu "
-          "MiB, bf16 %zu MiB, int8 %zu MiB)",
+          "MiB, bf16 %zu MiB, int8 %zu MiB; operands %s, dtype %s)",
           dir, hp_backend_name(be), llm.model.cfg.n_layers,
           llm.model.cfg.hidden, wb[HK_W_F32] >> 20, wb[HK_W_BF16] >> 20,
-          wb[HK_W_I8] >> 20);
+          wb[HK_W_I8] >> 20, hp_prec_name(llm.model.prec),
+          c->str[HP_SO_DTYPE] ? c->str[HP_SO_DTYPE] : "auto");
     if (hp_chat_load(&chat, dir, &err) != HP_OK) {
         fprintf(stderr, "hypic-engine serve: %s\n", err.msg);
         rc = 1;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/model/model.h"
+
 static int want_int(const char *cmd, const char *flag, const char *v, int lo,
                     int hi, int *out)
 {
@@ -65,6 +67,16 @@ int hp_cli_parse(hp_cli_opts_t *o, int argc, char **argv, const char *cmd)
             o->model = v;
         } else if (!strcmp(a, "--device")) {
             o->device = v; /* checked when opened (hp_backend_open) */
+        } else if (!strcmp(a, "--dtype")) {
+            hp_compute_t d;
+            if (hp_compute_parse(v, &d)) {
+                fprintf(stderr,
+                        "hypic-engine %s: --dtype is auto, f32 or bf16, "
+                        "not '%s'\n",
+                        cmd, v);
+                return -1;
+            }
+            o->dtype = (int)d;
         } else if (!strcmp(a, "--prompt") || !strcmp(a, "--text")) {
             o->text = v;
         } else if (!strcmp(a, "--prompt-file") || !strcmp(a, "--file")) {

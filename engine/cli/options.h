@@ -14,6 +14,7 @@ typedef struct {
     const char *separator; /* --separator S */
     const char *decode;    /* --decode recurrent|chunkwise|auto */
     const char *device;    /* --device cpu|cuda|cuda:N */
+    int dtype;             /* --dtype auto|f32|bf16 (hp_compute_t) */
     int all;               /* --all */
     int cold;              /* --cold */
     int seam;              /* --seam W */

@@ -34,6 +34,9 @@ static const opt_t opts[HP_SO_N] = {
      "model id (default: DIR's last part)"},
     {"device", T_STR, 0, 0, 0, 0, "DEV",
      "cpu | cuda | cuda:N, where the model runs (default cpu)"},
+    {"dtype", T_STR, 0, 0, 0, 0, "T",
+     "auto | f32 | bf16: bf16 lets a device round attention's operands as "
+     "a bf16 checkpoint does (default auto: the checkpoint's)"},
     {"socket", T_STR, 0, 0, 0, 0, "PATH", "unix socket nginx connects to"},
     {"redis", T_STR, 0, 0, 0, 0, "HOST:PORT", "global segment index"},
     {"node", T_STR, 0, 0, 0, 0, "ID", "this node's id (default node-1)"},
@@ -236,6 +239,10 @@ static int check(hp_serve_cfg_t *c, const int *line, char *msg, size_t cap)
         return fail(msg, cap,
                     "%sdecode is recurrent, chunkwise or auto, not '%s'",
                     where[HP_SO_DECODE], d);
+    hp_compute_t dt;
+    if (c->str[HP_SO_DTYPE] && hp_compute_parse(c->str[HP_SO_DTYPE], &dt))
+        return fail(msg, cap, "%sdtype is auto, f32 or bf16, not '%s'",
+                    where[HP_SO_DTYPE], c->str[HP_SO_DTYPE]);
     c->log_level = HP_LOG_INFO;
     if (c->str[HP_SO_LOG_LEVEL]) {
         c->log_level = -1;

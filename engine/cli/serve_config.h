@@ -15,6 +15,7 @@ enum {
     HP_SO_MODEL,
     HP_SO_MODEL_ID,
     HP_SO_DEVICE,
+    HP_SO_DTYPE,
     HP_SO_SOCKET,
     HP_SO_REDIS,
     HP_SO_NODE,

@@ -16,8 +16,8 @@
 
 /* ---- Gated DeltaNet mixer (reference §3) ------------------------------- */
 
-int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
-                     const float *y, int T, hp_fwd_lin_t *b, hp_error_t *err)
+int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
+                     const float *x, int T, hp_fwd_lin_t *b, hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
@@ -37,10 +37,10 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
         !b->g || !b->o)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    hp_backend_linear(m->be, b->qkv, y, &w->in_qkv, T);
-    hp_backend_linear(m->be, b->z, y, &w->in_z, T);
-    hp_backend_linear(m->be, b->beta, y, &w->in_b, T);
-    hp_backend_linear(m->be, b->g, y, &w->in_a, T);
+    float *const ys[] = {b->qkv, b->z, b->beta, b->g};
+    const hp_mat_t *const mats[] = {&w->in_qkv, &w->in_z, &w->in_b, &w->in_a};
+    hp_backend_rmsnorm_linear_n(m->be, ys, y, x, w->input_norm, mats, 4, T,
+                                c->rms_eps);
     return HP_OK;
 }
 
@@ -103,9 +103,9 @@ void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
-    hp_backend_rmsnorm_gated(m->be, b->o, b->o, b->z, w->gnorm,
-                             T * c->lin_v_heads, c->lin_v_dim, c->rms_eps);
-    hp_backend_linear_acc(m->be, x, b->o, &w->out_proj, T);
+    hp_backend_rmsnorm_gated_linear_acc(m->be, x, b->o, b->z, w->gnorm,
+                                        T * c->lin_v_heads, c->lin_v_dim,
+                                        c->rms_eps, &w->out_proj, T);
 }
 
 /* kvp: the sequence's KVBuffer pool when its buffers are open (DESIGN §5):
@@ -114,7 +114,7 @@ void hp_fwd_lin_end(const hp_model_t *m, int l, const hp_fwd_lin_t *b, float *x,
  * folds the buffer into S first and runs as before. (Draft verification
  * is forward_batch.c's.) */
 static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
-                        hp_fwd_ws_t *ws, const float *y, float *x, int T,
+                        hp_fwd_ws_t *ws, float *y, float *x, int T,
                         const hp_jumps_t *jumps, hp_kvbuf_pool_t *kvp,
                         hp_error_t *err)
 {
@@ -138,7 +138,7 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
         if (rc != HP_OK)
             return rc;
     }
-    int rc = hp_fwd_lin_begin(m, l, ws, y, T, &b, err);
+    int rc = hp_fwd_lin_begin(m, l, ws, y, x, T, &b, err);
     if (rc != HP_OK)
         return rc;
     if (T == 1 && !jumps && !kb) {
@@ -202,8 +202,8 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
 
 /* ---- gated full attention (reference §4) ------------------------------- */
 
-int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
-                     const float *y, const int *pos, int T, hp_fwd_att_t *b,
+int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
+                     const float *x, const int *pos, int T, hp_fwd_att_t *b,
                      hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
@@ -221,9 +221,10 @@ int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
     if (!P || !b->q || !b->gate || !b->k || !b->v || !b->o)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
 
-    hp_backend_linear(m->be, P, y, &w->q_proj, T);
-    hp_backend_linear(m->be, b->k, y, &w->k_proj, T);
-    hp_backend_linear(m->be, b->v, y, &w->v_proj, T);
+    float *const ys[] = {P, b->k, b->v};
+    const hp_mat_t *const mats[] = {&w->q_proj, &w->k_proj, &w->v_proj};
+    hp_backend_rmsnorm_linear_n(m->be, ys, y, x, w->input_norm, mats, 3, T,
+                                c->rms_eps);
     /* q_proj rows are per head [query hd | gate hd] (reference §2.4). */
     hp_backend_split_heads(m->be, b->q, b->gate, NULL, P, T * Hq, hd, hd, 0);
     hp_backend_rmsnorm(m->be, b->q, b->q, w->q_norm, T * Hq, hd, c->rms_eps);
@@ -252,28 +253,26 @@ void hp_fwd_att_seq(const hp_model_t *m, hp_seq_layer_t *sl,
     hp_backend_attention(m->be, b->o + (size_t)row0 * qd,
                          b->q + (size_t)row0 * qd, pos + row0, sl->k, sl->v, T,
                          n_ctx, Hq, c->n_kv_heads, hd, 1.0f / sqrtf((float)hd),
-                         scratch);
+                         m->prec, scratch);
 }
 
 void hp_fwd_att_end(const hp_model_t *m, int l, const hp_fwd_att_t *b, float *x,
                     int T)
 {
-    const hp_model_config_t *c = &m->cfg;
-    size_t qd = (size_t)c->n_heads * c->head_dim;
-    hp_backend_gate_mul(m->be, b->o, b->gate, (size_t)T * qd);
-    hp_backend_linear_acc(m->be, x, b->o, &m->layers[l].o_proj, T);
+    hp_backend_gate_mul_linear_acc(m->be, x, b->o, b->gate,
+                                   &m->layers[l].o_proj, T);
 }
 
 static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
-                      hp_fwd_ws_t *ws, const float *y, float *x, const int *pos,
+                      hp_fwd_ws_t *ws, float *y, float *x, const int *pos,
                       int T, int n_ctx, hp_error_t *err)
 {
     hp_fwd_att_t b;
-    int rc = hp_fwd_att_begin(m, l, ws, y, pos, T, &b, err);
-    float *scr = hp_fwd_buf(
-        ws, B_SCRATCH,
-        hp_backend_attention_scratch(m->be, T, n_ctx, m->cfg.n_heads,
-                                     m->cfg.n_kv_heads, m->cfg.head_dim));
+    int rc = hp_fwd_att_begin(m, l, ws, y, x, pos, T, &b, err);
+    float *scr = hp_fwd_buf(ws, B_SCRATCH,
+                            hp_backend_attention_scratch(
+                                m->be, T, n_ctx, m->cfg.n_heads,
+                                m->cfg.n_kv_heads, m->cfg.head_dim, m->prec));
     if (rc != HP_OK)
         return rc;
     if (!scr)
@@ -286,27 +285,37 @@ static int full_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
 /* ---- MLP (reference §5.3, §5.4) ----------------------------------------- */
 
 /* x += down(silu(gate y) * up y), the hidden rows scaled by row_scale
- * (sigmoid'ed when sigm) where given. */
+ * (sigmoid'ed when sigm) where given. With norm, y is made first as
+ * rmsnorm(x) with it (with the up projections: y is scratch then), else
+ * read. */
 static int dense_mlp(const hp_model_t *m, const hp_mat_t *gw,
                      const hp_mat_t *uw, const hp_mat_t *dw, hp_fwd_ws_t *ws,
-                     const float *y, float *x, int T, const float *row_scale,
-                     int sigm, hp_error_t *err)
+                     float *y, float *x, int T, const float *row_scale,
+                     int sigm, const float *norm, hp_error_t *err)
 {
     int I = gw->rows;
     float *g = hp_fwd_buf(ws, B_GATE, (size_t)T * I);
     float *u = hp_fwd_buf(ws, B_UP, (size_t)T * I);
     if (!g || !u)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
-    hp_backend_linear(m->be, g, y, gw, T);
-    hp_backend_linear(m->be, u, y, uw, T);
+    float *const ys[] = {g, u};
+    const hp_mat_t *const mats[] = {gw, uw};
+    if (norm)
+        hp_backend_rmsnorm_linear_n(m->be, ys, y, x, norm, mats, 2, T,
+                                    m->cfg.rms_eps);
+    else
+        hp_backend_linear_n(m->be, ys, y, mats, 2, T);
+    if (!row_scale) {
+        hp_backend_swiglu_linear_acc(m->be, x, g, u, dw, T);
+        return HP_OK;
+    }
     hp_backend_swiglu(m->be, g, g, u, (size_t)T * I);
-    if (row_scale)
-        hp_backend_scale_rows(m->be, g, row_scale, T, I, sigm);
+    hp_backend_scale_rows(m->be, g, row_scale, T, I, sigm);
     hp_backend_linear_acc(m->be, x, g, dw, T);
     return HP_OK;
 }
 
-static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
+static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
                    float *x, int T, hp_error_t *err)
 {
     const hp_model_config_t *c = &m->cfg;
@@ -338,7 +347,7 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
         hp_backend_moe_gather(m->be, xg, y, rows + o, n, H);
         hp_backend_memset0(m->be, eo, (size_t)n * H * sizeof(float));
         int rc = dense_mlp(m, &w->exp_gate[e], &w->exp_up[e], &w->exp_down[e],
-                           ws, xg, eo, n, scale + o, 0, err);
+                           ws, xg, eo, n, scale + o, 0, NULL, err);
         if (rc != HP_OK)
             return rc;
         hp_backend_moe_scatter(m->be, x, eo, rows + o, n, H);
@@ -350,7 +359,7 @@ static int moe_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, const float *y,
         float *sg = wsel; /* T floats needed, T*K available */
         hp_backend_linear(m->be, sg, y, &gate, T);
         return dense_mlp(m, &w->sh_gate, &w->sh_up, &w->sh_down, ws, y, x, T,
-                         sg, 1, err);
+                         sg, 1, NULL, err);
     }
     return HP_OK;
 }
@@ -360,10 +369,11 @@ int hp_fwd_mlp(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y, float *x,
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
+    if (!c->layer_moe[l])
+        return dense_mlp(m, &w->gate, &w->up, &w->down, ws, y, x, T, NULL, 0,
+                         w->post_norm, err);
     hp_backend_rmsnorm(m->be, y, x, w->post_norm, T, c->hidden, c->rms_eps);
-    if (c->layer_moe[l])
-        return moe_mlp(m, l, ws, y, x, T, err);
-    return dense_mlp(m, &w->gate, &w->up, &w->down, ws, y, x, T, NULL, 0, err);
+    return moe_mlp(m, l, ws, y, x, T, err);
 }
 
 /* ---- the whole model --------------------------------------------------- */
@@ -423,8 +433,7 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
 
     rc = HP_OK;
     for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
-        const hp_layer_weights_t *w = &m->layers[l];
-        hp_backend_rmsnorm(m->be, y, x, w->input_norm, T, H, c->rms_eps);
+        /* each part norms its input itself (with its projections) */
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             rc = linear_mixer(m, l, &seq->layers[l], ws, y, x, T, jumps,
                               seq->kvpool, err);

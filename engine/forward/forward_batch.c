@@ -176,7 +176,7 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
         hp_fwd_buf(ws, B_SCRATCH,
                    hp_backend_gdn_step_scratch(m->be, p->live, Hk, Hv, dk, dv));
     hp_fwd_lin_t b;
-    int rc = hp_fwd_lin_begin(m, l, ws, y, p->rows, &b, err);
+    int rc = hp_fwd_lin_begin(m, l, ws, y, x, p->rows, &b, err);
     if (rc != HP_OK)
         return rc;
     if (!bufs || !sscr)
@@ -264,7 +264,7 @@ static int full_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
     size_t qd = (size_t)c->n_heads * hd, kvd = c->kv_row;
     float **kcs = hp_fwd_buf(ws, B_DECODE, 5 * (size_t)p->live);
     hp_fwd_att_t b;
-    int rc = hp_fwd_att_begin(m, l, ws, y, pos, p->rows, &b, err);
+    int rc = hp_fwd_att_begin(m, l, ws, y, x, pos, p->rows, &b, err);
     if (rc != HP_OK)
         return rc;
     if (!kcs)
@@ -466,8 +466,9 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
     size_t ascr = 1;
     for (int k = 0; k < p.live; k++) {
         int i = p.order[k];
-        size_t a = hp_backend_attention_scratch(
-            m->be, it[i].T, p.ctx[i], c->n_heads, c->n_kv_heads, c->head_dim);
+        size_t a =
+            hp_backend_attention_scratch(m->be, it[i].T, p.ctx[i], c->n_heads,
+                                         c->n_kv_heads, c->head_dim, m->prec);
         ascr = a > ascr ? a : ascr;
     }
     int *pos = hp_fwd_buf(ws, B_POS, (size_t)p.rows);
@@ -496,8 +497,7 @@ int hp_forward_batch(const hp_model_t *m, hp_fwd_item_t *it, int n,
 
     rc = HP_OK;
     for (int l = 0; l < c->n_layers && rc == HP_OK; l++) {
-        hp_backend_rmsnorm(m->be, y, x, m->layers[l].input_norm, p.rows, H,
-                           c->rms_eps);
+        /* each part norms its input itself (with its projections) */
         if (c->layer_kind[l] == HP_LAYER_LINEAR)
             rc = linear_step(m, l, ws, it, &p, y, x, err);
         else

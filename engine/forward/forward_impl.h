@@ -91,11 +91,12 @@ typedef struct {
     float *o;    /* [T, Hv, dv] */
 } hp_fwd_lin_t;
 
-/* Buffers for T rows, the four projections of y [T, hidden] (beta and g
+/* Buffers for T rows, the input norm of x [T, hidden] into y (scratch
+ * after: hp_backend_rmsnorm_linear_n), its four projections (beta and g
  * hold the raw b and a projections until the gates are formed:
  * hp_fwd_lin_split, or the fused hp_fwd_lin_step). HP_ENOMEM. */
-int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
-                     const float *y, int T, hp_fwd_lin_t *b, hp_error_t *err);
+int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
+                     const float *x, int T, hp_fwd_lin_t *b, hp_error_t *err);
 /* Rows [start, end) of one sequence: causal conv continuing from hist
  * [conv_dim, Kc-1] (updated), split into q, k, v, q and k L2-normalized
  * (q scaled by dk^-1/2). */
@@ -125,10 +126,10 @@ typedef struct {
     float *o;    /* [T, Hq, hd] */
 } hp_fwd_att_t;
 
-/* Buffers, projections of y, q/gate split, q/k norms, RoPE at pos[T].
- * HP_ENOMEM. */
-int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
-                     const float *y, const int *pos, int T, hp_fwd_att_t *b,
+/* Buffers, the input norm of x into y (scratch after), its projections,
+ * q/gate split, q/k norms, RoPE at pos[T]. HP_ENOMEM. */
+int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
+                     const float *x, const int *pos, int T, hp_fwd_att_t *b,
                      hp_error_t *err);
 /* Rows [row0, row0+T) of one sequence: K/V into its cache at their
  * positions. */

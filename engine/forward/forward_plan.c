@@ -64,9 +64,9 @@ static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
     int tmax = p->max_tokens > p->max_step ? p->max_tokens : p->max_step;
     size_t ascr =
         zmax(hp_backend_attention_scratch(be, 1, p->max_ctx, c->n_heads,
-                                          c->n_kv_heads, c->head_dim),
+                                          c->n_kv_heads, c->head_dim, m->prec),
              hp_backend_attention_scratch(be, tmax, p->max_ctx, c->n_heads,
-                                          c->n_kv_heads, c->head_dim));
+                                          c->n_kv_heads, c->head_dim, m->prec));
 
     memset(n, 0, B_COUNT * sizeof(size_t));
     n[B_X] = n[B_Y] = R * H;

@@ -891,7 +891,33 @@ int hp_model_load_on(hp_model_t *m, const char *dir, const hp_backend_t *be,
         rc = place_all(m, err);
     if (rc != HP_OK)
         hp_model_free(m);
+    else
+        hp_model_set_compute(m, HP_COMPUTE_AUTO);
     return rc;
+}
+
+void hp_model_set_compute(hp_model_t *m, hp_compute_t d)
+{
+    const size_t *wb = m->weight_bytes;
+    if (d == HP_COMPUTE_AUTO) /* a bf16 checkpoint (int8 ones included) */
+        d = wb[HK_W_BF16] && !wb[HK_W_F32] ? HP_COMPUTE_BF16 : HP_COMPUTE_F32;
+    m->prec = d == HP_COMPUTE_BF16 ? HP_PREC_BF16 : HP_PREC_F32;
+}
+
+int hp_compute_parse(const char *s, hp_compute_t *d)
+{
+    static const char *const names[] = {"auto", "f32", "bf16"};
+    for (int i = 0; s && i < 3; i++)
+        if (!strcmp(s, names[i])) {
+            *d = (hp_compute_t)i;
+            return 0;
+        }
+    return -1;
+}
+
+const char *hp_prec_name(hp_prec_t p)
+{
+    return p == HP_PREC_BF16 ? "bf16" : "f32";
 }
 
 void hp_model_free(hp_model_t *m)

@@ -24,6 +24,16 @@
 /* A row-major [rows, cols] matrix, PyTorch nn.Linear layout: y = W x. */
 typedef hk_weight_t hp_mat_t;
 
+/* The compute dtype asked for (--dtype, serve's `dtype`): AUTO is the
+ * checkpoint's (bf16 when every matrix is bf16, else f32); F32 keeps
+ * f32-level accuracy in every op; BF16 lets the ops that have a choice
+ * round their operands to bf16 (hp_prec_t: the attention prefill). */
+typedef enum {
+    HP_COMPUTE_AUTO = 0,
+    HP_COMPUTE_F32,
+    HP_COMPUTE_BF16
+} hp_compute_t;
+
 typedef struct {
     const float *input_norm; /* [H], zero-centred: scale by (1 + w) */
     const float *post_norm;  /* [H], zero-centred */
@@ -68,6 +78,7 @@ typedef struct {
     const float *final_norm;    /* [H], zero-centred */
     hp_mat_t lm_head;           /* [vocab, H]; the embedding when tied */
     size_t weight_bytes[3];     /* matrices (I8: with scales) by hk_wtype_t */
+    hp_prec_t prec;             /* the ops' operand precision (set_dtype) */
     hp_layer_weights_t *layers; /* [L] */
 
     /* The ids a sampler may choose, logits[0..sample_vocab): the
@@ -104,5 +115,13 @@ int hp_model_load(hp_model_t *m, const char *dir, hp_error_t *err);
 int hp_model_load_on(hp_model_t *m, const char *dir, const hp_backend_t *be,
                      hp_error_t *err);
 void hp_model_free(hp_model_t *m);
+
+/* Sets m's compute dtype (a load sets AUTO's); before any workspace is
+ * planned for m (its attention scratch depends on it). */
+void hp_model_set_compute(hp_model_t *m, hp_compute_t d);
+/* "auto", "f32" or "bf16" into *d: 0, or -1 for anything else. */
+int hp_compute_parse(const char *s, hp_compute_t *d);
+/* "f32" or "bf16". */
+const char *hp_prec_name(hp_prec_t p);
 
 #endif

@@ -52,6 +52,7 @@
 #include "engine/test/test_cpu_bf16.h"
 #include "engine/test/test_util.h"
 #include "kernels/cpu/hk_cpu.h"
+#include "t/lib/testrand.h"
 
 /* f32 sums in another order (cuBLAS, block reductions) */
 #define TOL_F32 2e-4
@@ -239,6 +240,9 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
         hp_model_free(&ref);
         return;
     }
+    /* the port against the CPU: f32 operands (a bf16 checkpoint's auto,
+     * bf16 attention, is FLASH2's: test_cuda_kernels, t/015) */
+    hp_model_set_compute(&m, HP_COMPUTE_F32);
     /* tc_bf16: the reference's chunk rounds q, k, v as the device's */
     int qkv = dev == cuda_bf16;
     hp_backend_i iface;
@@ -362,6 +366,157 @@ static void check_on(const char *dir, const char *name, const hp_backend_t *dev)
     free(b);
 }
 
+/* n floats of x on backend b. */
+static float *put(const hp_backend_t *b, const float *x, size_t n)
+{
+    float *d = hp_backend_alloc(b, n * sizeof(float));
+    if (d)
+        hp_backend_upload(b, d, x, n * sizeof(float));
+    return d;
+}
+
+/* A [rows, cols] bf16 matrix of random values on b. */
+static hk_weight_t put_bf16(const hp_backend_t *b, int rows, int cols)
+{
+    size_t n = (size_t)rows * cols;
+    uint16_t *h = malloc(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        h[i] = hk_bf16_from_f32((float)(0.3 * urand()));
+    void *d = hp_backend_alloc(b, n * sizeof(uint16_t));
+    hp_backend_upload(b, d, h, n * sizeof(uint16_t));
+    free(h);
+    return (hk_weight_t){d, NULL, HK_W_BF16, rows, cols, 0};
+}
+
+/* Whether n floats at a and b (on the device) are equal bit for bit. */
+static int same_dev(const hp_backend_t *be, const float *a, const float *b,
+                    size_t n)
+{
+    float *ha = malloc(n * sizeof(float)), *hb = malloc(n * sizeof(float));
+    hp_backend_download(be, ha, a, n * sizeof(float));
+    hp_backend_download(be, hb, b, n * sizeof(float));
+    int same = !memcmp(ha, hb, n * sizeof(float));
+    free(ha);
+    free(hb);
+    return same;
+}
+
+/* The made-then-projected ops (backend.h) on bf16 matrices, where the
+ * device writes the made input straight to the bf16 operand (its f32
+ * buffer never written: the fusion ran): the two ops they are made of,
+ * bit for bit, counted as those; with an f32 matrix among them (no
+ * fusion: y written), the same. */
+static void check_fused(const hp_backend_t *b)
+{
+    enum { T = 7, H = 48, R0 = 24, R1 = 16, I = 40, HV = 4, DV = 12 };
+    const float eps = 1e-6f;
+    float *hx = frand_amp((size_t)T * H, 2.0), *hn = frand_amp(H, 0.5);
+    float *hg = frand_amp((size_t)T * I, 3.0),
+          *hu = frand_amp((size_t)T * I, 2.0);
+    float *hz = frand_amp((size_t)T * HV * DV, 2.0), *hgw = frand_amp(DV, 1.0);
+    float *hw32 = frand_amp((size_t)R1 * H, 0.3);
+    float *x = put(b, hx, (size_t)T * H), *nw = put(b, hn, H);
+    float *gw = put(b, hgw, DV), *z = put(b, hz, (size_t)T * HV * DV);
+    float *w32 = put(b, hw32, (size_t)R1 * H);
+    hk_weight_t w0 = put_bf16(b, R0, H), w1 = put_bf16(b, R1, H);
+    hk_weight_t wf = {w32, NULL, HK_W_F32, R1, H, 0};
+    hk_weight_t wd = put_bf16(b, H, I), wo = put_bf16(b, H, HV * DV);
+    const size_t nx = (size_t)T * H, ng = (size_t)T * I;
+    float *y = hp_backend_alloc(b, nx * sizeof(float));
+    float *ya[2], *yb[2], *acc[2], *g[2], *o[2];
+    for (int i = 0; i < 2; i++) {
+        ya[i] = hp_backend_alloc(b, (size_t)T * R0 * sizeof(float));
+        yb[i] = hp_backend_alloc(b, (size_t)T * R0 * sizeof(float));
+        acc[i] = put(b, hx, nx); /* the residuals, equal */
+        g[i] = put(b, hg, ng);
+        o[i] = put(b, hz, (size_t)T * HV * DV);
+    }
+    float *u = put(b, hu, ng);
+    hp_error_t err = {0};
+    int good = 1;
+    float *zero = calloc(nx, sizeof(float));
+    for (int mixed = 0; mixed < 2; mixed++) {
+        const hk_weight_t *w[2] = {&w0, mixed ? &wf : &w1};
+        float *const fused[2] = {ya[0], yb[0]}, *const two[2] = {ya[1], yb[1]};
+        hp_backend_upload(b, y, zero, nx * sizeof(float));
+        unsigned long n0 = hp_backend_op_count(b);
+        hp_backend_rmsnorm_linear_n(b, fused, y, x, nw, w, 2, T, eps);
+        unsigned long n1 = hp_backend_op_count(b);
+        float *hy = malloc(nx * sizeof(float));
+        hp_backend_download(b, hy, y, nx * sizeof(float));
+        good &= !memcmp(hy, zero, nx * sizeof(float)) == !mixed;
+        free(hy);
+        hp_backend_rmsnorm(b, y, x, nw, T, H, eps);
+        hp_backend_linear_n(b, two, y, w, 2, T);
+        good &= hp_backend_op_count(b) - n1 == n1 - n0;
+        good &= same_dev(b, ya[0], ya[1], (size_t)T * R0) &&
+                same_dev(b, yb[0], yb[1], (size_t)T * R1);
+    }
+    ok(hp_backend_sync(b, &err) == HP_OK && good,
+       "rmsnorm_linear_n: rmsnorm then linear_n, bit for bit, as many ops "
+       "(bf16 matrices: y never written; one f32 among them: written)");
+    free(zero);
+
+    /* o and g: made in place by the two ops, left as given by the fused */
+    const size_t no = (size_t)T * HV * DV;
+    float *ho = put(b, hz, no), *hgd = put(b, hg, ng);
+    hp_backend_rmsnorm_gated_linear_acc(b, acc[0], o[0], z, gw, T * HV, DV, eps,
+                                        &wo, T);
+    hp_backend_rmsnorm_gated(b, o[1], o[1], z, gw, T * HV, DV, eps);
+    hp_backend_linear_acc(b, acc[1], o[1], &wo, T);
+    ok(hp_backend_sync(b, &err) == HP_OK && same_dev(b, acc[0], acc[1], nx) &&
+           same_dev(b, o[0], ho, no) && !same_dev(b, o[1], ho, no),
+       "rmsnorm_gated_linear_acc: the two ops' x, bit for bit (o untouched)");
+
+    hp_backend_upload(b, o[1], hz, no * sizeof(float)); /* o as given */
+    hp_backend_gate_mul_linear_acc(b, acc[0], o[0], z, &wo, T);
+    hp_backend_gate_mul(b, o[1], z, no);
+    hp_backend_linear_acc(b, acc[1], o[1], &wo, T);
+    ok(hp_backend_sync(b, &err) == HP_OK && same_dev(b, acc[0], acc[1], nx) &&
+           same_dev(b, o[0], ho, no) && !same_dev(b, o[1], ho, no),
+       "gate_mul_linear_acc: the two ops' x, bit for bit (o untouched)");
+
+    hp_backend_swiglu_linear_acc(b, acc[0], g[0], u, &wd, T);
+    hp_backend_swiglu(b, g[1], g[1], u, ng);
+    hp_backend_linear_acc(b, acc[1], g[1], &wd, T);
+    ok(hp_backend_sync(b, &err) == HP_OK && same_dev(b, acc[0], acc[1], nx) &&
+           same_dev(b, g[0], hgd, ng) && !same_dev(b, g[1], hgd, ng),
+       "swiglu_linear_acc: the two ops' x, bit for bit (g untouched)");
+    hp_backend_free(b, ho);
+    hp_backend_free(b, hgd);
+
+    void *all[] = {x,
+                   nw,
+                   gw,
+                   z,
+                   w32,
+                   (void *)w0.data,
+                   (void *)w1.data,
+                   (void *)wd.data,
+                   (void *)wo.data,
+                   y,
+                   u,
+                   ya[0],
+                   ya[1],
+                   yb[0],
+                   yb[1],
+                   acc[0],
+                   acc[1],
+                   g[0],
+                   g[1],
+                   o[0],
+                   o[1]};
+    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
+        hp_backend_free(b, all[i]);
+    free(hx);
+    free(hn);
+    free(hg);
+    free(hu);
+    free(hz);
+    free(hgw);
+    free(hw32);
+}
+
 static void check(const char *root, const char *name)
 {
     char dir[1024];
@@ -400,6 +555,7 @@ int main(int argc, char **argv)
         ok(0, "cuda:0 with HYPIC_CUDA_GDN=tc, scalar and tc_bf16: %s", err.msg);
         return tap_done();
     }
+    check_fused(cuda);
     if (argc > 1)
         check_dir(argv[1], argv[1]);
     /* the int8 checkpoints (the small grid: one) */

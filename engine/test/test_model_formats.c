@@ -54,13 +54,16 @@ typedef struct {
     const char *dir, *gold; /* model, and the model whose goldens apply */
     int dtype;              /* hk_wtype_t of its matrices */
     int group;              /* I8 */
+    hp_prec_t prec;         /* --dtype auto's operands */
 } case_t;
 
+/* auto: bf16 operands where the checkpoint was bf16 (the int8 MoE's
+ * matrices the quantizer left are bf16), f32 where it was f32 */
 static const case_t CASES[] = {
-    {"qwen35-moe", "qwen35-moe", HK_W_BF16, 0},
-    {"qwen35-dense-int8", "qwen35-dense", HK_W_I8, 32},
-    {"qwen35-moe-int8", "qwen35-moe", HK_W_I8, 32},
-    {"qwen3next-int8", "qwen3next", HK_W_I8, 32},
+    {"qwen35-moe", "qwen35-moe", HK_W_BF16, 0, HP_PREC_BF16},
+    {"qwen35-dense-int8", "qwen35-dense", HK_W_I8, 32, HP_PREC_F32},
+    {"qwen35-moe-int8", "qwen35-moe", HK_W_I8, 32, HP_PREC_BF16},
+    {"qwen3next-int8", "qwen3next", HK_W_I8, 32, HP_PREC_F32},
 };
 
 static const hp_st_tensor_t *want(const hp_st_file_t *g, const char *fmt, int i)
@@ -291,6 +294,17 @@ static void check_case(const char *root, const case_t *k)
        "%s: matrices %s in memory (%zu bytes; f32 %zu, bf16 %zu)", k->dir,
        k->dtype == HK_W_I8 ? "I8 + scales" : "BF16", m.weight_bytes[k->dtype],
        m.weight_bytes[HK_W_F32], m.weight_bytes[HK_W_BF16]);
+    hp_prec_t p[3];
+    p[0] = m.prec;
+    hp_model_set_compute(&m, HP_COMPUTE_F32);
+    p[1] = m.prec;
+    hp_model_set_compute(&m, HP_COMPUTE_BF16);
+    p[2] = m.prec;
+    hp_model_set_compute(&m, HP_COMPUTE_AUTO);
+    ok(p[0] == k->prec && p[1] == HP_PREC_F32 && p[2] == HP_PREC_BF16 &&
+           m.prec == k->prec,
+       "%s: --dtype auto takes %s operands (f32 and bf16 as asked)", k->dir,
+       hp_prec_name(k->prec));
     const int V = m.cfg.vocab_size;
     int np;
     n_rows(&g, &np);
@@ -367,10 +381,36 @@ static void check_case(const char *root, const case_t *k)
     hp_model_free(&m);
 }
 
+/* --dtype's names, nothing else; an f32 checkpoint's auto is f32. */
+static void check_compute(const char *root)
+{
+    hp_compute_t d[3] = {HP_COMPUTE_F32, HP_COMPUTE_AUTO, HP_COMPUTE_AUTO};
+    int rc[3] = {hp_compute_parse("auto", &d[0]),
+                 hp_compute_parse("f32", &d[1]),
+                 hp_compute_parse("bf16", &d[2])};
+    hp_compute_t x = HP_COMPUTE_F32;
+    ok(!rc[0] && !rc[1] && !rc[2] && d[0] == HP_COMPUTE_AUTO &&
+           d[1] == HP_COMPUTE_F32 && d[2] == HP_COMPUTE_BF16 &&
+           hp_compute_parse("fp16", &x) == -1 &&
+           hp_compute_parse("", &x) == -1 && hp_compute_parse(NULL, &x) == -1 &&
+           x == HP_COMPUTE_F32,
+       "--dtype: auto, f32 and bf16; fp16, empty and none refused");
+    char dir[1024];
+    hp_model_t m;
+    hp_error_t err = {0};
+    snprintf(dir, sizeof(dir), "%s/models/test/qwen35-dense", root);
+    if (ok(hp_model_load(&m, dir, &err) == HP_OK, "qwen35-dense loads")) {
+        ok(m.prec == HP_PREC_F32, "qwen35-dense (f32): --dtype auto takes f32 "
+                                  "operands");
+        hp_model_free(&m);
+    }
+}
+
 int main(void)
 {
     const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     hk_matmul_init();
+    check_compute(root);
     for (size_t k = 0; k < sizeof(CASES) / sizeof(CASES[0]); k++)
         check_case(root, &CASES[k]);
     return tap_done();

@@ -394,7 +394,15 @@ static int hk_att_args_ok(int rows, int Hq, int Hkv, int hd)
            hd <= HK_CUDA_ATT_MAX_HD && (long long)rows * Hq <= 2147483647LL;
 }
 
-/* DEFAULT: HYPIC_CUDA_ATT, read once (a thread-safe local static). */
+/* A default falls back where its kernel cannot run; a named kernel
+ * reports HK_CUDA_EINVAL there. */
+static bool hk_att_named(hk_cuda_att_impl_t impl)
+{
+    return impl != HK_CUDA_ATT_DEFAULT && impl != HK_CUDA_ATT_DEFAULT_BF16;
+}
+
+/* DEFAULT and DEFAULT_BF16: HYPIC_CUDA_ATT (read once, a thread-safe local
+ * static), else FLASH2X and FLASH2. */
 static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
 {
     static const char *const names[] = {"simple",    "flash",   "flash_bf16",
@@ -405,8 +413,18 @@ static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
                                  HK_CUDA_ATT_FLASH2X,    HK_CUDA_ATT_FLASH3,
                                  HK_CUDA_ATT_FLASH3_SEQ};
     static const hk_cuda_att_impl_t env = (hk_cuda_att_impl_t)hk_env_choice(
-        "HYPIC_CUDA_ATT", names, values, 7, HK_CUDA_ATT_FLASH2X);
-    return impl == HK_CUDA_ATT_DEFAULT ? env : impl;
+        "HYPIC_CUDA_ATT", names, values, 7, HK_CUDA_ATT_DEFAULT);
+    if (hk_att_named(impl))
+        return impl;
+    if (env != HK_CUDA_ATT_DEFAULT)
+        return env;
+    return impl == HK_CUDA_ATT_DEFAULT ? HK_CUDA_ATT_FLASH2X
+                                       : HK_CUDA_ATT_FLASH2;
+}
+
+static bool hk_att_impl_ok(hk_cuda_att_impl_t impl)
+{
+    return impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_DEFAULT_BF16;
 }
 
 extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int N,
@@ -432,15 +450,14 @@ extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,
                                     int N, int Hq, int Hkv, int hd, float scale,
                                     float *scratch, void *stream)
 {
-    if (!hk_att_args_ok(T, Hq, Hkv, hd) || N <= 0 ||
-        impl < HK_CUDA_ATT_DEFAULT || impl > HK_CUDA_ATT_FLASH3_SEQ)
+    if (!hk_att_args_ok(T, Hq, Hkv, hd) || N <= 0 || !hk_att_impl_ok(impl))
         return HK_CUDA_EINVAL;
     hk_cuda_att_impl_t use = hk_att_resolve(impl);
     if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) {
         const int rc =
             hk_attention_f3(use == HK_CUDA_ATT_FLASH3, o, q, qpos, k, v, T, N,
                             Hq, Hkv, hd, scale, scratch, hk_stream(stream));
-        if (rc != HK_CUDA_EINVAL || impl != HK_CUDA_ATT_DEFAULT)
+        if (rc != HK_CUDA_EINVAL || hk_att_named(impl))
             return rc;
         use = HK_CUDA_ATT_FLASH2;
     }
@@ -448,7 +465,7 @@ extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,
         const int rc =
             hk_attention_f2(use == HK_CUDA_ATT_FLASH2X, o, q, qpos, k, v, T, N,
                             Hq, Hkv, hd, scale, scratch, hk_stream(stream));
-        if (rc != HK_CUDA_EINVAL || impl != HK_CUDA_ATT_DEFAULT)
+        if (rc != HK_CUDA_EINVAL || hk_att_named(impl))
             return rc;
         use = HK_CUDA_ATT_FLASH;
     }
@@ -456,7 +473,7 @@ extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,
         const int rc =
             hk_attention_tc(use == HK_CUDA_ATT_FLASH, o, q, qpos, k, v, T, Hq,
                             Hkv, hd, scale, hk_stream(stream));
-        if (rc != HK_CUDA_EINVAL || impl != HK_CUDA_ATT_DEFAULT)
+        if (rc != HK_CUDA_EINVAL || hk_att_named(impl))
             return rc;
     }
     if (T == 0)
@@ -504,7 +521,7 @@ static int hk_decode_run(hk_cuda_att_impl_t impl, float *o, const float *q,
 {
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
     if (use != HK_CUDA_ATT_SIMPLE && !hk_dec_ok(Hq, Hkv, hd) &&
-        impl != HK_CUDA_ATT_DEFAULT)
+        hk_att_named(impl))
         return HK_CUDA_EINVAL;
     if (B == 0)
         return HK_CUDA_OK;
@@ -523,7 +540,7 @@ static int hk_dec_args_ok(hk_cuda_att_impl_t impl, int B, int Hq, int Hkv,
                           int hd)
 {
     return hk_att_args_ok(B, Hq, Hkv, hd) && B <= HK_CUDA_MAX_GRID_YZ &&
-           impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_FLASH3_SEQ;
+           hk_att_impl_ok(impl);
 }
 
 extern "C" int

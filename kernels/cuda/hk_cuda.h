@@ -153,7 +153,9 @@ int hk_cuda_matmul_acc(float *y, const float *x, const float *w, int n, int in,
 /* bf16 weights w[out, in] (bit patterns, the checkpoint's layout): x is
  * rounded to bf16 (nearest even) into xb[n * in], then cublasGemmEx
  * multiplies bf16 by bf16 with f32 accumulation into f32 y (= or += as
- * acc). Twin: hk_matmul over bf16-rounded x and w widened to f32. */
+ * acc). x NULL: xb holds x rounded already (a call before this one on the
+ * same x: several matrices of one input round it once). Twin: hk_matmul
+ * over bf16-rounded x and w widened to f32. */
 int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w, int n,
                         int in, int out, int acc, uint16_t *xb,
                         hk_cuda_blas_t *blas, void *stream);
@@ -178,6 +180,10 @@ int hk_cuda_linear_i8(float *y, const float *x, const hk_weight_t *w, int n,
 int hk_cuda_split_heads(float *a, float *b, float *c, const float *x, int rows,
                         int da, int db, int dc, void *stream);
 int hk_cuda_gate_mul(float *o, const float *gate, size_t n, void *stream);
+/* ob = o * sigmoid(gate) rounded to bf16 (hk_cuda_gate_mul's product, o
+ * kept): a bf16 projection's input (hk_cuda_matmul_bf16 with x NULL). */
+int hk_cuda_gate_mul_bf16(uint16_t *ob, const float *o, const float *gate,
+                          size_t n, void *stream);
 /* Twin of hk_axpy: y += a x. */
 int hk_cuda_axpy(float *y, float a, const float *x, size_t n, void *stream);
 int hk_cuda_scale_rows(float *x, const float *s, int rows, int dim, int sigm,
@@ -216,7 +222,10 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
 /* Which kernels the attention calls run. DEFAULT is the environment's
  * HYPIC_CUDA_ATT (simple, flash, flash_bf16, flash2, flash2x, flash3 or
  * flash3_seq; read once), else FLASH2X: FLASH's accuracy at 4.2-4.9x its speed
- * on an H100 (bench/results/gpu/2026-11-27-h100-session11). SIMPLE      one
+ * on an H100 (bench/results/gpu/2026-11-27-h100-session11). DEFAULT_BF16 is
+ * the default where bf16 operands are asked for (a bf16 checkpoint, as
+ * transformers runs it): the environment's choice, else FLASH2 (1.8-1.9x
+ * FLASH2X's speed there). Both fall back as below. SIMPLE      one
  * block per (query, head), f32 CUDA cores; decode the same per (request, head)
  * (the first kernels, kept to compare against); FLASH       prefill tiled on
  * tensor cores, all heads of a kv group sharing each K/V tile, f32 operands
@@ -251,7 +260,8 @@ typedef enum {
     HK_CUDA_ATT_FLASH2 = 4,
     HK_CUDA_ATT_FLASH2X = 5,
     HK_CUDA_ATT_FLASH3 = 6,
-    HK_CUDA_ATT_FLASH3_SEQ = 7
+    HK_CUDA_ATT_FLASH3_SEQ = 7,
+    HK_CUDA_ATT_DEFAULT_BF16 = 8
 } hk_cuda_att_impl_t;
 
 /* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys
@@ -275,8 +285,8 @@ int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o, const float *q,
                          const int *qpos, const float *k, const float *v, int T,
                          int N, int Hq, int Hkv, int hd, float scale,
                          float *scratch, void *stream);
-/* Floats of scratch hk_cuda_attention_ex takes for impl (DEFAULT: the
- * environment's choice) at N keys; 0: it takes none. */
+/* Floats of scratch hk_cuda_attention_ex takes for impl (DEFAULT,
+ * DEFAULT_BF16: what they resolve to) at N keys; 0: it takes none. */
 size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int N, int Hkv,
                                  int hd);
 /* Decode for B requests, one query each, each over its own cache:
@@ -402,6 +412,16 @@ int hk_cuda_l2norm(float *x, int rows, int dim, float eps, float scale,
                    void *stream);
 int hk_cuda_swiglu(float *y, const float *g, const float *u, size_t n,
                    void *stream);
+/* The same with y rounded to bf16 (nearest even, as hk_cuda_matmul_bf16
+ * rounds x): the f32 entries' y, rounded, bit for bit; y does not alias
+ * the inputs. A bf16 projection's input without an f32 copy. */
+int hk_cuda_rmsnorm_zc_bf16(uint16_t *y, const float *x, const float *w,
+                            int rows, int dim, float eps, void *stream);
+int hk_cuda_rmsnorm_gated_bf16(uint16_t *y, const float *x, const float *z,
+                               const float *w, int rows, int dim, float eps,
+                               void *stream);
+int hk_cuda_swiglu_bf16(uint16_t *y, const float *g, const float *u, size_t n,
+                        void *stream);
 
 /* ---- causal depthwise conv1d + SiLU (hk_conv.cu) ----------------------- */
 
@@ -595,6 +615,16 @@ int hk_cuda_gdn_chunk_tc_ex(float *o, float *const *states, float *const *tcs,
 #define HK_CUDA_GDN_TC_PHASES 4
 int hk_cuda_gdn_tc_profile(int on);
 int hk_cuda_gdn_tc_phases(double ms[HK_CUDA_GDN_TC_PHASES]);
+/* The kernels a call of these shapes and flags launches (f32_in: the f32
+ * entry; want_tc: tcs given) into buf, e.g. "A2 R32x2 O": kernel A (A1,
+ * or A2 the blockwise), the state pass (R<BV>x<dk/64>: the state in
+ * registers; P<BV>: in shared memory, "s" single-buffered; B<BV>: v1, the
+ * outputs inside it) and O, the outputs' launch (v1: none). What runs, not
+ * what was asked for (REG where dk is no multiple of 64 runs P). 0, or
+ * HK_CUDA_EINVAL where the entry would refuse the call. */
+int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq, int Hk,
+                           int Hv, int dk, int dv, int C, int f32_in,
+                           int want_tc, unsigned flags);
 
 /* ---- transition algebra (hk_transition.cu) ----------------------------- */
 

@@ -38,6 +38,14 @@ static __global__ void hk_gate_mul_kernel(float *o, const float *gate, size_t n)
     o[i] *= hk_math_sigmoid(gate[i]);
 }
 
+/* The same product rounded to bf16 into ob (o kept). */
+static __global__ void hk_gate_mul_bf16_kernel(uint16_t *ob, const float *o,
+                                               const float *gate, size_t n)
+{
+    HK_GRID_STRIDE(i, n)
+    ob[i] = hk_bf16_from_f32(o[i] * hk_math_sigmoid(gate[i]));
+}
+
 static __global__ void hk_axpy_kernel(float *y, float a, const float *x,
                                       size_t n)
 {
@@ -116,6 +124,13 @@ extern "C" int hk_cuda_gate_mul(float *o, const float *gate, size_t n,
                                 void *stream)
 {
     HK_LAUNCH_1D(hk_gate_mul_kernel, n, HK_EW_THREADS, stream, o, gate, n);
+}
+
+extern "C" int hk_cuda_gate_mul_bf16(uint16_t *ob, const float *o,
+                                     const float *gate, size_t n, void *stream)
+{
+    HK_LAUNCH_1D(hk_gate_mul_bf16_kernel, n, HK_EW_THREADS, stream, ob, o, gate,
+                 n);
 }
 
 extern "C" int hk_cuda_axpy(float *y, float a, const float *x, size_t n,

@@ -53,6 +53,7 @@
 #include <cuda_bf16.h>
 #include <cuda_pipeline.h>
 #include <mma.h>
+#include <stdio.h>
 
 #include "kernels/common/gdn_math.h"
 #include "kernels/cuda/hk_cuda_impl.h"
@@ -1977,6 +1978,25 @@ static int hk_tc_bad(hk_tc_plan *p, int T, int nseq, int Hk, int Hv, int dk,
         return 1;
     return hk_tc_plan_for(p, nseq, Hv, dv + (want_tc ? dk : 0), dk, dv, C, lo,
                           flags);
+}
+
+extern "C" int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq,
+                                      int Hk, int Hv, int dk, int dv, int C,
+                                      int f32_in, int want_tc, unsigned flags)
+{
+    hk_tc_plan p;
+    const bool lo = f32_in && !(flags & HK_CUDA_GDN_TC_ROUND);
+    if (!buf || cap == 0 ||
+        hk_tc_bad(&p, T, nseq, Hk, Hv, dk, dv, C, lo, want_tc != 0, flags))
+        return HK_CUDA_EINVAL;
+    const char *a = p.A1 ? "A1" : "A2";
+    if (!p.PBV) /* as hk_gdn_tc_launch picks them */
+        snprintf(buf, cap, "%s B%d", a, p.BV);
+    else if (p.reg)
+        snprintf(buf, cap, "%s R%dx%d O", a, p.BV, dk / 64);
+    else
+        snprintf(buf, cap, "%s P%d%s O", a, p.BV, p.nbuf == 1 ? "s" : "");
+    return HK_CUDA_OK;
 }
 
 extern "C" size_t hk_cuda_gdn_chunk_bf16_scratch(int T, int nseq, int Hv,

@@ -138,7 +138,7 @@ extern "C" int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w,
         return HK_CUDA_EINVAL;
     const cudaStream_t s = hk_stream(stream);
     const size_t nx = (size_t)n * in;
-    if (nx > 0) {
+    if (x && nx > 0) {
         hk_to_bf16_kernel<<<hk_grid_1d(nx, HK_MM_THREADS), HK_MM_THREADS, 0,
                             s>>>(xb, x, nx);
         if ((rc = hk_cuda_check_launch()))

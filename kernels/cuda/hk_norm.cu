@@ -13,11 +13,26 @@
  * roundings, not dim as in a serial f32 sum, so it stays within a few ulp
  * of the CPU's double sum; the normalizer is then formed in double and
  * rounded once, like the CPU. Element order within a row is the CPU's.
+ *
+ * The _bf16 entries write y rounded to bf16 (nearest even) instead: the
+ * same kernels with another store, so y is the f32 kernel's rounded, bit
+ * for bit: the input of a bf16 projection (hk_cuda_matmul_bf16 with x
+ * NULL) without an f32 copy written and read back.
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
 /* Rows go on gridDim.x, which takes any int row count. */
 #define HK_NORM_THREADS 256
+
+/* An output element: f32, or bf16 as hk_cuda_matmul_bf16 rounds x. */
+static __device__ __forceinline__ void hk_put(float *y, size_t i, float v)
+{
+    y[i] = v;
+}
+static __device__ __forceinline__ void hk_put(uint16_t *y, size_t i, float v)
+{
+    y[i] = hk_bf16_from_f32(v);
+}
 
 static __device__ float hk_row_sumsq(const float *x, int dim, float *sh)
 {
@@ -27,9 +42,11 @@ static __device__ float hk_row_sumsq(const float *x, int dim, float *sh)
     return hk_block_sum(ss, sh);
 }
 
-/* y may alias x: each element is read, then written, by the same thread,
- * and the reduction has finished reading the row before anyone writes. */
-static __global__ void hk_rmsnorm_zc_kernel(float *y,       // [rows, dim]
+/* y may alias x (f32): each element is read, then written, by the same
+ * thread, and the reduction has finished reading the row before anyone
+ * writes. */
+template <class Y>
+static __global__ void hk_rmsnorm_zc_kernel(Y *y,           // [rows, dim]
                                             const float *x, // [rows, dim]
                                             const float *w, // [dim]
                                             int dim, float eps)
@@ -37,14 +54,15 @@ static __global__ void hk_rmsnorm_zc_kernel(float *y,       // [rows, dim]
     __shared__ float sh[32];
     const size_t r = blockIdx.x;
     const float *xr = x + r * dim;
-    float *yr = y + r * dim;
+    Y *yr = y + r * dim;
     const float ss = hk_row_sumsq(xr, dim, sh);
     const float inv = (float)(1.0 / sqrt((double)ss / dim + eps));
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        yr[i] = xr[i] * inv * (1.0f + w[i]);
+        hk_put(yr, i, xr[i] * inv * (1.0f + w[i]));
 }
 
-static __global__ void hk_rmsnorm_gated_kernel(float *y,       // [rows, dim]
+template <class Y>
+static __global__ void hk_rmsnorm_gated_kernel(Y *y,           // [rows, dim]
                                                const float *x, // [rows, dim]
                                                const float *z, // [rows, dim]
                                                const float *w, // [dim]
@@ -53,11 +71,11 @@ static __global__ void hk_rmsnorm_gated_kernel(float *y,       // [rows, dim]
     __shared__ float sh[32];
     const size_t r = blockIdx.x;
     const float *xr = x + r * dim, *zr = z + r * dim;
-    float *yr = y + r * dim;
+    Y *yr = y + r * dim;
     const float ss = hk_row_sumsq(xr, dim, sh);
     const float inv = (float)(1.0 / sqrt((double)ss / dim + eps));
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        yr[i] = w[i] * (xr[i] * inv) * hk_math_silu(zr[i]);
+        hk_put(yr, i, w[i] * (xr[i] * inv) * hk_math_silu(zr[i]));
 }
 
 static __global__ void hk_l2norm_kernel(float *x, // [rows, dim], in place
@@ -71,7 +89,8 @@ static __global__ void hk_l2norm_kernel(float *x, // [rows, dim], in place
         xr[i] *= f;
 }
 
-static __global__ void hk_swiglu_kernel(float *y,       // [n]
+template <class Y>
+static __global__ void hk_swiglu_kernel(Y *y,           // [n]
                                         const float *g, // [n]
                                         const float *u, // [n]
                                         size_t n)
@@ -79,7 +98,7 @@ static __global__ void hk_swiglu_kernel(float *y,       // [n]
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += stride)
-        y[i] = hk_math_silu(g[i]) * u[i];
+        hk_put(y, i, hk_math_silu(g[i]) * u[i]);
 }
 
 static int hk_norm_args_ok(int rows, int dim)
@@ -87,8 +106,9 @@ static int hk_norm_args_ok(int rows, int dim)
     return rows >= 0 && dim > 0;
 }
 
-extern "C" int hk_cuda_rmsnorm_zc(float *y, const float *x, const float *w,
-                                  int rows, int dim, float eps, void *stream)
+template <class Y>
+static int hk_rmsnorm_zc(Y *y, const float *x, const float *w, int rows,
+                         int dim, float eps, void *stream)
 {
     if (!hk_norm_args_ok(rows, dim))
         return HK_CUDA_EINVAL;
@@ -99,9 +119,23 @@ extern "C" int hk_cuda_rmsnorm_zc(float *y, const float *x, const float *w,
     return hk_cuda_check_launch();
 }
 
-extern "C" int hk_cuda_rmsnorm_gated(float *y, const float *x, const float *z,
-                                     const float *w, int rows, int dim,
-                                     float eps, void *stream)
+extern "C" int hk_cuda_rmsnorm_zc(float *y, const float *x, const float *w,
+                                  int rows, int dim, float eps, void *stream)
+{
+    return hk_rmsnorm_zc(y, x, w, rows, dim, eps, stream);
+}
+
+extern "C" int hk_cuda_rmsnorm_zc_bf16(uint16_t *y, const float *x,
+                                       const float *w, int rows, int dim,
+                                       float eps, void *stream)
+{
+    return hk_rmsnorm_zc(y, x, w, rows, dim, eps, stream);
+}
+
+template <class Y>
+static int hk_rmsnorm_gated(Y *y, const float *x, const float *z,
+                            const float *w, int rows, int dim, float eps,
+                            void *stream)
 {
     if (!hk_norm_args_ok(rows, dim))
         return HK_CUDA_EINVAL;
@@ -110,6 +144,21 @@ extern "C" int hk_cuda_rmsnorm_gated(float *y, const float *x, const float *z,
     hk_rmsnorm_gated_kernel<<<rows, HK_NORM_THREADS, 0, hk_stream(stream)>>>(
         y, x, z, w, dim, eps);
     return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_rmsnorm_gated(float *y, const float *x, const float *z,
+                                     const float *w, int rows, int dim,
+                                     float eps, void *stream)
+{
+    return hk_rmsnorm_gated(y, x, z, w, rows, dim, eps, stream);
+}
+
+extern "C" int hk_cuda_rmsnorm_gated_bf16(uint16_t *y, const float *x,
+                                          const float *z, const float *w,
+                                          int rows, int dim, float eps,
+                                          void *stream)
+{
+    return hk_rmsnorm_gated(y, x, z, w, rows, dim, eps, stream);
 }
 
 extern "C" int hk_cuda_l2norm(float *x, int rows, int dim, float eps,
@@ -124,12 +173,25 @@ extern "C" int hk_cuda_l2norm(float *x, int rows, int dim, float eps,
     return hk_cuda_check_launch();
 }
 
-extern "C" int hk_cuda_swiglu(float *y, const float *g, const float *u,
-                              size_t n, void *stream)
+template <class Y>
+static int hk_swiglu(Y *y, const float *g, const float *u, size_t n,
+                     void *stream)
 {
     if (n == 0)
         return HK_CUDA_OK;
     hk_swiglu_kernel<<<hk_grid_1d(n, HK_NORM_THREADS), HK_NORM_THREADS, 0,
                        hk_stream(stream)>>>(y, g, u, n);
     return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_swiglu(float *y, const float *g, const float *u,
+                              size_t n, void *stream)
+{
+    return hk_swiglu(y, g, u, n, stream);
+}
+
+extern "C" int hk_cuda_swiglu_bf16(uint16_t *y, const float *g, const float *u,
+                                   size_t n, void *stream)
+{
+    return hk_swiglu(y, g, u, n, stream);
 }

@@ -244,6 +244,14 @@ static float *dev_alloc(size_t n)
     return d;
 }
 
+/* n bf16 elements of device memory, uninitialized. */
+static uint16_t *dev_alloc_u16(size_t n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
+    return d;
+}
+
 static float *dev_from(const float *h, size_t n)
 {
     float *d = dev_alloc(n);
@@ -291,6 +299,24 @@ static int same_cpu(const float *ref, const float *d_x, size_t n,
     return same;
 }
 
+/* A _bf16 entry's output d_b: the f32 entry's output d_f (on the device)
+ * rounded to bf16, bit for bit. */
+static int same_rounded(const float *d_f, const void *d_b, size_t n,
+                        const char *what)
+{
+    float *f = host_from(d_f, n);
+    uint16_t *b = malloc((n ? n : 1) * sizeof(uint16_t));
+    CK(hk_cuda_d2h(b, d_b, n * sizeof(uint16_t), NULL));
+    int same = 1;
+    for (size_t i = 0; i < n; i++)
+        same &= b[i] == hk_bf16_from_f32(f[i]);
+    free(f);
+    free(b);
+    if (!same)
+        tap_diag("  %s: not the f32 output rounded", what);
+    return same;
+}
+
 /* ---- norms and activations ------------------------------------------------
  */
 
@@ -314,16 +340,23 @@ static void test_norms(void)
         hk_rmsnorm_zc(y, x, w, rows, dim, eps);
         RUN(hk_cuda_rmsnorm_zc(dy, dx, dw, rows, dim, eps, NULL));
         int good = close_cpu(y, dy, n, ATOL_NORM, RTOL_NORM, "y");
+        /* bf16 out: the same y rounded */
+        uint16_t *db = dev_alloc_u16(n);
+        RUN(hk_cuda_rmsnorm_zc_bf16(db, dx, dw, rows, dim, eps, NULL));
+        good &= same_rounded(dy, db, n, "y bf16");
         /* in place (y aliases x) on a copy */
         float *dxi = dev_from(x, n);
         RUN(hk_cuda_rmsnorm_zc(dxi, dxi, dw, rows, dim, eps, NULL));
         good &= close_cpu(y, dxi, n, ATOL_NORM, RTOL_NORM, "y in place");
-        ok(good, "rmsnorm_zc rows=%d dim=%d (and in place)", rows, dim);
+        ok(good, "rmsnorm_zc rows=%d dim=%d (in place, bf16 out)", rows, dim);
 
         hk_rmsnorm_gated(y, x, z, w, rows, dim, eps);
         RUN(hk_cuda_rmsnorm_gated(dy, dx, dz, dw, rows, dim, eps, NULL));
-        ok(close_cpu(y, dy, n, ATOL_NORM, RTOL_NORM, "y"),
-           "rmsnorm_gated rows=%d dim=%d", rows, dim);
+        good = close_cpu(y, dy, n, ATOL_NORM, RTOL_NORM, "y");
+        RUN(hk_cuda_rmsnorm_gated_bf16(db, dx, dz, dw, rows, dim, eps, NULL));
+        good &= same_rounded(dy, db, n, "y bf16");
+        ok(good, "rmsnorm_gated rows=%d dim=%d (bf16 out)", rows, dim);
+        CK(hk_cuda_free(db));
 
         const float scale = 1.0f / sqrtf((float)dim);
         memcpy(y, x, n * sizeof(float));
@@ -353,7 +386,12 @@ static void test_swiglu(void)
         float *dg = dev_from(g, n), *du = dev_from(u, n), *dy = dev_alloc(n);
         hk_swiglu(y, g, u, n);
         RUN(hk_cuda_swiglu(dy, dg, du, n, NULL));
-        ok(close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "y"), "swiglu n=%zu", n);
+        uint16_t *db = dev_alloc_u16(n);
+        RUN(hk_cuda_swiglu_bf16(db, dg, du, n, NULL));
+        ok(close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "y") &&
+               same_rounded(dy, db, n, "y bf16"),
+           "swiglu n=%zu (bf16 out)", n);
+        CK(hk_cuda_free(db));
         CK(hk_cuda_free(dg));
         CK(hk_cuda_free(du));
         CK(hk_cuda_free(dy));
@@ -941,7 +979,16 @@ static void test_matmul(void)
                                     NULL));
             good &= close_cpu(y, dy, ny, ATOL_MM, RTOL_MM, acc ? "y+=" : "y=");
         }
-        ok(good, "matmul_bf16 n=%d in=%d out=%d (= and +=)", n, in, out);
+        /* x NULL: xb still holds x rounded (another matrix on the same
+         * input): the y of rounding it again, bit for bit */
+        RUN(hk_cuda_matmul_bf16(dy, dx, dwb, n, in, out, 0, dxb, blas, NULL));
+        float *y1 = host_from(dy, ny);
+        CK(hk_cuda_memset0(dy, ny * sizeof(float), NULL));
+        RUN(hk_cuda_matmul_bf16(dy, NULL, dwb, n, in, out, 0, dxb, blas, NULL));
+        good &= same_cpu(y1, dy, ny, "y from xb");
+        free(y1);
+        ok(good, "matmul_bf16 n=%d in=%d out=%d (= and +=; x rounded once)", n,
+           in, out);
         CK(hk_cuda_free(dwb));
         CK(hk_cuda_free(dxb));
         CK(hk_cuda_free(dx));
@@ -1070,9 +1117,15 @@ static void test_gate_scale(void)
         float *y = fdup(o, n);
         float *dgt = dev_from(gt, n), *dsc = dev_from(sc, rows);
         float *dy = dev_from(o, n);
+        uint16_t *db = dev_alloc_u16(n);
         hk_gate_mul(y, gt, n);
+        /* bf16 out first: o kept, then the product in place */
+        RUN(hk_cuda_gate_mul_bf16(db, dy, dgt, n, NULL));
         RUN(hk_cuda_gate_mul(dy, dgt, n, NULL));
-        ok(close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "o"), "gate_mul n=%zu", n);
+        ok(close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "o") &&
+               same_rounded(dy, db, n, "o bf16"),
+           "gate_mul n=%zu (bf16 out)", n);
+        CK(hk_cuda_free(db));
         memcpy(y, o, n * sizeof(float));
         CK(hk_cuda_h2d(dy, o, n * sizeof(float), NULL));
         hk_axpy(y, -0.75f, gt, n);
@@ -1369,6 +1422,38 @@ typedef struct {
     int T, N, Hq, Hkv, hd, rot;
 } att_shape_t;
 
+/* The defaults are their kernels, bit for bit, scratch and all: DEFAULT
+ * FLASH2X, DEFAULT_BF16 (a bf16 checkpoint's) FLASH2. */
+static void att_defaults(float *dO, const float *dq, const int *dpos,
+                         const float *dkc, const float *dvc, int T, int N,
+                         int Hq, int Hkv, int hd, float scale)
+{
+    static const hk_cuda_att_impl_t pairs[2][2] = {
+        {HK_CUDA_ATT_DEFAULT, HK_CUDA_ATT_FLASH2X},
+        {HK_CUDA_ATT_DEFAULT_BF16, HK_CUDA_ATT_FLASH2}};
+    const size_t nq = (size_t)T * Hq * hd;
+    for (int p = 0; p < 2; p++) {
+        float *o[2];
+        size_t nscr[2];
+        for (int i = 0; i < 2; i++) {
+            nscr[i] = hk_cuda_attention_scratch(pairs[p][i], N, Hkv, hd);
+            float *dscr = nscr[i] ? dev_alloc(nscr[i]) : NULL;
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            RUN(hk_cuda_attention_ex(pairs[p][i], dO, dq, dpos, dkc, dvc, T, N,
+                                     Hq, Hkv, hd, scale, dscr, NULL));
+            if (dscr)
+                CK(hk_cuda_free(dscr));
+            o[i] = host_from(dO, nq);
+        }
+        ok(nscr[0] == nscr[1] && nscr[0] > 0 &&
+               !memcmp(o[0], o[1], nq * sizeof(float)),
+           "attention %s is %s, bit for bit (scratch %zu floats)",
+           p ? "DEFAULT_BF16" : "DEFAULT", p ? "FLASH2" : "FLASH2X", nscr[0]);
+        free(o[0]);
+        free(o[1]);
+    }
+}
+
 static void test_attention(void)
 {
     /* qpos: prefill from 0, a prompt over a cache (the last T of N), a
@@ -1450,6 +1535,8 @@ static void test_attention(void)
                impls[m].name, T, N, Hq, Hkv, hd, a->rot,
                s == 3 ? " (unordered qpos)" : "");
         }
+        if (s == 1 && !getenv("HYPIC_CUDA_ATT"))
+            att_defaults(dO, dq, dpos, dkc, dvc, T, N, Hq, Hkv, hd, scale);
         CK(hk_cuda_free(dq));
         CK(hk_cuda_free(dgate));
         CK(hk_cuda_free(dkc));
@@ -2314,8 +2401,15 @@ static void test_gdn_chunk_bf16(void)
                 good &= close_cpu(Tc2, dTc, nt, ATOL_BF16, RTOL_BF16,
                                   "Tc vs f32 inputs");
             }
-            ok(good, "gdn_chunk_bf16%s T=%d Hk=%d Hv=%d dk=%d dv=%d C=%d%s",
-               vname[vi], T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
+            /* what ran: the pass in registers where dk allows it */
+            char kn[32] = "?";
+            const int reg = (vflags[vi] & HK_CUDA_GDN_TC_REG) && dk % 64 == 0;
+            good &= hk_cuda_gdn_tc_kernels(kn, sizeof kn, T, 1, Hk, Hv, dk, dv,
+                                           C, 0, want_tc, vflags[vi]) == 0 &&
+                    (strstr(kn, " R") != NULL) == reg;
+            ok(good,
+               "gdn_chunk_bf16%s [%s] T=%d Hk=%d Hv=%d dk=%d dv=%d C=%d%s",
+               vname[vi], kn, T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
             if (fast) /* HYPIC_CUDA_GDN=tc_bf16's call */
                 good = tc_round_same(dO, dS, dTc, &fu, p.S0, cu, Hk, Hv, dk, dv,
                                      C, ns, nt, vflags[vi]);

@@ -579,6 +579,24 @@ void hp_backend_conv1d_silu(const hp_backend_t *b, float *y, float *state,
     CALL(HP_OP_CONV1D_SILU, conv1d_silu, y, state, x, w, T, C, K);
 }
 
+void hp_backend_conv_qkv(const hp_backend_t *b, float *q, float *k, float *v,
+                         float *cv, float *state, const float *x,
+                         const float *w, int T, int Hk, int Hv, int dk, int dv,
+                         int K, float eps, float q_scale)
+{
+    const int kd = Hk * dk, vd = Hv * dv;
+    if (!b->iface->conv_qkv) {
+        hp_backend_conv1d_silu(b, cv, state, x, w, T, 2 * kd + vd, K);
+        hp_backend_split_heads(b, q, k, v, cv, T, kd, kd, vd);
+        hp_backend_l2norm(b, q, T * Hk, dk, eps, q_scale);
+        hp_backend_l2norm(b, k, T * Hk, dk, eps, 1.0f);
+        return;
+    }
+    count(4, 0); /* as the four ops */
+    b->iface->conv_qkv(b, q, k, v, cv, state, x, w, T, Hk, Hv, dk, dv, K, eps,
+                       q_scale);
+}
+
 void hp_backend_conv1d_silu_decode(const hp_backend_t *b, float *y,
                                    float *const *states, const float *x,
                                    const float *w, int B, int C, int K)

@@ -810,6 +810,19 @@ static void cu_conv1d_silu(be_t b, float *y, float *state, const float *x,
     note(b, hk_cuda_conv1d_silu(y, state, x, w, T, C, K, NULL), "conv1d_silu");
 }
 
+/* The conv writes q, k, v straight (cv unused): hk_cuda_conv_qkv. */
+static void cu_conv_qkv(be_t b, float *q, float *k, float *v, float *cv,
+                        float *state, const float *x, const float *w, int T,
+                        int Hk, int Hv, int dk, int dv, int K, float eps,
+                        float q_scale)
+{
+    (void)cv;
+    note(b,
+         hk_cuda_conv_qkv(q, k, v, state, x, w, T, Hk, Hv, dk, dv, K, eps,
+                          q_scale, NULL),
+         "conv1d_silu");
+}
+
 static void cu_conv1d_silu_decode(be_t b, float *y, float *const *states,
                                   const float *x, const float *w, int B, int C,
                                   int K)
@@ -1229,6 +1242,7 @@ static const hp_backend_i cuda_iface = {
     .argmax = cu_argmax,
     .topk = cu_topk,
     .conv1d_silu = cu_conv1d_silu,
+    .conv_qkv = cu_conv_qkv,
     .conv1d_silu_decode = cu_conv1d_silu_decode,
     .gdn_gates = cu_gdn_gates,
     .gdn_recurrent = cu_gdn_recurrent,

@@ -94,6 +94,11 @@ typedef struct {
     void (*conv1d_silu_decode)(be_t b, float *y, float *const *states,
                                const float *x, const float *w, int B, int C,
                                int K);
+    /* (optional: else the four ops, backend.h) */
+    void (*conv_qkv)(be_t b, float *q, float *k, float *v, float *cv,
+                     float *state, const float *x, const float *w, int T,
+                     int Hk, int Hv, int dk, int dv, int K, float eps,
+                     float q_scale);
     void (*gdn_gates)(be_t b, float *g, float *beta, const float *a,
                       const float *bp, const float *A_log, const float *dt_bias,
                       int T, int Hv);

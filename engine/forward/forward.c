@@ -44,18 +44,6 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
     return HP_OK;
 }
 
-void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
-                     float *hist, int start, int end)
-{
-    const hp_model_config_t *c = &m->cfg;
-    int cd = hp_cfg_conv_dim(c), n = end - start;
-
-    hp_backend_conv1d_silu(m->be, b->cv + (size_t)start * cd, hist,
-                           b->qkv + (size_t)start * cd, m->layers[l].conv_w, n,
-                           cd, c->conv_kernel);
-    hp_fwd_lin_split(m, l, b, start, end);
-}
-
 /* q and k's l2 norm: eps inside the root, q scaled by dk^-1/2 */
 #define L2_EPS 1e-6f
 static float q_scale(int dk)
@@ -63,14 +51,39 @@ static float q_scale(int dk)
     return 1.0f / sqrtf((float)dk);
 }
 
+/* Rows [start, end)'s gates from the raw b and a projections. */
+static void lin_gates(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                      int start, int end)
+{
+    const hp_layer_weights_t *w = &m->layers[l];
+    int Hv = m->cfg.lin_v_heads;
+    float *g = b->g + (size_t)start * Hv, *beta = b->beta + (size_t)start * Hv;
+    hp_backend_gdn_gates(m->be, g, beta, g, beta, w->A_log, w->dt_bias,
+                         end - start, Hv);
+}
+
+void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                     float *hist, int start, int end)
+{
+    const hp_model_config_t *c = &m->cfg;
+    int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
+    size_t kd = (size_t)Hk * dk, vd = hp_cfg_value_dim(c);
+
+    /* conv, split and norms in one op: cv is its scratch */
+    hp_backend_conv_qkv(m->be, b->q + start * kd, b->k + start * kd,
+                        b->v + start * vd, b->cv + (size_t)start * cd, hist,
+                        b->qkv + (size_t)start * cd, m->layers[l].conv_w,
+                        end - start, Hk, c->lin_v_heads, dk, c->lin_v_dim,
+                        c->conv_kernel, L2_EPS, q_scale(dk));
+    lin_gates(m, l, b, start, end);
+}
+
 void hp_fwd_lin_split(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                       int start, int end)
 {
     const hp_model_config_t *c = &m->cfg;
-    const hp_layer_weights_t *w = &m->layers[l];
     int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
     int kd = Hk * dk, vd = hp_cfg_value_dim(c), n = end - start;
-    int Hv = c->lin_v_heads;
     hp_backend_split_heads(m->be, b->q + (size_t)start * kd,
                            b->k + (size_t)start * kd, b->v + (size_t)start * vd,
                            b->cv + (size_t)start * cd, n, kd, kd, vd);
@@ -78,8 +91,7 @@ void hp_fwd_lin_split(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                       q_scale(dk));
     hp_backend_l2norm(m->be, b->k + (size_t)start * kd, n * Hk, dk, L2_EPS,
                       1.0f);
-    float *g = b->g + (size_t)start * Hv, *beta = b->beta + (size_t)start * Hv;
-    hp_backend_gdn_gates(m->be, g, beta, g, beta, w->A_log, w->dt_bias, n, Hv);
+    lin_gates(m, l, b, start, end);
 }
 
 void hp_fwd_lin_step(const hp_model_t *m, int l, const hp_fwd_lin_t *b,

@@ -99,7 +99,8 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
                      const float *x, int T, hp_fwd_lin_t *b, hp_error_t *err);
 /* Rows [start, end) of one sequence: causal conv continuing from hist
  * [conv_dim, Kc-1] (updated), split into q, k, v, q and k L2-normalized
- * (q scaled by dk^-1/2). */
+ * (q scaled by dk^-1/2), in one op (hp_backend_conv_qkv: cv is its
+ * scratch); their gates formed in beta and g. */
 void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                      float *hist, int start, int end);
 /* Rows [start, end) of the conv output into q, k, v, q and k

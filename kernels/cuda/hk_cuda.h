@@ -429,6 +429,15 @@ int hk_cuda_swiglu_bf16(uint16_t *y, const float *g, const float *u, size_t n,
  * w[C, K]. */
 int hk_cuda_conv1d_silu(float *y, float *state, const float *x, const float *w,
                         int T, int C, int K, void *stream);
+/* A prefill's GDN input path in one launch (and the state shift): the
+ * conv (+ SiLU) of x [T, C = 2 Hk dk + Hv dv] (q | k | v channels) with
+ * state, split into q, k [T, Hk, dk] and v [T, Hv, dv], q and k
+ * L2-normalized (eps inside the root, q scaled by q_scale). Twin:
+ * hk_cuda_conv1d_silu, hk_cuda_split_heads, hk_cuda_l2norm, whose results
+ * these are bit for bit. max(dk, dv) <= 12288. */
+int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state, const float *x,
+                     const float *w, int T, int Hk, int Hv, int dk, int dv,
+                     int K, float eps, float q_scale, void *stream);
 /* One decode token for each of B requests: y[B, C], x[B, C]; states is a
  * device array of B device pointers, each a [C, K-1] state (pool slots
  * need not be contiguous). Same as hk_conv1d_silu with T = 1 per request. */

@@ -331,6 +331,29 @@ static __device__ __forceinline__ float hk_block_sum(float x, float *sh)
         return hk_cuda_check_launch();                                         \
     } while (0)
 
+/* The threads of a block that norms a row (hk_norm.cu; hk_conv.cu's fused
+ * GDN input path): one count, so both reduce a row in the same tree. */
+#define HK_ROW_THREADS 256
+
+/* The sum of squares of x[0..dim) over a block: f32 per thread (elements
+ * tid, tid + blockDim, ...), then hk_block_sum's tree. */
+static __device__ __forceinline__ float hk_row_sumsq(const float *x, int dim,
+                                                     float *sh)
+{
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        ss += x[i] * x[i];
+    return hk_block_sum(ss, sh);
+}
+
+/* The L2 normalizer of a row whose squares sum to ss: formed in double,
+ * rounded once (the CPU's hk_l2norm). */
+static __device__ __forceinline__ float hk_l2_factor(float ss, float eps,
+                                                     float scale)
+{
+    return (float)(scale / sqrt((double)ss + eps));
+}
+
 /* Double sum over a block, as hk_block_sum (sh: 32 doubles). */
 static __device__ __forceinline__ double hk_block_sum_d(double x, double *sh)
 {

@@ -129,8 +129,8 @@ static __device__ float hk_step_conv_norm(float *qs, float *gs, float *red,
     }
     qq = hk_block_sum(qq, red);
     kk = hk_block_sum(kk, red);
-    const float fq = (float)(q_scale / sqrt((double)qq + eps));
-    const float fk = (float)(1.0 / sqrt((double)kk + eps));
+    const float fq = hk_l2_factor(qq, eps, q_scale);
+    const float fk = hk_l2_factor(kk, eps, 1.0f);
     float kq = 0.0f;
     for (int i = tid; i < dk; i += blockDim.x) {
         qs[i] *= fq;

@@ -22,7 +22,7 @@
 #include "kernels/cuda/hk_cuda_impl.h"
 
 /* Rows go on gridDim.x, which takes any int row count. */
-#define HK_NORM_THREADS 256
+#define HK_NORM_THREADS HK_ROW_THREADS
 
 /* An output element: f32, or bf16 as hk_cuda_matmul_bf16 rounds x. */
 static __device__ __forceinline__ void hk_put(float *y, size_t i, float v)
@@ -32,14 +32,6 @@ static __device__ __forceinline__ void hk_put(float *y, size_t i, float v)
 static __device__ __forceinline__ void hk_put(uint16_t *y, size_t i, float v)
 {
     y[i] = hk_bf16_from_f32(v);
-}
-
-static __device__ float hk_row_sumsq(const float *x, int dim, float *sh)
-{
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x)
-        ss += x[i] * x[i];
-    return hk_block_sum(ss, sh);
 }
 
 /* y may alias x (f32): each element is read, then written, by the same
@@ -84,7 +76,7 @@ static __global__ void hk_l2norm_kernel(float *x, // [rows, dim], in place
     __shared__ float sh[32];
     float *xr = x + (size_t)blockIdx.x * dim;
     const float ss = hk_row_sumsq(xr, dim, sh);
-    const float f = (float)(scale / sqrt((double)ss + eps));
+    const float f = hk_l2_factor(ss, eps, scale);
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         xr[i] *= f;
 }

@@ -433,6 +433,70 @@ static void test_conv(void)
     }
 }
 
+/* The GDN input path in one launch (hk_cuda_conv_qkv) against its three
+ * kernels (conv, split, l2 norms) on the device: q, k, v and the state bit
+ * for bit; T < K-1 reads the state; dk > dv and dk < dv; dk past a
+ * block's 256 threads. */
+static void test_conv_qkv(void)
+{
+    /* T, Hk, Hv, dk, dv, K */
+    static const int shapes[][6] = {{2, 1, 1, 16, 16, 4},
+                                    {9, 2, 4, 32, 16, 4},
+                                    {5, 2, 2, 64, 128, 4},
+                                    {3, 1, 3, 300, 48, 3},
+                                    {7, 2, 2, 24, 40, 1}};
+    const float eps = 1e-6f;
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
+        const int T = shapes[s][0], Hk = shapes[s][1], Hv = shapes[s][2];
+        const int dk = shapes[s][3], dv = shapes[s][4], K = shapes[s][5];
+        const int kd = Hk * dk, vd = Hv * dv, C = 2 * kd + vd;
+        const size_t nx = (size_t)T * C, ns = (size_t)C * (K - 1);
+        const float qs = 1.0f / sqrtf((float)dk);
+        float *x = frand(nx, 2.0), *w = frand((size_t)C * K, 1.0);
+        float *st = frand(ns, 2.0);
+        float *dx = dev_from(x, nx), *dw = dev_from(w, (size_t)C * K);
+        float *dst[2] = {dev_from(st, ns), dev_from(st, ns)};
+        float *dcv = dev_alloc(nx), *dq[2], *dk_[2], *dv_[2];
+        for (int i = 0; i < 2; i++) {
+            dq[i] = dev_alloc((size_t)T * kd);
+            dk_[i] = dev_alloc((size_t)T * kd);
+            dv_[i] = dev_alloc((size_t)T * vd);
+        }
+        RUN(hk_cuda_conv1d_silu(dcv, dst[0], dx, dw, T, C, K, NULL));
+        RUN(hk_cuda_split_heads(dq[0], dk_[0], dv_[0], dcv, T, kd, kd, vd,
+                                NULL));
+        RUN(hk_cuda_l2norm(dq[0], T * Hk, dk, eps, qs, NULL));
+        RUN(hk_cuda_l2norm(dk_[0], T * Hk, dk, eps, 1.0f, NULL));
+        RUN(hk_cuda_conv_qkv(dq[1], dk_[1], dv_[1], dst[1], dx, dw, T, Hk, Hv,
+                             dk, dv, K, eps, qs, NULL));
+        float *h[4] = {
+            host_from(dq[0], (size_t)T * kd), host_from(dk_[0], (size_t)T * kd),
+            host_from(dv_[0], (size_t)T * vd), host_from(dst[0], ns)};
+        int good = same_cpu(h[0], dq[1], (size_t)T * kd, "q") &
+                   same_cpu(h[1], dk_[1], (size_t)T * kd, "k") &
+                   same_cpu(h[2], dv_[1], (size_t)T * vd, "v") &
+                   same_cpu(h[3], dst[1], ns, "state");
+        ok(good,
+           "conv_qkv = conv1d_silu, split_heads, l2norm bit for bit T=%d "
+           "Hk=%d Hv=%d dk=%d dv=%d K=%d",
+           T, Hk, Hv, dk, dv, K);
+        for (int i = 0; i < 4; i++)
+            free(h[i]);
+        for (int i = 0; i < 2; i++) {
+            CK(hk_cuda_free(dst[i]));
+            CK(hk_cuda_free(dq[i]));
+            CK(hk_cuda_free(dk_[i]));
+            CK(hk_cuda_free(dv_[i]));
+        }
+        CK(hk_cuda_free(dx));
+        CK(hk_cuda_free(dw));
+        CK(hk_cuda_free(dcv));
+        free(x);
+        free(w);
+        free(st);
+    }
+}
+
 /* B requests, one token each, every state in its own allocation (pool
  * slots), against hk_conv1d_silu with T = 1 per request. */
 static void test_conv_decode(void)
@@ -3207,6 +3271,7 @@ static void run_all(void)
     RUN_TEST(test_swiglu);
     RUN_TEST(test_conv);
     RUN_TEST(test_conv_decode);
+    RUN_TEST(test_conv_qkv);
     RUN_TEST(test_rope); /* rope, rope_shift */
     RUN_TEST(test_gdn_gates);
     RUN_TEST(test_gdn_recurrent);

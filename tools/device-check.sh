@@ -60,7 +60,9 @@
 # first skip the batched decode (--batch '', prefill and PIC only) and
 # label their rows' shapes TAG@MODE (e.g. "auto tc_bf16": the bf16 prefill
 # beside the default, each against the same transformers+FLA rows); a
-# mode GDN+ATT also sets HYPIC_CUDA_ATT (e.g. tc_bf16+flash2x; the
+# mode GDN+ATT also sets HYPIC_CUDA_ATT, and a mode's :N suffix runs
+# gpu_engine --piece N, the prefill's piece (e.g. auto:4096; default
+# HP_FWD_PIECE, 1024) (e.g. tc_bf16+flash2x; the
 # default on a bf16 checkpoint is --dtype auto's bf16 attention, FLASH2:
 # auto+flash2x times the f32-accurate one beside it);
 # DC_PYTHON runs gpu_engine_ref.py (python3: it needs torch and
@@ -287,16 +289,18 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
         echo "| gpu_engine $tag | missing (not generated: gen.log) | 0 | |" >>"$sum"
         return
     fi
-    local mode first=1 mtag batch att
+    local mode first=1 mtag batch att gm piece
     for mode in ${DC_GDN_MODES:-auto}; do
-        mtag=$tag batch=$e_batch att=
+        mtag=$tag batch=$e_batch att= gm=${mode%:*} piece=
         [ $first = 1 ] || mtag=$tag@$mode batch=
         first=0
-        [[ $mode == *+* ]] && att=${mode#*+}
+        [[ $mode == *:* ]] && piece=${mode##*:}
+        [[ $gm == *+* ]] && att=${gm#*+}
         l=$(lim "${DC_ENGINE_S:-120}")
         step "gpu_engine $mtag" "$l" "$res/engine-$mtag.md" "${run[@]}" \
-            env HYPIC_CUDA_GDN="${mode%%+*}" ${att:+HYPIC_CUDA_ATT="$att"} \
+            env HYPIC_CUDA_GDN="${gm%%+*}" ${att:+HYPIC_CUDA_ATT="$att"} \
             build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
+            ${piece:+--piece "$piece"} \
             --tokens "$e_tok" --batch "$batch" --decode "$e_dec" \
             --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \
             --profile 1 \

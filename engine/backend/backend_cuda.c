@@ -598,6 +598,52 @@ static void cu_linear_n(be_t b, float *const *y, const float *x,
     }
 }
 
+static void cu_embed(be_t b, float *x, const hk_weight_t *w, const int *ids,
+                     int T)
+{
+    stage_begin(b);
+    const int *d = stage(b, ids, (size_t)T * sizeof(int));
+    if (d)
+        note(b, hk_cuda_weight_rows(x, w, d, T, NULL), "embed");
+}
+
+static void cu_rmsnorm(be_t b, float *y, const float *x, const float *w,
+                       int rows, int dim, float eps)
+{
+    note(b, hk_cuda_rmsnorm_zc(y, x, w, rows, dim, eps, NULL), "rmsnorm");
+}
+
+static void cu_rmsnorm_gated(be_t b, float *y, const float *x, const float *z,
+                             const float *w, int rows, int dim, float eps)
+{
+    note(b, hk_cuda_rmsnorm_gated(y, x, z, w, rows, dim, eps, NULL),
+         "rmsnorm_gated");
+}
+
+static void cu_l2norm(be_t b, float *x, int rows, int dim, float eps,
+                      float scale)
+{
+    note(b, hk_cuda_l2norm(x, rows, dim, eps, scale, NULL), "l2norm");
+}
+
+static void cu_swiglu(be_t b, float *y, const float *g, const float *u,
+                      size_t n)
+{
+    note(b, hk_cuda_swiglu(y, g, u, n, NULL), "swiglu");
+}
+
+static void cu_split_heads(be_t be, float *a, float *b, float *c,
+                           const float *x, int rows, int da, int db, int dc)
+{
+    note(be, hk_cuda_split_heads(a, b, c, x, rows, da, db, dc, NULL),
+         "split_heads");
+}
+
+static void cu_gate_mul(be_t b, float *o, const float *gate, size_t n)
+{
+    note(b, hk_cuda_gate_mul(o, gate, n, NULL), "gate_mul");
+}
+
 /* The staging for n rows of matrices w[0..k) (one input, same cols) when
  * every one is bf16, else NULL: a producer may write their input to it. */
 static uint16_t *cu_xb_for(be_t b, const hk_weight_t *const *w, int k, int n)
@@ -611,14 +657,6 @@ static uint16_t *cu_xb_for(be_t b, const hk_weight_t *const *w, int k, int n)
 /* The producers of a projection's input (backend.h): straight to its bf16
  * staging where the matrices are bf16 (the f32 kernels' output rounded,
  * bit for bit: hk_norm.cu), else the two ops. */
-static void cu_rmsnorm(be_t b, float *y, const float *x, const float *w,
-                       int rows, int dim, float eps);
-static void cu_rmsnorm_gated(be_t b, float *y, const float *x, const float *z,
-                             const float *w, int rows, int dim, float eps);
-static void cu_swiglu(be_t b, float *y, const float *g, const float *u,
-                      size_t n);
-static void cu_gate_mul(be_t b, float *o, const float *gate, size_t n);
-
 static void cu_rmsnorm_linear_n(be_t b, float *const *ys, float *y,
                                 const float *x, const float *nw,
                                 const hk_weight_t *const *w, int k, int T,
@@ -679,52 +717,6 @@ static void cu_swiglu_linear_acc(be_t b, float *x, float *g, const float *u,
     }
     note(b, hk_cuda_swiglu_bf16(xb, g, u, n, NULL), "swiglu");
     cu_linear_staged(b, x, w, T, 1);
-}
-
-static void cu_embed(be_t b, float *x, const hk_weight_t *w, const int *ids,
-                     int T)
-{
-    stage_begin(b);
-    const int *d = stage(b, ids, (size_t)T * sizeof(int));
-    if (d)
-        note(b, hk_cuda_weight_rows(x, w, d, T, NULL), "embed");
-}
-
-static void cu_rmsnorm(be_t b, float *y, const float *x, const float *w,
-                       int rows, int dim, float eps)
-{
-    note(b, hk_cuda_rmsnorm_zc(y, x, w, rows, dim, eps, NULL), "rmsnorm");
-}
-
-static void cu_rmsnorm_gated(be_t b, float *y, const float *x, const float *z,
-                             const float *w, int rows, int dim, float eps)
-{
-    note(b, hk_cuda_rmsnorm_gated(y, x, z, w, rows, dim, eps, NULL),
-         "rmsnorm_gated");
-}
-
-static void cu_l2norm(be_t b, float *x, int rows, int dim, float eps,
-                      float scale)
-{
-    note(b, hk_cuda_l2norm(x, rows, dim, eps, scale, NULL), "l2norm");
-}
-
-static void cu_swiglu(be_t b, float *y, const float *g, const float *u,
-                      size_t n)
-{
-    note(b, hk_cuda_swiglu(y, g, u, n, NULL), "swiglu");
-}
-
-static void cu_split_heads(be_t be, float *a, float *b, float *c,
-                           const float *x, int rows, int da, int db, int dc)
-{
-    note(be, hk_cuda_split_heads(a, b, c, x, rows, da, db, dc, NULL),
-         "split_heads");
-}
-
-static void cu_gate_mul(be_t b, float *o, const float *gate, size_t n)
-{
-    note(b, hk_cuda_gate_mul(o, gate, n, NULL), "gate_mul");
 }
 
 static void cu_scale_rows(be_t b, float *x, const float *s, int rows, int dim,

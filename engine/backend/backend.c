@@ -581,8 +581,10 @@ void hp_backend_conv1d_silu(const hp_backend_t *b, float *y, float *state,
 
 void hp_backend_conv_qkv(const hp_backend_t *b, float *q, float *k, float *v,
                          float *cv, float *state, const float *x,
-                         const float *w, int T, int Hk, int Hv, int dk, int dv,
-                         int K, float eps, float q_scale)
+                         const float *w, float *g, float *beta,
+                         const float *A_log, const float *dt_bias, int T,
+                         int Hk, int Hv, int dk, int dv, int K, float eps,
+                         float q_scale)
 {
     const int kd = Hk * dk, vd = Hv * dv;
     if (!b->iface->conv_qkv) {
@@ -590,11 +592,12 @@ void hp_backend_conv_qkv(const hp_backend_t *b, float *q, float *k, float *v,
         hp_backend_split_heads(b, q, k, v, cv, T, kd, kd, vd);
         hp_backend_l2norm(b, q, T * Hk, dk, eps, q_scale);
         hp_backend_l2norm(b, k, T * Hk, dk, eps, 1.0f);
+        hp_backend_gdn_gates(b, g, beta, g, beta, A_log, dt_bias, T, Hv);
         return;
     }
-    count(4, 0); /* as the four ops */
-    b->iface->conv_qkv(b, q, k, v, cv, state, x, w, T, Hk, Hv, dk, dv, K, eps,
-                       q_scale);
+    count(5, 0); /* as the five ops */
+    b->iface->conv_qkv(b, q, k, v, cv, state, x, w, g, beta, A_log, dt_bias, T,
+                       Hk, Hv, dk, dv, K, eps, q_scale);
 }
 
 void hp_backend_conv1d_silu_decode(const hp_backend_t *b, float *y,

@@ -331,13 +331,17 @@ void hp_backend_conv1d_silu(const hp_backend_t *b, float *y, float *state,
                             int K);
 /* A prefill's GDN input path: hp_backend_conv1d_silu(cv, state, x, w, T,
  * C, K) with C = 2 Hk dk + Hv dv, hp_backend_split_heads into q, k [T, Hk,
- * dk] and v [T, Hv, dv], then hp_backend_l2norm of q (scaled by q_scale)
- * and of k, both with eps: their results, except that cv is scratch after
- * (a device writes q, k, v straight from the conv, cv never). */
+ * dk] and v [T, Hv, dv], hp_backend_l2norm of q (scaled by q_scale) and of
+ * k, both with eps, then hp_backend_gdn_gates(g, beta, g, beta, A_log,
+ * dt_bias, T, Hv): their results, except that cv is scratch after (a
+ * device writes q, k, v straight from the conv, cv never, in one launch
+ * with the gates). */
 void hp_backend_conv_qkv(const hp_backend_t *b, float *q, float *k, float *v,
                          float *cv, float *state, const float *x,
-                         const float *w, int T, int Hk, int Hv, int dk, int dv,
-                         int K, float eps, float q_scale);
+                         const float *w, float *g, float *beta,
+                         const float *A_log, const float *dt_bias, int T,
+                         int Hk, int Hv, int dk, int dv, int K, float eps,
+                         float q_scale);
 /* One token for each of B requests with its own state: y, x [B, C];
  * states [B] host array of backend pointers. */
 void hp_backend_conv1d_silu_decode(const hp_backend_t *b, float *y,

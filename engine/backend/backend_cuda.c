@@ -802,16 +802,18 @@ static void cu_conv1d_silu(be_t b, float *y, float *state, const float *x,
     note(b, hk_cuda_conv1d_silu(y, state, x, w, T, C, K, NULL), "conv1d_silu");
 }
 
-/* The conv writes q, k, v straight (cv unused): hk_cuda_conv_qkv. */
+/* The conv writes q, k, v straight (cv unused), the gates in the same
+ * launch: hk_cuda_conv_qkv. */
 static void cu_conv_qkv(be_t b, float *q, float *k, float *v, float *cv,
-                        float *state, const float *x, const float *w, int T,
-                        int Hk, int Hv, int dk, int dv, int K, float eps,
+                        float *state, const float *x, const float *w, float *g,
+                        float *beta, const float *A_log, const float *dt_bias,
+                        int T, int Hk, int Hv, int dk, int dv, int K, float eps,
                         float q_scale)
 {
     (void)cv;
     note(b,
-         hk_cuda_conv_qkv(q, k, v, state, x, w, T, Hk, Hv, dk, dv, K, eps,
-                          q_scale, NULL),
+         hk_cuda_conv_qkv(q, k, v, state, x, w, g, beta, A_log, dt_bias, T, Hk,
+                          Hv, dk, dv, K, eps, q_scale, NULL),
          "conv1d_silu");
 }
 

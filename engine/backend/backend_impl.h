@@ -96,8 +96,9 @@ typedef struct {
                                int K);
     /* (optional: else the four ops, backend.h) */
     void (*conv_qkv)(be_t b, float *q, float *k, float *v, float *cv,
-                     float *state, const float *x, const float *w, int T,
-                     int Hk, int Hv, int dk, int dv, int K, float eps,
+                     float *state, const float *x, const float *w, float *g,
+                     float *beta, const float *A_log, const float *dt_bias,
+                     int T, int Hk, int Hv, int dk, int dv, int K, float eps,
                      float q_scale);
     void (*gdn_gates)(be_t b, float *g, float *beta, const float *a,
                       const float *bp, const float *A_log, const float *dt_bias,

@@ -51,39 +51,31 @@ static float q_scale(int dk)
     return 1.0f / sqrtf((float)dk);
 }
 
-/* Rows [start, end)'s gates from the raw b and a projections. */
-static void lin_gates(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
-                      int start, int end)
-{
-    const hp_layer_weights_t *w = &m->layers[l];
-    int Hv = m->cfg.lin_v_heads;
-    float *g = b->g + (size_t)start * Hv, *beta = b->beta + (size_t)start * Hv;
-    hp_backend_gdn_gates(m->be, g, beta, g, beta, w->A_log, w->dt_bias,
-                         end - start, Hv);
-}
-
 void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                      float *hist, int start, int end)
 {
     const hp_model_config_t *c = &m->cfg;
-    int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
+    const hp_layer_weights_t *w = &m->layers[l];
+    int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_k_dim;
+    int cd = hp_cfg_conv_dim(c);
     size_t kd = (size_t)Hk * dk, vd = hp_cfg_value_dim(c);
-
-    /* conv, split and norms in one op: cv is its scratch */
+    /* conv, split, norms and gates in one op: cv is its scratch */
     hp_backend_conv_qkv(m->be, b->q + start * kd, b->k + start * kd,
                         b->v + start * vd, b->cv + (size_t)start * cd, hist,
-                        b->qkv + (size_t)start * cd, m->layers[l].conv_w,
-                        end - start, Hk, c->lin_v_heads, dk, c->lin_v_dim,
-                        c->conv_kernel, L2_EPS, q_scale(dk));
-    lin_gates(m, l, b, start, end);
+                        b->qkv + (size_t)start * cd, w->conv_w,
+                        b->g + (size_t)start * Hv, b->beta + (size_t)start * Hv,
+                        w->A_log, w->dt_bias, end - start, Hk, Hv, dk,
+                        c->lin_v_dim, c->conv_kernel, L2_EPS, q_scale(dk));
 }
 
 void hp_fwd_lin_split(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                       int start, int end)
 {
     const hp_model_config_t *c = &m->cfg;
+    const hp_layer_weights_t *w = &m->layers[l];
     int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
     int kd = Hk * dk, vd = hp_cfg_value_dim(c), n = end - start;
+    int Hv = c->lin_v_heads;
     hp_backend_split_heads(m->be, b->q + (size_t)start * kd,
                            b->k + (size_t)start * kd, b->v + (size_t)start * vd,
                            b->cv + (size_t)start * cd, n, kd, kd, vd);
@@ -91,7 +83,8 @@ void hp_fwd_lin_split(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                       q_scale(dk));
     hp_backend_l2norm(m->be, b->k + (size_t)start * kd, n * Hk, dk, L2_EPS,
                       1.0f);
-    lin_gates(m, l, b, start, end);
+    float *g = b->g + (size_t)start * Hv, *beta = b->beta + (size_t)start * Hv;
+    hp_backend_gdn_gates(m->be, g, beta, g, beta, w->A_log, w->dt_bias, n, Hv);
 }
 
 void hp_fwd_lin_step(const hp_model_t *m, int l, const hp_fwd_lin_t *b,

@@ -517,33 +517,39 @@ static void check_fused(const hp_backend_t *b)
     free(hw32);
 }
 
-/* hp_backend_conv_qkv: the four ops' q, k, v and state bit for bit, cv
- * never written (the fused path ran), as many ops counted. */
+/* hp_backend_conv_qkv: the five ops' q, k, v, gates and state bit for
+ * bit, cv never written (the fused path ran), as many ops counted. */
 static void check_conv_qkv(const hp_backend_t *b)
 {
     enum { T = 6, HK = 2, HV = 4, DK = 16, DV = 8, K = 4 };
     const int kd = HK * DK, vd = HV * DV, C = 2 * kd + vd;
-    const size_t nx = (size_t)T * C, ns = (size_t)C * (K - 1);
+    const size_t nx = (size_t)T * C, ns = (size_t)C * (K - 1), ng = T * HV;
     const float eps = 1e-6f, qs = 0.25f;
     float *hx = frand_amp(nx, 2.0), *hw = frand_amp((size_t)C * K, 1.0);
     float *hs = frand_amp(ns, 2.0), *zero = calloc(nx, sizeof(float));
+    float *ha = frand_amp(ng, 3.0), *hb = frand_amp(ng, 3.0);
+    float *hal = frand_amp(HV, 1.0), *hdt = frand_amp(HV, 1.0);
     float *x = put(b, hx, nx), *w = put(b, hw, (size_t)C * K);
-    float *st[2], *cv[2], *q[2], *k[2], *v[2];
+    float *al = put(b, hal, HV), *dt = put(b, hdt, HV);
+    float *st[2], *cv[2], *q[2], *k[2], *v[2], *g[2], *be[2];
     for (int i = 0; i < 2; i++) {
         st[i] = put(b, hs, ns);
         cv[i] = put(b, zero, nx);
+        g[i] = put(b, ha, ng); /* the raw a and b projections */
+        be[i] = put(b, hb, ng);
         q[i] = hp_backend_alloc(b, (size_t)T * kd * sizeof(float));
         k[i] = hp_backend_alloc(b, (size_t)T * kd * sizeof(float));
         v[i] = hp_backend_alloc(b, (size_t)T * vd * sizeof(float));
     }
     unsigned long n0 = hp_backend_op_count(b);
-    hp_backend_conv_qkv(b, q[0], k[0], v[0], cv[0], st[0], x, w, T, HK, HV, DK,
-                        DV, K, eps, qs);
+    hp_backend_conv_qkv(b, q[0], k[0], v[0], cv[0], st[0], x, w, g[0], be[0],
+                        al, dt, T, HK, HV, DK, DV, K, eps, qs);
     unsigned long n1 = hp_backend_op_count(b);
     hp_backend_conv1d_silu(b, cv[1], st[1], x, w, T, C, K);
     hp_backend_split_heads(b, q[1], k[1], v[1], cv[1], T, kd, kd, vd);
     hp_backend_l2norm(b, q[1], T * HK, DK, eps, qs);
     hp_backend_l2norm(b, k[1], T * HK, DK, eps, 1.0f);
+    hp_backend_gdn_gates(b, g[1], be[1], g[1], be[1], al, dt, T, HV);
     hp_error_t err = {0};
     float *z = put(b, zero, nx);
     ok(hp_backend_sync(b, &err) == HP_OK &&
@@ -551,17 +557,23 @@ static void check_conv_qkv(const hp_backend_t *b)
            same_dev(b, q[0], q[1], (size_t)T * kd) &&
            same_dev(b, k[0], k[1], (size_t)T * kd) &&
            same_dev(b, v[0], v[1], (size_t)T * vd) &&
+           same_dev(b, g[0], g[1], ng) && same_dev(b, be[0], be[1], ng) &&
            same_dev(b, st[0], st[1], ns) && same_dev(b, cv[0], z, nx),
-       "conv_qkv: the conv, split and norms' q, k, v and state bit for bit, "
-       "as many ops (cv never written)");
-    void *all[] = {x,    w,    z,    st[0], st[1], cv[0], cv[1],
-                   q[0], q[1], k[0], k[1],  v[0],  v[1]};
+       "conv_qkv: the conv, split, norms and gates' q, k, v, g, beta and "
+       "state bit for bit, as many ops (cv never written)");
+    void *all[] = {x,     w,     z,    al,    dt,   st[0], st[1],
+                   cv[0], cv[1], q[0], q[1],  k[0], k[1],  v[0],
+                   v[1],  g[0],  g[1], be[0], be[1]};
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
         hp_backend_free(b, all[i]);
     free(hx);
     free(hw);
     free(hs);
     free(zero);
+    free(ha);
+    free(hb);
+    free(hal);
+    free(hdt);
 }
 
 static void check(const char *root, const char *name)

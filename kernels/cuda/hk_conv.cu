@@ -18,8 +18,9 @@
  * hk_cuda_conv_qkv is a prefill's whole GDN input path in the first
  * launch: the conv of one head's channels (q, k or v) a block, SiLU, and
  * for q and k the L2 norm (hk_norm.cu's row reduction, HK_ROW_THREADS),
- * written split into q, k, v: the three kernels' results (conv, split,
- * l2norm) bit for bit, without the conv output written and read back.
+ * written split into q, k, v, and a v head's gates by its block: the four
+ * kernels' results (conv, split, l2norm, gates) bit for bit, without the
+ * conv output written and read back.
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
@@ -95,11 +96,11 @@ static __global__ void hk_conv_state_kernel(float *state,         // [C, K-1]
 
 /* Token blockIdx.x, head slot blockIdx.y: q heads 0..Hk-1, k heads, then
  * v heads; row: [max(dk, dv)] floats of dynamic shared memory. */
-static __global__ void hk_conv_qkv_kernel(float *q, float *k, float *v,
-                                          const float *state, const float *x,
-                                          const float *w, int Hk, int Hv,
-                                          int dk, int dv, int K, float eps,
-                                          float q_scale)
+static __global__ void
+hk_conv_qkv_kernel(float *q, float *k, float *v, const float *state,
+                   const float *x, const float *w, float *g, float *beta,
+                   const float *A_log, const float *dt_bias, int Hk, int Hv,
+                   int dk, int dv, int K, float eps, float q_scale)
 {
     __shared__ float sh[32];
     HK_DYNAMIC_SMEM(smem);
@@ -121,8 +122,15 @@ static __global__ void hk_conv_qkv_kernel(float *q, float *k, float *v,
         else
             out[i] = y; /* v: no norm */
     }
-    if (!qk)
-        return; /* the whole block */
+    if (!qk) { /* the whole block leaves, after its head's gates */
+        const int h = slot - 2 * Hk;
+        const size_t e = (size_t)t * Hv + h;
+        if (g && threadIdx.x == 0) { /* hk_gdn_gates_kernel's, in place */
+            beta[e] = hk_math_sigmoid(beta[e]);
+            g[e] = hk_math_gdn_gate(g[e], A_log[h], dt_bias[h]);
+        }
+        return;
+    }
     /* each thread reads back the elements it wrote */
     const float ss = hk_row_sumsq(row, dim, sh);
     const float f = hk_l2_factor(ss, eps, slot < Hk ? q_scale : 1.0f);
@@ -164,12 +172,15 @@ extern "C" int hk_cuda_conv1d_silu(float *y, float *state, const float *x,
 }
 
 extern "C" int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state,
-                                const float *x, const float *w, int T, int Hk,
-                                int Hv, int dk, int dv, int K, float eps,
-                                float q_scale, void *stream)
+                                const float *x, const float *w, float *g,
+                                float *beta, const float *A_log,
+                                const float *dt_bias, int T, int Hk, int Hv,
+                                int dk, int dv, int K, float eps, float q_scale,
+                                void *stream)
 {
     if (T < 0 || Hk < 1 || Hv < 1 || dk < 1 || dv < 1 || K < 1 ||
-        2 * Hk + Hv > HK_CUDA_MAX_GRID_YZ || (K > 1 && !state))
+        2 * Hk + Hv > HK_CUDA_MAX_GRID_YZ || (K > 1 && !state) ||
+        (g && (!beta || !A_log || !dt_bias)))
         return HK_CUDA_EINVAL;
     if (T == 0)
         return HK_CUDA_OK;
@@ -178,8 +189,8 @@ extern "C" int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state,
     if (smem > 48 * 1024)
         return HK_CUDA_EINVAL;
     hk_conv_qkv_kernel<<<dim3((unsigned)T, 2 * Hk + Hv), HK_ROW_THREADS, smem,
-                         s>>>(q, k, v, state, x, w, Hk, Hv, dk, dv, K, eps,
-                              q_scale);
+                         s>>>(q, k, v, state, x, w, g, beta, A_log, dt_bias, Hk,
+                              Hv, dk, dv, K, eps, q_scale);
     int rc = hk_cuda_check_launch();
     if (rc || K == 1)
         return rc;

@@ -432,12 +432,16 @@ int hk_cuda_conv1d_silu(float *y, float *state, const float *x, const float *w,
 /* A prefill's GDN input path in one launch (and the state shift): the
  * conv (+ SiLU) of x [T, C = 2 Hk dk + Hv dv] (q | k | v channels) with
  * state, split into q, k [T, Hk, dk] and v [T, Hv, dv], q and k
- * L2-normalized (eps inside the root, q scaled by q_scale). Twin:
- * hk_cuda_conv1d_silu, hk_cuda_split_heads, hk_cuda_l2norm, whose results
- * these are bit for bit. max(dk, dv) <= 12288. */
+ * L2-normalized (eps inside the root, q scaled by q_scale); with g
+ * non-NULL the gates too, in place: g, beta [T, Hv] hold the raw a and b
+ * projections and get hk_cuda_gdn_gates' g and beta (A_log, dt_bias
+ * [Hv]). Twin: hk_cuda_conv1d_silu, hk_cuda_split_heads, hk_cuda_l2norm,
+ * hk_cuda_gdn_gates, whose results these are bit for bit. max(dk, dv) <=
+ * 12288. */
 int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state, const float *x,
-                     const float *w, int T, int Hk, int Hv, int dk, int dv,
-                     int K, float eps, float q_scale, void *stream);
+                     const float *w, float *g, float *beta, const float *A_log,
+                     const float *dt_bias, int T, int Hk, int Hv, int dk,
+                     int dv, int K, float eps, float q_scale, void *stream);
 /* One decode token for each of B requests: y[B, C], x[B, C]; states is a
  * device array of B device pointers, each a [C, K-1] state (pool slots
  * need not be contiguous). Same as hk_conv1d_silu with T = 1 per request. */

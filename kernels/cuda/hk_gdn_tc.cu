@@ -1804,17 +1804,26 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     return p->sa > lim || p->sb > lim;
 }
 
-/* f32 x[n] into bf16 hi[n] + lo[n] (hk_bf16_split); with lo NULL, hi
- * only (x rounded once: HK_CUDA_GDN_TC_ROUND). */
-static __global__ void hk_tc_split_kernel(uint16_t *hi, uint16_t *lo,
-                                          const float *x, size_t n)
+/* The f32 entry's q, k, v (x[i] of n[i] elements each) into bf16 hi[i] +
+ * lo[i] (hk_bf16_split); with lo NULL, hi only (rounded once:
+ * HK_CUDA_GDN_TC_ROUND). */
+struct hk_tc_split_args {
+    const float *x[3];
+    uint16_t *hi[3], *lo[3];
+    size_t n[3];
+};
+
+/* All three in one launch: element e of their concatenation. */
+static __global__ void hk_tc_split_kernel(hk_tc_split_args a)
 {
-    HK_GRID_STRIDE(e, n)
+    HK_GRID_STRIDE(e, a.n[0] + a.n[1] + a.n[2])
     {
-        if (lo)
-            hk_bf16_split(x[e], &hi[e], &lo[e]);
+        const int i = e < a.n[0] ? 0 : e < a.n[0] + a.n[1] ? 1 : 2;
+        const size_t j = e - (i > 0 ? a.n[0] : 0) - (i > 1 ? a.n[1] : 0);
+        if (a.lo[i])
+            hk_bf16_split(a.x[i][j], &a.hi[i][j], &a.lo[i][j]);
         else
-            hi[e] = hk_bf16_from_f32(x[e]);
+            a.hi[i][j] = hk_bf16_from_f32(a.x[i][j]);
     }
 }
 
@@ -2090,11 +2099,12 @@ extern "C" int hk_cuda_gdn_chunk_tc_ex(
         h[i] = (uint16_t *)(base + off[i]);
     const size_t nq = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv;
     hk_tc_mark(0, s);
-    const float *src[3] = {q, k, v};
-    const size_t n[3] = {nq, nq, nv};
-    for (int i = 0; i < 3 && T > 0; i++) {
-        hk_tc_split_kernel<<<hk_grid_1d(n[i], 256), 256, 0, s>>>(
-            h[2 * i], lo ? h[2 * i + 1] : NULL, src[i], n[i]);
+    if (T > 0) {
+        hk_tc_split_args a = {
+            {q, k, v}, {h[0], h[2], h[4]}, {NULL, NULL, NULL}, {nq, nq, nv}};
+        for (int i = 0; i < 3 && lo; i++)
+            a.lo[i] = h[2 * i + 1];
+        hk_tc_split_kernel<<<hk_grid_1d(2 * nq + nv, 256), 256, 0, s>>>(a);
         int rc = hk_cuda_check_launch();
         if (rc)
             return rc;

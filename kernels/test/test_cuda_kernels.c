@@ -433,10 +433,10 @@ static void test_conv(void)
     }
 }
 
-/* The GDN input path in one launch (hk_cuda_conv_qkv) against its three
- * kernels (conv, split, l2 norms) on the device: q, k, v and the state bit
- * for bit; T < K-1 reads the state; dk > dv and dk < dv; dk past a
- * block's 256 threads. */
+/* The GDN input path in one launch (hk_cuda_conv_qkv) against its four
+ * kernels (conv, split, l2 norms, gates) on the device: q, k, v, the gates
+ * and the state bit for bit; T < K-1 reads the state; dk > dv and dk < dv;
+ * dk past a block's 256 threads. */
 static void test_conv_qkv(void)
 {
     /* T, Hk, Hv, dk, dv, K */
@@ -452,8 +452,13 @@ static void test_conv_qkv(void)
         const int kd = Hk * dk, vd = Hv * dv, C = 2 * kd + vd;
         const size_t nx = (size_t)T * C, ns = (size_t)C * (K - 1);
         const float qs = 1.0f / sqrtf((float)dk);
+        const size_t ng = (size_t)T * Hv;
         float *x = frand(nx, 2.0), *w = frand((size_t)C * K, 1.0);
-        float *st = frand(ns, 2.0);
+        float *st = frand(ns, 2.0), *ga = frand(ng, 3.0), *gb = frand(ng, 3.0);
+        float *al = frand(Hv, 1.0), *db_ = frand(Hv, 1.0);
+        float *dal = dev_from(al, Hv), *ddb = dev_from(db_, Hv);
+        float *dg[2] = {dev_from(ga, ng), dev_from(ga, ng)};
+        float *dbt[2] = {dev_from(gb, ng), dev_from(gb, ng)};
         float *dx = dev_from(x, nx), *dw = dev_from(w, (size_t)C * K);
         float *dst[2] = {dev_from(st, ns), dev_from(st, ns)};
         float *dcv = dev_alloc(nx), *dq[2], *dk_[2], *dv_[2];
@@ -467,33 +472,49 @@ static void test_conv_qkv(void)
                                 NULL));
         RUN(hk_cuda_l2norm(dq[0], T * Hk, dk, eps, qs, NULL));
         RUN(hk_cuda_l2norm(dk_[0], T * Hk, dk, eps, 1.0f, NULL));
-        RUN(hk_cuda_conv_qkv(dq[1], dk_[1], dv_[1], dst[1], dx, dw, T, Hk, Hv,
-                             dk, dv, K, eps, qs, NULL));
-        float *h[4] = {
-            host_from(dq[0], (size_t)T * kd), host_from(dk_[0], (size_t)T * kd),
-            host_from(dv_[0], (size_t)T * vd), host_from(dst[0], ns)};
+        RUN(hk_cuda_gdn_gates(dg[0], dbt[0], dg[0], dbt[0], dal, ddb, T, Hv,
+                              NULL));
+        RUN(hk_cuda_conv_qkv(dq[1], dk_[1], dv_[1], dst[1], dx, dw, dg[1],
+                             dbt[1], dal, ddb, T, Hk, Hv, dk, dv, K, eps, qs,
+                             NULL));
+        float *h[6] = {host_from(dq[0], (size_t)T * kd),
+                       host_from(dk_[0], (size_t)T * kd),
+                       host_from(dv_[0], (size_t)T * vd),
+                       host_from(dst[0], ns),
+                       host_from(dg[0], ng),
+                       host_from(dbt[0], ng)};
         int good = same_cpu(h[0], dq[1], (size_t)T * kd, "q") &
                    same_cpu(h[1], dk_[1], (size_t)T * kd, "k") &
                    same_cpu(h[2], dv_[1], (size_t)T * vd, "v") &
-                   same_cpu(h[3], dst[1], ns, "state");
+                   same_cpu(h[3], dst[1], ns, "state") &
+                   same_cpu(h[4], dg[1], ng, "g") &
+                   same_cpu(h[5], dbt[1], ng, "beta");
         ok(good,
-           "conv_qkv = conv1d_silu, split_heads, l2norm bit for bit T=%d "
-           "Hk=%d Hv=%d dk=%d dv=%d K=%d",
+           "conv_qkv = conv1d_silu, split_heads, l2norm, gdn_gates bit for "
+           "bit T=%d Hk=%d Hv=%d dk=%d dv=%d K=%d",
            T, Hk, Hv, dk, dv, K);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 6; i++)
             free(h[i]);
         for (int i = 0; i < 2; i++) {
             CK(hk_cuda_free(dst[i]));
             CK(hk_cuda_free(dq[i]));
             CK(hk_cuda_free(dk_[i]));
             CK(hk_cuda_free(dv_[i]));
+            CK(hk_cuda_free(dg[i]));
+            CK(hk_cuda_free(dbt[i]));
         }
         CK(hk_cuda_free(dx));
         CK(hk_cuda_free(dw));
         CK(hk_cuda_free(dcv));
+        CK(hk_cuda_free(dal));
+        CK(hk_cuda_free(ddb));
         free(x);
         free(w);
         free(st);
+        free(ga);
+        free(gb);
+        free(al);
+        free(db_);
     }
 }
 

@@ -404,13 +404,19 @@ void hp_backend_linear_acc(const hp_backend_t *b, float *y, const float *x,
     CALL(HP_OP_LINEAR_ACC, linear, y, x, w, n, 1);
 }
 
+/* Whether w[0..k) can be one input's matrices: every one as wide. */
+static int one_input(const hk_weight_t *const *w, int k)
+{
+    for (int i = 1; i < k; i++)
+        if (w[i]->cols != w[0]->cols)
+            return 0;
+    return 1;
+}
+
 void hp_backend_linear_n(const hp_backend_t *b, float *const *y, const float *x,
                          const hk_weight_t *const *w, int k, int n)
 {
-    int same = 1; /* one input: every matrix as wide */
-    for (int i = 1; i < k; i++)
-        same &= w[i]->cols == w[0]->cols;
-    if (!b->iface->linear_n || !same) {
+    if (!b->iface->linear_n || !one_input(w, k)) {
         for (int i = 0; i < k; i++)
             hp_backend_linear(b, y[i], x, w[i], n);
         return;
@@ -426,10 +432,7 @@ void hp_backend_rmsnorm_linear_n(const hp_backend_t *b, float *const *ys,
                                  const hk_weight_t *const *w, int k, int T,
                                  float eps)
 {
-    int same = 1;
-    for (int i = 1; i < k; i++)
-        same &= w[i]->cols == w[0]->cols;
-    if (!b->iface->rmsnorm_linear_n || !same) {
+    if (!b->iface->rmsnorm_linear_n || !one_input(w, k)) {
         hp_backend_rmsnorm(b, y, x, nw, T, w[0]->cols, eps);
         hp_backend_linear_n(b, ys, y, w, k, T);
         return;

@@ -388,6 +388,13 @@ static hk_weight_t put_bf16(const hp_backend_t *b, int rows, int cols)
     return (hk_weight_t){d, NULL, HK_W_BF16, rows, cols, 0};
 }
 
+/* Frees n buffers of b's. */
+static void drop(const hp_backend_t *b, void *const *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        hp_backend_free(b, p[i]);
+}
+
 /* Whether n floats at a and b (on the device) are equal bit for bit. */
 static int same_dev(const hp_backend_t *be, const float *a, const float *b,
                     size_t n)
@@ -506,8 +513,7 @@ static void check_fused(const hp_backend_t *b)
                    g[1],
                    o[0],
                    o[1]};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        hp_backend_free(b, all[i]);
+    drop(b, all, sizeof(all) / sizeof(all[0]));
     free(hx);
     free(hn);
     free(hg);
@@ -564,8 +570,7 @@ static void check_conv_qkv(const hp_backend_t *b)
     void *all[] = {x,     w,     z,    al,    dt,   st[0], st[1],
                    cv[0], cv[1], q[0], q[1],  k[0], k[1],  v[0],
                    v[1],  g[0],  g[1], be[0], be[1]};
-    for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-        hp_backend_free(b, all[i]);
+    drop(b, all, sizeof(all) / sizeof(all[0]));
     free(hx);
     free(hw);
     free(hs);

@@ -21,8 +21,8 @@
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
-/* Rows go on gridDim.x, which takes any int row count. */
-#define HK_NORM_THREADS HK_ROW_THREADS
+/* Rows go on gridDim.x, which takes any int row count; HK_ROW_THREADS
+ * (hk_cuda_impl.h) threads a row, elementwise kernels as many. */
 
 /* An output element: f32, or bf16 as hk_cuda_matmul_bf16 rounds x. */
 static __device__ __forceinline__ void hk_put(float *y, size_t i, float v)
@@ -106,7 +106,7 @@ static int hk_rmsnorm_zc(Y *y, const float *x, const float *w, int rows,
         return HK_CUDA_EINVAL;
     if (rows == 0)
         return HK_CUDA_OK;
-    hk_rmsnorm_zc_kernel<<<rows, HK_NORM_THREADS, 0, hk_stream(stream)>>>(
+    hk_rmsnorm_zc_kernel<<<rows, HK_ROW_THREADS, 0, hk_stream(stream)>>>(
         y, x, w, dim, eps);
     return hk_cuda_check_launch();
 }
@@ -133,7 +133,7 @@ static int hk_rmsnorm_gated(Y *y, const float *x, const float *z,
         return HK_CUDA_EINVAL;
     if (rows == 0)
         return HK_CUDA_OK;
-    hk_rmsnorm_gated_kernel<<<rows, HK_NORM_THREADS, 0, hk_stream(stream)>>>(
+    hk_rmsnorm_gated_kernel<<<rows, HK_ROW_THREADS, 0, hk_stream(stream)>>>(
         y, x, z, w, dim, eps);
     return hk_cuda_check_launch();
 }
@@ -160,7 +160,7 @@ extern "C" int hk_cuda_l2norm(float *x, int rows, int dim, float eps,
         return HK_CUDA_EINVAL;
     if (rows == 0)
         return HK_CUDA_OK;
-    hk_l2norm_kernel<<<rows, HK_NORM_THREADS, 0, hk_stream(stream)>>>(
+    hk_l2norm_kernel<<<rows, HK_ROW_THREADS, 0, hk_stream(stream)>>>(
         x, dim, eps, scale);
     return hk_cuda_check_launch();
 }
@@ -171,7 +171,7 @@ static int hk_swiglu(Y *y, const float *g, const float *u, size_t n,
 {
     if (n == 0)
         return HK_CUDA_OK;
-    hk_swiglu_kernel<<<hk_grid_1d(n, HK_NORM_THREADS), HK_NORM_THREADS, 0,
+    hk_swiglu_kernel<<<hk_grid_1d(n, HK_ROW_THREADS), HK_ROW_THREADS, 0,
                        hk_stream(stream)>>>(y, g, u, n);
     return hk_cuda_check_launch();
 }

@@ -69,6 +69,10 @@
  *                                  or one block a row; GB/s of the logits
  *                                  read once (bench_sample)
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
+ *   attention_append_{flash2x,flash2}  T = 64, 128, 512 queries at the
+ *                                  end of N = 16k, 32k keys (PIC seams, a
+ *                                  resume), split over the keys where the
+ *                                  row blocks are under a wave (splits=)
  *   attention_prefill[_flash2|_flash2x|_bf16|_simple]  causal, T = 4k,
  *                                  16k, 64k (simple: to 16k); TFLOP/s
  *                                  (causal flops, 4 Hq hd T(T+1)/2):
@@ -1231,7 +1235,7 @@ static int att_prefill_run(void *ctx, int rep)
     const att_ctx *c = ctx;
     (void)rep;
     return hk_cuda_attention_ex(c->impl, c->o, c->q, c->qpos, c->k, c->v, c->T,
-                                c->T, c->Hq, c->Hkv, c->hd,
+                                c->N, c->Hq, c->Hkv, c->hd,
                                 1.0f / sqrtf((float)c->hd), c->scr, NULL);
 }
 
@@ -1274,30 +1278,32 @@ static float *dev_rand(size_t n, size_t w, double amp)
     return d;
 }
 
-/* Prefill (B = 0: T queries over their own T keys) or decode (B requests,
- * one query each over N keys in its own cache, and flash-decoding's
- * scratch). */
+/* Prefill (B = 0: T queries, the last of N keys; N = 0: their own T) or
+ * decode (B requests, one query each over N keys in its own cache, and
+ * flash-decoding's scratch). */
 static void att_setup(att_ctx *c, const model_t *m, int T, int B, int N)
 {
     memset(c, 0, sizeof *c);
+    if (!B && N < T)
+        N = T;
     c->T = T, c->B = B, c->N = N, c->Hq = m->Hq, c->Hkv = m->Hkv, c->hd = m->hd;
     const size_t rows = B ? (size_t)B : (size_t)T;
     c->q = dev_rand(rows, (size_t)m->Hq * m->hd, 1.0);
     c->o = dalloc(rows * m->Hq * m->hd * 4);
-    const size_t kvr = B ? (size_t)B * N : (size_t)T;
+    const size_t kvr = B ? (size_t)B * N : (size_t)N;
     c->k = dev_rand(kvr, (size_t)m->Hkv * m->hd, 1.0);
     c->v = dev_rand(kvr, (size_t)m->Hkv * m->hd, 1.0);
     if (!B) {
         int *pos = halloc((size_t)T * sizeof(int));
         for (int t = 0; t < T; t++)
-            pos[t] = t;
+            pos[t] = N - T + t;
         c->qpos = dalloc((size_t)T * sizeof(int));
         CK(hk_cuda_h2d(c->qpos, pos, (size_t)T * sizeof(int), NULL));
         free(pos);
-        const size_t n2 =
-            hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH2X, T, m->Hkv, m->hd);
-        const size_t n3 =
-            hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH3, T, m->Hkv, m->hd);
+        const size_t n2 = hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH2X, T, N,
+                                                    m->Hq, m->Hkv, m->hd);
+        const size_t n3 = hk_cuda_attention_scratch(HK_CUDA_ATT_FLASH3, T, N,
+                                                    m->Hq, m->Hkv, m->hd);
         const size_t ns = n2 > n3 ? n2 : n3;
         if (ns)
             c->scr = dalloc(ns * sizeof(float));
@@ -1402,6 +1408,39 @@ static void bench_att_prefill(const model_t *m, int T, double *last_ms,
         c.scr = scr;
         att_free(&c);
     }
+}
+
+/* A short prompt over a long cache (a PIC splice's seams, a prefix-cache
+ * resume): T queries, the last of N keys, on the kernels that split the
+ * keys where their row blocks are under a wave (splits= in params: 1, not
+ * split). TFLOP/s of the causal flops, 4 Hq hd (T (N - T) + T (T + 1) / 2). */
+static const att_kind_t att_append_kinds[] = {
+    {"attention_append_flash2x", HK_CUDA_ATT_FLASH2X, 1},
+    {"attention_append_flash2", HK_CUDA_ATT_FLASH2, 1}};
+
+static void bench_att_append(const model_t *m, int T, int N)
+{
+    att_ctx c;
+    int set = 0;
+    for (size_t i = 0; i < sizeof att_append_kinds / sizeof *att_append_kinds;
+         i++) {
+        const att_kind_t *kd = &att_append_kinds[i];
+        if (!measured(kd->op))
+            continue;
+        char params[128];
+        snprintf(
+            params, sizeof params, "T=%d,N=%d,Hq=%d,Hkv=%d,hd=%d,splits=%d", T,
+            N, m->Hq, m->Hkv, m->hd,
+            hk_cuda_attention_splits(kd->impl, T, N, m->Hq, m->Hkv, m->hd));
+        if (!set)
+            att_setup(&c, m, T, 0, N), set = 1;
+        c.impl = kd->impl;
+        const double fl = 4.0 * m->Hq * m->hd *
+                          ((double)T * (N - T) + (double)T * (T + 1) / 2.0);
+        measure(kd->op, m->name, params, att_prefill_run, &c, T, 0, fl);
+    }
+    if (set)
+        att_free(&c);
 }
 
 static void bench_att_decode(const model_t *m, int B, int N)
@@ -1831,6 +1870,14 @@ int main(int argc, char **argv)
     for (int t = 0; t < nT && wanted("attention_prefill"); t++)
         for (int i = 0; i < nm; i++)
             bench_att_prefill(&ms[i], tiny ? 20 : Ts[t], last_ms[i], last_T[i]);
+    /* the seams of 4 and 8 segments of 4k (2 x 8 tokens each) and a
+     * 512-token resume, over 16k and 32k keys */
+    static const int appT[] = {64, 128, 512}, appN[] = {16384, 32768};
+    for (int a = 0; a < 3 && wanted("attention_append"); a++)
+        for (int n = 0; n < 2; n++)
+            for (int i = 0; i < nm; i++)
+                bench_att_append(&ms[i], tiny ? 3 + a : appT[a],
+                                 tiny ? 300 + 100 * n : appN[n]);
     hk_cuda_blas_destroy(blas);
     fclose(tsv);
     printf("# %.1f s\n", bench_now() - t_begin);

@@ -239,17 +239,19 @@ class Anchors:
                 self.t(v[None], dtype), self.t(g[None]),
                 self.t(beta[None], dtype), self.t(S0[None]))
 
-    def sdpa(self, q, k, v, causal):
-        """q [B, Hq, T, hd], k, v [B, Hkv, N, hd]."""
+    def sdpa(self, q, k, v, causal, mask=None):
+        """q [B, Hq, T, hd], k, v [B, Hkv, N, hd]; mask [T, N] (True: attend)
+        or None."""
         F = self.torch.nn.functional
         r = q.shape[1] // k.shape[1]
         try:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                  is_causal=causal,
                                                   enable_gqa=True)
         except TypeError:  # torch < 2.5
             return F.scaled_dot_product_attention(
                 q, k.repeat_interleave(r, 1), v.repeat_interleave(r, 1),
-                is_causal=causal)
+                attn_mask=mask, is_causal=causal)
 
 
 # ---- accuracy -------------------------------------------------------------------
@@ -542,6 +544,8 @@ def anchors_for(op):
         return ["fla fused_recurrent_gated_delta_rule f32"]
     if op.startswith("attention_prefill"):
         return ["torch sdpa f32", "torch sdpa bf16"]
+    if op.startswith("attention_append"):
+        return ["torch sdpa bf16"]
     if op.startswith("attention_decode_paged"):
         return ["torch paged sdpa f32", "torch paged sdpa bf16"]
     if op.startswith("attention_decode"):
@@ -626,6 +630,19 @@ def run_anchor(anc, name, p, deadline):
             return anc.fla_call(1, q, k, v, g, beta, sets[it[0] % n])
         return anc.time(step, deadline), None
     if name.startswith("torch sdpa"):
+        if "T" in p and "N" in p:
+            # T queries, the last of N keys (attention_append): causal
+            # aligned to the end, as an explicit mask (is_causal aligns
+            # to the start)
+            T, N = p["T"], p["N"]
+            q = rnd(1, p["Hq"], T, p["hd"]).to(dt)
+            k = rnd(1, p["Hkv"], N, p["hd"]).to(dt)
+            v = rnd(1, p["Hkv"], N, p["hd"]).to(dt)
+            keys = torch.arange(N, device=anc.dev)
+            last = N - T + torch.arange(T, device=anc.dev)
+            mask = keys[None, :] <= last[:, None]
+            return anc.time(lambda: anc.sdpa(q, k, v, False, mask),
+                            deadline), None
         if "T" in p:
             q = rnd(1, p["Hq"], p["T"], p["hd"]).to(dt)
             k = rnd(1, p["Hkv"], p["T"], p["hd"]).to(dt)

@@ -982,9 +982,11 @@ static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
 }
 
 /* Prefill: none (online softmax per tile), except FLASH2's bf16 copies of
- * the N keys and values (HYPIC_CUDA_ATT=flash2), twice that for FLASH2X's
- * hi and lo halves (flash2x), FLASH3's tiles (flash3: FLASH2's, N rounded
- * up to 64 keys). Decode (T = 1) splits
+ * the N keys and values (FLASH2, DEFAULT_BF16), twice that for FLASH2X's
+ * hi and lo halves (DEFAULT), FLASH3's tiles (flash3: FLASH2's, N rounded
+ * up to 64 keys), and FLASH2's partials where a short prompt splits the
+ * keys (hk_cuda_attention_scratch: any call of at most T queries).
+ * Decode (T = 1; a one-token prefill may take either op) splits
  * the keys of each (request, kv group) over blocks while B Hkv is under
  * four blocks per SM (hk_cuda_attention_decode_scratch): B Hkv splits
  * < 8 SMs, so B Hq splits < 8 SMs Hq whatever B and Hkv are, each split
@@ -992,9 +994,9 @@ static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
 static size_t cu_attention_scratch(be_t b, int T, int N, int Hq, int Hkv,
                                    int hd, hp_prec_t prec)
 {
-    if (T != 1)
-        return hk_cuda_attention_scratch(cu_att_impl(prec), N, Hkv, hd);
-    return (size_t)8 * ctx(b)->sms * Hq * (2 + HK_CUDA_ATT_TC_MAX_HD);
+    size_t n = hk_cuda_attention_scratch(cu_att_impl(prec), T, N, Hq, Hkv, hd);
+    size_t dec = (size_t)8 * ctx(b)->sms * Hq * (2 + HK_CUDA_ATT_TC_MAX_HD);
+    return T == 1 && dec > n ? dec : n;
 }
 
 static void cu_attention_decode(be_t b, float *o, const float *q,

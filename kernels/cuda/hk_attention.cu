@@ -312,8 +312,9 @@ static __global__ void __launch_bounds__(HK_DEC_THREADS)
     }
 }
 
-/* o = the splits' partials combined; one block per (request, head). */
-static __global__ void hk_dec_combine_kernel(float *o, const float *part,
+/* o = the splits' partials combined; one block per row (a request's or
+ * a query's head). */
+static __global__ void hk_att_combine_kernel(float *o, const float *part,
                                              int hd, int nsplit)
 {
     const float *pr = part + (size_t)blockIdx.x * nsplit * (2 + hd);
@@ -333,6 +334,18 @@ static __global__ void hk_dec_combine_kernel(float *o, const float *part,
             }
         o[(size_t)blockIdx.x * hd + d] = L > 0.0f ? A / L : 0.0f;
     }
+}
+
+int hk_att_combine(float *o, const float *part, long long rows, int hd,
+                   int nsplit, cudaStream_t stream)
+{
+    if (rows < 1)
+        return HK_CUDA_OK;
+    if (rows > 2147483647LL)
+        return HK_CUDA_EINVAL;
+    hk_att_combine_kernel<<<(unsigned)rows, HK_DEC_THREADS, 0, stream>>>(
+        o, part, hd, nsplit);
+    return hk_cuda_check_launch();
 }
 
 /* Splits of the key axis for B requests: ~4 blocks per SM. */
@@ -380,9 +393,7 @@ static int hk_dec_launch(float *o, float *part, const float *q, KV kv,
     int rc = hk_cuda_check_launch();
     if (rc || nsplit == 1)
         return rc;
-    hk_dec_combine_kernel<<<(unsigned)(B * Hq), HK_DEC_THREADS, 0, st>>>(
-        o, part, hd, nsplit);
-    return hk_cuda_check_launch();
+    return hk_att_combine(o, part, (long long)B * Hq, hd, nsplit, st);
 }
 
 /* ---- the interface ---------------------------------------------------------
@@ -427,21 +438,33 @@ static bool hk_att_impl_ok(hk_cuda_att_impl_t impl)
     return impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_DEFAULT_BF16;
 }
 
-extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int N,
-                                            int Hkv, int hd)
+extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int T,
+                                            int N, int Hq, int Hkv, int hd)
 {
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
-    if (N <= 0 || Hkv <= 0 || hd <= 0)
+    if (T <= 0 || N <= 0 || !hk_att_args_ok(T, Hq, Hkv, hd))
         return 0;
     if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) {
         /* and FLASH2's, its fallback */
         const size_t f3 = hk_attention_f3_scratch(N, Hkv, hd);
-        const size_t f2 = hk_attention_f2_scratch(0, N, Hkv, hd);
+        const size_t f2 = hk_attention_f2_scratch(0, T, N, Hq, Hkv, hd);
         return f3 > f2 ? f3 : f2;
     }
     if (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X)
         return 0;
-    return hk_attention_f2_scratch(use == HK_CUDA_ATT_FLASH2X, N, Hkv, hd);
+    return hk_attention_f2_scratch(use == HK_CUDA_ATT_FLASH2X, T, N, Hq, Hkv,
+                                   hd);
+}
+
+extern "C" int hk_cuda_attention_splits(hk_cuda_att_impl_t impl, int T, int N,
+                                        int Hq, int Hkv, int hd)
+{
+    const hk_cuda_att_impl_t use = hk_att_resolve(impl);
+    if (T <= 0 || N <= 0 || !hk_att_args_ok(T, Hq, Hkv, hd) ||
+        (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X))
+        return 1;
+    return hk_attention_f2_splits(use == HK_CUDA_ATT_FLASH2X, T, N, Hq, Hkv,
+                                  hd);
 }
 
 extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,

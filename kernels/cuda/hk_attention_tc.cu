@@ -408,6 +408,15 @@ int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
  * 64, two blocks; 204 KB at 128, one); at HD 256 two planes of Q take
  * 132 KB and double-buffered hi/lo K/V tiles of 64 (or 32) keys do not
  * fit beside them (264 KB / 198 KB more), so BK = 16: 198 KB, one block.
+ *
+ * Split-KV. A short prompt over a long cache (a PIC splice's seams, a
+ * prefix-cache resume, the last piece of a chunked prefill) has few row
+ * blocks, each walking every key alone: 64 queries of 4 heads per group
+ * over 16k keys are 8 blocks on an H100's 132 SMs. Where the grid is
+ * under a wave (hk_f2_splits: blocks per SM x SMs), z splits each block's
+ * key tiles into nsplit contiguous ranges; a split writes its rows'
+ * partial softmax (hk_frag_rows_part) to scratch past the k/v planes and
+ * hk_att_combine makes o, as flash-decoding does for one query.
  */
 #define HK_F2_THREADS 256
 #define HK_F2_M       128 /* rows (query, head) per block, 16 per warp */
@@ -422,6 +431,49 @@ template <int HD, bool X> struct hk_f2 {
     /* two blocks per SM where their shared memory fits an H100's */
     static constexpr int BLOCKS = SMEM <= 115200 ? 2 : 1;
 };
+
+/* Split-KV's bounds: a split takes at least HK_F2_SPLIT_KEYS keys (its
+ * partials, 2 + hd floats a row, cost about what 128 keys of K/V do), a
+ * block's keys at most HK_F2_MAX_SPLIT splits. */
+#define HK_F2_SPLIT_KEYS 128
+#define HK_F2_MAX_SPLIT  64
+
+/* The splits of a call of T queries over N keys: enough blocks for one
+ * wave (BLOCKS per SM on every SM), 1 where the row blocks fill it. */
+static int hk_f2_splits(int per_sm, long long T, int N, int Hq, int Hkv)
+{
+    const long long blocks =
+        (T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M * (long long)Hkv;
+    const long long wave = (long long)per_sm * hk_cuda_sm_count(1);
+    if (blocks < 1 || blocks >= wave)
+        return 1;
+    long long s = wave / blocks;
+    s = s < N / HK_F2_SPLIT_KEYS ? s : N / HK_F2_SPLIT_KEYS;
+    s = s < HK_F2_MAX_SPLIT ? s : HK_F2_MAX_SPLIT;
+    return s > 1 ? (int)s : 1;
+}
+
+/* Floats of partials the splits of any call of at most T queries over N
+ * keys write: T' Hq nsplit(T') (2 + hd), largest over T' <= T (the split
+ * count falls as T' grows, so the largest T' of each count of row blocks
+ * is the one to check, up to a wave's blocks). */
+static size_t hk_f2_part_floats(int per_sm, int T, int N, int Hq, int Hkv,
+                                int hd)
+{
+    const long long r = Hq / Hkv;
+    size_t most = 0;
+    for (long long nb = 1;; nb++) {
+        const long long t = nb * HK_F2_M / r < T ? nb * HK_F2_M / r : T;
+        if (t < 1)
+            continue;
+        const int ns = hk_f2_splits(per_sm, t, N, Hq, Hkv);
+        const size_t f = ns > 1 ? (size_t)t * Hq * ns * (2 + (size_t)hd) : 0;
+        most = f > most ? f : most;
+        if (t == T || ns == 1)
+            break;
+    }
+    return most;
+}
 
 /* k, v [N, Hkv, hd] f32 -> bf16 [Hkv, N, HD] planes kh, vh (and, X, kl,
  * vl) P elements apart from kb, zero past hd; one thread per 8 output
@@ -468,16 +520,18 @@ static __global__ void hk_f2_convert(__nv_bfloat16 *kb, const float *k,
     }
 }
 
-/* Grid (row blocks, Hkv). sl2 = scale * log2(e). kb: the scratch's planes
- * (hk_f2_convert), P elements apart. */
+/* Grid (row blocks, Hkv, nsplit). sl2 = scale * log2(e). kb: the
+ * scratch's planes (hk_f2_convert), P elements apart. Split z of nsplit
+ * takes the z-th of nsplit even ranges of the block's key tiles. */
 template <int HD, bool X>
 static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
     hk_f2_kernel(float *o,                // [T, Hq, hd]
+                 float *part,             // [T Hq, nsplit, 2 + hd] (nsplit > 1)
                  const float *q,          // [T, Hq, hd]
                  const int *qpos,         // [T]
                  const __nv_bfloat16 *kb, // kh, vh (, kl, vl) [Hkv, N, HD]
                  size_t P, int T, int N, int Hq, int Hkv, int hd, float sl2,
-                 int vec)
+                 int vec, int nsplit)
 {
     typedef hk_f2<HD, X> L;
     const int LD = L::LD, BK = L::BK, NS = L::NS;
@@ -527,7 +581,8 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
     for (int i = 0; i < 16; i++)
         wmax = max(wmax, sLim[wr + i]);
     const int lim[2] = {sLim[wr + lane / 4], sLim[wr + lane / 4 + 8]};
-    const int ntile = (nk + BK - 1) / BK;
+    const int ntile = (nk + BK - 1) / BK, per = (ntile + nsplit - 1) / nsplit;
+    const int j0 = min(ntile, (int)blockIdx.z * per), j1 = min(ntile, j0 + per);
     /* plane p of k / v for group g: kb + (2 p + 0 / 1) P + g N HD */
     const __nv_bfloat16 *kg = kb + (size_t)g * N * HD;
     /* Tile j into buffer j % 2 (zeros past N), one commit group. */
@@ -560,10 +615,10 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
     const int br = (lane & 7) + (lane >> 4) * 8, bc = ((lane >> 3) & 1) * 8;
     const __nv_bfloat16 *qa = sQ + (wr + ar) * LD + ac;
 
-    if (ntile > 0)
-        load(0);
-    for (int j = 0; j < ntile; j++) {
-        if (j + 1 < ntile) {
+    if (j0 < j1)
+        load(j0);
+    for (int j = j0; j < j1; j++) {
+        if (j + 1 < j1) {
             load(j + 1);
             hk_cp_async_wait<1>();
         } else {
@@ -634,19 +689,21 @@ static __global__ void __launch_bounds__(HK_F2_THREADS, hk_f2<HD, X>::BLOCKS)
     }
 
     const long long at[2] = {rw.off(wr + lane / 4), rw.off(wr + lane / 4 + 8)};
-    hk_frag_rows_out<HD>(o, &O[0][0], l, at, hd, lane);
-}
-
-size_t hk_attention_f2_scratch(int split, int N, int Hkv, int hd)
-{
-    const int HD = hk_att_tc_hd(hd);
-    /* two bf16 arrays, four with the lo halves */
-    return HD ? (size_t)N * Hkv * HD * (split ? 2 : 1) : 0;
+    if (nsplit == 1)
+        hk_frag_rows_out<HD>(o, &O[0][0], l, at, hd, lane);
+    else
+        hk_frag_rows_part<HD>(part, &O[0][0], m, l, at, hd, lane, nsplit,
+                              (int)blockIdx.z);
 }
 
 template <int HD, bool X> static size_t hk_f2_smem(void)
 {
     return hk_f2<HD, X>::SMEM;
+}
+
+template <int HD, bool X> static int hk_f2_per_sm(void)
+{
+    return hk_f2<HD, X>::BLOCKS;
 }
 
 template <int HD, bool X>
@@ -659,23 +716,71 @@ static int hk_f2_launch(float *o, const float *q, const int *qpos,
     const size_t P = (size_t)N * Hkv * HD; /* a plane */
     hk_f2_convert<X><<<hk_grid_1d(P / 8, 256), 256, 0, stream>>>(
         kb, k, v, N, Hkv, hd, HD, P, vec);
-    const int rc = hk_cuda_check_launch();
+    int rc = hk_cuda_check_launch();
     if (rc)
         return rc;
     const size_t sm = hk_f2<HD, X>::SMEM;
     const long long nb = ((long long)T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M;
+    const int ns = hk_f2_splits(hk_f2<HD, X>::BLOCKS, T, N, Hq, Hkv);
+    /* the partials past the planes (2 or 4 of P bf16: P or 2 P floats) */
+    float *part = scratch + (X ? 2 : 1) * P;
     cudaFuncSetAttribute(hk_f2_kernel<HD, X>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
-    const dim3 grid((unsigned)nb, (unsigned)Hkv);
+    const dim3 grid((unsigned)nb, (unsigned)Hkv, (unsigned)ns);
     hk_f2_kernel<HD, X><<<grid, HK_F2_THREADS, sm, stream>>>(
-        o, q, qpos, kb, P, T, N, Hq, Hkv, hd, scale * 1.4426950408889634f, vec);
-    return hk_cuda_check_launch();
+        o, part, q, qpos, kb, P, T, N, Hq, Hkv, hd, scale * 1.4426950408889634f,
+        vec, ns);
+    rc = hk_cuda_check_launch();
+    if (rc || ns == 1)
+        return rc;
+    return hk_att_combine(o, part, (long long)T * Hq, hd, ns, stream);
 }
 
 /* The launcher of (HD, X). */
 typedef int (*hk_f2_launch_t)(float *, const float *, const int *,
                               const float *, const float *, int, int, int, int,
                               int, float, float *, int, cudaStream_t);
+
+/* (HD, X)'s kernel: its shared memory, blocks per SM and launcher. */
+static const struct {
+    size_t (*smem)(void);
+    int (*per_sm)(void);
+    hk_f2_launch_t launch;
+} hk_f2_table[2][3] = {
+    {{hk_f2_smem<64, false>, hk_f2_per_sm<64, false>, hk_f2_launch<64, false>},
+     {hk_f2_smem<128, false>, hk_f2_per_sm<128, false>,
+      hk_f2_launch<128, false>},
+     {hk_f2_smem<256, false>, hk_f2_per_sm<256, false>,
+      hk_f2_launch<256, false>}},
+    {{hk_f2_smem<64, true>, hk_f2_per_sm<64, true>, hk_f2_launch<64, true>},
+     {hk_f2_smem<128, true>, hk_f2_per_sm<128, true>, hk_f2_launch<128, true>},
+     {hk_f2_smem<256, true>, hk_f2_per_sm<256, true>,
+      hk_f2_launch<256, true>}}};
+
+static int hk_f2_index(int HD)
+{
+    return HD == 64 ? 0 : HD == 128 ? 1 : 2;
+}
+
+size_t hk_attention_f2_scratch(int split, int T, int N, int Hq, int Hkv, int hd)
+{
+    const int HD = hk_att_tc_hd(hd);
+    if (!HD)
+        return 0;
+    /* two bf16 arrays, four with the lo halves; then the splits' partials */
+    const int per_sm = hk_f2_table[split != 0][hk_f2_index(HD)].per_sm();
+    return (size_t)N * Hkv * HD * (split ? 2 : 1) +
+           hk_f2_part_floats(per_sm, T, N, Hq, Hkv, hd);
+}
+
+int hk_attention_f2_splits(int split, int T, int N, int Hq, int Hkv, int hd)
+{
+    const int HD = hk_att_tc_hd(hd);
+    if (!HD)
+        return 1;
+    const int per_sm = hk_f2_table[split != 0][hk_f2_index(HD)].per_sm();
+    return hk_f2_splits(per_sm, T, N, Hq, Hkv);
+}
 
 int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
                     const float *k, const float *v, int T, int N, int Hq,
@@ -685,17 +790,8 @@ int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
     const int HD = hk_att_tc_hd(hd);
     if (!HD || !scratch || ((uintptr_t)scratch & 15) != 0)
         return HK_CUDA_EINVAL;
-    const int x = split != 0, i = HD == 64 ? 0 : HD == 128 ? 1 : 2;
-    static const struct {
-        size_t (*smem)(void);
-        hk_f2_launch_t launch;
-    } f[2][3] = {{{hk_f2_smem<64, false>, hk_f2_launch<64, false>},
-                  {hk_f2_smem<128, false>, hk_f2_launch<128, false>},
-                  {hk_f2_smem<256, false>, hk_f2_launch<256, false>}},
-                 {{hk_f2_smem<64, true>, hk_f2_launch<64, true>},
-                  {hk_f2_smem<128, true>, hk_f2_launch<128, true>},
-                  {hk_f2_smem<256, true>, hk_f2_launch<256, true>}}};
-    if (f[x][i].smem() > (size_t)hk_cuda_smem_optin())
+    const int x = split != 0, i = hk_f2_index(HD);
+    if (hk_f2_table[x][i].smem() > (size_t)hk_cuda_smem_optin())
         return HK_CUDA_EINVAL;
     const long long nb = ((long long)T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M;
     if (nb > 2147483647LL || Hkv > HK_CUDA_MAX_GRID_YZ)
@@ -704,6 +800,6 @@ int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
         return HK_CUDA_OK;
     const int vec = hd % 4 == 0 && ((uintptr_t)q & 15) == 0 &&
                     ((uintptr_t)k & 15) == 0 && ((uintptr_t)v & 15) == 0;
-    return f[x][i].launch(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scratch,
-                          vec, stream);
+    return hk_f2_table[x][i].launch(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale,
+                                    scratch, vec, stream);
 }

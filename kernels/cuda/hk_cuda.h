@@ -277,18 +277,25 @@ int hk_cuda_attention_impl(hk_cuda_att_impl_t impl, float *o, const float *q,
                            const int *qpos, const float *k, const float *v,
                            int T, int N, int Hq, int Hkv, int hd, float scale,
                            void *stream);
-/* The same with scratch: hk_cuda_attention_scratch(impl, N, Hkv, hd)
- * floats of device memory (16-byte aligned; NULL when that is 0). The
+/* The same with scratch: hk_cuda_attention_scratch(impl, T, N, Hq, Hkv,
+ * hd) floats of device memory (16-byte aligned; NULL when that is 0). The
  * conversion of k and v that FLASH2 and FLASH2X need runs inside the
- * call. */
+ * call; where their row blocks are fewer than a wave (a short prompt over
+ * a long cache) they split the keys over blocks as flash-decoding does,
+ * with a second launch to combine. */
 int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o, const float *q,
                          const int *qpos, const float *k, const float *v, int T,
                          int N, int Hq, int Hkv, int hd, float scale,
                          float *scratch, void *stream);
 /* Floats of scratch hk_cuda_attention_ex takes for impl (DEFAULT,
- * DEFAULT_BF16: what they resolve to) at N keys; 0: it takes none. */
-size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int N, int Hkv,
-                                 int hd);
+ * DEFAULT_BF16: what they resolve to) for any call of at most T queries
+ * over at most N keys on the current device; 0: it takes none. */
+size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int T, int N, int Hq,
+                                 int Hkv, int hd);
+/* The splits of the key axis hk_cuda_attention_ex makes for this call on
+ * the current device (1: none; only FLASH2 and FLASH2X split). */
+int hk_cuda_attention_splits(hk_cuda_att_impl_t impl, int T, int N, int Hq,
+                             int Hkv, int hd);
 /* Decode for B requests, one query each, each over its own cache:
  * q, o [B, Hq, hd]; kcs, vcs device arrays of B device pointers
  * ([>= n_ctx[b], Hkv, hd] each); n_ctx [B] (device): request b attends

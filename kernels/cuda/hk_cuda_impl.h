@@ -44,13 +44,24 @@ int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
 /* hk_attention_tc.cu: FLASH2, the FlashAttention-2-style prefill on bf16
  * operands (split: FLASH2X, bf16 hi + lo operands); scratch (16-byte
  * aligned): hk_attention_f2_scratch floats for the bf16 copies of k and v
- * (split: and their lo halves; 0: hd too wide). HK_CUDA_EINVAL where it
- * cannot run. Arguments checked by hk_cuda_attention_ex. */
-size_t hk_attention_f2_scratch(int split, int N, int Hkv, int hd);
+ * (split: and their lo halves; 0: hd too wide), then the partials of a
+ * call split over the keys (any call of at most T queries over at most N
+ * keys; hk_attention_f2_splits: the splits of one, 1 for none).
+ * HK_CUDA_EINVAL where it cannot run. Arguments checked by
+ * hk_cuda_attention_ex. */
+size_t hk_attention_f2_scratch(int split, int T, int N, int Hq, int Hkv,
+                               int hd);
+int hk_attention_f2_splits(int split, int T, int N, int Hq, int Hkv, int hd);
 int hk_attention_f2(int split, float *o, const float *q, const int *qpos,
                     const float *k, const float *v, int T, int N, int Hq,
                     int Hkv, int hd, float scale, float *scratch,
                     cudaStream_t stream);
+
+/* hk_attention.cu: o [rows, hd] = the softmax of nsplit partials per row
+ * (part [rows, nsplit, 2 + hd]: m in natural units, l, unnormalized o),
+ * flash-decoding's second launch; FLASH2's split-KV uses it too. */
+int hk_att_combine(float *o, const float *part, long long rows, int hd,
+                   int nsplit, cudaStream_t stream);
 
 /* hk_attention_wg.cu: FLASH3, the prefill on Hopper's wgmma (bf16
  * operands; overlap: the next tile's scores issued before this tile's

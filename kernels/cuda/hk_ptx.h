@@ -26,8 +26,9 @@
  * read it.
  * hk_split_bf16x2 (both builds): two floats as bf16 hi + lo pairs, the
  * split of kernels/common/hk_bf16.h; hk_mma2 (both builds): a 16-deep
- * step of two n-tiles on optionally split operands; hk_frag_rows_out (both
- * builds): the attention prefills' o = O / l from C fragments;
+ * step of two n-tiles on optionally split operands; hk_frag_rows_out and
+ * _part (both builds): the attention prefills' o = O / l from C fragments,
+ * or a split's partial softmax;
  * hk_frag_softmax: their online softmax step on C fragments.
  */
 #ifndef HK_PTX_H
@@ -171,33 +172,79 @@ hk_frag_softmax(float *S, float *O, int k0, const int lim[2], int lane,
         O[i] *= alpha[(i >> 1) & 1];
 }
 
-/* The attention prefills' end on register fragments (FLASH2, FLASH3):
- * o = O / l on the lane's two rows h = 0 (row g of its warp's 16) and 1
- * (g + 8), l first summed over the row's 4 lanes. O[4 i + 2 h + e] (C
- * fragments of 8 columns side by side) is column 8 i + 2 (lane % 4) + e;
- * columns from hd on are dropped; at[h]: the row's offset in o, -1 for no
- * row. */
+/* The lane's two rows' O (C fragments of 8 columns side by side:
+ * O[4 i + 2 h + e] is column 8 i + 2 (lane % 4) + e of row h) times f[h]
+ * into dst[h] (NULL: no row); columns from hd on are dropped. */
 template <int HD>
 static __device__ __forceinline__ void
-hk_frag_rows_out(float *o, const float *O, float l[2], const long long at[2],
-                 int hd, int lane)
+hk_frag_rows_put(float *const dst[2], const float *O, const float f[2], int hd,
+                 int lane)
 {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-        if (at[h] < 0)
+        if (!dst[h])
             continue;
-        const float inv = 1.0f / l[h];
 #pragma unroll
         for (int i = 0; i < HD / 8; i++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int d = 8 * i + 2 * (lane & 3) + e;
                 if (d < hd)
-                    o[at[h] + d] = O[4 * i + 2 * h + e] * inv;
+                    dst[h][d] = O[4 * i + 2 * h + e] * f[h];
             }
     }
+}
+
+/* l summed over each of the lane's two rows' 4 lanes. */
+static __device__ __forceinline__ void hk_frag_row_sums(float l[2])
+{
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+}
+
+/* The attention prefills' end on register fragments (FLASH2, FLASH3):
+ * o = O / l on the lane's two rows h = 0 (row g of its warp's 16) and 1
+ * (g + 8); at[h]: the row's offset in o, -1 for no row. */
+template <int HD>
+static __device__ __forceinline__ void
+hk_frag_rows_out(float *o, const float *O, float l[2], const long long at[2],
+                 int hd, int lane)
+{
+    hk_frag_row_sums(l);
+    float *const dst[2] = {at[0] < 0 ? NULL : o + at[0],
+                           at[1] < 0 ? NULL : o + at[1]};
+    const float f[2] = {1.0f / l[0], 1.0f / l[1]};
+    hk_frag_rows_put<HD>(dst, O, f, hd, lane);
+}
+
+/* The same end for split s of nsplit over the keys (split-KV): each row's
+ * partial softmax (m, l, unnormalized O) to part[(row nsplit + s) (2 +
+ * hd)..] (row = at / hd, the (query, head) row of o), m from the log2
+ * units hk_frag_softmax keeps to natural ones (m ln 2); hk_att_combine
+ * (hk_cuda_impl.h) makes o of the splits. A row this split saw no key of
+ * writes m = -inf, l = 0, O = 0. */
+template <int HD>
+static __device__ __forceinline__ void
+hk_frag_rows_part(float *part, const float *O, const float m[2], float l[2],
+                  const long long at[2], int hd, int lane, int nsplit, int s)
+{
+    hk_frag_row_sums(l);
+    float *dst[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        dst[h] = at[h] < 0 ? NULL
+                           : part + ((size_t)(at[h] / hd) * nsplit + s) *
+                                        (size_t)(2 + hd);
+        if (dst[h] && (lane & 3) == 0)
+            dst[h][0] = m[h] * 0.69314718055994531f, dst[h][1] = l[h];
+        if (dst[h])
+            dst[h] += 2;
+    }
+    const float f[2] = {1.0f, 1.0f};
+    hk_frag_rows_put<HD>(dst, O, f, hd, lane);
 }
 
 /* x, y -> hi = their bf16 pair (hk_pack_bf16x2), lo = the pair of the

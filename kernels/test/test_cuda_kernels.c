@@ -1521,7 +1521,7 @@ static void att_defaults(float *dO, const float *dq, const int *dpos,
         float *o[2];
         size_t nscr[2];
         for (int i = 0; i < 2; i++) {
-            nscr[i] = hk_cuda_attention_scratch(pairs[p][i], N, Hkv, hd);
+            nscr[i] = hk_cuda_attention_scratch(pairs[p][i], T, N, Hq, Hkv, hd);
             float *dscr = nscr[i] ? dev_alloc(nscr[i]) : NULL;
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
             RUN(hk_cuda_attention_ex(pairs[p][i], dO, dq, dpos, dkc, dvc, T, N,
@@ -1606,7 +1606,7 @@ static void test_attention(void)
             /* The previous kernel's output must not pass for this one's. */
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
             const size_t nscr =
-                hk_cuda_attention_scratch(impls[m].impl, N, Hkv, hd);
+                hk_cuda_attention_scratch(impls[m].impl, T, N, Hq, Hkv, hd);
             float *dscr = nscr ? dev_alloc(nscr) : NULL;
             RUN(hk_cuda_attention_ex(impls[m].impl, dO, dq, dpos, dkc, dvc, T,
                                      N, Hq, Hkv, hd, scale, dscr, NULL));
@@ -1644,6 +1644,83 @@ static void test_attention(void)
         free(ogate);
         free(scr);
     }
+}
+
+/* Split-KV: a short prompt over a long cache (PIC seams, a resume) has
+ * fewer row blocks than a wave, so FLASH2 and FLASH2X split each block's
+ * keys over blocks and combine the partial softmaxes. Against the CPU at
+ * each kernel's bound: queries at the end of the cache, and unordered
+ * positions (rows that see none of a split's keys; splits past a block's
+ * last tile). Under the emulator HK_EMU_SMS = 32 for this test makes the
+ * splits many (the default 4 SMs would allow two); a GPU has its own. */
+static void test_attention_split(void)
+{
+    static const int shapes[][5] = {{6, 700, 8, 2, 256},
+                                    {9, 600, 4, 2, 128},
+                                    {5, 520, 6, 3, 64},
+                                    {12, 900, 16, 2, 256}};
+    static const struct {
+        hk_cuda_att_impl_t impl;
+        double atol, rtol;
+        const char *name;
+    } impls[] = {{HK_CUDA_ATT_FLASH2X, ATOL_ATT_TC, RTOL_ATT_TC, "flash2x"},
+                 {HK_CUDA_ATT_FLASH2, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash2"}};
+    const char *sms = getenv("HK_EMU_SMS");
+    char *keep = sms ? strdup(sms) : NULL;
+    setenv("HK_EMU_SMS", "32", 1);
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int T = shapes[s][0], N = shapes[s][1], Hq = shapes[s][2];
+        const int Hkv = shapes[s][3], hd = shapes[s][4];
+        const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
+        int qpos[16];
+        for (int t = 0; t < T; t++) /* shape 2: a splice's scattered seams */
+            qpos[t] = s == 2 ? (t * 173 + 11) % N : N - T + t;
+        float *q = frand(nq, 3.0), *k = frand(nkv, 1.0), *v = frand(nkv, 1.0);
+        float *o = hmalloc(nq), *scr = hmalloc(hk_attention_scratch(T, N, Hq));
+        const float scale = 1.0f / sqrtf((float)hd);
+        hk_attention(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scr);
+        float *dq = dev_from(q, nq), *dk = dev_from(k, nkv);
+        float *dv = dev_from(v, nkv), *dO = dev_alloc(nq);
+        int *dpos = dev_ints(qpos, T);
+        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+            const int ns =
+                hk_cuda_attention_splits(impls[m].impl, T, N, Hq, Hkv, hd);
+            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
+            const size_t nscr =
+                hk_cuda_attention_scratch(impls[m].impl, T, N, Hq, Hkv, hd);
+            float *dscr = dev_alloc(nscr);
+            RUN(hk_cuda_attention_ex(impls[m].impl, dO, dq, dpos, dk, dv, T, N,
+                                     Hq, Hkv, hd, scale, dscr, NULL));
+            CK(hk_cuda_free(dscr));
+            const double r = ratio_cpu(o, dO, nq, impls[m].atol, impls[m].rtol);
+            if (!(r <= 1.0) || getenv("HK_CUDA_TEST_VERBOSE"))
+                tap_diag("  worst |err| / (atol + rtol |ref|): %.3g", r);
+            ok(ns > 1 && r <= 1.0,
+               "attention %s T=%d N=%d Hq=%d Hkv=%d hd=%d%s: %d splits of "
+               "the keys, within its bound of the CPU",
+               impls[m].name, T, N, Hq, Hkv, hd,
+               s == 2 ? " (unordered qpos)" : "", ns);
+        }
+        CK(hk_cuda_free(dq));
+        CK(hk_cuda_free(dk));
+        CK(hk_cuda_free(dv));
+        CK(hk_cuda_free(dO));
+        CK(hk_cuda_free(dpos));
+        free(q);
+        free(k);
+        free(v);
+        free(o);
+        free(scr);
+    }
+    if (keep)
+        setenv("HK_EMU_SMS", keep, 1);
+    else
+        unsetenv("HK_EMU_SMS");
+    free(keep);
+    /* a prompt whose row blocks fill a wave is not split */
+    ok(hk_cuda_attention_splits(HK_CUDA_ATT_FLASH2X, 1 << 16, 1 << 16, 8, 2,
+                                256) == 1,
+       "attention: 64k queries are not split");
 }
 
 /* FLASH3 (wgmma) runs on a compute capability 9.0 device only (the
@@ -1698,7 +1775,7 @@ static void test_attention_flash3(void)
         for (int m = 0; m < 3; m++) {
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
             const size_t ns =
-                hk_cuda_attention_scratch(impls[m].impl, N, Hkv, hd);
+                hk_cuda_attention_scratch(impls[m].impl, T, N, Hq, Hkv, hd);
             float *dscr = dev_alloc(ns);
             RUN(hk_cuda_attention_ex(impls[m].impl, dO, dq, dpos, dk, dv, T, N,
                                      Hq, Hkv, hd, scale, dscr, NULL));
@@ -1770,7 +1847,8 @@ static void test_attention_flash2x(void)
         double r[2];
         for (int m = 0; m < 2; m++) {
             CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
-            const size_t ns = hk_cuda_attention_scratch(impls[m], N, Hkv, hd);
+            const size_t ns =
+                hk_cuda_attention_scratch(impls[m], T, N, Hq, Hkv, hd);
             float *dscr = dev_alloc(ns);
             RUN(hk_cuda_attention_ex(impls[m], dO, dq, dpos, dk, dv, T, N, Hq,
                                      Hkv, hd, scale, dscr, NULL));
@@ -3309,6 +3387,7 @@ static void run_all(void)
     RUN_TEST(test_embed);
     RUN_TEST(test_attention);
     RUN_TEST(test_attention_flash2x);
+    RUN_TEST(test_attention_split);
     RUN_TEST(test_attention_decode);
     RUN_TEST(test_attention_decode_paged);
     RUN_TEST(test_moe); /* moe_route, moe_plan, moe_gather, moe_scatter,

@@ -5,7 +5,8 @@
  * the KVBuffer (chunkwise decode, a batched step with a KV-only sequence,
  * draft verification): logits compared, greedy tokens identical; a
  * batched step of 1, 4 or 16 plain decode items issues as many ops and
- * transfers and waits as often (tbr_check_counts). Runs
+ * transfers and waits as often (tbr_check_counts); a 320-token prompt in
+ * pieces whose attention splits its keys over blocks (check_split_kv). Runs
  * on a GPU, or on the host emulator (kernels/cuda/emu/run.sh with
  * HK_EMU_ENGINE=1); SKIPs where "cuda" cannot be opened (no device, or a
  * program built without CUDA), after checking the refusal is clear.
@@ -52,10 +53,17 @@
 #include "engine/test/test_cpu_bf16.h"
 #include "engine/test/test_util.h"
 #include "kernels/cpu/hk_cpu.h"
+#ifdef HK_HAVE_CUDA
+#include "kernels/cuda/hk_cuda.h"
+#endif
 #include "t/lib/testrand.h"
 
 /* f32 sums in another order (cuBLAS, block reductions) */
 #define TOL_F32 2e-4
+/* ... over a 320-token run (check_split_kv): more steps of the recurrence
+ * and longer attention sums (emulator: 2.2e-4, the same with the keys
+ * split or not, HK_EMU_SMS=1) */
+#define TOL_F32_LONG 6e-4
 /* bf16 against cpu-bf16x: the median over rows of each row's l2 error
  * (emulator: 3e-3; a routing flip gives one row 0.1-0.4, a wrong row or
  * scale in the bf16 gather or GEMM O(1) everywhere), and the share of
@@ -581,6 +589,67 @@ static void check_conv_qkv(const hp_backend_t *b)
     free(hdt);
 }
 
+/* A prompt of 320 tokens in pieces of 32: past 256 keys each piece's
+ * attention splits its keys over blocks (its row blocks are under a
+ * wave: test_cuda_kernels' test_attention_split), in the scratch the
+ * engine's plan sized; every logit as the CPU's. */
+static void check_split_kv(const char *root)
+{
+    enum { T = 320, PIECE = 32 };
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/models/test/qwen35-dense", root);
+    hp_model_t m[2];
+    hp_error_t err = {0};
+    if (hp_model_load(&m[0], dir, &err) != HP_OK) {
+        ok(0, "split-KV: %s", err.msg);
+        return;
+    }
+    if (hp_model_load_on(&m[1], dir, cuda, &err) != HP_OK) {
+        ok(0, "split-KV: %s", err.msg);
+        hp_model_free(&m[0]);
+        return;
+    }
+    hp_model_set_compute(&m[1], HP_COMPUTE_F32);
+    const hp_model_config_t *c = &m[0].cfg;
+    const int V = c->vocab_size;
+    int ids[T], rc[2];
+    for (int i = 0; i < T; i++)
+        ids[i] = (i * 7919 + 13) % V;
+    float *lg[2];
+    for (int k = 0; k < 2; k++) {
+        hp_fwd_plan_t plan = {PIECE, T, 1, 1};
+        hp_fwd_ws_t ws;
+        hp_seq_t s;
+        lg[k] = malloc((size_t)T * V * sizeof(float));
+        rc[k] = hp_fwd_ws_init(&ws, &m[k], &plan, &err);
+        if (rc[k] != HP_OK)
+            continue;
+        hp_seq_init(&s, &m[k], &err);
+        rc[k] = hp_forward(&m[k], &s, &ws, ids, NULL, T, NULL, HP_LOGITS_ALL,
+                           lg[k], &err);
+        hp_seq_free(&s);
+        hp_fwd_ws_free(&ws);
+    }
+#ifdef HK_HAVE_CUDA
+    const int ns = hk_cuda_attention_splits(
+        HK_CUDA_ATT_DEFAULT, PIECE, T, c->n_heads, c->n_kv_heads, c->head_dim);
+#else
+    const int ns = 0; /* not reached: no device without CUDA */
+#endif
+    double mx = 1, l2 = 1;
+    if (rc[0] == HP_OK && rc[1] == HP_OK)
+        test_rel_errs(lg[0], lg[1], (size_t)T * V, &mx, &l2);
+    ok(rc[0] == HP_OK && rc[1] == HP_OK && ns > 1 && mx <= TOL_F32_LONG,
+       "split-KV: %d tokens in pieces of %d (the last piece's keys in %d "
+       "splits): logits within %.0e of the CPU's (max %.2e, l2 %.2e)%s%s",
+       T, PIECE, ns, TOL_F32_LONG, mx, l2, rc[1] == HP_OK ? "" : " ",
+       rc[1] == HP_OK ? "" : err.msg);
+    free(lg[0]);
+    free(lg[1]);
+    hp_model_free(&m[0]);
+    hp_model_free(&m[1]);
+}
+
 static void check(const char *root, const char *name)
 {
     char dir[1024];
@@ -621,12 +690,13 @@ int main(int argc, char **argv)
     }
     check_fused(cuda);
     check_conv_qkv(cuda);
+    const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
+    check_split_kv(root);
     if (argc > 1)
         check_dir(argv[1], argv[1]);
     /* the int8 checkpoints (the small grid: one) */
     const char *grid = getenv("HK_CUDA_TEST_GRID");
     small_grid = grid && !strcmp(grid, "small");
-    const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     static const char *const i8[] = {"qwen35-dense-int8", "qwen35-moe-int8",
                                      "qwen3next-int8"};
     for (int k = 0; k < (small_grid ? 1 : 3); k++)

@@ -480,6 +480,28 @@ void hp_backend_swiglu_linear_acc(const hp_backend_t *b, float *x, float *g,
     b->iface->swiglu_linear_acc(b, x, g, u, w, T);
 }
 
+void hp_backend_mlp_acc(const hp_backend_t *b, float *x, float *y, float *g,
+                        float *u, const float *nw, const hk_weight_t *gw,
+                        const hk_weight_t *uw, const hk_weight_t *dw, int T,
+                        float eps, hp_prec_t prec)
+{
+    const hk_weight_t *const w[] = {gw, uw};
+    float *const ys[] = {g, u};
+    if (!b->iface->mlp_acc_bf16 || prec != HP_PREC_BF16 || !one_input(w, 2) ||
+        gw->dtype != HK_W_BF16 || uw->dtype != HK_W_BF16 ||
+        dw->dtype != HK_W_BF16) {
+        if (nw)
+            hp_backend_rmsnorm_linear_n(b, ys, y, x, nw, w, 2, T, eps);
+        else
+            hp_backend_linear_n(b, ys, y, w, 2, T);
+        hp_backend_swiglu_linear_acc(b, x, g, u, dw, T);
+        return;
+    }
+    /* (rmsnorm,) gate, up, swiglu, down */
+    count(nw ? 5 : 4, 0);
+    b->iface->mlp_acc_bf16(b, x, y, g, u, nw, gw, uw, dw, T, eps);
+}
+
 void hp_backend_embed(const hp_backend_t *b, float *x, const hk_weight_t *w,
                       const int *ids, int T)
 {

@@ -217,6 +217,15 @@ int hp_backend_lost(const hp_backend_t *b, hp_error_t *err);
 void hp_backend_lock(const hp_backend_t *b);
 void hp_backend_unlock(const hp_backend_t *b);
 
+/* The operand precision an op may take where the backend has a choice
+ * (the attention prefill, the dense MLP's hidden rows): F32 keeps
+ * f32-level accuracy (~1e-5); BF16 lets it round to bf16 what transformers
+ * keeps in bf16 running a bf16 checkpoint (q, k, p and v; gate, up and
+ * their SwiGLU), where that is faster (a device: FLASH2 instead of
+ * FLASH2X, kernels/cuda/hk_cuda.h; half the bytes of the MLP's rows). The
+ * CPU computes in f32 either way. */
+typedef enum { HP_PREC_F32 = 0, HP_PREC_BF16 = 1 } hp_prec_t;
+
 /* ---- projections -------------------------------------------------------- */
 
 /* y[n, rows] = x[n, cols] . W^T (W in its stored format), and += . */
@@ -253,6 +262,18 @@ void hp_backend_gate_mul_linear_acc(const hp_backend_t *b, float *x, float *o,
 /* hp_backend_swiglu(g, g, u, T w->cols), hp_backend_linear_acc(x, g). */
 void hp_backend_swiglu_linear_acc(const hp_backend_t *b, float *x, float *g,
                                   const float *u, const hk_weight_t *w, int T);
+/* The dense MLP, x += down(silu(gate n) up n): n = rmsnorm(x) with nw
+ * into y, else y as given; hp_backend_rmsnorm_linear_n (or _linear_n)
+ * into g and u, then hp_backend_swiglu_linear_acc. prec HP_PREC_BF16 with
+ * the three matrices bf16: a device may keep the hidden rows in bf16 (gate
+ * and up as a bf16 GEMM rounds its output, their SwiGLU rounded), as
+ * transformers runs a bf16 checkpoint, half the bytes of f32 rows written
+ * and read; g and u are scratch afterwards. The CPU computes f32 whatever
+ * is asked. */
+void hp_backend_mlp_acc(const hp_backend_t *b, float *x, float *y, float *g,
+                        float *u, const float *nw, const hk_weight_t *gw,
+                        const hk_weight_t *uw, const hk_weight_t *dw, int T,
+                        float eps, hp_prec_t prec);
 /* x[t, :] = W[ids[t], :] as f32; ids [T] host. */
 void hp_backend_embed(const hp_backend_t *b, float *x, const hk_weight_t *w,
                       const int *ids, int T);
@@ -398,12 +419,6 @@ void hp_backend_rope(const hp_backend_t *b, float *x, const int *pos, int T,
 /* Keys at positions a re-rotated to a + delta. */
 void hp_backend_rope_shift(const hp_backend_t *b, float *x, int delta, int T,
                            int nh, int hd, int rot, double theta);
-/* The operand precision an op may take where the backend has a choice
- * (the attention prefill): F32 keeps f32-level accuracy (~1e-5); BF16 lets
- * it round q, k, p and v to bf16, a bf16 checkpoint's own numerics (as
- * transformers runs it), where that is faster (a device: FLASH2 instead of
- * FLASH2X, kernels/cuda/hk_cuda.h). The CPU computes in f32 either way. */
-typedef enum { HP_PREC_F32 = 0, HP_PREC_BF16 = 1 } hp_prec_t;
 
 /* Causal GQA attention of q[T, Hq, hd] at qpos [T] (host) over k, v
  * [N, Hkv, hd] (cached and new) at precision prec; o [T, Hq, hd]. */

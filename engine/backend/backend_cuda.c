@@ -719,6 +719,37 @@ static void cu_swiglu_linear_acc(be_t b, float *x, float *g, const float *u,
     cu_linear_staged(b, x, w, T, 1);
 }
 
+/* The dense MLP on bf16 hidden rows (hp_backend_mlp_acc): the input
+ * rounded into the staging once (by the norm where there is one), gate
+ * and up as bf16 GEMM outputs in g's and u's memory, their SwiGLU in
+ * place over gate, which is the down projection's operand. */
+static void cu_mlp_acc_bf16(be_t b, float *x, const float *y, float *g,
+                            float *u, const float *nw, const hk_weight_t *gw,
+                            const hk_weight_t *uw, const hk_weight_t *dw, int T,
+                            float eps)
+{
+    cuda_t *c = ctx(b);
+    const int H = gw->cols, I = gw->rows;
+    uint16_t *gb = (uint16_t *)g, *ub = (uint16_t *)u;
+    uint16_t *xb = cu_xb(b, (size_t)T * H);
+    if (!xb)
+        return;
+    if (nw)
+        note(b, hk_cuda_rmsnorm_zc_bf16(xb, x, nw, T, H, eps, NULL), "rmsnorm");
+    note(b,
+         hk_cuda_matmul_bf16_to_bf16(gb, nw ? NULL : y, gw->data, T, H, I, xb,
+                                     c->blas, NULL),
+         "linear (bf16 out)");
+    note(b,
+         hk_cuda_matmul_bf16_to_bf16(ub, NULL, uw->data, T, H, I, xb, c->blas,
+                                     NULL),
+         "linear (bf16 out)");
+    note(b, hk_cuda_swiglu_bf16_in(gb, gb, ub, (size_t)T * I, NULL), "swiglu");
+    note(b,
+         hk_cuda_matmul_bf16(x, NULL, dw->data, T, I, H, 1, gb, c->blas, NULL),
+         "linear (bf16)");
+}
+
 static void cu_scale_rows(be_t b, float *x, const float *s, int rows, int dim,
                           int sigm)
 {
@@ -1225,6 +1256,7 @@ static const hp_backend_i cuda_iface = {
     .rmsnorm_gated_linear_acc = cu_rmsnorm_gated_linear_acc,
     .gate_mul_linear_acc = cu_gate_mul_linear_acc,
     .swiglu_linear_acc = cu_swiglu_linear_acc,
+    .mlp_acc_bf16 = cu_mlp_acc_bf16,
     .embed = cu_embed,
     .rmsnorm = cu_rmsnorm,
     .rmsnorm_gated = cu_rmsnorm_gated,

@@ -66,6 +66,13 @@ typedef struct {
                                 const hk_weight_t *w, int T);
     void (*swiglu_linear_acc)(be_t b, float *x, float *g, const float *u,
                               const hk_weight_t *w, int T);
+    /* (optional: else the ops hp_backend_mlp_acc names) the dense MLP on
+     * bf16 hidden rows, asked for only where prec is bf16 and the three
+     * matrices are */
+    void (*mlp_acc_bf16)(be_t b, float *x, const float *y, float *g, float *u,
+                         const float *nw, const hk_weight_t *gw,
+                         const hk_weight_t *uw, const hk_weight_t *dw, int T,
+                         float eps);
     void (*embed)(be_t b, float *x, const hk_weight_t *w, const int *ids,
                   int T);
     void (*rmsnorm)(be_t b, float *y, const float *x, const float *w, int rows,

@@ -303,6 +303,11 @@ static int dense_mlp(const hp_model_t *m, const hp_mat_t *gw,
     float *u = hp_fwd_buf(ws, B_UP, (size_t)T * I);
     if (!g || !u)
         return hp_error_set(err, HP_ENOMEM, "forward: out of memory");
+    if (!row_scale) {
+        hp_backend_mlp_acc(m->be, x, y, g, u, norm, gw, uw, dw, T,
+                           m->cfg.rms_eps, m->prec);
+        return HP_OK;
+    }
     float *const ys[] = {g, u};
     const hp_mat_t *const mats[] = {gw, uw};
     if (norm)
@@ -310,10 +315,6 @@ static int dense_mlp(const hp_model_t *m, const hp_mat_t *gw,
                                     m->cfg.rms_eps);
     else
         hp_backend_linear_n(m->be, ys, y, mats, 2, T);
-    if (!row_scale) {
-        hp_backend_swiglu_linear_acc(m->be, x, g, u, dw, T);
-        return HP_OK;
-    }
     hp_backend_swiglu(m->be, g, g, u, (size_t)T * I);
     hp_backend_scale_rows(m->be, g, row_scale, T, I, sigm);
     hp_backend_linear_acc(m->be, x, g, dw, T);

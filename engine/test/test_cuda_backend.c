@@ -5,7 +5,8 @@
  * the KVBuffer (chunkwise decode, a batched step with a KV-only sequence,
  * draft verification): logits compared, greedy tokens identical; a
  * batched step of 1, 4 or 16 plain decode items issues as many ops and
- * transfers and waits as often (tbr_check_counts); a 320-token prompt in
+ * transfers and waits as often (tbr_check_counts); the fused ops and the
+ * dense MLP on bf16 hidden rows (check_fused, check_mlp); a 320-token prompt in
  * pieces whose attention splits its keys over blocks (check_split_kv). Runs
  * on a GPU, or on the host emulator (kernels/cuda/emu/run.sh with
  * HK_EMU_ENGINE=1); SKIPs where "cuda" cannot be opened (no device, or a
@@ -383,8 +384,10 @@ static float *put(const hp_backend_t *b, const float *x, size_t n)
     return d;
 }
 
-/* A [rows, cols] bf16 matrix of random values on b. */
-static hk_weight_t put_bf16(const hp_backend_t *b, int rows, int cols)
+/* A [rows, cols] bf16 matrix of random values on b; *wide (if given):
+ * its values as f32 on the host. */
+static hk_weight_t put_bf16_w(const hp_backend_t *b, int rows, int cols,
+                              float **wide)
 {
     size_t n = (size_t)rows * cols;
     uint16_t *h = malloc(n * sizeof(uint16_t));
@@ -392,8 +395,25 @@ static hk_weight_t put_bf16(const hp_backend_t *b, int rows, int cols)
         h[i] = hk_bf16_from_f32((float)(0.3 * urand()));
     void *d = hp_backend_alloc(b, n * sizeof(uint16_t));
     hp_backend_upload(b, d, h, n * sizeof(uint16_t));
+    if (wide) {
+        *wide = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            (*wide)[i] = hk_bf16_to_f32(h[i]);
+    }
     free(h);
     return (hk_weight_t){d, NULL, HK_W_BF16, rows, cols, 0};
+}
+
+static hk_weight_t put_bf16(const hp_backend_t *b, int rows, int cols)
+{
+    return put_bf16_w(b, rows, cols, NULL);
+}
+
+/* x rounded to bf16 values, in place. */
+static void round_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = hk_bf16_to_f32(hk_bf16_from_f32(x[i]));
 }
 
 /* Frees n buffers of b's. */
@@ -529,6 +549,136 @@ static void check_fused(const hp_backend_t *b)
     free(hz);
     free(hgw);
     free(hw32);
+}
+
+/* The MLP's CPU reference on bf16 matrices (wide: their values), the
+ * device's roundings: its input n (rmsnorm(x) with nw, else y) and the
+ * SwiGLU rounded to bf16 as the projections' operands are; with hid, gate
+ * and up too (the bf16 hidden rows). x += down(...). */
+static void mlp_ref(float *x, const float *y, const float *nw, const float *wg,
+                    const float *wu, const float *wd, int T, int H, int I,
+                    float eps, int hid)
+{
+    const size_t nx = (size_t)T * H, nh = (size_t)T * I;
+    float *n = malloc(nx * sizeof(float)), *g = malloc(nh * sizeof(float));
+    float *u = malloc(nh * sizeof(float)), *o = malloc(nx * sizeof(float));
+    if (nw)
+        hk_rmsnorm_zc(n, x, nw, T, H, eps);
+    else
+        memcpy(n, y, nx * sizeof(float));
+    round_bf16(n, nx);
+    hk_matmul(g, n, wg, T, H, I);
+    hk_matmul(u, n, wu, T, H, I);
+    if (hid) {
+        round_bf16(g, nh);
+        round_bf16(u, nh);
+    }
+    hk_swiglu(g, g, u, nh);
+    round_bf16(g, nh);
+    hk_matmul(o, g, wd, T, I, H);
+    for (size_t i = 0; i < nx; i++)
+        x[i] += o[i];
+    free(n);
+    free(g);
+    free(u);
+    free(o);
+}
+
+/* The dense MLP (hp_backend_mlp_acc), with the norm and without. F32: the
+ * ops it names, bit for bit, as many. BF16 on bf16 matrices: the hidden
+ * rows kept in bf16 (the upper half of g's f32 rows never written), x as
+ * the CPU reference that rounds them computes it (f32 sums in another
+ * order; a rounding flipped now and then), several times nearer that than
+ * the one that does not round them; counted as the same ops. */
+static void check_mlp(const hp_backend_t *b)
+{
+    enum { T = 6, H = 64, I = 96 };
+    const float eps = 1e-6f;
+    const size_t nx = (size_t)T * H, nh = (size_t)T * I;
+    float *hx = frand_amp(nx, 2.0), *hn = frand_amp(H, 0.5);
+    float *hy = frand_amp(nx, 1.0), *wg, *wu, *wd;
+    hk_weight_t mg = put_bf16_w(b, I, H, &wg), mu = put_bf16_w(b, I, H, &wu);
+    hk_weight_t md = put_bf16_w(b, H, I, &wd);
+    float *nw = put(b, hn, H), *y = put(b, hy, nx);
+    float *g = hp_backend_alloc(b, nh * sizeof(float));
+    float *u = hp_backend_alloc(b, nh * sizeof(float));
+    float *g2 = hp_backend_alloc(b, nh * sizeof(float));
+    float *u2 = hp_backend_alloc(b, nh * sizeof(float));
+    float *acc[3];
+    for (int i = 0; i < 3; i++)
+        acc[i] = put(b, hx, nx);
+    float *canary = malloc(nh * sizeof(float)),
+          *hg = malloc(nh * sizeof(float));
+    for (size_t i = 0; i < nh; i++)
+        canary[i] = 1.5f;
+    float *got = malloc(nx * sizeof(float));
+    hp_error_t err = {0};
+    for (int norm = 1; norm >= 0; norm--) {
+        const float *w = norm ? nw : NULL;
+        hp_backend_upload(b, y, hy, nx * sizeof(float)); /* y: scratch */
+        /* F32: the named ops */
+        unsigned long n0 = hp_backend_op_count(b);
+        hp_backend_mlp_acc(b, acc[0], y, g, u, w, &mg, &mu, &md, T, eps,
+                           HP_PREC_F32);
+        unsigned long n1 = hp_backend_op_count(b);
+        float *const ys[] = {g2, u2};
+        const hk_weight_t *const ws[] = {&mg, &mu};
+        if (norm)
+            hp_backend_rmsnorm_linear_n(b, ys, y, acc[1], nw, ws, 2, T, eps);
+        else
+            hp_backend_linear_n(b, ys, y, ws, 2, T);
+        hp_backend_swiglu_linear_acc(b, acc[1], g2, u2, &md, T);
+        unsigned long n2 = hp_backend_op_count(b);
+        ok(hp_backend_sync(b, &err) == HP_OK &&
+               same_dev(b, acc[0], acc[1], nx) && n2 - n1 == n1 - n0,
+           "mlp_acc%s at f32: the ops it names, bit for bit, as many (%lu)",
+           norm ? "" : " without a norm", n1 - n0);
+        /* BF16: the hidden rows in bf16; the references from x before */
+        float *x0 = malloc(nx * sizeof(float)), *ref[2];
+        hp_backend_download(b, x0, acc[2], nx * sizeof(float));
+        hp_backend_upload(b, g, canary, nh * sizeof(float));
+        unsigned long n3 = hp_backend_op_count(b);
+        hp_backend_mlp_acc(b, acc[2], y, g, u, w, &mg, &mu, &md, T, eps,
+                           HP_PREC_BF16);
+        unsigned long n4 = hp_backend_op_count(b);
+        int rc = hp_backend_sync(b, &err);
+        hp_backend_download(b, got, acc[2], nx * sizeof(float));
+        hp_backend_download(b, hg, g, nh * sizeof(float));
+        /* the T I bf16 gate values fill g's first T I / 2 floats */
+        int kept = !memcmp(hg + nh / 2, canary + nh / 2,
+                           (nh - nh / 2) * sizeof(float));
+        double mx[2], l2[2];
+        for (int hid = 0; hid < 2; hid++) {
+            ref[hid] = malloc(nx * sizeof(float));
+            memcpy(ref[hid], x0, nx * sizeof(float));
+            mlp_ref(ref[hid], hy, norm ? hn : NULL, wg, wu, wd, T, H, I, eps,
+                    hid);
+            test_rel_errs(ref[hid], got, nx, &mx[hid], &l2[hid]);
+        }
+        ok(rc == HP_OK && kept && n4 - n3 == n1 - n0 && l2[1] <= 1e-4 &&
+               l2[0] >= 4 * l2[1],
+           "mlp_acc%s at bf16: hidden rows in bf16 (g's upper half %s), x "
+           "within 1e-4 (l2) of the reference rounding them (%.2e, max "
+           "%.2e), %.1fx nearer than to the one that does not; %lu ops",
+           norm ? "" : " without a norm", kept ? "untouched" : "written", l2[1],
+           mx[1], l2[1] > 0 ? l2[0] / l2[1] : 0.0, n4 - n3);
+        free(ref[0]);
+        free(ref[1]);
+        free(x0);
+    }
+    free(canary);
+    free(hg);
+    free(got);
+    free(hx);
+    free(hn);
+    free(hy);
+    free(wg);
+    free(wu);
+    free(wd);
+    void *const p[] = {
+        (void *)mg.data, (void *)mu.data, (void *)md.data, nw, y, g, u, g2, u2,
+        acc[0],          acc[1],          acc[2]};
+    drop(b, p, sizeof p / sizeof p[0]);
 }
 
 /* hp_backend_conv_qkv: the five ops' q, k, v, gates and state bit for
@@ -689,6 +839,7 @@ int main(int argc, char **argv)
         return tap_done();
     }
     check_fused(cuda);
+    check_mlp(cuda);
     check_conv_qkv(cuda);
     const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     check_split_kv(root);

@@ -159,6 +159,13 @@ int hk_cuda_matmul_acc(float *y, const float *x, const float *w, int n, int in,
 int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w, int n,
                         int in, int out, int acc, uint16_t *xb,
                         hk_cuda_blas_t *blas, void *stream);
+/* The same with y[n, out] in bf16 (cuBLAS rounds the f32 accumulation to
+ * nearest even), no accumulate: a product whose consumer reads bf16 (a
+ * bf16 checkpoint's MLP hidden rows), half the bytes written and read. y
+ * must not overlap xb. */
+int hk_cuda_matmul_bf16_to_bf16(uint16_t *y, const float *x, const uint16_t *w,
+                                int n, int in, int out, uint16_t *xb,
+                                hk_cuda_blas_t *blas, void *stream);
 
 /* I8 weights (kernels/common/hk_weight.h; device data and scales): y[n,
  * rows] (= or += as acc) x[n, cols] . (q * scale)^T in f32. Up to
@@ -429,6 +436,10 @@ int hk_cuda_rmsnorm_gated_bf16(uint16_t *y, const float *x, const float *z,
                                void *stream);
 int hk_cuda_swiglu_bf16(uint16_t *y, const float *g, const float *u, size_t n,
                         void *stream);
+/* SwiGLU of bf16 g and u (widened exactly), y rounded to bf16: the f32
+ * kernel on their values, rounded, bit for bit; y may alias g or u. */
+int hk_cuda_swiglu_bf16_in(uint16_t *y, const uint16_t *g, const uint16_t *u,
+                           size_t n, void *stream);
 
 /* ---- causal depthwise conv1d + SiLU (hk_conv.cu) ----------------------- */
 

@@ -126,10 +126,10 @@ extern "C" int hk_cuda_matmul_acc(float *y, const float *x, const float *w,
     return hk_sgemm_rm(y, x, w, n, in, out, 1.0f, blas, stream);
 }
 
-extern "C" int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w,
-                                   int n, int in, int out, int acc,
-                                   uint16_t *xb, hk_cuda_blas_t *blas,
-                                   void *stream)
+/* hk_cuda_matmul_bf16 into y of type yt (f32, or bf16 with acc 0). */
+static int hk_mm_bf16(void *y, cudaDataType_t yt, const float *x,
+                      const uint16_t *w, int n, int in, int out, int acc,
+                      uint16_t *xb, hk_cuda_blas_t *blas, void *stream)
 {
     int skip, rc = hk_mm_args(n, in, out, blas, &skip);
     if (rc || skip)
@@ -150,8 +150,24 @@ extern "C" int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w,
     const int ld = in > 0 ? in : 1;
     return hk_blas_status(
         cublasGemmEx(blas->h, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &alpha, w,
-                     CUDA_R_16BF, ld, xb, CUDA_R_16BF, ld, &beta, y, CUDA_R_32F,
-                     out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                     CUDA_R_16BF, ld, xb, CUDA_R_16BF, ld, &beta, y, yt, out,
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+extern "C" int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w,
+                                   int n, int in, int out, int acc,
+                                   uint16_t *xb, hk_cuda_blas_t *blas,
+                                   void *stream)
+{
+    return hk_mm_bf16(y, CUDA_R_32F, x, w, n, in, out, acc, xb, blas, stream);
+}
+
+extern "C" int hk_cuda_matmul_bf16_to_bf16(uint16_t *y, const float *x,
+                                           const uint16_t *w, int n, int in,
+                                           int out, uint16_t *xb,
+                                           hk_cuda_blas_t *blas, void *stream)
+{
+    return hk_mm_bf16(y, CUDA_R_16BF, x, w, n, in, out, 0, xb, blas, stream);
 }
 
 /* ---- I8 ------------------------------------------------------------------ */

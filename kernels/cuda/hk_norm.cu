@@ -5,6 +5,7 @@
  *   rmsnorm_gated: y = w * x / sqrt(mean(x^2) + eps) * silu(z) per row of dim
  *   l2norm:        x <- x / sqrt(sum(x^2) + eps) * scale      per row of dim
  *   swiglu:        y = silu(g) * u                             elementwise
+ *                  (g, u f32, or bf16: hk_cuda_swiglu_bf16_in)
  *
  * Layouts: x, y, z [rows, dim] row-major, w [dim]. References as hk_norm.c.
  *
@@ -81,16 +82,27 @@ static __global__ void hk_l2norm_kernel(float *x, // [rows, dim], in place
         xr[i] *= f;
 }
 
-template <class Y>
-static __global__ void hk_swiglu_kernel(Y *y,           // [n]
-                                        const float *g, // [n]
-                                        const float *u, // [n]
+/* An input element as f32 (bf16 widened exactly). */
+static __device__ __forceinline__ float hk_get(const float *x, size_t i)
+{
+    return x[i];
+}
+static __device__ __forceinline__ float hk_get(const uint16_t *x, size_t i)
+{
+    return hk_bf16_to_f32(x[i]);
+}
+
+/* y may alias g or u: each element is read, then written, by one thread. */
+template <class Y, class X>
+static __global__ void hk_swiglu_kernel(Y *y,       // [n]
+                                        const X *g, // [n]
+                                        const X *u, // [n]
                                         size_t n)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += stride)
-        hk_put(y, i, hk_math_silu(g[i]) * u[i]);
+        hk_put(y, i, hk_math_silu(hk_get(g, i)) * hk_get(u, i));
 }
 
 static int hk_norm_args_ok(int rows, int dim)
@@ -165,9 +177,8 @@ extern "C" int hk_cuda_l2norm(float *x, int rows, int dim, float eps,
     return hk_cuda_check_launch();
 }
 
-template <class Y>
-static int hk_swiglu(Y *y, const float *g, const float *u, size_t n,
-                     void *stream)
+template <class Y, class X>
+static int hk_swiglu(Y *y, const X *g, const X *u, size_t n, void *stream)
 {
     if (n == 0)
         return HK_CUDA_OK;
@@ -184,6 +195,12 @@ extern "C" int hk_cuda_swiglu(float *y, const float *g, const float *u,
 
 extern "C" int hk_cuda_swiglu_bf16(uint16_t *y, const float *g, const float *u,
                                    size_t n, void *stream)
+{
+    return hk_swiglu(y, g, u, n, stream);
+}
+
+extern "C" int hk_cuda_swiglu_bf16_in(uint16_t *y, const uint16_t *g,
+                                      const uint16_t *u, size_t n, void *stream)
 {
     return hk_swiglu(y, g, u, n, stream);
 }

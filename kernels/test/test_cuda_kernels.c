@@ -301,20 +301,47 @@ static int same_cpu(const float *ref, const float *d_x, size_t n,
 
 /* A _bf16 entry's output d_b: the f32 entry's output d_f (on the device)
  * rounded to bf16, bit for bit. */
-static int same_rounded(const float *d_f, const void *d_b, size_t n,
+/* Whether the device's bf16 d_b is the device's f32 d_f rounded, within
+ * ulps bf16 steps (0: bit for bit). */
+static int near_rounded(const float *d_f, const void *d_b, size_t n, int ulps,
                         const char *what)
 {
     float *f = host_from(d_f, n);
     uint16_t *b = malloc((n ? n : 1) * sizeof(uint16_t));
     CK(hk_cuda_d2h(b, d_b, n * sizeof(uint16_t), NULL));
     int same = 1;
-    for (size_t i = 0; i < n; i++)
-        same &= b[i] == hk_bf16_from_f32(f[i]);
+    for (size_t i = 0; i < n; i++) {
+        const uint16_t r = hk_bf16_from_f32(f[i]);
+        /* 8 significant bits: a step is |r| 2^-7 at most */
+        const double step = ldexp(fabs(hk_bf16_to_f32(r)), -7) + 1e-38;
+        same &= b[i] == r ||
+                (ulps > 0 &&
+                 fabs(hk_bf16_to_f32(b[i]) - hk_bf16_to_f32(r)) <= ulps * step);
+    }
     free(f);
     free(b);
     if (!same)
-        tap_diag("  %s: not the f32 output rounded", what);
+        tap_diag("  %s: not the f32 output rounded%s", what,
+                 ulps ? " (within a step)" : "");
     return same;
+}
+
+static int same_rounded(const float *d_f, const void *d_b, size_t n,
+                        const char *what)
+{
+    return near_rounded(d_f, d_b, n, 0, what);
+}
+
+/* Device bf16 of host f32 values (rounded to nearest even). */
+static uint16_t *dev_bf16_of(const float *x, size_t n)
+{
+    uint16_t *h = malloc((n ? n : 1) * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        h[i] = hk_bf16_from_f32(x[i]);
+    uint16_t *d = dev_alloc_u16(n);
+    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
+    free(h);
+    return d;
 }
 
 /* ---- norms and activations ------------------------------------------------
@@ -388,9 +415,23 @@ static void test_swiglu(void)
         RUN(hk_cuda_swiglu(dy, dg, du, n, NULL));
         uint16_t *db = dev_alloc_u16(n);
         RUN(hk_cuda_swiglu_bf16(db, dg, du, n, NULL));
-        ok(close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "y") &&
-               same_rounded(dy, db, n, "y bf16"),
-           "swiglu n=%zu (bf16 out)", n);
+        int good = close_cpu(y, dy, n, ATOL_EW, RTOL_EW, "y") &&
+                   same_rounded(dy, db, n, "y bf16");
+        /* bf16 in (a bf16 GEMM's outputs), in place over g: the f32
+         * kernel on their values, rounded */
+        for (size_t i = 0; i < n; i++) {
+            g[i] = hk_bf16_to_f32(hk_bf16_from_f32(g[i]));
+            u[i] = hk_bf16_to_f32(hk_bf16_from_f32(u[i]));
+        }
+        CK(hk_cuda_h2d(dg, g, n * sizeof(float), NULL));
+        CK(hk_cuda_h2d(du, u, n * sizeof(float), NULL));
+        RUN(hk_cuda_swiglu(dy, dg, du, n, NULL));
+        uint16_t *gb = dev_bf16_of(g, n), *ub = dev_bf16_of(u, n);
+        RUN(hk_cuda_swiglu_bf16_in(gb, gb, ub, n, NULL));
+        good &= same_rounded(dy, gb, n, "y of bf16 g, u");
+        ok(good, "swiglu n=%zu (bf16 out; bf16 in and out, in place)", n);
+        CK(hk_cuda_free(gb));
+        CK(hk_cuda_free(ub));
         CK(hk_cuda_free(db));
         CK(hk_cuda_free(dg));
         CK(hk_cuda_free(du));
@@ -1072,8 +1113,17 @@ static void test_matmul(void)
         RUN(hk_cuda_matmul_bf16(dy, NULL, dwb, n, in, out, 0, dxb, blas, NULL));
         good &= same_cpu(y1, dy, ny, "y from xb");
         free(y1);
-        ok(good, "matmul_bf16 n=%d in=%d out=%d (= and +=; x rounded once)", n,
-           in, out);
+        /* bf16 out: the f32 y rounded (cuBLAS may sum in another order for
+         * another output type: a step apart on a device) */
+        uint16_t *dyb = dev_alloc_u16(ny);
+        RUN(hk_cuda_matmul_bf16_to_bf16(dyb, dx, dwb, n, in, out, dxb, blas,
+                                        NULL));
+        good &= near_rounded(dy, dyb, ny, 1, "y bf16");
+        CK(hk_cuda_free(dyb));
+        ok(good,
+           "matmul_bf16 n=%d in=%d out=%d (= and +=; x rounded once; bf16 "
+           "out)",
+           n, in, out);
         CK(hk_cuda_free(dwb));
         CK(hk_cuda_free(dxb));
         CK(hk_cuda_free(dx));

@@ -3,8 +3,9 @@
  * emulator (emu/cuda_runtime.h): naive column-major GEMMs with cuBLAS's
  * argument conventions (op(A) is m x k, op(B) k x n; beta = 0 never reads
  * C), as cublasSgemm, cublasSgemmStridedBatched and cublasGemmEx with f32
- * or bf16 inputs, f32 output and f32 compute. Sums run in k order in f32,
- * like one of the orders the real library may use.
+ * or bf16 inputs, f32 compute and f32 output, or bf16 output (the f32
+ * result rounded to nearest even, as cuBLAS's epilogue does). Sums run in k
+ * order in f32, like one of the orders the real library may use.
  */
 #ifndef HK_EMU_CUBLAS_V2_H
 #define HK_EMU_CUBLAS_V2_H
@@ -12,6 +13,7 @@
 #include <stdint.h>
 
 #include "cuda_runtime.h"
+#include "kernels/common/hk_bf16.h"
 
 typedef enum {
     CUBLAS_STATUS_SUCCESS = 0,
@@ -68,8 +70,8 @@ static inline float hk_emu_blas_at(const void *X, cudaDataType_t t, int ld,
 static inline cublasStatus_t
 hk_emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
             float alpha, const void *A, cudaDataType_t at, int lda,
-            const void *B, cudaDataType_t bt, int ldb, float beta, float *C,
-            int ldc)
+            const void *B, cudaDataType_t bt, int ldb, float beta, void *C,
+            cudaDataType_t ct, int ldc)
 {
     /* rows of A and B as stored: lda >= max(1, rows) */
     const int ra = ta == CUBLAS_OP_N ? m : k, rb = tb == CUBLAS_OP_N ? k : n;
@@ -82,23 +84,28 @@ hk_emu_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
             for (int l = 0; l < k; l++)
                 acc += hk_emu_blas_at(A, at, lda, ta, i, l) *
                        hk_emu_blas_at(B, bt, ldb, tb, l, j);
-            float *c = &C[i + (size_t)j * ldc];
-            *c = beta == 0.0f ? alpha * acc : alpha * acc + beta * *c;
+            const size_t e = i + (size_t)j * ldc;
+            const float c =
+                beta == 0.0f
+                    ? alpha * acc
+                    : alpha * acc +
+                          beta * hk_emu_blas_at(C, ct, ldc, CUBLAS_OP_N, i, j);
+            if (ct == CUDA_R_32F)
+                ((float *)C)[e] = c;
+            else
+                ((uint16_t *)C)[e] = hk_bf16_from_f32(c);
         }
     return CUBLAS_STATUS_SUCCESS;
 }
 
-static inline cublasStatus_t cublasSgemm(cublasHandle_t h,
-                                         cublasOperation_t ta,
-                                         cublasOperation_t tb, int m, int n,
-                                         int k, const float *alpha,
-                                         const float *A, int lda,
-                                         const float *B, int ldb,
-                                         const float *beta, float *C, int ldc)
+static inline cublasStatus_t
+cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+            int n, int k, const float *alpha, const float *A, int lda,
+            const float *B, int ldb, const float *beta, float *C, int ldc)
 {
     (void)h;
     return hk_emu_gemm(ta, tb, m, n, k, *alpha, A, CUDA_R_32F, lda, B,
-                       CUDA_R_32F, ldb, *beta, C, ldc);
+                       CUDA_R_32F, ldb, *beta, C, CUDA_R_32F, ldc);
 }
 
 /* C[b] = alpha op(A[b]) op(B[b]) + beta C[b]. */
@@ -110,17 +117,17 @@ static inline cublasStatus_t cublasSgemmStridedBatched(
 {
     (void)h;
     for (int b = 0; b < batch; b++) {
-        cublasStatus_t st = hk_emu_gemm(ta, tb, m, n, k, *alpha, A + b * sA,
-                                        CUDA_R_32F, lda, B + b * sB,
-                                        CUDA_R_32F, ldb, *beta, C + b * sC, ldc);
+        cublasStatus_t st = hk_emu_gemm(
+            ta, tb, m, n, k, *alpha, A + b * sA, CUDA_R_32F, lda, B + b * sB,
+            CUDA_R_32F, ldb, *beta, C + b * sC, CUDA_R_32F, ldc);
         if (st != CUBLAS_STATUS_SUCCESS)
             return st;
     }
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* f32 output and compute only; A and B of one type, f32 or bf16, as the
- * combinations cuBLAS lists for CUBLAS_COMPUTE_32F. */
+/* f32 compute only; A and B of one type, f32 or bf16, C f32 or (with bf16
+ * A and B) bf16, as the combinations cuBLAS lists for CUBLAS_COMPUTE_32F. */
 static inline cublasStatus_t
 cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
              int m, int n, int k, const void *alpha, const void *A,
@@ -130,10 +137,11 @@ cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
 {
     (void)h;
     (void)algo;
-    if (ct != CUDA_R_32F || comp != CUBLAS_COMPUTE_32F || at != bt)
+    if (comp != CUBLAS_COMPUTE_32F || at != bt ||
+        (ct != CUDA_R_32F && !(ct == CUDA_R_16BF && at == CUDA_R_16BF)))
         return CUBLAS_STATUS_NOT_SUPPORTED;
     return hk_emu_gemm(ta, tb, m, n, k, *(const float *)alpha, A, at, lda, B,
-                       bt, ldb, *(const float *)beta, (float *)C, ldc);
+                       bt, ldb, *(const float *)beta, C, ct, ldc);
 }
 
 #endif

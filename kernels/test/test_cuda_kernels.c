@@ -1696,6 +1696,62 @@ static void test_attention(void)
     }
 }
 
+/* One prefill case of the kernel tests below: random q (amplitude qa), k,
+ * v [N] at positions qpos, the CPU's o, and the device's copies. */
+typedef struct {
+    int T, N, Hq, Hkv, hd;
+    size_t nq;
+    float *q, *k, *v, *o; /* host; o: the CPU's */
+    float *dq, *dk, *dv, *dO;
+    int *dpos;
+} att_case_t;
+
+static void att_case_make(att_case_t *c, int T, int N, int Hq, int Hkv, int hd,
+                          const int *qpos, double qa)
+{
+    const size_t nkv = (size_t)N * Hkv * hd;
+    memset(c, 0, sizeof *c);
+    c->T = T, c->N = N, c->Hq = Hq, c->Hkv = Hkv, c->hd = hd;
+    c->nq = (size_t)T * Hq * hd;
+    c->q = frand(c->nq, qa), c->k = frand(nkv, 1.0), c->v = frand(nkv, 1.0);
+    c->o = hmalloc(c->nq);
+    float *scr = hmalloc(hk_attention_scratch(T, N, Hq));
+    hk_attention(c->o, c->q, qpos, c->k, c->v, T, N, Hq, Hkv, hd,
+                 1.0f / sqrtf((float)hd), scr);
+    free(scr);
+    c->dq = dev_from(c->q, c->nq), c->dk = dev_from(c->k, nkv);
+    c->dv = dev_from(c->v, nkv), c->dO = dev_alloc(c->nq);
+    c->dpos = dev_ints(qpos, T);
+}
+
+/* impl into c->dO (zeroed first, so another kernel's output cannot pass
+ * for this one's), with the scratch it asks for. */
+static void att_case_run(att_case_t *c, hk_cuda_att_impl_t impl)
+{
+    CK(hk_cuda_memset0(c->dO, c->nq * sizeof(float), NULL));
+    const size_t ns =
+        hk_cuda_attention_scratch(impl, c->T, c->N, c->Hq, c->Hkv, c->hd);
+    float *dscr = ns ? dev_alloc(ns) : NULL;
+    RUN(hk_cuda_attention_ex(impl, c->dO, c->dq, c->dpos, c->dk, c->dv, c->T,
+                             c->N, c->Hq, c->Hkv, c->hd,
+                             1.0f / sqrtf((float)c->hd), dscr, NULL));
+    if (dscr)
+        CK(hk_cuda_free(dscr));
+}
+
+static void att_case_free(att_case_t *c)
+{
+    CK(hk_cuda_free(c->dq));
+    CK(hk_cuda_free(c->dk));
+    CK(hk_cuda_free(c->dv));
+    CK(hk_cuda_free(c->dO));
+    CK(hk_cuda_free(c->dpos));
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->o);
+}
+
 /* Split-KV: a short prompt over a long cache (PIC seams, a resume) has
  * fewer row blocks than a wave, so FLASH2 and FLASH2X split each block's
  * keys over blocks and combine the partial softmaxes. Against the CPU at
@@ -1721,28 +1777,17 @@ static void test_attention_split(void)
     for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
         const int T = shapes[s][0], N = shapes[s][1], Hq = shapes[s][2];
         const int Hkv = shapes[s][3], hd = shapes[s][4];
-        const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
         int qpos[16];
         for (int t = 0; t < T; t++) /* shape 2: a splice's scattered seams */
             qpos[t] = s == 2 ? (t * 173 + 11) % N : N - T + t;
-        float *q = frand(nq, 3.0), *k = frand(nkv, 1.0), *v = frand(nkv, 1.0);
-        float *o = hmalloc(nq), *scr = hmalloc(hk_attention_scratch(T, N, Hq));
-        const float scale = 1.0f / sqrtf((float)hd);
-        hk_attention(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scr);
-        float *dq = dev_from(q, nq), *dk = dev_from(k, nkv);
-        float *dv = dev_from(v, nkv), *dO = dev_alloc(nq);
-        int *dpos = dev_ints(qpos, T);
+        att_case_t c;
+        att_case_make(&c, T, N, Hq, Hkv, hd, qpos, 3.0);
         for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
             const int ns =
                 hk_cuda_attention_splits(impls[m].impl, T, N, Hq, Hkv, hd);
-            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
-            const size_t nscr =
-                hk_cuda_attention_scratch(impls[m].impl, T, N, Hq, Hkv, hd);
-            float *dscr = dev_alloc(nscr);
-            RUN(hk_cuda_attention_ex(impls[m].impl, dO, dq, dpos, dk, dv, T, N,
-                                     Hq, Hkv, hd, scale, dscr, NULL));
-            CK(hk_cuda_free(dscr));
-            const double r = ratio_cpu(o, dO, nq, impls[m].atol, impls[m].rtol);
+            att_case_run(&c, impls[m].impl);
+            const double r =
+                ratio_cpu(c.o, c.dO, c.nq, impls[m].atol, impls[m].rtol);
             if (!(r <= 1.0) || getenv("HK_CUDA_TEST_VERBOSE"))
                 tap_diag("  worst |err| / (atol + rtol |ref|): %.3g", r);
             ok(ns > 1 && r <= 1.0,
@@ -1751,16 +1796,7 @@ static void test_attention_split(void)
                impls[m].name, T, N, Hq, Hkv, hd,
                s == 2 ? " (unordered qpos)" : "", ns);
         }
-        CK(hk_cuda_free(dq));
-        CK(hk_cuda_free(dk));
-        CK(hk_cuda_free(dv));
-        CK(hk_cuda_free(dO));
-        CK(hk_cuda_free(dpos));
-        free(q);
-        free(k);
-        free(v);
-        free(o);
-        free(scr);
+        att_case_free(&c);
     }
     if (keep)
         setenv("HK_EMU_SMS", keep, 1);
@@ -1810,36 +1846,25 @@ static void test_attention_flash3(void)
     for (int s = 0; s < NSHAPES(shapes); s++) {
         const int T = shapes[s][0], N = shapes[s][1], Hq = shapes[s][2];
         const int Hkv = shapes[s][3], hd = shapes[s][4];
-        const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
         int qpos[128];
         for (int t = 0; t < T; t++)
             qpos[t] = s == 3 ? (t * 7 + 5) % N : N - T + t;
-        float *q = frand(nq, 3.0), *k = frand(nkv, 1.0), *v = frand(nkv, 1.0);
-        float *o = hmalloc(nq), *o2 = hmalloc(nq);
-        float *scr = hmalloc(hk_attention_scratch(T, N, Hq));
-        const float scale = 1.0f / sqrtf((float)hd);
-        hk_attention(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scr);
-        float *dq = dev_from(q, nq), *dk = dev_from(k, nkv);
-        float *dv = dev_from(v, nkv), *dO = dev_alloc(nq);
-        int *dpos = dev_ints(qpos, T);
+        att_case_t c;
+        att_case_make(&c, T, N, Hq, Hkv, hd, qpos, 3.0);
+        float *o2 = hmalloc(c.nq);
         for (int m = 0; m < 3; m++) {
-            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
-            const size_t ns =
-                hk_cuda_attention_scratch(impls[m].impl, T, N, Hq, Hkv, hd);
-            float *dscr = dev_alloc(ns);
-            RUN(hk_cuda_attention_ex(impls[m].impl, dO, dq, dpos, dk, dv, T, N,
-                                     Hq, Hkv, hd, scale, dscr, NULL));
-            CK(hk_cuda_free(dscr));
+            att_case_run(&c, impls[m].impl);
             if (m == 0) {
-                CK(hk_cuda_d2h(o2, dO, nq * sizeof(float), NULL));
+                CK(hk_cuda_d2h(o2, c.dO, c.nq * sizeof(float), NULL));
                 continue;
             }
-            const double r = ratio_cpu(o, dO, nq, ATOL_ATT_BF16, RTOL_ATT_BF16);
+            const double r =
+                ratio_cpu(c.o, c.dO, c.nq, ATOL_ATT_BF16, RTOL_ATT_BF16);
             /* FLASH2 and FLASH3 round the same operands to bf16; they
              * differ in the order of the f32 sums (and so a bf16 rounding
              * of p here and there) only */
             const double r2 =
-                ratio_cpu(o2, dO, nq, ATOL_ATT_BF16 / 2, RTOL_ATT_BF16 / 2);
+                ratio_cpu(o2, c.dO, c.nq, ATOL_ATT_BF16 / 2, RTOL_ATT_BF16 / 2);
             if (!(r <= 1.0 && r2 <= 1.0) || getenv("HK_CUDA_TEST_VERBOSE"))
                 tap_diag("  worst |err| / (atol + rtol |ref|): vs cpu %.3g, "
                          "vs flash2 (bound / 2) %.3g",
@@ -1850,17 +1875,8 @@ static void test_attention_flash3(void)
                impls[m].name, T, N, Hq, Hkv, hd,
                s == 3 ? " (unordered qpos)" : "");
         }
-        CK(hk_cuda_free(dq));
-        CK(hk_cuda_free(dk));
-        CK(hk_cuda_free(dv));
-        CK(hk_cuda_free(dO));
-        CK(hk_cuda_free(dpos));
-        free(q);
-        free(k);
-        free(v);
-        free(o);
         free(o2);
-        free(scr);
+        att_case_free(&c);
     }
 }
 
@@ -1879,31 +1895,19 @@ static void test_attention_flash2x(void)
     for (int s = 0; s < NSHAPES(shapes); s++) {
         const int T = shapes[s][0], N = shapes[s][1], Hq = shapes[s][2];
         const int Hkv = shapes[s][3], hd = shapes[s][4];
-        const size_t nq = (size_t)T * Hq * hd, nkv = (size_t)N * Hkv * hd;
         int qpos[64];
         for (int t = 0; t < T; t++)
             qpos[t] = N - T + t;
         /* scores of O(1): q . k of hd terms of variance 1/9, scale
          * 1/sqrt(hd), times 3 */
-        float *q = frand(nq, 3.0), *k = frand(nkv, 1.0), *v = frand(nkv, 1.0);
-        float *o = hmalloc(nq), *scr = hmalloc(hk_attention_scratch(T, N, Hq));
-        const float scale = 1.0f / sqrtf((float)hd);
-        hk_attention(o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scr);
-        float *dq = dev_from(q, nq), *dk = dev_from(k, nkv);
-        float *dv = dev_from(v, nkv), *dO = dev_alloc(nq);
-        int *dpos = dev_ints(qpos, T);
+        att_case_t c;
+        att_case_make(&c, T, N, Hq, Hkv, hd, qpos, 3.0);
         const hk_cuda_att_impl_t impls[2] = {HK_CUDA_ATT_FLASH2X,
                                              HK_CUDA_ATT_FLASH2};
         double r[2];
         for (int m = 0; m < 2; m++) {
-            CK(hk_cuda_memset0(dO, nq * sizeof(float), NULL));
-            const size_t ns =
-                hk_cuda_attention_scratch(impls[m], T, N, Hq, Hkv, hd);
-            float *dscr = dev_alloc(ns);
-            RUN(hk_cuda_attention_ex(impls[m], dO, dq, dpos, dk, dv, T, N, Hq,
-                                     Hkv, hd, scale, dscr, NULL));
-            CK(hk_cuda_free(dscr));
-            r[m] = ratio_cpu(o, dO, nq, ATOL_ATT_TC, RTOL_ATT_TC);
+            att_case_run(&c, impls[m]);
+            r[m] = ratio_cpu(c.o, c.dO, c.nq, ATOL_ATT_TC, RTOL_ATT_TC);
         }
         if (!(r[0] <= 1.0 && r[1] > 1.0) || getenv("HK_CUDA_TEST_VERBOSE"))
             tap_diag("  worst |err| / (atol + rtol |ref|): flash2x %.3g, "
@@ -1913,16 +1917,7 @@ static void test_attention_flash2x(void)
            "attention flash2x T=%d N=%d Hq=%d Hkv=%d hd=%d: within FLASH's "
            "bound, flash2 not",
            T, N, Hq, Hkv, hd);
-        CK(hk_cuda_free(dq));
-        CK(hk_cuda_free(dk));
-        CK(hk_cuda_free(dv));
-        CK(hk_cuda_free(dO));
-        CK(hk_cuda_free(dpos));
-        free(q);
-        free(k);
-        free(v);
-        free(o);
-        free(scr);
+        att_case_free(&c);
     }
 }
 

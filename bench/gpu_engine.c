@@ -13,7 +13,8 @@
  * prefill  one sequence of T synthetic tokens (bench_prompt_id) through
  *          hp_prefill in pieces of --piece, the last token's logits, the
  *          backend synchronized before the clock stops. --profile 1: then
- *          one more, untimed, under the backend's op profile
+ *          one more (and one more warm PIC splice), untimed, under the
+ *          backend's op profile
  *          (hp_backend_profile_start), its device time by kind of op on
  *          stderr, largest first: where a prefill's time goes.
  * decode   B sequences, each after a --prompt-token prompt of its own,
@@ -195,42 +196,59 @@ static int prof_cmp(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
-/* One more prefill under the backend's op profile: its device time by
- * kind of op, largest first. */
-static void profile_prefill(bench_t *b, const int *ids, int T)
+/* The backend's op profile (hp_backend_profile_start) around one run:
+ * profile_begin, the run (rc, its wall dt), then profile_end prints its
+ * device time by kind of op, largest first, under what. */
+static int profile_begin(bench_t *b, hp_error_t *err)
+{
+    return hp_backend_profile_start(b->be, err);
+}
+
+static void profile_end(bench_t *b, const char *what, int rc, double dt,
+                        hp_error_t *err)
 {
     hp_backend_prof_row_t rows[64];
     const int cap = (int)(sizeof(rows) / sizeof(rows[0]));
-    hp_error_t err = {0};
-    double dt, all = 0;
+    double all = 0;
     int n = 0, calls = 0;
-    if (over_budget(b))
-        return;
-    int rc = hp_backend_profile_start(b->be, &err);
-    if (rc == HP_OK) {
-        rc = prefill_once(b, ids, T, &dt, &err);
-        hp_error_t e2 = {0};
-        int rs = hp_backend_profile_stop(b->be, rows, cap, &n, &e2);
-        if (rc == HP_OK && rs != HP_OK) {
-            rc = rs;
-            err = e2;
-        }
+    hp_error_t e2 = {0};
+    int rs = hp_backend_profile_stop(b->be, rows, cap, &n, &e2);
+    if (rc == HP_OK && rs != HP_OK) {
+        rc = rs;
+        *err = e2;
     }
     if (rc != HP_OK) {
-        fprintf(stderr, "# profile prefill T=%d: %s\n", T, err.msg);
+        fprintf(stderr, "# profile %s: %s\n", what, err->msg);
         return;
     }
     qsort(rows, (size_t)n, sizeof(rows[0]), prof_cmp);
     for (int i = 0; i < n; i++)
         all += rows[i].ms, calls += (int)rows[i].calls;
     fprintf(stderr,
-            "# profile prefill T=%d: %.2f ms of device time in %d ops "
-            "(wall %.2f ms)\n",
-            T, all, calls, dt * 1e3);
+            "# profile %s: %.2f ms of device time in %d ops (wall %.2f ms)\n",
+            what, all, calls, dt * 1e3);
     for (int i = 0; i < n; i++)
         fprintf(stderr, "#   %-24s %10.3f ms %5.1f %% %7ld calls\n", rows[i].op,
                 rows[i].ms, all > 0 ? 100 * rows[i].ms / all : 0,
                 rows[i].calls);
+}
+
+/* One more prefill under the op profile. */
+static void profile_prefill(bench_t *b, const int *ids, int T)
+{
+    char what[64];
+    hp_error_t err = {0};
+    double dt = 0;
+    if (over_budget(b))
+        return;
+    snprintf(what, sizeof(what), "prefill T=%d", T);
+    int rc = profile_begin(b, &err);
+    if (rc != HP_OK) {
+        fprintf(stderr, "# profile %s: %s\n", what, err.msg);
+        return;
+    }
+    rc = prefill_once(b, ids, T, &dt, &err);
+    profile_end(b, what, rc, dt, &err);
 }
 
 static void bench_prefill(bench_t *b, int T)
@@ -338,9 +356,11 @@ typedef struct {
 
 /* hp_assemble of the prompt in mode (warm: every segment cached first,
  * untimed; else the pool emptied); seconds into *dt. The sequence is
- * kept in *keep when it is not NULL (the caller frees it). */
+ * kept in *keep when it is not NULL (the caller frees it). prof: the
+ * timed part under the op profile, printed under that name. */
 static int assemble_once(bench_t *b, pic_t *pc, hp_ipc_mode_t mode, int warm,
-                         double *dt, hp_seq_t *keep, hp_error_t *err)
+                         double *dt, hp_seq_t *keep, const char *prof,
+                         hp_error_t *err)
 {
     const hp_model_t *m = &b->llm.model;
     int w = b->o->seam, rc;
@@ -354,6 +374,8 @@ static int assemble_once(bench_t *b, pic_t *pc, hp_ipc_mode_t mode, int warm,
     rc = hp_seq_reserve(&seq, pc->p.n, err);
     if (rc == HP_OK)
         rc = hp_backend_sync(b->be, err);
+    if (rc == HP_OK && prof)
+        rc = profile_begin(b, err);
     double a = bench_now();
     if (rc == HP_OK)
         rc = hp_assemble(&b->llm, &pc->cache, &b->ws, &pc->p, mode, w, &seq,
@@ -361,6 +383,8 @@ static int assemble_once(bench_t *b, pic_t *pc, hp_ipc_mode_t mode, int warm,
     if (rc == HP_OK)
         rc = hp_backend_sync(b->be, err);
     *dt = bench_now() - a;
+    if (prof)
+        profile_end(b, prof, rc, *dt, err);
     if (keep && rc == HP_OK)
         *keep = seq;
     else
@@ -482,7 +506,7 @@ typedef struct {
 static int pic_run(bench_t *b, const void *arg, double *dt, hp_error_t *err)
 {
     const pic_arg_t *a = arg;
-    return assemble_once(b, a->pc, a->mode, a->warm, dt, NULL, err);
+    return assemble_once(b, a->pc, a->mode, a->warm, dt, NULL, NULL, err);
 }
 
 static void bench_pic(bench_t *b, int k, int n)
@@ -528,7 +552,7 @@ static void bench_pic(bench_t *b, int k, int n)
         rc = hp_error_set(&err, HP_EBUSY, "skipped (budget)");
     if (rc == HP_OK) {
         double dt;
-        rc = assemble_once(b, &pc, HP_IPC_MODE_PIC, 1, &dt, &seq, &err);
+        rc = assemble_once(b, &pc, HP_IPC_MODE_PIC, 1, &dt, &seq, NULL, &err);
         if (rc == HP_OK) {
             rc = fixed_costs(b, &pc, &seq, ms, &err);
             hp_seq_free(&seq);
@@ -541,6 +565,13 @@ static void bench_pic(bench_t *b, int k, int n)
             fail_row(b, fixed[i], shape, "ms", &err);
         else
             row(b, fixed[i], shape, ms[i], "ms", NULL);
+    /* where the warm splice's time goes: one more under the op profile */
+    if (rc == HP_OK && b->o->profile && !over_budget(b)) {
+        char what[96];
+        double dt;
+        snprintf(what, sizeof(what), "ttft_pic_warm %s", shape);
+        assemble_once(b, &pc, HP_IPC_MODE_PIC, 1, &dt, NULL, what, &err);
+    }
     double full = v[0], warm = v[2];
     if (full > 0 && warm > 0)
         printf("# %s: warm PIC %.2fx faster than full\n", shape, full / warm);
@@ -716,8 +747,8 @@ static void warm_up(bench_t *b)
                                b->o->seam) +
             (1u << 20),
         &err);
-    if (pc.cache.pub &&
-        assemble_once(b, &pc, HP_IPC_MODE_PIC, 1, &dt, NULL, &err) != HP_OK)
+    if (pc.cache.pub && assemble_once(b, &pc, HP_IPC_MODE_PIC, 1, &dt, NULL,
+                                      NULL, &err) != HP_OK)
         fprintf(stderr, "# warm-up pic: %s\n", err.msg);
     hp_pool_destroy(pc.cache.pub);
     hp_prompt_free(&pc.p);

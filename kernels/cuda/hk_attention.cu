@@ -446,7 +446,7 @@ extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int T,
         return 0;
     if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) {
         /* and FLASH2's, its fallback */
-        const size_t f3 = hk_attention_f3_scratch(N, Hkv, hd);
+        const size_t f3 = hk_attention_f3_scratch(T, N, Hq, Hkv, hd);
         const size_t f2 = hk_attention_f2_scratch(0, T, N, Hq, Hkv, hd);
         return f3 > f2 ? f3 : f2;
     }
@@ -460,9 +460,15 @@ extern "C" int hk_cuda_attention_splits(hk_cuda_att_impl_t impl, int T, int N,
                                         int Hq, int Hkv, int hd)
 {
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
-    if (T <= 0 || N <= 0 || !hk_att_args_ok(T, Hq, Hkv, hd) ||
-        (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X))
+    if (T <= 0 || N <= 0 || !hk_att_args_ok(T, Hq, Hkv, hd))
         return 1;
+    if ((use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) &&
+        hk_cuda_cc() == 90)
+        return hk_attention_f3_splits(T, N, Hq, Hkv, hd);
+    if (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X &&
+        use != HK_CUDA_ATT_FLASH3 && use != HK_CUDA_ATT_FLASH3_SEQ)
+        return 1;
+    /* FLASH3 elsewhere runs FLASH2 */
     return hk_attention_f2_splits(use == HK_CUDA_ATT_FLASH2X, T, N, Hq, Hkv,
                                   hd);
 }

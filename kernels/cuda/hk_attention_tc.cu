@@ -413,7 +413,7 @@ int hk_attention_tc(int split, float *o, const float *q, const int *qpos,
  * prefix-cache resume, the last piece of a chunked prefill) has few row
  * blocks, each walking every key alone: 64 queries of 4 heads per group
  * over 16k keys are 8 blocks on an H100's 132 SMs. Where the grid is
- * under a wave (hk_f2_splits: blocks per SM x SMs), z splits each block's
+ * under a wave (hk_att_splits: blocks per SM x SMs), z splits each block's
  * key tiles into nsplit contiguous ranges; a split writes its rows'
  * partial softmax (hk_frag_rows_part) to scratch past the k/v planes and
  * hk_att_combine makes o, as flash-decoding does for one query.
@@ -431,49 +431,6 @@ template <int HD, bool X> struct hk_f2 {
     /* two blocks per SM where their shared memory fits an H100's */
     static constexpr int BLOCKS = SMEM <= 115200 ? 2 : 1;
 };
-
-/* Split-KV's bounds: a split takes at least HK_F2_SPLIT_KEYS keys (its
- * partials, 2 + hd floats a row, cost about what 128 keys of K/V do), a
- * block's keys at most HK_F2_MAX_SPLIT splits. */
-#define HK_F2_SPLIT_KEYS 128
-#define HK_F2_MAX_SPLIT  64
-
-/* The splits of a call of T queries over N keys: enough blocks for one
- * wave (BLOCKS per SM on every SM), 1 where the row blocks fill it. */
-static int hk_f2_splits(int per_sm, long long T, int N, int Hq, int Hkv)
-{
-    const long long blocks =
-        (T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M * (long long)Hkv;
-    const long long wave = (long long)per_sm * hk_cuda_sm_count(1);
-    if (blocks < 1 || blocks >= wave)
-        return 1;
-    long long s = wave / blocks;
-    s = s < N / HK_F2_SPLIT_KEYS ? s : N / HK_F2_SPLIT_KEYS;
-    s = s < HK_F2_MAX_SPLIT ? s : HK_F2_MAX_SPLIT;
-    return s > 1 ? (int)s : 1;
-}
-
-/* Floats of partials the splits of any call of at most T queries over N
- * keys write: T' Hq nsplit(T') (2 + hd), largest over T' <= T (the split
- * count falls as T' grows, so the largest T' of each count of row blocks
- * is the one to check, up to a wave's blocks). */
-static size_t hk_f2_part_floats(int per_sm, int T, int N, int Hq, int Hkv,
-                                int hd)
-{
-    const long long r = Hq / Hkv;
-    size_t most = 0;
-    for (long long nb = 1;; nb++) {
-        const long long t = nb * HK_F2_M / r < T ? nb * HK_F2_M / r : T;
-        if (t < 1)
-            continue;
-        const int ns = hk_f2_splits(per_sm, t, N, Hq, Hkv);
-        const size_t f = ns > 1 ? (size_t)t * Hq * ns * (2 + (size_t)hd) : 0;
-        most = f > most ? f : most;
-        if (t == T || ns == 1)
-            break;
-    }
-    return most;
-}
 
 /* k, v [N, Hkv, hd] f32 -> bf16 [Hkv, N, HD] planes kh, vh (and, X, kl,
  * vl) P elements apart from kb, zero past hd; one thread per 8 output
@@ -721,7 +678,7 @@ static int hk_f2_launch(float *o, const float *q, const int *qpos,
         return rc;
     const size_t sm = hk_f2<HD, X>::SMEM;
     const long long nb = ((long long)T * (Hq / Hkv) + HK_F2_M - 1) / HK_F2_M;
-    const int ns = hk_f2_splits(hk_f2<HD, X>::BLOCKS, T, N, Hq, Hkv);
+    const int ns = hk_att_splits(hk_f2<HD, X>::BLOCKS, HK_F2_M, T, N, Hq, Hkv);
     /* the partials past the planes (2 or 4 of P bf16: P or 2 P floats) */
     float *part = scratch + (X ? 2 : 1) * P;
     cudaFuncSetAttribute(hk_f2_kernel<HD, X>,
@@ -770,7 +727,7 @@ size_t hk_attention_f2_scratch(int split, int T, int N, int Hq, int Hkv, int hd)
     /* two bf16 arrays, four with the lo halves; then the splits' partials */
     const int per_sm = hk_f2_table[split != 0][hk_f2_index(HD)].per_sm();
     return (size_t)N * Hkv * HD * (split ? 2 : 1) +
-           hk_f2_part_floats(per_sm, T, N, Hq, Hkv, hd);
+           hk_att_part_floats(per_sm, HK_F2_M, T, N, Hq, Hkv, hd);
 }
 
 int hk_attention_f2_splits(int split, int T, int N, int Hq, int Hkv, int hd)
@@ -779,7 +736,7 @@ int hk_attention_f2_splits(int split, int T, int N, int Hq, int Hkv, int hd)
     if (!HD)
         return 1;
     const int per_sm = hk_f2_table[split != 0][hk_f2_index(HD)].per_sm();
-    return hk_f2_splits(per_sm, T, N, Hq, Hkv);
+    return hk_att_splits(per_sm, HK_F2_M, T, N, Hq, Hkv);
 }
 
 int hk_attention_f2(int split, float *o, const float *q, const int *qpos,

@@ -196,18 +196,22 @@ hk_f3_pv(float O[HD / 2], uint32_t P[HK_F3_BK / 16][4], const __nv_bfloat16 *tV)
     hk_wgmma_commit();
 }
 
-/* Grid (row blocks, Hkv). sl2 = scale * log2(e). kv: the scratch's tiles
- * (hk_f3_convert), ntiles per kv group. OV: the next tile's S = Q K^T is
- * issued before this tile's softmax, so the tensor cores run it while the
- * softmax runs (FlashAttention-3's intra-warpgroup overlap): K tiles are
+/* Grid (row blocks, Hkv, nsplit): split z takes the z-th of nsplit even
+ * ranges of the block's key tiles (split-KV, hk_cuda_impl.h; nsplit 1:
+ * all, o written, else the partials). sl2 = scale * log2(e). kv: the
+ * scratch's tiles (hk_f3_convert), ntiles per kv group. OV: the next tile's S =
+ * Q K^T is issued before this tile's softmax, so the tensor cores run it while
+ * the softmax runs (FlashAttention-3's intra-warpgroup overlap): K tiles are
  * loaded a tile ahead of V tiles, and S of two tiles is in registers. */
 template <int HD, bool OV>
 static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
     hk_f3_kernel(float *o,                // [T, Hq, hd]
+                 float *part,             // [T Hq, nsplit, 2 + hd] (nsplit > 1)
                  const float *q,          // [T, Hq, hd]
                  const int *qpos,         // [T]
                  const __nv_bfloat16 *kv, // tiles
-                 int T, int ntiles, int Hq, int Hkv, int hd, float sl2, int vec)
+                 int T, int ntiles, int Hq, int Hkv, int hd, float sl2, int vec,
+                 int nsplit)
 {
     typedef hk_f3<HD> L;
     const int BK = HK_F3_BK, TILE = L::TILE;
@@ -270,15 +274,17 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
     for (int i = 0; i < 64; i++)
         gmax = max(gmax, sLim[wg * 64 + i]);
     const int lim[2] = {sLim[wr + lane / 4], sLim[wr + lane / 4 + 8]};
-    const int nt = (nk + BK - 1) / BK;
+    /* split z of nsplit: tiles j0 .. nt - 1 of the block's (hk_att_splits) */
+    const int ntk = (nk + BK - 1) / BK, per = (ntk + nsplit - 1) / nsplit;
+    const int j0 = min(ntk, (int)blockIdx.z * per), nt = min(ntk, j0 + per);
 
     if (!OV) {
         /* tile j in slot j % 2; tile j + 1 issued before tile j is used */
-        if (nt > 0) {
-            load(0, 0, 0), load(0, 1, 0);
+        if (j0 < nt) {
+            load(j0, 0, j0 & 1), load(j0, 1, j0 & 1);
             hk_cp_async_commit();
         }
-        for (int j = 0; j < nt; j++) {
+        for (int j = j0; j < nt; j++) {
             if (j + 1 < nt) {
                 load(j + 1, 0, (j + 1) & 1), load(j + 1, 1, (j + 1) & 1);
                 hk_cp_async_commit();
@@ -303,26 +309,26 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
             /* every warpgroup is done with slot j % 2 before tile j + 2 */
             __syncthreads();
         }
-    } else if (nt > 0) {
+    } else if (j0 < nt) {
         /* K of tile j in slot j % 2, V of tile j in slot j % 2: at the top
          * of iteration j, S_j is in registers and every warpgroup is done
          * with K_j and V_{j-1}; K_{j+2} and V_{j+1} go in their slots
          * while K_{j+1} and V_j (issued an iteration ago) land. */
         float S[BK / 2] = {}, Sn[BK / 2] = {};
-        load(0, 0, 0), load(0, 1, 0);
-        if (nt > 1)
-            load(1, 0, 1);
+        load(j0, 0, j0 & 1), load(j0, 1, j0 & 1);
+        if (j0 + 1 < nt)
+            load(j0 + 1, 0, (j0 + 1) & 1);
         hk_cp_async_commit();
         hk_cp_async_wait<0>();
         hk_fence_proxy_async();
         __syncthreads();
-        if (0 < gmax) {
-            hk_f3_scores<HD>(S, wQ, sT);
+        if (j0 * BK < gmax) {
+            hk_f3_scores<HD>(S, wQ, sT + (j0 & 1) * TILE);
             hk_wgmma_wait<0>();
             hk_f3_hold(S, BK / 2);
         }
-        __syncthreads(); /* K_0 is free */
-        for (int j = 0; j < nt; j++) {
+        __syncthreads(); /* K_j0 is free */
+        for (int j = j0; j < nt; j++) {
             if (j + 2 < nt)
                 load(j + 2, 0, j & 1);
             if (j + 1 < nt)
@@ -353,15 +359,42 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
     }
 
     const long long at[2] = {rw.off(wr + lane / 4), rw.off(wr + lane / 4 + 8)};
-    hk_frag_rows_out<HD>(o, O, l, at, hd, lane);
+    if (nsplit == 1)
+        hk_frag_rows_out<HD>(o, O, l, at, hd, lane);
+    else
+        hk_frag_rows_part<HD>(part, O, m, l, at, hd, lane, nsplit,
+                              (int)blockIdx.z);
 }
 
-size_t hk_attention_f3_scratch(int N, int Hkv, int hd)
+/* Floats of the bf16 K and V^T tiles: 2 HK_F3_BK HD bf16 = HK_F3_BK HD
+ * floats each. */
+static size_t hk_f3_tiles(int N, int Hkv, int HD)
+{
+    const size_t ntiles = ((size_t)N + HK_F3_BK - 1) / HK_F3_BK;
+    return (size_t)Hkv * ntiles * HK_F3_BK * HD;
+}
+
+/* Blocks per SM the split counts take: the more of the two kernels' (the
+ * scratch then holds either's partials). */
+static int hk_f3_per_sm(int HD)
+{
+    const int a = hk_f3_blocks(HD, false), b = hk_f3_blocks(HD, true);
+    return a > b ? a : b;
+}
+
+size_t hk_attention_f3_scratch(int T, int N, int Hq, int Hkv, int hd)
 {
     const int HD = hk_att_tc_hd(hd);
-    const size_t ntiles = ((size_t)N + HK_F3_BK - 1) / HK_F3_BK;
-    /* bf16 K and V^T tiles: 2 HK_F3_BK HD bf16 = HK_F3_BK HD floats each */
-    return HD ? (size_t)Hkv * ntiles * HK_F3_BK * HD : 0;
+    if (!HD)
+        return 0;
+    return hk_f3_tiles(N, Hkv, HD) +
+           hk_att_part_floats(hk_f3_per_sm(HD), HK_F3_M, T, N, Hq, Hkv, hd);
+}
+
+int hk_attention_f3_splits(int T, int N, int Hq, int Hkv, int hd)
+{
+    const int HD = hk_att_tc_hd(hd);
+    return HD ? hk_att_splits(hk_f3_per_sm(HD), HK_F3_M, T, N, Hq, Hkv) : 1;
 }
 
 template <int HD, bool OV>
@@ -380,18 +413,23 @@ static int hk_f3_launch(float *o, const float *q, const int *qpos,
     const size_t nconv = (size_t)Hkv * ntiles * (HK_F3_BK / 8) * (HD / 8);
     hk_f3_convert<<<hk_grid_1d(nconv, 256), 256, 0, stream>>>(
         kv, k, v, N, ntiles, Hkv, hd, HD);
-    const int rc = hk_cuda_check_launch();
+    int rc = hk_cuda_check_launch();
     if (rc)
         return rc;
     const long long nb = ((long long)T * (Hq / Hkv) + HK_F3_M - 1) / HK_F3_M;
+    const int ns = hk_att_splits(hk_f3_per_sm(HD), HK_F3_M, T, N, Hq, Hkv);
+    float *part = scratch + hk_f3_tiles(N, Hkv, HD);
     cudaFuncSetAttribute(hk_f3_kernel<HD, OV>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                          (int)L::SMEM);
-    const dim3 grid((unsigned)nb, (unsigned)Hkv);
+    const dim3 grid((unsigned)nb, (unsigned)Hkv, (unsigned)ns);
     hk_f3_kernel<HD, OV><<<grid, HK_F3_THREADS, L::SMEM, stream>>>(
-        o, q, qpos, kv, T, ntiles, Hq, Hkv, hd, scale * 1.4426950408889634f,
-        vec);
-    return hk_cuda_check_launch();
+        o, part, q, qpos, kv, T, ntiles, Hq, Hkv, hd,
+        scale * 1.4426950408889634f, vec, ns);
+    rc = hk_cuda_check_launch();
+    if (rc || ns == 1)
+        return rc;
+    return hk_att_combine(o, part, (long long)T * Hq, hd, ns, stream);
 }
 
 /* The launcher of (HD, OV). */

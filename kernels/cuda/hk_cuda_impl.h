@@ -67,9 +67,12 @@ int hk_att_combine(float *o, const float *part, long long rows, int hd,
  * operands; overlap: the next tile's scores issued before this tile's
  * softmax, else FLASH3_SEQ); scratch (16-byte aligned):
  * hk_attention_f3_scratch floats for the bf16 tiles of k and v (0: hd too
- * wide). HK_CUDA_EINVAL where it cannot run (not a compute capability 9.0
+ * wide), then split-KV's partials (any call of at most T queries over at
+ * most N keys; hk_attention_f3_splits: the splits of one).
+ * HK_CUDA_EINVAL where it cannot run (not a compute capability 9.0
  * device, shared memory). Arguments checked by hk_cuda_attention_ex. */
-size_t hk_attention_f3_scratch(int N, int Hkv, int hd);
+size_t hk_attention_f3_scratch(int T, int N, int Hq, int Hkv, int hd);
+int hk_attention_f3_splits(int T, int N, int Hq, int Hkv, int hd);
 int hk_attention_f3(int overlap, float *o, const float *q, const int *qpos,
                     const float *k, const float *v, int T, int N, int Hq,
                     int Hkv, int hd, float scale, float *scratch,
@@ -201,6 +204,53 @@ static inline int hk_cuda_sm_count(int fallback)
         sms < 1)
         return fallback;
     return sms;
+}
+
+/* Split-KV of the register-fragment prefills (FLASH2, FLASH3): a short
+ * prompt over a long cache has fewer row blocks than a wave; each block's
+ * key tiles then go to nsplit blocks (grid z), whose partial softmaxes
+ * hk_att_combine makes o of. A split takes at least HK_ATT_SPLIT_KEYS keys
+ * (its partials, 2 + hd floats a row, cost about what 128 keys of K/V
+ * do), a block's keys at most HK_ATT_MAX_SPLIT splits. */
+#define HK_ATT_SPLIT_KEYS 128
+#define HK_ATT_MAX_SPLIT  64
+
+/* The splits of a call of T queries over N keys by a kernel of M rows a
+ * block and per_sm blocks per SM: enough blocks for one wave, 1 where the
+ * row blocks fill it. */
+static inline int hk_att_splits(int per_sm, int M, long long T, int N, int Hq,
+                                int Hkv)
+{
+    const long long blocks = (T * (Hq / Hkv) + M - 1) / M * (long long)Hkv;
+    const long long wave = (long long)per_sm * hk_cuda_sm_count(1);
+    if (blocks < 1 || blocks >= wave)
+        return 1;
+    long long s = wave / blocks;
+    s = s < N / HK_ATT_SPLIT_KEYS ? s : N / HK_ATT_SPLIT_KEYS;
+    s = s < HK_ATT_MAX_SPLIT ? s : HK_ATT_MAX_SPLIT;
+    return s > 1 ? (int)s : 1;
+}
+
+/* Floats of partials the splits of any call of at most T queries over N
+ * keys write: T' Hq nsplit(T') (2 + hd), largest over T' <= T (the split
+ * count falls as T' grows, so the largest T' of each count of row blocks
+ * is the one to check, up to a wave's blocks). */
+static inline size_t hk_att_part_floats(int per_sm, int M, int T, int N, int Hq,
+                                        int Hkv, int hd)
+{
+    const long long r = Hq / Hkv;
+    size_t most = 0;
+    for (long long nb = 1;; nb++) {
+        const long long t = nb * M / r < T ? nb * M / r : T;
+        if (t < 1)
+            continue;
+        const int ns = hk_att_splits(per_sm, M, t, N, Hq, Hkv);
+        const size_t f = ns > 1 ? (size_t)t * Hq * ns * (2 + (size_t)hd) : 0;
+        most = f > most ? f : most;
+        if (t == T || ns == 1)
+            break;
+    }
+    return most;
 }
 
 /* The kernel an environment variable names (HYPIC_CUDA_ATT, _STEP,

@@ -1759,18 +1759,21 @@ static void att_case_free(att_case_t *c)
  * positions (rows that see none of a split's keys; splits past a block's
  * last tile). Under the emulator HK_EMU_SMS = 32 for this test makes the
  * splits many (the default 4 SMs would allow two); a GPU has its own. */
-static void test_attention_split(void)
+/* A kernel of the split-KV tests: impl, its bound against the CPU. */
+typedef struct {
+    hk_cuda_att_impl_t impl;
+    double atol, rtol;
+    const char *name;
+} att_impl_t;
+
+/* The split shapes on n kernels (test_attention_split's; FLASH3's from
+ * test_attention_flash3, last). */
+static void att_split_on(const att_impl_t *impls, int n)
 {
     static const int shapes[][5] = {{6, 700, 8, 2, 256},
                                     {9, 600, 4, 2, 128},
                                     {5, 520, 6, 3, 64},
                                     {12, 900, 16, 2, 256}};
-    static const struct {
-        hk_cuda_att_impl_t impl;
-        double atol, rtol;
-        const char *name;
-    } impls[] = {{HK_CUDA_ATT_FLASH2X, ATOL_ATT_TC, RTOL_ATT_TC, "flash2x"},
-                 {HK_CUDA_ATT_FLASH2, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash2"}};
     const char *sms = getenv("HK_EMU_SMS");
     char *keep = sms ? strdup(sms) : NULL;
     setenv("HK_EMU_SMS", "32", 1);
@@ -1782,7 +1785,7 @@ static void test_attention_split(void)
             qpos[t] = s == 2 ? (t * 173 + 11) % N : N - T + t;
         att_case_t c;
         att_case_make(&c, T, N, Hq, Hkv, hd, qpos, 3.0);
-        for (size_t m = 0; m < sizeof impls / sizeof impls[0]; m++) {
+        for (int m = 0; m < n; m++) {
             const int ns =
                 hk_cuda_attention_splits(impls[m].impl, T, N, Hq, Hkv, hd);
             att_case_run(&c, impls[m].impl);
@@ -1803,6 +1806,14 @@ static void test_attention_split(void)
     else
         unsetenv("HK_EMU_SMS");
     free(keep);
+}
+
+static void test_attention_split(void)
+{
+    static const att_impl_t impls[] = {
+        {HK_CUDA_ATT_FLASH2X, ATOL_ATT_TC, RTOL_ATT_TC, "flash2x"},
+        {HK_CUDA_ATT_FLASH2, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash2"}};
+    att_split_on(impls, 2);
     /* a prompt whose row blocks fill a wave is not split */
     ok(hk_cuda_attention_splits(HK_CUDA_ATT_FLASH2X, 1 << 16, 1 << 16, 8, 2,
                                 256) == 1,
@@ -1878,6 +1889,11 @@ static void test_attention_flash3(void)
         free(o2);
         att_case_free(&c);
     }
+    /* split-KV on both FLASH3 kernels (test_attention_split's shapes) */
+    static const att_impl_t split[] = {
+        {HK_CUDA_ATT_FLASH3, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash3"},
+        {HK_CUDA_ATT_FLASH3_SEQ, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash3_seq"}};
+    att_split_on(split, 2);
 }
 
 /* FLASH2X (FLASH2's kernel on hi/lo split operands) at every padded head

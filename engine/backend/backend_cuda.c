@@ -730,7 +730,7 @@ static void cu_mlp_acc_bf16(be_t b, float *x, const float *y, float *g,
 {
     cuda_t *c = ctx(b);
     const int H = gw->cols, I = gw->rows;
-    uint16_t *gb = (uint16_t *)g, *ub = (uint16_t *)u;
+    uint16_t *gb = (void *)g, *ub = (void *)u; /* bf16 rows in f32 memory */
     uint16_t *xb = cu_xb(b, (size_t)T * H);
     if (!xb)
         return;

@@ -10,13 +10,23 @@
 # test models against the CPU backend (engine/test/test_cuda_backend.c),
 # the caches there (test_cuda_pic.c), and hypic-engine and
 # bench/gpu_engine with --device cuda.
+#
+# The emulated programs are single-threaded and independent of each
+# other: after the build they run as jobs, HK_EMU_JOBS (default 2, the
+# machine's cores) at a time, longest first, and the checks below read
+# their outputs in the order they always had. The reverse order runs the
+# groups of test_cuda_kernels whose kernels have something for it to catch
+# (barriers, shared memory, warp shuffles, asynchronous copies); the
+# others' kernels are elementwise, each thread on its own elements, and
+# the tid order run covers them.
 
 use strict;
 use warnings;
 use lib 't/lib';
 
+use POSIX ();
 use Test::More;
-use Hypic::Util qw(build_dir private_dir python_module);
+use Hypic::Util qw(build_dir private_dir python_module slurp);
 
 my $lib = build_dir() . '/libhk_cpu.a';
 my $hypic = build_dir() . '/libhypic.a';
@@ -32,12 +42,53 @@ for my $tool (qw(g++ python3)) {
 
 my $work = private_dir('cuda-emu');
 
-# Runs an emulated TAP program (threads in tid order): one check that all
-# its (more than 2) checks passed.
+my $log = `HK_EMU_BUILD=$work HK_EMU_BENCH=1 HK_EMU_ORDERS= HK_EMU_ENGINE=$hypic kernels/cuda/emu/run.sh $lib 2>&1`;
+ok($? == 0, 'the CUDA kernels and the test build against the emulator')
+    or diag($log), done_testing(), exit;
+
+# ---- the runs: jobs of steps, HK_EMU_JOBS at a time ----------------------
+
+# Each job is a list of steps [name, shell command], run one after another;
+# a step's output (stdout and stderr) lands in $work/NAME.out, its exit
+# status in $work/NAME.rc. Jobs start in list order (longest first).
+sub run_jobs {
+    my @queue = @_;
+    my $slots = $ENV{HK_EMU_JOBS} || 2;
+    my %running;
+    while (@queue || %running) {
+        while (@queue && keys(%running) < $slots) {
+            my $sh = join '; ', map {
+                "($_->[1]) >$work/$_->[0].out 2>&1; echo \$? >$work/$_->[0].rc"
+            } @{ shift @queue };
+            my $pid = fork() // die "fork: $!";
+            if (!$pid) {
+                exec('/bin/sh', '-c', $sh) or POSIX::_exit(127);
+            }
+            $running{$pid} = 1;
+        }
+        my $pid = waitpid(-1, 0);
+        last if $pid < 0;
+        delete $running{$pid};
+    }
+}
+
+# A step's output and exit status (-1: it did not run).
+sub step {
+    my ($name) = @_;
+    my $rc = slurp("$work/$name.rc");
+    return (slurp("$work/$name.out"), $rc =~ /^(\d+)/ ? $1 : -1);
+}
+
+# A step of an emulated TAP program (threads in tid order) ...
+sub tap_step {
+    my ($name, $cmd) = @_;
+    return [$name, "HK_EMU_ORDER=forward $cmd"];
+}
+
+# ... checked: one check that all its (more than 2) checks passed.
 sub tap_all {
-    my ($cmd, $what) = @_;
-    my $out = `HK_EMU_ORDER=forward $cmd 2>&1`;
-    my $rc = $?;
+    my ($name, $what) = @_;
+    my ($out, $rc) = step($name);
     my @lines = split /\n/, $out;
     my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
     my $pass = grep { /^ok \d+/ } @lines;
@@ -45,31 +96,114 @@ sub tap_all {
        "$what (" . ($pass // 0) . '/' . ($plan // '?') . ')')
         or diag($out);
 }
-my $log = `HK_EMU_BUILD=$work HK_EMU_BENCH=1 HK_EMU_ORDERS= HK_EMU_ENGINE=$hypic kernels/cuda/emu/run.sh $lib 2>&1`;
-ok($? == 0, 'the CUDA kernels and the test build against the emulator')
-    or diag($log), done_testing(), exit;
+
+# The reverse order: test_cuda_kernels' groups (its RUN_TEST lines) less
+# those whose kernels are elementwise (each thread reads and writes its
+# own elements: no barrier, shared memory or shuffle for the order to
+# matter), kernels/cuda/hk_elementwise.cu, hk_transition.cu, hk_norm.cu's
+# swiglu, hk_gdn.cu's gates, cuBLAS (host code here), and the groups that
+# launch nothing (ring: copies; einval: refusals). A new group runs in
+# both orders until it is named here.
+my @elementwise = qw(test_swiglu test_gdn_gates test_trans_compose
+                     test_trans_chain test_trans_rope_shift test_matmul
+                     test_split_heads test_gate_scale test_kv_store
+                     test_embed test_ring test_einval);
+my @groups = slurp('kernels/test/test_cuda_kernels.c')
+    =~ /^\s*RUN_TEST\((test_\w+)\);/mg;
+my %groups = map { $_ => 1 } @groups;
+my %ew = map { $_ => 1 } @elementwise;
+my @stale = grep { !$groups{$_} } @elementwise;
+ok(@groups > 20 && !@stale,
+   'test_cuda_kernels names the elementwise groups t/015 runs in tid order '
+   . 'only') or diag("groups: @groups; not there: @stale");
+# (HK_CUDA_TEST_ONLY: the groups whose names hold one of these; all of
+# them if the list is off)
+my $only = @stale || @groups <= 20
+    ? '' : join(',', grep { !$ew{$_} } @groups);
+
+my $numpy = python_module('numpy'); # '' when it imports
+my $moe = "$work/moe-f32";
+my $lg_prompt = 'The capital of Zorvia is Quellam, by the sea. Water boils '
+    . 'at one hundred degrees. The capital of Zorvia is';
+my $pic_prompt = join('<|pic_sep|>', 'Lead.',
+                      'The capital of Zorvia is Quellam, by the sea.',
+                      'Water boils at one hundred degrees.', 'Capital?');
+sub logits_step {
+    my ($dev, $att) = @_;
+    return ["lg-$dev-$att",
+            "HYPIC_CUDA_ATT=$att HK_EMU_ORDER=forward $work/hypic-engine "
+            . "logits --model models/test/qwen35-dense --device $dev --all "
+            . "--prompt '$lg_prompt' --out $work/lg-$dev-$att.st"];
+}
+sub dtype_step {
+    my ($dt) = @_;
+    return ["lg-dtype-$dt",
+            "env -u HYPIC_CUDA_ATT HK_EMU_ORDER=forward $work/hypic-engine "
+            . "logits --model models/test/qwen35-dense --device cuda "
+            . "--dtype $dt --all --prompt '$lg_prompt' "
+            . "--out $work/lg-dtype-$dt.st"];
+}
+
+my @jobs = (
+    # An f32 copy of the bf16 MoE model: its MoE ops at f32 tolerance
+    # (test_cuda_backend.c says why the bf16 one cannot be held to it).
+    [($numpy ? () : ['moe-f32', "rm -rf $moe && python3 "
+                     . "tools/convert_weights.py --to f32 "
+                     . "models/test/qwen35-moe $moe >/dev/null"]),
+     tap_step('backend', "HYPIC_CUDA_KVBUF=v2 HK_CUDA_TEST_GRID=small "
+              . "$work/test_cuda_backend \$(test \"\$(cat $work/moe-f32.rc "
+              . "2>/dev/null)\" = 0 && echo $moe)")],
+    [tap_step('pic', "$work/test_cuda_pic qwen35-dense")],
+    [['kernels-forward', "HK_CUDA_TEST_GRID=small HK_EMU_ORDER=forward "
+      . "$work/test_cuda_kernels"]],
+    [['kernels-reverse', "HK_CUDA_TEST_GRID=small HK_EMU_ORDER=reverse "
+      . ($only ? "HK_CUDA_TEST_ONLY=$only " : '') . "$work/test_cuda_kernels"]],
+    [tap_step('pool', "$work/test_cuda_pool qwen35-dense")],
+    [['gpu-engine', "HK_EMU_ORDER=forward $work/gpu_engine --model "
+      . "models/test/qwen35-dense --device cuda --tokens 16 --batch '' "
+      . "--decode 1 --pic 1x10 --seam 3 --reps 1 --lead 2 --query 2 "
+      . "--piece 16 --profile 1 --tsv $work/engine.tsv"]],
+    [tap_step('peer', "$work/test_cuda_peer qwen35-dense")],
+    ($numpy ? () :
+     [['gpu-kernels', "$work/gpu_kernels --tiny --out $work/bench.tsv "
+       . "--dump $work/dump"],
+      ['gpu-kernels-ref', "python3 bench/gpu_kernels_ref.py --bench "
+       . "$work/bench.tsv --dump $work/dump --out $work/res"]]),
+    [map { ["generate-$_", "HK_EMU_ORDER=forward $work/hypic-engine "
+            . "generate --model models/test/qwen35-dense --device $_ "
+            . "--mode pic --seam 3 --max-tokens 3 --prompt '$pic_prompt'"] }
+     qw(cpu cuda)],
+    ($numpy ? () :
+     ([logits_step('cpu', 'flash'), logits_step('cuda', 'flash')],
+      [logits_step('cuda', 'flash2')], [logits_step('cuda', 'flash2x')],
+      [logits_step('cuda', 'flash3')], [dtype_step('bf16')],
+      [dtype_step('auto')])),
+);
+run_jobs(@jobs);
+
+# ---- the checks ----------------------------------------------------------
 
 for my $order (qw(forward reverse)) {
-    my $out = `HK_CUDA_TEST_GRID=small HK_EMU_ORDER=$order $work/test_cuda_kernels 2>&1`;
-    my $rc = $?;
+    my ($out, $rc) = step("kernels-$order");
     my @lines = split /\n/, $out;
     my ($plan) = map { /^1\.\.(\d+)/ ? $1 : () } @lines;
     my $pass = grep { /^ok \d+/ && !/# SKIP/ } @lines;
     my @fail = grep { /^not ok/ } @lines;
     ok($rc == 0 && defined $plan && $plan > 0 && $pass == $plan,
        "threads in $order order: " . ($pass // 0) . '/' . ($plan // '?')
-       . ' CUDA twins agree with the CPU')
+       . ' CUDA twins agree with the CPU'
+       . ($order eq 'reverse' && $only
+          ? ' (the groups with barriers, shared memory or shuffles)' : ''))
         or diag(join "\n", @fail ? @fail : @lines[-20 .. -1]);
 }
 
 SKIP: {
-    my $why = python_module('numpy');
-    skip $why, 3 if $why;
-    my $out = `$work/gpu_kernels --tiny --out $work/bench.tsv --dump $work/dump 2>&1`;
-    ok($? == 0 && -s "$work/bench.tsv", 'gpu_kernels --tiny runs on the emulator')
+    skip $numpy, 3 if $numpy;
+    my ($out, $rc) = step('gpu-kernels');
+    ok($rc == 0 && -s "$work/bench.tsv", 'gpu_kernels --tiny runs on the emulator')
         or diag($out);
-    $out = `python3 bench/gpu_kernels_ref.py --bench $work/bench.tsv --dump $work/dump --out $work/res 2>&1`;
-    ok($? == 0 && -s "$work/res/kernels.tsv" && -s "$work/res/report.md",
+    ($out, $rc) = step('gpu-kernels-ref');
+    ok($rc == 0 && -s "$work/res/kernels.tsv" && -s "$work/res/report.md",
        'gpu_kernels_ref.py writes kernels.tsv and report.md')
         or diag($out);
     # our outputs against float64: f32 kernels ~1e-7, the bf16 chunk (v2,
@@ -109,29 +243,16 @@ SKIP: {
         or diag(join "\n", @bad);
 }
 
-{
-    # An f32 copy of the bf16 MoE model: its MoE ops at f32 tolerance
-    # (test_cuda_backend.c says why the bf16 one cannot be held to it).
-    my $moe = '';
-    unless (python_module('numpy')) {
-        system("rm -rf $work/moe-f32 && python3 tools/convert_weights.py "
-               . "--to f32 models/test/qwen35-moe $work/moe-f32 >/dev/null");
-        $moe = "$work/moe-f32" if $? == 0;
-    }
-    # the small grid: one int8 model (qwen35-dense-int8, the I8 projections
-    # against the CPU's), without its batched and KVBuffer checks. The
-    # KVBuffer's v2 kernels by name: a step, a flush or a verification they
-    # could not take would be an error, not a quiet fall back to v1.
-    tap_all("HYPIC_CUDA_KVBUF=v2 HK_CUDA_TEST_GRID=small "
-            . "$work/test_cuda_backend $moe",
-            'the CUDA backend on whole models agrees with the CPU backend');
-}
+# the small grid: one int8 model (qwen35-dense-int8, the I8 projections
+# against the CPU's), without its batched and KVBuffer checks. The
+# KVBuffer's v2 kernels by name: a step, a flush or a verification they
+# could not take would be an error, not a quiet fall back to v1.
+tap_all('backend', 'the CUDA backend on whole models agrees with the CPU backend');
 
 # The caches on the emulated device (test_cuda_pic: capture, warm and cold
 # splice, naive, prefix resume against the CPU backend) on one model here;
 # `make test-cuda-emu` and a GPU run all of them.
-tap_all("$work/test_cuda_pic qwen35-dense",
-        'PIC, naive and prefix resume on the CUDA backend agree with the CPU');
+tap_all('pic', 'PIC, naive and prefix resume on the CUDA backend agree with the CPU');
 
 # Serving allocates device memory at start only (test_cuda_pool: the
 # sequence pool with the segment builders' sequences, the workspaces and
@@ -139,26 +260,21 @@ tap_all("$work/test_cuda_pic qwen35-dense",
 # modes and with two prefill workers; a request over the pool's room
 # waits, one over its size or a segment over max_segment is refused. On
 # the dense model here; a GPU run adds its int8 twin (the I8 tile).
-tap_all("$work/test_cuda_pool qwen35-dense",
+tap_all('pool',
         'serving on the CUDA backend allocates no device memory after its '
         . 'start');
 
 # Peers between device nodes (test_cuda_peer: entries served from and
 # fetched into device pools, device <-> CPU byte for byte, a remote PREFILL
 # on the device node's one builder, no device allocation after start).
-tap_all("$work/test_cuda_peer qwen35-dense",
-        'the peer transport moves entries in and out of device pools');
+tap_all('peer', 'the peer transport moves entries in and out of device pools');
 
 # hypic-engine on the emulated device: pic mode (each document captured,
 # then spliced warm) gives the CPU's greedy text.
 {
-    my $prompt = join('<|pic_sep|>', 'Lead.',
-                      'The capital of Zorvia is Quellam, by the sea.',
-                      'Water boils at one hundred degrees.', 'Capital?');
     my %text;
     for my $dev (qw(cpu cuda)) {
-        $text{$dev} = `HK_EMU_ORDER=forward $work/hypic-engine generate --model models/test/qwen35-dense --device $dev --mode pic --seam 3 --max-tokens 3 --prompt '$prompt' 2>&1`;
-        $text{"$dev rc"} = $?;
+        ($text{$dev}, $text{"$dev rc"}) = step("generate-$dev");
     }
     ok($text{'cpu rc'} == 0 && $text{'cuda rc'} == 0
        && $text{cuda} eq $text{cpu},
@@ -174,18 +290,12 @@ tap_all("$work/test_cuda_peer qwen35-dense",
 # ~3e-5, FLASH2 ~6e-4 here), FLASH's bound for FLASH2X, the same greedy
 # token everywhere.
 SKIP: {
-    my $why = python_module('numpy');
-    skip $why, 4 if $why;
-    my $prompt = 'The capital of Zorvia is Quellam, by the sea. Water boils '
-        . 'at one hundred degrees. The capital of Zorvia is';
+    skip $numpy, 4 if $numpy;
     my $rc = 0;
     for my $run (['cpu', 'flash'], ['cuda', 'flash'], ['cuda', 'flash2'],
                  ['cuda', 'flash2x'], ['cuda', 'flash3']) {
         my ($dev, $att) = @$run;
-        system("HYPIC_CUDA_ATT=$att HK_EMU_ORDER=forward $work/hypic-engine "
-               . "logits --model models/test/qwen35-dense --device $dev --all "
-               . "--prompt '$prompt' --out $work/lg-$dev-$att.st >/dev/null 2>&1");
-        $rc ||= $?;
+        $rc ||= (step("lg-$dev-$att"))[1];
     }
     my $cmp = <<'PY';
 import json, struct, sys
@@ -231,11 +341,7 @@ PY
     # the backend's kernel), bit for bit
     my $rcd = 0;
     for my $dt (qw(bf16 auto)) {
-        system("env -u HYPIC_CUDA_ATT HK_EMU_ORDER=forward $work/hypic-engine "
-               . "logits --model models/test/qwen35-dense --device cuda "
-               . "--dtype $dt --all --prompt '$prompt' "
-               . "--out $work/lg-dtype-$dt.st >/dev/null 2>&1");
-        $rcd ||= $?;
+        $rcd ||= (step("lg-dtype-$dt"))[1];
     }
     ok($rc == 0 && $rcd == 0
        && system("cmp -s $work/lg-dtype-bf16.st $work/lg-cuda-flash2.st") == 0
@@ -253,8 +359,7 @@ PY
 # one a figure, none "unsupported"; and a prefill's op profile (--profile):
 # its kinds of op, with their calls, sum to the whole.
 {
-    my $out = `HK_EMU_ORDER=forward $work/gpu_engine --model models/test/qwen35-dense --device cuda --tokens 16 --batch '' --decode 1 --pic 1x10 --seam 3 --reps 1 --lead 2 --query 2 --piece 16 --profile 1 --tsv $work/engine.tsv 2>&1`;
-    my $rc = $?;
+    my ($out, $rc) = step('gpu-engine');
     my %v;
     if (open my $fh, '<', "$work/engine.tsv") {
         for (<$fh>) { my @f = split /\t/; $v{$f[0]} = $f[2]; }

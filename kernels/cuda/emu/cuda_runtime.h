@@ -6,7 +6,8 @@
  * the real <cuda_runtime.h>.
  *
  * What it models: a launch runs the blocks one after another; the threads
- * of a block are coroutines (ucontext) that switch only at __syncthreads,
+ * of a block are coroutines (a stack switch of our own on x86-64, else
+ * ucontext) that switch only at __syncthreads,
  * __syncwarp and the warp shuffles, which are real barriers here (all 32
  * lanes must arrive, as on the GPU). __shared__ is a static, so one copy
  * per block as blocks never overlap. A barrier nobody can complete (a
@@ -42,6 +43,7 @@
 #endif
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -121,10 +123,91 @@ struct dim3 {
     dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 
+/* ---- coroutines ----
+ * A block's threads, switched only at barriers. x86-64: hk_emu_switch
+ * (&from_sp, to_sp) saves the callee-saved registers, MXCSR and the x87
+ * control word on the current stack, stores its pointer in *from_sp and
+ * resumes the stack to_sp: swapcontext's signal-mask syscalls were ~90 %
+ * of the emulator's time. Elsewhere ucontext. hk_emu_ctx_t: a suspended
+ * thread; hk_emu_ctx_make: one that starts in fn on stack. */
+#if defined(__x86_64__)
+extern "C" void hk_emu_switch(void **from_sp, void *to_sp);
+asm(R"(
+    .text
+    .weak hk_emu_switch
+    .type hk_emu_switch, @function
+hk_emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size hk_emu_switch, .-hk_emu_switch
+)");
+
+typedef void *hk_emu_ctx_t; /* its stack pointer */
+
+static inline void hk_emu_swap(hk_emu_ctx_t *from, const hk_emu_ctx_t *to)
+{
+    hk_emu_switch(from, *to);
+}
+
+/* A frame hk_emu_switch returns from into fn, as if fn were called
+ * (rsp = 8 mod 16 at its entry); fn never returns. */
+static inline void hk_emu_ctx_make(hk_emu_ctx_t *c, std::vector<char> &stack,
+                                   void (*fn)(void))
+{
+    uintptr_t top = ((uintptr_t)stack.data() + stack.size()) & ~(uintptr_t)15;
+    void **sp = (void **)top;
+    *--sp = nullptr; /* fn's return address */
+    *--sp = (void *)fn;
+    for (int r = 0; r < 6; r++)
+        *--sp = nullptr; /* rbp, rbx, r12-r15 */
+    --sp;
+    unsigned csr[2] = {0, 0};
+    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(csr[0]), "=m"(csr[1]));
+    memcpy(sp, csr, 8);
+    *c = sp;
+}
+#else
+typedef ucontext_t hk_emu_ctx_t;
+
+static inline void hk_emu_swap(hk_emu_ctx_t *from, const hk_emu_ctx_t *to)
+{
+    swapcontext(from, to);
+}
+
+static inline void hk_emu_ctx_make(hk_emu_ctx_t *c, std::vector<char> &stack,
+                                   void (*fn)(void))
+{
+    getcontext(c);
+    c->uc_stack.ss_sp = stack.data();
+    c->uc_stack.ss_size = stack.size();
+    c->uc_link = nullptr;
+    makecontext(c, fn, 0);
+}
+#endif
+
 /* ---- emulator state (one launch at a time) ---- */
 
 struct hk_emu_thread {
-    ucontext_t ctx;
+    hk_emu_ctx_t ctx;
     std::vector<char> stack;
     bool done;
     bool waiting;
@@ -132,7 +215,7 @@ struct hk_emu_thread {
 
 struct hk_emu_state {
     cudaError_t last_error = cudaSuccess;
-    ucontext_t main_ctx;
+    hk_emu_ctx_t main_ctx;
     std::vector<hk_emu_thread> th;
     const std::function<void()> *body = nullptr;
     int cur = 0, nthreads = 0;
@@ -195,7 +278,7 @@ static inline void hk_emu_yield(void)
 {
     hk_emu_thread &t = hk_emu.th[hk_emu.cur];
     t.waiting = true;
-    swapcontext(&t.ctx, &hk_emu.main_ctx);
+    hk_emu_swap(&t.ctx, &hk_emu.main_ctx);
     t.waiting = false;
 }
 
@@ -397,8 +480,11 @@ static inline int max(int a, int b)
 static inline void hk_emu_entry(void)
 {
     (*hk_emu.body)();
-    hk_emu.th[hk_emu.cur].done = true;
+    hk_emu_thread &t = hk_emu.th[hk_emu.cur];
+    t.done = true;
     hk_emu.progress++;
+    hk_emu_swap(&t.ctx, &hk_emu.main_ctx); /* never resumed */
+    abort();
 }
 
 /* A static __shared__ variable of the running kernel, as declared (every
@@ -470,11 +556,7 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
                 for (int i = 0; i < nt; i++) {
                     hk_emu_thread &t = hk_emu.th[i];
                     t.done = t.waiting = false;
-                    getcontext(&t.ctx);
-                    t.ctx.uc_stack.ss_sp = t.stack.data();
-                    t.ctx.uc_stack.ss_size = t.stack.size();
-                    t.ctx.uc_link = &hk_emu.main_ctx;
-                    makecontext(&t.ctx, hk_emu_entry, 0);
+                    hk_emu_ctx_make(&t.ctx, t.stack, hk_emu_entry);
                 }
                 for (;;) {
                     bool live = false;
@@ -485,7 +567,7 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
                             continue;
                         live = true;
                         hk_emu.cur = i;
-                        swapcontext(&hk_emu.main_ctx, &hk_emu.th[i].ctx);
+                        hk_emu_swap(&hk_emu.main_ctx, &hk_emu.th[i].ctx);
                     }
                     if (!live)
                         break;
@@ -679,8 +761,7 @@ static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int dev)
 /* Records the dynamic shared memory kernel f may take (the launch checks
  * it: hk_emu_dyn_limit). */
 template <class F>
-static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a,
-                                               int v)
+static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a, int v)
 {
     if (a != cudaFuncAttributeMaxDynamicSharedMemorySize || v < 0 ||
         v > HK_EMU_MAX_DYN_SMEM)
@@ -702,7 +783,7 @@ static inline cudaError_t cudaDeviceSynchronize(void)
 
 typedef struct hk_emu_event {
     double t;
-} *cudaEvent_t;
+} * cudaEvent_t;
 
 static inline cudaError_t cudaEventCreate(cudaEvent_t *e)
 {

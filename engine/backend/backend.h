@@ -243,7 +243,8 @@ void hp_backend_linear_n(const hp_backend_t *b, float *const *y, const float *x,
  * scratch afterwards: where the matrices are all bf16, a device writes it
  * straight to their bf16 operand, rounded as the projection would, and
  * never as f32 (no copy written and read back). */
-/* hp_backend_rmsnorm(y, x, nw, T, w[0]->cols, eps), hp_backend_linear_n. */
+/* hp_backend_rmsnorm(y, x, nw, T, w[0]->cols, eps), hp_backend_linear_n;
+ * nw NULL: hp_backend_linear_n of y as given (x unread). */
 void hp_backend_rmsnorm_linear_n(const hp_backend_t *b, float *const *ys,
                                  float *y, const float *x, const float *nw,
                                  const hk_weight_t *const *w, int k, int T,
@@ -263,8 +264,8 @@ void hp_backend_gate_mul_linear_acc(const hp_backend_t *b, float *x, float *o,
 void hp_backend_swiglu_linear_acc(const hp_backend_t *b, float *x, float *g,
                                   const float *u, const hk_weight_t *w, int T);
 /* The dense MLP, x += down(silu(gate n) up n): n = rmsnorm(x) with nw
- * into y, else y as given; hp_backend_rmsnorm_linear_n (or _linear_n)
- * into g and u, then hp_backend_swiglu_linear_acc. prec HP_PREC_BF16 with
+ * into y, else y as given; hp_backend_rmsnorm_linear_n into g and u, then
+ * hp_backend_swiglu_linear_acc. prec HP_PREC_BF16 with
  * the three matrices bf16: a device may keep the hidden rows in bf16 (gate
  * and up as a bf16 GEMM rounds its output, their SwiGLU rounded), as
  * transformers runs a bf16 checkpoint, half the bytes of f32 rows written

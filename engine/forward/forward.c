@@ -310,11 +310,8 @@ static int dense_mlp(const hp_model_t *m, const hp_mat_t *gw,
     }
     float *const ys[] = {g, u};
     const hp_mat_t *const mats[] = {gw, uw};
-    if (norm)
-        hp_backend_rmsnorm_linear_n(m->be, ys, y, x, norm, mats, 2, T,
-                                    m->cfg.rms_eps);
-    else
-        hp_backend_linear_n(m->be, ys, y, mats, 2, T);
+    hp_backend_rmsnorm_linear_n(m->be, ys, y, x, norm, mats, 2, T,
+                                m->cfg.rms_eps);
     hp_backend_swiglu(m->be, g, g, u, (size_t)T * I);
     hp_backend_scale_rows(m->be, g, row_scale, T, I, sigm);
     hp_backend_linear_acc(m->be, x, g, dw, T);

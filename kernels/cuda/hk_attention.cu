@@ -462,13 +462,13 @@ extern "C" int hk_cuda_attention_splits(hk_cuda_att_impl_t impl, int T, int N,
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
     if (T <= 0 || N <= 0 || !hk_att_args_ok(T, Hq, Hkv, hd))
         return 1;
-    if ((use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) &&
-        hk_cuda_cc() == 90)
-        return hk_attention_f3_splits(T, N, Hq, Hkv, hd);
-    if (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X &&
-        use != HK_CUDA_ATT_FLASH3 && use != HK_CUDA_ATT_FLASH3_SEQ)
+    if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ)
+        /* FLASH3 runs FLASH2 off a compute capability 9.0 device */
+        return hk_cuda_cc() == 90
+                   ? hk_attention_f3_splits(T, N, Hq, Hkv, hd)
+                   : hk_attention_f2_splits(0, T, N, Hq, Hkv, hd);
+    if (use != HK_CUDA_ATT_FLASH2 && use != HK_CUDA_ATT_FLASH2X)
         return 1;
-    /* FLASH3 elsewhere runs FLASH2 */
     return hk_attention_f2_splits(use == HK_CUDA_ATT_FLASH2X, T, N, Hq, Hkv,
                                   hd);
 }

@@ -7,11 +7,13 @@
  *       [--dtype auto|f32|bf16] [--tokens 4096,16384] [--batch 1,16,64,256]
  * [--decode 32]
  *       [--pic 4x4096,8x4096] [--tsv FILE] [--budget SECONDS]
- *       [--reps 3] [--piece 1024] [--prompt 16] [--lead 32] [--query 32]
+ *       [--reps 3] [--piece P] [--prompt 16] [--lead 32] [--query 32]
  *       [--seam 8] [--name TAG] [--profile 0|1]
  *
  * prefill  one sequence of T synthetic tokens (bench_prompt_id) through
- *          hp_prefill in pieces of --piece, the last token's logits, the
+ *          hp_prefill in pieces of --piece (default the engine's,
+ *          hp_fwd_piece: 1024 on the CPU, 4096 on a device), the last
+ *          token's logits, the
  *          backend synchronized before the clock stops. --profile 1: then
  *          one more (and one more warm PIC splice), untimed, under the
  *          backend's op profile
@@ -621,7 +623,7 @@ static int parse(opts_t *o, int argc, char **argv)
     *o = (opts_t){.device = "cpu",
                   .decode = 32,
                   .reps = 3,
-                  .piece = HP_FWD_PIECE,
+                  .piece = 0,
                   .prompt = 16,
                   .lead = 32,
                   .query = 32,
@@ -672,7 +674,7 @@ static int parse(opts_t *o, int argc, char **argv)
             return usage();
     }
     if (!o->model || o->n_pic < 0 || o->reps < 1 || o->reps > MAX_REPS ||
-        o->decode < 1 || o->piece < 1 || o->prompt < 1 || o->lead < 0 ||
+        o->decode < 1 || o->piece < 0 || o->prompt < 1 || o->lead < 0 ||
         o->query < 1)
         return usage();
     for (int i = 0; i < o->n_pic; i++)
@@ -693,9 +695,9 @@ static int parse(opts_t *o, int argc, char **argv)
 }
 
 /* The workspace's plan: the largest piece, batch and context asked for. */
-static hp_fwd_plan_t plan_of(const opts_t *o)
+static hp_fwd_plan_t plan_of(const opts_t *o, int piece)
 {
-    hp_fwd_plan_t p = {o->piece, 1, 1, 1};
+    hp_fwd_plan_t p = {piece, 1, 1, 1};
     for (int i = 0; i < o->n_tokens; i++)
         if (o->tokens[i] > p.max_ctx)
             p.max_ctx = o->tokens[i];
@@ -709,8 +711,8 @@ static hp_fwd_plan_t plan_of(const opts_t *o)
         if (n > p.max_ctx)
             p.max_ctx = n;
     }
-    if (p.max_tokens < HP_FWD_PIECE) /* hp_assemble's pieces */
-        p.max_tokens = HP_FWD_PIECE;
+    if (p.max_tokens < piece) /* hp_assemble's pieces */
+        p.max_tokens = piece;
     return p;
 }
 
@@ -772,7 +774,9 @@ int main(int argc, char **argv)
         return bench_fail(&err);
     hp_model_set_compute(&b.llm.model, o.dtype);
     const hp_model_config_t *c = &b.llm.model.cfg;
-    hp_fwd_plan_t plan = plan_of(&o);
+    if (o.piece == 0) /* the engine's own */
+        o.piece = hp_fwd_piece(&b.llm.model);
+    hp_fwd_plan_t plan = plan_of(&o, o.piece);
     if (hp_fwd_ws_init(&b.ws, &b.llm.model, &plan, &err) != HP_OK)
         return bench_fail(&err);
     b.lg = malloc((size_t)c->vocab_size * sizeof(float));

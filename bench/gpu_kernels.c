@@ -18,9 +18,10 @@
  *                                  {bf16,f32mma}_fast: one bf16 MMA per
  *                                  product (HK_CUDA_GDN_TC_FAST);
  *                                  bf16_fasta: and kernel A's too (_FAST_A);
- *                                  {bf16,f32mma}_reg, bf16_fastareg: the
- *                                  state pass in registers
- *                                  (HK_CUDA_GDN_TC_REG);
+ *                                  (each in registers, R, where dk
+ *                                  allows); {bf16,f32mma}_p, bf16_fasta_p:
+ *                                  the state pass in shared memory
+ *                                  (kernel P, HK_CUDA_GDN_TC_SMEM);
  *                                  f32mma_round: f32 in, rounded to bf16
  *                                  once, then bf16_fast (_ROUND:
  *                                  HYPIC_CUDA_GDN=tc_bf16's call);
@@ -554,12 +555,12 @@ static const struct {
     {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast"},
     {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
      "gdn_chunk_bf16_fasta", "bf16fasta"},
-    {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A | HK_CUDA_GDN_TC_REG,
-     "gdn_chunk_bf16_fastareg", "bf16fastareg"},
-    {CH_BF16, HK_CUDA_GDN_TC_REG, "gdn_chunk_bf16_reg", "bf16reg"},
+    {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A | HK_CUDA_GDN_TC_SMEM,
+     "gdn_chunk_bf16_fasta_p", "bf16fastap"},
+    {CH_BF16, HK_CUDA_GDN_TC_SMEM, "gdn_chunk_bf16_p", "bf16p"},
     {CH_BF16, HK_CUDA_GDN_TC_V1, "gdn_chunk_bf16_v1", "bf16v1"},
     {CH_F32MMA, 0, "gdn_chunk_f32mma", "f32mma"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_REG, "gdn_chunk_f32mma_reg", "f32mmareg"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_SMEM, "gdn_chunk_f32mma_p", "f32mmap"},
     {CH_F32MMA, HK_CUDA_GDN_TC_FAST, "gdn_chunk_f32mma_fast", "f32mmafast"},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST,
      "gdn_chunk_f32mma_round", "f32mmaround"},

@@ -307,9 +307,9 @@ def case_accuracy(d, case, anc, rows, later):
         g, beta = arr(d, "g.f32", (T, Hv)), arr(d, "beta.f32", (T, Hv))
         S0 = arr(d, "S0.f32", (Hv, dk, dv))
         o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
-        for var in ("f32", "bf16", "bf16fast", "bf16fasta", "bf16fastareg",
-                    "bf16reg", "bf16v1", "bf16a1", "bf16ps", "f32mma",
-                    "f32mmareg", "f32mmafast", "f32mmaround", "f32mmav1",
+        for var in ("f32", "bf16", "bf16fast", "bf16fasta", "bf16fastap",
+                    "bf16p", "bf16v1", "bf16a1", "bf16ps", "f32mma",
+                    "f32mmap", "f32mmafast", "f32mmaround", "f32mmav1",
                     "f32mmaa1", "f32mmaps"):
             add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
             add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
@@ -448,13 +448,13 @@ ERR_OF = {
     "gdn_chunk_bf16_fasta": ("gdn_chunk", "ours_bf16fasta", ("o", "S")),
     "gdn_chunk_bf16_fasta_tc": ("gdn_chunk", "ours_bf16fasta",
                                 ("o", "S", "Tc")),
-    "gdn_chunk_bf16_fastareg": ("gdn_chunk", "ours_bf16fastareg", ("o", "S")),
-    "gdn_chunk_bf16_fastareg_tc": ("gdn_chunk", "ours_bf16fastareg",
+    "gdn_chunk_bf16_fasta_p": ("gdn_chunk", "ours_bf16fastap", ("o", "S")),
+    "gdn_chunk_bf16_fasta_p_tc": ("gdn_chunk", "ours_bf16fastap",
                                    ("o", "S", "Tc")),
-    "gdn_chunk_bf16_reg": ("gdn_chunk", "ours_bf16reg", ("o", "S")),
-    "gdn_chunk_bf16_reg_tc": ("gdn_chunk", "ours_bf16reg", ("o", "S", "Tc")),
-    "gdn_chunk_f32mma_reg": ("gdn_chunk", "ours_f32mmareg", ("o", "S")),
-    "gdn_chunk_f32mma_reg_tc": ("gdn_chunk", "ours_f32mmareg",
+    "gdn_chunk_bf16_p": ("gdn_chunk", "ours_bf16p", ("o", "S")),
+    "gdn_chunk_bf16_p_tc": ("gdn_chunk", "ours_bf16p", ("o", "S", "Tc")),
+    "gdn_chunk_f32mma_p": ("gdn_chunk", "ours_f32mmap", ("o", "S")),
+    "gdn_chunk_f32mma_p_tc": ("gdn_chunk", "ours_f32mmap",
                                 ("o", "S", "Tc")),
     "gdn_chunk_f32mma_round": ("gdn_chunk", "ours_f32mmaround", ("o", "S")),
     "gdn_chunk_f32mma_round_tc": ("gdn_chunk", "ours_f32mmaround",

@@ -188,7 +188,7 @@ my @jobs = (
     ($numpy ? () :
      ([logits_step('cpu', 'flash'), logits_step('cuda', 'flash')],
       [logits_step('cuda', 'flash2')], [logits_step('cuda', 'flash2x')],
-      [logits_step('cuda', 'flash3')], [dtype_step('bf16')],
+      [logits_step('cuda', 'flash3_seq')], [dtype_step('bf16')],
       [dtype_step('auto')],
       [['dense-bf16', "rm -rf $dbf && python3 tools/convert_weights.py "
         . "--to bf16 models/test/qwen35-dense $dbf >/dev/null"],
@@ -225,7 +225,7 @@ SKIP: {
     # our outputs against float64: f32 kernels ~1e-7, the bf16 chunk (v2,
     # v1, the first kernel A, the shared-SM pass), the f32-in tensor-core
     # one and the tensor-core attention prefill (bf16 hi/lo splits) ~1e-5
-    # (the pass in registers, reg, too), the chunk's fast variants (single
+    # (the pass in shared memory, p, too), the chunk's fast variants (single
     # bf16 products, as FLA's bf16 path; fasta: kernel A's too;
     # f32mmaround: f32 in rounded once, tc_bf16's) ~3e-3 here, the
     # attention's bf16-operand variants (wmma, FLASH2, FLASH3 on wgmma and
@@ -235,10 +235,10 @@ SKIP: {
     my %limit = (ours_bf16 => 1e-4, ours_bf16v1 => 1e-4, ours_f32mma => 1e-4,
                  ours_f32mmav1 => 1e-4, ours_bf16a1 => 1e-4,
                  ours_f32mmaa1 => 1e-4, ours_bf16ps => 1e-4,
-                 ours_f32mmaps => 1e-4, ours_bf16reg => 1e-4,
-                 ours_f32mmareg => 1e-4, ours_bf16fast => 1e-2,
+                 ours_f32mmaps => 1e-4, ours_bf16p => 1e-4,
+                 ours_f32mmap => 1e-4, ours_bf16fast => 1e-2,
                  ours_f32mmafast => 1e-2, ours_bf16fasta => 1e-2,
-                 ours_bf16fastareg => 1e-2,
+                 ours_bf16fastap => 1e-2,
                  ours_f32mmaround => 1e-2, ours_att_bf16 => 2e-2,
                  ours_att_flash2 => 2e-2, ours_att_flash2x => 2e-5,
                  ours_att_flash3 => 2e-2, ours_att_flash3seq => 2e-2,
@@ -300,16 +300,17 @@ tap_all('peer', 'the peer transport moves entries in and out of device pools');
 
 # The engine's prefill on FLASH2 (HYPIC_CUDA_ATT=flash2: bf16 operands,
 # scratch from the forward plan), FLASH2X (flash2x: its hi/lo split
-# operands, twice the scratch) and FLASH3 (flash3: wgmma, bf16 operands,
-# its tiles' scratch) against the default FLASH and the CPU: every
-# position's logits, a bf16 kernel's error for FLASH2 and FLASH3 (FLASH
+# operands, twice the scratch) and FLASH3_SEQ (flash3_seq, a bf16
+# checkpoint's default on Hopper: wgmma, bf16 operands, its tiles' scratch)
+# against the default FLASH and the CPU: every
+# position's logits, a bf16 kernel's error for FLASH2 and FLASH3_SEQ (FLASH
 # ~3e-5, FLASH2 ~6e-4 here), FLASH's bound for FLASH2X, the same greedy
 # token everywhere.
 SKIP: {
     skip $numpy, 4 if $numpy;
     my $rc = 0;
     for my $run (['cpu', 'flash'], ['cuda', 'flash'], ['cuda', 'flash2'],
-                 ['cuda', 'flash2x'], ['cuda', 'flash3']) {
+                 ['cuda', 'flash2x'], ['cuda', 'flash3_seq']) {
         my ($dev, $att) = @$run;
         $rc ||= (step("lg-$dev-$att"))[1];
     }
@@ -333,10 +334,10 @@ if sys.argv[1] == 'bf16':
     sys.exit(0)
 c, f, f2, f2x, f3 = (load(sys.argv[1] + x) for x in
                      ('cpu-flash.st', 'cuda-flash.st', 'cuda-flash2.st',
-                      'cuda-flash2x.st', 'cuda-flash3.st'))
+                      'cuda-flash2x.st', 'cuda-flash3_seq.st'))
 e = lambda g: float(np.abs(g - c).max() / np.abs(c).max())
 same = all((g.argmax(-1) == c.argmax(-1)).all() for g in (f, f2, f2x, f3))
-# FLASH2X's and FLASH3's own logits, not their fallbacks' (FLASH's, FLASH2's
+# FLASH2X's and FLASH3_SEQ's own logits, not their fallbacks' (FLASH's, FLASH2's
 # bit for bit)
 ran = int(bool((f2x != f).any()))
 ran3 = int(bool((f3 != f2).any()))
@@ -360,7 +361,8 @@ PY
        . '), greedy tokens the same')
         or diag("rc $rc, same " . ($same // '?') . ', ran ' . ($ran // '?'));
     # bf16 operands as FLASH2, its own kernel (the emulator is an H100)
-    # --dtype picks them without HYPIC_CUDA_ATT: bf16 is FLASH2, auto on
+    # --dtype picks them without HYPIC_CUDA_ATT: bf16 is FLASH3_SEQ on
+    # Hopper (the emulator's compute capability 9.0), auto on
     # this f32 checkpoint FLASH2X (the CLI through the model's precision to
     # the backend's kernel), bit for bit
     my $rcd = 0;
@@ -368,12 +370,12 @@ PY
         $rcd ||= (step("lg-dtype-$dt"))[1];
     }
     ok($rc == 0 && $rcd == 0
-       && system("cmp -s $work/lg-dtype-bf16.st $work/lg-cuda-flash2.st") == 0
+       && system("cmp -s $work/lg-dtype-bf16.st $work/lg-cuda-flash3_seq.st") == 0
        && system("cmp -s $work/lg-dtype-auto.st $work/lg-cuda-flash2x.st") == 0,
-       'logits --dtype bf16: FLASH2\'s logits bit for bit; --dtype auto on an '
+       'logits --dtype bf16: FLASH3_SEQ\'s logits bit for bit; --dtype auto on an '
        . 'f32 checkpoint: FLASH2X\'s');
     ok($rc == 0 && $same && $ran3 && $ef3 > $ef && $ef3 <= 5e-3,
-       "logits --device cuda with FLASH3 prefill: within 5e-3 of the CPU's "
+       "logits --device cuda with FLASH3_SEQ prefill: within 5e-3 of the CPU's "
        . '(' . ($ef3 // '?') . '; FLASH2 ' . ($ef2 // '?') . '), greedy tokens '
        . 'the same')
         or diag("rc $rc, same " . ($same // '?') . ', ran ' . ($ran3 // '?'));

@@ -61,10 +61,10 @@
 # label their rows' shapes TAG@MODE (e.g. "auto tc_bf16": the bf16 prefill
 # beside the default, each against the same transformers+FLA rows); a
 # mode GDN+ATT also sets HYPIC_CUDA_ATT, and a mode's :N suffix runs
-# gpu_engine --piece N, the prefill's piece (e.g. auto:4096; default
-# HP_FWD_PIECE, 1024) (e.g. tc_bf16+flash2x; the
-# default on a bf16 checkpoint is --dtype auto's bf16 attention, FLASH2:
-# auto+flash2x times the f32-accurate one beside it);
+# gpu_engine --piece N, the prefill's piece (e.g. auto:1024; default
+# the engine's, 4096 on a device) (e.g. tc_bf16+flash2x; the
+# default on a bf16 checkpoint is --dtype auto's bf16 attention, FLASH3_SEQ
+# on Hopper: auto+flash2x times the f32-accurate one beside it);
 # DC_PYTHON runs gpu_engine_ref.py (python3: it needs torch and
 # transformers).
 set -uo pipefail

@@ -42,8 +42,10 @@
  *                   dense test model, kernels/cuda/README); decode
  *                   steps as tc (f32). Not the default until a device
  *                   times it against auto.
- *   tc_reg,         tc and tc_bf16 with the state pass's state in
- *   tc_bf16_reg     registers (HK_CUDA_GDN_TC_REG; untimed)
+ *   tc_p,           tc and tc_bf16 with the state pass's state in shared
+ *   tc_bf16_p       memory (kernel P, HK_CUDA_GDN_TC_SMEM) where the
+ *                   default keeps it in registers (R: 1.2-1.3x P's speed
+ *                   on an H200), to time both
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -988,7 +990,8 @@ static void cu_rope_shift(be_t b, float *x, int delta, int T, int nh, int hd,
 }
 
 /* The prefill's kernels by precision: the defaults for f32 and bf16
- * operands (FLASH2X, FLASH2), or HYPIC_CUDA_ATT's for both. */
+ * operands (FLASH2X; FLASH3_SEQ on Hopper, else FLASH2), or
+ * HYPIC_CUDA_ATT's for both. */
 static hk_cuda_att_impl_t cu_att_impl(hp_prec_t prec)
 {
     return prec == HP_PREC_BF16 ? HK_CUDA_ATT_DEFAULT_BF16
@@ -1318,7 +1321,7 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
                             hk_cuda_strerror(rc));
     static const char *const modes[] = {"auto",    "tc",      "scalar",
                                         "tc_v1",   "tc_fast", "tc_a1",
-                                        "tc_bf16", "tc_reg",  "tc_bf16_reg"};
+                                        "tc_bf16", "tc_p",    "tc_bf16_p"};
     static const unsigned mode_flags[] = {
         0,
         0,
@@ -1327,8 +1330,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         HK_CUDA_GDN_TC_FAST,
         HK_CUDA_GDN_TC_A1,
         HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST,
-        HK_CUDA_GDN_TC_REG,
-        HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_REG};
+        HK_CUDA_GDN_TC_SMEM,
+        HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_SMEM};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
     for (int i = 0; gdn < 0 && i < (int)(sizeof(modes) / sizeof(*modes)); i++)
@@ -1336,8 +1339,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if (gdn < 0)
         return hp_error_set(err, HP_EBADINPUT,
                             "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
-                            "tc_v1, tc_fast, tc_a1, tc_bf16, tc_reg or "
-                            "tc_bf16_reg",
+                            "tc_v1, tc_fast, tc_a1, tc_bf16, tc_p or "
+                            "tc_bf16_p",
                             e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)

@@ -342,8 +342,7 @@ int hp_assemble(const hp_llm_t *llm, hp_cache_t *cache, hp_fwd_ws_t *ws,
     switch (mode) {
     case HP_IPC_MODE_FULL:
         st->recomputed_tokens = p->n;
-        return hp_prefill(&llm->model, seq, ws, p->ids, p->n, HP_FWD_PIECE,
-                          logits, err);
+        return hp_prefill(&llm->model, seq, ws, p->ids, p->n, 0, logits, err);
     case HP_IPC_MODE_PREFIX:
         return assemble_prefix(llm, cache, ws, p, seq, logits, st, err);
     case HP_IPC_MODE_NAIVE:

@@ -1028,9 +1028,9 @@ int hp_prefix_cache_prefill(hp_prefix_cache_t *pc, const hp_model_t *m,
         hp_prefix_cache_release(pc, req);
         return hp_error_set(err, HP_ENOMEM, "prefix cache: out of memory");
     }
-    for (int off = req->resume; off < n && rc == HP_OK; off += HP_FWD_PIECE) {
-        int T = n - off < HP_FWD_PIECE ? n - off : HP_FWD_PIECE, nj = 0,
-            first = c;
+    const int piece = hp_fwd_piece(m);
+    for (int off = req->resume; off < n && rc == HP_OK; off += piece) {
+        int T = n - off < piece ? n - off : piece, nj = 0, first = c;
         while (c < req->n_ckpt && req->ckpt[c] <= off + T)
             after[nj++] = req->ckpt[c++] - off;
         capture_t cp = {seq, req->snap + first};

@@ -200,7 +200,7 @@ int hp_segc_build_state(hp_pool_entry_t *e, const hp_model_t *m,
     if (rc != HP_OK)
         return rc;
     if (n > 0)
-        rc = hp_prefill(m, seq, ws, ids, n, HP_FWD_PIECE, NULL, err);
+        rc = hp_prefill(m, seq, ws, ids, n, 0, NULL, err);
     if (rc == HP_OK)
         hp_segc_capture_state(e, seq);
     build_end(seq, &own);

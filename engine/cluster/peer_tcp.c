@@ -538,7 +538,7 @@ static int builder_start(hp_peer_server_t *s, hp_error_t *err)
     const hp_model_t *m = s->cfg.llm ? &s->cfg.llm->model : NULL;
     if (!m || hp_backend_host_memory(m->be))
         return HP_OK;
-    hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
+    hp_fwd_plan_t plan = {hp_fwd_piece(m), 0, 0, 1};
     int rc = hp_fwd_ws_init(&s->bws, m, &plan, err);
     if (rc == HP_OK && (rc = hp_seq_init(&s->bseq, m, err)) != HP_OK)
         hp_fwd_ws_free(&s->bws);

@@ -453,16 +453,24 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
         int rows = T - first;
         hp_backend_rmsnorm(m->be, y, x + (size_t)first * H, m->final_norm, rows,
                            H, c->rms_eps);
-        /* the caller's logits are host memory: straight there on the CPU */
-        size_t lb = (size_t)rows * c->vocab_size * sizeof(float);
-        float *lg = hp_backend_host_memory(m->be)
-                        ? logits
-                        : hp_fwd_buf(ws, B_LOGITS, lb / sizeof(float));
-        if (!lg)
-            return hp_error_set(err, HP_EINTERNAL, "forward: workspace plan");
-        hp_backend_linear(m->be, lg, y, &m->lm_head, rows);
-        if (lg != logits)
-            hp_backend_download(m->be, logits, lg, lb);
+        /* the caller's logits are host memory: straight there on the CPU;
+         * a device's go through the workspace HP_FWD_LOGIT_ROWS at a time */
+        const size_t V = (size_t)c->vocab_size;
+        int slice = hp_backend_host_memory(m->be) ? rows : HP_FWD_LOGIT_ROWS;
+        for (int r = 0; r < rows; r += slice) {
+            int n = rows - r < slice ? rows - r : slice;
+            float *out = logits + (size_t)r * V;
+            float *lg = hp_backend_host_memory(m->be)
+                            ? out
+                            : hp_fwd_buf(ws, B_LOGITS, (size_t)n * V);
+            if (!lg)
+                return hp_error_set(err, HP_EINTERNAL,
+                                    "forward: workspace plan");
+            hp_backend_linear(m->be, lg, y + (size_t)r * H, &m->lm_head, n);
+            if (lg != out)
+                hp_backend_download(m->be, out, lg,
+                                    (size_t)n * V * sizeof(float));
+        }
     }
     if (rc == HP_OK)
         rc = hp_backend_sync(m->be, err);
@@ -471,11 +479,16 @@ int hp_fwd_run(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
     return rc;
 }
 
+int hp_fwd_piece(const hp_model_t *m)
+{
+    return hp_backend_host_memory(m->be) ? HP_FWD_PIECE : HP_FWD_PIECE_DEVICE;
+}
+
 int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                const int *ids, int T, int piece, float *logits, hp_error_t *err)
 {
     if (piece <= 0)
-        piece = HP_FWD_PIECE;
+        piece = hp_fwd_piece(m);
     for (int off = 0; off < T; off += piece) {
         int n = T - off < piece ? T - off : piece;
         int last = off + n == T;

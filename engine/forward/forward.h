@@ -30,7 +30,7 @@ typedef struct {
  * activation buffers are sized from this and the model's config and
  * allocated once, so no call allocates. Its owner sizes it: the scheduler
  * from its batch, prefill chunk, draft limit and max_context; a prefill
- * worker or peer from HP_FWD_PIECE; tools and tests from their own calls.
+ * worker or peer from hp_fwd_piece; tools and tests from their own calls.
  * hp_forward runs a longer call in pieces of max_tokens (same results up
  * to f32 rounding); a batch, an item or a context beyond the plan is
  * refused with HP_ETOOLARGE naming the limit.
@@ -43,10 +43,23 @@ typedef struct {
 } hp_fwd_plan_t;
 
 /* The prefill piece of the caches and a one-sequence workspace's plan
- * (plan NULL): pieces of 1024 tokens, one sequence verifying up to 16
- * drafts, contexts up to the model's max_positions. */
-#define HP_FWD_PIECE    1024
-#define HP_FWD_MAX_STEP 17
+ * (plan NULL) on the CPU: pieces of 1024 tokens, one sequence verifying up
+ * to 16 drafts, contexts up to the model's max_positions. A device's piece
+ * is HP_FWD_PIECE_DEVICE (hp_fwd_piece): bigger GEMMs and a quarter of the
+ * launches, 1.13-1.28x the prefill's tokens/s at 4k-16k on an H200
+ * (bench/results/gpu/2026-11-28-h200). */
+#define HP_FWD_PIECE        1024
+#define HP_FWD_PIECE_DEVICE 4096
+#define HP_FWD_MAX_STEP     17
+/* The most rows of logits a device workspace holds at once: a pass asking
+ * for every row's (HP_LOGITS_ALL) downloads them in slices of this many,
+ * so a piece does not cost its rows x the vocabulary (4 GB at 4096 x
+ * 248k) in device memory. */
+#define HP_FWD_LOGIT_ROWS 256
+
+/* The prefill piece for m's backend: HP_FWD_PIECE on the CPU,
+ * HP_FWD_PIECE_DEVICE on a device. */
+int hp_fwd_piece(const hp_model_t *m);
 
 /* Activation buffers of a plan, carved out of one allocation of the
  * model's backend (and a small host one: tables, host arrays), reused
@@ -210,7 +223,7 @@ int hp_forward_verify(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
 int hp_forward_accept(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,
                       int keep, hp_error_t *err);
 
-/* Prefill in pieces of at most `piece` tokens (<= 0: HP_FWD_PIECE; the
+/* Prefill in pieces of at most `piece` tokens (<= 0: hp_fwd_piece; the
  * plan may split them further), logits of the last token if
  * logits != NULL. */
 int hp_prefill(const hp_model_t *m, hp_seq_t *seq, hp_fwd_ws_t *ws,

@@ -17,6 +17,11 @@ static size_t zmax(size_t a, size_t b)
     return a > b ? a : b;
 }
 
+static size_t zmin(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
 static size_t align16(size_t floats)
 {
     return (floats + 15) & ~(size_t)15; /* 64 bytes */
@@ -25,7 +30,7 @@ static size_t align16(size_t floats)
 /* The plan with its defaults filled in. */
 static hp_fwd_plan_t resolve(const hp_model_t *m, const hp_fwd_plan_t *in)
 {
-    hp_fwd_plan_t p = {HP_FWD_PIECE, 0, 1, HP_FWD_MAX_STEP};
+    hp_fwd_plan_t p = {hp_fwd_piece(m), 0, 1, HP_FWD_MAX_STEP};
     if (in)
         p = *in;
     if (p.max_ctx <= 0)
@@ -102,8 +107,12 @@ static void sizes(const hp_model_t *m, const hp_fwd_plan_t *p,
         n[B_SPECQKV] = (size_t)c->n_layers * brows * cd;
     n[B_SPECCONV] = c->conv_floats;
     /* batched logits; a one-sequence pass writes the caller's, through
-     * here where backend memory is not host memory */
-    n[B_LOGITS] = (hp_backend_host_memory(be) ? brows : R) * c->vocab_size;
+     * here (HP_FWD_LOGIT_ROWS rows at a time) where backend memory is not
+     * host memory */
+    n[B_LOGITS] =
+        (hp_backend_host_memory(be) ? brows
+                                    : zmax(brows, zmin(R, HP_FWD_LOGIT_ROWS))) *
+        c->vocab_size;
     n[B_ITEMS] = 4 * batch;
     n[B_KVBUFS] = 2 * batch; /* pointers, two floats each */
     n[B_DECODE] = 5 * batch; /* two pointers and an int each */

@@ -199,7 +199,7 @@ static int build(hp_prefill_job_t *j, int k, worker_t *wk, hp_fwd_ws_t *ws,
  * batched steps), with its build sequence. */
 static int ws_plan(worker_t *wk, const hp_model_t *m, hp_error_t *err)
 {
-    hp_fwd_plan_t plan = {HP_FWD_PIECE, 0, 0, 1};
+    hp_fwd_plan_t plan = {hp_fwd_piece(m), 0, 0, 1};
     hp_backend_lock(m->be); /* the backend's scratch may grow */
     hp_fwd_ws_free(&wk->ws);
     wk->ws_model = NULL;

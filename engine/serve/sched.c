@@ -1403,8 +1403,9 @@ int hp_sched_create(hp_sched_t **out, const hp_llm_t *llm,
      * piece), or a decode step of the whole batch, each item verifying as
      * many drafts as its KVBuffers take. */
     hp_fwd_plan_t plan = {
-        .max_tokens = s->cfg.prefill_chunk > HP_FWD_PIECE ? s->cfg.prefill_chunk
-                                                          : HP_FWD_PIECE,
+        .max_tokens = s->cfg.prefill_chunk > hp_fwd_piece(&llm->model)
+                          ? s->cfg.prefill_chunk
+                          : hp_fwd_piece(&llm->model),
         .max_ctx = s->cfg.max_context,
         .max_batch = s->cfg.batch,
         .max_step = s->kvb ? s->kvpool.cfg.max_step : 1,
@@ -1623,7 +1624,7 @@ void hp_sched_kick(hp_sched_t *s)
 
 int hp_sched_prefill_chunk(const hp_model_t *m)
 {
-    return hp_backend_host_memory(m->be) ? 256 : 2048;
+    return hp_backend_host_memory(m->be) ? 256 : HP_FWD_PIECE_DEVICE;
 }
 
 void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st)

@@ -286,9 +286,11 @@ void hp_sched_stats(hp_sched_t *s, hp_sched_stats_t *st);
 
 /* The prefill chunk a model's backend runs well: 256 tokens on the CPU,
  * where a long prompt must not hold the decoding streams back for long;
- * 2048 on a device, whose GEMMs and chunked GDN want long rows (a step
- * of 256 leaves an H100 mostly idle) and where a chunk takes
- * milliseconds. */
+ * the device's prefill piece (HP_FWD_PIECE_DEVICE, 4096) on a device,
+ * whose GEMMs and chunked GDN want long rows (a step of 256 leaves an H100
+ * mostly idle) and where a chunk takes tens of milliseconds (~40 ms of a
+ * 9B-like model's 8 layers on an H200; SGLang's chunked prefill on such
+ * cards takes 4096-8192 tokens a step). */
 int hp_sched_prefill_chunk(const hp_model_t *m);
 
 /* Stops the thread; every request still held gets done(CANCEL). */

@@ -743,61 +743,91 @@ static void check_conv_qkv(const hp_backend_t *b)
  * attention splits its keys over blocks (its row blocks are under a
  * wave: test_cuda_kernels' test_attention_split), in the scratch the
  * engine's plan sized; every logit as the CPU's. */
-static void check_split_kv(const char *root)
+/* Every row's logits of T tokens of qwen35-dense, run in pieces of
+ * `piece`, on the CPU and on the device at f32: the worst relative error
+ * between them, or -1 with a failure's message in err; the model's config
+ * in *cfg. */
+static double dense_logits_vs_cpu(const char *root, int T, int piece,
+                                  hp_model_config_t *cfg, hp_error_t *err)
 {
-    enum { T = 320, PIECE = 32 };
     char dir[1024];
     snprintf(dir, sizeof(dir), "%s/models/test/qwen35-dense", root);
     hp_model_t m[2];
-    hp_error_t err = {0};
-    if (hp_model_load(&m[0], dir, &err) != HP_OK) {
-        ok(0, "split-KV: %s", err.msg);
-        return;
-    }
-    if (hp_model_load_on(&m[1], dir, cuda, &err) != HP_OK) {
-        ok(0, "split-KV: %s", err.msg);
+    if (hp_model_load(&m[0], dir, err) != HP_OK)
+        return -1;
+    if (hp_model_load_on(&m[1], dir, cuda, err) != HP_OK) {
         hp_model_free(&m[0]);
-        return;
+        return -1;
     }
     hp_model_set_compute(&m[1], HP_COMPUTE_F32);
-    const hp_model_config_t *c = &m[0].cfg;
-    const int V = c->vocab_size;
-    int ids[T], rc[2];
-    for (int i = 0; i < T; i++)
+    *cfg = m[0].cfg;
+    const int V = m[0].cfg.vocab_size;
+    int *ids = malloc((size_t)T * sizeof(int)), rc[2] = {HP_ENOMEM, HP_ENOMEM};
+    float *lg[2] = {malloc((size_t)T * V * sizeof(float)),
+                    malloc((size_t)T * V * sizeof(float))};
+    for (int i = 0; ids && i < T; i++)
         ids[i] = (i * 7919 + 13) % V;
-    float *lg[2];
-    for (int k = 0; k < 2; k++) {
-        hp_fwd_plan_t plan = {PIECE, T, 1, 1};
+    for (int k = 0; k < 2 && ids && lg[0] && lg[1]; k++) {
+        hp_fwd_plan_t plan = {piece, T, 1, 1};
         hp_fwd_ws_t ws;
         hp_seq_t s;
-        lg[k] = malloc((size_t)T * V * sizeof(float));
-        rc[k] = hp_fwd_ws_init(&ws, &m[k], &plan, &err);
+        rc[k] = hp_fwd_ws_init(&ws, &m[k], &plan, err);
         if (rc[k] != HP_OK)
-            continue;
-        hp_seq_init(&s, &m[k], &err);
+            break;
+        hp_seq_init(&s, &m[k], err);
         rc[k] = hp_forward(&m[k], &s, &ws, ids, NULL, T, NULL, HP_LOGITS_ALL,
-                           lg[k], &err);
+                           lg[k], err);
         hp_seq_free(&s);
         hp_fwd_ws_free(&ws);
     }
-#ifdef HK_HAVE_CUDA
-    const int ns = hk_cuda_attention_splits(
-        HK_CUDA_ATT_DEFAULT, PIECE, T, c->n_heads, c->n_kv_heads, c->head_dim);
-#else
-    const int ns = 0; /* not reached: no device without CUDA */
-#endif
-    double mx = 1, l2 = 1;
+    double mx = -1, l2 = 1;
     if (rc[0] == HP_OK && rc[1] == HP_OK)
         test_rel_errs(lg[0], lg[1], (size_t)T * V, &mx, &l2);
-    ok(rc[0] == HP_OK && rc[1] == HP_OK && ns > 1 && mx <= TOL_F32_LONG,
-       "split-KV: %d tokens in pieces of %d (the last piece's keys in %d "
-       "splits): logits within %.0e of the CPU's (max %.2e, l2 %.2e)%s%s",
-       T, PIECE, ns, TOL_F32_LONG, mx, l2, rc[1] == HP_OK ? "" : " ",
-       rc[1] == HP_OK ? "" : err.msg);
+    free(ids);
     free(lg[0]);
     free(lg[1]);
     hp_model_free(&m[0]);
     hp_model_free(&m[1]);
+    return mx;
+}
+
+/* Split-KV through the engine: a prompt in pieces of 32, so the last
+ * pieces' attention splits its keys (hk_cuda_attention_splits). */
+static void check_split_kv(const char *root)
+{
+    enum { T = 320, PIECE = 32 };
+    hp_error_t err = {0};
+    hp_model_config_t c = {0};
+    const double mx = dense_logits_vs_cpu(root, T, PIECE, &c, &err);
+#ifdef HK_HAVE_CUDA
+    const int ns =
+        mx < 0 ? 0
+               : hk_cuda_attention_splits(HK_CUDA_ATT_DEFAULT, PIECE, T,
+                                          c.n_heads, c.n_kv_heads, c.head_dim);
+#else
+    const int ns = 0; /* not reached: no device without CUDA */
+#endif
+    ok(mx >= 0 && ns > 1 && mx <= TOL_F32_LONG,
+       "split-KV: %d tokens in pieces of %d (the last piece's keys in %d "
+       "splits): logits within %.0e of the CPU's (max %.2e)%s%s",
+       T, PIECE, ns, TOL_F32_LONG, mx, mx >= 0 ? "" : " ",
+       mx >= 0 ? "" : err.msg);
+}
+
+/* Every row's logits of one pass longer than the workspace's logits
+ * (HP_FWD_LOGIT_ROWS): the device computes and downloads them in slices,
+ * the same as the CPU's in one. */
+static void check_logit_slices(const char *root)
+{
+    enum { T = HP_FWD_LOGIT_ROWS + 37 };
+    hp_error_t err = {0};
+    hp_model_config_t c = {0};
+    const double mx = dense_logits_vs_cpu(root, T, T, &c, &err);
+    ok(mx >= 0 && mx <= TOL_F32_LONG,
+       "logits of %d rows in one pass, in slices of %d: within %.0e of the "
+       "CPU's (max %.2e)%s%s",
+       T, HP_FWD_LOGIT_ROWS, TOL_F32_LONG, mx, mx >= 0 ? "" : " ",
+       mx >= 0 ? "" : err.msg);
 }
 
 static void check(const char *root, const char *name)
@@ -830,7 +860,7 @@ int main(int argc, char **argv)
        "cuda: BF16 and I8 embeddings are gathered on the device");
     ok(open_mode(&b, "fast", &err) == HP_EBADINPUT &&
            strstr(err.msg, "auto, tc, scalar, tc_v1, tc_fast, tc_a1, "
-                           "tc_bf16, tc_reg or tc_bf16_reg"),
+                           "tc_bf16, tc_p or tc_bf16_p"),
        "an unknown HYPIC_CUDA_GDN is refused: %s", err.msg);
     if (open_mode(&cuda_tc, "tc", &err) != HP_OK ||
         open_mode(&cuda_scalar, "scalar", &err) != HP_OK ||
@@ -843,6 +873,7 @@ int main(int argc, char **argv)
     check_conv_qkv(cuda);
     const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     check_split_kv(root);
+    check_logit_slices(root);
     if (argc > 1)
         check_dir(argv[1], argv[1]);
     /* the int8 checkpoints (the small grid: one) */

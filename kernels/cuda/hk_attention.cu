@@ -429,8 +429,11 @@ static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
         return impl;
     if (env != HK_CUDA_ATT_DEFAULT)
         return env;
-    return impl == HK_CUDA_ATT_DEFAULT ? HK_CUDA_ATT_FLASH2X
-                                       : HK_CUDA_ATT_FLASH2;
+    if (impl == HK_CUDA_ATT_DEFAULT)
+        return HK_CUDA_ATT_FLASH2X;
+    /* bf16 operands: wgmma where the device has it (2.1-2.3x FLASH2 on an
+     * H200; the overlapped FLASH3 measured 3-4 % slower than SEQ) */
+    return hk_cuda_cc() == 90 ? HK_CUDA_ATT_FLASH3_SEQ : HK_CUDA_ATT_FLASH2;
 }
 
 static bool hk_att_impl_ok(hk_cuda_att_impl_t impl)

@@ -231,8 +231,11 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
  * flash3_seq; read once), else FLASH2X: FLASH's accuracy at 4.2-4.9x its speed
  * on an H100 (bench/results/gpu/2026-11-27-h100-session11). DEFAULT_BF16 is
  * the default where bf16 operands are asked for (a bf16 checkpoint, as
- * transformers runs it): the environment's choice, else FLASH2 (1.8-1.9x
- * FLASH2X's speed there). Both fall back as below. SIMPLE      one
+ * transformers runs it): the environment's choice, else FLASH3_SEQ on a
+ * compute capability 9.0 device (0.66-0.81x torch SDPA's bf16 speed on an
+ * H200, 2.1-2.3x FLASH2's, FLASH3 3-4 % slower: bench/results/gpu/
+ * 2026-11-28-h200), FLASH2 elsewhere (1.8-1.9x FLASH2X's speed). Both fall
+ * back as below. SIMPLE      one
  * block per (query, head), f32 CUDA cores; decode the same per (request, head)
  * (the first kernels, kept to compare against); FLASH       prefill tiled on
  * tensor cores, all heads of a kv group sharing each K/V tile, f32 operands
@@ -252,8 +255,9 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
  *               compute capability 9.0 only) on bf16 q, k, p, v (FLASH2's
  *               precision), the next tile's scores computed during this
  *               tile's softmax; scratch for k and v as bf16 tiles; decode
- *               as FLASH. Not yet timed on a device: opt-in.
- *   FLASH3_SEQ  FLASH3 without that overlap (to measure it).
+ *               as FLASH.
+ *   FLASH3_SEQ  FLASH3 without that overlap: fewer registers (200 at hd
+ *               256), faster on an H200; DEFAULT_BF16's choice there.
  * FLASH falls back to SIMPLE where it cannot run (hd above
  * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs), FLASH2 and
  * FLASH2X to FLASH (no scratch, or where they cannot run), FLASH3 and
@@ -609,17 +613,19 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * diag(beta e^gamma) K on T's hi half only (one MMA per product on bf16
  * inputs), where the default adds T's lo half (FLA rounds its (I + L)^-1
  * to bf16 the same way).
- * HK_CUDA_GDN_TC_REG: the state pass with the state in registers (mma.sync
- * accumulators, two barriers a chunk; kernel P's products, another order
- * of f32 sums) where dk is a multiple of 64 (and not with V1 or PSHARE,
- * which it leaves as they are). Not yet timed. */
+ * The state pass keeps the state in registers (R: mma.sync accumulators,
+ * two barriers a chunk) where dk is a multiple of 64 up to 256 and neither
+ * V1 nor PSHARE is asked for: 1.2-1.3x kernel P's speed on an H200
+ * (bench/results/gpu/2026-11-28-h200). HK_CUDA_GDN_TC_SMEM: kernel P
+ * there instead, the state in shared memory (P's products, another order
+ * of f32 sums; to compare). */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
 #define HK_CUDA_GDN_TC_PSHARE 8u
 #define HK_CUDA_GDN_TC_ROUND  16u
 #define HK_CUDA_GDN_TC_FAST_A 32u
-#define HK_CUDA_GDN_TC_REG    64u
+#define HK_CUDA_GDN_TC_SMEM   64u
 #define HK_CUDA_GDN_TC_FLAGS  127u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,

@@ -1338,7 +1338,7 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     }
 }
 
-/* ---- the state pass with the state in registers (HK_CUDA_GDN_TC_REG) ---
+/* ---- the state pass with the state in registers (the default: R) ------
  *
  * Kernel P keeps the state tile in shared memory as f32 and splits it to
  * bf16 there every chunk, and goes through shared memory for each wmma
@@ -1778,7 +1778,7 @@ struct hk_tc_plan {
     int BV, PBV, BVO;
     int nbuf; /* the pass's buffers: 1 with HK_CUDA_GDN_TC_PSHARE, else 2 */
     int A1;   /* the first kernel A (HK_CUDA_GDN_TC_A1) */
-    int reg;  /* the pass in registers (HK_CUDA_GDN_TC_REG), where it can */
+    int reg;  /* the pass in registers, where it can (not _SMEM) */
     size_t sa, sb, so;
 };
 
@@ -1795,7 +1795,7 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
                  : hk_tc_pass_bv(nseq, Hv, ncols, dk, C, lo, p->nbuf);
     p->BV = p->PBV ? p->PBV : hk_tc_bv(nseq, Hv, ncols, dk, dv);
     p->A1 = (flags & HK_CUDA_GDN_TC_A1) != 0;
-    p->reg = (flags & HK_CUDA_GDN_TC_REG) && p->PBV && p->nbuf == 2 &&
+    p->reg = !(flags & HK_CUDA_GDN_TC_SMEM) && p->PBV && p->nbuf == 2 &&
              dk % 64 == 0 && dk <= 256;
     p->sa = p->A1 ? hk_tc_a_carve(NULL, NULL, dk, dv, C, lo)
                   : hk_tc_a2_carve(NULL, NULL, C, lo);

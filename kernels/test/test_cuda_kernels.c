@@ -1564,14 +1564,17 @@ typedef struct {
 } att_shape_t;
 
 /* The defaults are their kernels, bit for bit, scratch and all: DEFAULT
- * FLASH2X, DEFAULT_BF16 (a bf16 checkpoint's) FLASH2. */
+ * FLASH2X, DEFAULT_BF16 (a bf16 checkpoint's) FLASH3_SEQ on a compute
+ * capability 9.0 device (the emulator's), else FLASH2. */
 static void att_defaults(float *dO, const float *dq, const int *dpos,
                          const float *dkc, const float *dvc, int T, int N,
                          int Hq, int Hkv, int hd, float scale)
 {
-    static const hk_cuda_att_impl_t pairs[2][2] = {
+    const int hopper = hk_cuda_compute_capability() == 90;
+    const hk_cuda_att_impl_t pairs[2][2] = {
         {HK_CUDA_ATT_DEFAULT, HK_CUDA_ATT_FLASH2X},
-        {HK_CUDA_ATT_DEFAULT_BF16, HK_CUDA_ATT_FLASH2}};
+        {HK_CUDA_ATT_DEFAULT_BF16,
+         hopper ? HK_CUDA_ATT_FLASH3_SEQ : HK_CUDA_ATT_FLASH2}};
     const size_t nq = (size_t)T * Hq * hd;
     for (int p = 0; p < 2; p++) {
         float *o[2];
@@ -1589,7 +1592,8 @@ static void att_defaults(float *dO, const float *dq, const int *dpos,
         ok(nscr[0] == nscr[1] && nscr[0] > 0 &&
                !memcmp(o[0], o[1], nq * sizeof(float)),
            "attention %s is %s, bit for bit (scratch %zu floats)",
-           p ? "DEFAULT_BF16" : "DEFAULT", p ? "FLASH2" : "FLASH2X", nscr[0]);
+           p ? "DEFAULT_BF16" : "DEFAULT",
+           p ? (hopper ? "FLASH3_SEQ" : "FLASH2") : "FLASH2X", nscr[0]);
         free(o[0]);
         free(o[1]);
     }
@@ -2454,27 +2458,38 @@ static void test_sample(void)
 #define ATOL_SAME 1e-7
 
 /* The variants each tensor-core test runs: the default (blockwise kernel
- * A, split state pass), v1's state pass, the fast products, the
- * single-buffered state pass, the fast products with kernel A's on T's
- * hi half too (HYPIC_CUDA_GDN=tc_bf16's), the state pass in registers
- * (split and fast); then (the full grid: make test-cuda-emu) the first
- * kernel A with the first three and the fast_a pair. */
+ * A, split state pass, in registers where dk allows), v1's state pass, the
+ * fast products, the single-buffered state pass, the fast products with
+ * kernel A's on T's hi half too (HYPIC_CUDA_GDN=tc_bf16's), the state pass
+ * in shared memory (kernel P: split and fast); then (the full grid: make
+ * test-cuda-emu) the first kernel A with the first three and the fast_a pair.
+ */
 static const unsigned tc_vflags[] = {
     0,
     HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_PSHARE,
     HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
-    HK_CUDA_GDN_TC_REG,
-    HK_CUDA_GDN_TC_REG | HK_CUDA_GDN_TC_FAST,
+    HK_CUDA_GDN_TC_SMEM,
+    HK_CUDA_GDN_TC_SMEM | HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_A1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A};
 static const char *const tc_vname[] = {
-    "",          " v1", " fast",  " ps",      " fast fast_a",   " reg",
-    " reg fast", " a1", " a1 v1", " a1 fast", " a1 fast fast_a"};
+    "",        " v1", " fast",  " ps",      " fast fast_a",   " p",
+    " p fast", " a1", " a1 v1", " a1 fast", " a1 fast fast_a"};
 #define TC_NVAR grid_n(NSHAPES(tc_vflags), 7)
+
+/* Whether a call with these flags runs the state pass in registers
+ * (hk_tc_plan_for): dk a multiple of 64 up to 256, neither kernel P asked
+ * for nor v1's or the single-buffered pass. */
+static int tc_runs_reg(unsigned flags, int dk)
+{
+    return !(flags & (HK_CUDA_GDN_TC_SMEM | HK_CUDA_GDN_TC_V1 |
+                      HK_CUDA_GDN_TC_PSHARE)) &&
+           dk % 64 == 0 && dk <= 256;
+}
 
 /* q, k, v of p as bf16 on the device (p's copies rounded in place). */
 typedef struct {
@@ -2634,7 +2649,7 @@ static void test_gdn_chunk_bf16(void)
             }
             /* what ran: the pass in registers where dk allows it */
             char kn[32] = "?";
-            const int reg = (vflags[vi] & HK_CUDA_GDN_TC_REG) && dk % 64 == 0;
+            const int reg = tc_runs_reg(vflags[vi], dk);
             good &= hk_cuda_gdn_tc_kernels(kn, sizeof kn, T, 1, Hk, Hv, dk, dv,
                                            C, 0, want_tc, vflags[vi]) == 0 &&
                     (strstr(kn, " R") != NULL) == reg;
@@ -2685,11 +2700,12 @@ static void test_gdn_chunk_varlen(void)
     } cases[] = {{5, {5, 0, 70, 16, 33}, 1, 2, 64, 32, 32},
                  {4, {130, 64, 1, 200}, 2, 4, 64, 64, 64},
                  {3, {17, 1, 50}, 2, 2, 16, 48, 16}};
-    /* the first case's dk = 64 runs the pass in registers too */
+    /* the first two cases' dk = 64 run the pass in registers by default,
+     * in shared memory with _SMEM */
     static const unsigned vflags[5] = {0, HK_CUDA_GDN_TC_V1,
                                        HK_CUDA_GDN_TC_PSHARE,
-                                       HK_CUDA_GDN_TC_REG, HK_CUDA_GDN_TC_A1};
-    static const char *const vname[5] = {"", " v1", " ps", " reg", " a1"};
+                                       HK_CUDA_GDN_TC_SMEM, HK_CUDA_GDN_TC_A1};
+    static const char *const vname[5] = {"", " v1", " ps", " p", " a1"};
     const int nv = grid_n(5, 4); /* kernel A1: the full grid */
     for (int vs = 0; vs < nv * grid_n(NSHAPES(cases), 1); vs++) {
         const int s = vs / nv; /* each case in v2, v1, then with kernel A1 */

@@ -25,6 +25,8 @@
  *                                  f32mma_round: f32 in, rounded to bf16
  *                                  once, then bf16_fast (_ROUND:
  *                                  HYPIC_CUDA_GDN=tc_bf16's call);
+ *                                  f32mma_bf16in: rounded once, then
+ *                                  bf16 (a bf16 checkpoint's call);
  *                                  {bf16,f32mma}_v1: the older structure,
  *                                  outputs in the sequential pass;
  *                                  {bf16,f32mma}_a1: the first kernel A
@@ -564,6 +566,8 @@ static const struct {
     {CH_F32MMA, HK_CUDA_GDN_TC_FAST, "gdn_chunk_f32mma_fast", "f32mmafast"},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST,
      "gdn_chunk_f32mma_round", "f32mmaround"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_ROUND, "gdn_chunk_f32mma_bf16in",
+     "f32mmabf16in"},
     {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1"},
     {CH_BF16, HK_CUDA_GDN_TC_A1, "gdn_chunk_bf16_a1", "bf16a1"},
     {CH_F32MMA, HK_CUDA_GDN_TC_A1, "gdn_chunk_f32mma_a1", "f32mmaa1"},

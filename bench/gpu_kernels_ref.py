@@ -309,8 +309,8 @@ def case_accuracy(d, case, anc, rows, later):
         o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
         for var in ("f32", "bf16", "bf16fast", "bf16fasta", "bf16fastap",
                     "bf16p", "bf16v1", "bf16a1", "bf16ps", "f32mma",
-                    "f32mmap", "f32mmafast", "f32mmaround", "f32mmav1",
-                    "f32mmaa1", "f32mmaps"):
+                    "f32mmap", "f32mmafast", "f32mmaround", "f32mmabf16in",
+                    "f32mmav1", "f32mmaa1", "f32mmaps"):
             add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
             add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
             add("Tc", "ours_" + var, arr(d, "Tc_%s.f32" % var, Tc.shape),
@@ -456,6 +456,9 @@ ERR_OF = {
     "gdn_chunk_f32mma_p": ("gdn_chunk", "ours_f32mmap", ("o", "S")),
     "gdn_chunk_f32mma_p_tc": ("gdn_chunk", "ours_f32mmap",
                                 ("o", "S", "Tc")),
+    "gdn_chunk_f32mma_bf16in": ("gdn_chunk", "ours_f32mmabf16in", ("o", "S")),
+    "gdn_chunk_f32mma_bf16in_tc": ("gdn_chunk", "ours_f32mmabf16in",
+                                   ("o", "S", "Tc")),
     "gdn_chunk_f32mma_round": ("gdn_chunk", "ours_f32mmaround", ("o", "S")),
     "gdn_chunk_f32mma_round_tc": ("gdn_chunk", "ours_f32mmaround",
                                   ("o", "S", "Tc")),

@@ -662,10 +662,11 @@ void hp_backend_gdn_decode(const hp_backend_t *b, float *o,
 void hp_backend_gdn_chunk(const hp_backend_t *b, float *o, float *S, float *Tc,
                           const float *q, const float *k, const float *v,
                           const float *g, const float *beta, int T, int Hk,
-                          int Hv, int dk, int dv, int C, float *scratch)
+                          int Hv, int dk, int dv, int C, float *scratch,
+                          hp_prec_t prec)
 {
     CALL(HP_OP_GDN_CHUNK, gdn_chunk, o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk,
-         dv, C, scratch);
+         dv, C, scratch, prec);
 }
 
 size_t hp_backend_gdn_chunk_scratch(const hp_backend_t *b, int T, int Hv,

@@ -385,11 +385,15 @@ void hp_backend_gdn_decode(const hp_backend_t *b, float *o,
                            float *const *states, const float *q, const float *k,
                            const float *v, const float *g, const float *beta,
                            int B, int Hk, int Hv, int dk, int dv);
-/* Chunked prefill (hk_gdn_chunk), chunk C; Tc [Hv, dk, dk] or NULL. */
+/* Chunked prefill (hk_gdn_chunk), chunk C; Tc [Hv, dk, dk] or NULL. At
+ * HP_PREC_BF16 a backend may take q, k and v rounded to bf16 once (a
+ * device does, as transformers hands them to FLA; the products stay
+ * accurate); the CPU computes in f32 either way. */
 void hp_backend_gdn_chunk(const hp_backend_t *b, float *o, float *S, float *Tc,
                           const float *q, const float *k, const float *v,
                           const float *g, const float *beta, int T, int Hk,
-                          int Hv, int dk, int dv, int C, float *scratch);
+                          int Hv, int dk, int dv, int C, float *scratch,
+                          hp_prec_t prec);
 /* Floats of gdn_chunk's scratch for up to T tokens. */
 size_t hp_backend_gdn_chunk_scratch(const hp_backend_t *b, int T, int Hv,
                                     int dk, int dv, int C);

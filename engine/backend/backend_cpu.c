@@ -211,9 +211,10 @@ static void cpu_gdn_decode(be_t b, float *o, float *const *states,
 static void cpu_gdn_chunk(be_t b, float *o, float *S, float *Tc, const float *q,
                           const float *k, const float *v, const float *g,
                           const float *beta, int T, int Hk, int Hv, int dk,
-                          int dv, int C, float *scratch)
+                          int dv, int C, float *scratch, hp_prec_t prec)
 {
     (void)b;
+    (void)prec; /* f32 either way, as the attention */
     hk_gdn_chunk(o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv, C, scratch);
 }
 

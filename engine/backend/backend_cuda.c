@@ -899,7 +899,7 @@ static void cu_gdn_decode(be_t b, float *o, float *const *states,
 static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
                     const float *k, const float *v, const float *g,
                     const float *beta, int T, int Hk, int Hv, int dk, int dv,
-                    float *scratch)
+                    float *scratch, unsigned flags)
 {
     const int cu[2] = {0, T};
     stage_begin(b);
@@ -911,20 +911,24 @@ static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
     int rc = HK_CUDA_EINVAL;
     for (int c = HK_CUDA_GDN_MAX_C; c >= 16 && rc == HK_CUDA_EINVAL; c /= 2)
         rc = hk_cuda_gdn_chunk_tc_ex(o, ds, dt, q, k, v, g, beta, dcu, 1, T, Hk,
-                                     Hv, dk, dv, c, scratch, ctx(b)->gdn_flags,
-                                     NULL);
+                                     Hv, dk, dv, c, scratch, flags, NULL);
     return rc;
 }
 
 static void cu_gdn_chunk(be_t b, float *o, float *S, float *Tc, const float *q,
                          const float *k, const float *v, const float *g,
                          const float *beta, int T, int Hk, int Hv, int dk,
-                         int dv, int C, float *scratch)
+                         int dv, int C, float *scratch, hp_prec_t prec)
 {
     gdn_mode_t mode = ctx(b)->gdn;
     if (mode != GDN_SCALAR) {
-        int rc =
-            chunk_tc(b, o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv, scratch);
+        /* bf16 precision: q, k, v rounded once, as FLA takes them, then
+         * the bf16 entry's kernels (~1.2x the split f32 inputs' by an
+         * H200's kernel rows) */
+        unsigned flags = ctx(b)->gdn_flags |
+                         (prec == HP_PREC_BF16 ? HK_CUDA_GDN_TC_ROUND : 0u);
+        int rc = chunk_tc(b, o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv,
+                          scratch, flags);
         if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
             note(b, rc, "gdn_chunk (tensor cores)");
             return;

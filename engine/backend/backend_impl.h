@@ -121,7 +121,7 @@ typedef struct {
     void (*gdn_chunk)(be_t b, float *o, float *S, float *Tc, const float *q,
                       const float *k, const float *v, const float *g,
                       const float *beta, int T, int Hk, int Hv, int dk, int dv,
-                      int C, float *scratch);
+                      int C, float *scratch, hp_prec_t prec);
     size_t (*gdn_chunk_scratch)(be_t b, int T, int Hv, int dk, int dv, int C);
     void (*gdn_step)(be_t b, float *o, float *const *states,
                      float *const *conv_states, const float *qkv,

@@ -189,7 +189,7 @@ static int linear_mixer(const hp_model_t *m, int l, hp_seq_layer_t *sl,
                 else if (rc == HP_OK)
                     hp_backend_gdn_chunk(m->be, os, sl->S, run_tc, qs, ks, vs,
                                          gs, bs, n, Hk, Hv, dk, dv,
-                                         HP_FWD_GDN_CHUNK, scr);
+                                         HP_FWD_GDN_CHUNK, scr, m->prec);
             }
             if (rc != HP_OK)
                 return rc;

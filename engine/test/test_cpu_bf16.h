@@ -47,13 +47,13 @@ static inline void tcb_gdn_chunk(be_t b, float *o, float *S, float *Tc,
                                  const float *q, const float *k, const float *v,
                                  const float *g, const float *beta, int T,
                                  int Hk, int Hv, int dk, int dv, int C,
-                                 float *scratch)
+                                 float *scratch, hp_prec_t prec)
 {
     size_t nq = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv;
     float *qr = tcb_round(q, nq), *kr = tcb_round(k, nq),
           *vr = tcb_round(v, nv);
     hp_backend_cpu_iface.gdn_chunk(b, o, S, Tc, qr, kr, vr, g, beta, T, Hk, Hv,
-                                   dk, dv, C, scratch);
+                                   dk, dv, C, scratch, prec);
     free(qr);
     free(kr);
     free(vr);

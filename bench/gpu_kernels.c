@@ -72,6 +72,12 @@
  *                                  or one block a row; GB/s of the logits
  *                                  read once (bench_sample)
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
+ *   prefill_{conv_qkv,rmsnorm_gated[_bf16]}  T = 16k: the GDN input path
+ *                                  (hk_cuda_conv_qkv) and output norm (T Hv
+ *                                  rows of dv); prefill_{swiglu_bf16_in,
+ *                                  rmsnorm_bf16} at a 9B-like dense
+ *                                  model's widths (16k x 12288, 16k x
+ *                                  4096); GB/s of bytes read + written
  *   attention_append_{flash2x,flash2}  T = 64, 128, 512 queries at the
  *                                  end of N = 16k, 32k keys (PIC seams, a
  *                                  resume), split over the keys where the
@@ -1770,6 +1776,158 @@ static void dump_mm(const char *model, int n, int in, int out,
     mm_free(&c);
 }
 
+/* ---- prefill row ops ------------------------------------------------------
+ * The prefill's memory-bound launches between the projections: the GDN
+ * input path (hk_cuda_conv_qkv: conv, SiLU, l2 norms, gates), the GDN
+ * output norm (rmsnorm_gated, T Hv rows of dv), SwiGLU on the bf16 GEMM
+ * outputs and the hidden norm with a bf16 store (the engine's calls).
+ * GB/s of the bytes read and written once. */
+
+enum { PF_CONV, PF_GATED, PF_GATED_BF16, PF_SWIGLU, PF_NORM };
+
+typedef struct {
+    int kind, T, Hk, Hv, dk, dv, rows, dim;
+    size_t n;
+    float *x, *w, *st, *q, *k, *v, *g, *beta, *A_log, *dtb, *z, *y;
+    uint16_t *gb, *ub, *yb;
+} pf_ctx;
+
+static int pf_run(void *ctx, int rep)
+{
+    const pf_ctx *c = ctx;
+    (void)rep;
+    switch (c->kind) {
+    case PF_CONV:
+        return hk_cuda_conv_qkv(c->q, c->k, c->v, c->st, c->x, c->w, c->g,
+                                c->beta, c->A_log, c->dtb, c->T, c->Hk, c->Hv,
+                                c->dk, c->dv, CONV_K, NORM_EPS,
+                                1.0f / sqrtf((float)c->dk), NULL);
+    case PF_GATED:
+        return hk_cuda_rmsnorm_gated(c->y, c->x, c->z, c->w, c->rows, c->dim,
+                                     NORM_EPS, NULL);
+    case PF_GATED_BF16:
+        return hk_cuda_rmsnorm_gated_bf16(c->yb, c->x, c->z, c->w, c->rows,
+                                          c->dim, NORM_EPS, NULL);
+    case PF_SWIGLU:
+        return hk_cuda_swiglu_bf16_in(c->gb, c->gb, c->ub, c->n, NULL);
+    default:
+        return hk_cuda_rmsnorm_zc_bf16(c->yb, c->x, c->w, c->rows, c->dim,
+                                       NORM_EPS, NULL);
+    }
+}
+
+/* Device floats of n values of amplitude amp (a 1 MB block repeated). */
+static float *pf_floats(size_t n, double amp)
+{
+    const size_t R = n < ((size_t)1 << 18) ? n : (size_t)1 << 18;
+    float *h = halloc(R * sizeof(float));
+    for (size_t i = 0; i < R; i++)
+        h[i] = (float)(amp * nrand());
+    float *d = dev_tiled(h, R * sizeof(float), n * sizeof(float));
+    free(h);
+    return d;
+}
+
+static uint16_t *pf_bf16(size_t n, double amp)
+{
+    const size_t R = n < ((size_t)1 << 18) ? n : (size_t)1 << 18;
+    float *h = halloc(R * sizeof(float));
+    for (size_t i = 0; i < R; i++)
+        h[i] = (float)(amp * nrand());
+    uint16_t *b = to_bf16(h, R);
+    uint16_t *d = dev_tiled(b, R * 2, n * 2);
+    free(h);
+    free(b);
+    return d;
+}
+
+static void pf_free(void *p)
+{
+    if (p)
+        CK(hk_cuda_free(p));
+}
+
+/* conv_qkv and rmsnorm_gated at model m's GDN shapes, T tokens. */
+static void bench_prefill_gdn(const model_t *m, int T)
+{
+    pf_ctx c = {0};
+    c.T = T, c.Hk = m->Hk, c.Hv = m->Hv, c.dk = m->dk, c.dv = m->dv;
+    const size_t C = 2 * (size_t)m->Hk * m->dk + (size_t)m->Hv * m->dv;
+    const size_t ng = (size_t)T * m->Hv, nv = ng * m->dv;
+    char params[96];
+    snprintf(params, sizeof params, "T=%d,Hk=%d,Hv=%d,d=%d", T, m->Hk, m->Hv,
+             m->dk);
+    if (measured("prefill_conv_qkv")) {
+        c.kind = PF_CONV;
+        c.x = pf_floats((size_t)T * C, 1.0);
+        c.w = pf_floats(C * CONV_K, 0.5);
+        c.st = pf_floats(C * (CONV_K - 1), 1.0);
+        c.q = dalloc((size_t)T * m->Hk * m->dk * 4);
+        c.k = dalloc((size_t)T * m->Hk * m->dk * 4);
+        c.v = dalloc(nv * 4);
+        c.g = pf_floats(ng, 1.0);
+        c.beta = pf_floats(ng, 1.0);
+        c.A_log = pf_floats((size_t)m->Hv, 0.5);
+        c.dtb = pf_floats((size_t)m->Hv, 0.5);
+        /* x read, q k v written, the gates read and written */
+        const double bytes = 2.0 * T * C * 4 + 4.0 * ng * 4;
+        measure("prefill_conv_qkv", m->name, params, pf_run, &c, T, bytes, 0);
+        void *all[] = {c.x, c.w, c.st,   c.q,     c.k,
+                       c.v, c.g, c.beta, c.A_log, c.dtb};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            pf_free(all[i]);
+    }
+    if (measured("prefill_rmsnorm_gated")) {
+        c.rows = T * m->Hv, c.dim = m->dv;
+        c.x = pf_floats(nv, 1.0);
+        c.z = pf_floats(nv, 2.0);
+        c.w = pf_floats((size_t)m->dv, 0.5);
+        c.y = dalloc(nv * 4);
+        c.yb = dalloc(nv * 2);
+        snprintf(params, sizeof params, "rows=%d,dim=%d", c.rows, c.dim);
+        c.kind = PF_GATED;
+        measure("prefill_rmsnorm_gated", m->name, params, pf_run, &c, T,
+                nv * 12.0, 0);
+        c.kind = PF_GATED_BF16;
+        measure("prefill_rmsnorm_gated_bf16", m->name, params, pf_run, &c, T,
+                nv * 10.0, 0);
+        void *all[] = {c.x, c.z, c.w, c.y, c.yb};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            pf_free(all[i]);
+    }
+}
+
+/* SwiGLU on bf16 (in place over g, as the engine) and the bf16-store
+ * hidden norm, T rows of a dense model's widths. */
+static void bench_prefill_dense(const char *model, int T, int hidden, int inter)
+{
+    pf_ctx c = {0};
+    char params[96];
+    if (measured("prefill_swiglu_bf16_in")) {
+        c.kind = PF_SWIGLU, c.n = (size_t)T * inter;
+        c.gb = pf_bf16(c.n, 3.0);
+        c.ub = pf_bf16(c.n, 1.0);
+        snprintf(params, sizeof params, "T=%d,I=%d", T, inter);
+        measure("prefill_swiglu_bf16_in", model, params, pf_run, &c, T,
+                c.n * 6.0, 0);
+        pf_free(c.gb);
+        pf_free(c.ub);
+    }
+    if (measured("prefill_rmsnorm_bf16")) {
+        c.kind = PF_NORM, c.rows = T, c.dim = hidden;
+        c.n = (size_t)T * hidden;
+        c.x = pf_floats(c.n, 1.0);
+        c.w = pf_floats((size_t)hidden, 0.5);
+        c.yb = dalloc(c.n * 2);
+        snprintf(params, sizeof params, "rows=%d,dim=%d", T, hidden);
+        measure("prefill_rmsnorm_bf16", model, params, pf_run, &c, T, c.n * 6.0,
+                0);
+        void *all[] = {c.x, c.w, c.yb};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+            pf_free(all[i]);
+    }
+}
+
 /* ---- main
  * ------------------------------------------------------------------------ */
 
@@ -1883,6 +2041,11 @@ int main(int argc, char **argv)
             for (int i = 0; i < nm; i++)
                 bench_att_append(&ms[i], tiny ? 3 + a : appT[a],
                                  tiny ? 300 + 100 * n : appN[n]);
+    for (int i = 0; i < nm && wanted("prefill"); i++)
+        bench_prefill_gdn(&ms[i], tiny ? 40 : 16384);
+    if (wanted("prefill")) /* a 9B-like dense model's widths */
+        bench_prefill_dense(tiny ? "tiny" : "9b-like", tiny ? 40 : 16384,
+                            tiny ? 64 : 4096, tiny ? 80 : 12288);
     hk_cuda_blas_destroy(blas);
     fclose(tsv);
     printf("# %.1f s\n", bench_now() - t_begin);

@@ -16,15 +16,34 @@
  * launch starts only after the first has read the old state.
  *
  * hk_cuda_conv_qkv is a prefill's whole GDN input path in the first
- * launch: the conv of one head's channels (q, k or v) a block, SiLU, and
- * for q and k the L2 norm (hk_norm.cu's row reduction, HK_ROW_THREADS),
- * written split into q, k, v, and a v head's gates by its block: the four
- * kernels' results (conv, split, l2norm, gates) bit for bit, without the
- * conv output written and read back.
+ * launch: the conv of one head's channels (q, k or v), SiLU, and for q
+ * and k the L2 norm, written split into q, k, v, and a v head's gates:
+ * the four kernels' results (conv, split, l2norm, gates) bit for bit,
+ * without the conv output written and read back. Its launch shape: a warp
+ * per (head slot, run of HK_CONV_RUN consecutive tokens), HK_CONV_WARPS
+ * consecutive runs of one slot a block; lanes over the head's channels as
+ * hk_cuda_impl.h's row fragments (float4 where dims and pointers allow),
+ * each lane's weights and last K inputs in registers (a sliding window:
+ * each x element read once per run, the K-1 before a run's first token
+ * from x or the state); the L2 norm the warp's shuffles
+ * (hk_wrow_l2norm, as hk_cuda_l2norm's for rows of <= HK_WROW_MAX); a v
+ * head's gates (t, h) by its lane 0. Heads wider than HK_WROW_MAX or
+ * K > HK_CONV_KMAX take a block of HK_ROW_THREADS per (token, head slot)
+ * instead, the row staged in shared memory and reduced as hk_cuda_l2norm
+ * reduces a row of its dim. The state shift is a second launch either
+ * way.
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
 #define HK_CONV_THREADS 128
+/* The fused path's warp kernel: tokens a warp convolves in sequence (its
+ * K-1 inputs before them read twice, once by the warp before: 16 keeps
+ * that and the run's weight loads small, and a 1024-token chunk of a
+ * 64-head layer about one wave of an H100/H200), runs a block, the widest
+ * conv it holds in registers. */
+#define HK_CONV_RUN   16
+#define HK_CONV_WARPS 4
+#define HK_CONV_KMAX  4
 
 /* Sequence b has tokens rows b*T .. b*T + T-1 of x and y; its state is
  * states[b] if states is non-NULL, else state (B = 1). */
@@ -32,6 +51,22 @@ static __device__ __forceinline__ const float *
 hk_conv_state(const float *state, float *const *states, int b)
 {
     return states ? states[b] : state;
+}
+
+/* Channel c's input at token tau of its sequence: xs [T, C] for tau >= 0,
+ * its state st [K-1] (oldest first) before. */
+static __device__ __forceinline__ float
+hk_conv_in(const float *st, const float *xs, int tau, int c, int C, int S)
+{
+    return tau < 0 ? st[S + tau] : xs[(size_t)tau * C + c];
+}
+
+/* One tap added to the sum: every kernel's, so the sums agree bit for
+ * bit (the CPU's order: j ascending from 0.0f). */
+static __device__ __forceinline__ float hk_conv_tap(float acc, float w,
+                                                    float in)
+{
+    return acc + w * in;
 }
 
 /* Channel c's taps at token t before the SiLU: st its state [K-1], xs its
@@ -43,11 +78,8 @@ static __device__ __forceinline__ float hk_conv_taps(const float *st,
 {
     const int S = K - 1;
     float acc = 0.0f;
-    for (int j = 0; j < K; j++) {
-        const int tau = t - S + j;
-        const float in = tau < 0 ? st[S + tau] : xs[(size_t)tau * C + c];
-        acc += wc[j] * in;
-    }
+    for (int j = 0; j < K; j++)
+        acc = hk_conv_tap(acc, wc[j], hk_conv_in(st, xs, t - S + j, c, C, S));
     return acc;
 }
 
@@ -94,8 +126,108 @@ static __global__ void hk_conv_state_kernel(float *state,         // [C, K-1]
     }
 }
 
-/* Token blockIdx.x, head slot blockIdx.y: q heads 0..Hk-1, k heads, then
- * v heads; row: [max(dk, dv)] floats of dynamic shared memory. */
+/* The head slot's output rows: q heads 0..Hk-1, k heads, then v heads;
+ * *stride: floats from one token's row to the next. */
+static __device__ __forceinline__ float *hk_conv_qkv_out(float *q, float *k,
+                                                         float *v, int slot,
+                                                         int Hk, int Hv, int dk,
+                                                         int dv, size_t *stride)
+{
+    *stride = slot < 2 * Hk ? (size_t)Hk * dk : (size_t)Hv * dv;
+    return slot < Hk       ? q + (size_t)slot * dk
+           : slot < 2 * Hk ? k + (size_t)(slot - Hk) * dk
+                           : v + (size_t)(slot - 2 * Hk) * dv;
+}
+
+/* v head h's gates at token t, in place (hk_gdn_gates_kernel's). */
+static __device__ __forceinline__ void hk_conv_gates(float *g, float *beta,
+                                                     const float *A_log,
+                                                     const float *dt_bias,
+                                                     int t, int h, int Hv)
+{
+    const size_t e = (size_t)t * Hv + h;
+    beta[e] = hk_math_sigmoid(beta[e]);
+    g[e] = hk_math_gdn_gate(g[e], A_log[h], dt_bias[h]);
+}
+
+/* The warp kernel (file comment): run blockIdx.x HK_CONV_WARPS + warp of
+ * head slot blockIdx.y; heads of <= NC HK_FRAG_VEC 32 channels, K <=
+ * HK_CONV_KMAX. Window entry HK_CONV_KMAX - K + j holds tap j's input,
+ * the newest last; w's entries likewise (the first HK_CONV_KMAX - K are
+ * neither read nor summed). */
+template <int NC>
+static __global__ void __launch_bounds__(HK_CONV_WARPS * 32)
+    hk_conv_qkv_warp_kernel(float *q, float *k, float *v, const float *state,
+                            const float *x, const float *w, float *g,
+                            float *beta, const float *A_log,
+                            const float *dt_bias, int T, int Hk, int Hv, int dk,
+                            int dv, int K, float eps, float q_scale, bool vec)
+{
+    const int lane = threadIdx.x & 31;
+    const int t0 =
+        (blockIdx.x * HK_CONV_WARPS + (threadIdx.x >> 5)) * HK_CONV_RUN;
+    if (t0 >= T) /* the whole warp */
+        return;
+    const int t1 = min(T, t0 + HK_CONV_RUN), slot = blockIdx.y;
+    const int kd = Hk * dk, C = 2 * kd + Hv * dv, S = K - 1;
+    const int D = HK_CONV_KMAX - K;
+    const bool qk = slot < 2 * Hk;
+    const int dim = qk ? dk : dv;
+    const int c0 = qk ? slot * dk : 2 * kd + (slot - 2 * Hk) * dv;
+    size_t stride;
+    float *out = hk_conv_qkv_out(q, k, v, slot, Hk, Hv, dk, dv, &stride);
+    float wr[NC][HK_FRAG_VEC][HK_CONV_KMAX], win[NC][HK_FRAG_VEC][HK_CONV_KMAX];
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int e = 0; e < HK_FRAG_VEC; e++) {
+            const int i = hk_frag_at(c, lane, 32) + e, ch = c0 + i;
+            const bool in = i < dim;
+            /* the window before the first shift: the run's K-1 earlier
+             * inputs in entries D+1 .. HK_CONV_KMAX-1 */
+#pragma unroll
+            for (int j = 0; j < HK_CONV_KMAX; j++) {
+                wr[c][e][j] = in && j >= D ? w[(size_t)ch * K + j - D] : 0.0f;
+                win[c][e][j] = in && j > D
+                                   ? hk_conv_in(state + (size_t)ch * S, x,
+                                                t0 - S + j - D - 1, ch, C, S)
+                                   : 0.0f;
+            }
+        }
+    /* token t + 1's inputs loaded before token t's work: two rows in
+     * flight a warp */
+    hk_frag<NC> next;
+    hk_frag_load(next, x + (size_t)t0 * C + c0, dim, lane, 32, vec);
+    for (int t = t0; t < t1; t++) {
+        hk_frag<NC> f = next; /* token t's inputs, then its outputs */
+        if (t + 1 < t1)
+            hk_frag_load(next, x + (size_t)(t + 1) * C + c0, dim, lane, 32,
+                         vec);
+#pragma unroll
+        for (int c = 0; c < NC; c++)
+#pragma unroll
+            for (int e = 0; e < HK_FRAG_VEC; e++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int j = 0; j < HK_CONV_KMAX; j++) {
+                    win[c][e][j] =
+                        j + 1 < HK_CONV_KMAX ? win[c][e][j + 1] : f.v[c][e];
+                    if (j >= D)
+                        acc = hk_conv_tap(acc, wr[c][e][j], win[c][e][j]);
+                }
+                const bool in = hk_frag_at(c, lane, 32) + e < dim;
+                f.v[c][e] = in ? hk_math_silu(acc) : 0.0f;
+            }
+        if (qk)
+            hk_wrow_l2norm(f, eps, slot < Hk ? q_scale : 1.0f);
+        hk_frag_store(out + (size_t)t * stride, f, dim, lane, 32, vec);
+        if (!qk && g && lane == 0)
+            hk_conv_gates(g, beta, A_log, dt_bias, t, slot - 2 * Hk, Hv);
+    }
+}
+
+/* The block form, for any head dim and K: token blockIdx.x, head slot
+ * blockIdx.y; row: [max(dk, dv)] floats of dynamic shared memory. */
 static __global__ void
 hk_conv_qkv_kernel(float *q, float *k, float *v, const float *state,
                    const float *x, const float *w, float *g, float *beta,
@@ -110,9 +242,9 @@ hk_conv_qkv_kernel(float *q, float *k, float *v, const float *state,
     const bool qk = slot < 2 * Hk;
     const int dim = qk ? dk : dv;
     const int c0 = qk ? slot * dk : 2 * kd + (slot - 2 * Hk) * dv;
-    float *out = slot < Hk ? q + ((size_t)t * Hk + slot) * dk
-                 : qk      ? k + ((size_t)t * Hk + slot - Hk) * dk
-                           : v + ((size_t)t * Hv + slot - 2 * Hk) * dv;
+    size_t stride;
+    float *out = hk_conv_qkv_out(q, k, v, slot, Hk, Hv, dk, dv, &stride);
+    out += (size_t)t * stride;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         const int c = c0 + i;
         const float y = hk_math_silu(hk_conv_taps(
@@ -123,17 +255,24 @@ hk_conv_qkv_kernel(float *q, float *k, float *v, const float *state,
             out[i] = y; /* v: no norm */
     }
     if (!qk) { /* the whole block leaves, after its head's gates */
-        const int h = slot - 2 * Hk;
-        const size_t e = (size_t)t * Hv + h;
-        if (g && threadIdx.x == 0) { /* hk_gdn_gates_kernel's, in place */
-            beta[e] = hk_math_sigmoid(beta[e]);
-            g[e] = hk_math_gdn_gate(g[e], A_log[h], dt_bias[h]);
+        if (g && threadIdx.x == 0)
+            hk_conv_gates(g, beta, A_log, dt_bias, t, slot - 2 * Hk, Hv);
+        return;
+    }
+    const float scale = slot < Hk ? q_scale : 1.0f;
+    if (dim <= HK_WROW_MAX) { /* hk_cuda_l2norm's warp reduction */
+        __syncthreads();      /* the row, written by the whole block */
+        if (threadIdx.x < 32) {
+            hk_frag<HK_WROW_MAX / (HK_FRAG_VEC * 32)> f;
+            hk_frag_load(f, row, dim, threadIdx.x, 32, false);
+            hk_wrow_l2norm(f, eps, scale);
+            hk_frag_store(out, f, dim, threadIdx.x, 32, false);
         }
         return;
     }
     /* each thread reads back the elements it wrote */
     const float ss = hk_row_sumsq(row, dim, sh);
-    const float f = hk_l2_factor(ss, eps, slot < Hk ? q_scale : 1.0f);
+    const float f = hk_l2_factor(ss, eps, scale);
     for (int i = threadIdx.x; i < dim; i += blockDim.x)
         out[i] = row[i] * f;
 }
@@ -185,12 +324,28 @@ extern "C" int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state,
     if (T == 0)
         return HK_CUDA_OK;
     const cudaStream_t s = hk_stream(stream);
-    const size_t smem = sizeof(float) * (size_t)(dk > dv ? dk : dv);
+    const int dmax = dk > dv ? dk : dv, slots = 2 * Hk + Hv;
+    const size_t smem = sizeof(float) * (size_t)dmax;
     if (smem > 48 * 1024)
         return HK_CUDA_EINVAL;
-    hk_conv_qkv_kernel<<<dim3((unsigned)T, 2 * Hk + Hv), HK_ROW_THREADS, smem,
-                         s>>>(q, k, v, state, x, w, g, beta, A_log, dt_bias, Hk,
-                              Hv, dk, dv, K, eps, q_scale);
+    if (dmax <= HK_WROW_MAX && K <= HK_CONV_KMAX) {
+        const bool vec = dk % HK_FRAG_VEC == 0 && dv % HK_FRAG_VEC == 0 &&
+                         hk_aligned(x, 16) && hk_aligned(q, 16) &&
+                         hk_aligned(k, 16) && hk_aligned(v, 16);
+        const dim3 grid(HK_CEIL_DIV(T, HK_CONV_RUN * HK_CONV_WARPS), slots);
+        if (hk_frag_chunks(dmax, 32) == 1)
+            hk_conv_qkv_warp_kernel<1><<<grid, HK_CONV_WARPS * 32, 0, s>>>(
+                q, k, v, state, x, w, g, beta, A_log, dt_bias, T, Hk, Hv, dk,
+                dv, K, eps, q_scale, vec);
+        else
+            hk_conv_qkv_warp_kernel<2><<<grid, HK_CONV_WARPS * 32, 0, s>>>(
+                q, k, v, state, x, w, g, beta, A_log, dt_bias, T, Hk, Hv, dk,
+                dv, K, eps, q_scale, vec);
+    } else {
+        hk_conv_qkv_kernel<<<dim3((unsigned)T, slots), HK_ROW_THREADS, smem,
+                             s>>>(q, k, v, state, x, w, g, beta, A_log, dt_bias,
+                                  Hk, Hv, dk, dv, K, eps, q_scale);
+    }
     int rc = hk_cuda_check_launch();
     if (rc || K == 1)
         return rc;

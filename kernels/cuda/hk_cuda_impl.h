@@ -10,6 +10,7 @@
 #error "hk_cuda_impl.h is for .cu files compiled by nvcc"
 #endif
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -407,12 +408,175 @@ static __device__ __forceinline__ float hk_row_sumsq(const float *x, int dim,
     return hk_block_sum(ss, sh);
 }
 
+/* Whether p is on an a-byte boundary (vector loads and stores). */
+static __host__ __device__ __forceinline__ bool hk_aligned(const void *p,
+                                                           size_t a)
+{
+    return ((uintptr_t)p & (a - 1)) == 0;
+}
+
+/* ---- row fragments ---------------------------------------------------------
+ * A row x[0, dim) spread over a group of G threads (a warp, G = 32, or a
+ * block): thread `lane` holds NC chunks of HK_FRAG_VEC consecutive
+ * elements, chunk c holding x[c HK_FRAG_VEC G + HK_FRAG_VEC lane + e],
+ * e < HK_FRAG_VEC, 0 past dim. With vec (HK_FRAG_VEC | dim, every row
+ * pointer 16-byte aligned) a chunk is one float4 access; without, the same
+ * elements one by one, so the layout, and every sum over it, is the same
+ * either way. */
+#define HK_FRAG_VEC 4
+template <int NC> struct hk_frag {
+    float v[NC][HK_FRAG_VEC];
+};
+
+/* The chunks a row of dim needs in a group of G threads: 1, 2, 4 or 8
+ * (more than 8: 16, which no caller instantiates). A row's sums do not
+ * depend on NC: the padding adds exact zeros after a thread's elements. */
+static __host__ __device__ __forceinline__ int hk_frag_chunks(int dim, int G)
+{
+    const int per = HK_FRAG_VEC * G;
+    return dim <= per       ? 1
+           : dim <= 2 * per ? 2
+           : dim <= 4 * per ? 4
+           : dim <= 8 * per ? 8
+                            : 16;
+}
+
+/* Element i of chunk c of thread lane (e = 0). */
+static __device__ __forceinline__ int hk_frag_at(int c, int lane, int G)
+{
+    return (c * G + lane) * HK_FRAG_VEC;
+}
+
+template <int NC>
+static __device__ __forceinline__ void
+hk_frag_load(hk_frag<NC> &f, const float *x, int dim, int lane, int G, bool vec)
+{
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int i = hk_frag_at(c, lane, G);
+        if (vec) {
+            const float4 q = i < dim ? *(const float4 *)(x + i)
+                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            f.v[c][0] = q.x;
+            f.v[c][1] = q.y;
+            f.v[c][2] = q.z;
+            f.v[c][3] = q.w;
+        } else {
+#pragma unroll
+            for (int e = 0; e < HK_FRAG_VEC; e++)
+                f.v[c][e] = i + e < dim ? x[i + e] : 0.0f;
+        }
+    }
+}
+
+/* N bf16 (nearest even) of f in one 2N-byte store (N = 4 or 8), element
+ * 0 in the low half of word 0 (little-endian, as uint16_t[N]). */
+template <int N> struct alignas(2 * N) hk_bf16v {
+    uint32_t w[N / 2];
+};
+template <int N>
+static __device__ __forceinline__ hk_bf16v<N> hk_bf16_pack(const float *f)
+{
+    hk_bf16v<N> b;
+#pragma unroll
+    for (int j = 0; j < N / 2; j++)
+        b.w[j] = hk_bf16_from_f32(f[2 * j]) |
+                 (uint32_t)hk_bf16_from_f32(f[2 * j + 1]) << 16;
+    return b;
+}
+
+template <int NC>
+static __device__ __forceinline__ void
+hk_frag_store(float *y, const hk_frag<NC> &f, int dim, int lane, int G,
+              bool vec)
+{
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int i = hk_frag_at(c, lane, G);
+        if (vec) {
+            if (i < dim)
+                *(float4 *)(y + i) =
+                    make_float4(f.v[c][0], f.v[c][1], f.v[c][2], f.v[c][3]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < HK_FRAG_VEC; e++)
+                if (i + e < dim)
+                    y[i + e] = f.v[c][e];
+        }
+    }
+}
+
+/* The same, rounded to bf16 (vec: y 8-byte aligned). */
+template <int NC>
+static __device__ __forceinline__ void
+hk_frag_store(uint16_t *y, const hk_frag<NC> &f, int dim, int lane, int G,
+              bool vec)
+{
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int i = hk_frag_at(c, lane, G);
+        if (vec) {
+            if (i < dim)
+                *(hk_bf16v<HK_FRAG_VEC> *)(y + i) =
+                    hk_bf16_pack<HK_FRAG_VEC>(f.v[c]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < HK_FRAG_VEC; e++)
+                if (i + e < dim)
+                    y[i + e] = hk_bf16_from_f32(f.v[c][e]);
+        }
+    }
+}
+
+/* A thread's sum of squares of its fragment, chunks then elements in
+ * order, in f32. */
+template <int NC>
+static __device__ __forceinline__ float hk_frag_sumsq(const hk_frag<NC> &f)
+{
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int e = 0; e < HK_FRAG_VEC; e++)
+            ss += f.v[c][e] * f.v[c][e];
+    return ss;
+}
+
+/* The L2 norm's row reduction: rows of dim <= HK_WROW_MAX are summed by
+ * one warp (hk_wrow_sumsq), longer ones by a block of HK_ROW_THREADS
+ * (hk_row_sumsq). hk_l2norm_kernel and hk_conv.cu's fused GDN input path
+ * both choose by this bound alone, so they agree bit for bit. */
+#define HK_WROW_MAX 256
+
+/* The sum of squares of a row of dim <= HK_WROW_MAX held by a warp as
+ * fragments (G = 32): each lane's hk_frag_sumsq, then hk_warp_sum's
+ * butterfly; every lane gets it. */
+template <int NC>
+static __device__ __forceinline__ float hk_wrow_sumsq(const hk_frag<NC> &f)
+{
+    return hk_warp_sum(hk_frag_sumsq(f));
+}
+
 /* The L2 normalizer of a row whose squares sum to ss: formed in double,
  * rounded once (the CPU's hk_l2norm). */
 static __device__ __forceinline__ float hk_l2_factor(float ss, float eps,
                                                      float scale)
 {
     return (float)(scale / sqrt((double)ss + eps));
+}
+
+/* A warp's row of dim <= HK_WROW_MAX L2-normed in place (the CPU's
+ * hk_l2norm): x hk_l2_factor(hk_wrow_sumsq). */
+template <int NC>
+static __device__ __forceinline__ void hk_wrow_l2norm(hk_frag<NC> &f, float eps,
+                                                      float scale)
+{
+    const float s = hk_l2_factor(hk_wrow_sumsq(f), eps, scale);
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+#pragma unroll
+        for (int e = 0; e < HK_FRAG_VEC; e++)
+            f.v[c][e] *= s;
 }
 
 /* Double sum over a block, as hk_block_sum (sh: 32 doubles). */

@@ -353,14 +353,29 @@ static uint16_t *dev_bf16_of(const float *x, size_t n)
 /* ---- norms and activations ------------------------------------------------
  */
 
-static const int norm_shapes[][2] = {{1, 1},    {3, 17},    {7, 128}, {5, 257},
-                                     {2, 1000}, {33, 2048}, {4, 8191}};
+/* rows, dim: the warp kernels (rmsnorm to dim 1024 in 1, 2, 4 and 8
+ * chunks a lane, l2norm to 256; rows past a block's warps), the block
+ * kernels holding the row (2048, 4096, 8191: not a multiple of 4, element
+ * by element), the strided one (9000; l2norm past 256). */
+static const int norm_shapes[][2] = {
+    {1, 1},    {3, 17},    {19, 200}, {7, 128},  {5, 257},
+    {2, 1000}, {33, 2048}, {9, 4096}, {4, 8191}, {2, 9000}};
 #define N_NORM ((int)(sizeof(norm_shapes) / sizeof(norm_shapes[0])))
+
+/* The device copy of h [n] at an odd float offset in its allocation (not
+ * 16-byte aligned: the norms' element-by-element path); *base: the
+ * allocation, for hk_cuda_free. */
+static float *dev_from_odd(const float *h, size_t n, float **base)
+{
+    *base = dev_alloc(n + 1);
+    CK(hk_cuda_h2d(*base + 1, h, n * sizeof(float), NULL));
+    return *base + 1;
+}
 
 static void test_norms(void)
 {
     const float eps = 1e-6f;
-    for (int s = 0; s < grid_n(N_NORM, 5); s++) {
+    for (int s = 0; s < grid_n(N_NORM, 6); s++) {
         const int rows = norm_shapes[s][0], dim = norm_shapes[s][1];
         const size_t n = (size_t)rows * dim;
         float *x = frand(n, 3.0), *z = frand(n, 4.0);
@@ -388,15 +403,29 @@ static void test_norms(void)
         good = close_cpu(y, dy, n, ATOL_NORM, RTOL_NORM, "y");
         RUN(hk_cuda_rmsnorm_gated_bf16(db, dx, dz, dw, rows, dim, eps, NULL));
         good &= same_rounded(dy, db, n, "y bf16");
-        ok(good, "rmsnorm_gated rows=%d dim=%d (bf16 out)", rows, dim);
+        /* unaligned x (element by element): the same bits, the sums'
+         * order not depending on the access width */
+        float *bx, *dxo = dev_from_odd(x, n, &bx), *dyo = dev_alloc(n);
+        RUN(hk_cuda_rmsnorm_gated(dyo, dxo, dz, dw, rows, dim, eps, NULL));
+        float *hy = host_from(dy, n);
+        good &= same_cpu(hy, dyo, n, "y of unaligned x");
+        ok(good, "rmsnorm_gated rows=%d dim=%d (bf16 out, unaligned x)", rows,
+           dim);
         CK(hk_cuda_free(db));
 
         const float scale = 1.0f / sqrtf((float)dim);
         memcpy(y, x, n * sizeof(float));
         hk_l2norm(y, rows, dim, eps, scale);
         RUN(hk_cuda_l2norm(dx, rows, dim, eps, scale, NULL));
-        ok(close_cpu(y, dx, n, ATOL_NORM, RTOL_NORM, "x"),
-           "l2norm rows=%d dim=%d", rows, dim);
+        RUN(hk_cuda_l2norm(dxo, rows, dim, eps, scale, NULL));
+        free(hy);
+        hy = host_from(dx, n);
+        ok(close_cpu(y, dx, n, ATOL_NORM, RTOL_NORM, "x") &&
+               same_cpu(hy, dxo, n, "x unaligned"),
+           "l2norm rows=%d dim=%d (unaligned: the same bits)", rows, dim);
+        free(hy);
+        CK(hk_cuda_free(bx));
+        CK(hk_cuda_free(dyo));
 
         CK(hk_cuda_free(dx));
         CK(hk_cuda_free(dxi));
@@ -435,7 +464,15 @@ static void test_swiglu(void)
         uint16_t *gb = dev_bf16_of(g, n), *ub = dev_bf16_of(u, n);
         RUN(hk_cuda_swiglu_bf16_in(gb, gb, ub, n, NULL));
         good &= same_rounded(dy, gb, n, "y of bf16 g, u");
-        ok(good, "swiglu n=%zu (bf16 out; bf16 in and out, in place)", n);
+        if (n > 1) { /* unaligned (element by element): the same bits */
+            float *dy1 = dev_alloc(n), *hy = host_from(dy, n);
+            RUN(hk_cuda_swiglu(dy1 + 1, dg + 1, du + 1, n - 1, NULL));
+            good &= same_cpu(hy + 1, dy1 + 1, n - 1, "y unaligned");
+            CK(hk_cuda_free(dy1));
+            free(hy);
+        }
+        ok(good,
+           "swiglu n=%zu (bf16 out; bf16 in and out, in place; unaligned)", n);
         CK(hk_cuda_free(gb));
         CK(hk_cuda_free(ub));
         CK(hk_cuda_free(db));
@@ -482,18 +519,22 @@ static void test_conv(void)
 
 /* The GDN input path in one launch (hk_cuda_conv_qkv) against its four
  * kernels (conv, split, l2 norms, gates) on the device: q, k, v, the gates
- * and the state bit for bit; T < K-1 reads the state; dk > dv and dk < dv;
- * dk past a block's 256 threads. */
+ * and the state bit for bit; T < K-1 reads the state; dk > dv and dk < dv.
+ * The warp kernel: T over several runs of a warp and blocks (70: the
+ * runs' first tokens read x before them), dims not a multiple of 4
+ * (element by element), heads of 2 chunks a lane (200, 256), K = 1, 3.
+ * The block kernel: dk past 256 (the block's reduction), dv past 256 or
+ * K = 5 with dk <= 256 (the warp's reduction, as l2norm's). */
 static void test_conv_qkv(void)
 {
     /* T, Hk, Hv, dk, dv, K */
-    static const int shapes[][6] = {{2, 1, 1, 16, 16, 4},
-                                    {9, 2, 4, 32, 16, 4},
-                                    {5, 2, 2, 64, 128, 4},
-                                    {3, 1, 3, 300, 48, 3},
-                                    {7, 2, 2, 24, 40, 1}};
+    static const int shapes[][6] = {
+        {2, 1, 1, 16, 16, 4},  {70, 2, 3, 32, 16, 4}, {5, 2, 2, 64, 128, 4},
+        {3, 1, 3, 300, 48, 3}, {37, 1, 2, 18, 10, 3}, {6, 1, 2, 32, 260, 4},
+        {7, 2, 2, 24, 40, 1},  {9, 2, 4, 32, 16, 4},  {20, 1, 2, 200, 256, 4},
+        {5, 1, 1, 16, 20, 5}};
     const float eps = 1e-6f;
-    for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 6); s++) {
         const int T = shapes[s][0], Hk = shapes[s][1], Hv = shapes[s][2];
         const int dk = shapes[s][3], dv = shapes[s][4], K = shapes[s][5];
         const int kd = Hk * dk, vd = Hv * dv, C = 2 * kd + vd;

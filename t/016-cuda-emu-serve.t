@@ -10,7 +10,7 @@
 # backends' logits tolerance; a refused request is the
 # same clean 400 and the engine serves the next; /metrics and /health
 # name the device and show the device's sequence pool; the prefill chunk
-# defaults to the device's (2048 tokens a step, 256 on the CPU), and the
+# defaults to the device's (4096 tokens a step, 256 on the CPU), and the
 # device engine logs where the device's memory went at start. A device
 # that faults (a sticky error, as an illegal address on a GPU) ends the
 # request in flight with a clean 503, and its engine exits with status 1
@@ -340,8 +340,8 @@ my %dev = map { $_->{name} => "$_->{device}/$_->{device_name}" }
 is_deeply({ map { $_ => $dev{$_} } qw(gpu cpu) },
           { gpu => 'cuda:0/host emulator', cpu => 'cpu/' },
           '/health: each engine\'s device');
-like($main::gpu->log_text, qr/serving .* prefill chunk 2048,/,
-     'a device engine prefills 2048 tokens a step by default');
+like($main::gpu->log_text, qr/serving .* prefill chunk 4096,/,
+     'a device engine prefills 4096 tokens a step by default');
 like($main::cpu->log_text, qr/serving .* prefill chunk 256,/,
      'a CPU engine 256');
 my ($used, $total, $full) = $main::gpu->log_text =~

@@ -54,7 +54,8 @@
 # and top-k). The engine
 # steps: DC_DEVICE (cuda, or cpu without a GPU), DC_MODELS ("q35-0.8b
 # q35-9b-l8", or checkpoint folders; the first runs before the kernels,
-# the rest after them), DC_TOKENS, DC_BATCH, DC_DECODE, DC_PIC, DC_REPS;
+# the rest after them), DC_TOKENS, DC_BATCH (empty: no decode), DC_DECODE,
+# DC_PIC, DC_REPS;
 # DC_GDN_MODES (default "auto"): the HYPIC_CUDA_GDN modes gpu_engine runs
 # each checkpoint with, one run each under DC_ENGINE_S; modes after the
 # first skip the batched decode (--batch '', prefill and PIC only) and
@@ -264,10 +265,10 @@ fi
 # The engine on the device against transformers, per checkpoint. Without
 # a GPU: toy shapes on the CPU (the plumbing).
 if [ -n "$name" ]; then
-    e_tok=${DC_TOKENS:-4096,16384} e_batch=${DC_BATCH:-1,16,64,256}
+    e_tok=${DC_TOKENS:-4096,16384} e_batch=${DC_BATCH-1,16,64,256}
     e_dec=${DC_DECODE:-16} e_pic=${DC_PIC:-4x4096,8x4096}
 else
-    e_tok=${DC_TOKENS:-256,1024} e_batch=${DC_BATCH:-1,4,16}
+    e_tok=${DC_TOKENS:-256,1024} e_batch=${DC_BATCH-1,4,16}
     e_dec=${DC_DECODE:-4} e_pic=${DC_PIC:-2x128,4x128}
 fi
 e_reps=${DC_REPS:-3}

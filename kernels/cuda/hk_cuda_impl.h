@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -441,6 +443,25 @@ static __host__ __device__ __forceinline__ int hk_frag_chunks(int dim, int G)
                             : 16;
 }
 
+/* f(std::integral_constant<int, NC>) for the chunk count nc (1, 2, 4,
+ * else 8): a launcher's one switch over the fragment sizes it builds. */
+template <class F> static inline void hk_frag_dispatch(int nc, F f)
+{
+    switch (nc) {
+    case 1:
+        f(std::integral_constant<int, 1>{});
+        break;
+    case 2:
+        f(std::integral_constant<int, 2>{});
+        break;
+    case 4:
+        f(std::integral_constant<int, 4>{});
+        break;
+    default:
+        f(std::integral_constant<int, 8>{});
+    }
+}
+
 /* Element i of chunk c of thread lane (e = 0). */
 static __device__ __forceinline__ int hk_frag_at(int c, int lane, int G)
 {
@@ -485,45 +506,42 @@ static __device__ __forceinline__ hk_bf16v<N> hk_bf16_pack(const float *f)
     return b;
 }
 
-template <int NC>
-static __device__ __forceinline__ void
-hk_frag_store(float *y, const hk_frag<NC> &f, int dim, int lane, int G,
-              bool vec)
+/* One chunk of a fragment into y: f32, or bf16 (nearest even) as the
+ * bf16 GEMMs round; hk_frag_put1 one element. */
+static __device__ __forceinline__ void hk_frag_put(float *y, const float *v)
 {
-#pragma unroll
-    for (int c = 0; c < NC; c++) {
-        const int i = hk_frag_at(c, lane, G);
-        if (vec) {
-            if (i < dim)
-                *(float4 *)(y + i) =
-                    make_float4(f.v[c][0], f.v[c][1], f.v[c][2], f.v[c][3]);
-        } else {
-#pragma unroll
-            for (int e = 0; e < HK_FRAG_VEC; e++)
-                if (i + e < dim)
-                    y[i + e] = f.v[c][e];
-        }
-    }
+    *(float4 *)y = make_float4(v[0], v[1], v[2], v[3]);
+}
+static __device__ __forceinline__ void hk_frag_put(uint16_t *y, const float *v)
+{
+    *(hk_bf16v<HK_FRAG_VEC> *)y = hk_bf16_pack<HK_FRAG_VEC>(v);
+}
+static __device__ __forceinline__ void hk_frag_put1(float *y, float v)
+{
+    *y = v;
+}
+static __device__ __forceinline__ void hk_frag_put1(uint16_t *y, float v)
+{
+    *y = hk_bf16_from_f32(v);
 }
 
-/* The same, rounded to bf16 (vec: y 8-byte aligned). */
-template <int NC>
+/* f into y[0, dim) in hk_frag's layout (vec: y 16-byte aligned for f32,
+ * 8-byte for bf16). */
+template <class Y, int NC>
 static __device__ __forceinline__ void
-hk_frag_store(uint16_t *y, const hk_frag<NC> &f, int dim, int lane, int G,
-              bool vec)
+hk_frag_store(Y *y, const hk_frag<NC> &f, int dim, int lane, int G, bool vec)
 {
 #pragma unroll
     for (int c = 0; c < NC; c++) {
         const int i = hk_frag_at(c, lane, G);
         if (vec) {
             if (i < dim)
-                *(hk_bf16v<HK_FRAG_VEC> *)(y + i) =
-                    hk_bf16_pack<HK_FRAG_VEC>(f.v[c]);
+                hk_frag_put(y + i, f.v[c]);
         } else {
 #pragma unroll
             for (int e = 0; e < HK_FRAG_VEC; e++)
                 if (i + e < dim)
-                    y[i + e] = hk_bf16_from_f32(f.v[c][e]);
+                    hk_frag_put1(y + i + e, f.v[c][e]);
         }
     }
 }

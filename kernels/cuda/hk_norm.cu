@@ -288,30 +288,16 @@ static int hk_rmsnorm(Y *y, const float *x, const float *z, const float *w,
                      hk_aligned(w, 16) && (!GATED || hk_aligned(z, 16)) &&
                      hk_aligned(y, HK_FRAG_VEC * sizeof(Y));
     if (dim <= HK_NORM_WARP_MAX) {
-        switch (hk_frag_chunks(dim, 32)) {
-        case 1:
-            hk_rmsnorm_warps<1, GATED>(y, x, z, w, rows, dim, eps, vec, s);
-            break;
-        case 2:
-            hk_rmsnorm_warps<2, GATED>(y, x, z, w, rows, dim, eps, vec, s);
-            break;
-        case 4:
-            hk_rmsnorm_warps<4, GATED>(y, x, z, w, rows, dim, eps, vec, s);
-            break;
-        default:
-            hk_rmsnorm_warps<8, GATED>(y, x, z, w, rows, dim, eps, vec, s);
-        }
+        hk_frag_dispatch(hk_frag_chunks(dim, 32), [&](auto nc) {
+            hk_rmsnorm_warps<decltype(nc)::value, GATED>(y, x, z, w, rows, dim,
+                                                         eps, vec, s);
+        });
     } else if (dim <= HK_NORM_BLOCK_MAX) {
-        switch (hk_frag_chunks(dim, HK_ROW_THREADS)) {
-        case 2:
-            hk_rmsnorm_blocks<2, GATED>(y, x, z, w, rows, dim, eps, vec, s);
-            break;
-        case 4:
-            hk_rmsnorm_blocks<4, GATED>(y, x, z, w, rows, dim, eps, vec, s);
-            break;
-        default:
-            hk_rmsnorm_blocks<8, GATED>(y, x, z, w, rows, dim, eps, vec, s);
-        }
+        /* 2 chunks at least: past HK_NORM_WARP_MAX */
+        hk_frag_dispatch(hk_frag_chunks(dim, HK_ROW_THREADS), [&](auto nc) {
+            hk_rmsnorm_blocks<decltype(nc)::value, GATED>(y, x, z, w, rows, dim,
+                                                          eps, vec, s);
+        });
     } else {
         hk_rmsnorm_kernel<GATED>
             <<<rows, HK_ROW_THREADS, 0, s>>>(y, x, z, w, dim, eps);

@@ -194,15 +194,25 @@ static __global__ void __launch_bounds__(HK_CONV_WARPS * 32)
                                    : 0.0f;
             }
         }
-    /* token t + 1's inputs loaded before token t's work: two rows in
-     * flight a warp */
-    hk_frag<NC> next;
-    hk_frag_load(next, x + (size_t)t0 * C + c0, dim, lane, 32, vec);
-    for (int t = t0; t < t1; t++) {
-        hk_frag<NC> f = next; /* token t's inputs, then its outputs */
-        if (t + 1 < t1)
-            hk_frag_load(next, x + (size_t)(t + 1) * C + c0, dim, lane, 32,
+    /* tokens t + 1 .. t + A's inputs loaded before token t's work: A + 1
+     * rows in flight a warp (an H200's call 2 measured this kernel at
+     * 57 % of copy with one row ahead: ~28 warps an SM x 1 KB in flight
+     * is under the ~5 MB its bandwidth times latency asks for) */
+    constexpr int A = NC == 1 ? 4 : 2;
+    hk_frag<NC> ahead[A];
+#pragma unroll
+    for (int a = 0; a < A; a++)
+        if (t0 + a < t1)
+            hk_frag_load(ahead[a], x + (size_t)(t0 + a) * C + c0, dim, lane, 32,
                          vec);
+    for (int t = t0; t < t1; t++) {
+        hk_frag<NC> f = ahead[0]; /* token t's inputs, then its outputs */
+#pragma unroll
+        for (int a = 0; a + 1 < A; a++)
+            ahead[a] = ahead[a + 1];
+        if (t + A < t1)
+            hk_frag_load(ahead[A - 1], x + (size_t)(t + A) * C + c0, dim, lane,
+                         32, vec);
 #pragma unroll
         for (int c = 0; c < NC; c++)
 #pragma unroll

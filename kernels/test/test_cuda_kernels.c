@@ -2840,6 +2840,49 @@ static void test_gdn_chunk_varlen(void)
  * halves in the state pass and the outputs, so it is held to the bf16
  * kernel's budget against unrounded inputs (RTOL_BF16; RTOL_FAST failed on
  * some inputs here, 1.26 of it at T = 70, C = 64, with either kernel A). */
+/* The f32 entry on q, k, v at an odd float offset (its split pass one
+ * element a thread instead of 16 bytes) = on aligned ones, bit for bit:
+ * o and the states, split (hi + lo) and rounded once (ROUND). */
+static int tc_unaligned_same(const gdn_prob_t *p, const gdn_dev_t *f,
+                             float *const *S0, int nseq, const int *dcu, int T,
+                             int Hk, int Hv, int dk, int dv, int C, float *dscr,
+                             unsigned flags)
+{
+    const size_t nq = (size_t)T * Hk * dk, nv = (size_t)T * Hv * dv;
+    const size_t no = nv, ns = (size_t)Hv * dk * dv;
+    float *base[3], *oq = dev_from_odd(p->q, nq, &base[0]);
+    float *ok_ = dev_from_odd(p->k, nq, &base[1]);
+    float *ov = dev_from_odd(p->v, nv, &base[2]);
+    float *out[2][4] = {{0}}; /* o, then each sequence's state */
+    int good = 1;
+    for (int u = 0; u < 2; u++) {
+        float *dS[3];
+        for (int b = 0; b < nseq; b++)
+            dS[b] = dev_from(S0[b], ns);
+        void *dst = dev_ptrs(dS, nseq);
+        float *dO = dev_alloc(no);
+        RUN(hk_cuda_gdn_chunk_tc_ex(
+            dO, dst, NULL, u ? oq : f->q, u ? ok_ : f->k, u ? ov : f->v, f->g,
+            f->beta, dcu, nseq, T, Hk, Hv, dk, dv, C, dscr, flags, NULL));
+        out[u][0] = host_from(dO, no);
+        for (int b = 0; b < nseq; b++) {
+            out[u][1 + b] = host_from(dS[b], ns);
+            CK(hk_cuda_free(dS[b]));
+        }
+        CK(hk_cuda_free(dst));
+        CK(hk_cuda_free(dO));
+    }
+    good &= !memcmp(out[0][0], out[1][0], no * sizeof(float));
+    for (int b = 0; b < nseq; b++)
+        good &= !memcmp(out[0][1 + b], out[1][1 + b], ns * sizeof(float));
+    for (int u = 0; u < 2; u++)
+        for (int b = 0; b <= nseq; b++)
+            free(out[u][b]);
+    for (int i = 0; i < 3; i++)
+        CK(hk_cuda_free(base[i]));
+    return good;
+}
+
 static void test_gdn_chunk_tc(void)
 {
     /* T, Hk, Hv, dk, dv, C, want Tc (test_gdn_chunk_bf16's shapes) */
@@ -2914,6 +2957,12 @@ static void test_gdn_chunk_tc(void)
             CK(hk_cuda_free(dtc));
             CK(hk_cuda_free(dO));
         }
+        for (int r = 0; r < 2 && T > 0; r++)
+            ok(tc_unaligned_same(&p, &f, S0, nseq, dcu, T, Hk, Hv, dk, dv, C,
+                                 dscr, r ? HK_CUDA_GDN_TC_ROUND : 0),
+               "gdn_chunk_tc (f32 in%s) on unaligned q, k, v = aligned, bit "
+               "for bit nseq=%d T=%d Hk=%d Hv=%d dk=%d dv=%d C=%d",
+               r ? ", rounded once" : "", nseq, T, Hk, Hv, dk, dv, C);
         for (int b = 0; b < nseq; b++) {
             free(S0[b]);
             free(S[b]);

@@ -100,6 +100,14 @@ struct uint3 {
     unsigned x, y, z;
 };
 
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+static inline uint2 make_uint2(unsigned x, unsigned y)
+{
+    return uint2{x, y};
+}
+
 struct uint4 {
     unsigned x, y, z, w;
 };

@@ -23,7 +23,9 @@
  *                   shared memory is short) and the fused decode step
  *                   (hk_cuda_gdn_step); the f32 kernels where a shape
  *                   rules those out (dk or dv not a multiple of 16, dv
- *                   not of 4)
+ *                   not of 4); at bf16 precision (a bf16 checkpoint's
+ *                   --dtype auto) the chunk's q, k, v rounded once
+ *                   (HK_CUDA_GDN_TC_ROUND), in every mode but scalar
  *   tc              those only: a shape they cannot take is an error
  *   scalar          the f32 kernels only: hk_cuda_gdn_chunk (the
  *                   caller's chunk) and the unfused decode chain, so one

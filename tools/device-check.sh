@@ -5,6 +5,7 @@
 #   here:      ../shared/device/pack.sh
 #              python3 -m pip download --no-deps --only-binary=:all: \
 #                  -d .device/whl fla-core==0.6.0
+#              tools/device-bundle-trim.sh (under the 64 MiB a call carries)
 #   device:    run(carry: [".device"], command: "bash tools/device-check.sh",
 #                  timeout_s: 600)
 #

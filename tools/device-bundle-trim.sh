@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# device-bundle-trim.sh - keep in .device/bundle.tar.xz (made by
+# ../shared/device/pack.sh) only what tools/device-check.sh runs: the CUDA
+# tests, gpu_engine, gpu_kernels, hypic-engine and the packed libraries.
+#
+# Why: the device tool carries at most 64 MiB a call (the tracked tree,
+# ~24 MB, plus what `carry` names); pack.sh's bundle holds every test and
+# bench (~43 MB with xz), which with the FLA wheel passed it in session
+# 15. Trimmed: ~38 MB. Run from the project's root after pack.sh and the
+# wheel's download; prints the bytes a call will carry.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+b=.device/bundle.tar.xz
+[ -f "$b" ] || {
+    echo "no $b: run ../shared/device/pack.sh first" >&2
+    exit 1
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+tar -C "$tmp" -xJf "$b"
+find "$tmp/build-device/test" -type f ! -name 'test_cuda_*' -delete
+find "$tmp/build-device/bench" -type f ! -name gpu_engine ! -name gpu_kernels \
+    -delete
+tar -C "$tmp" -cf - . | xz -6 -T0 >"$b.new"
+mv "$b.new" "$b"
+carried=$(du -cb .device | tail -1 | cut -f1)
+tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | awk '/total$/ {s += $1} END {print s}')
+echo "bundle $(du -b "$b" | cut -f1) bytes; a call carries ~$((carried + tracked)) of 67108864"

@@ -694,10 +694,11 @@ static int parse(opts_t *o, int argc, char **argv)
     return 0;
 }
 
-/* The workspace's plan: the largest piece, batch and context asked for. */
-static hp_fwd_plan_t plan_of(const opts_t *o, int piece)
+/* The workspace's plan: the largest piece, batch and context asked for;
+ * engine_piece: hp_assemble's pieces (hp_fwd_piece), whatever --piece. */
+static hp_fwd_plan_t plan_of(const opts_t *o, int engine_piece)
 {
-    hp_fwd_plan_t p = {piece, 1, 1, 1};
+    hp_fwd_plan_t p = {o->piece, 1, 1, 1};
     for (int i = 0; i < o->n_tokens; i++)
         if (o->tokens[i] > p.max_ctx)
             p.max_ctx = o->tokens[i];
@@ -711,8 +712,8 @@ static hp_fwd_plan_t plan_of(const opts_t *o, int piece)
         if (n > p.max_ctx)
             p.max_ctx = n;
     }
-    if (p.max_tokens < piece) /* hp_assemble's pieces */
-        p.max_tokens = piece;
+    if (p.max_tokens < engine_piece)
+        p.max_tokens = engine_piece;
     return p;
 }
 
@@ -774,9 +775,10 @@ int main(int argc, char **argv)
         return bench_fail(&err);
     hp_model_set_compute(&b.llm.model, o.dtype);
     const hp_model_config_t *c = &b.llm.model.cfg;
+    const int engine_piece = hp_fwd_piece(&b.llm.model);
     if (o.piece == 0) /* the engine's own */
-        o.piece = hp_fwd_piece(&b.llm.model);
-    hp_fwd_plan_t plan = plan_of(&o, o.piece);
+        o.piece = engine_piece;
+    hp_fwd_plan_t plan = plan_of(&o, engine_piece);
     if (hp_fwd_ws_init(&b.ws, &b.llm.model, &plan, &err) != HP_OK)
         return bench_fail(&err);
     b.lg = malloc((size_t)c->vocab_size * sizeof(float));

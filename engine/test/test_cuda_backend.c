@@ -739,10 +739,6 @@ static void check_conv_qkv(const hp_backend_t *b)
     free(hdt);
 }
 
-/* A prompt of 320 tokens in pieces of 32: past 256 keys each piece's
- * attention splits its keys over blocks (its row blocks are under a
- * wave: test_cuda_kernels' test_attention_split), in the scratch the
- * engine's plan sized; every logit as the CPU's. */
 /* Every row's logits of T tokens of qwen35-dense, run in pieces of
  * `piece`, on the CPU and on the device at f32: the worst relative error
  * between them, or -1 with a failure's message in err; the model's config
@@ -791,8 +787,10 @@ static double dense_logits_vs_cpu(const char *root, int T, int piece,
     return mx;
 }
 
-/* Split-KV through the engine: a prompt in pieces of 32, so the last
- * pieces' attention splits its keys (hk_cuda_attention_splits). */
+/* A prompt of 320 tokens in pieces of 32: past 256 keys each piece's
+ * attention splits its keys over blocks (its row blocks are under a
+ * wave: test_cuda_kernels' test_attention_split), in the scratch the
+ * engine's plan sized; every logit as the CPU's. */
 static void check_split_kv(const char *root)
 {
     enum { T = 320, PIECE = 32 };

@@ -506,23 +506,28 @@ static __device__ __forceinline__ hk_bf16v<N> hk_bf16_pack(const float *f)
     return b;
 }
 
-/* One chunk of a fragment into y: f32, or bf16 (nearest even) as the
- * bf16 GEMMs round; hk_frag_put1 one element. */
-static __device__ __forceinline__ void hk_frag_put(float *y, const float *v)
+/* An output element: f32, or bf16 (nearest even) as the bf16 GEMMs round
+ * their inputs. */
+static __device__ __forceinline__ void hk_put(float *y, size_t i, float v)
 {
-    *(float4 *)y = make_float4(v[0], v[1], v[2], v[3]);
+    y[i] = v;
 }
-static __device__ __forceinline__ void hk_frag_put(uint16_t *y, const float *v)
+static __device__ __forceinline__ void hk_put(uint16_t *y, size_t i, float v)
 {
-    *(hk_bf16v<HK_FRAG_VEC> *)y = hk_bf16_pack<HK_FRAG_VEC>(v);
+    y[i] = hk_bf16_from_f32(v);
 }
-static __device__ __forceinline__ void hk_frag_put1(float *y, float v)
+
+/* N outputs in one store: f32 (N = 4, a float4), or bf16 (N = 4, 8). */
+template <int N>
+static __device__ __forceinline__ void hk_store_n(float *y, const float *f)
 {
-    *y = v;
+    static_assert(N == 4, "f32 stores are float4");
+    *(float4 *)y = make_float4(f[0], f[1], f[2], f[3]);
 }
-static __device__ __forceinline__ void hk_frag_put1(uint16_t *y, float v)
+template <int N>
+static __device__ __forceinline__ void hk_store_n(uint16_t *y, const float *f)
 {
-    *y = hk_bf16_from_f32(v);
+    *(hk_bf16v<N> *)y = hk_bf16_pack<N>(f);
 }
 
 /* f into y[0, dim) in hk_frag's layout (vec: y 16-byte aligned for f32,
@@ -536,12 +541,12 @@ hk_frag_store(Y *y, const hk_frag<NC> &f, int dim, int lane, int G, bool vec)
         const int i = hk_frag_at(c, lane, G);
         if (vec) {
             if (i < dim)
-                hk_frag_put(y + i, f.v[c]);
+                hk_store_n<HK_FRAG_VEC>(y + i, f.v[c]);
         } else {
 #pragma unroll
             for (int e = 0; e < HK_FRAG_VEC; e++)
                 if (i + e < dim)
-                    hk_frag_put1(y + i + e, f.v[c][e]);
+                    hk_put(y, i + e, f.v[c][e]);
         }
     }
 }

@@ -44,16 +44,6 @@
 #define HK_NORM_WARPS     8
 #define HK_NORM_BLOCK_MAX (8 * HK_FRAG_VEC * HK_ROW_THREADS)
 
-/* An output element: f32, or bf16 as hk_cuda_matmul_bf16 rounds x. */
-static __device__ __forceinline__ void hk_put(float *y, size_t i, float v)
-{
-    y[i] = v;
-}
-static __device__ __forceinline__ void hk_put(uint16_t *y, size_t i, float v)
-{
-    y[i] = hk_bf16_from_f32(v);
-}
-
 /* 1 / rms of a row whose squares sum to ss (in double, rounded once). */
 static __device__ __forceinline__ float hk_rms_inv(float ss, int dim, float eps)
 {
@@ -195,19 +185,6 @@ static __device__ __forceinline__ void hk_load16(float (&f)[8],
         f[2 * j] = hk_bf16_to_f32((uint16_t)(wd[j] & 0xffffu));
         f[2 * j + 1] = hk_bf16_to_f32((uint16_t)(wd[j] >> 16));
     }
-}
-
-/* N outputs in one store: f32 (N = 4), or bf16 (N = 4, 8). */
-template <int N>
-static __device__ __forceinline__ void hk_store_n(float *y, const float *f)
-{
-    static_assert(N == 4, "f32 stores are float4");
-    *(float4 *)y = make_float4(f[0], f[1], f[2], f[3]);
-}
-template <int N>
-static __device__ __forceinline__ void hk_store_n(uint16_t *y, const float *f)
-{
-    *(hk_bf16v<N> *)y = hk_bf16_pack<N>(f);
 }
 
 /* An input element as f32 (bf16 widened exactly). */

@@ -1230,6 +1230,7 @@ typedef struct {
 static const att_kind_t att_prefill_kinds[] = {
     {"attention_prefill_flash3", HK_CUDA_ATT_FLASH3, 1},
     {"attention_prefill_flash3seq", HK_CUDA_ATT_FLASH3_SEQ, 1},
+    {"attention_prefill_flash3ws", HK_CUDA_ATT_FLASH3_WS, 1},
     {"attention_prefill_flash2", HK_CUDA_ATT_FLASH2, 1},
     {"attention_prefill_flash2x", HK_CUDA_ATT_FLASH2X, 1},
     {"attention_prefill", HK_CUDA_ATT_FLASH, 0},
@@ -1239,7 +1240,7 @@ static const att_kind_t att_decode_kinds[] = {
     {"attention_decode", HK_CUDA_ATT_FLASH, 1},
     {"attention_decode_1blk", HK_CUDA_ATT_FLASH, 0},
     {"attention_decode_simple", HK_CUDA_ATT_SIMPLE, 0}};
-#define N_ATT_PREFILL 7
+#define N_ATT_PREFILL 8
 #define N_ATT_KINDS   3 /* decode */
 static int att_prefill_run(void *ctx, int rep)
 {
@@ -1350,13 +1351,15 @@ static void att_free(att_ctx *c)
         CK(hk_cuda_free(bufs[i]));
 }
 
-/* The wgmma kinds (FLASH3, FLASH3_SEQ) have never run on a GPU: a fault
- * there would leave the context unusable for every row after it, so with
- * --only they run in their own family (attention_prefill_flash3), not in
- * attention_prefill's. */
+/* The wgmma kinds (FLASH3, FLASH3_SEQ, FLASH3_WS; the last has not run on
+ * a GPU yet): a fault there would leave the context unusable for every
+ * row after it, so with --only they run in their own family
+ * (attention_prefill_flash3), not in attention_prefill's. */
 static int att_kind_wg(const att_kind_t *kd)
 {
-    return kd->impl == HK_CUDA_ATT_FLASH3 || kd->impl == HK_CUDA_ATT_FLASH3_SEQ;
+    return kd->impl == HK_CUDA_ATT_FLASH3 ||
+           kd->impl == HK_CUDA_ATT_FLASH3_SEQ ||
+           kd->impl == HK_CUDA_ATT_FLASH3_WS;
 }
 
 /* Whether this run takes the kind: the wgmma kinds on a compute
@@ -1597,8 +1600,8 @@ static void dump_att(const model_t *m, int T, int B, int N)
     dump_dev("v.f32", c.v, kvr * m->Hkv * m->hd * 4);
     float *scr = c.scr;
     /* o.f32 (attention_prefill, attention_decode), else o_SUFFIX.f32
-     * (o_flash3, o_flash3seq, o_flash2, o_flash2x, o_bf16, o_simple; o_1blk,
-     * o_simple). */
+     * (o_flash3, o_flash3seq, o_flash3ws, o_flash2, o_flash2x, o_bf16,
+     * o_simple; o_1blk, o_simple). */
     const int nk = B ? N_ATT_KINDS : N_ATT_PREFILL;
     for (int i = 0; i < nk; i++) {
         char file[64] = "o.f32";

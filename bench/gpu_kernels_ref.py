@@ -401,7 +401,8 @@ def case_accuracy(d, case, anc, rows, later):
             qs, ks, vs = q[:, None], k, v
         add("o", "ours", ours, o)
         # the other kernels of the op (gpu_kernels.c's att_*_kinds)
-        for var in ("flash3", "flash3seq", "flash2", "flash2x", "bf16", "simple", "1blk"):
+        for var in ("flash3", "flash3seq", "flash3ws", "flash2", "flash2x",
+                    "bf16", "simple", "1blk"):
             f = os.path.join(d, "o_%s.f32" % var)
             if os.path.exists(f):
                 add("o", "ours_att_" + var, arr(d, "o_%s.f32" % var, o.shape),
@@ -491,6 +492,8 @@ ERR_OF = {
                                  ("o",)),
     "attention_prefill_flash3seq": ("attention_prefill",
                                     "ours_att_flash3seq", ("o",)),
+    "attention_prefill_flash3ws": ("attention_prefill",
+                                   "ours_att_flash3ws", ("o",)),
     "attention_prefill_flash2": ("attention_prefill", "ours_att_flash2",
                                  ("o",)),
     "attention_prefill_flash2x": ("attention_prefill", "ours_att_flash2x",

@@ -416,15 +416,15 @@ static bool hk_att_named(hk_cuda_att_impl_t impl)
  * static), else FLASH2X and FLASH2. */
 static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
 {
-    static const char *const names[] = {"simple",    "flash",   "flash_bf16",
-                                        "flash2",    "flash2x", "flash3",
-                                        "flash3_seq"};
+    static const char *const names[] = {"simple",     "flash",    "flash_bf16",
+                                        "flash2",     "flash2x",  "flash3",
+                                        "flash3_seq", "flash3_ws"};
     static const int values[] = {HK_CUDA_ATT_SIMPLE,     HK_CUDA_ATT_FLASH,
                                  HK_CUDA_ATT_FLASH_BF16, HK_CUDA_ATT_FLASH2,
                                  HK_CUDA_ATT_FLASH2X,    HK_CUDA_ATT_FLASH3,
-                                 HK_CUDA_ATT_FLASH3_SEQ};
+                                 HK_CUDA_ATT_FLASH3_SEQ, HK_CUDA_ATT_FLASH3_WS};
     static const hk_cuda_att_impl_t env = (hk_cuda_att_impl_t)hk_env_choice(
-        "HYPIC_CUDA_ATT", names, values, 7, HK_CUDA_ATT_DEFAULT);
+        "HYPIC_CUDA_ATT", names, values, 8, HK_CUDA_ATT_DEFAULT);
     if (hk_att_named(impl))
         return impl;
     if (env != HK_CUDA_ATT_DEFAULT)
@@ -436,9 +436,18 @@ static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
     return hk_cuda_cc() == 90 ? HK_CUDA_ATT_FLASH3_SEQ : HK_CUDA_ATT_FLASH2;
 }
 
+/* The FLASH3 kind (hk_cuda_impl.h) of impl; -1 for another kernel. */
+static int hk_att_f3_kind(hk_cuda_att_impl_t impl)
+{
+    return impl == HK_CUDA_ATT_FLASH3       ? HK_F3_OV
+           : impl == HK_CUDA_ATT_FLASH3_SEQ ? HK_F3_SEQ
+           : impl == HK_CUDA_ATT_FLASH3_WS  ? HK_F3_WS
+                                            : -1;
+}
+
 static bool hk_att_impl_ok(hk_cuda_att_impl_t impl)
 {
-    return impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_DEFAULT_BF16;
+    return impl >= HK_CUDA_ATT_DEFAULT && impl <= HK_CUDA_ATT_FLASH3_WS;
 }
 
 extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int T,
@@ -447,7 +456,7 @@ extern "C" size_t hk_cuda_attention_scratch(hk_cuda_att_impl_t impl, int T,
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
     if (T <= 0 || N <= 0 || !hk_att_args_ok(T, Hq, Hkv, hd))
         return 0;
-    if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) {
+    if (hk_att_f3_kind(use) >= 0) {
         /* and FLASH2's, its fallback */
         const size_t f3 = hk_attention_f3_scratch(T, N, Hq, Hkv, hd);
         const size_t f2 = hk_attention_f2_scratch(0, T, N, Hq, Hkv, hd);
@@ -465,7 +474,7 @@ extern "C" int hk_cuda_attention_splits(hk_cuda_att_impl_t impl, int T, int N,
     const hk_cuda_att_impl_t use = hk_att_resolve(impl);
     if (T <= 0 || N <= 0 || !hk_att_args_ok(T, Hq, Hkv, hd))
         return 1;
-    if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ)
+    if (hk_att_f3_kind(use) >= 0)
         /* FLASH3 runs FLASH2 off a compute capability 9.0 device */
         return hk_cuda_cc() == 90
                    ? hk_attention_f3_splits(T, N, Hq, Hkv, hd)
@@ -485,10 +494,10 @@ extern "C" int hk_cuda_attention_ex(hk_cuda_att_impl_t impl, float *o,
     if (!hk_att_args_ok(T, Hq, Hkv, hd) || N <= 0 || !hk_att_impl_ok(impl))
         return HK_CUDA_EINVAL;
     hk_cuda_att_impl_t use = hk_att_resolve(impl);
-    if (use == HK_CUDA_ATT_FLASH3 || use == HK_CUDA_ATT_FLASH3_SEQ) {
+    if (hk_att_f3_kind(use) >= 0) {
         const int rc =
-            hk_attention_f3(use == HK_CUDA_ATT_FLASH3, o, q, qpos, k, v, T, N,
-                            Hq, Hkv, hd, scale, scratch, hk_stream(stream));
+            hk_attention_f3(hk_att_f3_kind(use), o, q, qpos, k, v, T, N, Hq,
+                            Hkv, hd, scale, scratch, hk_stream(stream));
         if (rc != HK_CUDA_EINVAL || hk_att_named(impl))
             return rc;
         use = HK_CUDA_ATT_FLASH2;

@@ -196,6 +196,95 @@ hk_f3_pv(float O[HD / 2], uint32_t P[HK_F3_BK / 16][4], const __nv_bfloat16 *tV)
     hk_wgmma_commit();
 }
 
+/* A block's start, every thread of it: the key count of each of its rows
+ * to sLim, its q rows to sQ as bf16 core matrices (chunk i of 8 bf16 is
+ * row 8 (i / 8 / (HD / 8)) + i % 8, columns 8 (i / 8 % (HD / 8)):
+ * consecutive threads fill a core matrix; zeros past hd and the last
+ * row); then the proxy fence and the block barrier. */
+template <int HD>
+static __device__ void hk_f3_stage_q(__nv_bfloat16 *sQ, int *sLim,
+                                     const float *q, const int *qpos,
+                                     const hk_att_rows &rw, int vec)
+{
+    const int tid = threadIdx.x;
+    if (tid < HK_F3_M)
+        sLim[tid] = rw.keys(qpos, tid);
+    for (int i = tid; i < HK_F3_M * HD / 8; i += blockDim.x) {
+        const int rr = (i >> 3) / (HD / 8) * 8 + (i & 7);
+        const int d = (i >> 3) % (HD / 8) * 8;
+        const long long at = rw.off(rr);
+        float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if (at >= 0 && vec && d < rw.hd) {
+            const float4 a = *reinterpret_cast<const float4 *>(q + at + d);
+            const float4 b = *reinterpret_cast<const float4 *>(q + at + d + 4);
+            x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
+            x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+        } else if (at >= 0) {
+            for (int u = 0; u < 8; u++)
+                x[u] = d + u < rw.hd ? q[at + d + u] : 0.0f;
+        }
+        *reinterpret_cast<uint4 *>(sQ + (size_t)i * 8) =
+            make_uint4(hk_pack_bf16x2(x[0], x[1]), hk_pack_bf16x2(x[2], x[3]),
+                       hk_pack_bf16x2(x[4], x[5]), hk_pack_bf16x2(x[6], x[7]));
+    }
+    hk_fence_proxy_async(); /* st.shared -> wgmma's reads */
+    __syncthreads();
+}
+
+/* Half (0: K, 1: V^T) of key tile j of the group's tiles kvg into slot
+ * b's half of sT, 16 bytes a thread, threads first, first + step, ...
+ * (no commit). */
+template <int HD>
+static __device__ __forceinline__ void
+hk_f3_load(__nv_bfloat16 *sT, const __nv_bfloat16 *kvg, int j, int half, int b,
+           int first, int step)
+{
+    const int TILE = hk_f3<HD>::TILE;
+    const __nv_bfloat16 *src = kvg + (size_t)j * TILE + half * (TILE / 2);
+    __nv_bfloat16 *dst = sT + b * TILE + half * (TILE / 2);
+    for (int i = first; i < TILE / 16; i += step)
+        hk_cp_async16(dst + i * 8, src + i * 8, 16);
+}
+
+/* After hk_f3_stage_q: the key tiles [*j0, *nt) of the block's split
+ * blockIdx.z of nsplit (hk_att_splits; nsplit 1: all), and for a thread
+ * of warpgroup wg < 2 its last key (*gmax, the max over its 64 rows) and
+ * those of the lane's two rows (lim[0]: row g of the warp's 16, lim[1]:
+ * g + 8; wr: the warp's first row). */
+static __device__ void hk_f3_range(const int *sLim, int wg, int wr, int lane,
+                                   int nsplit, int *j0, int *nt, int *gmax,
+                                   int lim[2])
+{
+    int nk = 0;
+    for (int i = 0; i < HK_F3_M; i++)
+        nk = max(nk, sLim[i]);
+    *gmax = 0;
+    lim[0] = lim[1] = 0;
+    if (wg < 2) {
+        for (int i = 0; i < 64; i++)
+            *gmax = max(*gmax, sLim[wg * 64 + i]);
+        lim[0] = sLim[wr + lane / 4], lim[1] = sLim[wr + lane / 4 + 8];
+    }
+    const int ntk = (nk + HK_F3_BK - 1) / HK_F3_BK;
+    const int per = (ntk + nsplit - 1) / nsplit;
+    *j0 = min(ntk, (int)blockIdx.z * per);
+    *nt = min(ntk, *j0 + per);
+}
+
+/* A warp's end: its rows' o (nsplit 1) or their partial softmax. */
+template <int HD>
+static __device__ void
+hk_f3_end(float *o, float *part, const float *O, const float m[2], float l[2],
+          const hk_att_rows &rw, int wr, int lane, int hd, int nsplit)
+{
+    const long long at[2] = {rw.off(wr + lane / 4), rw.off(wr + lane / 4 + 8)};
+    if (nsplit == 1)
+        hk_frag_rows_out<HD>(o, O, l, at, hd, lane);
+    else
+        hk_frag_rows_part<HD>(part, O, m, l, at, hd, lane, nsplit,
+                              (int)blockIdx.z);
+}
+
 /* Grid (row blocks, Hkv, nsplit): split z takes the z-th of nsplit even
  * ranges of the block's key tiles (split-KV, hk_cuda_impl.h; nsplit 1:
  * all, o written, else the partials). sl2 = scale * log2(e). kv: the
@@ -224,59 +313,21 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
     const hk_att_rows rw(HK_F3_M, T, Hq, Hkv, hd);
     const int g = rw.g;
 
-    if (tid < HK_F3_M)
-        sLim[tid] = rw.keys(qpos, tid);
-    /* Chunk i of 8 bf16 is row 8 (i / 8 / (HD / 8)) + i % 8, columns
-     * 8 (i / 8 % (HD / 8)): consecutive threads fill a core matrix. */
-    for (int i = tid; i < HK_F3_M * HD / 8; i += HK_F3_THREADS) {
-        const int rr = (i >> 3) / (HD / 8) * 8 + (i & 7);
-        const int d = (i >> 3) % (HD / 8) * 8;
-        const long long at = rw.off(rr);
-        float x[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-        if (at >= 0 && vec && d < hd) {
-            const float4 a = *reinterpret_cast<const float4 *>(q + at + d);
-            const float4 b = *reinterpret_cast<const float4 *>(q + at + d + 4);
-            x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w;
-            x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
-        } else if (at >= 0) {
-            for (int u = 0; u < 8; u++)
-                x[u] = d + u < hd ? q[at + d + u] : 0.0f;
-        }
-        *reinterpret_cast<uint4 *>(sQ + (size_t)i * 8) =
-            make_uint4(hk_pack_bf16x2(x[0], x[1]), hk_pack_bf16x2(x[2], x[3]),
-                       hk_pack_bf16x2(x[4], x[5]), hk_pack_bf16x2(x[6], x[7]));
-    }
-
-    /* Keys: the block's (nk), the warpgroup's 64 rows' (gmax), the lane's
-     * two rows' (lim[0]: row g of its warp's 16, lim[1]: g + 8). Read
-     * after the barrier below (sLim's writers). */
+    hk_f3_stage_q<HD>(sQ, sLim, q, qpos, rw, vec);
+    /* this warpgroup's 64 rows: the warp's first (wr), their Q (wQ) */
     const int wr = wg * 64 + wq * 16;
-    const __nv_bfloat16 *kvg = kv + (size_t)g * ntiles * TILE;
-    /* Half (0: K, 1: V^T) of tile j into slot b's half (no commit). */
-    auto load = [&](int j, int half, int b) {
-        const __nv_bfloat16 *src = kvg + (size_t)j * TILE + half * (TILE / 2);
-        __nv_bfloat16 *dst = sT + b * TILE + half * (TILE / 2);
-        for (int i = tid; i < TILE / 16; i += HK_F3_THREADS)
-            hk_cp_async16(dst + i * 8, src + i * 8, 16);
-    };
-    /* this warpgroup's 64 rows of Q */
     const __nv_bfloat16 *wQ = sQ + (size_t)wg * 64 * HD;
+    const __nv_bfloat16 *kvg = kv + (size_t)g * ntiles * TILE;
+    auto load = [&](int j, int half, int b) {
+        hk_f3_load<HD>(sT, kvg, j, half, b, tid, HK_F3_THREADS);
+    };
     float O[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < HD / 2; i++)
         O[i] = 0.0f;
     uint32_t P[BK / 16][4];
-    hk_fence_proxy_async(); /* st.shared -> wgmma's reads */
-    __syncthreads();
-    int nk = 0, gmax = 0;
-    for (int i = 0; i < HK_F3_M; i++)
-        nk = max(nk, sLim[i]);
-    for (int i = 0; i < 64; i++)
-        gmax = max(gmax, sLim[wg * 64 + i]);
-    const int lim[2] = {sLim[wr + lane / 4], sLim[wr + lane / 4 + 8]};
-    /* split z of nsplit: tiles j0 .. nt - 1 of the block's (hk_att_splits) */
-    const int ntk = (nk + BK - 1) / BK, per = (ntk + nsplit - 1) / nsplit;
-    const int j0 = min(ntk, (int)blockIdx.z * per), nt = min(ntk, j0 + per);
+    int j0, nt, gmax, lim[2];
+    hk_f3_range(sLim, wg, wr, lane, nsplit, &j0, &nt, &gmax, lim);
 
     if (!OV) {
         /* tile j in slot j % 2; tile j + 1 issued before tile j is used */
@@ -358,12 +409,139 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
         }
     }
 
-    const long long at[2] = {rw.off(wr + lane / 4), rw.off(wr + lane / 4 + 8)};
-    if (nsplit == 1)
-        hk_frag_rows_out<HD>(o, O, l, at, hd, lane);
-    else
-        hk_frag_rows_part<HD>(part, O, m, l, at, hd, lane, nsplit,
-                              (int)blockIdx.z);
+    hk_f3_end<HD>(o, part, O, m, l, rw, wr, lane, hd, nsplit);
+}
+
+/* FLASH3_WS: the two warpgroups of FLASH3_SEQ as consumers, a ninth warp
+ * as the producer of their K and V^T tiles (warp specialization), and the
+ * warpgroups taking turns on the tensor cores (FlashAttention-3's
+ * ping-pong). Why: in FLASH3_SEQ both warpgroups pass a block barrier twice
+ * a tile, so they compute S together, run their softmax together (the
+ * tensor cores idle) and P V together; its own OV overlap costs registers
+ * (242 a thread at HD 256) and measured slower. Here no block barrier
+ * follows the start, and the named barriers (hk_ptx.h) say only what each
+ * side waits for:
+ *   - the producer issues K_{j+1} once both warpgroups are done with
+ *     K_{j-1} (FREE_K of its slot, arrived after their S_{j-1}) and V_{j+1}
+ *     once they are done with V_{j-1} (after P V), and signals K_j and V_j
+ *     landed to each warpgroup apart (FULL_K, FULL_V), so neither waits for
+ *     the other's progress, only for the data;
+ *   - a warpgroup issues each of its products (S, then P V) only in its
+ *     turn (TURN: its own barrier, completed by the other's arrival after
+ *     the other issued): products alternate between the warpgroups, and
+ *     while one runs its softmax the other's products keep the tensor
+ *     cores busy.
+ * A warpgroup past its rows' last key keeps the protocol (every sync and
+ * arrival) without the products, so both count the same tiles. The
+ * shared memory is FLASH3_SEQ's (two slots of a K and a V^T tile); one
+ * block per SM at HD 256. Registers: __maxnreg__ 224, since
+ * __launch_bounds__(288, 1) made ptxas allot 168 (65536 / 384: it rounds
+ * the block to whole warpgroups) and spill 560 bytes at HD 256; 9 warps
+ * of 224 fit the 64K. sm_90a: 204 / 140 / 108 at HD 256 / 128 / 64, no
+ * spills. */
+#define HK_F3W_THREADS      (HK_F3_THREADS + 32)
+#define HK_F3W_TURN(w)      (1 + (w))           /* 256: sync w, arrive 1-w */
+#define HK_F3W_FULL_K(s, w) (3 + 2 * (s) + (w)) /* 160: arrive P, sync w */
+#define HK_F3W_FULL_V(s, w) (7 + 2 * (s) + (w)) /* 160 */
+#define HK_F3W_FREE_K(s)    (11 + (s))          /* 288: arrive both, sync P */
+#define HK_F3W_FREE_V(s)    (13 + (s))          /* 288 */
+#define HK_F3W_FULL_N       (128 + 32)
+
+template <int HD>
+static __global__ void __maxnreg__(224)
+    hk_f3ws_kernel(float *o, float *part, const float *q, const int *qpos,
+                   const __nv_bfloat16 *kv, int T, int ntiles, int Hq, int Hkv,
+                   int hd, float sl2, int vec, int nsplit)
+{
+    typedef hk_f3<HD> L;
+    const int BK = HK_F3_BK, TILE = L::TILE;
+    HK_DYNAMIC_SMEM(smem);
+    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem;               // [M, HD] as tiles
+    __nv_bfloat16 *sT = (__nv_bfloat16 *)(smem + L::Q);      // [2][K | V^T]
+    int *sLim = (int *)(smem + L::Q + 2 * (size_t)TILE * 2); // [M]
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int wg = tid >> 7, wq = (tid >> 5) & 3; /* wg 2: the producer */
+    const hk_att_rows rw(HK_F3_M, T, Hq, Hkv, hd);
+    const int wr = wg * 64 + wq * 16;
+
+    hk_f3_stage_q<HD>(sQ, sLim, q, qpos, rw, vec);
+    int j0, nt, gmax, lim[2];
+    hk_f3_range(sLim, wg, wr, lane, nsplit, &j0, &nt, &gmax, lim);
+    if (j0 >= nt)
+        return; /* block-uniform: no tile, no barrier */
+
+    if (wg == 2) {
+        /* Tile j in slot j % 2; groups in the order K_j, V_j, K_{j+1},
+         * V_{j+1}, ... (empty past the last tile), so at each wait the two
+         * newest may stay pending. */
+        const __nv_bfloat16 *kvg = kv + (size_t)rw.g * ntiles * TILE;
+        for (int half = 0; half < 2; half++) {
+            hk_f3_load<HD>(sT, kvg, j0, half, j0 & 1, lane, 32);
+            hk_cp_async_commit();
+        }
+        for (int j = j0; j < nt; j++) {
+            const int s = j & 1;
+            for (int half = 0; half < 2; half++) {
+                if (j > j0) /* both warpgroups are done with tile j - 1's */
+                    hk_bar_sync(half ? HK_F3W_FREE_V(s ^ 1)
+                                     : HK_F3W_FREE_K(s ^ 1),
+                                HK_F3W_THREADS);
+                if (j + 1 < nt)
+                    hk_f3_load<HD>(sT, kvg, j + 1, half, s ^ 1, lane, 32);
+                hk_cp_async_commit();
+                hk_cp_async_wait<2>();  /* this half of tile j landed */
+                hk_fence_proxy_async(); /* cp.async's writes -> wgmma's */
+                for (int w = 0; w < 2; w++)
+                    hk_bar_arrive(half ? HK_F3W_FULL_V(s, w)
+                                       : HK_F3W_FULL_K(s, w),
+                                  HK_F3W_FULL_N);
+            }
+        }
+        hk_bar_sync(HK_F3W_FREE_K((nt - 1) & 1), HK_F3W_THREADS);
+        hk_bar_sync(HK_F3W_FREE_V((nt - 1) & 1), HK_F3W_THREADS);
+        return;
+    }
+
+    const __nv_bfloat16 *wQ = sQ + (size_t)wg * 64 * HD;
+    float O[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < HD / 2; i++)
+        O[i] = 0.0f;
+    uint32_t P[BK / 16][4];
+    const int me = HK_F3W_TURN(wg), other = HK_F3W_TURN(wg ^ 1);
+    if (wg == 1) /* warpgroup 0 takes the first turn */
+        hk_bar_arrive(HK_F3W_TURN(0), HK_F3_THREADS);
+    for (int j = j0; j < nt; j++) {
+        const int s = j & 1, k0 = j * BK;
+        const bool live = k0 < gmax; /* warpgroup-uniform */
+        const __nv_bfloat16 *tK = sT + s * TILE;
+        float S[BK / 2] = {}; /* defined: hk_f3_scores pins it */
+        hk_bar_sync(HK_F3W_FULL_K(s, wg), HK_F3W_FULL_N);
+        hk_bar_sync(me, HK_F3_THREADS);
+        if (live)
+            hk_f3_scores<HD>(S, wQ, tK);
+        hk_bar_arrive(other, HK_F3_THREADS);
+        if (live) {
+            hk_wgmma_wait<0>();
+            hk_f3_hold(S, BK / 2);
+        }
+        hk_bar_arrive(HK_F3W_FREE_K(s), HK_F3W_THREADS);
+        if (live)
+            hk_f3_softmax<HD>(S, k0, lim, lane, sl2, m, l, O, P);
+        hk_bar_sync(HK_F3W_FULL_V(s, wg), HK_F3W_FULL_N);
+        hk_bar_sync(me, HK_F3_THREADS);
+        if (live)
+            hk_f3_pv<HD>(O, P, tK + BK * HD);
+        hk_bar_arrive(other, HK_F3_THREADS);
+        if (live) {
+            hk_wgmma_wait<0>();
+            hk_f3_hold(O, HD / 2);
+        }
+        hk_bar_arrive(HK_F3W_FREE_V(s), HK_F3W_THREADS);
+    }
+    if (wg == 0) /* warpgroup 1's arrival after its last product */
+        hk_bar_sync(HK_F3W_TURN(0), HK_F3_THREADS);
+    hk_f3_end<HD>(o, part, O, m, l, rw, wr, lane, hd, nsplit);
 }
 
 /* Floats of the bf16 K and V^T tiles: 2 HK_F3_BK HD bf16 = HK_F3_BK HD
@@ -397,7 +575,7 @@ int hk_attention_f3_splits(int T, int N, int Hq, int Hkv, int hd)
     return HD ? hk_att_splits(hk_f3_per_sm(HD), HK_F3_M, T, N, Hq, Hkv) : 1;
 }
 
-template <int HD, bool OV>
+template <int HD, int KIND>
 static int hk_f3_launch(float *o, const float *q, const int *qpos,
                         const float *k, const float *v, int T, int N, int Hq,
                         int Hkv, int hd, float scale, float *scratch, int vec,
@@ -419,42 +597,54 @@ static int hk_f3_launch(float *o, const float *q, const int *qpos,
     const long long nb = ((long long)T * (Hq / Hkv) + HK_F3_M - 1) / HK_F3_M;
     const int ns = hk_att_splits(hk_f3_per_sm(HD), HK_F3_M, T, N, Hq, Hkv);
     float *part = scratch + hk_f3_tiles(N, Hkv, HD);
-    cudaFuncSetAttribute(hk_f3_kernel<HD, OV>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)L::SMEM);
     const dim3 grid((unsigned)nb, (unsigned)Hkv, (unsigned)ns);
-    hk_f3_kernel<HD, OV><<<grid, HK_F3_THREADS, L::SMEM, stream>>>(
-        o, part, q, qpos, kv, T, ntiles, Hq, Hkv, hd,
-        scale * 1.4426950408889634f, vec, ns);
+    const float sl2 = scale * 1.4426950408889634f;
+    if (KIND == HK_F3_WS) {
+        cudaFuncSetAttribute(hk_f3ws_kernel<HD>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)L::SMEM);
+        hk_f3ws_kernel<HD><<<grid, HK_F3W_THREADS, L::SMEM, stream>>>(
+            o, part, q, qpos, kv, T, ntiles, Hq, Hkv, hd, sl2, vec, ns);
+    } else {
+        cudaFuncSetAttribute(hk_f3_kernel<HD, KIND == HK_F3_OV>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)L::SMEM);
+        hk_f3_kernel<HD, KIND == HK_F3_OV>
+            <<<grid, HK_F3_THREADS, L::SMEM, stream>>>(
+                o, part, q, qpos, kv, T, ntiles, Hq, Hkv, hd, sl2, vec, ns);
+    }
     rc = hk_cuda_check_launch();
     if (rc || ns == 1)
         return rc;
     return hk_att_combine(o, part, (long long)T * Hq, hd, ns, stream);
 }
 
-/* The launcher of (HD, OV). */
+/* The launcher of (HD, kind). */
 typedef int (*hk_f3_launch_t)(float *, const float *, const int *,
                               const float *, const float *, int, int, int, int,
                               int, float, float *, int, cudaStream_t);
 
-int hk_attention_f3(int overlap, float *o, const float *q, const int *qpos,
+int hk_attention_f3(int kind, float *o, const float *q, const int *qpos,
                     const float *k, const float *v, int T, int N, int Hq,
                     int Hkv, int hd, float scale, float *scratch,
                     cudaStream_t stream)
 {
     const int HD = hk_att_tc_hd(hd);
-    if (!HD || !scratch || ((uintptr_t)scratch & 15) != 0 || hk_cuda_cc() != 90)
+    if (!HD || !scratch || ((uintptr_t)scratch & 15) != 0 ||
+        hk_cuda_cc() != 90 || kind < HK_F3_SEQ || kind > HK_F3_WS)
         return HK_CUDA_EINVAL;
     const long long nb = ((long long)T * (Hq / Hkv) + HK_F3_M - 1) / HK_F3_M;
     if (nb > 2147483647LL || Hkv > HK_CUDA_MAX_GRID_YZ)
         return HK_CUDA_EINVAL;
     const int vec = hd % 8 == 0 && ((uintptr_t)q & 15) == 0;
-    static const hk_f3_launch_t f[2][3] = {
-        {hk_f3_launch<64, false>, hk_f3_launch<128, false>,
-         hk_f3_launch<256, false>},
-        {hk_f3_launch<64, true>, hk_f3_launch<128, true>,
-         hk_f3_launch<256, true>}};
+    static const hk_f3_launch_t f[3][3] = {
+        {hk_f3_launch<64, HK_F3_SEQ>, hk_f3_launch<128, HK_F3_SEQ>,
+         hk_f3_launch<256, HK_F3_SEQ>},
+        {hk_f3_launch<64, HK_F3_OV>, hk_f3_launch<128, HK_F3_OV>,
+         hk_f3_launch<256, HK_F3_OV>},
+        {hk_f3_launch<64, HK_F3_WS>, hk_f3_launch<128, HK_F3_WS>,
+         hk_f3_launch<256, HK_F3_WS>}};
     const int i = HD == 64 ? 0 : HD == 128 ? 1 : 2;
-    return f[overlap != 0][i](o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale,
-                              scratch, vec, stream);
+    return f[kind][i](o, q, qpos, k, v, T, N, Hq, Hkv, hd, scale, scratch, vec,
+                      stream);
 }

@@ -227,22 +227,22 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
 #define HK_CUDA_ATT_TC_MAX_HD 256
 
 /* Which kernels the attention calls run. DEFAULT is the environment's
- * HYPIC_CUDA_ATT (simple, flash, flash_bf16, flash2, flash2x, flash3 or
- * flash3_seq; read once), else FLASH2X: FLASH's accuracy at 4.2-4.9x its speed
- * on an H100 (bench/results/gpu/2026-11-27-h100-session11). DEFAULT_BF16 is
- * the default where bf16 operands are asked for (a bf16 checkpoint, as
- * transformers runs it): the environment's choice, else FLASH3_SEQ on a
- * compute capability 9.0 device (0.66-0.81x torch SDPA's bf16 speed on an
- * H200, 2.1-2.3x FLASH2's, FLASH3 3-4 % slower: bench/results/gpu/
- * 2026-11-28-h200), FLASH2 elsewhere (1.8-1.9x FLASH2X's speed). Both fall
- * back as below. SIMPLE      one
- * block per (query, head), f32 CUDA cores; decode the same per (request, head)
- * (the first kernels, kept to compare against); FLASH       prefill tiled on
- * tensor cores, all heads of a kv group sharing each K/V tile, f32 operands
- * split into bf16 hi + lo (3 MMAs per product, ~1e-5 of f32); decode split over
- * the key axis, a group's heads sharing each K/V read; FLASH_BF16  the same
- * prefill with q, k, p, v rounded to bf16 once (1 MMA, ~3e-3 relative); decode
- * as FLASH. FLASH2      prefill in FlashAttention-2's structure (mma.sync with
+ * HYPIC_CUDA_ATT (simple, flash, flash_bf16, flash2, flash2x, flash3,
+ * flash3_seq or flash3_ws; read once), else FLASH2X: FLASH's accuracy
+ * at 4.2-4.9x its speed on an H100
+ * (bench/results/gpu/2026-11-27-h100-session11). DEFAULT_BF16 is the default
+ * where bf16 operands are asked for (a bf16 checkpoint, as transformers runs
+ * it): the environment's choice, else FLASH3_SEQ on a compute capability 9.0
+ * device (0.66-0.81x torch SDPA's bf16 speed on an H200, 2.1-2.3x FLASH2's,
+ * FLASH3 3-4 % slower: bench/results/gpu/2026-11-28-h200-session15),
+ * FLASH2 elsewhere (1.8-1.9x FLASH2X's speed). Both fall back as below. SIMPLE      one block
+ * per (query, head), f32 CUDA cores; decode the same per (request, head) (the
+ * first kernels, kept to compare against); FLASH       prefill tiled on tensor
+ * cores, all heads of a kv group sharing each K/V tile, f32 operands split into
+ * bf16 hi + lo (3 MMAs per product, ~1e-5 of f32); decode split over the key
+ * axis, a group's heads sharing each K/V read; FLASH_BF16  the same prefill
+ * with q, k, p, v rounded to bf16 once (1 MMA, ~3e-3 relative); decode as
+ * FLASH. FLASH2      prefill in FlashAttention-2's structure (mma.sync with
  *               register fragments, cp.async double buffering) on bf16
  *               q, k, p, v (FLASH_BF16's precision); needs scratch
  *               (hk_cuda_attention_ex) for the bf16 copies of k and v;
@@ -258,11 +258,15 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
  *               as FLASH.
  *   FLASH3_SEQ  FLASH3 without that overlap: fewer registers (200 at hd
  *               256), faster on an H200; DEFAULT_BF16's choice there.
+ *   FLASH3_WS   FLASH3_SEQ's warpgroups fed by a producer warp (warp
+ *               specialization) and taking turns on the tensor cores, so
+ *               one's softmax overlaps the other's products (ping-pong);
+ *               no block barrier per tile. Untimed (2026-11-28).
  * FLASH falls back to SIMPLE where it cannot run (hd above
  * HK_CUDA_ATT_TC_MAX_HD, or the shared memory it needs), FLASH2 and
- * FLASH2X to FLASH (no scratch, or where they cannot run), FLASH3 and
- * FLASH3_SEQ to FLASH2 (another device); asked for explicitly they return
- * HK_CUDA_EINVAL there instead. */
+ * FLASH2X to FLASH (no scratch, or where they cannot run), FLASH3,
+ * FLASH3_SEQ and FLASH3_WS to FLASH2 (another device); asked for explicitly
+ * they return HK_CUDA_EINVAL there instead. */
 typedef enum {
     HK_CUDA_ATT_DEFAULT = 0,
     HK_CUDA_ATT_SIMPLE = 1,
@@ -272,7 +276,8 @@ typedef enum {
     HK_CUDA_ATT_FLASH2X = 5,
     HK_CUDA_ATT_FLASH3 = 6,
     HK_CUDA_ATT_FLASH3_SEQ = 7,
-    HK_CUDA_ATT_DEFAULT_BF16 = 8
+    HK_CUDA_ATT_DEFAULT_BF16 = 8,
+    HK_CUDA_ATT_FLASH3_WS = 9
 } hk_cuda_att_impl_t;
 
 /* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys
@@ -654,7 +659,7 @@ int hk_cuda_gdn_tc_profile(int on);
 int hk_cuda_gdn_tc_phases(double ms[HK_CUDA_GDN_TC_PHASES]);
 /* The kernels a call of these shapes and flags launches (f32_in: the f32
  * entry; want_tc: tcs given) into buf, e.g. "A2 R32x2 O": kernel A (A1,
- * or A2 the blockwise), the state pass (R<BV>x<dk/64>: the state in
+ * A3, or A2 the blockwise), the state pass (R<BV>x<dk/64>: the state in
  * registers; P<BV>: in shared memory, "s" single-buffered; B<BV>: v1, the
  * outputs inside it) and O, the outputs' launch (v1: none). What runs, not
  * what was asked for (REG where dk is no multiple of 64 runs P). 0, or

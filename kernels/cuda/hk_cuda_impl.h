@@ -67,8 +67,10 @@ int hk_att_combine(float *o, const float *part, long long rows, int hd,
                    int nsplit, cudaStream_t stream);
 
 /* hk_attention_wg.cu: FLASH3, the prefill on Hopper's wgmma (bf16
- * operands; overlap: the next tile's scores issued before this tile's
- * softmax, else FLASH3_SEQ); scratch (16-byte aligned):
+ * operands), of kind HK_F3_SEQ (FLASH3_SEQ), HK_F3_OV (FLASH3: the next
+ * tile's scores issued before this tile's softmax) or HK_F3_WS
+ * (FLASH3_WS: a producer warp, the warpgroups in turns); scratch (16-byte
+ * aligned):
  * hk_attention_f3_scratch floats for the bf16 tiles of k and v (0: hd too
  * wide), then split-KV's partials (any call of at most T queries over at
  * most N keys; hk_attention_f3_splits: the splits of one).
@@ -76,7 +78,10 @@ int hk_att_combine(float *o, const float *part, long long rows, int hd,
  * device, shared memory). Arguments checked by hk_cuda_attention_ex. */
 size_t hk_attention_f3_scratch(int T, int N, int Hq, int Hkv, int hd);
 int hk_attention_f3_splits(int T, int N, int Hq, int Hkv, int hd);
-int hk_attention_f3(int overlap, float *o, const float *q, const int *qpos,
+#define HK_F3_SEQ 0
+#define HK_F3_OV  1
+#define HK_F3_WS  2
+int hk_attention_f3(int kind, float *o, const float *q, const int *qpos,
                     const float *k, const float *v, int T, int N, int Hq,
                     int Hkv, int hd, float scale, float *scratch,
                     cudaStream_t stream);

@@ -20,6 +20,10 @@
  *                          each, 16-byte aligned) of 8x8 matrix i; r[i] of
  *                          lane l: row g, columns 2t, 2t+1 of matrix i;
  *                          with .trans: rows 2t, 2t+1 of column g.
+ * bar.sync / bar.arrive on a named barrier (hk_bar_sync, hk_bar_arrive):
+ * the barrier completes when n threads have arrived, those that sync wait
+ * for it, those that arrive go on (FLASH3_WS's producer / consumer
+ * signals).
  * cp.async.cg 16 bytes: src_bytes (0 or 16) are read, the rest of the 16
  * zero-filled; completes by the cp.async.wait_group that leaves fewer
  * groups pending than its own, then needs a barrier before other threads
@@ -91,6 +95,21 @@ static __device__ __forceinline__ void hk_cp_async_commit(void)
 template <int N> static __device__ __forceinline__ void hk_cp_async_wait(void)
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Named barrier id (1..15; 0 is __syncthreads') of n threads (a multiple
+ * of 32, whole warps calling): the caller waits until n have arrived. */
+static __device__ __forceinline__ void hk_bar_sync(int id, int n)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* The same barrier's arrival without waiting: the caller's earlier memory
+ * accesses are ordered before those of the threads its completion
+ * releases (a producer's signal to hk_bar_sync consumers). */
+static __device__ __forceinline__ void hk_bar_arrive(int id, int n)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
 /* Two floats as bf16 (round to nearest even), x in the low half. */

@@ -1889,9 +1889,11 @@ static int flash3_here(void)
  * against FLASH2 (the same precision): several row blocks (128 rows) and
  * both warpgroups, the K/V buffers refilled (tiles of 64 keys), a last
  * tile past N, hd below its padded width, a cached prefix, unordered
- * positions (a PIC splice). Its wgmma has not run on a GPU yet: this test
- * runs last, so a fault there (which leaves the context unusable) cannot
- * take the other tests' checks with it. */
+ * positions (a PIC splice); FLASH3_WS on the same shapes (its producer
+ * warp and named barriers: the emulator checks every barrier's counts and
+ * that none is left pending). It runs last, so a fault there (which leaves
+ * the context unusable) cannot take the other tests' checks with it
+ * (FLASH3_WS has not run on a GPU yet). */
 static void test_attention_flash3(void)
 {
     static const int shapes[][5] = {{37, 100, 8, 2, 64},  {24, 90, 4, 2, 128},
@@ -1900,9 +1902,10 @@ static void test_attention_flash3(void)
     static const struct {
         hk_cuda_att_impl_t impl;
         const char *name;
-    } impls[3] = {{HK_CUDA_ATT_FLASH2, "flash2"},
+    } impls[4] = {{HK_CUDA_ATT_FLASH2, "flash2"},
                   {HK_CUDA_ATT_FLASH3, "flash3"},
-                  {HK_CUDA_ATT_FLASH3_SEQ, "flash3_seq"}};
+                  {HK_CUDA_ATT_FLASH3_SEQ, "flash3_seq"},
+                  {HK_CUDA_ATT_FLASH3_WS, "flash3_ws"}};
     if (!flash3_here())
         return;
     for (int s = 0; s < NSHAPES(shapes); s++) {
@@ -1914,7 +1917,7 @@ static void test_attention_flash3(void)
         att_case_t c;
         att_case_make(&c, T, N, Hq, Hkv, hd, qpos, 3.0);
         float *o2 = hmalloc(c.nq);
-        for (int m = 0; m < 3; m++) {
+        for (int m = 0; m < 4; m++) {
             att_case_run(&c, impls[m].impl);
             if (m == 0) {
                 CK(hk_cuda_d2h(o2, c.dO, c.nq * sizeof(float), NULL));
@@ -1940,12 +1943,14 @@ static void test_attention_flash3(void)
         free(o2);
         att_case_free(&c);
     }
-    /* split-KV on both FLASH3 kernels (test_attention_split's shapes) */
+    /* split-KV on the FLASH3 kernels (test_attention_split's shapes) */
     static const att_impl_t split[] = {
         {HK_CUDA_ATT_FLASH3, ATOL_ATT_BF16_Q3, RTOL_ATT_BF16_Q3, "flash3"},
         {HK_CUDA_ATT_FLASH3_SEQ, ATOL_ATT_BF16_Q3, RTOL_ATT_BF16_Q3,
-         "flash3_seq"}};
-    att_split_on(split, 2);
+         "flash3_seq"},
+        {HK_CUDA_ATT_FLASH3_WS, ATOL_ATT_BF16_Q3, RTOL_ATT_BF16_Q3,
+         "flash3_ws"}};
+    att_split_on(split, 3);
 }
 
 /* FLASH2X (FLASH2's kernel on hi/lo split operands) at every padded head

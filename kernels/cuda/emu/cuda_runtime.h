@@ -63,6 +63,7 @@
 #define __shared__      static
 #define __align__(n)    alignas(n)
 #define __launch_bounds__(...)
+#define __maxnreg__(n)
 /* Dynamic shared memory: a pointer to this launch's buffer. */
 #define HK_DYNAMIC_SMEM(name) unsigned char *name = hk_emu.dyn_smem
 /* The most dynamic shared memory an H100 block may opt in to. */
@@ -232,6 +233,13 @@ struct hk_emu_state {
     int bar_count = 0, bar_gen = 0;
     int wcount[32] = {0}, wgen[32] = {0};
     int gcount[8] = {0}, ggen[8] = {0}; /* warpgroups (emu/wgmma.h) */
+    /* named barriers (emu/ptx.h's hk_bar_sync, hk_bar_arrive): arrivals,
+     * generation, the thread count of the generation under way, and per
+     * thread the generation it last arrived in (two arrivals in one are
+     * a protocol error); reset per block once used */
+    int nbcount[16] = {0}, nbgen[16] = {0}, nbn[16] = {0};
+    std::vector<int> nblast[16];
+    bool nbused = false;
     double wbuf[32][32];
     unsigned char *dyn_smem = nullptr;
     size_t dyn_cap = 0, dyn_size = 0; /* allocated; this launch's */
@@ -316,6 +324,32 @@ static inline void hk_emu_part_bar(int *count, int *gen, int n)
     }
     while (*gen == g)
         hk_emu_yield();
+}
+
+/* A block's named barriers start empty. */
+static inline void hk_emu_nb_reset(void)
+{
+    if (!hk_emu.nbused)
+        return;
+    for (int i = 0; i < 16; i++) {
+        hk_emu.nbcount[i] = hk_emu.nbgen[i] = hk_emu.nbn[i] = 0;
+        hk_emu.nblast[i].assign(hk_emu.nblast[i].size(), -1);
+    }
+    hk_emu.nbused = false;
+}
+
+/* A block that ends with arrivals pending on a named barrier ran an
+ * unbalanced protocol (an arrive nobody syncs, or the reverse). */
+static inline void hk_emu_nb_check(unsigned bx, unsigned by, unsigned bz)
+{
+    for (int i = 0; i < 16; i++)
+        if (hk_emu.nbcount[i]) {
+            fprintf(stderr,
+                    "emu: block (%u,%u,%u) ended with %d of %d arrivals on "
+                    "named barrier %d\n",
+                    bx, by, bz, hk_emu.nbcount[i], hk_emu.nbn[i], i);
+            abort();
+        }
 }
 
 /* Barrier of the 32 lanes of the caller's warp. */
@@ -561,6 +595,7 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
                 hk_emu.bar_count = 0;
                 memset(hk_emu.wcount, 0, sizeof(hk_emu.wcount));
                 memset(hk_emu.gcount, 0, sizeof(hk_emu.gcount));
+                hk_emu_nb_reset();
                 for (int i = 0; i < nt; i++) {
                     hk_emu_thread &t = hk_emu.th[i];
                     t.done = t.waiting = false;
@@ -588,6 +623,7 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
                         abort();
                     }
                 }
+                hk_emu_nb_check(bx, by, bz);
             }
     const size_t may = k ? hk_emu_dyn_limit(k) : smem;
     if (smem > may) {

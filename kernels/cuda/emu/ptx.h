@@ -22,6 +22,14 @@
  * the refill) overwrites it under them. Copies never waited for are
  * dropped at the block's end.
  * Checked: 16-byte alignment of both sides, src_bytes 0 or 16.
+ *
+ * Named barriers (bar.sync / bar.arrive) count arrivals per thread (whole
+ * warps call them, as on the GPU, where a warp counts 32): a sync waits
+ * for its generation to complete, an arrive goes on after the others had
+ * their turn. Checked: one count
+ * per generation, no thread arriving twice in one generation, none left
+ * pending when the block ends (cuda_runtime.h); one nobody completes
+ * deadlocks the emulator.
  */
 #ifndef HK_EMU_PTX_H
 #define HK_EMU_PTX_H
@@ -49,8 +57,10 @@ static inline const V *hk_emu_warp_all(const V &mine, int op, const char *what)
     hk_emu_warp_bar();
     for (int o = 0; o < 32; o++)
         if (ops[w][par][o] != op) {
-            fprintf(stderr, "emu: %s: lanes %d and %d of a warp made different "
-                            "calls\n", what, l, o);
+            fprintf(stderr,
+                    "emu: %s: lanes %d and %d of a warp made different "
+                    "calls\n",
+                    what, l, o);
             abort();
         }
     return tab[w][par];
@@ -110,8 +120,7 @@ static inline void hk_emu_ldmatrix(uint32_t r[4], const void *p, bool trans)
                 p);
         abort();
     }
-    const void *const *rows =
-        hk_emu_warp_all(p, trans ? 3 : 2, "ldmatrix.x4");
+    const void *const *rows = hk_emu_warp_all(p, trans ? 3 : 2, "ldmatrix.x4");
     const int l = hk_emu.cur % 32, g = l / 4, t = l % 4;
     for (int i = 0; i < 4; i++) {
         /* element (row, col) of matrix i */
@@ -135,6 +144,62 @@ static inline void hk_ldmatrix_x4(uint32_t r[4], const void *p)
 static inline void hk_ldmatrix_x4_trans(uint32_t r[4], const void *p)
 {
     hk_emu_ldmatrix(r, p, true);
+}
+
+/* ---- named barriers ---- */
+
+/* The caller's arrival at named barrier id of n threads; returns the
+ * generation it arrived in. Checked: id 1..15, n a multiple of 32 within
+ * the block, every arrival of a generation with the same n, one arrival a
+ * thread a generation. */
+static inline int hk_emu_bar_arrival(int id, int n)
+{
+    if (id < 1 || id > 15 || n <= 0 || n % 32 || n > hk_emu.nthreads) {
+        fprintf(stderr, "emu: named barrier %d of %d threads (block of %d)\n",
+                id, n, hk_emu.nthreads);
+        abort();
+    }
+    std::vector<int> &last = hk_emu.nblast[id];
+    if (last.size() < (size_t)hk_emu.nthreads)
+        last.resize((size_t)hk_emu.nthreads, -1);
+    hk_emu.nbused = true;
+    const int g = hk_emu.nbgen[id];
+    if (hk_emu.nbcount[id] == 0)
+        hk_emu.nbn[id] = n;
+    if (hk_emu.nbn[id] != n || last[(size_t)hk_emu.cur] == g) {
+        fprintf(stderr,
+                "emu: named barrier %d: thread %d arrives %s (generation %d "
+                "of %d threads)\n",
+                id, hk_emu.cur,
+                hk_emu.nbn[id] != n ? "with another count" : "twice", g,
+                hk_emu.nbn[id]);
+        abort();
+    }
+    last[(size_t)hk_emu.cur] = g;
+    hk_emu.progress++;
+    if (++hk_emu.nbcount[id] == n) {
+        hk_emu.nbcount[id] = 0;
+        hk_emu.nbgen[id]++;
+    }
+    return g;
+}
+
+/* bar.sync id, n */
+static inline void hk_bar_sync(int id, int n)
+{
+    const int g = hk_emu_bar_arrival(id, n);
+    while (hk_emu.nbgen[id] == g)
+        hk_emu_yield();
+}
+
+/* bar.arrive id, n: the caller then lets the others run (a GPU's other
+ * warps run on meanwhile), so what it does next cannot hide what its
+ * arrival released: a producer that signals before its copies landed, a
+ * consumer that frees a buffer before its last read of it. */
+static inline void hk_bar_arrive(int id, int n)
+{
+    hk_emu_bar_arrival(id, n);
+    hk_emu_yield();
 }
 
 /* ---- cp.async, deferred to the wait ---- */

@@ -121,10 +121,11 @@ static inline void hk_emu_wgmma(int op, int n, float *d, const uint32_t *a,
                                 uint64_t da, uint64_t db, int acc)
 {
     static hk_emu_wg_call tab[8][2][128];
-    if (hk_emu.nthreads % 128) {
-        fprintf(stderr, "emu: wgmma in a block of %d threads (not whole "
-                        "warpgroups)\n",
-                hk_emu.nthreads);
+    if ((hk_emu.cur / 128 + 1) * 128 > hk_emu.nthreads) {
+        fprintf(stderr,
+                "emu: wgmma by thread %d of a block of %d threads "
+                "(not in a whole warpgroup)\n",
+                hk_emu.cur, hk_emu.nthreads);
         abort();
     }
     const int wg = hk_emu.cur / 128, l = hk_emu.cur % 128;

@@ -30,7 +30,10 @@
  *                                  {bf16,f32mma}_v1: the older structure,
  *                                  outputs in the sequential pass;
  *                                  {bf16,f32mma}_a1: the first kernel A
- *                                  (HK_CUDA_GDN_TC_A1); _ps: the state
+ *                                  (HK_CUDA_GDN_TC_A1); {bf16,f32mma}_a3
+ *                                  (each after its default, untimed so
+ *                                  far): kernel A3, A's loads in flight
+ *                                  (HK_CUDA_GDN_TC_A3); _ps: the state
  *                                  pass single-buffered, two blocks an SM
  *                                  (HK_CUDA_GDN_TC_PSHARE); at T = 16k each
  *                                  tensor-core row is followed by its
@@ -560,6 +563,7 @@ static const struct {
 } chunk_vars[] = {
     {CH_F32, 0, "gdn_chunk_f32", "f32"},
     {CH_BF16, 0, "gdn_chunk_bf16", "bf16"},
+    {CH_BF16, HK_CUDA_GDN_TC_A3, "gdn_chunk_bf16_a3", "bf16a3"},
     {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast"},
     {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
      "gdn_chunk_bf16_fasta", "bf16fasta"},
@@ -568,6 +572,7 @@ static const struct {
     {CH_BF16, HK_CUDA_GDN_TC_SMEM, "gdn_chunk_bf16_p", "bf16p"},
     {CH_BF16, HK_CUDA_GDN_TC_V1, "gdn_chunk_bf16_v1", "bf16v1"},
     {CH_F32MMA, 0, "gdn_chunk_f32mma", "f32mma"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_A3, "gdn_chunk_f32mma_a3", "f32mmaa3"},
     {CH_F32MMA, HK_CUDA_GDN_TC_SMEM, "gdn_chunk_f32mma_p", "f32mmap"},
     {CH_F32MMA, HK_CUDA_GDN_TC_FAST, "gdn_chunk_f32mma_fast", "f32mmafast"},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST,

@@ -623,7 +623,11 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * V1 nor PSHARE is asked for: 1.2-1.3x kernel P's speed on an H200
  * (bench/results/gpu/2026-11-28-h200). HK_CUDA_GDN_TC_SMEM: kernel P
  * there instead, the state in shared memory (P's products, another order
- * of f32 sums; to compare). */
+ * of f32 sums; to compare).
+ * HK_CUDA_GDN_TC_A3: kernel A3 instead of the blockwise kernel A: the same
+ * steps and outputs with its loads by cp.async in flight under the
+ * previous steps, the decay factors exponentiated in f32 and P, W stored
+ * 16 bytes a lane (not yet timed; HK_CUDA_EINVAL with A1). */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
@@ -631,7 +635,8 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
 #define HK_CUDA_GDN_TC_ROUND  16u
 #define HK_CUDA_GDN_TC_FAST_A 32u
 #define HK_CUDA_GDN_TC_SMEM   64u
-#define HK_CUDA_GDN_TC_FLAGS  127u
+#define HK_CUDA_GDN_TC_A3     128u
+#define HK_CUDA_GDN_TC_FLAGS  255u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,

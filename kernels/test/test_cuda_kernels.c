@@ -2507,9 +2507,10 @@ static void test_sample(void)
  * A, split state pass, in registers where dk allows), v1's state pass, the
  * fast products, the single-buffered state pass, the fast products with
  * kernel A's on T's hi half too (HYPIC_CUDA_GDN=tc_bf16's), the state pass
- * in shared memory (kernel P: split and fast); then (the full grid: make
- * test-cuda-emu) the first kernel A with the first three and the fast_a pair.
- */
+ * in shared memory (kernel P: split and fast), kernel A3 with the default's
+ * passes; then (the full grid: make test-cuda-emu) A3 with the fast_a pair
+ * and with v1, and the first kernel A with the first three and the fast_a
+ * pair. */
 static const unsigned tc_vflags[] = {
     0,
     HK_CUDA_GDN_TC_V1,
@@ -2518,14 +2519,28 @@ static const unsigned tc_vflags[] = {
     HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
     HK_CUDA_GDN_TC_SMEM,
     HK_CUDA_GDN_TC_SMEM | HK_CUDA_GDN_TC_FAST,
+    HK_CUDA_GDN_TC_A3,
+    HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
+    HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_A1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A};
-static const char *const tc_vname[] = {
-    "",        " v1", " fast",  " ps",      " fast fast_a",   " p",
-    " p fast", " a1", " a1 v1", " a1 fast", " a1 fast fast_a"};
-#define TC_NVAR grid_n(NSHAPES(tc_vflags), 7)
+static const char *const tc_vname[] = {"",
+                                       " v1",
+                                       " fast",
+                                       " ps",
+                                       " fast fast_a",
+                                       " p",
+                                       " p fast",
+                                       " a3",
+                                       " a3 fast fast_a",
+                                       " a3 v1",
+                                       " a1",
+                                       " a1 v1",
+                                       " a1 fast",
+                                       " a1 fast fast_a"};
+#define TC_NVAR grid_n(NSHAPES(tc_vflags), 8)
 
 /* Whether a call with these flags runs the state pass in registers
  * (hk_tc_plan_for): dk a multiple of 64 up to 256, neither kernel P asked
@@ -2703,8 +2718,9 @@ static void test_gdn_chunk_bf16(void)
                "gdn_chunk_bf16%s [%s] T=%d Hk=%d Hv=%d dk=%d dv=%d C=%d%s",
                vname[vi], kn, T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
             /* HYPIC_CUDA_GDN=tc_bf16's call (fast) and a bf16 checkpoint's
-             * (the default's products) */
-            const int round = fast || vflags[vi] == 0;
+             * (the default's products, with kernel A2 or A3) */
+            const int round =
+                fast || (vflags[vi] & ~(unsigned)HK_CUDA_GDN_TC_A3) == 0;
             if (round)
                 good = tc_round_same(dO, dS, dTc, &fu, p.S0, cu, Hk, Hv, dk, dv,
                                      C, ns, nt, vflags[vi]);
@@ -2751,13 +2767,16 @@ static void test_gdn_chunk_varlen(void)
                  {3, {17, 1, 50}, 2, 2, 16, 48, 16}};
     /* the first two cases' dk = 64 run the pass in registers by default,
      * in shared memory with _SMEM */
-    static const unsigned vflags[5] = {0, HK_CUDA_GDN_TC_V1,
+    static const unsigned vflags[6] = {0,
+                                       HK_CUDA_GDN_TC_V1,
                                        HK_CUDA_GDN_TC_PSHARE,
-                                       HK_CUDA_GDN_TC_SMEM, HK_CUDA_GDN_TC_A1};
-    static const char *const vname[5] = {"", " v1", " ps", " p", " a1"};
-    const int nv = grid_n(5, 4); /* kernel A1: the full grid */
+                                       HK_CUDA_GDN_TC_SMEM,
+                                       HK_CUDA_GDN_TC_A3,
+                                       HK_CUDA_GDN_TC_A1};
+    static const char *const vname[6] = {"", " v1", " ps", " p", " a3", " a1"};
+    const int nv = grid_n(6, 5); /* kernel A1: the full grid */
     for (int vs = 0; vs < nv * grid_n(NSHAPES(cases), 1); vs++) {
-        const int s = vs / nv; /* each case in v2, v1, then with kernel A1 */
+        const int s = vs / nv; /* each case in v2, v1, ..., with A3, A1 */
         const unsigned flags = vflags[vs % nv];
         const int nseq = cases[s].nseq, Hk = cases[s].Hk, Hv = cases[s].Hv;
         const int dk = cases[s].dk, dv = cases[s].dv, C = cases[s].C;
@@ -3489,6 +3508,10 @@ static void test_einval(void)
         hk_cuda_gdn_chunk_tc_ex(&x, tab, NULL, &x, &x, &x, &x, &x, cu, 1, 1, 1,
                                 1, 16, 16, 16, &x, HK_CUDA_GDN_TC_FLAGS + 1,
                                 NULL) == HK_CUDA_EINVAL; /* flags */
+    good &= hk_cuda_gdn_chunk_bf16_ex(
+                &x, tab, NULL, &hb, &hb, &hb, &x, &x, cu, 1, 1, 1, 1, 16, 16,
+                16, &x, HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_A3,
+                NULL) == HK_CUDA_EINVAL; /* two kernels A */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)4, &x, tab, tab, &x, &x,

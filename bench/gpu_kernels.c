@@ -33,7 +33,12 @@
  *                                  (HK_CUDA_GDN_TC_A1); {bf16,f32mma}_a3
  *                                  (each after its default, untimed so
  *                                  far): kernel A3, A's loads in flight
- *                                  (HK_CUDA_GDN_TC_A3); _ps: the state
+ *                                  (HK_CUDA_GDN_TC_A3); bf16_ro, _a3ro,
+ *                                  f32mma_bf16in_a3ro (a bf16
+ *                                  checkpoint's call with both), f32mma_ro
+ *                                  (untimed): the outputs fused into the
+ *                                  state pass (HK_CUDA_GDN_TC_FUSE_O);
+ *                                  _ps: the state
  *                                  pass single-buffered, two blocks an SM
  *                                  (HK_CUDA_GDN_TC_PSHARE); at T = 16k each
  *                                  tensor-core row is followed by its
@@ -564,6 +569,9 @@ static const struct {
     {CH_F32, 0, "gdn_chunk_f32", "f32"},
     {CH_BF16, 0, "gdn_chunk_bf16", "bf16"},
     {CH_BF16, HK_CUDA_GDN_TC_A3, "gdn_chunk_bf16_a3", "bf16a3"},
+    {CH_BF16, HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_bf16_ro", "bf16ro"},
+    {CH_BF16, HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_bf16_a3ro",
+     "bf16a3ro"},
     {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast"},
     {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
      "gdn_chunk_bf16_fasta", "bf16fasta"},
@@ -579,6 +587,10 @@ static const struct {
      "gdn_chunk_f32mma_round", "f32mmaround"},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND, "gdn_chunk_f32mma_bf16in",
      "f32mmabf16in"},
+    {CH_F32MMA,
+     HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O,
+     "gdn_chunk_f32mma_bf16in_a3ro", "f32mmabf16ina3ro"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_f32mma_ro", "f32mmaro"},
     {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1"},
     {CH_BF16, HK_CUDA_GDN_TC_A1, "gdn_chunk_bf16_a1", "bf16a1"},
     {CH_F32MMA, HK_CUDA_GDN_TC_A1, "gdn_chunk_f32mma_a1", "f32mmaa1"},

@@ -48,6 +48,9 @@
  *   tc_bf16_p       memory (kernel P, HK_CUDA_GDN_TC_SMEM) where the
  *                   default keeps it in registers (R: 1.2-1.3x P's speed
  *                   on an H200), to time both
+ *   tc_a3, tc_ro,   tc with kernel A3 (HK_CUDA_GDN_TC_A3), the outputs
+ *   tc_a3ro         fused into the state pass (_FUSE_O), or both; untimed
+ *                   (session 16), to time them in the engine
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1325,9 +1328,9 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if ((rc = hk_cuda_set_device(device)) != HK_CUDA_OK)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
-    static const char *const modes[] = {"auto",    "tc",      "scalar",
-                                        "tc_v1",   "tc_fast", "tc_a1",
-                                        "tc_bf16", "tc_p",    "tc_bf16_p"};
+    static const char *const modes[] = {
+        "auto",    "tc",   "scalar",    "tc_v1", "tc_fast", "tc_a1",
+        "tc_bf16", "tc_p", "tc_bf16_p", "tc_a3", "tc_ro",   "tc_a3ro"};
     static const unsigned mode_flags[] = {
         0,
         0,
@@ -1337,7 +1340,10 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         HK_CUDA_GDN_TC_A1,
         HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST,
         HK_CUDA_GDN_TC_SMEM,
-        HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_SMEM};
+        HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_SMEM,
+        HK_CUDA_GDN_TC_A3,
+        HK_CUDA_GDN_TC_FUSE_O,
+        HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
     for (int i = 0; gdn < 0 && i < (int)(sizeof(modes) / sizeof(*modes)); i++)
@@ -1345,8 +1351,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if (gdn < 0)
         return hp_error_set(err, HP_EBADINPUT,
                             "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
-                            "tc_v1, tc_fast, tc_a1, tc_bf16, tc_p or "
-                            "tc_bf16_p",
+                            "tc_v1, tc_fast, tc_a1, tc_bf16, tc_p, "
+                            "tc_bf16_p, tc_a3, tc_ro or tc_a3ro",
                             e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)

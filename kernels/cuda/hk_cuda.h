@@ -235,14 +235,14 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
  * it): the environment's choice, else FLASH3_SEQ on a compute capability 9.0
  * device (0.66-0.81x torch SDPA's bf16 speed on an H200, 2.1-2.3x FLASH2's,
  * FLASH3 3-4 % slower: bench/results/gpu/2026-11-28-h200-session15),
- * FLASH2 elsewhere (1.8-1.9x FLASH2X's speed). Both fall back as below. SIMPLE      one block
- * per (query, head), f32 CUDA cores; decode the same per (request, head) (the
- * first kernels, kept to compare against); FLASH       prefill tiled on tensor
- * cores, all heads of a kv group sharing each K/V tile, f32 operands split into
- * bf16 hi + lo (3 MMAs per product, ~1e-5 of f32); decode split over the key
- * axis, a group's heads sharing each K/V read; FLASH_BF16  the same prefill
- * with q, k, p, v rounded to bf16 once (1 MMA, ~3e-3 relative); decode as
- * FLASH. FLASH2      prefill in FlashAttention-2's structure (mma.sync with
+ * FLASH2 elsewhere (1.8-1.9x FLASH2X's speed). Both fall back as below. SIMPLE
+ * one block per (query, head), f32 CUDA cores; decode the same per (request,
+ * head) (the first kernels, kept to compare against); FLASH       prefill tiled
+ * on tensor cores, all heads of a kv group sharing each K/V tile, f32 operands
+ * split into bf16 hi + lo (3 MMAs per product, ~1e-5 of f32); decode split over
+ * the key axis, a group's heads sharing each K/V read; FLASH_BF16  the same
+ * prefill with q, k, p, v rounded to bf16 once (1 MMA, ~3e-3 relative); decode
+ * as FLASH. FLASH2      prefill in FlashAttention-2's structure (mma.sync with
  *               register fragments, cp.async double buffering) on bf16
  *               q, k, p, v (FLASH_BF16's precision); needs scratch
  *               (hk_cuda_attention_ex) for the bf16 copies of k and v;
@@ -627,7 +627,13 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * HK_CUDA_GDN_TC_A3: kernel A3 instead of the blockwise kernel A: the same
  * steps and outputs with its loads by cp.async in flight under the
  * previous steps, the decay factors exponentiated in f32 and P, W stored
- * 16 bytes a lane (not yet timed; HK_CUDA_EINVAL with A1). */
+ * 16 bytes a lane (not yet timed; HK_CUDA_EINVAL with A1).
+ * HK_CUDA_GDN_TC_FUSE_O: the outputs in the state pass R (four more warps
+ * compute each chunk's o = e^gamma Q S + P Vn while the state warps run
+ * the next steps), so no chunk's starting state or Vn goes through
+ * scratch and there is no output launch; where R runs and its shared
+ * memory fits (dk <= 128, and not f32 inputs at BV = 32), else ignored.
+ * Not yet timed. */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
@@ -636,7 +642,8 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
 #define HK_CUDA_GDN_TC_FAST_A 32u
 #define HK_CUDA_GDN_TC_SMEM   64u
 #define HK_CUDA_GDN_TC_A3     128u
-#define HK_CUDA_GDN_TC_FLAGS  255u
+#define HK_CUDA_GDN_TC_FUSE_O 256u
+#define HK_CUDA_GDN_TC_FLAGS  511u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,

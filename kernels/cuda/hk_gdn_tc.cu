@@ -1496,12 +1496,13 @@ hk_tc_p_pick(const hk_tc_p_smem &s, int bf)
 /* Issues (and commits) the copies of chunk slot hc (tokens t0.., n of
  * them) into buffer bf: the rows of its nt 16-row tiles of -W (hi; lo
  * unless fast) and K (zeros past n, nothing read there; K's lo rows from
- * klr unless NULL), U's BV columns from col0 (S columns only), gamma. */
+ * klr unless NULL), U's BV columns from col0 (S columns only), gamma; by
+ * the block's first nthr threads (the caller among them). */
 static __device__ void hk_tc_p_fetch(const hk_tc_p_smem &s, const hk_tc_ws &ws,
                                      const uint16_t *kr, const uint16_t *klr,
                                      size_t ldq, int bf, size_t hc, int n,
                                      int dk, int dv, int C, int BV, int col0,
-                                     bool is_tc, int fast)
+                                     bool is_tc, int fast, int nthr)
 {
     const int rows = (n + 15) / 16 * 16, ldk = dk + HK_PAD16;
     const int ldf = BV + HK_PAD32, vk = dk / 8, vu = BV / 4;
@@ -1510,7 +1511,7 @@ static __device__ void hk_tc_p_fetch(const hk_tc_p_smem &s, const hk_tc_ws &ws,
     uint16_t *Kb = bf ? s.Kb[1] : s.Kb[0], *Kl = bf ? s.Kl[1] : s.Kl[0];
     float *Ub = bf ? s.Ub[1] : s.Ub[0];
     double *gb = bf ? s.gb[1] : s.gb[0];
-    for (int e = threadIdx.x; e < rows * vk; e += blockDim.x) {
+    for (int e = threadIdx.x; e < rows * vk; e += nthr) {
         const int i = e / vk, c = (e % vk) * 8;
         const size_t at = (hc * C + i) * dk + c;
         __pipeline_memcpy_async(Wh + i * ldk + c, ws.Wh + at, 16);
@@ -1526,12 +1527,12 @@ static __device__ void hk_tc_p_fetch(const hk_tc_p_smem &s, const hk_tc_ws &ws,
                                     in ? 0 : 16);
     }
     if (!is_tc)
-        for (int e = threadIdx.x; e < rows * vu; e += blockDim.x) {
+        for (int e = threadIdx.x; e < rows * vu; e += nthr) {
             const int i = e / vu, c = (e % vu) * 4;
             __pipeline_memcpy_async(Ub + i * ldf + c,
                                     ws.U + (hc * C + i) * dv + col0 + c, 16);
         }
-    for (int e = threadIdx.x; e < C / 2; e += blockDim.x)
+    for (int e = threadIdx.x; e < C / 2; e += nthr)
         __pipeline_memcpy_async(gb + 2 * e, ws.gam + hc * C + 2 * e, 16);
     __pipeline_commit();
 }
@@ -1542,11 +1543,11 @@ static __device__ void
 hk_tc_p_fetch_chunk(const hk_tc_p_smem &s, const hk_tc_ws &ws,
                     const uint16_t *kh0, const uint16_t *kl0, size_t ldq,
                     int bf, size_t hc0, int ts, int len, int c, int dk, int dv,
-                    int C, int BV, int col0, bool is_tc, int fast)
+                    int C, int BV, int col0, bool is_tc, int fast, int nthr)
 {
     const size_t rn = (size_t)(ts + c * C) * ldq;
     hk_tc_p_fetch(s, ws, kh0 + rn, kl0 ? kl0 + rn : NULL, ldq, bf, hc0 + c,
-                  min(C, len - c * C), dk, dv, C, BV, col0, is_tc, fast);
+                  min(C, len - c * C), dk, dv, C, BV, col0, is_tc, fast, nthr);
 }
 
 /* Kernel P: column block blockIdx.x of [S | Tc], value head blockIdx.y,
@@ -1594,7 +1595,8 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     __syncthreads();
     if (nch > 0)
         hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, (size_t)h * nslots + first,
-                            ts, len, 0, dk, dv, C, BV, col0, is_tc, fast);
+                            ts, len, 0, dk, dv, C, BV, col0, is_tc, fast,
+                            blockDim.x);
 
     for (int c = 0; c < nch; c++) {
         const int bf = nbuf == 2 ? c & 1 : 0;
@@ -1606,7 +1608,8 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
         __syncthreads();
         if (nbuf == 2 && c + 1 < nch) {
             hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, bf ^ 1, hc - c, ts, len,
-                                c + 1, dk, dv, C, BV, col0, is_tc, fast);
+                                c + 1, dk, dv, C, BV, col0, is_tc, fast,
+                                blockDim.x);
         }
         const hk_tc_p_buf t = hk_tc_p_pick(s, bf);
         const double *gam = t.gam;
@@ -1722,7 +1725,7 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
         if (nbuf == 1 && c + 1 < nch) {
             __syncthreads(); /* every read of chunk c's tiles is done */
             hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, hc - c, ts, len, c + 1,
-                                dk, dv, C, BV, col0, is_tc, fast);
+                                dk, dv, C, BV, col0, is_tc, fast, blockDim.x);
         }
     }
     __syncthreads();
@@ -1757,18 +1760,180 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * memory is kernel P's double-buffered carve (its f32 tiles unused), the
  * copies hk_tc_p_fetch's. Requires dk a multiple of 64 (at most 256). */
 #define HK_TC_R_THREADS 128
+/* With the outputs fused (HK_CUDA_GDN_TC_FUSE_O): 4 more warps. */
+#define HK_TC_RO_THREADS 256
 
-template <int BV, int MT, bool LO>
-static __global__ void __launch_bounds__(HK_TC_R_THREADS)
+/* Kernel R's shared memory: kernel P's tiles less the f32 ones R does not
+ * use (Sf, Vf NULL), and with the outputs fused (out) the output warps'
+ * region after them (hk_tc_ro_smem). */
+struct hk_tc_ro_smem {
+    uint16_t *Vh, *Vl; // [C][BV + 8]   Vn split (the state warps write it)
+    uint16_t *Qs, *Ql; // [C][dk + 8]   Q rows, each warp its 16 (Ql: LO)
+    uint16_t *Ph, *Pl; // [C][C + 8]    P rows, each warp its 16
+};
+
+static __host__ __device__ size_t hk_tc_r_carve(hk_tc_p_smem *s,
+                                                hk_tc_ro_smem *r,
+                                                unsigned char *p, int dk, int C,
+                                                int BV, bool lo, bool out)
+{
+    const int ldk = dk + HK_PAD16, ldf = BV + HK_PAD32, ldh = BV + HK_PAD16;
+    const size_t w = (size_t)C * ldk * 2, u = (size_t)C * ldf * 4;
+    const size_t sh = (size_t)dk * ldh * 2, xh = (size_t)C * ldh * 2;
+    const size_t pp = (size_t)C * (C + HK_PAD16) * 2;
+    const size_t sz[22] = {w,
+                           w,
+                           w,
+                           w,
+                           w,
+                           w,
+                           u,
+                           u,
+                           (size_t)C * 8,
+                           (size_t)C * 8,
+                           sh,
+                           sh,
+                           xh,
+                           xh,
+                           (size_t)C * 4,
+                           lo ? w : 0,
+                           lo ? w : 0,
+                           out ? xh : 0,
+                           out ? xh : 0,
+                           out ? w : 0,
+                           out && lo ? w : 0,
+                           out ? 2 * pp : 0};
+    size_t off[22];
+    const size_t at = hk_layout(sz, 22, 128, off);
+    if (s) {
+        for (int i = 0; i < 2; i++) {
+            s->Wh[i] = (uint16_t *)(p + off[i]);
+            s->Wl[i] = (uint16_t *)(p + off[2 + i]);
+            s->Kb[i] = (uint16_t *)(p + off[4 + i]);
+            s->Ub[i] = (float *)(p + off[6 + i]);
+            s->gb[i] = (double *)(p + off[8 + i]);
+            s->Kl[i] = lo ? (uint16_t *)(p + off[15 + i]) : NULL;
+        }
+        s->Sf = s->Vf = NULL;
+        s->Sh = (uint16_t *)(p + off[10]);
+        s->Sl = (uint16_t *)(p + off[11]);
+        s->Xh = (uint16_t *)(p + off[12]);
+        s->Xl = (uint16_t *)(p + off[13]);
+        s->en = (float *)(p + off[14]);
+    }
+    if (r) {
+        r->Vh = out ? (uint16_t *)(p + off[17]) : NULL;
+        r->Vl = out ? (uint16_t *)(p + off[18]) : NULL;
+        r->Qs = out ? (uint16_t *)(p + off[19]) : NULL;
+        r->Ql = out && lo ? (uint16_t *)(p + off[20]) : NULL;
+        r->Ph = out ? (uint16_t *)(p + off[21]) : NULL;
+        r->Pl = out ? (uint16_t *)(p + off[21] + pp) : NULL;
+    }
+    return at;
+}
+
+/* acc (16 rows of BV columns as mma C fragments, acc[8-column tile][4])
+ * += A B over nk 16-deep steps: A's 16 rows at Ah (row stride lda; lo
+ * parts at Al with AL) by ldmatrix, B [16 nk][BV] at Bh (row stride ldb;
+ * Bl with BL) by ldmatrix.trans, in hk_mma2's order (al b, a bl, a b). */
+template <int BV, bool AL, bool BL>
+static __device__ __forceinline__ void
+hk_tc_frag_mm(float (*acc)[4], const uint16_t *Ah, const uint16_t *Al, int lda,
+              const uint16_t *Bh, const uint16_t *Bl, int ldb, int nk, int lane)
+{
+    const int ar = (lane & 7) + ((lane >> 3) & 1) * 8, ac = (lane >> 4) * 8;
+    for (int kk = 0; kk < nk; kk++) {
+        uint32_t a[4], al[4];
+        const int ao = ar * lda + kk * 16 + ac;
+        hk_ldmatrix_x4(a, Ah + ao);
+        if (AL)
+            hk_ldmatrix_x4(al, Al + ao);
+#pragma unroll
+        for (int dp = 0; dp < BV / 16; dp++) {
+            uint32_t bb[4], bl[4];
+            const int at = (kk * 16 + ar) * ldb + ac + dp * 16;
+            hk_ldmatrix_x4_trans(bb, Bh + at);
+            if (BL)
+                hk_ldmatrix_x4_trans(bl, Bl + at);
+            hk_mma2<AL, BL>(acc[2 * dp], acc[2 * dp + 1], a, AL ? al : a, bb,
+                            BL ? bl : bb);
+        }
+    }
+}
+
+/* The same with the lo terms chosen at run time. */
+template <int BV>
+static __device__ __forceinline__ void
+hk_tc_frag_mm_rt(bool al, bool bl, float (*acc)[4], const uint16_t *Ah,
+                 const uint16_t *Al, int lda, const uint16_t *Bh,
+                 const uint16_t *Bl, int ldb, int nk, int lane)
+{
+    if (al && bl)
+        hk_tc_frag_mm<BV, true, true>(acc, Ah, Al, lda, Bh, Bl, ldb, nk, lane);
+    else if (bl)
+        hk_tc_frag_mm<BV, false, true>(acc, Ah, Al, lda, Bh, Bl, ldb, nk, lane);
+    else if (al)
+        hk_tc_frag_mm<BV, true, false>(acc, Ah, Al, lda, Bh, Bl, ldb, nk, lane);
+    else
+        hk_tc_frag_mm<BV, false, false>(acc, Ah, Al, lda, Bh, Bl, ldb, nk,
+                                        lane);
+}
+
+/* An output warp's copies of chunk c's rows 16 ti.. (by its 32 lanes,
+ * committed as one group; hk_ptx.h's cp.async, which the emulator lands
+ * at the wait, so a missing wait fails there, where it runs
+ * __pipeline_memcpy_async at once): Q's (zeros past the chunk's n rows; Ql's
+ * with ql) when !pp, else P's first 16 (ti + 1) columns (hi; lo unless fast),
+ * the only ones its lower triangle reads. */
+static __device__ void hk_tc_ro_fetch(const hk_tc_ro_smem &r,
+                                      const hk_tc_ws &ws, const uint16_t *qr,
+                                      const uint16_t *qlr, size_t ldq,
+                                      size_t hc, int n, int ti, int dk, int C,
+                                      bool pp, int fast, int lane)
+{
+    const int ldk = dk + HK_PAD16, ldp = C + HK_PAD16;
+    if (!pp) {
+        for (int e = lane; e < 16 * (dk / 8); e += 32) {
+            const int i = 16 * ti + e / (dk / 8), c = e % (dk / 8) * 8;
+            const bool in = i < n;
+            hk_cp_async16(r.Qs + i * ldk + c,
+                          in ? qr + (size_t)i * ldq + c : qr, in ? 16 : 0);
+            if (qlr)
+                hk_cp_async16(r.Ql + i * ldk + c,
+                              in ? qlr + (size_t)i * ldq + c : qlr,
+                              in ? 16 : 0);
+        }
+    } else {
+        const int w8 = 2 * (ti + 1);
+        for (int e = lane; e < 16 * w8; e += 32) {
+            const int i = 16 * ti + e / w8, c = e % w8 * 8;
+            const size_t at = (hc * C + i) * C + c;
+            hk_cp_async16(r.Ph + i * ldp + c, ws.Ph + at, 16);
+            if (!fast)
+                hk_cp_async16(r.Pl + i * ldp + c, ws.Pl + at, 16);
+        }
+    }
+    hk_cp_async_commit();
+}
+
+/* Kernel R: column block blockIdx.x of [S | Tc], value head blockIdx.y,
+ * sequence blockIdx.z. OUT (HK_CUDA_GDN_TC_FUSE_O): kernel O's outputs
+ * in the same pass, by four more warps (below), so neither the chunks'
+ * starting states nor Vn go through scratch and there is no output
+ * launch. */
+template <int BV, int MT, bool LO, bool OUT>
+static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
+                                             : HK_TC_R_THREADS)
     hk_gdn_tc_reg_kernel(hk_tc_ws ws, float *const *states, float *const *tcs,
                          hk_tc_in in, const int *cu, int nslots, int Hk, int Hv,
-                         int dk, int dv, int C, int fast)
+                         int dk, int dv, int C, int fast, float *o)
 {
     const int NT = BV / 8; /* 8-column tiles */
     HK_DYNAMIC_SMEM(smem);
     __shared__ int first;
     hk_tc_p_smem s;
-    hk_tc_p_carve(&s, smem, dk, C, BV, LO, 2);
+    hk_tc_ro_smem ro;
+    hk_tc_r_carve(&s, &ro, smem, dk, C, BV, LO, OUT);
     const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
     const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
     const int ts = pa.ts, len = pa.len, nch = pa.nch;
@@ -1781,77 +1946,138 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
     const uint16_t *kh0 = in.k + (size_t)kh * dk;
     const uint16_t *kl0 = LO && !fast ? in.kl + (size_t)kh * dk : NULL;
     const bool split = !fast, klo = LO && !fast;
+    /* OUT: warps 0-3 run the state (the state warps), 4-7 the outputs */
+    const bool sw = !OUT || warp < 4;
     /* this warp's state rows: r0 + 16 mt + g8 (+ 8) */
     const int r0 = warp * (dk / 4);
-    /* ldmatrix row addresses (hk_attention_tc.cu's FLASH2): A tiles take
-     * rows ar and columns ac of a 16x16 tile; B tiles (.trans, k-major
-     * rows) the same */
-    const int ar = (lane & 7) + ((lane >> 3) & 1) * 8, ac = (lane >> 4) * 8;
     /* K^T's A fragments by .trans from K's rows (tokens): matrix lane / 8
      * is tokens 8 (i / 2).., state rows 8 (i % 2).. */
     const int kr = (lane & 7) + (lane >> 4) * 8, kc = ((lane >> 3) & 1) * 8;
+    const int ar = (lane & 7) + ((lane >> 3) & 1) * 8, ac = (lane >> 4) * 8;
+    /* OUT's output warps: warp 4 + ti the chunk's rows 16 ti.. */
+    const int ti = warp - 4;
+    const bool ow = OUT && !sw && !is_tc && ti < C / 16;
+    const uint16_t *q0 = in.q + (size_t)kh * dk;
+    const uint16_t *ql0 = LO && !fast ? in.ql + (size_t)kh * dk : NULL;
+    const size_t ldov = (size_t)Hv * dv;
 
     if (tid == 0)
         first = hk_tc_first_slot(cu, b, C);
     float S[MT][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int row = r0 + 16 * mt + g8 + 8 * (e >> 1);
-                const int col = 8 * nt + 2 * t4 + (e & 1);
-                S[mt][nt][e] = is_tc ? (row == col0 + col ? 1.0f : 0.0f)
-                                     : Sg[(size_t)row * ldg + col0 + col];
-            }
-    __syncthreads();
-    if (nch > 0)
-        hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, (size_t)h * nslots + first,
-                            ts, len, 0, dk, dv, C, BV, col0, is_tc, fast);
-
-    for (int c = 0; c < nch; c++) {
-        const int bf = c & 1;
-        const int n = min(C, len - c * C), ntk = (n + 15) / 16;
-        const size_t hc = (size_t)h * nslots + first + c;
-        /* 1. the starting state, split, to shared memory and scratch */
+    if (sw)
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int row = r0 + 16 * mt + g8 + 8 * hh;
-                    const int col = 8 * nt + 2 * t4;
-                    uint32_t hi, lo;
-                    hk_split_bf16x2(S[mt][nt][2 * hh], S[mt][nt][2 * hh + 1],
-                                    &hi, &lo);
-                    *reinterpret_cast<uint32_t *>(s.Sh + row * ldh + col) = hi;
-                    if (split)
-                        *reinterpret_cast<uint32_t *>(s.Sl + row * ldh + col) =
-                            lo;
-                    if (!is_tc) {
-                        const size_t at = (hc * dk + row) * dv + col0 + col;
-                        *reinterpret_cast<uint32_t *>(ws.Sh + at) = hi;
-                        if (split)
-                            *reinterpret_cast<uint32_t *>(ws.Sl + at) = lo;
-                    }
+                for (int e = 0; e < 4; e++) {
+                    const int row = r0 + 16 * mt + g8 + 8 * (e >> 1);
+                    const int col = 8 * nt + 2 * t4 + (e & 1);
+                    S[mt][nt][e] = is_tc ? (row == col0 + col ? 1.0f : 0.0f)
+                                         : Sg[(size_t)row * ldg + col0 + col];
                 }
-        __pipeline_wait_prior(0);
+    __syncthreads();
+    if (sw && nch > 0)
+        hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, (size_t)h * nslots + first,
+                            ts, len, 0, dk, dv, C, BV, col0, is_tc, fast,
+                            HK_TC_R_THREADS);
+    /* an output warp's groups: Q of chunk c, P of chunk c, Q of c + 1, ...
+     * (empty past the last chunk), so each wait leaves the newest one
+     * pending */
+    if (ow && nch > 0) {
+        const size_t hc = (size_t)h * nslots + first;
+        const size_t rq = (size_t)ts * ldq;
+        const int n = min(C, len);
+        hk_tc_ro_fetch(ro, ws, q0 + rq, ql0 ? ql0 + rq : NULL, ldq, hc, n, ti,
+                       dk, C, false, fast, lane);
+        hk_tc_ro_fetch(ro, ws, q0, ql0, ldq, hc, n, ti, dk, C, true, fast,
+                       lane);
+    }
+
+    for (int c = 0; c < nch; c++) {
+        const int bf = c & 1;
+        const int n = min(C, len - c * C), ntk = (n + 15) / 16;
+        const size_t hc = (size_t)h * nslots + first + c;
+        /* 1. the starting state, split, to shared memory (and scratch for
+         * kernel O) */
+        if (sw)
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const int row = r0 + 16 * mt + g8 + 8 * hh;
+                        const int col = 8 * nt + 2 * t4;
+                        uint32_t hi, lo;
+                        hk_split_bf16x2(S[mt][nt][2 * hh],
+                                        S[mt][nt][2 * hh + 1], &hi, &lo);
+                        *reinterpret_cast<uint32_t *>(s.Sh + row * ldh + col) =
+                            hi;
+                        if (split)
+                            *reinterpret_cast<uint32_t *>(s.Sl + row * ldh +
+                                                          col) = lo;
+                        if (!is_tc && !OUT) {
+                            const size_t at = (hc * dk + row) * dv + col0 + col;
+                            *reinterpret_cast<uint32_t *>(ws.Sh + at) = hi;
+                            if (split)
+                                *reinterpret_cast<uint32_t *>(ws.Sl + at) = lo;
+                        }
+                    }
+        if (sw)
+            __pipeline_wait_prior(0);
         /* chunk c's copies landed everywhere; the state is published;
          * every read of buffer bf ^ 1 (chunk c - 1) is done */
         __syncthreads();
-        if (c + 1 < nch) {
+        if (sw && c + 1 < nch) {
             hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, bf ^ 1, hc - c, ts, len,
-                                c + 1, dk, dv, C, BV, col0, is_tc, fast);
+                                c + 1, dk, dv, C, BV, col0, is_tc, fast,
+                                HK_TC_R_THREADS);
         }
         const hk_tc_p_buf t = hk_tc_p_pick(s, bf);
         const double *gam = t.gam;
         const uint16_t *Wh = t.Wh, *Wl = t.Wl, *Kb = t.Kb, *Kl = t.Kl;
         const float *Ub = t.Ub;
 
+        /* OUT: X = Q S_c (dk deep) on the output warps while the state
+         * warps run steps 2 and 3 (both only read the state's split);
+         * then the next chunk's Q rows, whose buffer this warp alone
+         * reads */
+        float X[NT][4];
+        if (ow) {
+            hk_cp_async_wait<1>(); /* Q of chunk c */
+            __syncwarp();
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    X[nt][e] = 0.0f;
+            if (ti < ntk) {
+                hk_tc_frag_mm_rt<BV>(ql0 != NULL, split, X,
+                                     ro.Qs + 16 * ti * ldk,
+                                     ro.Ql ? ro.Ql + 16 * ti * ldk : NULL, ldk,
+                                     s.Sh, s.Sl, ldh, dk / 16, lane);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) { /* X = e^gamma Q S_c */
+                    const int row = 16 * ti + g8 + 8 * hh;
+                    const float eg = row < n ? hk_gdn_decay(gam[row]) : 0.0f;
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+                        X[nt][2 * hh] *= eg, X[nt][2 * hh + 1] *= eg;
+                }
+            }
+            __syncwarp(); /* every lane's reads of Q before the refill */
+            const size_t rq = (size_t)(ts + (c + 1) * C) * ldq;
+            if (c + 1 < nch)
+                hk_tc_ro_fetch(ro, ws, q0 + rq, ql0 ? ql0 + rq : NULL, ldq,
+                               hc + 1, min(C, len - (c + 1) * C), ti, dk, C,
+                               false, fast, lane);
+            else
+                hk_cp_async_commit();
+        }
+
         /* 2, 3. Vn of rows 16 warp.. (tiles past the chunk's end: none) */
-        if (warp < ntk) {
+        if (sw && warp < ntk) {
             float V[NT][4];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
@@ -1861,27 +2087,9 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
                     const int col = 8 * nt + 2 * t4 + (e & 1);
                     V[nt][e] = is_tc ? 0.0f : Ub[row * ldf + col];
                 }
-            for (int kk = 0; kk < dk / 16; kk++) {
-                uint32_t a[4], al[4];
-                const uint16_t *wa = Wh + (16 * warp + ar) * ldk + kk * 16 + ac;
-                hk_ldmatrix_x4(a, wa);
-                if (split)
-                    hk_ldmatrix_x4(al, Wl + (wa - Wh));
-#pragma unroll
-                for (int dp = 0; dp < BV / 16; dp++) {
-                    uint32_t bb[4], bl[4];
-                    const int at = (kk * 16 + ar) * ldh + ac + dp * 16;
-                    hk_ldmatrix_x4_trans(bb, s.Sh + at);
-                    if (split) {
-                        hk_ldmatrix_x4_trans(bl, s.Sl + at);
-                        hk_mma2<true, true>(V[2 * dp], V[2 * dp + 1], a, al, bb,
-                                            bl);
-                    } else {
-                        hk_mma2<false, false>(V[2 * dp], V[2 * dp + 1], a, a,
-                                              bb, bb);
-                    }
-                }
-            }
+            hk_tc_frag_mm_rt<BV>(split, split, V, Wh + 16 * warp * ldk,
+                                 Wl + 16 * warp * ldk, ldk, s.Sh, s.Sl, ldh,
+                                 dk / 16, lane);
             const double gl = gam[n - 1];
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
@@ -1897,11 +2105,18 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
                     }
                     uint32_t hi, lo;
                     if (!is_tc) {
-                        const size_t at = (hc * C + row) * dv + col0 + col;
                         hk_split_bf16x2(v0, v1, &hi, &lo);
-                        *reinterpret_cast<uint32_t *>(ws.Vh + at) = hi;
+                        /* Vn for the outputs: in shared memory when
+                         * fused, else scratch for kernel O */
+                        uint16_t *vh =
+                            OUT ? ro.Vh + row * ldh + col
+                                : ws.Vh + (hc * C + row) * dv + col0 + col;
+                        uint16_t *vl =
+                            OUT ? ro.Vl + row * ldh + col
+                                : ws.Vl + (hc * C + row) * dv + col0 + col;
+                        *reinterpret_cast<uint32_t *>(vh) = hi;
                         if (split)
-                            *reinterpret_cast<uint32_t *>(ws.Vl + at) = lo;
+                            *reinterpret_cast<uint32_t *>(vl) = lo;
                     }
                     hk_split_bf16x2(en * v0, en * v1, &hi, &lo);
                     *reinterpret_cast<uint32_t *>(s.Xh + row * ldh + col) = hi;
@@ -1911,18 +2126,54 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
                 }
             }
         }
-        const float egn = hk_gdn_decay(gam[n - 1]);
+        if (sw) {
+            const float egn = hk_gdn_decay(gam[n - 1]);
 #pragma unroll
-        for (int mt = 0; mt < MT; mt++)
+            for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++)
-                    S[mt][nt][e] *= egn;
+                    for (int e = 0; e < 4; e++)
+                        S[mt][nt][e] *= egn;
+        }
         __syncthreads();
 
+        /* OUT: o = e^gamma X + P Vn (P lower triangular: C deep to the
+         * diagonal tile) on the output warps while the state warps run
+         * step 4, straight to o; then the next chunk's P rows. Vn is
+         * rewritten only after the next barrier. */
+        if (ow) {
+            hk_cp_async_wait<1>(); /* P of chunk c */
+            __syncwarp();
+            if (ti < ntk) {
+                const int ldp = C + HK_PAD16;
+                hk_tc_frag_mm_rt<BV>(split, split, X, ro.Ph + 16 * ti * ldp,
+                                     ro.Pl + 16 * ti * ldp, ldp, ro.Vh, ro.Vl,
+                                     ldh, ti + 1, lane);
+                const size_t t0 = (size_t)(ts + c * C);
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int row = 16 * ti + g8 + 8 * hh;
+                    if (row >= n)
+                        continue;
+                    float *orow = o + (t0 + row) * ldov + (size_t)h * dv + col0;
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
+                        *reinterpret_cast<float2 *>(orow + 8 * nt + 2 * t4) =
+                            make_float2(X[nt][2 * hh], X[nt][2 * hh + 1]);
+                }
+            }
+            __syncwarp(); /* every lane's reads of P before the refill */
+            if (c + 1 < nch)
+                hk_tc_ro_fetch(ro, ws, q0, ql0, ldq, hc + 1,
+                               min(C, len - (c + 1) * C), ti, dk, C, true, fast,
+                               lane);
+            else
+                hk_cp_async_commit();
+        }
+
         /* 4. S += K^T X over the chunk's 16-token tiles */
-        for (int kk = 0; kk < ntk; kk++) {
+        for (int kk = 0; sw && kk < ntk; kk++) {
 #pragma unroll
             for (int mt = 0; mt < MT; mt++) {
                 uint32_t a[4], al[4];
@@ -1948,7 +2199,7 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
                 }
             }
         }
-        if (is_tc)
+        if (sw && is_tc)
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -1958,16 +2209,17 @@ static __global__ void __launch_bounds__(HK_TC_R_THREADS)
                         if (fabsf(S[mt][nt][e]) < HK_GDN_TINY)
                             S[mt][nt][e] = 0.0f;
     }
+    if (sw)
 #pragma unroll
-    for (int mt = 0; mt < MT; mt++)
+        for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int row = r0 + 16 * mt + g8 + 8 * (e >> 1);
-                const int col = 8 * nt + 2 * t4 + (e & 1);
-                Sg[(size_t)row * ldg + col0 + col] = S[mt][nt][e];
-            }
+                for (int e = 0; e < 4; e++) {
+                    const int row = r0 + 16 * mt + g8 + 8 * (e >> 1);
+                    const int col = 8 * nt + 2 * t4 + (e & 1);
+                    Sg[(size_t)row * ldg + col0 + col] = S[mt][nt][e];
+                }
 }
 
 struct hk_tc_o_smem {
@@ -2174,6 +2426,7 @@ struct hk_tc_plan {
     int A1;   /* the first kernel A (HK_CUDA_GDN_TC_A1) */
     int A3;   /* kernel A3 (HK_CUDA_GDN_TC_A3) */
     int reg;  /* the pass in registers, where it can (not _SMEM) */
+    int fuse; /* R with the outputs in the same pass (_FUSE_O, fitting) */
     size_t sa, sb, so;
 };
 
@@ -2196,8 +2449,11 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     p->sa = p->A1   ? hk_tc_a_carve(NULL, NULL, dk, dv, C, lo)
             : p->A3 ? hk_tc_a3_carve(NULL, NULL, C, lo)
                     : hk_tc_a2_carve(NULL, NULL, C, lo);
-    p->sb = p->PBV ? hk_tc_p_carve(NULL, NULL, dk, C, p->BV, lo, p->nbuf)
-                   : hk_tc_b_carve(NULL, NULL, dk, C, p->BV, lo);
+    p->fuse = p->reg && (flags & HK_CUDA_GDN_TC_FUSE_O) &&
+              hk_tc_r_carve(NULL, NULL, NULL, dk, C, p->BV, lo, true) <= lim;
+    p->sb = p->reg ? hk_tc_r_carve(NULL, NULL, NULL, dk, C, p->BV, lo, p->fuse)
+            : p->PBV ? hk_tc_p_carve(NULL, NULL, dk, C, p->BV, lo, p->nbuf)
+                     : hk_tc_b_carve(NULL, NULL, dk, C, p->BV, lo);
     return p->sa > lim || p->sb > lim;
 }
 
@@ -2374,19 +2630,41 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
                                                 cu_seqlens, (int)slots, Hk,    \
                                                 Hv, dk, dv, C, fast);          \
     } while (0)
-    const int mt = dk / 64; /* kernel R's state tiles a warp */
+    /* kernel R: its state tiles a warp (MT), BV, and the fused outputs */
+#define HK_TC_REG(BV, MT)                                                      \
+    do {                                                                       \
+        if (p.fuse) {                                                          \
+            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, LO, true>,       \
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,  \
+                                 (int)p.sb);                                   \
+            hk_gdn_tc_reg_kernel<BV, MT, LO, true>                             \
+                <<<grid, HK_TC_RO_THREADS, p.sb, s>>>(                         \
+                    ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk,   \
+                    dv, C, fast, o);                                           \
+        } else {                                                               \
+            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, LO, false>,      \
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,  \
+                                 (int)p.sb);                                   \
+            hk_gdn_tc_reg_kernel<BV, MT, LO, false>                            \
+                <<<grid, HK_TC_R_THREADS, p.sb, s>>>(                          \
+                    ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk,   \
+                    dv, C, fast, o);                                           \
+        }                                                                      \
+    } while (0)
+    const int mt = dk / 64;
     if (p.reg && p.BV == 32 && mt == 1)
-        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<32, 1, LO>);
+        HK_TC_REG(32, 1);
     else if (p.reg && p.BV == 32 && mt == 2)
-        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<32, 2, LO>);
+        HK_TC_REG(32, 2);
     else if (p.reg && p.BV == 32)
-        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<32, 4, LO>);
+        HK_TC_REG(32, 4);
     else if (p.reg && mt == 1)
-        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<16, 1, LO>);
+        HK_TC_REG(16, 1);
     else if (p.reg && mt == 2)
-        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<16, 2, LO>);
+        HK_TC_REG(16, 2);
     else if (p.reg)
-        HK_TC_PASS(HK_TC_R_THREADS, hk_gdn_tc_reg_kernel<16, 4, LO>);
+        HK_TC_REG(16, 4);
+#undef HK_TC_REG
     else if (p.BV == 32 && p.nbuf == 2)
         HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<32, LO, 2>);
     else if (p.BV == 32)
@@ -2398,7 +2676,7 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
 #undef HK_TC_PASS
     rc = hk_cuda_check_launch();
     hk_tc_mark(3, s);
-    if (rc || T == 0) {
+    if (rc || T == 0 || p.fuse) {
         hk_tc_mark(4, s);
         return rc;
     }
@@ -2443,7 +2721,8 @@ extern "C" int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq,
     if (!p.PBV) /* as hk_gdn_tc_launch picks them */
         snprintf(buf, cap, "%s B%d", a, p.BV);
     else if (p.reg)
-        snprintf(buf, cap, "%s R%dx%d O", a, p.BV, dk / 64);
+        snprintf(buf, cap, "%s R%dx%d%s", a, p.BV, dk / 64,
+                 p.fuse ? "+O" : " O");
     else
         snprintf(buf, cap, "%s P%d%s O", a, p.BV, p.nbuf == 1 ? "s" : "");
     return HK_CUDA_OK;

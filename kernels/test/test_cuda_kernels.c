@@ -2508,9 +2508,10 @@ static void test_sample(void)
  * fast products, the single-buffered state pass, the fast products with
  * kernel A's on T's hi half too (HYPIC_CUDA_GDN=tc_bf16's), the state pass
  * in shared memory (kernel P: split and fast), kernel A3 with the default's
- * passes; then (the full grid: make test-cuda-emu) A3 with the fast_a pair
- * and with v1, and the first kernel A with the first three and the fast_a
- * pair. */
+ * passes, the outputs fused into the pass in registers (ro: split and
+ * fast); then (the full grid: make test-cuda-emu) A3 with the fused
+ * outputs, with the fast_a pair and with v1, and the first kernel A with
+ * the first three and the fast_a pair. */
 static const unsigned tc_vflags[] = {
     0,
     HK_CUDA_GDN_TC_V1,
@@ -2520,27 +2521,20 @@ static const unsigned tc_vflags[] = {
     HK_CUDA_GDN_TC_SMEM,
     HK_CUDA_GDN_TC_SMEM | HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_A3,
+    HK_CUDA_GDN_TC_FUSE_O,
+    HK_CUDA_GDN_TC_FUSE_O | HK_CUDA_GDN_TC_FAST,
+    HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O,
     HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
     HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_A1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A};
-static const char *const tc_vname[] = {"",
-                                       " v1",
-                                       " fast",
-                                       " ps",
-                                       " fast fast_a",
-                                       " p",
-                                       " p fast",
-                                       " a3",
-                                       " a3 fast fast_a",
-                                       " a3 v1",
-                                       " a1",
-                                       " a1 v1",
-                                       " a1 fast",
-                                       " a1 fast fast_a"};
-#define TC_NVAR grid_n(NSHAPES(tc_vflags), 8)
+static const char *const tc_vname[] = {
+    "",        " v1", " fast",  " ps",      " fast fast_a",   " p",
+    " p fast", " a3", " ro",    " ro fast", " a3 ro",         " a3 fast fast_a",
+    " a3 v1",  " a1", " a1 v1", " a1 fast", " a1 fast fast_a"};
+#define TC_NVAR grid_n(NSHAPES(tc_vflags), 10)
 
 /* Whether a call with these flags runs the state pass in registers
  * (hk_tc_plan_for): dk a multiple of 64 up to 256, neither kernel P asked
@@ -2720,7 +2714,8 @@ static void test_gdn_chunk_bf16(void)
             /* HYPIC_CUDA_GDN=tc_bf16's call (fast) and a bf16 checkpoint's
              * (the default's products, with kernel A2 or A3) */
             const int round =
-                fast || (vflags[vi] & ~(unsigned)HK_CUDA_GDN_TC_A3) == 0;
+                fast || (vflags[vi] & ~(unsigned)(HK_CUDA_GDN_TC_A3 |
+                                                  HK_CUDA_GDN_TC_FUSE_O)) == 0;
             if (round)
                 good = tc_round_same(dO, dS, dTc, &fu, p.S0, cu, Hk, Hv, dk, dv,
                                      C, ns, nt, vflags[vi]);
@@ -2767,14 +2762,16 @@ static void test_gdn_chunk_varlen(void)
                  {3, {17, 1, 50}, 2, 2, 16, 48, 16}};
     /* the first two cases' dk = 64 run the pass in registers by default,
      * in shared memory with _SMEM */
-    static const unsigned vflags[6] = {0,
+    static const unsigned vflags[7] = {0,
                                        HK_CUDA_GDN_TC_V1,
                                        HK_CUDA_GDN_TC_PSHARE,
                                        HK_CUDA_GDN_TC_SMEM,
                                        HK_CUDA_GDN_TC_A3,
+                                       HK_CUDA_GDN_TC_FUSE_O,
                                        HK_CUDA_GDN_TC_A1};
-    static const char *const vname[6] = {"", " v1", " ps", " p", " a3", " a1"};
-    const int nv = grid_n(6, 5); /* kernel A1: the full grid */
+    static const char *const vname[7] = {"",    " v1", " ps", " p",
+                                         " a3", " ro", " a1"};
+    const int nv = grid_n(7, 6); /* kernel A1: the full grid */
     for (int vs = 0; vs < nv * grid_n(NSHAPES(cases), 1); vs++) {
         const int s = vs / nv; /* each case in v2, v1, ..., with A3, A1 */
         const unsigned flags = vflags[vs % nv];

@@ -118,6 +118,14 @@ static inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w)
     return uint4{x, y, z, w};
 }
 
+struct alignas(8) float2 {
+    float x, y;
+};
+static inline float2 make_float2(float x, float y)
+{
+    return float2{x, y};
+}
+
 struct float4 {
     float x, y, z, w;
 };

@@ -67,6 +67,15 @@ template <int HD> struct hk_f3 {
     static constexpr size_t Q = (size_t)HK_F3_M * HD * 2;
     static constexpr int TILE = 2 * HK_F3_BK * HD; /* bf16: K, then V^T */
     static constexpr size_t SMEM = Q + 2 * (size_t)TILE * 2 + HK_F3_M * 4;
+    /* the carve of a block's shared memory p */
+    __nv_bfloat16 *sQ; /* [M, HD] as core matrices */
+    __nv_bfloat16 *sT; /* [2][K | V^T] */
+    int *sLim;         /* [M] */
+    __device__ explicit hk_f3(unsigned char *p)
+        : sQ((__nv_bfloat16 *)p), sT((__nv_bfloat16 *)(p + Q)),
+          sLim((int *)(p + Q + 2 * (size_t)TILE * 2))
+    {
+    }
 };
 
 /* Blocks per SM: two only where their registers fit (HD 64 without the
@@ -302,24 +311,21 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
                  int T, int ntiles, int Hq, int Hkv, int hd, float sl2, int vec,
                  int nsplit)
 {
-    typedef hk_f3<HD> L;
-    const int BK = HK_F3_BK, TILE = L::TILE;
+    const int BK = HK_F3_BK, TILE = hk_f3<HD>::TILE;
     HK_DYNAMIC_SMEM(smem);
-    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem;               // [M, HD] as tiles
-    __nv_bfloat16 *sT = (__nv_bfloat16 *)(smem + L::Q);      // [2][K | V^T]
-    int *sLim = (int *)(smem + L::Q + 2 * (size_t)TILE * 2); // [M]
+    const hk_f3<HD> L(smem);
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3; /* warpgroup, its warp */
     const hk_att_rows rw(HK_F3_M, T, Hq, Hkv, hd);
     const int g = rw.g;
 
-    hk_f3_stage_q<HD>(sQ, sLim, q, qpos, rw, vec);
+    hk_f3_stage_q<HD>(L.sQ, L.sLim, q, qpos, rw, vec);
     /* this warpgroup's 64 rows: the warp's first (wr), their Q (wQ) */
     const int wr = wg * 64 + wq * 16;
-    const __nv_bfloat16 *wQ = sQ + (size_t)wg * 64 * HD;
+    const __nv_bfloat16 *wQ = L.sQ + (size_t)wg * 64 * HD;
     const __nv_bfloat16 *kvg = kv + (size_t)g * ntiles * TILE;
     auto load = [&](int j, int half, int b) {
-        hk_f3_load<HD>(sT, kvg, j, half, b, tid, HK_F3_THREADS);
+        hk_f3_load<HD>(L.sT, kvg, j, half, b, tid, HK_F3_THREADS);
     };
     float O[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -327,7 +333,7 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
         O[i] = 0.0f;
     uint32_t P[BK / 16][4];
     int j0, nt, gmax, lim[2];
-    hk_f3_range(sLim, wg, wr, lane, nsplit, &j0, &nt, &gmax, lim);
+    hk_f3_range(L.sLim, wg, wr, lane, nsplit, &j0, &nt, &gmax, lim);
 
     if (!OV) {
         /* tile j in slot j % 2; tile j + 1 issued before tile j is used */
@@ -347,7 +353,7 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
             __syncthreads();
             const int k0 = j * BK;
             if (k0 < gmax) { /* warpgroup-uniform */
-                const __nv_bfloat16 *tK = sT + (j & 1) * TILE;
+                const __nv_bfloat16 *tK = L.sT + (j & 1) * TILE;
                 float S[BK / 2] = {}; /* defined: hk_f3_scores pins it */
                 hk_f3_scores<HD>(S, wQ, tK);
                 hk_wgmma_wait<0>();
@@ -374,7 +380,7 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
         hk_fence_proxy_async();
         __syncthreads();
         if (j0 * BK < gmax) {
-            hk_f3_scores<HD>(S, wQ, sT + (j0 & 1) * TILE);
+            hk_f3_scores<HD>(S, wQ, L.sT + (j0 & 1) * TILE);
             hk_wgmma_wait<0>();
             hk_f3_hold(S, BK / 2);
         }
@@ -391,10 +397,10 @@ static __global__ void __launch_bounds__(HK_F3_THREADS, hk_f3_blocks(HD, OV))
             const int k0 = j * BK;
             const bool next = k0 + BK < gmax; /* warpgroup-uniform */
             if (next)
-                hk_f3_scores<HD>(Sn, wQ, sT + ((j + 1) & 1) * TILE);
+                hk_f3_scores<HD>(Sn, wQ, L.sT + ((j + 1) & 1) * TILE);
             if (k0 < gmax) {
                 hk_f3_softmax<HD>(S, k0, lim, lane, sl2, m, l, O, P);
-                hk_f3_pv<HD>(O, P, sT + (j & 1) * TILE + BK * HD);
+                hk_f3_pv<HD>(O, P, L.sT + (j & 1) * TILE + BK * HD);
             }
             hk_wgmma_wait<0>();
             hk_f3_hold(O, HD / 2);
@@ -453,20 +459,17 @@ static __global__ void __maxnreg__(224)
                    const __nv_bfloat16 *kv, int T, int ntiles, int Hq, int Hkv,
                    int hd, float sl2, int vec, int nsplit)
 {
-    typedef hk_f3<HD> L;
-    const int BK = HK_F3_BK, TILE = L::TILE;
+    const int BK = HK_F3_BK, TILE = hk_f3<HD>::TILE;
     HK_DYNAMIC_SMEM(smem);
-    __nv_bfloat16 *sQ = (__nv_bfloat16 *)smem;               // [M, HD] as tiles
-    __nv_bfloat16 *sT = (__nv_bfloat16 *)(smem + L::Q);      // [2][K | V^T]
-    int *sLim = (int *)(smem + L::Q + 2 * (size_t)TILE * 2); // [M]
+    const hk_f3<HD> L(smem);
     const int tid = threadIdx.x, lane = tid & 31;
     const int wg = tid >> 7, wq = (tid >> 5) & 3; /* wg 2: the producer */
     const hk_att_rows rw(HK_F3_M, T, Hq, Hkv, hd);
     const int wr = wg * 64 + wq * 16;
 
-    hk_f3_stage_q<HD>(sQ, sLim, q, qpos, rw, vec);
+    hk_f3_stage_q<HD>(L.sQ, L.sLim, q, qpos, rw, vec);
     int j0, nt, gmax, lim[2];
-    hk_f3_range(sLim, wg, wr, lane, nsplit, &j0, &nt, &gmax, lim);
+    hk_f3_range(L.sLim, wg, wr, lane, nsplit, &j0, &nt, &gmax, lim);
     if (j0 >= nt)
         return; /* block-uniform: no tile, no barrier */
 
@@ -476,7 +479,7 @@ static __global__ void __maxnreg__(224)
          * newest may stay pending. */
         const __nv_bfloat16 *kvg = kv + (size_t)rw.g * ntiles * TILE;
         for (int half = 0; half < 2; half++) {
-            hk_f3_load<HD>(sT, kvg, j0, half, j0 & 1, lane, 32);
+            hk_f3_load<HD>(L.sT, kvg, j0, half, j0 & 1, lane, 32);
             hk_cp_async_commit();
         }
         for (int j = j0; j < nt; j++) {
@@ -487,7 +490,7 @@ static __global__ void __maxnreg__(224)
                                      : HK_F3W_FREE_K(s ^ 1),
                                 HK_F3W_THREADS);
                 if (j + 1 < nt)
-                    hk_f3_load<HD>(sT, kvg, j + 1, half, s ^ 1, lane, 32);
+                    hk_f3_load<HD>(L.sT, kvg, j + 1, half, s ^ 1, lane, 32);
                 hk_cp_async_commit();
                 hk_cp_async_wait<2>();  /* this half of tile j landed */
                 hk_fence_proxy_async(); /* cp.async's writes -> wgmma's */
@@ -502,7 +505,7 @@ static __global__ void __maxnreg__(224)
         return;
     }
 
-    const __nv_bfloat16 *wQ = sQ + (size_t)wg * 64 * HD;
+    const __nv_bfloat16 *wQ = L.sQ + (size_t)wg * 64 * HD;
     float O[HD / 2], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < HD / 2; i++)
@@ -514,7 +517,7 @@ static __global__ void __maxnreg__(224)
     for (int j = j0; j < nt; j++) {
         const int s = j & 1, k0 = j * BK;
         const bool live = k0 < gmax; /* warpgroup-uniform */
-        const __nv_bfloat16 *tK = sT + s * TILE;
+        const __nv_bfloat16 *tK = L.sT + s * TILE;
         float S[BK / 2] = {}; /* defined: hk_f3_scores pins it */
         hk_bar_sync(HK_F3W_FULL_K(s, wg), HK_F3W_FULL_N);
         hk_bar_sync(me, HK_F3_THREADS);

@@ -554,6 +554,23 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
     }
 }
 
+/* Where a kernel A block works (A2, A3): chunk slot blockIdx.x of value
+ * head blockIdx.y (h) and its key head kh; its scratch slot hc; the rows'
+ * strides of q, k (ldq) and v (ldvg) and of its C x C tiles in f32 (ldc)
+ * and bf16 (ldb); the thread's warp and lane. */
+struct hk_tc_a_at {
+    int h, kh, lane, warp, nwarps, ldc, ldb;
+    size_t hc, ldq, ldvg;
+    __device__ hk_tc_a_at(int nslots, int Hk, int Hv, int dk, int dv, int C)
+        : h((int)blockIdx.y), kh(h / (Hv / Hk)), lane((int)threadIdx.x & 31),
+          warp((int)threadIdx.x >> 5), nwarps((int)blockDim.x >> 5),
+          ldc(C + HK_PAD32), ldb(C + HK_PAD16),
+          hc((size_t)h * nslots + blockIdx.x), ldq((size_t)Hk * dk),
+          ldvg((size_t)Hv * dv)
+    {
+    }
+};
+
 /* ---- kernel A, blockwise (the default) -------------------------------------
  *
  * The first kernel A above keeps K, Q, V (and their lo parts) and every
@@ -740,6 +757,28 @@ hk_tc_a2_panel(const hk_tc_ws &ws, const uint16_t *Th, const uint16_t *Tl,
     }
 }
 
+/* Each of the warp's [K; Q] K^T tiles (hk_tc_a2_kkt's accumulators)
+ * through its staging tile stg [16][20]: f(which, ti, tj) with the tile
+ * in stg (hk_tc_pair's indices). */
+template <class F>
+static __device__ __forceinline__ void
+hk_tc_a_tiles(hk_facc (&acc)[HK_TC_A2_ACC], float *stg, int warp, int nwarps,
+              int npair, F f)
+{
+#pragma unroll
+    for (int r = 0; r < HK_TC_A2_ACC; r++) {
+        const int idx = warp + r * nwarps;
+        if (idx >= 2 * npair)
+            continue;
+        int which, ti, tj;
+        hk_tc_pair(idx, npair, &which, &ti, &tj);
+        wmma::store_matrix_sync(stg, acc[r], 20, wmma::mem_row_major);
+        __syncwarp();
+        f(which, ti, tj);
+        __syncwarp(); /* stg is rewritten by the warp's next tile */
+    }
+}
+
 /* Kernel A, blockwise: chunk slot blockIdx.x, value head blockIdx.y. */
 template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
@@ -752,13 +791,11 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
     __shared__ int loc[2];
     hk_tc_a2_smem s;
     hk_tc_a2_carve(&s, smem, C, LO);
-    const int h = blockIdx.y, kh = h / (Hv / Hk);
-    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int nwarps = blockDim.x >> 5;
-    const size_t hc = (size_t)h * nslots + blockIdx.x;
-    const size_t ldq = (size_t)Hk * dk, ldvg = (size_t)Hv * dv;
+    const hk_tc_a_at ka(nslots, Hk, Hv, dk, dv, C);
+    const int h = ka.h, kh = ka.kh, lane = ka.lane, warp = ka.warp;
+    const int nwarps = ka.nwarps, ldc = ka.ldc, ldb = ka.ldb;
+    const size_t hc = ka.hc, ldq = ka.ldq, ldvg = ka.ldvg;
     const int ldp = HK_TC_A2_PW + HK_PAD16;
-    const int ldc = C + HK_PAD32, ldb = C + HK_PAD16;
 
     int t0;
     const int n = hk_tc_a_begin(ws, g, beta, cu, nseq, Hv, C, hc, loc, s.gam,
@@ -794,30 +831,22 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
      * P = tril(Q K^T (.) Gamma) split into scratch (the tiles above the
      * diagonal are never read, of either). */
     float *stg = s.stage + warp * 16 * 20;
-#pragma unroll
-    for (int r = 0; r < HK_TC_A2_ACC; r++) {
-        const int idx = warp + r * nwarps;
-        if (idx >= 2 * npair)
-            continue;
-        int which, ti, tj;
-        hk_tc_pair(idx, npair, &which, &ti, &tj);
-        wmma::store_matrix_sync(stg, acc[r], 20, wmma::mem_row_major);
-        __syncwarp();
-        for (int e = lane; e < 256; e += 32) {
-            const int i = ti * 16 + e / 16, j = tj * 16 + e % 16;
-            const float x = stg[(e / 16) * 20 + e % 16];
-            const float d =
-                i < n && j < i ? hk_gdn_decay(s.gam[i] - s.gam[j]) : 0.0f;
-            if (!which) {
-                s.L[i * ldc + j] = x * (s.bv[i] * d);
-                continue;
+    hk_tc_a_tiles(
+        acc, stg, warp, nwarps, npair, [&](int which, int ti, int tj) {
+            for (int e = lane; e < 256; e += 32) {
+                const int i = ti * 16 + e / 16, j = tj * 16 + e % 16;
+                const float x = stg[(e / 16) * 20 + e % 16];
+                const float d =
+                    i < n && j < i ? hk_gdn_decay(s.gam[i] - s.gam[j]) : 0.0f;
+                if (!which) {
+                    s.L[i * ldc + j] = x * (s.bv[i] * d);
+                    continue;
+                }
+                const float pv = i < n && j == i ? x : x * d;
+                hk_bf16_split(pv, &ws.Ph[hc * C * C + i * C + j],
+                              &ws.Pl[hc * C * C + i * C + j]);
             }
-            const float pv = i < n && j == i ? x : x * d;
-            hk_bf16_split(pv, &ws.Ph[hc * C * C + i * C + j],
-                          &ws.Pl[hc * C * C + i * C + j]);
-        }
-        __syncwarp(); /* stg is rewritten by the warp's next tile */
-    }
+        });
     __syncthreads();
 
     /* 2. T = (I + L)^{-1}. */
@@ -999,13 +1028,11 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
     __shared__ int loc[2];
     hk_tc_a3_smem s;
     hk_tc_a3_carve(&s, smem, C, LO);
-    const int h = blockIdx.y, kh = h / (Hv / Hk);
-    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
-    const int nwarps = blockDim.x >> 5;
-    const size_t hc = (size_t)h * nslots + blockIdx.x;
-    const size_t ldq = (size_t)Hk * dk, ldvg = (size_t)Hv * dv;
+    const hk_tc_a_at ka(nslots, Hk, Hv, dk, dv, C);
+    const int h = ka.h, kh = ka.kh, lane = ka.lane, warp = ka.warp;
+    const int nwarps = ka.nwarps, ldc = ka.ldc, ldb = ka.ldb;
+    const size_t hc = ka.hc, ldq = ka.ldq, ldvg = ka.ldvg;
     const int PW = HK_TC_A3_PW(LO), ldp = PW + HK_PAD16, pan = C * ldp;
-    const int ldc = C + HK_PAD32, ldb = C + HK_PAD16;
 
     const int np1 = (dk + PW - 1) / PW, nv3 = (dv + PW - 1) / PW;
     const int np3 = nv3 + np1;          /* step 3: V's panels, then K's */
@@ -1080,19 +1107,11 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
 
     /* L and P as A2's, 8 elements a lane */
     float *stg = s.stage + warp * 16 * 20;
-#pragma unroll
-    for (int r = 0; r < HK_TC_A2_ACC; r++) {
-        const int idx = warp + r * nwarps;
-        if (idx >= 2 * npair)
-            continue;
-        int which, ti, tj;
-        hk_tc_pair(idx, npair, &which, &ti, &tj);
-        wmma::store_matrix_sync(stg, acc[r], 20, wmma::mem_row_major);
-        __syncwarp();
-        hk_tc_a3_mask(ws, s.L, s.gam, s.bv, stg, which, ti, tj, n, C, ldc, hc,
-                      lane);
-        __syncwarp(); /* stg is rewritten by the warp's next tile */
-    }
+    hk_tc_a_tiles(acc, stg, warp, nwarps, npair,
+                  [&](int which, int ti, int tj) {
+                      hk_tc_a3_mask(ws, s.L, s.gam, s.bv, stg, which, ti, tj, n,
+                                    C, ldc, hc, lane);
+                  });
     __syncthreads();
 
     /* 2. T = (I + L)^{-1} */

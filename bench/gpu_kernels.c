@@ -745,7 +745,8 @@ static const struct {
 } step_vars[] = {{HK_CUDA_STEP_DEFAULT, "gdn_step", "step"},
                  {HK_CUDA_STEP_KH, "gdn_step_kh", "step_kh"},
                  {HK_CUDA_STEP_PIPE, "gdn_step_pipe", "step_pipe"},
-                 {HK_CUDA_STEP_PIPE32, "gdn_step_pipe32", "step_pipe32"}};
+                 {HK_CUDA_STEP_PIPE32, "gdn_step_pipe32", "step_pipe32"},
+                 {HK_CUDA_STEP_PIPEA, "gdn_step_pipea", "step_pipea"}};
 #define N_STEP_VARS (sizeof step_vars / sizeof step_vars[0])
 
 static int step_run(void *ctx, int rep)

@@ -534,14 +534,19 @@ int hk_cuda_gdn_step(float *o, float *const *states, float *const *conv_states,
  *           request) items, the next 64-column slab's state loads in
  *           flight while the current one computes;
  *   PIPE32  the same with 32-column slabs, about 3 blocks per SM.
- * DEFAULT is the environment's HYPIC_CUDA_STEP=kh|pipe|pipe32, read once
- * (default pipe). Results agree to f32 rounding (the column sums are
+ *   PIPEA   PIPE with each item's conv inputs (x, old conv state, weights)
+ *           copied into shared memory by cp.async while the previous
+ *           item's slabs run (session 16, untimed); PIPE where dk % 4 or
+ *           qkv's alignment rule the copies out.
+ * DEFAULT is the environment's HYPIC_CUDA_STEP=kh|pipe|pipe32|pipea, read
+ * once (default pipe). Results agree to f32 rounding (the column sums are
  * grouped by 32, 16 or 8 row groups). */
 typedef enum {
     HK_CUDA_STEP_DEFAULT = 0,
     HK_CUDA_STEP_KH = 1,
     HK_CUDA_STEP_PIPE = 2,
-    HK_CUDA_STEP_PIPE32 = 3
+    HK_CUDA_STEP_PIPE32 = 3,
+    HK_CUDA_STEP_PIPEA = 4
 } hk_cuda_step_impl_t;
 int hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o,
                           float *const *states, float *const *conv_states,

@@ -41,6 +41,7 @@
  * dk <= 256, dv a multiple of 4, states 16-byte aligned.
  */
 #include "kernels/cuda/hk_cuda_impl.h"
+#include "kernels/cuda/hk_ptx.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@
 
 /* Shared memory: partial sums 2 [nrg][cw], d [cw] (16-byte aligned for
  * their float4s), the gates 2 [r], then q, k [dk], v [r dv]. */
-static size_t hk_step_smem(int dk, int dv, int r, int cw)
+static __host__ __device__ size_t hk_step_smem(int dk, int dv, int r, int cw)
 {
     const int nrg = HK_STEP_THREADS / (cw / 4);
     return sizeof(float) * (2 * (size_t)dk + (size_t)r * dv +
@@ -85,16 +86,18 @@ hk_step_load(float4 (&s)[R], const float *Sh, int j0, int dk, int dv, int nrg,
  * norms (hk_norm.cu's: f32 tree, the factor in double) and the gates of its
  * value heads into gs [2 r] (a, beta). qs: q | k [dk] | v [r dv], contiguous.
  * Returns k.q; the norms' barriers publish qs, ks and gs (vs is published by
- * the first barrier). */
-static __device__ float hk_step_conv_norm(float *qs, float *gs, float *red,
-                                          float *cst, const float *x,
-                                          const float *conv_w, const float *a,
-                                          const float *bg, const float *A_log,
-                                          const float *dt_bias, int kh, int b,
-                                          int Hk, int Hv, int dk, int dv, int K,
-                                          float eps, float q_scale)
+ * the first barrier). AI: x, the old conv state and the weights are read
+ * from xin (hk_step_fetch_item's copies), not from global memory. */
+template <bool AI>
+static __device__ float
+hk_step_conv_norm(float *qs, float *gs, float *red, float *cst, const float *x,
+                  const float *conv_w, const float *a, const float *bg,
+                  const float *A_log, const float *dt_bias, int kh, int b,
+                  int Hk, int Hv, int dk, int dv, int K, float eps,
+                  float q_scale, const float *xin)
 {
     const int tid = threadIdx.x, r = Hv / Hk, kd = Hk * dk, S = K - 1;
+    const int nch = 2 * dk + r * dv;
     float *ks = qs + dk;
     for (int t = tid; t < r; t += blockDim.x) {
         const int h = kh * r + t;
@@ -108,16 +111,20 @@ static __device__ float hk_step_conv_norm(float *qs, float *gs, float *red,
         const int c = e < dk       ? kh * dk + e
                       : e < 2 * dk ? kd + kh * dk + (e - dk)
                                    : 2 * kd + kh * r * dv + (e - 2 * dk);
-        const float *wc = conv_w + (size_t)c * K;
+        /* the inputs in global memory, or xin's copies of them (PIPEA) */
+        const float *wc = AI ? xin + (size_t)nch * (1 + S) + (size_t)e * K
+                             : conv_w + (size_t)c * K;
         float *st = cst ? cst + (size_t)c * S : NULL;
+        const float *so = AI ? xin + nch + (size_t)e * S : st;
+        const float xv = AI ? xin[e] : x[c];
         float acc = 0.0f;
         for (int j = 0; j < S; j++)
-            acc += wc[j] * st[j];
-        acc += wc[S] * x[c];
+            acc += wc[j] * so[j];
+        acc += wc[S] * xv;
         for (int j = 0; j + 1 < S; j++)
-            st[j] = st[j + 1];
+            st[j] = so[j + 1];
         if (S > 0)
-            st[S - 1] = x[c];
+            st[S - 1] = xv;
         qs[e] = hk_math_silu(acc); /* q | k | v */
     }
     __syncthreads();
@@ -239,9 +246,10 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
     /* The first slab's loads go out before the conv. */
     hk_step_load<R, false>(s, Sb + (size_t)kh * r * dk * dv, 0, dk, dv, nrg, rg,
                            cg);
-    const float kq = hk_step_conv_norm(
+    const float kq = hk_step_conv_norm<false>(
         qs, gs, red, conv_states ? conv_states[b] : NULL, qkv + (size_t)b * cd,
-        conv_w, a, bg, A_log, dt_bias, kh, b, Hk, Hv, dk, dv, K, eps, q_scale);
+        conv_w, a, bg, A_log, dt_bias, kh, b, Hk, Hv, dk, dv, K, eps, q_scale,
+        NULL);
 
     for (int hh = 0; hh < r; hh++) {
         const int h = kh * r + hh;
@@ -257,9 +265,46 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
     }
 }
 
+/* PIPEA: item (kh, b)'s conv inputs into xin by cp.async (the whole
+ * block, one group): its 2 dk + r dv channels' inputs x (16 bytes a
+ * copy: qkv and the counts 16-byte aligned, as the launch checks), old
+ * conv states (4 bytes a copy: a state's alignment is its pool's) and
+ * conv weights (16 bytes), in hk_step_conv_norm's xin layout. */
+static __device__ void hk_step_fetch_item(float *xin, const float *xrow,
+                                          const float *cst, const float *conv_w,
+                                          int kh, int Hk, int dk, int r, int dv,
+                                          int K)
+{
+    const int tid = threadIdx.x, nt = blockDim.x, S = K - 1;
+    const int nch = 2 * dk + r * dv, kd = Hk * dk;
+    /* the item's three runs of channels: q, k, v (local e0, global c0) */
+    const int e0[3] = {0, dk, 2 * dk}, len[3] = {dk, dk, r * dv};
+    const int c0[3] = {kh * dk, kd + kh * dk, 2 * kd + kh * r * dv};
+    for (int g = 0; g < 3; g++) {
+        for (int i = 4 * tid; i < len[g]; i += 4 * nt)
+            hk_cp_async16(xin + e0[g] + i, xrow + c0[g] + i, 16);
+        for (int i = tid; cst && i < len[g] * S; i += nt)
+            hk_cp_async4(xin + nch + (size_t)e0[g] * S + i,
+                         cst + (size_t)c0[g] * S + i);
+        for (int i = 4 * tid; i < len[g] * K; i += 4 * nt)
+            hk_cp_async16(xin + (size_t)nch * (1 + S) + (size_t)e0[g] * K + i,
+                          conv_w + (size_t)c0[g] * K + i, 16);
+    }
+    hk_cp_async_commit();
+}
+
+/* Floats of PIPEA's xin buffer. */
+static __host__ __device__ size_t hk_step_xin(int dk, int dv, int r, int K)
+{
+    return (size_t)(2 * dk + r * dv) * (size_t)(2 * K);
+}
+
 /* PIPE: block x runs items x per .. x per + per - 1 (of Hk B; key head
  * fastest) as units (item, value head, slab of cw columns), two state
- * buffers in turn: unit u + 1's loads go out before unit u computes. */
+ * buffers in turn: unit u + 1's loads go out before unit u computes.
+ * PIPEA (AI): each item's conv inputs are copied into shared memory
+ * (hk_step_fetch_item) while the previous item's slabs run, so its conv
+ * waits on no global load. */
 template <int R, int MINB> struct hk_step_pipe {
     float *o;
     float *const *states, *const *conv_states;
@@ -268,7 +313,7 @@ template <int R, int MINB> struct hk_step_pipe {
     float eps, q_scale;
 };
 
-template <int R, int MINB>
+template <int R, int MINB, bool AI>
 static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
     hk_gdn_step_pipe_kernel(const hk_step_pipe<R, MINB> p)
 {
@@ -286,6 +331,14 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
     float *pu = (float *)smem, *pw = pu + (size_t)nrg * cw;
     float *dsh = pw + (size_t)nrg * cw, *gs = dsh + cw;
     float *qs = gs + 2 * r, *ks = qs + dk, *vs = ks + dk; /* contiguous */
+    /* AI: the item inputs' buffer, 16-byte aligned after the rest */
+    float *xin = (float *)smem +
+                 (hk_step_smem(dk, dv, r, cw) / sizeof(float) + 3) / 4 * 4;
+    auto fetch = [&](int n) {
+        const int kh = (it0 + n) % Hk, b = (it0 + n) / Hk;
+        hk_step_fetch_item(xin, p.qkv + (size_t)b * cd, cps[n], p.conv_w, kh,
+                           Hk, dk, r, dv, p.K);
+    };
 
     if (tid < nit) {
         const int b = (it0 + tid) / Hk;
@@ -293,8 +346,10 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
         cps[tid] = p.conv_states ? p.conv_states[b] : NULL;
     }
     __syncthreads();
+    if (AI && nit > 0)
+        fetch(0);
 
-    /* Unit u: item n = u / U, value head hh, columns j0. */
+        /* Unit u: item n = u / U, value head hh, columns j0. */
 #define HK_PIPE_UNIT(u, n, hh, j0)                                             \
     const int n = (u) / U, hh = (u) % U / nslab, j0 = (u) % nslab * cw
     auto load = [&](float4(&s)[R], int u) {
@@ -307,10 +362,20 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
     auto step = [&](float4(&s)[R], int u) {
         HK_PIPE_UNIT(u, n, hh, j0);
         const int kh = (it0 + n) % Hk, b = (it0 + n) / Hk, h = kh * r + hh;
-        if (u % U == 0) /* the item's first unit: its conv and norms */
-            kq = hk_step_conv_norm(qs, gs, red, cps[n], p.qkv + (size_t)b * cd,
-                                   p.conv_w, p.a, p.bg, p.A_log, p.dt_bias, kh,
-                                   b, Hk, Hv, dk, dv, p.K, p.eps, p.q_scale);
+        if (u % U == 0) { /* the item's first unit: its conv and norms */
+            if (AI) {     /* its inputs landed (every thread's copies) */
+                hk_cp_async_wait<0>();
+                __syncthreads();
+            }
+            kq = hk_step_conv_norm<AI>(qs, gs, red, cps[n],
+                                       p.qkv + (size_t)b * cd, p.conv_w, p.a,
+                                       p.bg, p.A_log, p.dt_bias, kh, b, Hk, Hv,
+                                       dk, dv, p.K, p.eps, p.q_scale, xin);
+            /* the next item's, over these: their last reads (the conv) are
+             * behind the norms' barriers */
+            if (AI && n + 1 < nit)
+                fetch(n + 1);
+        }
         hk_step_slab<R, true>(s, sps[n] + (size_t)h * dk * dv,
                               p.o + ((size_t)b * Hv + h) * dv, qs, ks,
                               vs + (size_t)hh * dv, pu, pw, dsh, gs[2 * hh],
@@ -337,14 +402,15 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
 /* DEFAULT: HYPIC_CUDA_STEP, read once (a thread-safe local static). */
 static hk_cuda_step_impl_t hk_step_resolve(hk_cuda_step_impl_t impl)
 {
-    static const char *const names[] = {"kh", "pipe32"};
-    static const int values[] = {HK_CUDA_STEP_KH, HK_CUDA_STEP_PIPE32};
+    static const char *const names[] = {"kh", "pipe32", "pipea"};
+    static const int values[] = {HK_CUDA_STEP_KH, HK_CUDA_STEP_PIPE32,
+                                 HK_CUDA_STEP_PIPEA};
     static const hk_cuda_step_impl_t env = (hk_cuda_step_impl_t)hk_env_choice(
-        "HYPIC_CUDA_STEP", names, values, 2, HK_CUDA_STEP_PIPE);
+        "HYPIC_CUDA_STEP", names, values, 3, HK_CUDA_STEP_PIPE);
     return impl == HK_CUDA_STEP_DEFAULT ? env : impl;
 }
 
-template <int R, int MINB>
+template <int R, int MINB, bool AI>
 static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
                                cudaStream_t s)
 {
@@ -359,7 +425,7 @@ static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
     const long long grid = HK_CEIL_DIV(items, per);
     if (grid > 2147483647LL)
         return HK_CUDA_EINVAL;
-    hk_gdn_step_pipe_kernel<R, MINB>
+    hk_gdn_step_pipe_kernel<R, MINB, AI>
         <<<(unsigned)grid, HK_STEP_THREADS, sm, s>>>(q);
     return hk_cuda_check_launch();
 }
@@ -375,7 +441,7 @@ hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
     if (B < 0 || B > HK_CUDA_MAX_GRID_YZ || Hk < 1 || Hv < 1 || Hv % Hk ||
         dk < 1 || dk > HK_CUDA_GDN_MAX_DK || dv < 4 || dv % 4 || K < 1 ||
         (B > 0 && (!states || (K > 1 && !conv_states))) ||
-        impl < HK_CUDA_STEP_DEFAULT || impl > HK_CUDA_STEP_PIPE32)
+        impl < HK_CUDA_STEP_DEFAULT || impl > HK_CUDA_STEP_PIPEA)
         return HK_CUDA_EINVAL;
     if (B == 0)
         return HK_CUDA_OK;
@@ -385,28 +451,40 @@ hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
     if (impl != HK_CUDA_STEP_KH) {
         /* 8 rows of 4 columns per thread and buffer at most: cw 64 up to
          * dk 128 (PIPE32: 32), half that above */
-        int cw = impl == HK_CUDA_STEP_PIPE ? 64 : 32;
+        int cw = impl == HK_CUDA_STEP_PIPE32 ? 32 : 64;
         if (dk > 128)
             cw /= 2;
         if (dv < cw)
             cw = dv;
         const int nrg = HK_STEP_THREADS / (cw / 4);
         const int rows = (dk + nrg - 1) / nrg;
-        const size_t sm = hk_step_smem(dk, dv, r, cw);
+        size_t sm = hk_step_smem(dk, dv, r, cw);
         if (sm > 48 * 1024)
             return HK_CUDA_EINVAL;
         if (impl == HK_CUDA_STEP_PIPE32)
-            return hk_step_pipe_launch(
+            return hk_step_pipe_launch<4, 3, false>(
                 hk_step_pipe<4, 3>{o, states, conv_states, qkv, a, b, conv_w,
                                    A_log, dt_bias, B, Hk, Hv, dk, dv, K, cw, 0,
                                    eps, q_scale},
                 sm, s);
-#define HK_PIPE(R)                                                             \
-    hk_step_pipe_launch(hk_step_pipe<R, 2>{o, states, conv_states, qkv, a, b,  \
-                                           conv_w, A_log, dt_bias, B, Hk, Hv,  \
-                                           dk, dv, K, cw, 0, eps, q_scale},    \
-                        sm, s)
-        return rows <= 4 ? HK_PIPE(4) : HK_PIPE(8);
+        /* PIPEA where its copies can run (16-byte runs of x and the
+         * weights) and its buffers fit; PIPE otherwise */
+        const size_t sma =
+            (sm + 15) / 16 * 16 + hk_step_xin(dk, dv, r, K) * sizeof(float);
+        const bool ai = impl == HK_CUDA_STEP_PIPEA && dk % 4 == 0 &&
+                        hk_aligned(qkv, 16) && hk_aligned(conv_w, 16) &&
+                        sma <= 48 * 1024;
+        if (ai)
+            sm = sma;
+#define HK_PIPE(R, AI)                                                         \
+    hk_step_pipe_launch<R, 2, AI>(                                             \
+        hk_step_pipe<R, 2>{o, states, conv_states, qkv, a, b, conv_w, A_log,   \
+                           dt_bias, B, Hk, Hv, dk, dv, K, cw, 0, eps,          \
+                           q_scale},                                           \
+        sm, s)
+        if (ai)
+            return rows <= 4 ? HK_PIPE(4, true) : HK_PIPE(8, true);
+        return rows <= 4 ? HK_PIPE(4, false) : HK_PIPE(8, false);
 #undef HK_PIPE
     }
     const int cw = dv < HK_STEP_CW ? dv : HK_STEP_CW;

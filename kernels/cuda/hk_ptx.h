@@ -25,7 +25,8 @@
  * for it, those that arrive go on (FLASH3_WS's producer / consumer
  * signals).
  * cp.async.cg 16 bytes: src_bytes (0 or 16) are read, the rest of the 16
- * zero-filled; completes by the cp.async.wait_group that leaves fewer
+ * zero-filled (cp.async.ca 4 bytes, hk_cp_async4, for 4-byte aligned
+ * sources); completes by the cp.async.wait_group that leaves fewer
  * groups pending than its own, then needs a barrier before other threads
  * read it.
  * hk_split_bf16x2 (both builds): two floats as bf16 hi + lo pairs, the
@@ -83,6 +84,14 @@ static __device__ __forceinline__ void hk_cp_async16(void *dst, const void *src,
     const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s),
                  "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+
+/* 4 bytes global -> shared (cp.async.ca: 4-byte aligned sides only). */
+static __device__ __forceinline__ void hk_cp_async4(void *dst, const void *src)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src)
                  : "memory");
 }
 

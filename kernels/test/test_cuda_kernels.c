@@ -3020,6 +3020,7 @@ static void test_gdn_step(void)
         const char *name;
     } impls[] = {{HK_CUDA_STEP_KH, "kh"},
                  {HK_CUDA_STEP_PIPE, "pipe"},
+                 {HK_CUDA_STEP_PIPEA, "pipea"},
                  {HK_CUDA_STEP_PIPE32, "pipe32"}};
     for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
         const int B = shapes[s][0], Hk = shapes[s][1], Hv = shapes[s][2];
@@ -3062,6 +3063,9 @@ static void test_gdn_step(void)
               *da = dev_from(a, (size_t)B * Hv);
         float *db = dev_from(bb, (size_t)B * Hv), *dAl = dev_from(Al, Hv);
         float *ddt = dev_from(dt, Hv), *dO = dev_alloc(no);
+        /* PIPE's outputs: PIPEA's must be theirs bit for bit (the same
+         * sums on inputs it copied first) */
+        float *po = hmalloc(no), *pS[16];
         for (size_t v = 0; v < sizeof impls / sizeof impls[0]; v++) {
             for (int b = 0; b < B; b++) {
                 CK(hk_cuda_h2d(dS[b], S0[b], ns * sizeof(float), NULL));
@@ -3077,9 +3081,25 @@ static void test_gdn_step(void)
                 good &= close_cpu(S[b], dS[b], ns, ATOL_GDN, RTOL_GDN, "S");
                 good &= same_cpu(cs[b], dcs[b], nc, "conv state");
             }
-            ok(good, "gdn_step[%s] B=%d Hk=%d Hv=%d dk=%d dv=%d K=%d",
-               impls[v].name, B, Hk, Hv, dk, dv, K);
+            const int pipe = impls[v].impl == HK_CUDA_STEP_PIPE;
+            const int pipea = impls[v].impl == HK_CUDA_STEP_PIPEA;
+            if (pipe) {
+                CK(hk_cuda_d2h(po, dO, no * sizeof(float), NULL));
+                for (int b = 0; b < B; b++)
+                    pS[b] = host_from(dS[b], ns);
+            }
+            if (pipea) {
+                good &= same_cpu(po, dO, no, "o = pipe's");
+                for (int b = 0; b < B; b++) {
+                    good &= same_cpu(pS[b], dS[b], ns, "S = pipe's");
+                    free(pS[b]);
+                }
+            }
+            ok(good, "gdn_step[%s] B=%d Hk=%d Hv=%d dk=%d dv=%d K=%d%s",
+               impls[v].name, B, Hk, Hv, dk, dv, K,
+               pipea ? " (= pipe bit for bit)" : "");
         }
+        free(po);
         for (int b = 0; b < B; b++) {
             CK(hk_cuda_free(dS[b]));
             CK(hk_cuda_free(dcs[b]));
@@ -3511,9 +3531,10 @@ static void test_einval(void)
                 NULL) == HK_CUDA_EINVAL; /* two kernels A */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
-    good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)4, &x, tab, tab, &x, &x,
-                                  &x, &x, &x, &x, 1, 1, 1, 16, 16, 4, 1e-6f,
-                                  1.0f, NULL) == HK_CUDA_EINVAL; /* impl */
+    good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)(HK_CUDA_STEP_PIPEA + 1),
+                                  &x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1,
+                                  16, 16, 4, 1e-6f, 1.0f,
+                                  NULL) == HK_CUDA_EINVAL; /* impl */
     hk_kvbuf_geom_t kg = {1, 1, 16, HK_CUDA_KVBUF_MAX_DV + 1, 16};
     hk_kvbuf_view_t kv = {NULL, NULL, 0};
     good &= hk_cuda_kvbuf_step(&x, &x, &kv, &x, &x, &x, &x, &x, 1, 1, &kg, 4,

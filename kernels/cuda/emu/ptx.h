@@ -21,7 +21,8 @@
  * refills a buffer other warps may still read (a missing barrier before
  * the refill) overwrites it under them. Copies never waited for are
  * dropped at the block's end.
- * Checked: 16-byte alignment of both sides, src_bytes 0 or 16.
+ * Checked: 16-byte alignment of both sides, src_bytes 0 or 16 (the
+ * 4-byte copy: 4-byte alignment).
  *
  * Named barriers (bar.sync / bar.arrive) count arrivals per thread (whole
  * warps call them, as on the GPU, where a warp counts 32): a sync waits
@@ -207,8 +208,14 @@ static inline void hk_bar_arrive(int id, int n)
 struct hk_emu_copy {
     void *dst;
     const void *src;
-    int n;
+    int n, size; /* bytes read; bytes written (the rest zero-filled) */
 };
+
+static inline void hk_emu_copy_land(const hk_emu_copy &c)
+{
+    memcpy(c.dst, c.src, (size_t)c.n);
+    memset((char *)c.dst + c.n, 0, (size_t)(c.size - c.n));
+}
 
 /* cp.async.cg.shared.global [dst], [src], 16, src_bytes */
 static inline void hk_cp_async16(void *dst, const void *src, int src_bytes)
@@ -219,12 +226,25 @@ static inline void hk_cp_async16(void *dst, const void *src, int src_bytes)
                 src_bytes);
         abort();
     }
-    if (hk_emu_reverse()) {
-        memcpy(dst, src, (size_t)src_bytes);
-        memset((char *)dst + src_bytes, 0, (size_t)(16 - src_bytes));
-        return;
+    const hk_emu_copy c = {dst, src, src_bytes, 16};
+    if (hk_emu_reverse())
+        hk_emu_copy_land(c);
+    else
+        hk_emu_async<hk_emu_copy>().open.push_back(c);
+}
+
+/* cp.async.ca.shared.global [dst], [src], 4 */
+static inline void hk_cp_async4(void *dst, const void *src)
+{
+    if ((uintptr_t)dst % 4 || (uintptr_t)src % 4) {
+        fprintf(stderr, "emu: bad cp.async(%p, %p, 4)\n", dst, src);
+        abort();
     }
-    hk_emu_async<hk_emu_copy>().open.push_back({dst, src, src_bytes});
+    const hk_emu_copy c = {dst, src, 4, 4};
+    if (hk_emu_reverse())
+        hk_emu_copy_land(c);
+    else
+        hk_emu_async<hk_emu_copy>().open.push_back(c);
 }
 
 /* cp.async.commit_group */
@@ -238,10 +258,8 @@ template <int N> static inline void hk_cp_async_wait(void)
 {
     hk_emu_async_queue<hk_emu_copy> &q = hk_emu_async<hk_emu_copy>();
     while (q.groups.size() > (size_t)N) {
-        for (const hk_emu_copy &c : q.groups.front()) {
-            memcpy(c.dst, c.src, (size_t)c.n);
-            memset((char *)c.dst + c.n, 0, (size_t)(16 - c.n));
-        }
+        for (const hk_emu_copy &c : q.groups.front())
+            hk_emu_copy_land(c);
         q.groups.erase(q.groups.begin());
     }
 }

@@ -276,7 +276,8 @@ def accuracy(dump, anc, later):
             case_accuracy(d, case, anc, rows, later)
         except Stop:
             raise
-        except Exception:  # noqa: BLE001 - one case's failure is reported
+        except Exception as ex:  # noqa: BLE001 - one case's failure is reported
+            stop_if(ex)
             log("case %s failed:\n%s" % (case, traceback.format_exc()))
         log("float64 reference: %s done (%.1f s)" % (case, time.time() - t))
     return rows
@@ -289,7 +290,8 @@ def anchor_try(case, who, fn):
         fn()
     except Stop:
         raise
-    except Exception:  # noqa: BLE001
+    except Exception as ex:  # noqa: BLE001
+        stop_if(ex)
         log("anchor %s on %s failed:\n%s" % (who, case,
                                               traceback.format_exc()))
     log("anchor accuracy %s on %s (%.1f s)" % (who, case, time.time() - t))
@@ -737,6 +739,18 @@ def on_term(signum, frame):
     raise Stop()
 
 
+def stop_if(ex):
+    """Raises Stop where ex came from one: SIGTERM's Stop raised while a C
+    function runs (np.fromfile, a torch call) comes back as that call's
+    error (a SystemError), with the Stop as its cause or context."""
+    seen = set()
+    while ex is not None and id(ex) not in seen:
+        if isinstance(ex, Stop):
+            raise Stop() from ex
+        seen.add(id(ex))
+        ex = ex.__cause__ or ex.__context__
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bench", help="gpu_kernels' TSV")
@@ -797,6 +811,7 @@ def time_anchors(a, rows, device, anc, acc, cache, deadline):
         except Stop:
             raise
         except Exception as ex:  # noqa: BLE001 - report, go on
+            stop_if(ex)
             cache[key] = (None,
                           "error: %s" % str(ex).splitlines()[0][:80])
         log("anchor %s: %s ms (%.1f s)" % (

@@ -1440,14 +1440,28 @@ struct hk_tc_p_smem {
     float *en;               // [C]
 };
 
+/* The output warps' region of kernel R with the outputs fused. */
+struct hk_tc_ro_smem {
+    uint16_t *Vh, *Vl; // [C][BV + 8]   Vn split (the state warps write it)
+    uint16_t *Qs, *Ql; // [C][dk + 8]   Q rows, each warp its 16 (Ql: LO)
+    uint16_t *Ph, *Pl; // [C][C + 8]    P rows, each warp its 16
+};
+
+/* Kernel P's shared memory (f32: with its f32 state and Vn tiles) and
+ * kernel R's (without them: R keeps the state in registers), and with the
+ * outputs fused (out, R) the output warps' region r after them. */
 static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
+                                                hk_tc_ro_smem *r,
                                                 unsigned char *p, int dk, int C,
-                                                int BV, bool lo, int nbuf)
+                                                int BV, bool lo, int nbuf,
+                                                bool f32, bool out)
 {
     const int ldk = dk + HK_PAD16, ldf = BV + HK_PAD32, ldh = BV + HK_PAD16;
     const size_t w = (size_t)C * ldk * 2, u = (size_t)C * ldf * 4;
     const size_t w2 = nbuf == 2 ? w : 0; /* the second buffer */
-    const size_t sz[19] = {w,
+    const size_t xh = (size_t)C * ldh * 2;
+    const size_t pp = (size_t)C * (C + HK_PAD16) * 2;
+    const size_t sz[24] = {w,
                            w2,
                            w,
                            w2,
@@ -1457,17 +1471,22 @@ static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
                            nbuf == 2 ? u : 0,
                            (size_t)C * 8,
                            nbuf == 2 ? (size_t)C * 8 : 0,
-                           (size_t)dk * ldf * 4,
+                           f32 ? (size_t)dk * ldf * 4 : 0,
                            (size_t)dk * ldh * 2,
                            (size_t)dk * ldh * 2,
-                           nbuf == 2 ? 2 * u : 0,
-                           (size_t)C * ldh * 2,
-                           (size_t)C * ldh * 2,
+                           nbuf == 2 && f32 ? 2 * u : 0,
+                           xh,
+                           xh,
                            (size_t)C * 4,
                            lo ? w : 0,
-                           lo ? w2 : 0};
-    size_t off[19];
-    const size_t at = hk_layout(sz, 19, 128, off);
+                           lo ? w2 : 0,
+                           out ? xh : 0,
+                           out ? xh : 0,
+                           out ? w : 0,
+                           out && lo ? w : 0,
+                           out ? 2 * pp : 0};
+    size_t off[24];
+    const size_t at = hk_layout(sz, 24, 128, off);
     if (s) {
         for (int i = 0; i < 2; i++) {
             const int j = nbuf == 2 ? i : 0;
@@ -1478,15 +1497,23 @@ static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
             s->gb[i] = (double *)(p + off[8 + j]);
             s->Kl[i] = lo ? (uint16_t *)(p + off[17 + j]) : NULL;
         }
-        s->Sf = (float *)(p + off[10]);
+        s->Sf = f32 ? (float *)(p + off[10]) : NULL;
         s->Sh = (uint16_t *)(p + off[11]);
         s->Sl = (uint16_t *)(p + off[12]);
         /* one buffer: a U tile is read by the warp that writes its Vn
          * tile over it, and the next chunk's U lands after Vn is read */
-        s->Vf = (float *)(p + off[nbuf == 2 ? 13 : 6]);
+        s->Vf = !f32 ? NULL : (float *)(p + off[nbuf == 2 ? 13 : 6]);
         s->Xh = (uint16_t *)(p + off[14]);
         s->Xl = (uint16_t *)(p + off[15]);
         s->en = (float *)(p + off[16]);
+    }
+    if (r) {
+        r->Vh = out ? (uint16_t *)(p + off[19]) : NULL;
+        r->Vl = out ? (uint16_t *)(p + off[20]) : NULL;
+        r->Qs = out ? (uint16_t *)(p + off[21]) : NULL;
+        r->Ql = out && lo ? (uint16_t *)(p + off[22]) : NULL;
+        r->Ph = out ? (uint16_t *)(p + off[23]) : NULL;
+        r->Pl = out ? (uint16_t *)(p + off[23] + pp) : NULL;
     }
     return at;
 }
@@ -1585,7 +1612,7 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     HK_DYNAMIC_SMEM(smem);
     __shared__ int first;
     hk_tc_p_smem s;
-    hk_tc_p_carve(&s, smem, dk, C, BV, LO, nbuf);
+    hk_tc_p_carve(&s, NULL, smem, dk, C, BV, LO, nbuf, true, false);
     const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
     const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
     const int ts = pa.ts, len = pa.len, nch = pa.nch;
@@ -1782,75 +1809,6 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
 /* With the outputs fused (HK_CUDA_GDN_TC_FUSE_O): 4 more warps. */
 #define HK_TC_RO_THREADS 256
 
-/* Kernel R's shared memory: kernel P's tiles less the f32 ones R does not
- * use (Sf, Vf NULL), and with the outputs fused (out) the output warps'
- * region after them (hk_tc_ro_smem). */
-struct hk_tc_ro_smem {
-    uint16_t *Vh, *Vl; // [C][BV + 8]   Vn split (the state warps write it)
-    uint16_t *Qs, *Ql; // [C][dk + 8]   Q rows, each warp its 16 (Ql: LO)
-    uint16_t *Ph, *Pl; // [C][C + 8]    P rows, each warp its 16
-};
-
-static __host__ __device__ size_t hk_tc_r_carve(hk_tc_p_smem *s,
-                                                hk_tc_ro_smem *r,
-                                                unsigned char *p, int dk, int C,
-                                                int BV, bool lo, bool out)
-{
-    const int ldk = dk + HK_PAD16, ldf = BV + HK_PAD32, ldh = BV + HK_PAD16;
-    const size_t w = (size_t)C * ldk * 2, u = (size_t)C * ldf * 4;
-    const size_t sh = (size_t)dk * ldh * 2, xh = (size_t)C * ldh * 2;
-    const size_t pp = (size_t)C * (C + HK_PAD16) * 2;
-    const size_t sz[22] = {w,
-                           w,
-                           w,
-                           w,
-                           w,
-                           w,
-                           u,
-                           u,
-                           (size_t)C * 8,
-                           (size_t)C * 8,
-                           sh,
-                           sh,
-                           xh,
-                           xh,
-                           (size_t)C * 4,
-                           lo ? w : 0,
-                           lo ? w : 0,
-                           out ? xh : 0,
-                           out ? xh : 0,
-                           out ? w : 0,
-                           out && lo ? w : 0,
-                           out ? 2 * pp : 0};
-    size_t off[22];
-    const size_t at = hk_layout(sz, 22, 128, off);
-    if (s) {
-        for (int i = 0; i < 2; i++) {
-            s->Wh[i] = (uint16_t *)(p + off[i]);
-            s->Wl[i] = (uint16_t *)(p + off[2 + i]);
-            s->Kb[i] = (uint16_t *)(p + off[4 + i]);
-            s->Ub[i] = (float *)(p + off[6 + i]);
-            s->gb[i] = (double *)(p + off[8 + i]);
-            s->Kl[i] = lo ? (uint16_t *)(p + off[15 + i]) : NULL;
-        }
-        s->Sf = s->Vf = NULL;
-        s->Sh = (uint16_t *)(p + off[10]);
-        s->Sl = (uint16_t *)(p + off[11]);
-        s->Xh = (uint16_t *)(p + off[12]);
-        s->Xl = (uint16_t *)(p + off[13]);
-        s->en = (float *)(p + off[14]);
-    }
-    if (r) {
-        r->Vh = out ? (uint16_t *)(p + off[17]) : NULL;
-        r->Vl = out ? (uint16_t *)(p + off[18]) : NULL;
-        r->Qs = out ? (uint16_t *)(p + off[19]) : NULL;
-        r->Ql = out && lo ? (uint16_t *)(p + off[20]) : NULL;
-        r->Ph = out ? (uint16_t *)(p + off[21]) : NULL;
-        r->Pl = out ? (uint16_t *)(p + off[21] + pp) : NULL;
-    }
-    return at;
-}
-
 /* acc (16 rows of BV columns as mma C fragments, acc[8-column tile][4])
  * += A B over nk 16-deep steps: A's 16 rows at Ah (row stride lda; lo
  * parts at Al with AL) by ldmatrix, B [16 nk][BV] at Bh (row stride ldb;
@@ -1952,7 +1910,7 @@ static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
     __shared__ int first;
     hk_tc_p_smem s;
     hk_tc_ro_smem ro;
-    hk_tc_r_carve(&s, &ro, smem, dk, C, BV, LO, OUT);
+    hk_tc_p_carve(&s, &ro, smem, dk, C, BV, LO, 2, false, OUT);
     const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
     const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
     const int ts = pa.ts, len = pa.len, nch = pa.nch;
@@ -2428,8 +2386,10 @@ static int hk_tc_pass_bv(int nseq, int Hv, int ncols, int dk, int C, bool lo,
                          int nbuf)
 {
     const size_t lim = (size_t)hk_cuda_smem_optin();
-    const bool f16 = hk_tc_p_carve(NULL, NULL, dk, C, 16, lo, nbuf) <= lim;
-    const bool f32 = hk_tc_p_carve(NULL, NULL, dk, C, 32, lo, nbuf) <= lim &&
+    const bool f16 = hk_tc_p_carve(NULL, NULL, NULL, dk, C, 16, lo, nbuf, true,
+                                   false) <= lim;
+    const bool f32 = hk_tc_p_carve(NULL, NULL, NULL, dk, C, 32, lo, nbuf, true,
+                                   false) <= lim &&
                      ncols % 32 == 0 && dk % 32 == 0;
     if (f32 && (!f16 || (nbuf == 2 &&
                          (long long)nseq * Hv * (ncols / 16) > hk_tc_sms())))
@@ -2469,9 +2429,12 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
             : p->A3 ? hk_tc_a3_carve(NULL, NULL, C, lo)
                     : hk_tc_a2_carve(NULL, NULL, C, lo);
     p->fuse = p->reg && (flags & HK_CUDA_GDN_TC_FUSE_O) &&
-              hk_tc_r_carve(NULL, NULL, NULL, dk, C, p->BV, lo, true) <= lim;
-    p->sb = p->reg ? hk_tc_r_carve(NULL, NULL, NULL, dk, C, p->BV, lo, p->fuse)
-            : p->PBV ? hk_tc_p_carve(NULL, NULL, dk, C, p->BV, lo, p->nbuf)
+              hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo, 2, false,
+                            true) <= lim;
+    p->sb = p->reg ? hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo, 2, false,
+                                   p->fuse)
+            : p->PBV ? hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo,
+                                     p->nbuf, true, false)
                      : hk_tc_b_carve(NULL, NULL, dk, C, p->BV, lo);
     return p->sa > lim || p->sb > lim;
 }

@@ -346,10 +346,11 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
         cps[tid] = p.conv_states ? p.conv_states[b] : NULL;
     }
     __syncthreads();
-    if (AI && nit > 0)
+    if (AI && nit > 0) {
         fetch(0);
+    }
 
-        /* Unit u: item n = u / U, value head hh, columns j0. */
+    /* Unit u: item n = u / U, value head hh, columns j0. */
 #define HK_PIPE_UNIT(u, n, hh, j0)                                             \
     const int n = (u) / U, hh = (u) % U / nslab, j0 = (u) % nslab * cw
     auto load = [&](float4(&s)[R], int u) {

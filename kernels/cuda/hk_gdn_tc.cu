@@ -223,14 +223,7 @@ hk_tc_a_begin(const hk_tc_ws &ws, const float *g, const float *beta,
     for (int i = tid; i < n; i += blockDim.x)
         bg[i] = g[(size_t)(*t0 + i) * Hv + h];
     __syncthreads();
-    if (tid == 0 && BATCH == 1) {
-        double acc = 0.0;
-        for (int i = 0; i < n; i++) {
-            acc += bg[i];
-            gam[i] = acc;
-            ws.gam[hc * C + i] = acc;
-        }
-    } else if (tid == 0) {
+    if (tid == 0) {
         double acc = 0.0;
         for (int i0 = 0; i0 < n; i0 += BATCH) {
             float x[BATCH];
@@ -1803,7 +1796,7 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * Two barriers a chunk and no f32 tile in shared memory. The products and
  * their splits are kernel P's (hi*hi + hi*lo + lo*hi, or hi only with
  * fast; K's lo rows with LO), in another order of f32 sums. The shared
- * memory is kernel P's double-buffered carve (its f32 tiles unused), the
+ * memory is kernel P's double-buffered carve without its f32 tiles, the
  * copies hk_tc_p_fetch's. Requires dk a multiple of 64 (at most 256). */
 #define HK_TC_R_THREADS 128
 /* With the outputs fused (HK_CUDA_GDN_TC_FUSE_O): 4 more warps. */
@@ -1856,39 +1849,42 @@ hk_tc_frag_mm_rt(bool al, bool bl, float (*acc)[4], const uint16_t *Ah,
                                         lane);
 }
 
-/* An output warp's copies of chunk c's rows 16 ti.. (by its 32 lanes,
- * committed as one group; hk_ptx.h's cp.async, which the emulator lands
- * at the wait, so a missing wait fails there, where it runs
- * __pipeline_memcpy_async at once): Q's (zeros past the chunk's n rows; Ql's
- * with ql) when !pp, else P's first 16 (ti + 1) columns (hi; lo unless fast),
- * the only ones its lower triangle reads. */
-static __device__ void hk_tc_ro_fetch(const hk_tc_ro_smem &r,
-                                      const hk_tc_ws &ws, const uint16_t *qr,
-                                      const uint16_t *qlr, size_t ldq,
-                                      size_t hc, int n, int ti, int dk, int C,
-                                      bool pp, int fast, int lane)
+/* An output warp's copies of its rows 16 ti.. of a chunk, by its 32
+ * lanes, committed as one group (hk_ptx.h's cp.async, which the emulator
+ * lands at the wait, so a missing wait fails there; it runs
+ * __pipeline_memcpy_async at once). Q's rows from qr (row stride ldq;
+ * zeros past the chunk's n rows; Ql's from qlr unless NULL): */
+static __device__ void hk_tc_ro_fetch_q(const hk_tc_ro_smem &r,
+                                        const uint16_t *qr, const uint16_t *qlr,
+                                        size_t ldq, int n, int ti, int dk,
+                                        int lane)
 {
-    const int ldk = dk + HK_PAD16, ldp = C + HK_PAD16;
-    if (!pp) {
-        for (int e = lane; e < 16 * (dk / 8); e += 32) {
-            const int i = 16 * ti + e / (dk / 8), c = e % (dk / 8) * 8;
-            const bool in = i < n;
-            hk_cp_async16(r.Qs + i * ldk + c,
-                          in ? qr + (size_t)i * ldq + c : qr, in ? 16 : 0);
-            if (qlr)
-                hk_cp_async16(r.Ql + i * ldk + c,
-                              in ? qlr + (size_t)i * ldq + c : qlr,
-                              in ? 16 : 0);
-        }
-    } else {
-        const int w8 = 2 * (ti + 1);
-        for (int e = lane; e < 16 * w8; e += 32) {
-            const int i = 16 * ti + e / w8, c = e % w8 * 8;
-            const size_t at = (hc * C + i) * C + c;
-            hk_cp_async16(r.Ph + i * ldp + c, ws.Ph + at, 16);
-            if (!fast)
-                hk_cp_async16(r.Pl + i * ldp + c, ws.Pl + at, 16);
-        }
+    const int ldk = dk + HK_PAD16;
+    for (int e = lane; e < 16 * (dk / 8); e += 32) {
+        const int i = 16 * ti + e / (dk / 8), c = e % (dk / 8) * 8;
+        const bool in = i < n;
+        hk_cp_async16(r.Qs + i * ldk + c, in ? qr + (size_t)i * ldq + c : qr,
+                      in ? 16 : 0);
+        if (qlr)
+            hk_cp_async16(r.Ql + i * ldk + c,
+                          in ? qlr + (size_t)i * ldq + c : qlr, in ? 16 : 0);
+    }
+    hk_cp_async_commit();
+}
+
+/* ... and P's rows of slot hc, their first 16 (ti + 1) columns (hi; lo
+ * unless fast), the only ones its lower triangle reads. */
+static __device__ void hk_tc_ro_fetch_p(const hk_tc_ro_smem &r,
+                                        const hk_tc_ws &ws, size_t hc, int ti,
+                                        int C, int fast, int lane)
+{
+    const int ldp = C + HK_PAD16, w8 = 2 * (ti + 1);
+    for (int e = lane; e < 16 * w8; e += 32) {
+        const int i = 16 * ti + e / w8, c = e % w8 * 8;
+        const size_t at = (hc * C + i) * C + c;
+        hk_cp_async16(r.Ph + i * ldp + c, ws.Ph + at, 16);
+        if (!fast)
+            hk_cp_async16(r.Pl + i * ldp + c, ws.Pl + at, 16);
     }
     hk_cp_async_commit();
 }
@@ -1965,10 +1961,9 @@ static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
         const size_t hc = (size_t)h * nslots + first;
         const size_t rq = (size_t)ts * ldq;
         const int n = min(C, len);
-        hk_tc_ro_fetch(ro, ws, q0 + rq, ql0 ? ql0 + rq : NULL, ldq, hc, n, ti,
-                       dk, C, false, fast, lane);
-        hk_tc_ro_fetch(ro, ws, q0, ql0, ldq, hc, n, ti, dk, C, true, fast,
-                       lane);
+        hk_tc_ro_fetch_q(ro, q0 + rq, ql0 ? ql0 + rq : NULL, ldq, n, ti, dk,
+                         lane);
+        hk_tc_ro_fetch_p(ro, ws, hc, ti, C, fast, lane);
     }
 
     for (int c = 0; c < nch; c++) {
@@ -2046,9 +2041,8 @@ static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
             __syncwarp(); /* every lane's reads of Q before the refill */
             const size_t rq = (size_t)(ts + (c + 1) * C) * ldq;
             if (c + 1 < nch)
-                hk_tc_ro_fetch(ro, ws, q0 + rq, ql0 ? ql0 + rq : NULL, ldq,
-                               hc + 1, min(C, len - (c + 1) * C), ti, dk, C,
-                               false, fast, lane);
+                hk_tc_ro_fetch_q(ro, q0 + rq, ql0 ? ql0 + rq : NULL, ldq,
+                                 min(C, len - (c + 1) * C), ti, dk, lane);
             else
                 hk_cp_async_commit();
         }
@@ -2142,9 +2136,7 @@ static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
             }
             __syncwarp(); /* every lane's reads of P before the refill */
             if (c + 1 < nch)
-                hk_tc_ro_fetch(ro, ws, q0, ql0, ldq, hc + 1,
-                               min(C, len - (c + 1) * C), ti, dk, C, true, fast,
-                               lane);
+                hk_tc_ro_fetch_p(ro, ws, hc + 1, ti, C, fast, lane);
             else
                 hk_cp_async_commit();
         }

@@ -746,7 +746,8 @@ static const struct {
                  {HK_CUDA_STEP_KH, "gdn_step_kh", "step_kh"},
                  {HK_CUDA_STEP_PIPE, "gdn_step_pipe", "step_pipe"},
                  {HK_CUDA_STEP_PIPE32, "gdn_step_pipe32", "step_pipe32"},
-                 {HK_CUDA_STEP_PIPEA, "gdn_step_pipea", "step_pipea"}};
+                 {HK_CUDA_STEP_PIPEA, "gdn_step_pipea", "step_pipea"},
+                 {HK_CUDA_STEP_PIPEW, "gdn_step_pipew", "step_pipew"}};
 #define N_STEP_VARS (sizeof step_vars / sizeof step_vars[0])
 
 static int step_run(void *ctx, int rep)

@@ -348,7 +348,7 @@ def case_accuracy(d, case, anc, rows, later):
                                 g[i:i + 1], beta[i:i + 1], S0[i])
             o[i], S[i] = oi[0], Si
         for var in ("step", "step_kh", "step_pipe", "step_pipe32",
-                    "step_pipea"):
+                    "step_pipea", "step_pipew"):
             add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
             add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
             add("conv", "ours_" + var, arr(d, "conv_%s.f32" % var, c1.shape),
@@ -507,6 +507,7 @@ ERR_OF = {
     "gdn_step_pipe": ("gdn_step", "ours_step_pipe", ("o", "S")),
     "gdn_step_pipe32": ("gdn_step", "ours_step_pipe32", ("o", "S")),
     "gdn_step_pipea": ("gdn_step", "ours_step_pipea", ("o", "S")),
+    "gdn_step_pipew": ("gdn_step", "ours_step_pipew", ("o", "S")),
     "gdn_decode": ("gdn_step", "ours_chain", ("o", "S")),
     "gdn_decode_chain": ("gdn_step", "ours_chain", ("o", "S")),
     "attention_prefill": ("attention_prefill", "ours", ("o",)),

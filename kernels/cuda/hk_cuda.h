@@ -538,7 +538,12 @@ int hk_cuda_gdn_step(float *o, float *const *states, float *const *conv_states,
  *           copied into shared memory by cp.async while the previous
  *           item's slabs run (session 16, untimed); PIPE where dk % 4 or
  *           qkv's alignment rule the copies out.
- * DEFAULT is the environment's HYPIC_CUDA_STEP=kh|pipe|pipe32|pipea, read
+ *   PIPEW   PIPEA's copies, each item's conv and norms on two warps of
+ *           their own one item ahead, the states through a ring of 4
+ *           slabs in shared memory by cp.async, one block per SM
+ *           (session 17, untimed); PIPE where PIPEA's copies cannot run
+ *           or its shared memory passes the device's limit.
+ * DEFAULT is the environment's HYPIC_CUDA_STEP=kh|pipe|pipe32|pipea|pipew, read
  * once (default pipe). Results agree to f32 rounding (the column sums are
  * grouped by 32, 16 or 8 row groups). */
 typedef enum {
@@ -546,7 +551,8 @@ typedef enum {
     HK_CUDA_STEP_KH = 1,
     HK_CUDA_STEP_PIPE = 2,
     HK_CUDA_STEP_PIPE32 = 3,
-    HK_CUDA_STEP_PIPEA = 4
+    HK_CUDA_STEP_PIPEA = 4,
+    HK_CUDA_STEP_PIPEW = 5
 } hk_cuda_step_impl_t;
 int hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o,
                           float *const *states, float *const *conv_states,

@@ -22,7 +22,7 @@
  * order through shared memory), then d = beta (v - a u), o = a w +
  * (k.q) d, and S <- a S + k d^T in the registers that hold it.
  *
- * Two kernels (hk_cuda_step_impl_t):
+ * The kernels (hk_cuda_step_impl_t):
  * - KH, the first: one block per item, CW = 128, the item's first slab
  *   loaded before its conv, the next slab only after the previous one is
  *   stored. Between a block's start and its first state bytes (the
@@ -37,6 +37,10 @@
  *   (no last partial wave). The items' state and conv-state pointers are
  *   read into shared memory at the start; the gates of an item's heads
  *   with its conv. States stream with evict-first loads and stores.
+ *   PIPEA: PIPE with each item's conv inputs copied ahead by cp.async.
+ * - PIPEW: PIPE's units on 256 threads, each item's prologue (gates,
+ *   conv, norms) on two warps of their own one item ahead, the states
+ *   through a ring in shared memory (below).
  *
  * dk <= 256, dv a multiple of 4, states 16-byte aligned.
  */
@@ -82,36 +86,37 @@ hk_step_load(float4 (&s)[R], const float *Sh, int j0, int dk, int dv, int nrg,
     }
 }
 
-/* The conv (+ SiLU) of item (kh, b)'s channels, its state shift, the l2
- * norms (hk_norm.cu's: f32 tree, the factor in double) and the gates of its
- * value heads into gs [2 r] (a, beta). qs: q | k [dk] | v [r dv], contiguous.
- * Returns k.q; the norms' barriers publish qs, ks and gs (vs is published by
- * the first barrier). AI: x, the old conv state and the weights are read
- * from xin (hk_step_fetch_item's copies), not from global memory. */
-template <bool AI>
-static __device__ float
-hk_step_conv_norm(float *qs, float *gs, float *red, float *cst, const float *x,
-                  const float *conv_w, const float *a, const float *bg,
-                  const float *A_log, const float *dt_bias, int kh, int b,
-                  int Hk, int Hv, int dk, int dv, int K, float eps,
-                  float q_scale, const float *xin)
+/* The gates of item (kh, b)'s r value heads into gs [2 r] (a, beta), by
+ * threads tid of nt. */
+static __device__ __forceinline__ void
+hk_step_gates(float *gs, const float *a, const float *bg, const float *A_log,
+              const float *dt_bias, int kh, int b, int Hv, int r, int tid,
+              int nt)
 {
-    const int tid = threadIdx.x, r = Hv / Hk, kd = Hk * dk, S = K - 1;
-    const int nch = 2 * dk + r * dv;
-    float *ks = qs + dk;
-    for (int t = tid; t < r; t += blockDim.x) {
+    for (int t = tid; t < r; t += nt) {
         const int h = kh * r + t;
         gs[2 * t] =
             expf(hk_math_gdn_gate(a[(size_t)b * Hv + h], A_log[h], dt_bias[h]));
         gs[2 * t + 1] = hk_math_sigmoid(bg[(size_t)b * Hv + h]);
     }
-    /* conv + SiLU: q, k of key head kh, v of its value heads; then the
-     * state shift, by the same thread. */
-    for (int e = tid; e < 2 * dk + r * dv; e += blockDim.x) {
+}
+
+/* The conv (+ SiLU) of item (kh, b)'s 2 dk + r dv channels into qs (q |
+ * k | v) and their state shift, one channel a thread (tid of nt) at a
+ * time: the old state is read before the same thread writes the new one.
+ * AI: x, the old conv state and the weights are read from xin
+ * (hk_step_fetch_item's copies), not from global memory. */
+template <bool AI>
+static __device__ __forceinline__ void
+hk_step_conv(float *qs, float *cst, const float *x, const float *conv_w, int kh,
+             int Hk, int dk, int dv, int r, int K, const float *xin, int tid,
+             int nt)
+{
+    const int kd = Hk * dk, S = K - 1, nch = 2 * dk + r * dv;
+    for (int e = tid; e < nch; e += nt) {
         const int c = e < dk       ? kh * dk + e
                       : e < 2 * dk ? kd + kh * dk + (e - dk)
                                    : 2 * kd + kh * r * dv + (e - 2 * dk);
-        /* the inputs in global memory, or xin's copies of them (PIPEA) */
         const float *wc = AI ? xin + (size_t)nch * (1 + S) + (size_t)e * K
                              : conv_w + (size_t)c * K;
         float *st = cst ? cst + (size_t)c * S : NULL;
@@ -125,37 +130,82 @@ hk_step_conv_norm(float *qs, float *gs, float *red, float *cst, const float *x,
             st[j] = so[j + 1];
         if (S > 0)
             st[S - 1] = xv;
-        qs[e] = hk_math_silu(acc); /* q | k | v */
+        qs[e] = hk_math_silu(acc);
     }
-    __syncthreads();
+}
 
-    float qq = 0.0f, kk = 0.0f;
-    for (int i = tid; i < dk; i += blockDim.x) {
-        qq += qs[i] * qs[i];
-        kk += ks[i] * ks[i];
-    }
-    qq = hk_block_sum(qq, red);
-    kk = hk_block_sum(kk, red);
-    const float fq = hk_l2_factor(qq, eps, q_scale);
-    const float fk = hk_l2_factor(kk, eps, 1.0f);
-    float kq = 0.0f;
-    for (int i = tid; i < dk; i += blockDim.x) {
+/* Thread vt's part (of nvt) of sum x_i y_i, i < n: what it gives
+ * hk_block_sum in the norms (PIPEW's hk_step_vsum the same, so the same
+ * sums). */
+static __device__ __forceinline__ float
+hk_step_dot_part(const float *x, const float *y, int n, int vt, int nvt)
+{
+    float s = 0.0f;
+    for (int i = vt; i < n; i += nvt)
+        s += x[i] * y[i];
+    return s;
+}
+
+/* q, k [dk] times their l2 factors, by threads tid of nt. */
+static __device__ __forceinline__ void hk_step_scale_qk(float *qs, float *ks,
+                                                        int dk, float fq,
+                                                        float fk, int tid,
+                                                        int nt)
+{
+    for (int i = tid; i < dk; i += nt) {
         qs[i] *= fq;
         ks[i] *= fk;
-        kq += ks[i] * qs[i];
     }
-    return hk_block_sum(kq, red); /* its barriers publish qs, ks */
+}
+
+/* The conv (+ SiLU) of item (kh, b)'s channels, its state shift, the l2
+ * norms (hk_norm.cu's: f32 tree, the factor in double) and the gates of its
+ * value heads into gs [2 r] (a, beta), by the whole block. qs: q | k [dk] |
+ * v [r dv], contiguous. Returns k.q; the norms' barriers publish qs, ks and
+ * gs (vs is published by the first barrier). AI: hk_step_conv's. */
+template <bool AI>
+static __device__ float
+hk_step_conv_norm(float *qs, float *gs, float *red, float *cst, const float *x,
+                  const float *conv_w, const float *a, const float *bg,
+                  const float *A_log, const float *dt_bias, int kh, int b,
+                  int Hk, int Hv, int dk, int dv, int K, float eps,
+                  float q_scale, const float *xin)
+{
+    const int tid = threadIdx.x, nt = blockDim.x, r = Hv / Hk;
+    float *ks = qs + dk;
+    hk_step_gates(gs, a, bg, A_log, dt_bias, kh, b, Hv, r, tid, nt);
+    hk_step_conv<AI>(qs, cst, x, conv_w, kh, Hk, dk, dv, r, K, xin, tid, nt);
+    __syncthreads();
+
+    const float qq = hk_block_sum(hk_step_dot_part(qs, qs, dk, tid, nt), red);
+    const float kk = hk_block_sum(hk_step_dot_part(ks, ks, dk, tid, nt), red);
+    hk_step_scale_qk(qs, ks, dk, hk_l2_factor(qq, eps, q_scale),
+                     hk_l2_factor(kk, eps, 1.0f), tid, nt);
+    /* each thread reads the elements it scaled: no barrier before */
+    return hk_block_sum(hk_step_dot_part(ks, qs, dk, tid, nt), red);
+}
+
+/* The slab threads' barrier: the block's (bar 0), or named barrier bar of
+ * HK_STEP_THREADS threads. */
+static __device__ __forceinline__ void hk_step_sync(int bar)
+{
+    if (bar == 0)
+        __syncthreads();
+    else
+        hk_bar_sync(bar, HK_STEP_THREADS);
 }
 
 /* One slab (columns j0 .. j0 + cw) of value head Sh's state, held in s:
  * u, w by row-group sums, d and o by threads < cw, the update stored.
- * Ends with a barrier (pu, pw, dsh are rewritten next slab). */
+ * Ends with a barrier (pu, pw, dsh are rewritten next slab). Barriers:
+ * the block's (bar 0) or named barrier bar of the HK_STEP_THREADS
+ * threads that run the slabs (PIPEW). */
 template <int R, bool STREAM>
 static __device__ __forceinline__ void
 hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
              const float *ks, const float *vh, float *pu, float *pw, float *dsh,
              float ga, float beta, float kq, int j0, int cw, int dk, int dv,
-             int nrg, int rg, int cg)
+             int nrg, int rg, int cg, int bar)
 {
     const int tid = threadIdx.x;
     float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w = u;
@@ -176,7 +226,7 @@ hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
         *reinterpret_cast<float4 *>(pu + (size_t)rg * cw + 4 * cg) = u;
         *reinterpret_cast<float4 *>(pw + (size_t)rg * cw + 4 * cg) = w;
     }
-    __syncthreads();
+    hk_step_sync(bar);
     if (tid < cw && j0 + tid < dv) {
         float su = 0.0f, sw = 0.0f;
         for (int g = 0; g < nrg; g++) {
@@ -188,7 +238,7 @@ hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
         oh[j] = ga * sw + kq * d;
         dsh[tid] = d;
     }
-    __syncthreads();
+    hk_step_sync(bar);
     const int j = j0 + 4 * cg;
     if (rg < nrg && j < dv) {
         const float4 d = *reinterpret_cast<const float4 *>(dsh + 4 * cg);
@@ -210,7 +260,7 @@ hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
                 *p = t;
         }
     }
-    __syncthreads();
+    hk_step_sync(bar);
 }
 
 /* KH: one block per item (key head, request), R = 4-column rows per
@@ -260,22 +310,22 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
             hk_step_slab<R, false>(s, Sh, o + ((size_t)b * Hv + h) * dv, qs, ks,
                                    vs + (size_t)hh * dv, pu, pw, dsh,
                                    gs[2 * hh], gs[2 * hh + 1], kq, j0, cw, dk,
-                                   dv, nrg, rg, cg);
+                                   dv, nrg, rg, cg, 0);
         }
     }
 }
 
-/* PIPEA: item (kh, b)'s conv inputs into xin by cp.async (the whole
- * block, one group): its 2 dk + r dv channels' inputs x (16 bytes a
- * copy: qkv and the counts 16-byte aligned, as the launch checks), old
+/* PIPEA, PIPEW: item (kh, b)'s conv inputs into xin by cp.async
+ * (threads tid of nt, one group each): its 2 dk + r dv channels' inputs x (16
+ * bytes a copy: qkv and the counts 16-byte aligned, as the launch checks), old
  * conv states (4 bytes a copy: a state's alignment is its pool's) and
  * conv weights (16 bytes), in hk_step_conv_norm's xin layout. */
 static __device__ void hk_step_fetch_item(float *xin, const float *xrow,
                                           const float *cst, const float *conv_w,
                                           int kh, int Hk, int dk, int r, int dv,
-                                          int K)
+                                          int K, int tid, int nt)
 {
-    const int tid = threadIdx.x, nt = blockDim.x, S = K - 1;
+    const int S = K - 1;
     const int nch = 2 * dk + r * dv, kd = Hk * dk;
     /* the item's three runs of channels: q, k, v (local e0, global c0) */
     const int e0[3] = {0, dk, 2 * dk}, len[3] = {dk, dk, r * dv};
@@ -337,7 +387,7 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
     auto fetch = [&](int n) {
         const int kh = (it0 + n) % Hk, b = (it0 + n) / Hk;
         hk_step_fetch_item(xin, p.qkv + (size_t)b * cd, cps[n], p.conv_w, kh,
-                           Hk, dk, r, dv, p.K);
+                           Hk, dk, r, dv, p.K, tid, HK_STEP_THREADS);
     };
 
     if (tid < nit) {
@@ -377,10 +427,10 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
             if (AI && n + 1 < nit)
                 fetch(n + 1);
         }
-        hk_step_slab<R, true>(s, sps[n] + (size_t)h * dk * dv,
-                              p.o + ((size_t)b * Hv + h) * dv, qs, ks,
-                              vs + (size_t)hh * dv, pu, pw, dsh, gs[2 * hh],
-                              gs[2 * hh + 1], kq, j0, cw, dk, dv, nrg, rg, cg);
+        hk_step_slab<R, true>(
+            s, sps[n] + (size_t)h * dk * dv, p.o + ((size_t)b * Hv + h) * dv,
+            qs, ks, vs + (size_t)hh * dv, pu, pw, dsh, gs[2 * hh],
+            gs[2 * hh + 1], kq, j0, cw, dk, dv, nrg, rg, cg, 0);
     };
 #undef HK_PIPE_UNIT
     float4 sa[R], sb[R];
@@ -400,14 +450,235 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
     }
 }
 
+/* ---- PIPEW: the item prologue on warps of its own, states through a ring
+ *
+ * PIPE's units and sums, with the block split by role (warp
+ * specialization): HK_STEP_THREADS slab threads run the units, and
+ * HK_STEP_PRO_THREADS prologue threads run each item's gates, conv and
+ * norms (from PIPEA's copies of its inputs) one item ahead, into one of
+ * two item buffers. The slab threads wait for an item's buffer (named
+ * barrier FULL + buffer) at its first unit and hand it back (EMPTY +
+ * buffer) after its last; so no item's conv, norms or their barriers
+ * stand between two of the slab threads' units. Each slab thread copies
+ * the 16-byte vectors of a unit's state it will itself read into a ring
+ * of HK_STEP_NS stages by cp.async, HK_STEP_NS - 1 units ahead (no
+ * barrier: no thread reads another's copies), so about 96 KB of state
+ * is in flight at any time where PIPE keeps one 32 KB slab. One block an
+ * SM. The norms' sums are hk_block_sum's tree over HK_STEP_THREADS
+ * virtual threads (hk_step_vsum): PIPE's outputs bit for bit. Why: on the
+ * H200 PIPE's per-item costs (conv, norms and their barriers, ~5 us an
+ * item from its 0.8B / Next rows) are when its SM's memory idles. */
+
+#define HK_STEP_PRO_THREADS 64
+#define HK_STEP_W_THREADS   (HK_STEP_THREADS + HK_STEP_PRO_THREADS)
+#define HK_STEP_NS          4 /* ring stages */
+/* named barriers: FULL and EMPTY + item buffer (0, 1), the slab threads',
+ * the prologue threads' */
+#define HK_STEP_BAR_FULL  1
+#define HK_STEP_BAR_EMPTY 3
+#define HK_STEP_BAR_SLAB  5
+#define HK_STEP_BAR_PRO   6
+
+struct hk_step_w_smem {
+    float4 *ring; // [NS][R][HK_STEP_THREADS]
+    float *pu, *pw, *dsh;
+    float *ib[2]; // gates [2 r] | q, k [dk] | v [r dv] | k.q
+    float *xin;   // hk_step_xin floats
+    float *red;   // [HK_STEP_THREADS / 32]
+};
+
+static __host__ __device__ size_t hk_step_w_carve(hk_step_w_smem *m,
+                                                  unsigned char *p, int R,
+                                                  int dk, int dv, int r, int K,
+                                                  int cw)
+{
+    const int nrg = HK_STEP_THREADS / (cw / 4);
+    const size_t ib = 2 * (size_t)r + 2 * (size_t)dk + (size_t)r * dv + 1;
+    const size_t sz[7] = {(size_t)HK_STEP_NS * R * HK_STEP_THREADS *
+                              sizeof(float4),
+                          2 * (size_t)nrg * cw * sizeof(float),
+                          (size_t)cw * sizeof(float),
+                          ib * sizeof(float),
+                          ib * sizeof(float),
+                          hk_step_xin(dk, dv, r, K) * sizeof(float),
+                          HK_STEP_THREADS / 32 * sizeof(float)};
+    size_t off[7];
+    const size_t at = hk_layout(sz, 7, 16, off);
+    if (m) {
+        m->ring = (float4 *)(p + off[0]);
+        m->pu = (float *)(p + off[1]);
+        m->pw = m->pu + (size_t)nrg * cw;
+        m->dsh = (float *)(p + off[2]);
+        m->ib[0] = (float *)(p + off[3]);
+        m->ib[1] = (float *)(p + off[4]);
+        m->xin = (float *)(p + off[5]);
+        m->red = (float *)(p + off[6]);
+    }
+    return at;
+}
+
+/* hk_block_sum of a block of HK_STEP_THREADS threads whose thread v holds
+ * part(v), by the prologue threads (pt: 0 .. HK_STEP_PRO_THREADS - 1): the
+ * same warp sums and the same sum of them, so the same bits. sh:
+ * HK_STEP_THREADS / 32 floats. */
+template <class F>
+static __device__ __forceinline__ float hk_step_vsum(F part, float *sh, int pt)
+{
+    const int lane = pt & 31;
+    for (int vw = pt >> 5; vw < HK_STEP_THREADS / 32;
+         vw += HK_STEP_PRO_THREADS / 32) {
+        const float x = hk_warp_sum(part(vw * 32 + lane));
+        if (lane == 0)
+            sh[vw] = x;
+    }
+    hk_bar_sync(HK_STEP_BAR_PRO, HK_STEP_PRO_THREADS);
+    float t = lane < HK_STEP_THREADS / 32 ? sh[lane] : 0.0f;
+    t = hk_warp_sum(t);
+    hk_bar_sync(HK_STEP_BAR_PRO, HK_STEP_PRO_THREADS); /* sh is reused */
+    return t;
+}
+
+/* PIPEW's prologue threads (pt): each of the block's items into item
+ * buffer n % 2 once the slab threads have handed it back, then FULL. */
+template <int R>
+static __device__ void
+hk_step_w_prologue(const hk_step_pipe<R, 1> &p, const hk_step_w_smem &m,
+                   float *const *cps, int it0, int nit, int pt)
+{
+    const int Hk = p.Hk, Hv = p.Hv, dk = p.dk, dv = p.dv, r = Hv / Hk;
+    const int cd = 2 * Hk * dk + Hv * dv, np = HK_STEP_PRO_THREADS;
+    auto fetch = [&](int n) {
+        const int kh = (it0 + n) % Hk, b = (it0 + n) / Hk;
+        hk_step_fetch_item(m.xin, p.qkv + (size_t)b * cd, cps[n], p.conv_w, kh,
+                           Hk, dk, r, dv, p.K, pt, np);
+    };
+    if (nit > 0)
+        fetch(0);
+    for (int n = 0; n < nit; n++) {
+        const int kh = (it0 + n) % Hk, b = (it0 + n) / Hk;
+        float *gs = m.ib[n & 1], *qs = gs + 2 * r, *ks = qs + dk;
+        if (n >= 2) /* item n - 2's last unit is done with the buffer */
+            hk_bar_sync(HK_STEP_BAR_EMPTY + (n & 1), HK_STEP_W_THREADS);
+        hk_step_gates(gs, p.a, p.bg, p.A_log, p.dt_bias, kh, b, Hv, r, pt, np);
+        hk_cp_async_wait<0>();
+        hk_bar_sync(HK_STEP_BAR_PRO, np); /* every thread's copies landed */
+        hk_step_conv<true>(qs, cps[n], NULL, p.conv_w, kh, Hk, dk, dv, r, p.K,
+                           m.xin, pt, np);
+        hk_bar_sync(HK_STEP_BAR_PRO, np); /* q | k | v written, xin read */
+        if (n + 1 < nit)
+            fetch(n + 1);
+        const float qq = hk_step_vsum(
+            [&](int v) {
+                return hk_step_dot_part(qs, qs, dk, v, HK_STEP_THREADS);
+            },
+            m.red, pt);
+        const float kk = hk_step_vsum(
+            [&](int v) {
+                return hk_step_dot_part(ks, ks, dk, v, HK_STEP_THREADS);
+            },
+            m.red, pt);
+        hk_step_scale_qk(qs, ks, dk, hk_l2_factor(qq, p.eps, p.q_scale),
+                         hk_l2_factor(kk, p.eps, 1.0f), pt, np);
+        hk_bar_sync(HK_STEP_BAR_PRO, np); /* scaled by other threads */
+        const float kq = hk_step_vsum(
+            [&](int v) {
+                return hk_step_dot_part(ks, qs, dk, v, HK_STEP_THREADS);
+            },
+            m.red, pt);
+        if (pt == 0)
+            qs[2 * dk + r * dv] = kq;
+        /* orders this thread's writes before the slab threads' reads */
+        hk_bar_arrive(HK_STEP_BAR_FULL + (n & 1), HK_STEP_W_THREADS);
+    }
+}
+
+/* PIPEW: PIPE's block ranges and units; threads below HK_STEP_THREADS run
+ * the units, the rest hk_step_w_prologue. */
+template <int R>
+static __global__ void __launch_bounds__(HK_STEP_W_THREADS, 1)
+    hk_gdn_step_pipew_kernel(const hk_step_pipe<R, 1> p)
+{
+    HK_DYNAMIC_SMEM(smem);
+    __shared__ float *sps[HK_STEP_MAX_PER], *cps[HK_STEP_MAX_PER];
+    const int Hk = p.Hk, Hv = p.Hv, dk = p.dk, dv = p.dv, cw = p.cw;
+    const int r = Hv / Hk, tid = threadIdx.x;
+    const int ncg = cw / 4, nrg = HK_STEP_THREADS / ncg;
+    const int cg = tid % ncg, rg = tid / ncg;
+    const int nslab = (dv + cw - 1) / cw, U = r * nslab;
+    const int it0 = blockIdx.x * p.per;
+    const int nit = min(p.per, p.Hk * p.B - it0), nu = nit * U;
+    hk_step_w_smem m;
+    hk_step_w_carve(&m, smem, R, dk, dv, r, p.K, cw);
+
+    if (tid < nit) {
+        const int b = (it0 + tid) / Hk;
+        sps[tid] = p.states[b];
+        cps[tid] = p.conv_states ? p.conv_states[b] : NULL;
+    }
+    __syncthreads(); /* the last barrier of all the block's threads */
+    if (tid >= HK_STEP_THREADS) {
+        hk_step_w_prologue<R>(p, m, cps, it0, nit, tid - HK_STEP_THREADS);
+        return;
+    }
+
+    /* Unit u (item n = u / U, value head hh, columns j0): this thread's
+     * rows of 4 columns (hk_step_load's, zeros past the edges) into ring
+     * stage u % NS; one group a unit, empty past the last. */
+    auto issue = [&](int u) {
+        if (u < nu) {
+            const int n = u / U, hh = u % U / nslab,
+                      j = u % nslab * cw + 4 * cg;
+            const float *Sh =
+                sps[n] + (size_t)((it0 + n) % Hk * r + hh) * dk * dv;
+            float4 *st =
+                m.ring + (size_t)(u % HK_STEP_NS) * R * HK_STEP_THREADS + tid;
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                const int row = rg + nrg * i;
+                const bool in = rg < nrg && row < dk && j < dv;
+                hk_cp_async16(st + i * HK_STEP_THREADS,
+                              in ? Sh + (size_t)row * dv + j : Sh, in ? 16 : 0);
+            }
+        }
+        hk_cp_async_commit();
+    };
+    for (int u = 0; u < HK_STEP_NS - 1; u++)
+        issue(u);
+    for (int u = 0; u < nu; u++) {
+        /* into the stage unit u - 1 was read from (by this thread) */
+        issue(u + HK_STEP_NS - 1);
+        hk_cp_async_wait<HK_STEP_NS - 1>(); /* unit u's copies landed */
+        const int n = u / U, hh = u % U / nslab, j0 = u % nslab * cw;
+        const int kh = (it0 + n) % Hk, b = (it0 + n) / Hk, h = kh * r + hh;
+        const float *gs = m.ib[n & 1], *qs = gs + 2 * r, *ks = qs + dk;
+        if (u % U == 0) /* the item's buffer is filled */
+            hk_bar_sync(HK_STEP_BAR_FULL + (n & 1), HK_STEP_W_THREADS);
+        float4 s[R];
+        const float4 *st =
+            m.ring + (size_t)(u % HK_STEP_NS) * R * HK_STEP_THREADS + tid;
+#pragma unroll
+        for (int i = 0; i < R; i++)
+            s[i] = st[i * HK_STEP_THREADS];
+        hk_step_slab<R, true>(s, sps[n] + (size_t)h * dk * dv,
+                              p.o + ((size_t)b * Hv + h) * dv, qs, ks,
+                              ks + dk + (size_t)hh * dv, m.pu, m.pw, m.dsh,
+                              gs[2 * hh], gs[2 * hh + 1], ks[dk + r * dv], j0,
+                              cw, dk, dv, nrg, rg, cg, HK_STEP_BAR_SLAB);
+        /* the slab's last barrier: every slab thread is done with the
+         * buffer; none waits for the last two items' */
+        if (u % U == U - 1 && n + 2 < nit)
+            hk_bar_arrive(HK_STEP_BAR_EMPTY + (n & 1), HK_STEP_W_THREADS);
+    }
+}
+
 /* DEFAULT: HYPIC_CUDA_STEP, read once (a thread-safe local static). */
 static hk_cuda_step_impl_t hk_step_resolve(hk_cuda_step_impl_t impl)
 {
-    static const char *const names[] = {"kh", "pipe32", "pipea"};
+    static const char *const names[] = {"kh", "pipe32", "pipea", "pipew"};
     static const int values[] = {HK_CUDA_STEP_KH, HK_CUDA_STEP_PIPE32,
-                                 HK_CUDA_STEP_PIPEA};
+                                 HK_CUDA_STEP_PIPEA, HK_CUDA_STEP_PIPEW};
     static const hk_cuda_step_impl_t env = (hk_cuda_step_impl_t)hk_env_choice(
-        "HYPIC_CUDA_STEP", names, values, 3, HK_CUDA_STEP_PIPE);
+        "HYPIC_CUDA_STEP", names, values, 4, HK_CUDA_STEP_PIPE);
     return impl == HK_CUDA_STEP_DEFAULT ? env : impl;
 }
 
@@ -431,6 +702,33 @@ static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
     return hk_cuda_check_launch();
 }
 
+/* PIPEW over about one block per SM; *fits false (nothing launched) where
+ * its shared memory passes the device's limit. */
+template <int R>
+static int hk_step_w_launch(const hk_step_pipe<R, 1> &p, cudaStream_t s,
+                            bool *fits)
+{
+    const size_t sm =
+        hk_step_w_carve(NULL, NULL, R, p.dk, p.dv, p.Hv / p.Hk, p.K, p.cw);
+    *fits = sm <= (size_t)hk_cuda_smem_optin();
+    if (!*fits)
+        return HK_CUDA_EINVAL;
+    const long long items = (long long)p.Hk * p.B;
+    long long per = HK_CEIL_DIV(items, (long long)hk_cuda_sm_count(1));
+    if (per > HK_STEP_MAX_PER)
+        per = HK_STEP_MAX_PER;
+    hk_step_pipe<R, 1> q = p;
+    q.per = (int)per;
+    const long long grid = HK_CEIL_DIV(items, per);
+    if (grid > 2147483647LL)
+        return HK_CUDA_EINVAL;
+    cudaFuncSetAttribute(hk_gdn_step_pipew_kernel<R>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
+    hk_gdn_step_pipew_kernel<R>
+        <<<(unsigned)grid, HK_STEP_W_THREADS, sm, s>>>(q);
+    return hk_cuda_check_launch();
+}
+
 extern "C" int
 hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
                       float *const *conv_states, const float *qkv,
@@ -442,7 +740,7 @@ hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
     if (B < 0 || B > HK_CUDA_MAX_GRID_YZ || Hk < 1 || Hv < 1 || Hv % Hk ||
         dk < 1 || dk > HK_CUDA_GDN_MAX_DK || dv < 4 || dv % 4 || K < 1 ||
         (B > 0 && (!states || (K > 1 && !conv_states))) ||
-        impl < HK_CUDA_STEP_DEFAULT || impl > HK_CUDA_STEP_PIPEA)
+        impl < HK_CUDA_STEP_DEFAULT || impl > HK_CUDA_STEP_PIPEW)
         return HK_CUDA_EINVAL;
     if (B == 0)
         return HK_CUDA_OK;
@@ -462,31 +760,38 @@ hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
         size_t sm = hk_step_smem(dk, dv, r, cw);
         if (sm > 48 * 1024)
             return HK_CUDA_EINVAL;
+        /* PIPEA and PIPEW where their copies can run (16-byte runs of x
+         * and the weights) and their buffers fit; PIPE otherwise */
+        const bool copies =
+            dk % 4 == 0 && hk_aligned(qkv, 16) && hk_aligned(conv_w, 16);
+#define HK_PIPE_ARGS(R, MINB)                                                  \
+    hk_step_pipe<R, MINB>                                                      \
+    {                                                                          \
+        o, states, conv_states, qkv, a, b, conv_w, A_log, dt_bias, B, Hk, Hv,  \
+            dk, dv, K, cw, 0, eps, q_scale                                     \
+    }
         if (impl == HK_CUDA_STEP_PIPE32)
-            return hk_step_pipe_launch<4, 3, false>(
-                hk_step_pipe<4, 3>{o, states, conv_states, qkv, a, b, conv_w,
-                                   A_log, dt_bias, B, Hk, Hv, dk, dv, K, cw, 0,
-                                   eps, q_scale},
-                sm, s);
-        /* PIPEA where its copies can run (16-byte runs of x and the
-         * weights) and its buffers fit; PIPE otherwise */
+            return hk_step_pipe_launch<4, 3, false>(HK_PIPE_ARGS(4, 3), sm, s);
+        bool fits = false;
+        if (impl == HK_CUDA_STEP_PIPEW && copies) {
+            const int rc =
+                rows <= 4 ? hk_step_w_launch<4>(HK_PIPE_ARGS(4, 1), s, &fits)
+                          : hk_step_w_launch<8>(HK_PIPE_ARGS(8, 1), s, &fits);
+            if (fits)
+                return rc;
+        }
         const size_t sma =
             (sm + 15) / 16 * 16 + hk_step_xin(dk, dv, r, K) * sizeof(float);
-        const bool ai = impl == HK_CUDA_STEP_PIPEA && dk % 4 == 0 &&
-                        hk_aligned(qkv, 16) && hk_aligned(conv_w, 16) &&
-                        sma <= 48 * 1024;
+        const bool ai =
+            impl == HK_CUDA_STEP_PIPEA && copies && sma <= 48 * 1024;
         if (ai)
             sm = sma;
-#define HK_PIPE(R, AI)                                                         \
-    hk_step_pipe_launch<R, 2, AI>(                                             \
-        hk_step_pipe<R, 2>{o, states, conv_states, qkv, a, b, conv_w, A_log,   \
-                           dt_bias, B, Hk, Hv, dk, dv, K, cw, 0, eps,          \
-                           q_scale},                                           \
-        sm, s)
+#define HK_PIPE(R, AI) hk_step_pipe_launch<R, 2, AI>(HK_PIPE_ARGS(R, 2), sm, s)
         if (ai)
             return rows <= 4 ? HK_PIPE(4, true) : HK_PIPE(8, true);
         return rows <= 4 ? HK_PIPE(4, false) : HK_PIPE(8, false);
 #undef HK_PIPE
+#undef HK_PIPE_ARGS
     }
     const int cw = dv < HK_STEP_CW ? dv : HK_STEP_CW;
     const int nrg = HK_STEP_THREADS / (cw / 4);

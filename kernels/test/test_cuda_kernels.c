@@ -3000,9 +3000,9 @@ static void test_gdn_chunk_tc(void)
 
 /* The fused decode step against the CPU's unfused sequence per request:
  * conv (T = 1), split, l2 norms, gates, recurrence (T = 1), for every
- * kernel (KH, PIPE, PIPE32) on the same inputs. Conv states are copies:
- * bit-exact; o and S within the GDN budget (the norms' sums differ in
- * order, ~1e-7). */
+ * kernel (KH, PIPE, PIPEA, PIPEW, PIPE32) on the same inputs. Conv states
+ * are copies: bit-exact; o and S within the GDN budget (the norms' sums
+ * differ in order, ~1e-7); PIPEA's and PIPEW's are PIPE's bit for bit. */
 static void test_gdn_step(void)
 {
     /* B, Hk, Hv, dk, dv, K: GQA groups; more items than the emulator's 8
@@ -3010,19 +3010,26 @@ static void test_gdn_step(void)
      * last of 1); an odd number of units per block (7 x r = 3, one slab:
      * the unit loop ends on either buffer); dv > 128 and dv = 100 (a
      * partial last slab); K = 1 (no conv state), odd dk, dv not a multiple
-     * of 32, dk = 256. */
+     * of 32, dk = 256. The fourth: 64 units an item, 3 items a PIPEW
+     * block; only there do the slab threads take more of the emulator's
+     * rounds an item than the prologue warps (whose sums shuffle), so
+     * prologue warps not held back by EMPTY overwrite a buffer still read
+     * (caught). The last: 384 items, so a device's blocks run several
+     * (PIPE 2, PIPEW 3 on 132 SMs). */
     static const int shapes[][6] = {
-        {1, 1, 1, 16, 16, 4}, {13, 1, 2, 128, 128, 4}, {7, 1, 3, 32, 32, 4},
-        {3, 2, 4, 32, 48, 4}, {2, 1, 2, 128, 128, 4},  {5, 2, 2, 64, 256, 4},
-        {4, 1, 1, 17, 12, 1}, {3, 1, 3, 256, 64, 2},   {5, 1, 3, 64, 100, 4}};
+        {1, 1, 1, 16, 16, 4},   {13, 1, 2, 128, 128, 4}, {7, 1, 3, 32, 32, 4},
+        {12, 1, 8, 16, 512, 2}, {3, 2, 4, 32, 48, 4},    {2, 1, 2, 128, 128, 4},
+        {5, 2, 2, 64, 256, 4},  {4, 1, 1, 17, 12, 1},    {3, 1, 3, 256, 64, 2},
+        {5, 1, 3, 64, 100, 4},  {96, 4, 8, 16, 64, 2}};
     static const struct {
         hk_cuda_step_impl_t impl;
         const char *name;
     } impls[] = {{HK_CUDA_STEP_KH, "kh"},
                  {HK_CUDA_STEP_PIPE, "pipe"},
                  {HK_CUDA_STEP_PIPEA, "pipea"},
+                 {HK_CUDA_STEP_PIPEW, "pipew"},
                  {HK_CUDA_STEP_PIPE32, "pipe32"}};
-    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
         const int B = shapes[s][0], Hk = shapes[s][1], Hv = shapes[s][2];
         const int dk = shapes[s][3], dv = shapes[s][4], K = shapes[s][5];
         const int kd = Hk * dk, cd = 2 * kd + Hv * dv;
@@ -3038,7 +3045,7 @@ static void test_gdn_step(void)
         float *poison = hmalloc(no); /* o unwritten by a kernel fails */
         for (size_t i = 0; i < no; i++)
             poison[i] = NAN;
-        float *S0[16], *cs0[16], *S[16], *cs[16], *dS[16], *dcs[16];
+        float *S0[96], *cs0[96], *S[96], *cs[96], *dS[96], *dcs[96];
         for (int b = 0; b < B; b++) {
             S0[b] = frand(ns, 0.5);
             cs0[b] = frand(nc, 2.0);
@@ -3065,7 +3072,7 @@ static void test_gdn_step(void)
         float *ddt = dev_from(dt, Hv), *dO = dev_alloc(no);
         /* PIPE's outputs: PIPEA's must be theirs bit for bit (the same
          * sums on inputs it copied first) */
-        float *po = hmalloc(no), *pS[16];
+        float *po = hmalloc(no), *pS[96];
         for (size_t v = 0; v < sizeof impls / sizeof impls[0]; v++) {
             for (int b = 0; b < B; b++) {
                 CK(hk_cuda_h2d(dS[b], S0[b], ns * sizeof(float), NULL));
@@ -3082,7 +3089,9 @@ static void test_gdn_step(void)
                 good &= same_cpu(cs[b], dcs[b], nc, "conv state");
             }
             const int pipe = impls[v].impl == HK_CUDA_STEP_PIPE;
-            const int pipea = impls[v].impl == HK_CUDA_STEP_PIPEA;
+            /* PIPEA, PIPEW: PIPE's sums in PIPE's order */
+            const int pipea = impls[v].impl == HK_CUDA_STEP_PIPEA ||
+                              impls[v].impl == HK_CUDA_STEP_PIPEW;
             if (pipe) {
                 CK(hk_cuda_d2h(po, dO, no * sizeof(float), NULL));
                 for (int b = 0; b < B; b++)
@@ -3090,10 +3099,8 @@ static void test_gdn_step(void)
             }
             if (pipea) {
                 good &= same_cpu(po, dO, no, "o = pipe's");
-                for (int b = 0; b < B; b++) {
+                for (int b = 0; b < B; b++)
                     good &= same_cpu(pS[b], dS[b], ns, "S = pipe's");
-                    free(pS[b]);
-                }
             }
             ok(good, "gdn_step[%s] B=%d Hk=%d Hv=%d dk=%d dv=%d K=%d%s",
                impls[v].name, B, Hk, Hv, dk, dv, K,
@@ -3101,6 +3108,7 @@ static void test_gdn_step(void)
         }
         free(po);
         for (int b = 0; b < B; b++) {
+            free(pS[b]);
             CK(hk_cuda_free(dS[b]));
             CK(hk_cuda_free(dcs[b]));
             free(S0[b]);
@@ -3531,7 +3539,7 @@ static void test_einval(void)
                 NULL) == HK_CUDA_EINVAL; /* two kernels A */
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
-    good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)(HK_CUDA_STEP_PIPEA + 1),
+    good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)(HK_CUDA_STEP_PIPEW + 1),
                                   &x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1,
                                   16, 16, 4, 1e-6f, 1.0f,
                                   NULL) == HK_CUDA_EINVAL; /* impl */

@@ -10,7 +10,9 @@ measurements, on stand-ins for the measurements.
   * gpu_kernels_ref.py writes kernels.tsv, accuracy.tsv and report.md when
     SIGTERM (`timeout`) stops it mid-way, and exits 124;
   * gpu_kernels_ref.py's kernels.tsv has the issue's columns and our
-    float64 error per bench row.
+    float64 error per bench row;
+  * fla_warmup.py says why it cannot run (no FLA or no CUDA) and fails,
+    and takes its workers with it when SIGTERM stops it.
 """
 import argparse
 import os
@@ -167,6 +169,45 @@ class KernelsRef(unittest.TestCase):
             self.assertEqual([r[2] for r in rows[1:]], ["0.5", "2"])
             self.assertTrue(os.path.getsize(os.path.join(res, "report.md")))
             self.assertEqual(len(tsv(os.path.join(res, "accuracy.tsv"))), 1)
+
+
+class FlaWarmup(unittest.TestCase):
+    WARM = os.path.join(HERE, "fla_warmup.py")
+
+    def test_without_fla_it_says_so_and_fails(self):
+        p = subprocess.run([sys.executable, self.WARM, "--heads", "2x4"],
+                           capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, PYTHONPATH=""))
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertEqual(p.stdout.count("no FLA or no CUDA"), 4, p.stdout)
+        self.assertIn("4 workers", p.stdout)
+        self.assertIn("4 failed", p.stdout)
+
+    # A `timeout` around it: no worker compiles on into a timed step
+    # (their torch import here hangs: a stand-in for a compile).
+    def test_sigterm_stops_every_worker(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "torch"))
+            with open(os.path.join(d, "torch", "__init__.py"), "w") as f:
+                f.write("import time\ntime.sleep(60)\n")
+            p = subprocess.Popen([sys.executable, self.WARM, "--heads",
+                                  "3x7"], env=dict(os.environ, PYTHONPATH=d),
+                                 stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            pat = "fla_warmup.py --one .*,3,7"
+            for _ in range(100):  # the 4 workers started
+                n = subprocess.run(["pgrep", "-f", pat], capture_output=True,
+                                   text=True).stdout.split()
+                if len(n) == 4:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(len(n), 4)
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(timeout=30), 124)
+            time.sleep(0.5)
+            left = subprocess.run(["pgrep", "-f", pat], capture_output=True,
+                                  text=True).stdout.split()
+            self.assertEqual(left, [])
 
 
 if __name__ == "__main__":

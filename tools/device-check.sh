@@ -14,7 +14,9 @@
 #   0. in the background from the start: the benchmark checkpoints
 #      (tools/gen_model.py --fast, bf16): the Qwen3.5-0.8B shape
 #      (bench/llamacpp_compare.py's GEN_ARGS) and a 9B-like shape
-#      (Qwen3.5-9B's widths, 8 layers instead of 32, tied head)
+#      (Qwen3.5-9B's widths, 8 layers instead of 32, tied head); and FLA's
+#      kernels compiled and autotuned (bench/fla_warmup.py, DC_WARM_S,
+#      150; DC_WARM=0 skips it), waited for before the first timed step
 #   1. nvidia-smi (what the device is)
 #   2. every CUDA test (build-device/test/test_cuda_*), full shape grid
 #   3. engine parity: hypic-engine generate, greedy, --device cuda against
@@ -151,8 +153,27 @@ step nvidia-smi 20 "$res/nvidia-smi.txt" nvidia-smi
 if ls .device/whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target /tmp/site \
         .device/whl/*.whl >"$res/pip.txt" 2>&1 &&
-        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} && fla_ok=1
 fi
+
+# FLA's kernels compiled and autotuned into Triton's caches while the tests
+# run (bench/fla_warmup.py; ~35 s a head shape and call on a fresh
+# machine, which the anchors' and transformers' timed steps paid before);
+# the first timed step waits for it (wait_warm). DC_WARM=0 skips it.
+warm_pid=
+if [ "${fla_ok:-0}" = 1 ] && [ -n "$name" ] && [ "${DC_WARM:-1}" = 1 ]; then
+    t_warm=$(date +%s)
+    timeout --kill-after=5 "$(lim "${DC_WARM_S:-150}")" python3 \
+        bench/fla_warmup.py >"$res/fla-warmup.log" 2>&1 &
+    warm_pid=$!
+fi
+wait_warm() {
+    [ -n "$warm_pid" ] || return 0
+    wait "$warm_pid"
+    local rc=$?
+    warm_pid=
+    echo "| FLA warm-up | $([ $rc = 0 ] && echo ok || echo "exit $rc") | $(($(date +%s) - t_warm)) | in the background from the start: $(tail -1 "$res/fla-warmup.log" 2>/dev/null) |" >>"$sum"
+}
 
 # The benchmark checkpoints, generated while the tests run (numpy on every
 # core; nothing is timed until they are done).
@@ -284,6 +305,7 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
     local m=$1 d tag l
     [ $waited = 1 ] || wait_gen
     waited=1
+    wait_warm
     d=$m
     [ -d "$d" ] || d=$gen_dir/$m
     tag=$(basename "$d")
@@ -338,6 +360,7 @@ fi
 if ! want kernels; then
     echo "| gpu_kernels, gpu_kernels_ref | skipped (DC_STEPS) | 0 | |" >>"$sum"
 elif [ -x build-device/bench/gpu_kernels ]; then
+    wait_warm
     # One run per family of ops, each with its share of DC_BENCH_S, so a
     # slow family cannot starve the ones after it (each run times
     # copy_d2d too); the tables are merged after. attention_decode holds
@@ -383,6 +406,7 @@ rm -rf "$res/dump" # inputs and outputs: large, and rebuilt on every run
 for m in "${models[@]:1}"; do
     engine_one "$m"
 done
+wait_warm
 wait "$gen_pid" 2>/dev/null
 
 {

@@ -67,9 +67,15 @@ def arr(d, name, shape):
 
 
 def read_bench(path):
-    rows, device = [], None
+    """The bench rows, one per op, model and params (kernels.tsv's rule):
+    device-check merges one gpu_kernels run per family of ops, a family's
+    prefix may name another's ops (attention_prefill prints
+    attention_prefill_flash3's rows as skipped) and every run times
+    copy_d2d. A measured row takes the place of an earlier row of its key;
+    a skipped one never replaces a measured one."""
+    rows, device = {}, None
     if not path or not os.path.exists(path):
-        return rows, device
+        return [], device
     with open(path) as f:
         head = f.readline().rstrip("\n").split("\t")
         for line in f:
@@ -77,8 +83,10 @@ def read_bench(path):
             if r["op"] == "device":
                 device = r["model"] if r["model"] != "-" else None
                 continue
-            rows.append(r)
-    return rows, device
+            key = (r["op"], r["model"], r["params"])
+            if key not in rows or r["ms"] != "-":
+                rows[key] = r
+    return list(rows.values()), device
 
 
 def params(s):

@@ -10,7 +10,8 @@ measurements, on stand-ins for the measurements.
   * gpu_kernels_ref.py writes kernels.tsv, accuracy.tsv and report.md when
     SIGTERM (`timeout`) stops it mid-way, and exits 124;
   * gpu_kernels_ref.py's kernels.tsv has the issue's columns and our
-    float64 error per bench row;
+    float64 error per bench row, one row per op and shape where the merged
+    family runs repeat one (the measured one);
   * fla_warmup.py says why it cannot run (no FLA or no CUDA) and fails,
     and takes its workers with it when SIGTERM stops it.
 """
@@ -116,8 +117,12 @@ def write_matmul(d, n, i, o):
 BENCH = ("op\tmodel\tparams\tms\treps\ttokens_per_s\tgb_per_s\ttflop_per_s"
          "\tnote\n"
          "device\tTest GPU\tsms=1\t-\t0\t-\t-\t-\t\n"
+         # merged family runs: a skipped row, then the measured one, then
+         # a skipped one again (kernels.tsv keeps the measured one)
+         "matmul_f32\tm\tn=4,in=8,out=16\t-\t0\t-\t-\t-\tskipped\n"
          "matmul_f32\tm\tn=4,in=8,out=16\t0.5\t3\t-\t-\t1.0\t\n"
-         "gdn_chunk_f32\tm\tT=64,Hk=2,Hv=2,dk=8,dv=8,C=16\t2.0\t3\t-\t-\t-\t\n")
+         "gdn_chunk_f32\tm\tT=64,Hk=2,Hv=2,dk=8,dv=8,C=16\t2.0\t3\t-\t-\t-\t\n"
+         "matmul_f32\tm\tn=4,in=8,out=16\t-\t0\t-\t-\t-\tskipped\n")
 
 
 class KernelsRef(unittest.TestCase):

@@ -51,6 +51,10 @@
  *   tc_a3, tc_ro,   tc with kernel A3 (HK_CUDA_GDN_TC_A3), the outputs
  *   tc_a3ro         fused into the state pass (_FUSE_O), or both; untimed
  *                   (session 16), to time them in the engine
+ *   tc_r64          tc with kernel R on 64 columns and 8 warps where 32
+ *                   columns make more blocks than SMs (HK_CUDA_GDN_TC_R64:
+ *                   T_C's columns on Qwen3-Next's heads in PIC capture;
+ *                   bf16 inputs only); untimed (session 17)
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1329,8 +1333,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
     static const char *const modes[] = {
-        "auto",    "tc",   "scalar",    "tc_v1", "tc_fast", "tc_a1",
-        "tc_bf16", "tc_p", "tc_bf16_p", "tc_a3", "tc_ro",   "tc_a3ro"};
+        "auto", "tc",        "scalar", "tc_v1", "tc_fast", "tc_a1", "tc_bf16",
+        "tc_p", "tc_bf16_p", "tc_a3",  "tc_ro", "tc_a3ro", "tc_r64"};
     static const unsigned mode_flags[] = {
         0,
         0,
@@ -1343,7 +1347,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_SMEM,
         HK_CUDA_GDN_TC_A3,
         HK_CUDA_GDN_TC_FUSE_O,
-        HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O};
+        HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O,
+        HK_CUDA_GDN_TC_R64};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
     for (int i = 0; gdn < 0 && i < (int)(sizeof(modes) / sizeof(*modes)); i++)
@@ -1352,7 +1357,7 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         return hp_error_set(err, HP_EBADINPUT,
                             "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
                             "tc_v1, tc_fast, tc_a1, tc_bf16, tc_p, "
-                            "tc_bf16_p, tc_a3, tc_ro or tc_a3ro",
+                            "tc_bf16_p, tc_a3, tc_ro, tc_a3ro or tc_r64",
                             e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)

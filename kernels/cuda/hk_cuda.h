@@ -644,7 +644,12 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * the next steps), so no chunk's starting state or Vn goes through
  * scratch and there is no output launch; where R runs and its shared
  * memory fits (dk <= 128, and not f32 inputs at BV = 32), else ignored.
- * Not yet timed. */
+ * Not yet timed.
+ * HK_CUDA_GDN_TC_R64: where kernel R would run 32 columns a block on more
+ * blocks than the device has SMs (T_C's columns on Qwen3-Next's heads),
+ * 64 columns a block on 8 state warps instead: half the copies of each
+ * chunk's W, K and gates (dk = 128, no lo halves: its tiles fit only
+ * then; else ignored). Same products and sums. Not yet timed. */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
@@ -654,7 +659,8 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
 #define HK_CUDA_GDN_TC_SMEM   64u
 #define HK_CUDA_GDN_TC_A3     128u
 #define HK_CUDA_GDN_TC_FUSE_O 256u
-#define HK_CUDA_GDN_TC_FLAGS  511u
+#define HK_CUDA_GDN_TC_R64    512u
+#define HK_CUDA_GDN_TC_FLAGS  1023u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,

@@ -1782,8 +1782,8 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * arithmetic (0.5-1.6M MACs a chunk and block at dk = 128, BV = 32, fast
  * or split, on tensor cores). Kernel R holds the state as mma.sync
  * accumulators, FlashAttention-2's way (hk_ptx.h):
- * 4 warps, warp w the state rows w dk / 4 .. (MT = dk / 64 tiles of 16
- * rows) across the BV columns. Per chunk:
+ * NW = 4 warps, warp w the state rows w dk / NW .. (MT = dk / (16 NW)
+ * tiles of 16 rows) across the BV columns. Per chunk:
  *   1. the state (the chunk's starting one) to shared memory as bf16 hi
  *      (and lo), and to scratch for the output kernel; barrier (with the
  *      chunk's copies landed; the next chunk's are issued after it);
@@ -1797,10 +1797,19 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * their splits are kernel P's (hi*hi + hi*lo + lo*hi, or hi only with
  * fast; K's lo rows with LO), in another order of f32 sums. The shared
  * memory is kernel P's double-buffered carve without its f32 tiles, the
- * copies hk_tc_p_fetch's. Requires dk a multiple of 64 (at most 256). */
-#define HK_TC_R_THREADS 128
+ * copies hk_tc_p_fetch's. Requires dk a multiple of 64 (at most 256).
+ *
+ * R64 (HK_CUDA_GDN_TC_R64, untimed): BV = 64 on NW = 8 warps (dk = 128:
+ * at 256 its tiles pass the shared memory), where BV = 32 would make more
+ * blocks than the device
+ * has SMs (T_C's columns on Qwen3-Next's heads: 256 blocks of 4 warps,
+ * two an SM). Every block reads its head's W, K and gates each chunk, so
+ * half the blocks halve those copies from L2 and their shared memory; the
+ * SM holds as many state warps, and the products are the same. Session
+ * 15's H200 put T_C at +37 % of the pass there (target 20 %), +20 % on
+ * the 0.8B's heads, where T_C doubles the columns of as many blocks. */
 /* With the outputs fused (HK_CUDA_GDN_TC_FUSE_O): 4 more warps. */
-#define HK_TC_RO_THREADS 256
+#define HK_TC_O_WARPS 4
 
 /* acc (16 rows of BV columns as mma C fragments, acc[8-column tile][4])
  * += A B over nk 16-deep steps: A's 16 rows at Ah (row stride lda; lo
@@ -1894,9 +1903,9 @@ static __device__ void hk_tc_ro_fetch_p(const hk_tc_ro_smem &r,
  * in the same pass, by four more warps (below), so neither the chunks'
  * starting states nor Vn go through scratch and there is no output
  * launch. */
-template <int BV, int MT, bool LO, bool OUT>
-static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
-                                             : HK_TC_R_THREADS)
+template <int BV, int MT, int NW, bool LO, bool OUT>
+static __global__ void __launch_bounds__(32 * NW +
+                                         (OUT ? HK_TC_O_WARPS * 32 : 0))
     hk_gdn_tc_reg_kernel(hk_tc_ws ws, float *const *states, float *const *tcs,
                          hk_tc_in in, const int *cu, int nslots, int Hk, int Hv,
                          int dk, int dv, int C, int fast, float *o)
@@ -1920,15 +1929,15 @@ static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
     const uint16_t *kl0 = LO && !fast ? in.kl + (size_t)kh * dk : NULL;
     const bool split = !fast, klo = LO && !fast;
     /* OUT: warps 0-3 run the state (the state warps), 4-7 the outputs */
-    const bool sw = !OUT || warp < 4;
+    const bool sw = !OUT || warp < NW;
     /* this warp's state rows: r0 + 16 mt + g8 (+ 8) */
-    const int r0 = warp * (dk / 4);
+    const int r0 = warp * (dk / NW);
     /* K^T's A fragments by .trans from K's rows (tokens): matrix lane / 8
      * is tokens 8 (i / 2).., state rows 8 (i % 2).. */
     const int kr = (lane & 7) + (lane >> 4) * 8, kc = ((lane >> 3) & 1) * 8;
     const int ar = (lane & 7) + ((lane >> 3) & 1) * 8, ac = (lane >> 4) * 8;
     /* OUT's output warps: warp 4 + ti the chunk's rows 16 ti.. */
-    const int ti = warp - 4;
+    const int ti = warp - NW;
     const bool ow = OUT && !sw && !is_tc && ti < C / 16;
     const uint16_t *q0 = in.q + (size_t)kh * dk;
     const uint16_t *ql0 = LO && !fast ? in.ql + (size_t)kh * dk : NULL;
@@ -1953,7 +1962,7 @@ static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
     if (sw && nch > 0)
         hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, (size_t)h * nslots + first,
                             ts, len, 0, dk, dv, C, BV, col0, is_tc, fast,
-                            HK_TC_R_THREADS);
+                            32 * NW);
     /* an output warp's groups: Q of chunk c, P of chunk c, Q of c + 1, ...
      * (empty past the last chunk), so each wait leaves the newest one
      * pending */
@@ -2004,7 +2013,7 @@ static __global__ void __launch_bounds__(OUT ? HK_TC_RO_THREADS
         if (sw && c + 1 < nch) {
             hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, bf ^ 1, hc - c, ts, len,
                                 c + 1, dk, dv, C, BV, col0, is_tc, fast,
-                                HK_TC_R_THREADS);
+                                32 * NW);
         }
         const hk_tc_p_buf t = hk_tc_p_pick(s, bf);
         const double *gam = t.gam;
@@ -2417,10 +2426,17 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     p->A3 = (flags & HK_CUDA_GDN_TC_A3) != 0;
     p->reg = !(flags & HK_CUDA_GDN_TC_SMEM) && p->PBV && p->nbuf == 2 &&
              dk % 64 == 0 && dk <= 256;
+    /* R64 where BV = 32 makes more blocks than SMs and its tiles fit
+     * (without lo halves or the fused outputs' tiles) */
+    if ((flags & HK_CUDA_GDN_TC_R64) && p->reg && p->BV == 32 && !lo &&
+        dk == 128 && ncols % 64 == 0 &&
+        (long long)nseq * Hv * (ncols / 32) > hk_tc_sms() &&
+        hk_tc_p_carve(NULL, NULL, NULL, dk, C, 64, lo, 2, false, false) <= lim)
+        p->BV = p->PBV = 64;
     p->sa = p->A1   ? hk_tc_a_carve(NULL, NULL, dk, dv, C, lo)
             : p->A3 ? hk_tc_a3_carve(NULL, NULL, C, lo)
                     : hk_tc_a2_carve(NULL, NULL, C, lo);
-    p->fuse = p->reg && (flags & HK_CUDA_GDN_TC_FUSE_O) &&
+    p->fuse = p->reg && p->BV != 64 && (flags & HK_CUDA_GDN_TC_FUSE_O) &&
               hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo, 2, false,
                             true) <= lim;
     p->sb = p->reg ? hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo, 2, false,
@@ -2604,40 +2620,52 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
                                                 cu_seqlens, (int)slots, Hk,    \
                                                 Hv, dk, dv, C, fast);          \
     } while (0)
-    /* kernel R: its state tiles a warp (MT), BV, and the fused outputs */
-#define HK_TC_REG(BV, MT)                                                      \
+    /* kernel R: its state tiles a warp (MT), BV, its state warps (NW) and
+     * the fused outputs */
+#define HK_TC_REG(BV, MT, NW)                                                  \
     do {                                                                       \
         if (p.fuse) {                                                          \
-            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, LO, true>,       \
+            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, NW, LO, true>,   \
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,  \
                                  (int)p.sb);                                   \
-            hk_gdn_tc_reg_kernel<BV, MT, LO, true>                             \
-                <<<grid, HK_TC_RO_THREADS, p.sb, s>>>(                         \
+            hk_gdn_tc_reg_kernel<BV, MT, NW, LO, true>                         \
+                <<<grid, 32 * (NW + HK_TC_O_WARPS), p.sb, s>>>(                \
                     ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk,   \
                     dv, C, fast, o);                                           \
         } else {                                                               \
-            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, LO, false>,      \
+            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, NW, LO, false>,  \
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,  \
                                  (int)p.sb);                                   \
-            hk_gdn_tc_reg_kernel<BV, MT, LO, false>                            \
-                <<<grid, HK_TC_R_THREADS, p.sb, s>>>(                          \
-                    ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk,   \
-                    dv, C, fast, o);                                           \
+            hk_gdn_tc_reg_kernel<BV, MT, NW, LO, false>                        \
+                <<<grid, 32 * NW, p.sb, s>>>(ws, states, tcs, in, cu_seqlens,  \
+                                             (int)slots, Hk, Hv, dk, dv, C,    \
+                                             fast, o);                         \
         }                                                                      \
     } while (0)
     const int mt = dk / 64;
-    if (p.reg && p.BV == 32 && mt == 1)
-        HK_TC_REG(32, 1);
+    if (p.reg && p.BV == 64) {
+        /* R64 (hk_tc_plan_for): dk = 128, no lo halves, not fused */
+        if constexpr (!LO) {
+            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<64, 1, 8, false, false>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)p.sb);
+            hk_gdn_tc_reg_kernel<64, 1, 8, false, false>
+                <<<grid, 32 * 8, p.sb, s>>>(ws, states, tcs, in, cu_seqlens,
+                                            (int)slots, Hk, Hv, dk, dv, C, fast,
+                                            o);
+        }
+    } else if (p.reg && p.BV == 32 && mt == 1)
+        HK_TC_REG(32, 1, 4);
     else if (p.reg && p.BV == 32 && mt == 2)
-        HK_TC_REG(32, 2);
+        HK_TC_REG(32, 2, 4);
     else if (p.reg && p.BV == 32)
-        HK_TC_REG(32, 4);
+        HK_TC_REG(32, 4, 4);
     else if (p.reg && mt == 1)
-        HK_TC_REG(16, 1);
+        HK_TC_REG(16, 1, 4);
     else if (p.reg && mt == 2)
-        HK_TC_REG(16, 2);
+        HK_TC_REG(16, 2, 4);
     else if (p.reg)
-        HK_TC_REG(16, 4);
+        HK_TC_REG(16, 4, 4);
 #undef HK_TC_REG
     else if (p.BV == 32 && p.nbuf == 2)
         HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<32, LO, 2>);
@@ -2695,7 +2723,7 @@ extern "C" int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq,
     if (!p.PBV) /* as hk_gdn_tc_launch picks them */
         snprintf(buf, cap, "%s B%d", a, p.BV);
     else if (p.reg)
-        snprintf(buf, cap, "%s R%dx%d%s", a, p.BV, dk / 64,
+        snprintf(buf, cap, "%s R%dx%d%s", a, p.BV, p.BV == 64 ? 1 : dk / 64,
                  p.fuse ? "+O" : " O");
     else
         snprintf(buf, cap, "%s P%d%s O", a, p.BV, p.nbuf == 1 ? "s" : "");

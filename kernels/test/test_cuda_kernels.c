@@ -2510,8 +2510,9 @@ static void test_sample(void)
  * in shared memory (kernel P: split and fast), kernel A3 with the default's
  * passes, the outputs fused into the pass in registers (ro: split and
  * fast); then (the full grid: make test-cuda-emu) A3 with the fused
- * outputs, with the fast_a pair and with v1, and the first kernel A with
- * the first three and the fast_a pair. */
+ * outputs, with the fast_a pair and with v1, the first kernel A with
+ * the first three and the fast_a pair, and kernel R on 64 columns (r64:
+ * where the emulator's 4 SMs take it, dk = 128). */
 static const unsigned tc_vflags[] = {
     0,
     HK_CUDA_GDN_TC_V1,
@@ -2529,11 +2530,26 @@ static const unsigned tc_vflags[] = {
     HK_CUDA_GDN_TC_A1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST,
-    HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A};
-static const char *const tc_vname[] = {
-    "",        " v1", " fast",  " ps",      " fast fast_a",   " p",
-    " p fast", " a3", " ro",    " ro fast", " a3 ro",         " a3 fast fast_a",
-    " a3 v1",  " a1", " a1 v1", " a1 fast", " a1 fast fast_a"};
+    HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
+    HK_CUDA_GDN_TC_R64};
+static const char *const tc_vname[] = {"",
+                                       " v1",
+                                       " fast",
+                                       " ps",
+                                       " fast fast_a",
+                                       " p",
+                                       " p fast",
+                                       " a3",
+                                       " ro",
+                                       " ro fast",
+                                       " a3 ro",
+                                       " a3 fast fast_a",
+                                       " a3 v1",
+                                       " a1",
+                                       " a1 v1",
+                                       " a1 fast",
+                                       " a1 fast fast_a",
+                                       " r64"};
 #define TC_NVAR grid_n(NSHAPES(tc_vflags), 10)
 
 /* Whether a call with these flags runs the state pass in registers
@@ -2747,6 +2763,71 @@ static void test_gdn_chunk_bf16(void)
         free(Tc3);
         gdn_prob_free(&p);
     }
+}
+
+/* Kernel R at 64 columns on 8 state warps (HK_CUDA_GDN_TC_R64) against
+ * the default's 32 columns on 4 (the emulator's 4 SMs: both shapes below
+ * make more BV = 32 blocks than that): the same products in the same order
+ * per element, so o, S and T_C bit for bit; split and fast, with and
+ * without T_C (whose columns are R64's reason), and the kernels each ran.
+ * The default is held to the CPU by test_gdn_chunk_bf16. */
+static void test_gdn_chunk_r64(void)
+{
+    static const int shapes[][4] = {{100, 1, 2, 0}, {70, 2, 2, 1}};
+    static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
+    const int dk = 128, dv = 128, C = 64;
+    for (int sh = 0; sh < 2; sh++)
+        for (int e = 0; e < 2; e++) {
+            const int T = shapes[sh][0], Hk = shapes[sh][1];
+            const int Hv = shapes[sh][2], want_tc = shapes[sh][3];
+            gdn_prob_t p;
+            gdn_prob_make(&p, T, Hk, Hv, dk, dv);
+            gdn_bf16_t x = gdn_upload_bf16(&p);
+            gdn_dev_t f = gdn_upload(&p);
+            const size_t no = (size_t)T * Hv * dv, ns = (size_t)Hv * dk * dv;
+            const size_t nt = (size_t)Hv * dk * dk;
+            const int cu[2] = {0, T};
+            float *dO[2], *dS[2], *dTc[2] = {NULL, NULL};
+            char kn[2][32];
+            for (int v = 0; v < 2; v++) {
+                const unsigned fl = extra[e] | (v ? HK_CUDA_GDN_TC_R64 : 0);
+                dO[v] = dev_alloc(no);
+                dS[v] = dev_from(p.S0, ns);
+                if (want_tc)
+                    dTc[v] = dev_alloc(nt);
+                tc_run(dO[v], &dS[v], want_tc ? &dTc[v] : NULL, &x, &f, cu, 1,
+                       Hk, Hv, dk, dv, C, fl);
+                strcpy(kn[v], "?");
+                if (hk_cuda_gdn_tc_kernels(kn[v], sizeof kn[v], T, 1, Hk, Hv,
+                                           dk, dv, C, 0, want_tc, fl))
+                    strcpy(kn[v], "refused");
+            }
+            float *o0 = host_from(dO[0], no), *S0 = host_from(dS[0], ns);
+            int good =
+                same_cpu(o0, dO[1], no, "o") & same_cpu(S0, dS[1], ns, "S");
+            if (want_tc) {
+                float *T0 = host_from(dTc[0], nt);
+                good &= same_cpu(T0, dTc[1], nt, "Tc");
+                free(T0);
+            }
+            good &= strstr(kn[0], " R32x2") != NULL &&
+                    strstr(kn[1], " R64x1") != NULL;
+            ok(good,
+               "gdn_chunk_bf16 r64%s [%s] = [%s] bit for bit T=%d Hk=%d Hv=%d "
+               "dk=%d dv=%d C=%d%s",
+               e ? " fast" : "", kn[1], kn[0], T, Hk, Hv, dk, dv, C,
+               want_tc ? " +Tc" : "");
+            for (int v = 0; v < 2; v++) {
+                CK(hk_cuda_free(dO[v]));
+                CK(hk_cuda_free(dS[v]));
+                CK(hk_cuda_free(dTc[v]));
+            }
+            free(o0);
+            free(S0);
+            gdn_bf16_free(&x);
+            gdn_dev_free(&f);
+            gdn_prob_free(&p);
+        }
 }
 
 /* Several sequences in one call: each must come out as the CPU gives it
@@ -3626,6 +3707,7 @@ static void run_all(void)
     RUN_TEST(test_moe_plan);
     RUN_TEST(test_sample); /* argmax, topk */
     RUN_TEST(test_gdn_chunk_bf16);
+    RUN_TEST(test_gdn_chunk_r64);
     RUN_TEST(test_gdn_chunk_varlen);
     RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);

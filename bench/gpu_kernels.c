@@ -42,7 +42,10 @@
  *                                  kernel R on 64 columns and 8 warps
  *                                  where 32 make more blocks than SMs
  *                                  (HK_CUDA_GDN_TC_R64; T_C on Next's
- *                                  heads);
+ *                                  heads); bf16_deep,
+ *                                  f32mma_bf16in_deep (untimed): R with
+ *                                  each chunk's tiles two chunks ahead
+ *                                  (HK_CUDA_GDN_TC_DEEP);
  *                                  _ps: the state
  *                                  pass single-buffered, two blocks an SM
  *                                  (HK_CUDA_GDN_TC_PSHARE); at T = 16k each
@@ -578,6 +581,7 @@ static const struct {
     {CH_BF16, HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_bf16_a3ro",
      "bf16a3ro"},
     {CH_BF16, HK_CUDA_GDN_TC_R64, "gdn_chunk_bf16_r64", "bf16r64"},
+    {CH_BF16, HK_CUDA_GDN_TC_DEEP, "gdn_chunk_bf16_deep", "bf16deep"},
     {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast"},
     {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
      "gdn_chunk_bf16_fasta", "bf16fasta"},
@@ -598,6 +602,8 @@ static const struct {
      "gdn_chunk_f32mma_bf16in_a3ro", "f32mmabf16ina3ro"},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_R64,
      "gdn_chunk_f32mma_bf16in_r64", "f32mmabf16inr64"},
+    {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_DEEP,
+     "gdn_chunk_f32mma_bf16in_deep", "f32mmabf16indeep"},
     {CH_F32MMA, HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_f32mma_ro", "f32mmaro"},
     {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1"},
     {CH_BF16, HK_CUDA_GDN_TC_A1, "gdn_chunk_bf16_a1", "bf16a1"},

@@ -53,8 +53,11 @@
  *                   (session 16), to time them in the engine
  *   tc_r64          tc with kernel R on 64 columns and 8 warps where 32
  *                   columns make more blocks than SMs (HK_CUDA_GDN_TC_R64:
- *                   T_C's columns on Qwen3-Next's heads in PIC capture;
- *                   bf16 inputs only); untimed (session 17)
+ *                   T_C's columns on Qwen3-Next's heads in PIC
+ *                   capture); untimed (session 17)
+ *   tc_deep         tc with kernel R's tiles two chunks ahead in three
+ *                   buffers (HK_CUDA_GDN_TC_DEEP; bf16 inputs, not fused);
+ *                   untimed (session 17)
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1333,8 +1336,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
     static const char *const modes[] = {
-        "auto", "tc",        "scalar", "tc_v1", "tc_fast", "tc_a1", "tc_bf16",
-        "tc_p", "tc_bf16_p", "tc_a3",  "tc_ro", "tc_a3ro", "tc_r64"};
+        "auto", "tc",        "scalar", "tc_v1", "tc_fast", "tc_a1",  "tc_bf16",
+        "tc_p", "tc_bf16_p", "tc_a3",  "tc_ro", "tc_a3ro", "tc_r64", "tc_deep"};
     static const unsigned mode_flags[] = {
         0,
         0,
@@ -1348,7 +1351,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         HK_CUDA_GDN_TC_A3,
         HK_CUDA_GDN_TC_FUSE_O,
         HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O,
-        HK_CUDA_GDN_TC_R64};
+        HK_CUDA_GDN_TC_R64,
+        HK_CUDA_GDN_TC_DEEP};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
     for (int i = 0; gdn < 0 && i < (int)(sizeof(modes) / sizeof(*modes)); i++)
@@ -1357,7 +1361,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         return hp_error_set(err, HP_EBADINPUT,
                             "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
                             "tc_v1, tc_fast, tc_a1, tc_bf16, tc_p, "
-                            "tc_bf16_p, tc_a3, tc_ro, tc_a3ro or tc_r64",
+                            "tc_bf16_p, tc_a3, tc_ro, tc_a3ro, tc_r64 or "
+                            "tc_deep",
                             e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)

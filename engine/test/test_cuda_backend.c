@@ -859,7 +859,7 @@ int main(int argc, char **argv)
     ok(open_mode(&b, "fast", &err) == HP_EBADINPUT &&
            strstr(err.msg, "auto, tc, scalar, tc_v1, tc_fast, tc_a1, "
                            "tc_bf16, tc_p, tc_bf16_p, tc_a3, tc_ro, "
-                           "tc_a3ro or tc_r64"),
+                           "tc_a3ro, tc_r64 or tc_deep"),
        "an unknown HYPIC_CUDA_GDN is refused: %s", err.msg);
     if (open_mode(&cuda_tc, "tc", &err) != HP_OK ||
         open_mode(&cuda_scalar, "scalar", &err) != HP_OK ||

@@ -648,8 +648,13 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * HK_CUDA_GDN_TC_R64: where kernel R would run 32 columns a block on more
  * blocks than the device has SMs (T_C's columns on Qwen3-Next's heads),
  * 64 columns a block on 8 state warps instead: half the copies of each
- * chunk's W, K and gates (dk = 128, no lo halves: its tiles fit only
- * then; else ignored). Same products and sums. Not yet timed. */
+ * chunk's W, K and gates (dk = 128 and not fused: its tiles fit only
+ * then; else ignored). Same products and sums. Not yet timed.
+ * HK_CUDA_GDN_TC_DEEP: kernel R with each chunk's tiles copied two chunks
+ * ahead into three buffers instead of one ahead into two, where they fit
+ * (bf16 or rounded inputs, not fused: 188 KB at dk = 128, BV = 16, 212 KB
+ * at BV = 32, not at BV = 64; else ignored). The same results bit for
+ * bit. Not yet timed. */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
@@ -660,7 +665,8 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
 #define HK_CUDA_GDN_TC_A3     128u
 #define HK_CUDA_GDN_TC_FUSE_O 256u
 #define HK_CUDA_GDN_TC_R64    512u
-#define HK_CUDA_GDN_TC_FLAGS  1023u
+#define HK_CUDA_GDN_TC_DEEP   1024u
+#define HK_CUDA_GDN_TC_FLAGS  2047u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,

@@ -703,16 +703,23 @@ static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
 }
 
 /* PIPEW over about one block per SM; *fits false (nothing launched) where
- * its shared memory passes the device's limit. */
+ * its shared memory, static and dynamic, passes the device's limit. */
 template <int R>
 static int hk_step_w_launch(const hk_step_pipe<R, 1> &p, cudaStream_t s,
                             bool *fits)
 {
     const size_t sm =
         hk_step_w_carve(NULL, NULL, R, p.dk, p.dv, p.Hv / p.Hk, p.K, p.cw);
-    *fits = sm <= (size_t)hk_cuda_smem_optin();
-    if (!*fits)
+    /* the limit holds the static part (the pointer tables) too */
+    *fits = sm + 2 * HK_STEP_MAX_PER * sizeof(float *) <=
+                (size_t)hk_cuda_smem_optin() &&
+            cudaFuncSetAttribute(hk_gdn_step_pipew_kernel<R>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)sm) == cudaSuccess;
+    if (!*fits) {
+        (void)cudaGetLastError(); /* a refused attribute: PIPE instead */
         return HK_CUDA_EINVAL;
+    }
     const long long items = (long long)p.Hk * p.B;
     long long per = HK_CEIL_DIV(items, (long long)hk_cuda_sm_count(1));
     if (per > HK_STEP_MAX_PER)
@@ -722,8 +729,6 @@ static int hk_step_w_launch(const hk_step_pipe<R, 1> &p, cudaStream_t s,
     const long long grid = HK_CEIL_DIV(items, per);
     if (grid > 2147483647LL)
         return HK_CUDA_EINVAL;
-    cudaFuncSetAttribute(hk_gdn_step_pipew_kernel<R>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm);
     hk_gdn_step_pipew_kernel<R>
         <<<(unsigned)grid, HK_STEP_W_THREADS, sm, s>>>(q);
     return hk_cuda_check_launch();

@@ -1420,12 +1420,13 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
 #define HK_TC_O_THREADS 256
 
 struct hk_tc_p_smem {
-    /* [1] is [0] with one buffer (nbuf = 1); then Vf[0] is Ub[0] */
-    uint16_t *Wh[2], *Wl[2]; // [C][dk + 8]   -W of a chunk, double buffered
-    uint16_t *Kb[2];         // [C][dk + 8]   K rows (zero past the chunk)
-    uint16_t *Kl[2];         // [C][dk + 8]   their lo parts (LO only)
-    float *Ub[2];            // [C][BV + 4]   U columns
-    double *gb[2];           // [C]           gamma
+    /* [1] is [0] with one buffer (nbuf = 1; then Vf[0] is Ub[0]), [2]
+     * is [0] with fewer than three (kernel R's HK_CUDA_GDN_TC_DEEP) */
+    uint16_t *Wh[3], *Wl[3]; // [C][dk + 8]   -W of a chunk
+    uint16_t *Kb[3];         // [C][dk + 8]   K rows (zero past the chunk)
+    uint16_t *Kl[3];         // [C][dk + 8]   their lo parts (LO only)
+    float *Ub[3];            // [C][BV + 4]   U columns
+    double *gb[3];           // [C]           gamma
     float *Sf;               // [dk][BV + 4]  the state tile, f32
     uint16_t *Sh, *Sl;       // [dk][BV + 8]  its split
     float *Vf;               // [2][C][BV + 4] Vn, partial sums over dk
@@ -1451,23 +1452,24 @@ static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
 {
     const int ldk = dk + HK_PAD16, ldf = BV + HK_PAD32, ldh = BV + HK_PAD16;
     const size_t w = (size_t)C * ldk * 2, u = (size_t)C * ldf * 4;
-    const size_t w2 = nbuf == 2 ? w : 0; /* the second buffer */
+    const size_t w2 = nbuf >= 2 ? w : 0; /* the second buffer */
+    const size_t w3 = nbuf == 3 ? w : 0; /* the third (kernel R's DEEP) */
     const size_t xh = (size_t)C * ldh * 2;
     const size_t pp = (size_t)C * (C + HK_PAD16) * 2;
-    const size_t sz[24] = {w,
+    const size_t sz[30] = {w,
                            w2,
                            w,
                            w2,
                            w,
                            w2,
-                           nbuf == 2 ? u : 2 * u, /* one: Vf's room too */
-                           nbuf == 2 ? u : 0,
+                           nbuf >= 2 ? u : 2 * u, /* one: Vf's room too */
+                           nbuf >= 2 ? u : 0,
                            (size_t)C * 8,
-                           nbuf == 2 ? (size_t)C * 8 : 0,
+                           nbuf >= 2 ? (size_t)C * 8 : 0,
                            f32 ? (size_t)dk * ldf * 4 : 0,
                            (size_t)dk * ldh * 2,
                            (size_t)dk * ldh * 2,
-                           nbuf == 2 && f32 ? 2 * u : 0,
+                           nbuf >= 2 && f32 ? 2 * u : 0,
                            xh,
                            xh,
                            (size_t)C * 4,
@@ -1477,12 +1479,18 @@ static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
                            out ? xh : 0,
                            out ? w : 0,
                            out && lo ? w : 0,
-                           out ? 2 * pp : 0};
-    size_t off[24];
-    const size_t at = hk_layout(sz, 24, 128, off);
+                           out ? 2 * pp : 0,
+                           w3,
+                           w3,
+                           w3,
+                           nbuf == 3 ? u : 0,
+                           nbuf == 3 ? (size_t)C * 8 : 0,
+                           lo ? w3 : 0};
+    size_t off[30];
+    const size_t at = hk_layout(sz, 30, 128, off);
     if (s) {
         for (int i = 0; i < 2; i++) {
-            const int j = nbuf == 2 ? i : 0;
+            const int j = nbuf >= 2 ? i : 0;
             s->Wh[i] = (uint16_t *)(p + off[j]);
             s->Wl[i] = (uint16_t *)(p + off[2 + j]);
             s->Kb[i] = (uint16_t *)(p + off[4 + j]);
@@ -1490,12 +1498,19 @@ static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
             s->gb[i] = (double *)(p + off[8 + j]);
             s->Kl[i] = lo ? (uint16_t *)(p + off[17 + j]) : NULL;
         }
+        const bool b3 = nbuf == 3;
+        s->Wh[2] = b3 ? (uint16_t *)(p + off[24]) : s->Wh[0];
+        s->Wl[2] = b3 ? (uint16_t *)(p + off[25]) : s->Wl[0];
+        s->Kb[2] = b3 ? (uint16_t *)(p + off[26]) : s->Kb[0];
+        s->Ub[2] = b3 ? (float *)(p + off[27]) : s->Ub[0];
+        s->gb[2] = b3 ? (double *)(p + off[28]) : s->gb[0];
+        s->Kl[2] = b3 && lo ? (uint16_t *)(p + off[29]) : s->Kl[0];
         s->Sf = f32 ? (float *)(p + off[10]) : NULL;
         s->Sh = (uint16_t *)(p + off[11]);
         s->Sl = (uint16_t *)(p + off[12]);
         /* one buffer: a U tile is read by the warp that writes its Vn
          * tile over it, and the next chunk's U lands after Vn is read */
-        s->Vf = !f32 ? NULL : (float *)(p + off[nbuf == 2 ? 13 : 6]);
+        s->Vf = !f32 ? NULL : (float *)(p + off[nbuf >= 2 ? 13 : 6]);
         s->Xh = (uint16_t *)(p + off[14]);
         s->Xl = (uint16_t *)(p + off[15]);
         s->en = (float *)(p + off[16]);
@@ -1511,8 +1526,15 @@ static __host__ __device__ size_t hk_tc_p_carve(hk_tc_p_smem *s,
     return at;
 }
 
-/* Buffer bf of kernel P's double buffer (selects, not an index: an
- * indexed pointer array goes to the stack). */
+/* x[bf] of three (selects, not an index: an indexed pointer array goes
+ * to the stack). */
+template <class P>
+static __device__ __forceinline__ P hk_tc_sel3(P const (&x)[3], int bf)
+{
+    return bf == 2 ? x[2] : bf ? x[1] : x[0];
+}
+
+/* Buffer bf of kernel P's or R's buffers. */
 struct hk_tc_p_buf {
     const double *gam;
     const uint16_t *Wh, *Wl, *Kb, *Kl;
@@ -1523,17 +1545,19 @@ static __device__ __forceinline__ hk_tc_p_buf
 hk_tc_p_pick(const hk_tc_p_smem &s, int bf)
 {
     hk_tc_p_buf t;
-    t.gam = bf ? s.gb[1] : s.gb[0];
-    t.Wh = bf ? s.Wh[1] : s.Wh[0];
-    t.Wl = bf ? s.Wl[1] : s.Wl[0];
-    t.Kb = bf ? s.Kb[1] : s.Kb[0];
-    t.Kl = bf ? s.Kl[1] : s.Kl[0];
-    t.Ub = bf ? s.Ub[1] : s.Ub[0];
+    t.gam = hk_tc_sel3(s.gb, bf);
+    t.Wh = hk_tc_sel3(s.Wh, bf);
+    t.Wl = hk_tc_sel3(s.Wl, bf);
+    t.Kb = hk_tc_sel3(s.Kb, bf);
+    t.Kl = hk_tc_sel3(s.Kl, bf);
+    t.Ub = hk_tc_sel3(s.Ub, bf);
     return t;
 }
 
-/* Issues (and commits) the copies of chunk slot hc (tokens t0.., n of
- * them) into buffer bf: the rows of its nt 16-row tiles of -W (hi; lo
+/* Issues (and commits, one group) the copies of chunk slot hc (tokens
+ * t0.., n of them) into buffer bf by hk_ptx.h's cp.async (which the
+ * emulator lands at the wait in tid order, so a wait that leaves a chunk
+ * in flight fails there): the rows of its nt 16-row tiles of -W (hi; lo
  * unless fast) and K (zeros past n, nothing read there; K's lo rows from
  * klr unless NULL), U's BV columns from col0 (S columns only), gamma; by
  * the block's first nthr threads (the caller among them). */
@@ -1545,35 +1569,32 @@ static __device__ void hk_tc_p_fetch(const hk_tc_p_smem &s, const hk_tc_ws &ws,
 {
     const int rows = (n + 15) / 16 * 16, ldk = dk + HK_PAD16;
     const int ldf = BV + HK_PAD32, vk = dk / 8, vu = BV / 4;
-    /* selects, not an index: an indexed pointer array goes to the stack */
-    uint16_t *Wh = bf ? s.Wh[1] : s.Wh[0], *Wl = bf ? s.Wl[1] : s.Wl[0];
-    uint16_t *Kb = bf ? s.Kb[1] : s.Kb[0], *Kl = bf ? s.Kl[1] : s.Kl[0];
-    float *Ub = bf ? s.Ub[1] : s.Ub[0];
-    double *gb = bf ? s.gb[1] : s.gb[0];
+    uint16_t *Wh = hk_tc_sel3(s.Wh, bf), *Wl = hk_tc_sel3(s.Wl, bf);
+    uint16_t *Kb = hk_tc_sel3(s.Kb, bf), *Kl = hk_tc_sel3(s.Kl, bf);
+    float *Ub = hk_tc_sel3(s.Ub, bf);
+    double *gb = hk_tc_sel3(s.gb, bf);
     for (int e = threadIdx.x; e < rows * vk; e += nthr) {
         const int i = e / vk, c = (e % vk) * 8;
         const size_t at = (hc * C + i) * dk + c;
-        __pipeline_memcpy_async(Wh + i * ldk + c, ws.Wh + at, 16);
+        hk_cp_async16(Wh + i * ldk + c, ws.Wh + at, 16);
         if (!fast)
-            __pipeline_memcpy_async(Wl + i * ldk + c, ws.Wl + at, 16);
+            hk_cp_async16(Wl + i * ldk + c, ws.Wl + at, 16);
         const bool in = i < n;
-        __pipeline_memcpy_async(Kb + i * ldk + c,
-                                in ? kr + (size_t)i * ldq + c : kr, 16,
-                                in ? 0 : 16);
+        hk_cp_async16(Kb + i * ldk + c, in ? kr + (size_t)i * ldq + c : kr,
+                      in ? 16 : 0);
         if (klr)
-            __pipeline_memcpy_async(Kl + i * ldk + c,
-                                    in ? klr + (size_t)i * ldq + c : klr, 16,
-                                    in ? 0 : 16);
+            hk_cp_async16(Kl + i * ldk + c,
+                          in ? klr + (size_t)i * ldq + c : klr, in ? 16 : 0);
     }
     if (!is_tc)
         for (int e = threadIdx.x; e < rows * vu; e += nthr) {
             const int i = e / vu, c = (e % vu) * 4;
-            __pipeline_memcpy_async(Ub + i * ldf + c,
-                                    ws.U + (hc * C + i) * dv + col0 + c, 16);
+            hk_cp_async16(Ub + i * ldf + c, ws.U + (hc * C + i) * dv + col0 + c,
+                          16);
         }
     for (int e = threadIdx.x; e < C / 2; e += nthr)
-        __pipeline_memcpy_async(gb + 2 * e, ws.gam + hc * C + 2 * e, 16);
-    __pipeline_commit();
+        hk_cp_async16(gb + 2 * e, ws.gam + hc * C + 2 * e, 16);
+    hk_cp_async_commit();
 }
 
 /* Chunk c of the block's sequence (tokens ts + c C.., of len; slots from
@@ -1641,7 +1662,7 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
         const int bf = nbuf == 2 ? c & 1 : 0;
         const int n = min(C, len - c * C), nt = (n + 15) / 16;
         const size_t hc = (size_t)h * nslots + first + c;
-        __pipeline_wait_prior(0);
+        hk_cp_async_wait<0>();
         /* chunk c's copies landed everywhere; last step's S split is
          * written; every read of buffer bf ^ 1 (chunk c - 1) is done */
         __syncthreads();
@@ -1800,14 +1821,23 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * copies hk_tc_p_fetch's. Requires dk a multiple of 64 (at most 256).
  *
  * R64 (HK_CUDA_GDN_TC_R64, untimed): BV = 64 on NW = 8 warps (dk = 128:
- * at 256 its tiles pass the shared memory), where BV = 32 would make more
- * blocks than the device
+ * at 256 its tiles pass the shared memory; not fused: 191 KB, 225 KB with
+ * K's lo rows), where BV = 32 would make more blocks than the device
  * has SMs (T_C's columns on Qwen3-Next's heads: 256 blocks of 4 warps,
  * two an SM). Every block reads its head's W, K and gates each chunk, so
  * half the blocks halve those copies from L2 and their shared memory; the
  * SM holds as many state warps, and the products are the same. Session
  * 15's H200 put T_C at +37 % of the pass there (target 20 %), +20 % on
- * the 0.8B's heads, where T_C doubles the columns of as many blocks. */
+ * the 0.8B's heads, where T_C doubles the columns of as many blocks.
+ * Step 2 then runs on all 8 warps: two a 16-row tile of Vn, 32 columns
+ * each.
+ *
+ * DEEP (HK_CUDA_GDN_TC_DEEP, untimed): nb = 3 buffers, chunk c's tiles
+ * issued at chunk c - 2's step instead of c - 1's, so a chunk's copies have
+ * two steps to land. Session 15's rows suggest the step waits on them:
+ * FAST (a third of the products, W's lo rows not copied: 30 % fewer bytes)
+ * took 20 % off the pass, where a chain of dependent MMAs would have lost
+ * more. Where three buffers fit (no lo halves, not fused). */
 /* With the outputs fused (HK_CUDA_GDN_TC_FUSE_O): 4 more warps. */
 #define HK_TC_O_WARPS 4
 
@@ -1908,14 +1938,16 @@ static __global__ void __launch_bounds__(32 * NW +
                                          (OUT ? HK_TC_O_WARPS * 32 : 0))
     hk_gdn_tc_reg_kernel(hk_tc_ws ws, float *const *states, float *const *tcs,
                          hk_tc_in in, const int *cu, int nslots, int Hk, int Hv,
-                         int dk, int dv, int C, int fast, float *o)
+                         int dk, int dv, int C, int fast, float *o, int nb)
 {
     const int NT = BV / 8; /* 8-column tiles */
+    /* step 2: NW / 4 warps a 16-row tile of Vn, VB columns each */
+    constexpr int VB = BV / (NW / 4), NTV = VB / 8;
     HK_DYNAMIC_SMEM(smem);
     __shared__ int first;
     hk_tc_p_smem s;
     hk_tc_ro_smem ro;
-    hk_tc_p_carve(&s, &ro, smem, dk, C, BV, LO, 2, false, OUT);
+    hk_tc_p_carve(&s, &ro, smem, dk, C, BV, LO, nb, false, OUT);
     const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
     const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
     const int ts = pa.ts, len = pa.len, nch = pa.nch;
@@ -1959,9 +1991,11 @@ static __global__ void __launch_bounds__(32 * NW +
                                          : Sg[(size_t)row * ldg + col0 + col];
                 }
     __syncthreads();
-    if (sw && nch > 0)
-        hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, 0, (size_t)h * nslots + first,
-                            ts, len, 0, dk, dv, C, BV, col0, is_tc, fast,
+    /* chunks 0 .. nb - 2 in flight: chunk c is fetched into buffer c % nb
+     * at chunk c - nb + 1's step */
+    for (int c = 0; sw && c < nb - 1 && c < nch; c++)
+        hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, c, (size_t)h * nslots + first,
+                            ts, len, c, dk, dv, C, BV, col0, is_tc, fast,
                             32 * NW);
     /* an output warp's groups: Q of chunk c, P of chunk c, Q of c + 1, ...
      * (empty past the last chunk), so each wait leaves the newest one
@@ -1976,7 +2010,7 @@ static __global__ void __launch_bounds__(32 * NW +
     }
 
     for (int c = 0; c < nch; c++) {
-        const int bf = c & 1;
+        const int bf = c % nb;
         const int n = min(C, len - c * C), ntk = (n + 15) / 16;
         const size_t hc = (size_t)h * nslots + first + c;
         /* 1. the starting state, split, to shared memory (and scratch for
@@ -2005,16 +2039,17 @@ static __global__ void __launch_bounds__(32 * NW +
                                 *reinterpret_cast<uint32_t *>(ws.Sl + at) = lo;
                         }
                     }
-        if (sw)
-            __pipeline_wait_prior(0);
+        if (sw && nb == 3 && c + 1 < nch)
+            hk_cp_async_wait<1>(); /* chunk c + 1's may stay in flight */
+        else if (sw)
+            hk_cp_async_wait<0>();
         /* chunk c's copies landed everywhere; the state is published;
-         * every read of buffer bf ^ 1 (chunk c - 1) is done */
+         * every read of chunk c - 1's buffer is done */
         __syncthreads();
-        if (sw && c + 1 < nch) {
-            hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, bf ^ 1, hc - c, ts, len,
-                                c + 1, dk, dv, C, BV, col0, is_tc, fast,
-                                32 * NW);
-        }
+        if (sw && c + nb - 1 < nch) /* into chunk c - 1's buffer */
+            hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, (c + nb - 1) % nb, hc - c,
+                                ts, len, c + nb - 1, dk, dv, C, BV, col0, is_tc,
+                                fast, 32 * NW);
         const hk_tc_p_buf t = hk_tc_p_pick(s, bf);
         const double *gam = t.gam;
         const uint16_t *Wh = t.Wh, *Wl = t.Wl, *Kb = t.Kb, *Kl = t.Kl;
@@ -2056,28 +2091,30 @@ static __global__ void __launch_bounds__(32 * NW +
                 hk_cp_async_commit();
         }
 
-        /* 2, 3. Vn of rows 16 warp.. (tiles past the chunk's end: none) */
-        if (sw && warp < ntk) {
-            float V[NT][4];
+        /* 2, 3. Vn of rows 16 vt.., columns vc.. vc + VB (tiles past the
+         * chunk's end: none) */
+        const int vt = warp % 4, vc = warp / 4 * VB;
+        if (sw && vt < ntk) {
+            float V[NTV][4];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++)
+            for (int nt = 0; nt < NTV; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const int row = 16 * warp + g8 + 8 * (e >> 1);
-                    const int col = 8 * nt + 2 * t4 + (e & 1);
+                    const int row = 16 * vt + g8 + 8 * (e >> 1);
+                    const int col = vc + 8 * nt + 2 * t4 + (e & 1);
                     V[nt][e] = is_tc ? 0.0f : Ub[row * ldf + col];
                 }
-            hk_tc_frag_mm_rt<BV>(split, split, V, Wh + 16 * warp * ldk,
-                                 Wl + 16 * warp * ldk, ldk, s.Sh, s.Sl, ldh,
-                                 dk / 16, lane);
+            hk_tc_frag_mm_rt<VB>(split, split, V, Wh + 16 * vt * ldk,
+                                 Wl + 16 * vt * ldk, ldk, s.Sh + vc, s.Sl + vc,
+                                 ldh, dk / 16, lane);
             const double gl = gam[n - 1];
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
-                const int row = 16 * warp + g8 + 8 * hh;
+                const int row = 16 * vt + g8 + 8 * hh;
                 const float en = row < n ? hk_gdn_decay(gl - gam[row]) : 0.0f;
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const int col = 8 * nt + 2 * t4;
+                for (int nt = 0; nt < NTV; nt++) {
+                    const int col = vc + 8 * nt + 2 * t4;
                     float v0 = V[nt][2 * hh], v1 = V[nt][2 * hh + 1];
                     if (is_tc) {
                         v0 = fabsf(v0) < HK_GDN_TINY ? 0.0f : v0;
@@ -2407,6 +2444,7 @@ struct hk_tc_plan {
     int A3;   /* kernel A3 (HK_CUDA_GDN_TC_A3) */
     int reg;  /* the pass in registers, where it can (not _SMEM) */
     int fuse; /* R with the outputs in the same pass (_FUSE_O, fitting) */
+    int rbuf; /* R's chunk buffers: 2, or 3 (_DEEP, fitting) */
     size_t sa, sb, so;
 };
 
@@ -2427,10 +2465,9 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     p->reg = !(flags & HK_CUDA_GDN_TC_SMEM) && p->PBV && p->nbuf == 2 &&
              dk % 64 == 0 && dk <= 256;
     /* R64 where BV = 32 makes more blocks than SMs and its tiles fit
-     * (without lo halves or the fused outputs' tiles) */
-    if ((flags & HK_CUDA_GDN_TC_R64) && p->reg && p->BV == 32 && !lo &&
-        dk == 128 && ncols % 64 == 0 &&
-        (long long)nseq * Hv * (ncols / 32) > hk_tc_sms() &&
+     * (without the fused outputs' tiles) */
+    if ((flags & HK_CUDA_GDN_TC_R64) && p->reg && p->BV == 32 && dk == 128 &&
+        ncols % 64 == 0 && (long long)nseq * Hv * (ncols / 32) > hk_tc_sms() &&
         hk_tc_p_carve(NULL, NULL, NULL, dk, C, 64, lo, 2, false, false) <= lim)
         p->BV = p->PBV = 64;
     p->sa = p->A1   ? hk_tc_a_carve(NULL, NULL, dk, dv, C, lo)
@@ -2439,8 +2476,13 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     p->fuse = p->reg && p->BV != 64 && (flags & HK_CUDA_GDN_TC_FUSE_O) &&
               hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo, 2, false,
                             true) <= lim;
-    p->sb = p->reg ? hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo, 2, false,
-                                   p->fuse)
+    p->rbuf = p->reg && (flags & HK_CUDA_GDN_TC_DEEP) &&
+                      hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo, 3,
+                                    false, p->fuse) <= lim
+                  ? 3
+                  : 2;
+    p->sb = p->reg ? hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo, p->rbuf,
+                                   false, p->fuse)
             : p->PBV ? hk_tc_p_carve(NULL, NULL, NULL, dk, C, p->BV, lo,
                                      p->nbuf, true, false)
                      : hk_tc_b_carve(NULL, NULL, dk, C, p->BV, lo);
@@ -2631,7 +2673,7 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
             hk_gdn_tc_reg_kernel<BV, MT, NW, LO, true>                         \
                 <<<grid, 32 * (NW + HK_TC_O_WARPS), p.sb, s>>>(                \
                     ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk,   \
-                    dv, C, fast, o);                                           \
+                    dv, C, fast, o, p.rbuf);                                   \
         } else {                                                               \
             cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, NW, LO, false>,  \
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,  \
@@ -2639,21 +2681,18 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
             hk_gdn_tc_reg_kernel<BV, MT, NW, LO, false>                        \
                 <<<grid, 32 * NW, p.sb, s>>>(ws, states, tcs, in, cu_seqlens,  \
                                              (int)slots, Hk, Hv, dk, dv, C,    \
-                                             fast, o);                         \
+                                             fast, o, p.rbuf);                 \
         }                                                                      \
     } while (0)
     const int mt = dk / 64;
     if (p.reg && p.BV == 64) {
-        /* R64 (hk_tc_plan_for): dk = 128, no lo halves, not fused */
-        if constexpr (!LO) {
-            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<64, 1, 8, false, false>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)p.sb);
-            hk_gdn_tc_reg_kernel<64, 1, 8, false, false>
-                <<<grid, 32 * 8, p.sb, s>>>(ws, states, tcs, in, cu_seqlens,
-                                            (int)slots, Hk, Hv, dk, dv, C, fast,
-                                            o);
-        }
+        /* R64 (hk_tc_plan_for): dk = 128, not fused */
+        cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<64, 1, 8, LO, false>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)p.sb);
+        hk_gdn_tc_reg_kernel<64, 1, 8, LO, false><<<grid, 32 * 8, p.sb, s>>>(
+            ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C,
+            fast, o, p.rbuf);
     } else if (p.reg && p.BV == 32 && mt == 1)
         HK_TC_REG(32, 1, 4);
     else if (p.reg && p.BV == 32 && mt == 2)
@@ -2723,8 +2762,8 @@ extern "C" int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq,
     if (!p.PBV) /* as hk_gdn_tc_launch picks them */
         snprintf(buf, cap, "%s B%d", a, p.BV);
     else if (p.reg)
-        snprintf(buf, cap, "%s R%dx%d%s", a, p.BV, p.BV == 64 ? 1 : dk / 64,
-                 p.fuse ? "+O" : " O");
+        snprintf(buf, cap, "%s R%dx%d%s%s", a, p.BV, p.BV == 64 ? 1 : dk / 64,
+                 p.rbuf == 3 ? "/3" : "", p.fuse ? "+O" : " O");
     else
         snprintf(buf, cap, "%s P%d%s O", a, p.BV, p.nbuf == 1 ? "s" : "");
     return HK_CUDA_OK;

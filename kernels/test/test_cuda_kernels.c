@@ -2511,8 +2511,9 @@ static void test_sample(void)
  * passes, the outputs fused into the pass in registers (ro: split and
  * fast); then (the full grid: make test-cuda-emu) A3 with the fused
  * outputs, with the fast_a pair and with v1, the first kernel A with
- * the first three and the fast_a pair, and kernel R on 64 columns (r64:
- * where the emulator's 4 SMs take it, dk = 128). */
+ * the first three and the fast_a pair, kernel R on 64 columns (r64:
+ * where the emulator's 4 SMs take it, dk = 128) and with three buffers
+ * (deep, where they fit). */
 static const unsigned tc_vflags[] = {
     0,
     HK_CUDA_GDN_TC_V1,
@@ -2531,7 +2532,8 @@ static const unsigned tc_vflags[] = {
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_V1,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST,
     HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
-    HK_CUDA_GDN_TC_R64};
+    HK_CUDA_GDN_TC_R64,
+    HK_CUDA_GDN_TC_DEEP};
 static const char *const tc_vname[] = {"",
                                        " v1",
                                        " fast",
@@ -2549,7 +2551,8 @@ static const char *const tc_vname[] = {"",
                                        " a1 v1",
                                        " a1 fast",
                                        " a1 fast fast_a",
-                                       " r64"};
+                                       " r64",
+                                       " deep"};
 #define TC_NVAR grid_n(NSHAPES(tc_vflags), 10)
 
 /* Whether a call with these flags runs the state pass in registers
@@ -2765,21 +2768,36 @@ static void test_gdn_chunk_bf16(void)
     }
 }
 
-/* Kernel R at 64 columns on 8 state warps (HK_CUDA_GDN_TC_R64) against
- * the default's 32 columns on 4 (the emulator's 4 SMs: both shapes below
- * make more BV = 32 blocks than that): the same products in the same order
- * per element, so o, S and T_C bit for bit; split and fast, with and
- * without T_C (whose columns are R64's reason), and the kernels each ran.
- * The default is held to the CPU by test_gdn_chunk_bf16. */
-static void test_gdn_chunk_r64(void)
+/* Variants of kernel R that change how it runs, not what it sums, against
+ * the default on the same inputs: o, S and T_C bit for bit, and the
+ * kernels each ran. R64 (64 columns on 8 state warps; the emulator's 4 SMs
+ * are fewer than the 32-column blocks of both dk = 128 shapes) and DEEP
+ * (each chunk's tiles two chunks ahead in three buffers: 10 and 13 chunks
+ * at dk = 64, and the dk = 128 shape), split and fast, with and without
+ * T_C. The default is held to the CPU by test_gdn_chunk_bf16. */
+static void test_gdn_chunk_same(void)
 {
-    static const int shapes[][4] = {{100, 1, 2, 0}, {70, 2, 2, 1}};
+    static const struct {
+        int T, Hk, Hv, dk, dv, C, want_tc;
+        unsigned flags;
+        const char *name, *runs, *dflt; /* the kernel names: variant's,
+                                           default's */
+    } cases[] = {{100, 1, 2, 128, 128, 64, 0, HK_CUDA_GDN_TC_R64, "r64",
+                  " R64x1 O", " R32x2 O"},
+                 {70, 2, 2, 128, 128, 64, 1, HK_CUDA_GDN_TC_R64, "r64",
+                  " R64x1 O", " R32x2 O"},
+                 {300, 1, 2, 64, 64, 32, 1, HK_CUDA_GDN_TC_DEEP, "deep",
+                  " R32x1/3 O", " R32x1 O"},
+                 {200, 2, 2, 64, 32, 16, 0, HK_CUDA_GDN_TC_DEEP, "deep",
+                  " R16x1/3 O", " R16x1 O"},
+                 {100, 1, 2, 128, 128, 64, 1, HK_CUDA_GDN_TC_DEEP, "deep",
+                  " R32x2/3 O", " R32x2 O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
-    const int dk = 128, dv = 128, C = 64;
-    for (int sh = 0; sh < 2; sh++)
+    for (int cs = 0; cs < (int)NSHAPES(cases); cs++)
         for (int e = 0; e < 2; e++) {
-            const int T = shapes[sh][0], Hk = shapes[sh][1];
-            const int Hv = shapes[sh][2], want_tc = shapes[sh][3];
+            const int T = cases[cs].T, Hk = cases[cs].Hk, Hv = cases[cs].Hv;
+            const int dk = cases[cs].dk, dv = cases[cs].dv, C = cases[cs].C;
+            const int want_tc = cases[cs].want_tc;
             gdn_prob_t p;
             gdn_prob_make(&p, T, Hk, Hv, dk, dv);
             gdn_bf16_t x = gdn_upload_bf16(&p);
@@ -2790,7 +2808,7 @@ static void test_gdn_chunk_r64(void)
             float *dO[2], *dS[2], *dTc[2] = {NULL, NULL};
             char kn[2][32];
             for (int v = 0; v < 2; v++) {
-                const unsigned fl = extra[e] | (v ? HK_CUDA_GDN_TC_R64 : 0);
+                const unsigned fl = extra[e] | (v ? cases[cs].flags : 0);
                 dO[v] = dev_alloc(no);
                 dS[v] = dev_from(p.S0, ns);
                 if (want_tc)
@@ -2810,13 +2828,13 @@ static void test_gdn_chunk_r64(void)
                 good &= same_cpu(T0, dTc[1], nt, "Tc");
                 free(T0);
             }
-            good &= strstr(kn[0], " R32x2") != NULL &&
-                    strstr(kn[1], " R64x1") != NULL;
+            good &= strstr(kn[1], cases[cs].runs) != NULL &&
+                    strstr(kn[0], cases[cs].dflt) != NULL;
             ok(good,
-               "gdn_chunk_bf16 r64%s [%s] = [%s] bit for bit T=%d Hk=%d Hv=%d "
+               "gdn_chunk_bf16 %s%s [%s] = [%s] bit for bit T=%d Hk=%d Hv=%d "
                "dk=%d dv=%d C=%d%s",
-               e ? " fast" : "", kn[1], kn[0], T, Hk, Hv, dk, dv, C,
-               want_tc ? " +Tc" : "");
+               cases[cs].name, e ? " fast" : "", kn[1], kn[0], T, Hk, Hv, dk,
+               dv, C, want_tc ? " +Tc" : "");
             for (int v = 0; v < 2; v++) {
                 CK(hk_cuda_free(dO[v]));
                 CK(hk_cuda_free(dS[v]));
@@ -3707,7 +3725,7 @@ static void run_all(void)
     RUN_TEST(test_moe_plan);
     RUN_TEST(test_sample); /* argmax, topk */
     RUN_TEST(test_gdn_chunk_bf16);
-    RUN_TEST(test_gdn_chunk_r64);
+    RUN_TEST(test_gdn_chunk_same);
     RUN_TEST(test_gdn_chunk_varlen);
     RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);

@@ -6,7 +6,7 @@
  * by tools/device-check.sh.
  *
  *   gpu_kernels [--out FILE.tsv] [--dump DIR] [--budget SECONDS] [--tiny]
- *               [--only PREFIX]
+ *               [--only PREFIX] [--legacy]
  *
  * Measured (in this order, the most wanted first):
  *   copy_d2d                       1 GiB, bytes read + written
@@ -115,6 +115,8 @@
  * FLA and torch on the same inputs and a float64 reference. --tiny runs
  * toy shapes (the host emulator's plumbing check). --only PREFIX measures
  * (and dumps) only the ops whose names start with PREFIX, copy_d2d always.
+ * --legacy times the GDN chunk variants earlier device runs decided
+ * against too (chunk_vars; their dumps are always written).
  *
  * Inputs are synthetic, as the model makes them: q, k rows unit-norm
  * (q / sqrt(dk)), gates from hk_math_gdn_gate over the HF initialisation
@@ -157,7 +159,7 @@ static FILE *tsv;
 static const char *dump_dir, *only;
 static double copy_gbs; /* copy_d2d's GB/s, once measured */
 static double t_begin, budget = 1e9;
-static int tiny;
+static int tiny, legacy;
 static uint64_t rng = BENCH_SEED;
 
 /* ---- plumbing ------------------------------------------------------------ */
@@ -568,50 +570,65 @@ static void chunk_free(chunk_ctx *c)
 }
 
 /* The variants: kernel, flags, op name and the dump files' suffix
- * (gpu_kernels_ref.py's), each timed without and with T_C. */
+ * (gpu_kernels_ref.py's), each timed without and with T_C (legacy ones
+ * only with --legacy, or an --only that names them: kernel P, v1, the
+ * first kernel A and PSHARE lost to the defaults on the H100 and H200 of
+ * sessions 11-15, and their rows took a third of the family's budget,
+ * which then ran out before the Next heads at 64k). */
 static const struct {
     int kind;
     unsigned flags;
     const char *op, *var;
+    int legacy; /* decided by earlier device runs: timed with --legacy */
 } chunk_vars[] = {
-    {CH_F32, 0, "gdn_chunk_f32", "f32"},
-    {CH_BF16, 0, "gdn_chunk_bf16", "bf16"},
-    {CH_BF16, HK_CUDA_GDN_TC_A3, "gdn_chunk_bf16_a3", "bf16a3"},
-    {CH_BF16, HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_bf16_ro", "bf16ro"},
+    {CH_F32, 0, "gdn_chunk_f32", "f32", 0},
+    {CH_BF16, 0, "gdn_chunk_bf16", "bf16", 0},
+    {CH_BF16, HK_CUDA_GDN_TC_A3, "gdn_chunk_bf16_a3", "bf16a3", 0},
+    {CH_BF16, HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_bf16_ro", "bf16ro", 0},
     {CH_BF16, HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_bf16_a3ro",
-     "bf16a3ro"},
-    {CH_BF16, HK_CUDA_GDN_TC_R64, "gdn_chunk_bf16_r64", "bf16r64"},
-    {CH_BF16, HK_CUDA_GDN_TC_DEEP, "gdn_chunk_bf16_deep", "bf16deep"},
-    {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast"},
+     "bf16a3ro", 0},
+    {CH_BF16, HK_CUDA_GDN_TC_R64, "gdn_chunk_bf16_r64", "bf16r64", 0},
+    {CH_BF16, HK_CUDA_GDN_TC_DEEP, "gdn_chunk_bf16_deep", "bf16deep", 0},
+    {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast", 0},
     {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
-     "gdn_chunk_bf16_fasta", "bf16fasta"},
+     "gdn_chunk_bf16_fasta", "bf16fasta", 0},
     {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A | HK_CUDA_GDN_TC_SMEM,
-     "gdn_chunk_bf16_fasta_p", "bf16fastap"},
-    {CH_BF16, HK_CUDA_GDN_TC_SMEM, "gdn_chunk_bf16_p", "bf16p"},
-    {CH_BF16, HK_CUDA_GDN_TC_V1, "gdn_chunk_bf16_v1", "bf16v1"},
-    {CH_F32MMA, 0, "gdn_chunk_f32mma", "f32mma"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_A3, "gdn_chunk_f32mma_a3", "f32mmaa3"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_SMEM, "gdn_chunk_f32mma_p", "f32mmap"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_FAST, "gdn_chunk_f32mma_fast", "f32mmafast"},
+     "gdn_chunk_bf16_fasta_p", "bf16fastap", 1},
+    {CH_BF16, HK_CUDA_GDN_TC_SMEM, "gdn_chunk_bf16_p", "bf16p", 1},
+    {CH_BF16, HK_CUDA_GDN_TC_V1, "gdn_chunk_bf16_v1", "bf16v1", 1},
+    {CH_F32MMA, 0, "gdn_chunk_f32mma", "f32mma", 0},
+    {CH_F32MMA, HK_CUDA_GDN_TC_A3, "gdn_chunk_f32mma_a3", "f32mmaa3", 0},
+    {CH_F32MMA, HK_CUDA_GDN_TC_SMEM, "gdn_chunk_f32mma_p", "f32mmap", 1},
+    {CH_F32MMA, HK_CUDA_GDN_TC_FAST, "gdn_chunk_f32mma_fast", "f32mmafast", 0},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_FAST,
-     "gdn_chunk_f32mma_round", "f32mmaround"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_ROUND, "gdn_chunk_f32mma_bf16in",
-     "f32mmabf16in"},
+     "gdn_chunk_f32mma_round", "f32mmaround", 0},
+    {CH_F32MMA, HK_CUDA_GDN_TC_ROUND, "gdn_chunk_f32mma_bf16in", "f32mmabf16in",
+     0},
     {CH_F32MMA,
      HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O,
-     "gdn_chunk_f32mma_bf16in_a3ro", "f32mmabf16ina3ro"},
+     "gdn_chunk_f32mma_bf16in_a3ro", "f32mmabf16ina3ro", 0},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_R64,
-     "gdn_chunk_f32mma_bf16in_r64", "f32mmabf16inr64"},
+     "gdn_chunk_f32mma_bf16in_r64", "f32mmabf16inr64", 0},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_DEEP,
-     "gdn_chunk_f32mma_bf16in_deep", "f32mmabf16indeep"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_f32mma_ro", "f32mmaro"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1"},
-    {CH_BF16, HK_CUDA_GDN_TC_A1, "gdn_chunk_bf16_a1", "bf16a1"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_A1, "gdn_chunk_f32mma_a1", "f32mmaa1"},
-    {CH_BF16, HK_CUDA_GDN_TC_PSHARE, "gdn_chunk_bf16_ps", "bf16ps"},
-    {CH_F32MMA, HK_CUDA_GDN_TC_PSHARE, "gdn_chunk_f32mma_ps", "f32mmaps"},
+     "gdn_chunk_f32mma_bf16in_deep", "f32mmabf16indeep", 0},
+    {CH_F32MMA, HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_f32mma_ro", "f32mmaro", 0},
+    {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1", 1},
+    {CH_BF16, HK_CUDA_GDN_TC_A1, "gdn_chunk_bf16_a1", "bf16a1", 1},
+    {CH_F32MMA, HK_CUDA_GDN_TC_A1, "gdn_chunk_f32mma_a1", "f32mmaa1", 1},
+    {CH_BF16, HK_CUDA_GDN_TC_PSHARE, "gdn_chunk_bf16_ps", "bf16ps", 1},
+    {CH_F32MMA, HK_CUDA_GDN_TC_PSHARE, "gdn_chunk_f32mma_ps", "f32mmaps", 1},
 };
 #define N_CHUNK_VARS (int)(sizeof chunk_vars / sizeof chunk_vars[0])
+
+/* Whether variant v / 2 is timed: not legacy, or --legacy, or an --only
+ * that names more than the family (e.g. gdn_chunk_bf16_v1). */
+static int chunk_var_on(int v)
+{
+    const char *op = chunk_vars[v / 2].op;
+    return !chunk_vars[v / 2].legacy || legacy ||
+           (only && strlen(only) > strlen("gdn_chunk_") &&
+            !strncmp(op, only, strlen(only)));
+}
 
 /* op of variant v / 2, "_tc" appended when v is odd */
 static const char *chunk_op(int v, char *buf, size_t n)
@@ -671,8 +688,9 @@ static void bench_chunk(const model_t *m, int T)
     if (over_budget()) {
         for (int v = 0; v < 2 * N_CHUNK_VARS; v++) {
             char op[48];
-            skipped(chunk_op(v, op, sizeof op), m->name, params,
-                    "skipped: budget");
+            if (chunk_var_on(v))
+                skipped(chunk_op(v, op, sizeof op), m->name, params,
+                        "skipped: budget");
         }
         return;
     }
@@ -685,6 +703,8 @@ static void bench_chunk(const model_t *m, int T)
     const double base = 2.0 * T * m->Hv *
                         (3.0 * m->dk * m->dv + (double)CHUNK * (m->dk + m->dv));
     for (int v = 0; v < 2 * N_CHUNK_VARS; v++) {
+        if (!chunk_var_on(v))
+            continue;
         c.kind = chunk_vars[v / 2].kind;
         c.flags = chunk_vars[v / 2].flags;
         c.tc = v % 2;
@@ -1979,6 +1999,8 @@ int main(int argc, char **argv)
             budget = atof(argv[++i]);
         else if (!strcmp(argv[i], "--tiny"))
             tiny = 1;
+        else if (!strcmp(argv[i], "--legacy"))
+            legacy = 1;
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else {

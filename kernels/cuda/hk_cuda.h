@@ -652,9 +652,9 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * then; else ignored). Same products and sums. Not yet timed.
  * HK_CUDA_GDN_TC_DEEP: kernel R with each chunk's tiles copied two chunks
  * ahead into three buffers instead of one ahead into two, where they fit
- * (bf16 or rounded inputs, not fused: 188 KB at dk = 128, BV = 16, 212 KB
- * at BV = 32, not at BV = 64; else ignored). The same results bit for
- * bit. Not yet timed. */
+ * (at dk = 128 with bf16 or rounded inputs, not fused: 188 KB at BV = 16,
+ * 212 KB at BV = 32, not at BV = 64; at dk = 64 fused too; else
+ * ignored). The same results bit for bit. Not yet timed. */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u

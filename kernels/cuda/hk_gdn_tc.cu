@@ -1837,7 +1837,7 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * two steps to land. Session 15's rows suggest the step waits on them:
  * FAST (a third of the products, W's lo rows not copied: 30 % fewer bytes)
  * took 20 % off the pass, where a chain of dependent MMAs would have lost
- * more. Where three buffers fit (no lo halves, not fused). */
+ * more. Where three buffers fit (at dk = 128: no lo halves, not fused). */
 /* With the outputs fused (HK_CUDA_GDN_TC_FUSE_O): 4 more warps. */
 #define HK_TC_O_WARPS 4
 

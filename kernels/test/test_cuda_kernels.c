@@ -2773,8 +2773,9 @@ static void test_gdn_chunk_bf16(void)
  * kernels each ran. R64 (64 columns on 8 state warps; the emulator's 4 SMs
  * are fewer than the 32-column blocks of both dk = 128 shapes) and DEEP
  * (each chunk's tiles two chunks ahead in three buffers: 10 and 13 chunks
- * at dk = 64, and the dk = 128 shape), split and fast, with and without
- * T_C. The default is held to the CPU by test_gdn_chunk_bf16. */
+ * at dk = 64, and the dk = 128 shape; and with the fused outputs against
+ * them alone), split and fast, with and without T_C. The default is held
+ * to the CPU by test_gdn_chunk_bf16. */
 static void test_gdn_chunk_same(void)
 {
     static const struct {
@@ -2791,7 +2792,10 @@ static void test_gdn_chunk_same(void)
                  {200, 2, 2, 64, 32, 16, 0, HK_CUDA_GDN_TC_DEEP, "deep",
                   " R16x1/3 O", " R16x1 O"},
                  {100, 1, 2, 128, 128, 64, 1, HK_CUDA_GDN_TC_DEEP, "deep",
-                  " R32x2/3 O", " R32x2 O"}};
+                  " R32x2/3 O", " R32x2 O"},
+                 {300, 1, 2, 64, 64, 32, 1,
+                  HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_FUSE_O, "deep ro",
+                  " R32x1/3+O", " R32x1+O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
     for (int cs = 0; cs < (int)NSHAPES(cases); cs++)
         for (int e = 0; e < 2; e++) {
@@ -2808,7 +2812,10 @@ static void test_gdn_chunk_same(void)
             float *dO[2], *dS[2], *dTc[2] = {NULL, NULL};
             char kn[2][32];
             for (int v = 0; v < 2; v++) {
-                const unsigned fl = extra[e] | (v ? cases[cs].flags : 0);
+                /* the default: the case's FUSE_O alone, if it has it */
+                const unsigned fl =
+                    extra[e] | (v ? cases[cs].flags
+                                  : cases[cs].flags & HK_CUDA_GDN_TC_FUSE_O);
                 dO[v] = dev_alloc(no);
                 dS[v] = dev_from(p.S0, ns);
                 if (want_tc)

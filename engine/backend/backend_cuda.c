@@ -17,6 +17,13 @@
  * (a device allocation, hence a sync) rather than fail. Failures are kept for
  * hp_backend_sync, the first one with its op.
  *
+ * The fused decode step's kernel: HYPIC_CUDA_STEP's where it names one
+ * (kernels/cuda/hk_gdn_step.cu), else the fastest of PIPE, PIPEA and
+ * PIPEW (the same results bit for bit) at each size class (the heads'
+ * shape and B's power of 2), found by timing the class's first 3 steps on
+ * each (hk_cuda_tuner: events read once done, no wait); HYPIC_CUDA_TUNE=0
+ * runs HYPIC_CUDA_STEP's default (PIPE) instead.
+ *
  * Gated DeltaNet kernels, chosen at open by HYPIC_CUDA_GDN:
  *   auto (default)  the chunked prefill on tensor cores on f32 inputs
  *                   (hk_cuda_gdn_chunk_tc, chunk 64, else 32 or 16 where
@@ -83,6 +90,8 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
  * prefill of a 24-layer model is ~30k ops) and kinds of op */
 #define PROF_MARKS (1 << 16)
 #define PROF_KINDS 64
+/* the decode step's kernels the tuner times (step_cands) */
+#define STEP_CANDS 3
 
 typedef struct {
     struct hp_backend self;
@@ -90,6 +99,10 @@ typedef struct {
     int sms;            /* multiprocessors: bounds flash-decoding's split */
     gdn_mode_t gdn;     /* HYPIC_CUDA_GDN */
     unsigned gdn_flags; /* ... and hk_cuda_gdn_chunk_tc_ex's flags */
+    /* the decode step's kernel among PIPE, PIPEA, PIPEW (the same results
+     * bit for bit), by timing real steps; NULL: HYPIC_CUDA_STEP's, or
+     * HYPIC_CUDA_TUNE=0 */
+    hk_cuda_tuner_t *step_tune;
     hk_cuda_blas_t *blas;
     int rc;                /* first failure since the last sync (hk_cuda) */
     char what[96];         /* ... and where */
@@ -202,6 +215,7 @@ static void cu_close(be_t b)
 {
     cuda_t *c = ctx(b);
     hk_cuda_blas_destroy(c->blas);
+    hk_cuda_tuner_destroy(c->step_tune);
     stage_begin(b); /* frees outgrown staging */
     hk_cuda_ring_destroy(c->stage);
     hk_cuda_free(c->xb);
@@ -963,6 +977,23 @@ static size_t cu_gdn_chunk_scratch(be_t b, int T, int Hv, int dk, int dv, int C)
     return f32 > tc ? f32 : tc;
 }
 
+/* The decode step's kernels the tuner picks among: PIPE's results bit for
+ * bit (hk_cuda.h). */
+static const hk_cuda_step_impl_t step_cands[STEP_CANDS] = {
+    HK_CUDA_STEP_PIPE, HK_CUDA_STEP_PIPEA, HK_CUDA_STEP_PIPEW};
+
+/* A step's size class: its heads' shape and B's power of 2 (values wider
+ * than their fields alias classes: that only shares a choice of kernel). */
+static long long step_class(int B, int Hk, int Hv, int dk, int dv, int K)
+{
+    int lg = 0;
+    while ((1 << lg) < B && lg < 30)
+        lg++;
+    return ((((((long long)lg << 10 | Hk) << 12 | Hv) << 9 | dk) << 12 | dv)
+            << 4) |
+           K;
+}
+
 static void cu_gdn_step(be_t b, float *o, float *const *states,
                         float *const *conv_states, const float *qkv,
                         const float *a, const float *bp, const float *conv_w,
@@ -977,8 +1008,19 @@ static void cu_gdn_step(be_t b, float *o, float *const *states,
         float *const *dc = stage(b, conv_states, (size_t)B * sizeof(float *));
         if (!ds || !dc)
             return;
-        int rc = hk_cuda_gdn_step(o, ds, dc, qkv, a, bp, conv_w, A_log, dt_bias,
-                                  B, Hk, Hv, dk, dv, K, eps, q_scale, NULL);
+        cuda_t *c = ctx(b);
+        hk_cuda_step_impl_t impl = HK_CUDA_STEP_DEFAULT;
+        int timed = 0;
+        if (c->step_tune)
+            impl = step_cands[hk_cuda_tuner_pick(
+                c->step_tune, step_class(B, Hk, Hv, dk, dv, K), &timed)];
+        if (timed)
+            note(b, hk_cuda_tuner_begin(c->step_tune, NULL), "gdn_step tuner");
+        int rc = hk_cuda_gdn_step_impl(impl, o, ds, dc, qkv, a, bp, conv_w,
+                                       A_log, dt_bias, B, Hk, Hv, dk, dv, K,
+                                       eps, q_scale, NULL);
+        if (timed)
+            note(b, hk_cuda_tuner_end(c->step_tune, NULL), "gdn_step tuner");
         if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
             note(b, rc, "gdn_step (fused)");
             return;
@@ -1378,6 +1420,13 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     pthread_cond_init(&c->turn, NULL);
     c->gdn = gdn > GDN_SCALAR ? GDN_TC : (gdn_mode_t)gdn;
     c->gdn_flags = mode_flags[gdn];
+    /* a step's kernel named in the environment is used as named; else the
+     * first 3 steps of each size class time each kernel (no tuner if its
+     * events cannot be made: HYPIC_CUDA_STEP's default then) */
+    const char *st = getenv("HYPIC_CUDA_STEP"), *tu = getenv("HYPIC_CUDA_TUNE");
+    if (!(st && *st) && !(tu && !strcmp(tu, "0")) &&
+        hk_cuda_tuner_create(&c->step_tune, STEP_CANDS, 3) != HK_CUDA_OK)
+        c->step_tune = NULL;
     {
         size_t mem = 0;
         if (hk_cuda_device_info(c->self.device, sizeof(c->self.device), &c->sms,

@@ -122,6 +122,24 @@ void hk_cuda_timer_destroy(hk_cuda_timer_t *t); /* zeroed: a no-op */
 int hk_cuda_timer_start(hk_cuda_timer_t *t, void *stream);
 int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
 
+/* An online tuner (hk_tune.cu) for an op whose ncand kernels give the same
+ * results bit for bit (the decode step's PIPE, PIPEA and PIPEW): per size
+ * class (key: any number the caller makes of the call's shape), pick says
+ * which kernel a call runs; until each has samples timings at the class,
+ * the kernels take turns and *timed asks the caller to wrap the launch in
+ * begin / end (events on its stream); then the class runs its fastest
+ * (the least of its times). Timings are read once complete, never waited
+ * for. 32 classes at most (later ones run kernel 0). One host thread at a
+ * time. */
+typedef struct hk_cuda_tuner hk_cuda_tuner_t;
+int hk_cuda_tuner_create(hk_cuda_tuner_t **t, int ncand, int samples);
+void hk_cuda_tuner_destroy(hk_cuda_tuner_t *t);
+int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed);
+int hk_cuda_tuner_begin(hk_cuda_tuner_t *t, void *stream);
+int hk_cuda_tuner_end(hk_cuda_tuner_t *t, void *stream);
+/* The class's kernel once tuned, else -1. */
+int hk_cuda_tuner_best(const hk_cuda_tuner_t *t, long long key);
+
 /* Marks on a stream, for op profiles: a CUDA event recorded after each
  * piece of work; read gives the milliseconds between consecutive marks
  * (each piece's device time, and any idle gap before it), waiting for the
@@ -543,6 +561,8 @@ int hk_cuda_gdn_step(float *o, float *const *states, float *const *conv_states,
  *           slabs in shared memory by cp.async, one block per SM
  *           (session 17, untimed); PIPE where PIPEA's copies cannot run
  *           or its shared memory passes the device's limit.
+ * PIPE, PIPEA and PIPEW give the same results bit for bit: the CUDA
+ * backend picks among them by timing (hk_cuda_tuner).
  * DEFAULT is the environment's HYPIC_CUDA_STEP=kh|pipe|pipe32|pipea|pipew, read
  * once (default pipe). Results agree to f32 rounding (the column sums are
  * grouped by 32, 16 or 8 row groups). */

@@ -3104,6 +3104,65 @@ static void test_gdn_chunk_tc(void)
     }
 }
 
+/* The online tuner (hk_cuda_tuner, the decode step's in the backend):
+ * bad arguments refused; each kernel timed `samples` times at a class,
+ * then the class settles on the one whose calls took least (here device
+ * work of 64 MB, none and 16 MB of memset: the second), picked from then
+ * on untimed; another class starts over; past 32 classes kernel 0,
+ * untimed. The events are read only once the stream is done. */
+static void test_tuner(void)
+{
+    hk_cuda_tuner_t *t = NULL;
+    ok(hk_cuda_tuner_create(&t, 0, 3) == HK_CUDA_EINVAL &&
+           hk_cuda_tuner_create(&t, 9, 3) == HK_CUDA_EINVAL &&
+           hk_cuda_tuner_create(&t, 3, 0) == HK_CUDA_EINVAL && !t,
+       "tuner: 0 or 9 kernels, or no samples, refused");
+    CK(hk_cuda_tuner_create(&t, 3, 2));
+    const size_t big = (size_t)64 << 20;
+    const size_t work[3] = {big, 0, big / 4};
+    void *buf = dev_alloc(big / sizeof(float));
+    int timed_n[3] = {0, 0, 0}, calls = 0, untimed = 0;
+    while (hk_cuda_tuner_best(t, 7) < 0 && calls < 20) {
+        int timed = 0;
+        const int k = hk_cuda_tuner_pick(t, 7, &timed);
+        calls++;
+        if (!timed) {
+            untimed++;
+            continue;
+        }
+        timed_n[k]++;
+        CK(hk_cuda_tuner_begin(t, NULL));
+        if (work[k])
+            CK(hk_cuda_memset0(buf, work[k], NULL));
+        CK(hk_cuda_tuner_end(t, NULL));
+        CK(hk_cuda_stream_sync(NULL));
+    }
+    ok(hk_cuda_tuner_best(t, 7) == 1 && timed_n[0] == 2 && timed_n[1] == 2 &&
+           timed_n[2] == 2 && untimed == 1,
+       "tuner: each kernel timed twice (%d, %d, %d; then %d untimed: the "
+       "pick that reads the last time), then the fastest: %d",
+       timed_n[0], timed_n[1], timed_n[2], untimed, hk_cuda_tuner_best(t, 7));
+    int timed = 1, same = 1;
+    for (int i = 0; i < 5; i++)
+        same &= hk_cuda_tuner_pick(t, 7, &timed) == 1 && !timed;
+    ok(same, "tuner: a settled class runs its kernel, untimed");
+    ok(hk_cuda_tuner_pick(t, 8, &timed) == 0 && timed &&
+           hk_cuda_tuner_best(t, 8) < 0,
+       "tuner: another class is timed from its start");
+    CK(hk_cuda_tuner_begin(t, NULL));
+    CK(hk_cuda_tuner_end(t, NULL));
+    for (long long key = 9; key < 40; key++)
+        if (hk_cuda_tuner_pick(t, key, &timed) >= 0 && timed) {
+            CK(hk_cuda_tuner_begin(t, NULL));
+            CK(hk_cuda_tuner_end(t, NULL));
+        }
+    const int k = hk_cuda_tuner_pick(t, 1000, &timed);
+    ok(k == 0 && !timed, "tuner: past 32 classes, kernel 0 untimed");
+    CK(hk_cuda_stream_sync(NULL));
+    hk_cuda_tuner_destroy(t);
+    CK(hk_cuda_free(buf));
+}
+
 /* The fused decode step against the CPU's unfused sequence per request:
  * conv (T = 1), split, l2 norms, gates, recurrence (T = 1), for every
  * kernel (KH, PIPE, PIPEA, PIPEW, PIPE32) on the same inputs. Conv states
@@ -3736,6 +3795,7 @@ static void run_all(void)
     RUN_TEST(test_gdn_chunk_varlen);
     RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);
+    RUN_TEST(test_tuner);
     RUN_TEST(test_kvbuf); /* kvbuf_step, kvbuf_verify, kvbuf_flush */
     RUN_TEST(test_kvbuf_verify);
     RUN_TEST(test_kvbuf_conv_commit);

@@ -1,0 +1,168 @@
+/*
+ * hk_tune.cu - an online tuner for ops with interchangeable kernels: the
+ * kernels of an op that give the same results bit for bit (hk_cuda.h
+ * names the sets) take turns on the op's real calls, each call timed by a
+ * pair of CUDA events, until each has `samples` times at a call's size
+ * class; from then on the class runs its fastest. The calls' results are
+ * the same whichever kernel runs, so tuning costs nothing but the slower
+ * kernels' first few calls. Events are read only once they have
+ * completed (cudaEventQuery): the host never waits for the device here.
+ */
+#include "kernels/cuda/hk_cuda_impl.h"
+
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HK_TUNE_MAX_CAND  8
+#define HK_TUNE_MAX_CLASS 32 /* size classes kept; later ones run cand 0 */
+#define HK_TUNE_EVENTS    16 /* event pairs in flight */
+
+typedef struct {
+    long long key;
+    int n[HK_TUNE_MAX_CAND];     /* times in, and pairs in flight */
+    int done[HK_TUNE_MAX_CAND];  /* times in */
+    float ms[HK_TUNE_MAX_CAND];  /* the least of them */
+    int best;                    /* -1 while tuning */
+} hk_tune_class;
+
+typedef struct {
+    cudaEvent_t start, stop;
+    int cls, cand; /* -1: free */
+} hk_tune_pair;
+
+struct hk_cuda_tuner {
+    int ncand, samples, nclass;
+    hk_tune_class cls[HK_TUNE_MAX_CLASS];
+    hk_tune_pair pair[HK_TUNE_EVENTS];
+    int cur; /* the pair hk_cuda_tuner_begin recorded, or -1 */
+};
+
+extern "C" int hk_cuda_tuner_create(hk_cuda_tuner_t **out, int ncand,
+                                    int samples)
+{
+    if (!out || ncand < 1 || ncand > HK_TUNE_MAX_CAND || samples < 1)
+        return HK_CUDA_EINVAL;
+    hk_cuda_tuner_t *t = (hk_cuda_tuner_t *)calloc(1, sizeof(*t));
+    if (!t)
+        return HK_CUDA_ENOMEM;
+    t->ncand = ncand;
+    t->samples = samples;
+    t->cur = -1;
+    for (int i = 0; i < HK_TUNE_EVENTS; i++) {
+        hk_tune_pair *p = &t->pair[i];
+        p->cls = -1;
+        cudaError_t e = cudaEventCreate(&p->start);
+        if (e == cudaSuccess && (e = cudaEventCreate(&p->stop)) != cudaSuccess)
+            cudaEventDestroy(p->start);
+        if (e != cudaSuccess) {
+            p->start = p->stop = NULL;
+            hk_cuda_tuner_destroy(t);
+            return hk_cuda_status(e);
+        }
+    }
+    *out = t;
+    return HK_CUDA_OK;
+}
+
+extern "C" void hk_cuda_tuner_destroy(hk_cuda_tuner_t *t)
+{
+    if (!t)
+        return;
+    for (int i = 0; i < HK_TUNE_EVENTS; i++)
+        if (t->pair[i].start) {
+            cudaEventDestroy(t->pair[i].start);
+            cudaEventDestroy(t->pair[i].stop);
+        }
+    free(t);
+}
+
+/* The times of every pair whose stop event has completed, into their
+ * classes; a class with all its samples in keeps its fastest. */
+static void hk_tune_harvest(hk_cuda_tuner_t *t)
+{
+    for (int i = 0; i < HK_TUNE_EVENTS; i++) {
+        hk_tune_pair *p = &t->pair[i];
+        if (p->cls < 0 || cudaEventQuery(p->stop) != cudaSuccess)
+            continue;
+        float ms = FLT_MAX;
+        if (cudaEventElapsedTime(&ms, p->start, p->stop) != cudaSuccess)
+            ms = FLT_MAX; /* counted, never the fastest */
+        hk_tune_class *c = &t->cls[p->cls];
+        if (c->done[p->cand]++ == 0 || ms < c->ms[p->cand])
+            c->ms[p->cand] = ms;
+        p->cls = -1;
+        int all = 1, best = 0;
+        for (int k = 0; k < t->ncand; k++) {
+            all &= c->done[k] >= t->samples;
+            if (c->ms[k] < c->ms[best])
+                best = k;
+        }
+        if (all)
+            c->best = best;
+    }
+}
+
+extern "C" int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key,
+                                  int *timed)
+{
+    *timed = 0;
+    hk_tune_harvest(t);
+    int ci = 0;
+    while (ci < t->nclass && t->cls[ci].key != key)
+        ci++;
+    if (ci == t->nclass) {
+        if (t->nclass == HK_TUNE_MAX_CLASS)
+            return 0; /* no room: the first kernel, untimed */
+        hk_tune_class *c = &t->cls[t->nclass++];
+        memset(c, 0, sizeof(*c));
+        c->key = key;
+        c->best = -1;
+    }
+    hk_tune_class *c = &t->cls[ci];
+    if (c->best >= 0)
+        return c->best;
+    /* the candidate with the fewest times in or in flight, timed if a
+     * pair is free */
+    int k = 0;
+    for (int j = 1; j < t->ncand; j++)
+        if (c->n[j] < c->n[k])
+            k = j;
+    if (c->n[k] >= t->samples)
+        return k; /* every sample in flight: wait for them */
+    for (int i = 0; i < HK_TUNE_EVENTS; i++)
+        if (t->pair[i].cls < 0) {
+            t->pair[i].cls = ci;
+            t->pair[i].cand = k;
+            t->cur = i;
+            c->n[k]++;
+            *timed = 1;
+            break;
+        }
+    return k;
+}
+
+extern "C" int hk_cuda_tuner_begin(hk_cuda_tuner_t *t, void *stream)
+{
+    if (t->cur < 0)
+        return HK_CUDA_EINVAL;
+    return hk_cuda_status(
+        cudaEventRecord(t->pair[t->cur].start, hk_stream(stream)));
+}
+
+extern "C" int hk_cuda_tuner_end(hk_cuda_tuner_t *t, void *stream)
+{
+    if (t->cur < 0)
+        return HK_CUDA_EINVAL;
+    const int i = t->cur;
+    t->cur = -1;
+    return hk_cuda_status(cudaEventRecord(t->pair[i].stop, hk_stream(stream)));
+}
+
+extern "C" int hk_cuda_tuner_best(const hk_cuda_tuner_t *t, long long key)
+{
+    for (int i = 0; i < t->nclass; i++)
+        if (t->cls[i].key == key)
+            return t->cls[i].best;
+    return -1;
+}

@@ -20,10 +20,10 @@
 
 typedef struct {
     long long key;
-    int n[HK_TUNE_MAX_CAND];     /* times in, and pairs in flight */
-    int done[HK_TUNE_MAX_CAND];  /* times in */
-    float ms[HK_TUNE_MAX_CAND];  /* the least of them */
-    int best;                    /* -1 while tuning */
+    int n[HK_TUNE_MAX_CAND];    /* times in, and pairs in flight */
+    int done[HK_TUNE_MAX_CAND]; /* times in */
+    float ms[HK_TUNE_MAX_CAND]; /* the least of them */
+    int best;                   /* -1 while tuning */
 } hk_tune_class;
 
 typedef struct {
@@ -83,8 +83,18 @@ static void hk_tune_harvest(hk_cuda_tuner_t *t)
 {
     for (int i = 0; i < HK_TUNE_EVENTS; i++) {
         hk_tune_pair *p = &t->pair[i];
-        if (p->cls < 0 || cudaEventQuery(p->stop) != cudaSuccess)
+        if (p->cls < 0)
             continue;
+        const cudaError_t q = cudaEventQuery(p->stop);
+        if (q == cudaErrorNotReady) {
+            /* not an error: where the runtime keeps it as the last one,
+             * the next launch check would report it (a real one differs) */
+            if (cudaPeekAtLastError() == cudaErrorNotReady)
+                (void)cudaGetLastError();
+            continue;
+        }
+        if (q != cudaSuccess)
+            continue; /* a fault: the ops' own checks report it */
         float ms = FLT_MAX;
         if (cudaEventElapsedTime(&ms, p->start, p->stop) != cudaSuccess)
             ms = FLT_MAX; /* counted, never the fastest */
@@ -103,8 +113,7 @@ static void hk_tune_harvest(hk_cuda_tuner_t *t)
     }
 }
 
-extern "C" int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key,
-                                  int *timed)
+extern "C" int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed)
 {
     *timed = 0;
     hk_tune_harvest(t);

@@ -76,6 +76,7 @@ typedef enum {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorInsufficientDriver = 35,
     cudaErrorNoDevice = 100,
+    cudaErrorNotReady = 600,
     cudaErrorInvalidDevice = 101,
     cudaErrorECCUncorrectable = 214,
     cudaErrorIllegalAddress = 700,
@@ -656,6 +657,14 @@ static inline cudaError_t cudaGetDeviceCount(int *n)
 static inline cudaError_t cudaSetDevice(int d)
 {
     return d == 0 ? cudaSuccess : cudaErrorInvalidDevice;
+}
+
+/* The last error, kept. */
+static inline cudaError_t cudaPeekAtLastError(void)
+{
+    if (hk_emu_fault(false) != cudaSuccess)
+        return hk_emu_sticky;
+    return hk_emu.last_error;
 }
 
 static inline cudaError_t cudaGetLastError(void)

@@ -159,10 +159,13 @@ sub bf16_step {
 my @jobs = (
     # An f32 copy of the bf16 MoE model: its MoE ops at f32 tolerance
     # (test_cuda_backend.c says why the bf16 one cannot be held to it).
+    # HYPIC_CUDA_TUNE=1 (backend, pool): the decode step's tuner, opt-in,
+    # picks its kernel there.
     [($numpy ? () : ['moe-f32', "rm -rf $moe && python3 "
                      . "tools/convert_weights.py --to f32 "
                      . "models/test/qwen35-moe $moe >/dev/null"]),
-     tap_step('backend', "HYPIC_CUDA_KVBUF=v2 HK_CUDA_TEST_GRID=small "
+     tap_step('backend', "HYPIC_CUDA_KVBUF=v2 HYPIC_CUDA_TUNE=1 "
+              . "HK_CUDA_TEST_GRID=small "
               . "$work/test_cuda_backend \$(test \"\$(cat $work/moe-f32.rc "
               . "2>/dev/null)\" = 0 && echo $moe)")],
     [tap_step('pic', "$work/test_cuda_pic qwen35-dense")],
@@ -170,7 +173,7 @@ my @jobs = (
       . "$work/test_cuda_kernels"]],
     [['kernels-reverse', "HK_CUDA_TEST_GRID=small HK_EMU_ORDER=reverse "
       . ($only ? "HK_CUDA_TEST_ONLY=$only " : '') . "$work/test_cuda_kernels"]],
-    [tap_step('pool', "$work/test_cuda_pool qwen35-dense")],
+    [tap_step('pool', "HYPIC_CUDA_TUNE=1 $work/test_cuda_pool qwen35-dense")],
     [['gpu-engine', "HK_EMU_ORDER=forward $work/gpu_engine --model "
       . "models/test/qwen35-dense --device cuda --tokens 16 --batch '' "
       . "--decode 1 --pic 1x10 --seam 3 --reps 1 --lead 2 --query 2 "

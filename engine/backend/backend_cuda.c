@@ -17,12 +17,13 @@
  * (a device allocation, hence a sync) rather than fail. Failures are kept for
  * hp_backend_sync, the first one with its op.
  *
- * The fused decode step's kernel: HYPIC_CUDA_STEP's where it names one
- * (kernels/cuda/hk_gdn_step.cu), else the fastest of PIPE, PIPEA and
- * PIPEW (the same results bit for bit) at each size class (the heads'
- * shape and B's power of 2), found by timing the class's first 3 steps on
- * each (hk_cuda_tuner: events read once done, no wait); HYPIC_CUDA_TUNE=0
- * runs HYPIC_CUDA_STEP's default (PIPE) instead.
+ * The fused decode step's kernel: HYPIC_CUDA_STEP's (kernels/cuda/
+ * hk_gdn_step.cu; default PIPE); with HYPIC_CUDA_TUNE=1 and no kernel
+ * named, the fastest of PIPE, PIPEA and PIPEW (the same results bit for
+ * bit) at each size class (the heads' shape and B's power of 2), found by
+ * timing the class's first 3 steps on each (hk_cuda_tuner: events read
+ * once done, no wait). Opt-in until PIPEA and PIPEW have passed their
+ * tests on a GPU (they have run on the emulator only).
  *
  * Gated DeltaNet kernels, chosen at open by HYPIC_CUDA_GDN:
  *   auto (default)  the chunked prefill on tensor cores on f32 inputs
@@ -100,8 +101,8 @@ typedef struct {
     gdn_mode_t gdn;     /* HYPIC_CUDA_GDN */
     unsigned gdn_flags; /* ... and hk_cuda_gdn_chunk_tc_ex's flags */
     /* the decode step's kernel among PIPE, PIPEA, PIPEW (the same results
-     * bit for bit), by timing real steps; NULL: HYPIC_CUDA_STEP's, or
-     * HYPIC_CUDA_TUNE=0 */
+     * bit for bit), by timing real steps (HYPIC_CUDA_TUNE=1); NULL:
+     * HYPIC_CUDA_STEP's */
     hk_cuda_tuner_t *step_tune;
     hk_cuda_blas_t *blas;
     int rc;                /* first failure since the last sync (hk_cuda) */
@@ -1420,11 +1421,11 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     pthread_cond_init(&c->turn, NULL);
     c->gdn = gdn > GDN_SCALAR ? GDN_TC : (gdn_mode_t)gdn;
     c->gdn_flags = mode_flags[gdn];
-    /* a step's kernel named in the environment is used as named; else the
-     * first 3 steps of each size class time each kernel (no tuner if its
-     * events cannot be made: HYPIC_CUDA_STEP's default then) */
+    /* with HYPIC_CUDA_TUNE=1 and no step kernel named, the first 3 steps
+     * of each size class time each kernel (no tuner if its events cannot
+     * be made: HYPIC_CUDA_STEP's default then) */
     const char *st = getenv("HYPIC_CUDA_STEP"), *tu = getenv("HYPIC_CUDA_TUNE");
-    if (!(st && *st) && !(tu && !strcmp(tu, "0")) &&
+    if (!(st && *st) && tu && !strcmp(tu, "1") &&
         hk_cuda_tuner_create(&c->step_tune, STEP_CANDS, 3) != HK_CUDA_OK)
         c->step_tune = NULL;
     {

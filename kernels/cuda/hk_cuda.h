@@ -562,7 +562,7 @@ int hk_cuda_gdn_step(float *o, float *const *states, float *const *conv_states,
  *           (session 17, untimed); PIPE where PIPEA's copies cannot run
  *           or its shared memory passes the device's limit.
  * PIPE, PIPEA and PIPEW give the same results bit for bit: the CUDA
- * backend picks among them by timing (hk_cuda_tuner).
+ * backend can pick among them by timing (hk_cuda_tuner, HYPIC_CUDA_TUNE).
  * DEFAULT is the environment's HYPIC_CUDA_STEP=kh|pipe|pipe32|pipea|pipew, read
  * once (default pipe). Results agree to f32 rounding (the column sums are
  * grouped by 32, 16 or 8 row groups). */

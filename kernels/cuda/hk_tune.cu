@@ -27,8 +27,8 @@ typedef struct {
 } hk_tune_class;
 
 typedef struct {
-    cudaEvent_t start, stop;
-    int cls, cand; /* -1: free */
+    hk_cuda_timer_t tm; /* its two events */
+    int cls, cand;      /* cls -1: free */
 } hk_tune_pair;
 
 struct hk_cuda_tuner {
@@ -50,15 +50,11 @@ extern "C" int hk_cuda_tuner_create(hk_cuda_tuner_t **out, int ncand,
     t->samples = samples;
     t->cur = -1;
     for (int i = 0; i < HK_TUNE_EVENTS; i++) {
-        hk_tune_pair *p = &t->pair[i];
-        p->cls = -1;
-        cudaError_t e = cudaEventCreate(&p->start);
-        if (e == cudaSuccess && (e = cudaEventCreate(&p->stop)) != cudaSuccess)
-            cudaEventDestroy(p->start);
-        if (e != cudaSuccess) {
-            p->start = p->stop = NULL;
+        t->pair[i].cls = -1;
+        const int rc = hk_cuda_timer_create(&t->pair[i].tm);
+        if (rc != HK_CUDA_OK) {
             hk_cuda_tuner_destroy(t);
-            return hk_cuda_status(e);
+            return rc;
         }
     }
     *out = t;
@@ -70,10 +66,7 @@ extern "C" void hk_cuda_tuner_destroy(hk_cuda_tuner_t *t)
     if (!t)
         return;
     for (int i = 0; i < HK_TUNE_EVENTS; i++)
-        if (t->pair[i].start) {
-            cudaEventDestroy(t->pair[i].start);
-            cudaEventDestroy(t->pair[i].stop);
-        }
+        hk_cuda_timer_destroy(&t->pair[i].tm); /* zeroed: a no-op */
     free(t);
 }
 
@@ -85,7 +78,9 @@ static void hk_tune_harvest(hk_cuda_tuner_t *t)
         hk_tune_pair *p = &t->pair[i];
         if (p->cls < 0)
             continue;
-        const cudaError_t q = cudaEventQuery(p->stop);
+        const cudaEvent_t start = (cudaEvent_t)p->tm.start;
+        const cudaEvent_t stop = (cudaEvent_t)p->tm.stop;
+        const cudaError_t q = cudaEventQuery(stop);
         if (q == cudaErrorNotReady) {
             /* not an error: where the runtime keeps it as the last one,
              * the next launch check would report it (a real one differs) */
@@ -96,7 +91,7 @@ static void hk_tune_harvest(hk_cuda_tuner_t *t)
         if (q != cudaSuccess)
             continue; /* a fault: the ops' own checks report it */
         float ms = FLT_MAX;
-        if (cudaEventElapsedTime(&ms, p->start, p->stop) != cudaSuccess)
+        if (cudaEventElapsedTime(&ms, start, stop) != cudaSuccess)
             ms = FLT_MAX; /* counted, never the fastest */
         hk_tune_class *c = &t->cls[p->cls];
         if (c->done[p->cand]++ == 0 || ms < c->ms[p->cand])
@@ -155,8 +150,7 @@ extern "C" int hk_cuda_tuner_begin(hk_cuda_tuner_t *t, void *stream)
 {
     if (t->cur < 0)
         return HK_CUDA_EINVAL;
-    return hk_cuda_status(
-        cudaEventRecord(t->pair[t->cur].start, hk_stream(stream)));
+    return hk_cuda_timer_start(&t->pair[t->cur].tm, stream);
 }
 
 extern "C" int hk_cuda_tuner_end(hk_cuda_tuner_t *t, void *stream)
@@ -165,7 +159,8 @@ extern "C" int hk_cuda_tuner_end(hk_cuda_tuner_t *t, void *stream)
         return HK_CUDA_EINVAL;
     const int i = t->cur;
     t->cur = -1;
-    return hk_cuda_status(cudaEventRecord(t->pair[i].stop, hk_stream(stream)));
+    return hk_cuda_status(
+        cudaEventRecord((cudaEvent_t)t->pair[i].tm.stop, hk_stream(stream)));
 }
 
 extern "C" int hk_cuda_tuner_best(const hk_cuda_tuner_t *t, long long key)

@@ -2614,6 +2614,26 @@ static void tc_run(float *dO, float **dS, float **dTc, const gdn_bf16_t *x,
     CK(hk_cuda_free(scr));
 }
 
+/* The f32 entry (q, k, v split into bf16 hi + lo by it) on f's inputs,
+ * one sequence cu, with flags. */
+static void tc_run_f32(float *dO, float **dS, float **dTc, const gdn_dev_t *f,
+                       const int *cu, int Hk, int Hv, int dk, int dv, int C,
+                       unsigned flags)
+{
+    const int T = cu[1];
+    void *dst = dev_ptrs(dS, 1), *dtc = dTc ? dev_ptrs(dTc, 1) : NULL;
+    int *dcu = dev_ints(cu, 2);
+    float *scr =
+        dev_alloc(hk_cuda_gdn_chunk_tc_scratch(T, 1, Hk, Hv, dk, dv, C));
+    RUN(hk_cuda_gdn_chunk_tc_ex(dO, dst, dtc, f->q, f->k, f->v, f->g, f->beta,
+                                dcu, 1, T, Hk, Hv, dk, dv, C, scr, flags,
+                                NULL));
+    CK(hk_cuda_free(dst));
+    CK(hk_cuda_free(dtc));
+    CK(hk_cuda_free(dcu));
+    CK(hk_cuda_free(scr));
+}
+
 /* The f32 entry with HK_CUDA_GDN_TC_ROUND | flags on the unrounded inputs
  * fu and state S0 (one sequence, cu) against the bf16 entry's dO, dS, dTc (Tc:
  * NULL for none) with flags on them rounded: bit for bit, the same kernels on
@@ -2629,23 +2649,14 @@ static int tc_round_same(const float *dO, const float *dS, const float *dTc,
     float *Tc = dTc ? host_from(dTc, nt) : NULL;
     float *rS = dev_from(S0, ns), *rO = dev_alloc(no);
     float *rTc = dTc ? dev_alloc(nt) : NULL;
-    void *dst = dev_ptrs(&rS, 1), *dtc = dTc ? dev_ptrs(&rTc, 1) : NULL;
-    int *dcu = dev_ints(cu, 2);
-    float *scr =
-        dev_alloc(hk_cuda_gdn_chunk_tc_scratch(T, 1, Hk, Hv, dk, dv, C));
-    RUN(hk_cuda_gdn_chunk_tc_ex(rO, dst, dtc, fu->q, fu->k, fu->v, fu->g,
-                                fu->beta, dcu, 1, T, Hk, Hv, dk, dv, C, scr,
-                                flags | HK_CUDA_GDN_TC_ROUND, NULL));
+    tc_run_f32(rO, &rS, dTc ? &rTc : NULL, fu, cu, Hk, Hv, dk, dv, C,
+               flags | HK_CUDA_GDN_TC_ROUND);
     int good = same_cpu(o, rO, no, "o") & same_cpu(S, rS, ns, "S");
     if (dTc)
         good &= same_cpu(Tc, rTc, nt, "Tc");
     CK(hk_cuda_free(rS));
     CK(hk_cuda_free(rO));
     CK(hk_cuda_free(rTc));
-    CK(hk_cuda_free(dst));
-    CK(hk_cuda_free(dtc));
-    CK(hk_cuda_free(dcu));
-    CK(hk_cuda_free(scr));
     free(o);
     free(S);
     free(Tc);
@@ -2774,28 +2785,33 @@ static void test_gdn_chunk_bf16(void)
  * are fewer than the 32-column blocks of both dk = 128 shapes) and DEEP
  * (each chunk's tiles two chunks ahead in three buffers: 10 and 13 chunks
  * at dk = 64, and the dk = 128 shape; and with the fused outputs against
- * them alone), split and fast, with and without T_C. The default is held
- * to the CPU by test_gdn_chunk_bf16. */
+ * them alone), split and fast, with and without T_C; both also through
+ * the f32 entry (K's lo rows: R64's 225 KB). The default is held to the
+ * CPU by test_gdn_chunk_bf16 and test_gdn_chunk_tc. */
 static void test_gdn_chunk_same(void)
 {
     static const struct {
-        int T, Hk, Hv, dk, dv, C, want_tc;
+        int T, Hk, Hv, dk, dv, C, want_tc, f32; /* f32: the f32 entry */
         unsigned flags;
         const char *name, *runs, *dflt; /* the kernel names: variant's,
                                            default's */
-    } cases[] = {{100, 1, 2, 128, 128, 64, 0, HK_CUDA_GDN_TC_R64, "r64",
+    } cases[] = {{100, 1, 2, 128, 128, 64, 0, 0, HK_CUDA_GDN_TC_R64, "r64",
                   " R64x1 O", " R32x2 O"},
-                 {70, 2, 2, 128, 128, 64, 1, HK_CUDA_GDN_TC_R64, "r64",
+                 {70, 2, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_R64, "r64",
                   " R64x1 O", " R32x2 O"},
-                 {300, 1, 2, 64, 64, 32, 1, HK_CUDA_GDN_TC_DEEP, "deep",
+                 {300, 1, 2, 64, 64, 32, 1, 0, HK_CUDA_GDN_TC_DEEP, "deep",
                   " R32x1/3 O", " R32x1 O"},
-                 {200, 2, 2, 64, 32, 16, 0, HK_CUDA_GDN_TC_DEEP, "deep",
+                 {200, 2, 2, 64, 32, 16, 0, 0, HK_CUDA_GDN_TC_DEEP, "deep",
                   " R16x1/3 O", " R16x1 O"},
-                 {100, 1, 2, 128, 128, 64, 1, HK_CUDA_GDN_TC_DEEP, "deep",
+                 {100, 1, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_DEEP, "deep",
                   " R32x2/3 O", " R32x2 O"},
-                 {300, 1, 2, 64, 64, 32, 1,
+                 {300, 1, 2, 64, 64, 32, 1, 0,
                   HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_FUSE_O, "deep ro",
-                  " R32x1/3+O", " R32x1+O"}};
+                  " R32x1/3+O", " R32x1+O"},
+                 {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_R64, "f32 r64",
+                  " R64x1 O", " R32x2 O"},
+                 {300, 1, 2, 64, 64, 32, 1, 1, HK_CUDA_GDN_TC_DEEP, "f32 deep",
+                  " R32x1/3 O", " R32x1 O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
     for (int cs = 0; cs < (int)NSHAPES(cases); cs++)
         for (int e = 0; e < 2; e++) {
@@ -2804,6 +2820,7 @@ static void test_gdn_chunk_same(void)
             const int want_tc = cases[cs].want_tc;
             gdn_prob_t p;
             gdn_prob_make(&p, T, Hk, Hv, dk, dv);
+            gdn_dev_t fu = gdn_upload(&p); /* unrounded: the f32 entry's */
             gdn_bf16_t x = gdn_upload_bf16(&p);
             gdn_dev_t f = gdn_upload(&p);
             const size_t no = (size_t)T * Hv * dv, ns = (size_t)Hv * dk * dv;
@@ -2820,11 +2837,16 @@ static void test_gdn_chunk_same(void)
                 dS[v] = dev_from(p.S0, ns);
                 if (want_tc)
                     dTc[v] = dev_alloc(nt);
-                tc_run(dO[v], &dS[v], want_tc ? &dTc[v] : NULL, &x, &f, cu, 1,
-                       Hk, Hv, dk, dv, C, fl);
+                if (cases[cs].f32)
+                    tc_run_f32(dO[v], &dS[v], want_tc ? &dTc[v] : NULL, &fu, cu,
+                               Hk, Hv, dk, dv, C, fl);
+                else
+                    tc_run(dO[v], &dS[v], want_tc ? &dTc[v] : NULL, &x, &f, cu,
+                           1, Hk, Hv, dk, dv, C, fl);
                 strcpy(kn[v], "?");
                 if (hk_cuda_gdn_tc_kernels(kn[v], sizeof kn[v], T, 1, Hk, Hv,
-                                           dk, dv, C, 0, want_tc, fl))
+                                           dk, dv, C, cases[cs].f32, want_tc,
+                                           fl))
                     strcpy(kn[v], "refused");
             }
             float *o0 = host_from(dO[0], no), *S0 = host_from(dS[0], ns);
@@ -2838,10 +2860,11 @@ static void test_gdn_chunk_same(void)
             good &= strstr(kn[1], cases[cs].runs) != NULL &&
                     strstr(kn[0], cases[cs].dflt) != NULL;
             ok(good,
-               "gdn_chunk_bf16 %s%s [%s] = [%s] bit for bit T=%d Hk=%d Hv=%d "
-               "dk=%d dv=%d C=%d%s",
-               cases[cs].name, e ? " fast" : "", kn[1], kn[0], T, Hk, Hv, dk,
-               dv, C, want_tc ? " +Tc" : "");
+               "%s %s%s [%s] = [%s] bit for bit T=%d Hk=%d Hv=%d dk=%d dv=%d "
+               "C=%d%s",
+               cases[cs].f32 ? "gdn_chunk_tc (f32 in)" : "gdn_chunk_bf16",
+               cases[cs].name + (cases[cs].f32 ? 4 : 0), e ? " fast" : "",
+               kn[1], kn[0], T, Hk, Hv, dk, dv, C, want_tc ? " +Tc" : "");
             for (int v = 0; v < 2; v++) {
                 CK(hk_cuda_free(dO[v]));
                 CK(hk_cuda_free(dS[v]));
@@ -2850,6 +2873,7 @@ static void test_gdn_chunk_same(void)
             free(o0);
             free(S0);
             gdn_bf16_free(&x);
+            gdn_dev_free(&fu);
             gdn_dev_free(&f);
             gdn_prob_free(&p);
         }

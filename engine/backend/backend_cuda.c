@@ -64,8 +64,8 @@
  *                   T_C's columns on Qwen3-Next's heads in PIC
  *                   capture); untimed (session 17)
  *   tc_deep         tc with kernel R's tiles two chunks ahead in three
- *                   buffers (HK_CUDA_GDN_TC_DEEP; bf16 inputs, not fused);
- *                   untimed (session 17)
+ *                   buffers (HK_CUDA_GDN_TC_DEEP, where they fit: at
+ *                   dk = 128 bf16 inputs, not fused); untimed (session 17)
  */
 #include <pthread.h>
 #include <stdatomic.h>

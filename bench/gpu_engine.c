@@ -33,16 +33,16 @@
  *          entries divided by k.
  *
  * An untimed warm-up runs first. Each figure is the median of --reps
- * runs. Once --budget seconds have passed no new measurement starts:
- * those rows are printed and written as skipped. A path the backend does
- * not run is reported as "unsupported: why" and the rest goes on.
- * Prints a markdown table, line by line (a run a timeout kills keeps what
- * it printed), and its progress on stderr (loading, warm-up, each
- * measurement and each rep's seconds: where a cut-short run was); appends
- * rows to --tsv with the columns
- * measure, shape, ours, anchor, anchor_value, unit (anchor columns "-":
- * bench/gpu_engine_ref.py fills them); shapes carry --name (default the
- * model folder's name).
+ * runs. With HYPIC_CUDA_TUNE=1 the last lines ("# tuned ...",
+ * hp_backend_tuned) say which kernels the tuners chose at each size. Once
+ * --budget seconds have passed no new measurement starts: those rows are
+ * printed and written as skipped. A path the backend does not run is reported
+ * as "unsupported: why" and the rest goes on. Prints a markdown table, line by
+ * line (a run a timeout kills keeps what it printed), and its progress on
+ * stderr (loading, warm-up, each measurement and each rep's seconds: where a
+ * cut-short run was); appends rows to --tsv with the columns measure, shape,
+ * ours, anchor, anchor_value, unit (anchor columns "-": bench/gpu_engine_ref.py
+ * fills them); shapes carry --name (default the model folder's name).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -820,6 +820,11 @@ int main(int argc, char **argv)
         printf("# budget of %.0f s spent: %d measurement(s) skipped (rows "
                "above)\n",
                o.budget, b.skipped);
+    /* what HYPIC_CUDA_TUNE=1's tuners chose, a line per size class */
+    char tuned[4096];
+    if (hp_backend_tuned(b.be, tuned, sizeof tuned))
+        for (char *l = strtok(tuned, "\n"); l; l = strtok(NULL, "\n"))
+            printf("# tuned %s\n", l);
     printf("# total %.1f s\n", bench_now() - b.t0);
     if (b.tsv)
         fclose(b.tsv);

@@ -174,7 +174,8 @@ my @jobs = (
     [['kernels-reverse', "HK_CUDA_TEST_GRID=small HK_EMU_ORDER=reverse "
       . ($only ? "HK_CUDA_TEST_ONLY=$only " : '') . "$work/test_cuda_kernels"]],
     [tap_step('pool', "HYPIC_CUDA_TUNE=1 $work/test_cuda_pool qwen35-dense")],
-    [['gpu-engine', "HK_EMU_ORDER=forward $work/gpu_engine --model "
+    [['gpu-engine', "HK_EMU_ORDER=forward HYPIC_CUDA_TUNE=1 "
+      . "$work/gpu_engine --model "
       . "models/test/qwen35-dense --device cuda --tokens 16 --batch '' "
       . "--decode 1 --pic 1x10 --seam 3 --reps 1 --lead 2 --query 2 "
       . "--piece 16 --profile 1 --tsv $work/engine.tsv"]],
@@ -455,6 +456,11 @@ PY
        "gpu_engine --profile 1: the warm PIC splice's device time by op ("
        . ($wops // '?') . ' ops, ' . scalar(keys %$wcalls) . ' kinds)')
         or diag($out);
+    # HYPIC_CUDA_TUNE=1: the tuners' classes, the GDN chunk's among them
+    # (the toy heads run the default pass alone: kernel 0, untimed)
+    ok($out =~ /^# tuned gdn_chunk T<=\d+ Hk=\d+ Hv=\d+ dk=\d+ dv=\d+ x=\d+: (?:default|r64|deep) \(default (?:-|[0-9.]+), r64 /m,
+       'gpu_engine, HYPIC_CUDA_TUNE=1: the GDN chunk tuner\'s classes '
+       . 'reported') or diag($out);
 }
 
 done_testing();

@@ -342,6 +342,13 @@ unsigned long hp_backend_device_waits(const hp_backend_t *b)
     return b->iface->device_waits ? b->iface->device_waits(b) : 0;
 }
 
+size_t hp_backend_tuned(const hp_backend_t *b, char *buf, size_t cap)
+{
+    if (cap)
+        buf[0] = '\0';
+    return b->iface->tuned ? b->iface->tuned(b, buf, cap) : 0;
+}
+
 unsigned long long hp_backend_host_bytes(const hp_backend_t *b)
 {
     return b->iface->host_bytes ? b->iface->host_bytes(b) : 0;

@@ -23,7 +23,13 @@
  * bit) at each size class (the heads' shape and B's power of 2), found by
  * timing the class's first 3 steps on each (hk_cuda_tuner: events read
  * once done, no wait). Opt-in until PIPEA and PIPEW have passed their
- * tests on a GPU (they have run on the emulator only).
+ * tests on a GPU (they have run on the emulator only). Likewise, with
+ * HYPIC_CUDA_TUNE=1 and a GDN mode that names no state pass (neither
+ * tc_r64 nor tc_deep), each GDN chunk's size class (the heads' shape, T's
+ * power of 2, T_C or not, the inputs rounded or not) times its first 3
+ * calls on each of the default pass, R64 and DEEP (the same sums, bit for
+ * bit: test_gdn_chunk_same), those of them that run other launches at that
+ * shape, and keeps the fastest.
  *
  * Gated DeltaNet kernels, chosen at open by HYPIC_CUDA_GDN:
  *   auto (default)  the chunked prefill on tensor cores on f32 inputs
@@ -68,6 +74,7 @@
  *                   dk = 128 bf16 inputs, not fused); untimed (session 17)
  */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -91,8 +98,10 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
  * prefill of a 24-layer model is ~30k ops) and kinds of op */
 #define PROF_MARKS (1 << 16)
 #define PROF_KINDS 64
-/* the decode step's kernels the tuner times (step_cands) */
-#define STEP_CANDS 3
+/* the decode step's kernels the tuner times (step_cands), and the GDN
+ * chunk's state passes (chunk_cands) */
+#define STEP_CANDS  3
+#define CHUNK_CANDS 3
 
 typedef struct {
     struct hp_backend self;
@@ -104,6 +113,9 @@ typedef struct {
      * bit for bit), by timing real steps (HYPIC_CUDA_TUNE=1); NULL:
      * HYPIC_CUDA_STEP's */
     hk_cuda_tuner_t *step_tune;
+    /* the GDN chunk's state pass among the default, R64 and DEEP, the same
+     * way; NULL: the mode's */
+    hk_cuda_tuner_t *chunk_tune;
     hk_cuda_blas_t *blas;
     int rc;                /* first failure since the last sync (hk_cuda) */
     char what[96];         /* ... and where */
@@ -217,6 +229,7 @@ static void cu_close(be_t b)
     cuda_t *c = ctx(b);
     hk_cuda_blas_destroy(c->blas);
     hk_cuda_tuner_destroy(c->step_tune);
+    hk_cuda_tuner_destroy(c->chunk_tune);
     stage_begin(b); /* frees outgrown staging */
     hk_cuda_ring_destroy(c->stage);
     hk_cuda_free(c->xb);
@@ -942,6 +955,55 @@ static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
     return rc;
 }
 
+/* A call's size class for a tuner: n's power of 2 (B, or T), the heads'
+ * shape and x (4 bits: the step's K, the chunk's T_C and rounding);
+ * values wider than their fields alias classes: that only shares a choice
+ * of kernel. */
+static long long shape_class(int n, int Hk, int Hv, int dk, int dv, int x)
+{
+    int lg = 0;
+    while ((1 << lg) < n && lg < 30)
+        lg++;
+    return ((((((long long)lg << 10 | Hk) << 12 | Hv) << 9 | dk) << 12 | dv)
+            << 4) |
+           x;
+}
+
+/* The GDN chunk's state passes the tuner picks among: the same sums in the
+ * same order, bit for bit (test_gdn_chunk_same). */
+static const unsigned chunk_cands[CHUNK_CANDS] = {0, HK_CUDA_GDN_TC_R64,
+                                                  HK_CUDA_GDN_TC_DEEP};
+
+/* The pass a chunk call runs (an index of chunk_cands): its class's
+ * fastest once tuned; until then they take turns, those of them that
+ * launch other kernels than the ones before them at this shape (R64 and
+ * DEEP are ignored where they do not apply or fit). */
+static int chunk_pick(cuda_t *c, int T, int Hk, int Hv, int dk, int dv,
+                      int want_tc, unsigned flags, int *timed)
+{
+    const long long key = shape_class(
+        T, Hk, Hv, dk, dv, want_tc | (flags & HK_CUDA_GDN_TC_ROUND ? 2 : 0));
+    *timed = 0;
+    const int best = hk_cuda_tuner_best(c->chunk_tune, key);
+    if (best >= 0)
+        return best;
+    char kn[CHUNK_CANDS][32];
+    unsigned mask = 1u;
+    for (int k = 0; k < CHUNK_CANDS; k++) {
+        kn[k][0] = '\0';
+        if (hk_cuda_gdn_tc_kernels(kn[k], sizeof kn[k], T, 1, Hk, Hv, dk, dv,
+                                   HK_CUDA_GDN_MAX_C, 1, want_tc,
+                                   flags | chunk_cands[k]) != HK_CUDA_OK)
+            continue; /* "": no other's */
+        int other = 1;
+        for (int j = 0; j < k; j++)
+            other &= strcmp(kn[j], kn[k]) != 0;
+        if (other)
+            mask |= 1u << k;
+    }
+    return hk_cuda_tuner_pick_of(c->chunk_tune, key, mask, timed);
+}
+
 static void cu_gdn_chunk(be_t b, float *o, float *S, float *Tc, const float *q,
                          const float *k, const float *v, const float *g,
                          const float *beta, int T, int Hk, int Hv, int dk,
@@ -952,10 +1014,20 @@ static void cu_gdn_chunk(be_t b, float *o, float *S, float *Tc, const float *q,
         /* bf16 precision: q, k, v rounded once, as FLA takes them, then
          * the bf16 entry's kernels (~1.2x the split f32 inputs' by an
          * H200's kernel rows) */
-        unsigned flags = ctx(b)->gdn_flags |
-                         (prec == HP_PREC_BF16 ? HK_CUDA_GDN_TC_ROUND : 0u);
+        cuda_t *c = ctx(b);
+        unsigned flags =
+            c->gdn_flags | (prec == HP_PREC_BF16 ? HK_CUDA_GDN_TC_ROUND : 0u);
+        int timed = 0;
+        if (c->chunk_tune)
+            flags |= chunk_cands[chunk_pick(c, T, Hk, Hv, dk, dv, Tc != NULL,
+                                            flags, &timed)];
+        if (timed)
+            note(b, hk_cuda_tuner_begin(c->chunk_tune, NULL),
+                 "gdn_chunk tuner");
         int rc = chunk_tc(b, o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv,
                           scratch, flags);
+        if (timed)
+            note(b, hk_cuda_tuner_end(c->chunk_tune, NULL), "gdn_chunk tuner");
         if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
             note(b, rc, "gdn_chunk (tensor cores)");
             return;
@@ -983,18 +1055,6 @@ static size_t cu_gdn_chunk_scratch(be_t b, int T, int Hv, int dk, int dv, int C)
 static const hk_cuda_step_impl_t step_cands[STEP_CANDS] = {
     HK_CUDA_STEP_PIPE, HK_CUDA_STEP_PIPEA, HK_CUDA_STEP_PIPEW};
 
-/* A step's size class: its heads' shape and B's power of 2 (values wider
- * than their fields alias classes: that only shares a choice of kernel). */
-static long long step_class(int B, int Hk, int Hv, int dk, int dv, int K)
-{
-    int lg = 0;
-    while ((1 << lg) < B && lg < 30)
-        lg++;
-    return ((((((long long)lg << 10 | Hk) << 12 | Hv) << 9 | dk) << 12 | dv)
-            << 4) |
-           K;
-}
-
 static void cu_gdn_step(be_t b, float *o, float *const *states,
                         float *const *conv_states, const float *qkv,
                         const float *a, const float *bp, const float *conv_w,
@@ -1014,7 +1074,7 @@ static void cu_gdn_step(be_t b, float *o, float *const *states,
         int timed = 0;
         if (c->step_tune)
             impl = step_cands[hk_cuda_tuner_pick(
-                c->step_tune, step_class(B, Hk, Hv, dk, dv, K), &timed)];
+                c->step_tune, shape_class(B, Hk, Hv, dk, dv, K), &timed)];
         if (timed)
             note(b, hk_cuda_tuner_begin(c->step_tune, NULL), "gdn_step tuner");
         int rc = hk_cuda_gdn_step_impl(impl, o, ds, dc, qkv, a, bp, conv_w,
@@ -1030,6 +1090,58 @@ static void cu_gdn_step(be_t b, float *o, float *const *states,
     hp_backend_gdn_step_ops(b, o, states, conv_states, qkv, a, bp, conv_w,
                             A_log, dt_bias, B, Hk, Hv, dk, dv, K, eps, q_scale,
                             scratch);
+}
+
+/* Appends to buf (cap bytes) at *len, snprintf's way: *len grows by what
+ * the text needs, whether it fit or not. */
+static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    const size_t at = *len < cap ? *len : cap;
+    va_list ap;
+    va_start(ap, fmt);
+    const int w = vsnprintf(buf + at, cap - at, fmt, ap);
+    va_end(ap);
+    *len += w > 0 ? (size_t)w : 0;
+}
+
+/* One tuner's classes into buf at *len: the op, its class (shape_class's
+ * fields, n the power of 2 at or above the calls' B or T) and the
+ * kernels' times. */
+static void tuned_lines(hk_cuda_tuner_t *t, const char *op, const char *n,
+                        const char *x, const char *const *names, int ncand,
+                        char *buf, size_t cap, size_t *len)
+{
+    long long key;
+    int best;
+    float ms[8];
+    for (int i = 0; t && hk_cuda_tuner_class(t, i, &key, &best, ms) == 0; i++) {
+        put(buf, cap, len,
+            "%s %s<=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld %s=%lld: %s (", op, n,
+            1LL << (key >> 47), key >> 37 & 1023, key >> 25 & 4095,
+            key >> 16 & 511, key >> 4 & 4095, x, key & 15,
+            best >= 0 ? names[best] : "tuning");
+        for (int k = 0; k < ncand; k++)
+            if (ms[k] < 0)
+                put(buf, cap, len, "%s%s -", k ? ", " : "", names[k]);
+            else
+                put(buf, cap, len, "%s%s %.3f", k ? ", " : "", names[k], ms[k]);
+        put(buf, cap, len, " ms)\n");
+    }
+}
+
+/* The decode step's and the GDN chunk's tuners (x: the step's K; the
+ * chunk's T_C + 2 rounded inputs). */
+static size_t cu_tuned(be_t b, char *buf, size_t cap)
+{
+    static const char *const step[STEP_CANDS] = {"pipe", "pipea", "pipew"};
+    static const char *const chunk[CHUNK_CANDS] = {"default", "r64", "deep"};
+    cuda_t *c = ctx(b);
+    size_t len = 0;
+    tuned_lines(c->step_tune, "gdn_step", "B", "K", step, STEP_CANDS, buf, cap,
+                &len);
+    tuned_lines(c->chunk_tune, "gdn_chunk", "T", "x", chunk, CHUNK_CANDS, buf,
+                cap, &len);
+    return len;
 }
 
 static void cu_rope(be_t b, float *x, const int *pos, int T, int nh, int hd,
@@ -1312,6 +1424,7 @@ static const hp_backend_i cuda_iface = {
     .unlock = cu_unlock,
     .profile_start = cu_profile_start,
     .profile_stop = cu_profile_stop,
+    .tuned = cu_tuned,
     .linear = cu_linear,
     .linear_n = cu_linear_n,
     .rmsnorm_linear_n = cu_rmsnorm_linear_n,
@@ -1428,6 +1541,12 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if (!(st && *st) && tu && !strcmp(tu, "1") &&
         hk_cuda_tuner_create(&c->step_tune, STEP_CANDS, 3) != HK_CUDA_OK)
         c->step_tune = NULL;
+    /* ... and of each GDN chunk's, where the mode names no state pass */
+    if (c->gdn != GDN_SCALAR &&
+        !(c->gdn_flags & (HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_DEEP)) && tu &&
+        !strcmp(tu, "1") &&
+        hk_cuda_tuner_create(&c->chunk_tune, CHUNK_CANDS, 3) != HK_CUDA_OK)
+        c->chunk_tune = NULL;
     {
         size_t mem = 0;
         if (hk_cuda_device_info(c->self.device, sizeof(c->self.device), &c->sms,

@@ -45,6 +45,7 @@
  * the CPU whose chunk rounds them the same way ("cpu-bf16qkv",
  * test_cpu_bf16.h); HK_CUDA_TEST_GRID=small without its KVBuffer run.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -739,6 +740,107 @@ static void check_conv_qkv(const hp_backend_t *b)
     free(hdt);
 }
 
+/* HYPIC_CUDA_TUNE=1's GDN chunk tuner (backend_cuda.c): at a shape where
+ * R64 and DEEP both apply (dk = 128, T_C, inputs rounded: 16 blocks of 32
+ * columns over the emulator's 4 SMs; DEEP's 212 KB fit), calls whose
+ * passes take turns give the tuner-less backend's o, S and T_C bit for
+ * bit each time, and hp_backend_tuned then names the class's choice with
+ * a time for each pass; the tuner-less backend reports nothing. */
+static void check_chunk_tune(void)
+{
+    enum { T = 70, HK = 1, HV = 2, DK = 128, DV = 128, C = 64, CALLS = 12 };
+    const char *was = getenv("HYPIC_CUDA_TUNE");
+    char *keep = was ? strdup(was) : NULL;
+    const hp_backend_t *tun = NULL, *ref = NULL;
+    hp_error_t err = {0};
+    unsetenv("HYPIC_CUDA_TUNE");
+    int rc = open_mode(&ref, NULL, &err);
+    setenv("HYPIC_CUDA_TUNE", "1", 1);
+    if (rc == HP_OK)
+        rc = open_mode(&tun, NULL, &err);
+    if (keep)
+        setenv("HYPIC_CUDA_TUNE", keep, 1);
+    else
+        unsetenv("HYPIC_CUDA_TUNE");
+    free(keep);
+    if (rc != HP_OK) {
+        ok(0, "gdn_chunk tuner: open: %s", err.msg);
+        return;
+    }
+    const size_t nq = (size_t)T * HK * DK, nv = (size_t)T * HV * DV;
+    const size_t ng = (size_t)T * HV, ns = (size_t)HV * DK * DV;
+    const size_t nt = (size_t)HV * DK * DK;
+    float *hq = frand_amp(nq, 0.1), *hk = frand_amp(nq, 0.1);
+    float *hv = frand_amp(nv, 1.0), *hg = frand_amp(ng, 1.0);
+    float *hb = frand_amp(ng, 1.0), *hs = frand_amp(ns, 0.5);
+    float *ht = calloc(nt, sizeof(float));
+    for (size_t i = 0; i < ng; i++) {
+        hg[i] = -0.1f * fabsf(hg[i]); /* decays in (e^-0.1, 1] */
+        hb[i] = 0.5f + 0.5f * hb[i];  /* beta in [0, 1] */
+    }
+    float *out[2][3]; /* [ref, tuned][o, S, Tc] on the host */
+    int same = 1, calls = 0;
+    for (int r = 0; r < 2; r++) {
+        const hp_backend_t *b = r ? tun : ref;
+        float *q = put(b, hq, nq), *k = put(b, hk, nq), *v = put(b, hv, nv);
+        float *g = put(b, hg, ng), *be = put(b, hb, ng);
+        float *o = hp_backend_alloc(b, nv * sizeof(float));
+        float *scr = hp_backend_alloc(
+            b,
+            hp_backend_gdn_chunk_scratch(b, T, HV, DK, DV, C) * sizeof(float));
+        const size_t n[3] = {nv, ns, nt};
+        for (int i = 0; i < 3; i++)
+            out[r][i] = malloc(n[i] * sizeof(float));
+        for (int c = 0; c < (r ? CALLS : 1); c++) {
+            float *S = put(b, hs, ns), *Tc = put(b, ht, nt);
+            hp_backend_gdn_chunk(b, o, S, Tc, q, k, v, g, be, T, HK, HV, DK, DV,
+                                 C, scr, HP_PREC_BF16);
+            const float *dev[3] = {o, S, Tc};
+            same &= hp_backend_sync(b, &err) == HP_OK;
+            for (int i = 0; i < 3; i++) {
+                hp_backend_download(b, out[r][i], dev[i], n[i] * sizeof(float));
+                if (r)
+                    same &= !memcmp(out[0][i], out[1][i], n[i] * sizeof(float));
+            }
+            calls += r;
+            void *p[] = {S, Tc};
+            drop(b, p, 2);
+        }
+        void *p[] = {q, k, v, g, be, o, scr};
+        drop(b, p, sizeof p / sizeof p[0]);
+    }
+    char rep[1024], none[8];
+    hp_backend_tuned(tun, rep, sizeof rep);
+    const char *line = strstr(rep, "gdn_chunk T<=128 Hk=1 Hv=2 dk=128 dv=128 "
+                                   "x=3: ");
+    char pick[16] = "";
+    float ms[3] = {-1, -1, -1};
+    const int got = line ? sscanf(strchr(line, ':') + 2,
+                                  "%15s (default %f, r64 %f, deep %f ms)", pick,
+                                  &ms[0], &ms[1], &ms[2])
+                         : 0;
+    ok(same && calls == CALLS && got == 4 &&
+           (!strcmp(pick, "default") || !strcmp(pick, "r64") ||
+            !strcmp(pick, "deep")) &&
+           ms[0] >= 0 && ms[1] >= 0 && ms[2] >= 0 &&
+           hp_backend_tuned(ref, none, sizeof none) == 0 && !none[0],
+       "gdn_chunk tuner: %d calls as the untuned backend's bit for bit, then "
+       "%.*s",
+       calls, (int)strcspn(line ? line : rep, "\n"), line ? line : rep);
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < 3; i++)
+            free(out[r][i]);
+    free(hq);
+    free(hk);
+    free(hv);
+    free(hg);
+    free(hb);
+    free(hs);
+    free(ht);
+    hp_backend_close(tun);
+    hp_backend_close(ref);
+}
+
 /* Every row's logits of T tokens of qwen35-dense, run in pieces of
  * `piece`, on the CPU and on the device at f32: the worst relative error
  * between them, or -1 with a failure's message in err; the model's config
@@ -870,6 +972,7 @@ int main(int argc, char **argv)
     check_fused(cuda);
     check_mlp(cuda);
     check_conv_qkv(cuda);
+    check_chunk_tune();
     const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     check_split_kv(root);
     check_logit_slices(root);

@@ -123,22 +123,35 @@ int hk_cuda_timer_start(hk_cuda_timer_t *t, void *stream);
 int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
 
 /* An online tuner (hk_tune.cu) for an op whose ncand kernels give the same
- * results bit for bit (the decode step's PIPE, PIPEA and PIPEW): per size
+ * results bit for bit (the decode step's PIPE, PIPEA and PIPEW; the GDN
+ * chunk's state pass with and without HK_CUDA_GDN_TC_R64 or _DEEP): per size
  * class (key: any number the caller makes of the call's shape), pick says
  * which kernel a call runs; until each has samples timings at the class,
  * the kernels take turns and *timed asks the caller to wrap the launch in
  * begin / end (events on its stream); then the class runs its fastest
  * (the least of its times). Timings are read once complete, never waited
- * for. 32 classes at most (later ones run kernel 0). One host thread at a
+ * for. 64 classes at most (later ones run kernel 0). One host thread at a
  * time. */
 typedef struct hk_cuda_tuner hk_cuda_tuner_t;
 int hk_cuda_tuner_create(hk_cuda_tuner_t **t, int ncand, int samples);
 void hk_cuda_tuner_destroy(hk_cuda_tuner_t *t);
 int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed);
+/* pick among the kernels of mask (bit k: kernel k) only, where a class
+ * has fewer (they would run the same launches): the mask a class is first
+ * seen with is its own; kernel 0 is always one; with no other the class
+ * runs kernel 0, untimed. */
+int hk_cuda_tuner_pick_of(hk_cuda_tuner_t *t, long long key, unsigned mask,
+                          int *timed);
 int hk_cuda_tuner_begin(hk_cuda_tuner_t *t, void *stream);
 int hk_cuda_tuner_end(hk_cuda_tuner_t *t, void *stream);
 /* The class's kernel once tuned, else -1. */
 int hk_cuda_tuner_best(const hk_cuda_tuner_t *t, long long key);
+/* Class i (0, 1, ... in the order first seen; the times in so far read
+ * first): its key, its kernel once tuned (else -1) and each kernel's least
+ * time, ms[ncand] (< 0: none in, or not one of the class's kernels);
+ * HK_CUDA_EINVAL past the last class. */
+int hk_cuda_tuner_class(hk_cuda_tuner_t *t, int i, long long *key, int *best,
+                        float *ms);
 
 /* Marks on a stream, for op profiles: a CUDA event recorded after each
  * piece of work; read gives the milliseconds between consecutive marks

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #define HK_TUNE_MAX_CAND  8
-#define HK_TUNE_MAX_CLASS 32 /* size classes kept; later ones run cand 0 */
+#define HK_TUNE_MAX_CLASS 64 /* size classes kept; later ones run cand 0 */
 #define HK_TUNE_EVENTS    16 /* event pairs in flight */
 
 typedef struct {
@@ -108,7 +108,8 @@ static void hk_tune_harvest(hk_cuda_tuner_t *t)
     }
 }
 
-extern "C" int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed)
+extern "C" int hk_cuda_tuner_pick_of(hk_cuda_tuner_t *t, long long key,
+                                     unsigned mask, int *timed)
 {
     *timed = 0;
     hk_tune_harvest(t);
@@ -122,6 +123,17 @@ extern "C" int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed)
         memset(c, 0, sizeof(*c));
         c->key = key;
         c->best = -1;
+        /* kernels the class has not: all their samples in, never the
+         * fastest (kernel 0 always runs) */
+        int others = 0;
+        for (int k = 1; k < t->ncand; k++)
+            if (!(mask >> k & 1u)) {
+                c->n[k] = c->done[k] = t->samples;
+                c->ms[k] = FLT_MAX;
+            } else
+                others++;
+        if (!others)
+            c->best = 0; /* nothing to choose from: never timed */
     }
     hk_tune_class *c = &t->cls[ci];
     if (c->best >= 0)
@@ -144,6 +156,11 @@ extern "C" int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed)
             break;
         }
     return k;
+}
+
+extern "C" int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed)
+{
+    return hk_cuda_tuner_pick_of(t, key, ~0u, timed);
 }
 
 extern "C" int hk_cuda_tuner_begin(hk_cuda_tuner_t *t, void *stream)
@@ -169,4 +186,18 @@ extern "C" int hk_cuda_tuner_best(const hk_cuda_tuner_t *t, long long key)
         if (t->cls[i].key == key)
             return t->cls[i].best;
     return -1;
+}
+
+extern "C" int hk_cuda_tuner_class(hk_cuda_tuner_t *t, int i, long long *key,
+                                   int *best, float *ms)
+{
+    hk_tune_harvest(t);
+    if (i < 0 || i >= t->nclass)
+        return HK_CUDA_EINVAL;
+    const hk_tune_class *c = &t->cls[i];
+    *key = c->key;
+    *best = c->best;
+    for (int k = 0; k < t->ncand; k++)
+        ms[k] = c->done[k] && c->ms[k] < FLT_MAX ? c->ms[k] : -1.0f;
+    return HK_CUDA_OK;
 }

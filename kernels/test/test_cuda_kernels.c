@@ -3132,8 +3132,10 @@ static void test_gdn_chunk_tc(void)
  * bad arguments refused; each kernel timed `samples` times at a class,
  * then the class settles on the one whose calls took least (here device
  * work of 64 MB, none and 16 MB of memset: the second), picked from then
- * on untimed; another class starts over; past 32 classes kernel 0,
- * untimed. The events are read only once the stream is done. */
+ * on untimed; another class starts over; past 64 classes kernel 0,
+ * untimed; the classes' report; a class of some of the kernels (pick_of's
+ * mask) times those only. The events are read only once the stream is
+ * done. */
 static void test_tuner(void)
 {
     hk_cuda_tuner_t *t = NULL;
@@ -3175,13 +3177,55 @@ static void test_tuner(void)
        "tuner: another class is timed from its start");
     CK(hk_cuda_tuner_begin(t, NULL));
     CK(hk_cuda_tuner_end(t, NULL));
-    for (long long key = 9; key < 40; key++)
+    for (long long key = 9; key < 72; key++)
         if (hk_cuda_tuner_pick(t, key, &timed) >= 0 && timed) {
             CK(hk_cuda_tuner_begin(t, NULL));
             CK(hk_cuda_tuner_end(t, NULL));
         }
     const int k = hk_cuda_tuner_pick(t, 1000, &timed);
-    ok(k == 0 && !timed, "tuner: past 32 classes, kernel 0 untimed");
+    ok(k == 0 && !timed, "tuner: past 64 classes, kernel 0 untimed");
+    CK(hk_cuda_stream_sync(NULL));
+    /* the report: class 0 (key 7) settled on kernel 1 with a time for
+     * each, class 1 (key 8) timed once on kernel 0; none past the last */
+    long long key = 0;
+    int best = -2;
+    float ms[3] = {0, 0, 0};
+    ok(hk_cuda_tuner_class(t, 0, &key, &best, ms) == HK_CUDA_OK && key == 7 &&
+           best == 1 && ms[1] >= 0 && ms[0] > ms[1] && ms[2] > ms[1] &&
+           hk_cuda_tuner_class(t, 1, &key, &best, ms) == HK_CUDA_OK &&
+           key == 8 && best == -1 && ms[0] >= 0 && ms[1] < 0 && ms[2] < 0 &&
+           hk_cuda_tuner_class(t, 64, &key, &best, ms) == HK_CUDA_EINVAL &&
+           hk_cuda_tuner_class(t, 63, &key, &best, ms) == HK_CUDA_OK,
+       "tuner: its classes' keys, choices and least times, in order");
+    hk_cuda_tuner_destroy(t);
+
+    /* a class of kernels 0 and 2 only (mask 5): kernel 1 never runs nor
+     * wins, though its calls would take least; a class of kernel 0 alone
+     * runs it untimed from the start */
+    CK(hk_cuda_tuner_create(&t, 3, 2));
+    int n[3] = {0, 0, 0};
+    calls = 0;
+    while (hk_cuda_tuner_best(t, 5) < 0 && calls++ < 20) {
+        const int j = hk_cuda_tuner_pick_of(t, 5, 5u, &timed);
+        n[j]++;
+        if (!timed)
+            continue;
+        CK(hk_cuda_tuner_begin(t, NULL));
+        if (work[j])
+            CK(hk_cuda_memset0(buf, work[j], NULL));
+        CK(hk_cuda_tuner_end(t, NULL));
+        CK(hk_cuda_stream_sync(NULL));
+    }
+    ok(hk_cuda_tuner_best(t, 5) == 2 && n[1] == 0 && n[0] >= 2 && n[2] >= 2,
+       "tuner: a class of kernels 0 and 2 times those (%d, %d, %d calls), "
+       "then runs the faster: %d",
+       n[0], n[1], n[2], hk_cuda_tuner_best(t, 5));
+    timed = 1;
+    ok(hk_cuda_tuner_pick_of(t, 6, 1u, &timed) == 0 && !timed &&
+           hk_cuda_tuner_best(t, 6) == 0 &&
+           hk_cuda_tuner_pick_of(t, 6, 7u, &timed) == 0 && !timed,
+       "tuner: a class of kernel 0 alone runs it, untimed, whatever later "
+       "calls' masks say");
     CK(hk_cuda_stream_sync(NULL));
     hk_cuda_tuner_destroy(t);
     CK(hk_cuda_free(buf));

@@ -259,21 +259,24 @@ int hk_cuda_weight_rows(float *x, const hk_weight_t *w, const int *ids, int T,
 
 /* Which kernels the attention calls run. DEFAULT is the environment's
  * HYPIC_CUDA_ATT (simple, flash, flash_bf16, flash2, flash2x, flash3,
- * flash3_seq or flash3_ws; read once), else FLASH2X: FLASH's accuracy
- * at 4.2-4.9x its speed on an H100
- * (bench/results/gpu/2026-11-27-h100-session11). DEFAULT_BF16 is the default
- * where bf16 operands are asked for (a bf16 checkpoint, as transformers runs
- * it): the environment's choice, else FLASH3_SEQ on a compute capability 9.0
- * device (0.66-0.81x torch SDPA's bf16 speed on an H200, 2.1-2.3x FLASH2's,
- * FLASH3 3-4 % slower: bench/results/gpu/2026-11-28-h200-session15),
- * FLASH2 elsewhere (1.8-1.9x FLASH2X's speed). Both fall back as below. SIMPLE
- * one block per (query, head), f32 CUDA cores; decode the same per (request,
- * head) (the first kernels, kept to compare against); FLASH       prefill tiled
- * on tensor cores, all heads of a kv group sharing each K/V tile, f32 operands
- * split into bf16 hi + lo (3 MMAs per product, ~1e-5 of f32); decode split over
- * the key axis, a group's heads sharing each K/V read; FLASH_BF16  the same
- * prefill with q, k, p, v rounded to bf16 once (1 MMA, ~3e-3 relative); decode
- * as FLASH. FLASH2      prefill in FlashAttention-2's structure (mma.sync with
+ * flash3_seq or flash3_ws; read once), else FLASH2X: FLASH's accuracy at
+ * 4.2-4.9x its speed on an H100 (bench/results/gpu/2026-11-27-h100-
+ * session11). DEFAULT_BF16 is the default where bf16 operands are asked
+ * for (a bf16 checkpoint, as transformers runs it): the environment's
+ * choice, else FLASH3_SEQ on a compute capability 9.0 device (0.66-0.81x
+ * torch SDPA's bf16 speed on an H200, 2.1-2.3x FLASH2's, FLASH3 3-4 %
+ * slower: bench/results/gpu/2026-11-28-h200-session15), FLASH2 elsewhere
+ * (1.8-1.9x FLASH2X's speed). Both fall back as below.
+ *   SIMPLE      one block per (query, head), f32 CUDA cores; decode the
+ *               same per (request, head) (the first kernels, kept to
+ *               compare against).
+ *   FLASH       prefill tiled on tensor cores, all heads of a kv group
+ *               sharing each K/V tile, f32 operands split into bf16 hi +
+ *               lo (3 MMAs per product, ~1e-5 of f32); decode split over
+ *               the key axis, a group's heads sharing each K/V read.
+ *   FLASH_BF16  the same prefill with q, k, p, v rounded to bf16 once
+ *               (1 MMA, ~3e-3 relative); decode as FLASH.
+ *   FLASH2      prefill in FlashAttention-2's structure (mma.sync with
  *               register fragments, cp.async double buffering) on bf16
  *               q, k, p, v (FLASH_BF16's precision); needs scratch
  *               (hk_cuda_attention_ex) for the bf16 copies of k and v;

@@ -1886,7 +1886,8 @@ static int flash3_here(void)
 }
 
 /* FLASH3 at every padded head dim against the CPU at the bf16 bound, and
- * against FLASH2 (the same precision): several row blocks (128 rows) and
+ * against FLASH2 (the same precision), FLASH3_SEQ and FLASH3_WS equal to
+ * FLASH3 bit for bit: several row blocks (128 rows) and
  * both warpgroups, the K/V buffers refilled (tiles of 64 keys), a last
  * tile past N, hd below its padded width, a cached prefix, unordered
  * positions (a PIC splice); FLASH3_WS on the same shapes (its producer
@@ -1916,13 +1917,22 @@ static void test_attention_flash3(void)
             qpos[t] = s == 3 ? (t * 7 + 5) % N : N - T + t;
         att_case_t c;
         att_case_make(&c, T, N, Hq, Hkv, hd, qpos, 3.0);
-        float *o2 = hmalloc(c.nq);
+        float *o2 = hmalloc(c.nq), *o3 = hmalloc(c.nq);
         for (int m = 0; m < 4; m++) {
             att_case_run(&c, impls[m].impl);
             if (m == 0) {
                 CK(hk_cuda_d2h(o2, c.dO, c.nq * sizeof(float), NULL));
                 continue;
             }
+            /* the three run the same products and softmax steps in the
+             * same order (the tuner takes them as one) */
+            if (m == 1)
+                CK(hk_cuda_d2h(o3, c.dO, c.nq * sizeof(float), NULL));
+            else
+                ok(same_cpu(o3, c.dO, c.nq, "o"),
+                   "attention %s T=%d N=%d Hq=%d Hkv=%d hd=%d: flash3's o, "
+                   "bit for bit",
+                   impls[m].name, T, N, Hq, Hkv, hd);
             const double r =
                 ratio_cpu(c.o, c.dO, c.nq, ATOL_ATT_BF16_Q3, RTOL_ATT_BF16_Q3);
             /* FLASH2 and FLASH3 round the same operands to bf16; they
@@ -1941,6 +1951,7 @@ static void test_attention_flash3(void)
                s == 3 ? " (unordered qpos)" : "");
         }
         free(o2);
+        free(o3);
         att_case_free(&c);
     }
     /* split-KV on the FLASH3 kernels (test_attention_split's shapes) */

@@ -45,7 +45,9 @@
  *                                  heads); bf16_deep,
  *                                  f32mma_bf16in_deep (untimed): R with
  *                                  each chunk's tiles two chunks ahead
- *                                  (HK_CUDA_GDN_TC_DEEP);
+ *                                  (HK_CUDA_GDN_TC_DEEP); bf16_o64
+ *                                  (untimed): kernel O on 64 columns
+ *                                  (HK_CUDA_GDN_TC_O64);
  *                                  _ps: the state
  *                                  pass single-buffered, two blocks an SM
  *                                  (HK_CUDA_GDN_TC_PSHARE); at T = 16k each
@@ -589,6 +591,7 @@ static const struct {
      "bf16a3ro", 0},
     {CH_BF16, HK_CUDA_GDN_TC_R64, "gdn_chunk_bf16_r64", "bf16r64", 0},
     {CH_BF16, HK_CUDA_GDN_TC_DEEP, "gdn_chunk_bf16_deep", "bf16deep", 0},
+    {CH_BF16, HK_CUDA_GDN_TC_O64, "gdn_chunk_bf16_o64", "bf16o64", 0},
     {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast", 0},
     {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
      "gdn_chunk_bf16_fasta", "bf16fasta", 0},

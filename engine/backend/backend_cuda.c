@@ -27,9 +27,14 @@
  * HYPIC_CUDA_TUNE=1 and a GDN mode that names no state pass (neither
  * tc_r64 nor tc_deep), each GDN chunk's size class (the heads' shape, T's
  * power of 2, T_C or not, the inputs rounded or not) times its first 3
- * calls on each of the default pass, R64 and DEEP (the same sums, bit for
- * bit: test_gdn_chunk_same), those of them that run other launches at that
- * shape, and keeps the fastest.
+ * calls on each of the default pass, R64 and DEEP, each with kernel O on
+ * 32 or 64 columns (O64) (the same sums, bit for bit:
+ * test_gdn_chunk_same), those of them that run other launches at that
+ * shape, and keeps the fastest; and where HYPIC_CUDA_ATT names no kernel
+ * and bf16 attention's default is FLASH3_SEQ (a Hopper device), each bf16
+ * attention prefill's class (T's and N's powers of 2, the heads' shape)
+ * times FLASH3_SEQ, FLASH3_WS and FLASH3 (bit for bit the same:
+ * test_attention_flash3). hp_backend_tuned says what they chose.
  *
  * Gated DeltaNet kernels, chosen at open by HYPIC_CUDA_GDN:
  *   auto (default)  the chunked prefill on tensor cores on f32 inputs
@@ -98,10 +103,12 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
  * prefill of a 24-layer model is ~30k ops) and kinds of op */
 #define PROF_MARKS (1 << 16)
 #define PROF_KINDS 64
-/* the decode step's kernels the tuner times (step_cands), and the GDN
- * chunk's state passes (chunk_cands) */
+/* the decode step's kernels the tuner times (step_cands), the GDN chunk's
+ * state passes (chunk_cands) and the bf16 attention prefill's kernels
+ * (att_cands) */
 #define STEP_CANDS  3
-#define CHUNK_CANDS 3
+#define CHUNK_CANDS 6
+#define ATT_CANDS   3
 
 typedef struct {
     struct hp_backend self;
@@ -113,9 +120,12 @@ typedef struct {
      * bit for bit), by timing real steps (HYPIC_CUDA_TUNE=1); NULL:
      * HYPIC_CUDA_STEP's */
     hk_cuda_tuner_t *step_tune;
-    /* the GDN chunk's state pass among the default, R64 and DEEP, the same
-     * way; NULL: the mode's */
+    /* the GDN chunk's state pass among the default, R64 and DEEP, and its
+     * kernel O on 32 or 64 columns, the same way; NULL: the mode's */
     hk_cuda_tuner_t *chunk_tune;
+    /* the bf16 attention prefill's kernel among FLASH3_SEQ, FLASH3_WS and
+     * FLASH3, the same way; NULL: DEFAULT_BF16's */
+    hk_cuda_tuner_t *att_tune;
     hk_cuda_blas_t *blas;
     int rc;                /* first failure since the last sync (hk_cuda) */
     char what[96];         /* ... and where */
@@ -230,6 +240,7 @@ static void cu_close(be_t b)
     hk_cuda_blas_destroy(c->blas);
     hk_cuda_tuner_destroy(c->step_tune);
     hk_cuda_tuner_destroy(c->chunk_tune);
+    hk_cuda_tuner_destroy(c->att_tune);
     stage_begin(b); /* frees outgrown staging */
     hk_cuda_ring_destroy(c->stage);
     hk_cuda_free(c->xb);
@@ -955,34 +966,58 @@ static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
     return rc;
 }
 
-/* A call's size class for a tuner: n's power of 2 (B, or T), the heads'
- * shape and x (4 bits: the step's K, the chunk's T_C and rounding);
- * values wider than their fields alias classes: that only shares a choice
- * of kernel. */
-static long long shape_class(int n, int Hk, int Hv, int dk, int dv, int x)
+/* A call's size class for a tuner: CLASS_FIELDS small numbers of its
+ * shape, of class_bits[i] bits each, packed into a key (values wider than
+ * their fields alias classes: that only shares a choice of kernel);
+ * lengths go in as their log2 (lg2up). */
+#define CLASS_FIELDS 6
+static const int class_bits[CLASS_FIELDS] = {5, 10, 12, 9, 12, 4};
+
+static long long class_key(const int f[CLASS_FIELDS])
 {
-    int lg = 0;
-    while ((1 << lg) < n && lg < 30)
-        lg++;
-    return ((((((long long)lg << 10 | Hk) << 12 | Hv) << 9 | dk) << 12 | dv)
-            << 4) |
-           x;
+    long long key = 0;
+    for (int i = 0; i < CLASS_FIELDS; i++)
+        key = key << class_bits[i] | (f[i] & ((1 << class_bits[i]) - 1));
+    return key;
 }
 
-/* The GDN chunk's state passes the tuner picks among: the same sums in the
- * same order, bit for bit (test_gdn_chunk_same). */
-static const unsigned chunk_cands[CHUNK_CANDS] = {0, HK_CUDA_GDN_TC_R64,
-                                                  HK_CUDA_GDN_TC_DEEP};
+static void class_fields(long long key, int f[CLASS_FIELDS])
+{
+    for (int i = CLASS_FIELDS - 1; i >= 0; i--) {
+        f[i] = (int)(key & ((1 << class_bits[i]) - 1));
+        key >>= class_bits[i];
+    }
+}
 
-/* The pass a chunk call runs (an index of chunk_cands): its class's
+/* The least k with 2^k >= n (n >= 1; 0 for n < 1). */
+static int lg2up(int n)
+{
+    int k = 0;
+    while (k < 30 && (1 << k) < n)
+        k++;
+    return k;
+}
+
+/* The GDN chunk's state passes and output kernels the tuner picks among:
+ * the same sums in the same order, bit for bit (test_gdn_chunk_same). */
+static const unsigned chunk_cands[CHUNK_CANDS] = {
+    0,
+    HK_CUDA_GDN_TC_R64,
+    HK_CUDA_GDN_TC_DEEP,
+    HK_CUDA_GDN_TC_O64,
+    HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_O64,
+    HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_O64};
+
+/* The kernels a chunk call runs (an index of chunk_cands): its class's
  * fastest once tuned; until then they take turns, those of them that
- * launch other kernels than the ones before them at this shape (R64 and
- * DEEP are ignored where they do not apply or fit). */
+ * launch other kernels than the ones before them at this shape (R64, DEEP
+ * and O64 are ignored where they do not apply or fit). */
 static int chunk_pick(cuda_t *c, int T, int Hk, int Hv, int dk, int dv,
                       int want_tc, unsigned flags, int *timed)
 {
-    const long long key = shape_class(
-        T, Hk, Hv, dk, dv, want_tc | (flags & HK_CUDA_GDN_TC_ROUND ? 2 : 0));
+    const int x = want_tc | (flags & HK_CUDA_GDN_TC_ROUND ? 2 : 0);
+    const int f[CLASS_FIELDS] = {lg2up(T), Hk, Hv, dk, dv, x};
+    const long long key = class_key(f);
     *timed = 0;
     const int best = hk_cuda_tuner_best(c->chunk_tune, key);
     if (best >= 0)
@@ -1072,9 +1107,11 @@ static void cu_gdn_step(be_t b, float *o, float *const *states,
         cuda_t *c = ctx(b);
         hk_cuda_step_impl_t impl = HK_CUDA_STEP_DEFAULT;
         int timed = 0;
-        if (c->step_tune)
-            impl = step_cands[hk_cuda_tuner_pick(
-                c->step_tune, shape_class(B, Hk, Hv, dk, dv, K), &timed)];
+        if (c->step_tune) {
+            const int f[CLASS_FIELDS] = {lg2up(B), Hk, Hv, dk, dv, K};
+            impl = step_cands[hk_cuda_tuner_pick(c->step_tune, class_key(f),
+                                                 &timed)];
+        }
         if (timed)
             note(b, hk_cuda_tuner_begin(c->step_tune, NULL), "gdn_step tuner");
         int rc = hk_cuda_gdn_step_impl(impl, o, ds, dc, qkv, a, bp, conv_w,
@@ -1104,43 +1141,72 @@ static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
     *len += w > 0 ? (size_t)w : 0;
 }
 
-/* One tuner's classes into buf at *len: the op, its class (shape_class's
- * fields, n the power of 2 at or above the calls' B or T) and the
- * kernels' times. */
-static void tuned_lines(hk_cuda_tuner_t *t, const char *op, const char *n,
-                        const char *x, const char *const *names, int ncand,
-                        char *buf, size_t cap, size_t *len)
+/* What a tuner's report says of it: its op, the names of its class's
+ * fields (NULL: not printed; bit i of lg: field i is a log2, printed as
+ * "<=" its power of 2) and of its kernels. */
+typedef struct {
+    const char *op;
+    const char *field[CLASS_FIELDS];
+    unsigned lg;
+    const char *const *kernel;
+    int n;
+} tune_desc_t;
+
+/* The decode step's kernels (step_cands), the GDN chunk's passes
+ * (chunk_cands; x: T_C + 2 rounded inputs) and the attention prefill's
+ * kernels (att_cands). */
+static const char *const step_names[STEP_CANDS] = {"pipe", "pipea", "pipew"};
+static const char *const chunk_names[CHUNK_CANDS] = {
+    "default", "r64", "deep", "o64", "r64+o64", "deep+o64"};
+static const char *const att_names[ATT_CANDS] = {"flash3_seq", "flash3_ws",
+                                                 "flash3"};
+static const tune_desc_t step_desc = {
+    "gdn_step", {"B", "Hk", "Hv", "dk", "dv", "K"}, 1u, step_names, STEP_CANDS};
+static const tune_desc_t chunk_desc = {"gdn_chunk",
+                                       {"T", "Hk", "Hv", "dk", "dv", "x"},
+                                       1u,
+                                       chunk_names,
+                                       CHUNK_CANDS};
+static const tune_desc_t att_desc = {"attention",
+                                     {"T", "Hkv", "Hq", "hd", "N", NULL},
+                                     1u | 16u,
+                                     att_names,
+                                     ATT_CANDS};
+
+/* One tuner's classes into buf at *len: the op, its class's fields, the
+ * kernel it runs (or "tuning") and each kernel's least time. */
+static void tuned_lines(hk_cuda_tuner_t *t, const tune_desc_t *d, char *buf,
+                        size_t cap, size_t *len)
 {
     long long key;
-    int best;
+    int best, f[CLASS_FIELDS];
     float ms[8];
     for (int i = 0; t && hk_cuda_tuner_class(t, i, &key, &best, ms) == 0; i++) {
-        put(buf, cap, len,
-            "%s %s<=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld %s=%lld: %s (", op, n,
-            1LL << (key >> 47), key >> 37 & 1023, key >> 25 & 4095,
-            key >> 16 & 511, key >> 4 & 4095, x, key & 15,
-            best >= 0 ? names[best] : "tuning");
-        for (int k = 0; k < ncand; k++)
+        class_fields(key, f);
+        put(buf, cap, len, "%s", d->op);
+        for (int j = 0; j < CLASS_FIELDS; j++)
+            if (d->field[j] && (d->lg >> j & 1u))
+                put(buf, cap, len, " %s<=%lld", d->field[j], 1LL << f[j]);
+            else if (d->field[j])
+                put(buf, cap, len, " %s=%d", d->field[j], f[j]);
+        put(buf, cap, len, ": %s (", best >= 0 ? d->kernel[best] : "tuning");
+        for (int k = 0; k < d->n; k++)
             if (ms[k] < 0)
-                put(buf, cap, len, "%s%s -", k ? ", " : "", names[k]);
+                put(buf, cap, len, "%s%s -", k ? ", " : "", d->kernel[k]);
             else
-                put(buf, cap, len, "%s%s %.3f", k ? ", " : "", names[k], ms[k]);
+                put(buf, cap, len, "%s%s %.3f", k ? ", " : "", d->kernel[k],
+                    ms[k]);
         put(buf, cap, len, " ms)\n");
     }
 }
 
-/* The decode step's and the GDN chunk's tuners (x: the step's K; the
- * chunk's T_C + 2 rounded inputs). */
 static size_t cu_tuned(be_t b, char *buf, size_t cap)
 {
-    static const char *const step[STEP_CANDS] = {"pipe", "pipea", "pipew"};
-    static const char *const chunk[CHUNK_CANDS] = {"default", "r64", "deep"};
     cuda_t *c = ctx(b);
     size_t len = 0;
-    tuned_lines(c->step_tune, "gdn_step", "B", "K", step, STEP_CANDS, buf, cap,
-                &len);
-    tuned_lines(c->chunk_tune, "gdn_chunk", "T", "x", chunk, CHUNK_CANDS, buf,
-                cap, &len);
+    tuned_lines(c->step_tune, &step_desc, buf, cap, &len);
+    tuned_lines(c->chunk_tune, &chunk_desc, buf, cap, &len);
+    tuned_lines(c->att_tune, &att_desc, buf, cap, &len);
     return len;
 }
 
@@ -1169,21 +1235,43 @@ static hk_cuda_att_impl_t cu_att_impl(hp_prec_t prec)
                                 : HK_CUDA_ATT_DEFAULT;
 }
 
+/* The bf16 prefill's kernels the tuner picks among: the same products
+ * and softmax steps in the same order, bit for bit
+ * (test_attention_flash3), the same scratch. */
+static const hk_cuda_att_impl_t att_cands[ATT_CANDS] = {
+    HK_CUDA_ATT_FLASH3_SEQ, HK_CUDA_ATT_FLASH3_WS, HK_CUDA_ATT_FLASH3};
+
 /* The prefill (hk_cuda_attention_ex); with scratch for FLASH2's bf16
  * copies of k and v (FLASH2X's hi and lo halves, FLASH3's bf16 tiles)
- * when that is the choice. */
+ * when that is the choice. With the tuner, bf16 operands run its pick (a
+ * FLASH3 kernel that refuses a shape: the default's way instead). */
 static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
                          const float *k, const float *v, int T, int N, int Hq,
                          int Hkv, int hd, float scale, hp_prec_t prec,
                          float *scratch)
 {
+    cuda_t *c = ctx(b);
     stage_begin(b);
     const int *d = stage(b, qpos, (size_t)T * sizeof(int));
-    if (d)
-        note(b,
-             hk_cuda_attention_ex(cu_att_impl(prec), o, q, d, k, v, T, N, Hq,
-                                  Hkv, hd, scale, scratch, NULL),
-             "attention");
+    if (!d)
+        return;
+    const hk_cuda_att_impl_t dflt = cu_att_impl(prec);
+    hk_cuda_att_impl_t impl = dflt;
+    int timed = 0;
+    if (c->att_tune && prec == HP_PREC_BF16) {
+        const int f[CLASS_FIELDS] = {lg2up(T), Hkv, Hq, hd, lg2up(N), 0};
+        impl = att_cands[hk_cuda_tuner_pick(c->att_tune, class_key(f), &timed)];
+    }
+    if (timed)
+        note(b, hk_cuda_tuner_begin(c->att_tune, NULL), "attention tuner");
+    int rc = hk_cuda_attention_ex(impl, o, q, d, k, v, T, N, Hq, Hkv, hd, scale,
+                                  scratch, NULL);
+    if (timed)
+        note(b, hk_cuda_tuner_end(c->att_tune, NULL), "attention tuner");
+    if (rc == HK_CUDA_EINVAL && impl != dflt)
+        rc = hk_cuda_attention_ex(dflt, o, q, d, k, v, T, N, Hq, Hkv, hd, scale,
+                                  scratch, NULL);
+    note(b, rc, "attention");
 }
 
 /* Prefill: none (online softmax per tile), except FLASH2's bf16 copies of
@@ -1547,6 +1635,14 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         !strcmp(tu, "1") &&
         hk_cuda_tuner_create(&c->chunk_tune, CHUNK_CANDS, 3) != HK_CUDA_OK)
         c->chunk_tune = NULL;
+    /* ... and of each bf16 attention prefill's, where HYPIC_CUDA_ATT names
+     * no kernel and the default is FLASH3_SEQ (a Hopper device) */
+    const char *at = getenv("HYPIC_CUDA_ATT");
+    if (!(at && *at) && tu && !strcmp(tu, "1") &&
+        hk_cuda_attention_kernel(HK_CUDA_ATT_DEFAULT_BF16) ==
+            HK_CUDA_ATT_FLASH3_SEQ &&
+        hk_cuda_tuner_create(&c->att_tune, ATT_CANDS, 3) != HK_CUDA_OK)
+        c->att_tune = NULL;
     {
         size_t mem = 0;
         if (hk_cuda_device_info(c->self.device, sizeof(c->self.device), &c->sms,

@@ -740,33 +740,68 @@ static void check_conv_qkv(const hp_backend_t *b)
     free(hdt);
 }
 
-/* HYPIC_CUDA_TUNE=1's GDN chunk tuner (backend_cuda.c): at a shape where
- * R64 and DEEP both apply (dk = 128, T_C, inputs rounded: 16 blocks of 32
- * columns over the emulator's 4 SMs; DEEP's 212 KB fit), calls whose
- * passes take turns give the tuner-less backend's o, S and T_C bit for
- * bit each time, and hp_backend_tuned then names the class's choice with
- * a time for each pass; the tuner-less backend reports nothing. */
-static void check_chunk_tune(void)
+/* A backend with HYPIC_CUDA_TUNE=1's tuners (*tun) and one without
+ * (*ref), whatever the environment says (it is left as it was). */
+static int open_tuned(const hp_backend_t **tun, const hp_backend_t **ref,
+                      hp_error_t *err)
 {
-    enum { T = 70, HK = 1, HV = 2, DK = 128, DV = 128, C = 64, CALLS = 12 };
     const char *was = getenv("HYPIC_CUDA_TUNE");
     char *keep = was ? strdup(was) : NULL;
-    const hp_backend_t *tun = NULL, *ref = NULL;
-    hp_error_t err = {0};
     unsetenv("HYPIC_CUDA_TUNE");
-    int rc = open_mode(&ref, NULL, &err);
+    int rc = open_mode(ref, NULL, err);
     setenv("HYPIC_CUDA_TUNE", "1", 1);
-    if (rc == HP_OK)
-        rc = open_mode(&tun, NULL, &err);
+    if (rc == HP_OK && (rc = open_mode(tun, NULL, err)) != HP_OK)
+        hp_backend_close(*ref);
     if (keep)
         setenv("HYPIC_CUDA_TUNE", keep, 1);
     else
         unsetenv("HYPIC_CUDA_TUNE");
     free(keep);
-    if (rc != HP_OK) {
-        ok(0, "gdn_chunk tuner: open: %s", err.msg);
-        return;
+    return rc;
+}
+
+/* Whether tun's hp_backend_tuned has the line "<head>: <one of k[n]> (k[0]
+ * <ms>, k[1] <ms>, ... ms)" (the class settled, every kernel timed); the
+ * line, or the whole report, into line[cap] for the message. */
+static int tuned_settled(const hp_backend_t *tun, const char *head,
+                         const char *const *k, int n, char *line, size_t cap)
+{
+    char rep[4096];
+    hp_backend_tuned(tun, rep, sizeof rep);
+    const char *p = strstr(rep, head);
+    snprintf(line, cap, "%.*s", (int)strcspn(p ? p : rep, "\n"), p ? p : rep);
+    if (!p || strncmp(p += strlen(head), ": ", 2))
+        return 0;
+    const char *pick = p += 2;
+    const size_t pl = strcspn(pick, " ");
+    int known = 0;
+    for (int i = 0; i < n; i++)
+        known |= strlen(k[i]) == pl && !strncmp(pick, k[i], pl);
+    if (!known || strncmp(p += pl, " (", 2))
+        return 0;
+    p += 2;
+    for (int i = 0; i < n; i++) {
+        const size_t l = strlen(k[i]);
+        char *end;
+        if (strncmp(p, k[i], l) || p[l] != ' ')
+            return 0;
+        const float ms = strtof(p += l + 1, &end);
+        if (end == p || ms < 0 || (i + 1 < n && strncmp(end, ", ", 2)))
+            return 0;
+        p = end + (i + 1 < n ? 2 : 0);
     }
+    return !strncmp(p, " ms)", 4);
+}
+
+/* HYPIC_CUDA_TUNE=1's GDN chunk tuner (backend_cuda.c): at a shape where
+ * R64, DEEP and O64 all apply (dk = dv = 128, T_C, inputs rounded: 16
+ * blocks of 32 columns over the emulator's 4 SMs; DEEP's 212 KB fit), 20
+ * calls whose kernels take turns (the six combinations) give the
+ * tuner-less backend's o, S and T_C bit for bit each time, and
+ * hp_backend_tuned then names the class's choice with a time for each. */
+static void check_chunk_tune(const hp_backend_t *tun, const hp_backend_t *ref)
+{
+    enum { T = 70, HK = 1, HV = 2, DK = 128, DV = 128, C = 64, CALLS = 20 };
     const size_t nq = (size_t)T * HK * DK, nv = (size_t)T * HV * DV;
     const size_t ng = (size_t)T * HV, ns = (size_t)HV * DK * DV;
     const size_t nt = (size_t)HV * DK * DK;
@@ -778,6 +813,7 @@ static void check_chunk_tune(void)
         hg[i] = -0.1f * fabsf(hg[i]); /* decays in (e^-0.1, 1] */
         hb[i] = 0.5f + 0.5f * hb[i];  /* beta in [0, 1] */
     }
+    hp_error_t err = {0};
     float *out[2][3]; /* [ref, tuned][o, S, Tc] on the host */
     int same = 1, calls = 0;
     for (int r = 0; r < 2; r++) {
@@ -809,24 +845,16 @@ static void check_chunk_tune(void)
         void *p[] = {q, k, v, g, be, o, scr};
         drop(b, p, sizeof p / sizeof p[0]);
     }
-    char rep[1024], none[8];
-    hp_backend_tuned(tun, rep, sizeof rep);
-    const char *line = strstr(rep, "gdn_chunk T<=128 Hk=1 Hv=2 dk=128 dv=128 "
-                                   "x=3: ");
-    char pick[16] = "";
-    float ms[3] = {-1, -1, -1};
-    const int got = line ? sscanf(strchr(line, ':') + 2,
-                                  "%15s (default %f, r64 %f, deep %f ms)", pick,
-                                  &ms[0], &ms[1], &ms[2])
-                         : 0;
-    ok(same && calls == CALLS && got == 4 &&
-           (!strcmp(pick, "default") || !strcmp(pick, "r64") ||
-            !strcmp(pick, "deep")) &&
-           ms[0] >= 0 && ms[1] >= 0 && ms[2] >= 0 &&
-           hp_backend_tuned(ref, none, sizeof none) == 0 && !none[0],
+    static const char *const kn[6] = {"default", "r64",     "deep",
+                                      "o64",     "r64+o64", "deep+o64"};
+    char line[512];
+    const int settled =
+        tuned_settled(tun, "gdn_chunk T<=128 Hk=1 Hv=2 dk=128 dv=128 x=3", kn,
+                      6, line, sizeof line);
+    ok(same && calls == CALLS && settled,
        "gdn_chunk tuner: %d calls as the untuned backend's bit for bit, then "
-       "%.*s",
-       calls, (int)strcspn(line ? line : rep, "\n"), line ? line : rep);
+       "%s",
+       calls, line);
     for (int r = 0; r < 2; r++)
         for (int i = 0; i < 3; i++)
             free(out[r][i]);
@@ -837,6 +865,73 @@ static void check_chunk_tune(void)
     free(hb);
     free(hs);
     free(ht);
+}
+
+/* HYPIC_CUDA_TUNE=1's attention tuner: bf16 prefills of a prompt after a
+ * cached prefix whose kernels (FLASH3_SEQ, FLASH3_WS, FLASH3) take turns
+ * give the tuner-less backend's o bit for bit each time, then the class
+ * is settled with a time for each; the tuner-less backend reports
+ * nothing. (The emulator is a compute capability 9.0 device.) */
+static void check_att_tune(const hp_backend_t *tun, const hp_backend_t *ref)
+{
+    enum { T = 40, N = 100, HQ = 4, HKV = 2, HD = 64, CALLS = 12 };
+    const size_t nq = (size_t)T * HQ * HD, nk = (size_t)N * HKV * HD;
+    float *hq = frand_amp(nq, 1.0), *hk = frand_amp(nk, 1.0);
+    float *hv = frand_amp(nk, 1.0);
+    float *out[2] = {malloc(nq * sizeof(float)), malloc(nq * sizeof(float))};
+    int qpos[T];
+    for (int t = 0; t < T; t++)
+        qpos[t] = N - T + t;
+    hp_error_t err = {0};
+    int same = 1, calls = 0;
+    for (int r = 0; r < 2; r++) {
+        const hp_backend_t *b = r ? tun : ref;
+        float *q = put(b, hq, nq), *k = put(b, hk, nk), *v = put(b, hv, nk);
+        float *o = hp_backend_alloc(b, nq * sizeof(float));
+        float *scr =
+            hp_backend_alloc(b, hp_backend_attention_scratch(b, T, N, HQ, HKV,
+                                                             HD, HP_PREC_BF16) *
+                                    sizeof(float));
+        for (int c = 0; c < (r ? CALLS : 1); c++) {
+            hp_backend_attention(b, o, q, qpos, k, v, T, N, HQ, HKV, HD, 0.125f,
+                                 HP_PREC_BF16, scr);
+            same &= hp_backend_sync(b, &err) == HP_OK;
+            hp_backend_download(b, out[r], o, nq * sizeof(float));
+            if (r)
+                same &= !memcmp(out[0], out[1], nq * sizeof(float));
+            calls += r;
+        }
+        void *p[] = {q, k, v, o, scr};
+        drop(b, p, sizeof p / sizeof p[0]);
+    }
+    static const char *const kn[3] = {"flash3_seq", "flash3_ws", "flash3"};
+    char line[512], none[8];
+    const int settled =
+        tuned_settled(tun, "attention T<=64 Hkv=2 Hq=4 hd=64 N<=128", kn, 3,
+                      line, sizeof line);
+    ok(same && calls == CALLS && settled &&
+           hp_backend_tuned(ref, none, sizeof none) == 0 && !none[0],
+       "attention tuner: %d bf16 prefills as the untuned backend's bit for "
+       "bit, then %s",
+       calls, line);
+    free(out[0]);
+    free(out[1]);
+    free(hq);
+    free(hk);
+    free(hv);
+}
+
+/* The tuners (HYPIC_CUDA_TUNE=1) of the GDN chunk and the attention. */
+static void check_tuners(void)
+{
+    const hp_backend_t *tun, *ref;
+    hp_error_t err = {0};
+    if (open_tuned(&tun, &ref, &err) != HP_OK) {
+        ok(0, "tuners: open: %s", err.msg);
+        return;
+    }
+    check_chunk_tune(tun, ref);
+    check_att_tune(tun, ref);
     hp_backend_close(tun);
     hp_backend_close(ref);
 }
@@ -972,7 +1067,7 @@ int main(int argc, char **argv)
     check_fused(cuda);
     check_mlp(cuda);
     check_conv_qkv(cuda);
-    check_chunk_tune();
+    check_tuners();
     const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     check_split_kv(root);
     check_logit_slices(root);

@@ -436,6 +436,11 @@ static hk_cuda_att_impl_t hk_att_resolve(hk_cuda_att_impl_t impl)
     return hk_cuda_cc() == 90 ? HK_CUDA_ATT_FLASH3_SEQ : HK_CUDA_ATT_FLASH2;
 }
 
+extern "C" hk_cuda_att_impl_t hk_cuda_attention_kernel(hk_cuda_att_impl_t impl)
+{
+    return hk_att_resolve(impl);
+}
+
 /* The FLASH3 kind (hk_cuda_impl.h) of impl; -1 for another kernel. */
 static int hk_att_f3_kind(hk_cuda_att_impl_t impl)
 {

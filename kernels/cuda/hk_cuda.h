@@ -124,7 +124,8 @@ int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
 
 /* An online tuner (hk_tune.cu) for an op whose ncand kernels give the same
  * results bit for bit (the decode step's PIPE, PIPEA and PIPEW; the GDN
- * chunk's state pass with and without HK_CUDA_GDN_TC_R64 or _DEEP): per size
+ * chunk's state pass with and without HK_CUDA_GDN_TC_R64 or _DEEP; the
+ * attention prefill's FLASH3, FLASH3_SEQ and FLASH3_WS): per size
  * class (key: any number the caller makes of the call's shape), pick says
  * which kernel a call runs; until each has samples timings at the class,
  * the kernels take turns and *timed asks the caller to wrap the launch in
@@ -313,6 +314,11 @@ typedef enum {
     HK_CUDA_ATT_DEFAULT_BF16 = 8,
     HK_CUDA_ATT_FLASH3_WS = 9
 } hk_cuda_att_impl_t;
+
+/* The kernel impl runs on this device before any fallback: DEFAULT and
+ * DEFAULT_BF16 resolved (HYPIC_CUDA_ATT, else the device's default),
+ * others as they are. */
+hk_cuda_att_impl_t hk_cuda_attention_kernel(hk_cuda_att_impl_t impl);
 
 /* Twin of hk_attention: o[T, Hq, hd] = softmax(q k^T scale, keys
  * j <= qpos[t]) v; q [T, Hq, hd], qpos [T] (device, each < N), k, v
@@ -690,7 +696,13 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * ahead into three buffers instead of one ahead into two, where they fit
  * (at dk = 128 with bf16 or rounded inputs, not fused: 188 KB at BV = 16,
  * 212 KB at BV = 32, not at BV = 64; at dk = 64 fused too; else
- * ignored). The same results bit for bit. Not yet timed. */
+ * ignored). The same results bit for bit. Not yet timed.
+ * HK_CUDA_GDN_TC_O64: kernel O over 64 output columns a block instead of
+ * 32, where dv is a multiple of 64 and its tiles fit (~111 KB at dk = 128,
+ * 128 KB with Q's lo rows: one block an SM where 32 columns fit two):
+ * each chunk's Q and P copied once per 64 columns, not per 32; each tile
+ * of o the same products in the same order, so the same results bit for
+ * bit (where the outputs are fused into R, ignored). Not yet timed. */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
@@ -702,7 +714,8 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
 #define HK_CUDA_GDN_TC_FUSE_O 256u
 #define HK_CUDA_GDN_TC_R64    512u
 #define HK_CUDA_GDN_TC_DEEP   1024u
-#define HK_CUDA_GDN_TC_FLAGS  2047u
+#define HK_CUDA_GDN_TC_O64    2048u
+#define HK_CUDA_GDN_TC_FLAGS  4095u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,
@@ -731,10 +744,11 @@ int hk_cuda_gdn_tc_phases(double ms[HK_CUDA_GDN_TC_PHASES]);
 /* The kernels a call of these shapes and flags launches (f32_in: the f32
  * entry; want_tc: tcs given) into buf, e.g. "A2 R32x2 O": kernel A (A1,
  * A3, or A2 the blockwise), the state pass (R<BV>x<dk/64>: the state in
- * registers; P<BV>: in shared memory, "s" single-buffered; B<BV>: v1, the
- * outputs inside it) and O, the outputs' launch (v1: none). What runs, not
- * what was asked for (REG where dk is no multiple of 64 runs P). 0, or
- * HK_CUDA_EINVAL where the entry would refuse the call. */
+ * registers, "/3" three buffers, "+O" the outputs fused; P<BV>: in shared
+ * memory, "s" single-buffered; B<BV>: v1, the outputs inside it) and O,
+ * the outputs' launch ("O64": 64 columns a block; v1, fused: none). What
+ * runs, not what was asked for (REG where dk is no multiple of 64 runs P):
+ * 0, or HK_CUDA_EINVAL where the entry would refuse the call. */
 int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq, int Hk,
                            int Hv, int dk, int dv, int C, int f32_in,
                            int want_tc, unsigned flags);

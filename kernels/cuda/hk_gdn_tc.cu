@@ -102,6 +102,9 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
 {
     const size_t lim = (size_t)hk_cuda_smem_optin();
     p->BVO = dv % 32 ? 16 : 32;
+    if ((flags & HK_CUDA_GDN_TC_O64) && dv % 64 == 0 &&
+        hk_tc_out_smem(dk, C, 64, lo) <= lim)
+        p->BVO = 64;
     p->so = hk_tc_out_smem(dk, C, p->BVO, lo);
     p->nbuf = flags & HK_CUDA_GDN_TC_PSHARE ? 1 : 2;
     p->PBV = (flags & HK_CUDA_GDN_TC_V1) || p->so > lim
@@ -316,10 +319,12 @@ extern "C" int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq,
     if (!p.PBV) /* as hk_gdn_tc_launch picks them */
         snprintf(buf, cap, "%s B%d", a, p.BV);
     else if (p.reg)
-        snprintf(buf, cap, "%s R%dx%d%s%s", a, p.BV, p.BV == 64 ? 1 : dk / 64,
-                 p.rbuf == 3 ? "/3" : "", p.fuse ? "+O" : " O");
+        snprintf(buf, cap, "%s R%dx%d%s%s%s", a, p.BV, p.BV == 64 ? 1 : dk / 64,
+                 p.rbuf == 3 ? "/3" : "", p.fuse ? "+O" : " O",
+                 !p.fuse && p.BVO == 64 ? "64" : "");
     else
-        snprintf(buf, cap, "%s P%d%s O", a, p.BV, p.nbuf == 1 ? "s" : "");
+        snprintf(buf, cap, "%s P%d%s O%s", a, p.BV, p.nbuf == 1 ? "s" : "",
+                 p.BVO == 64 ? "64" : "");
     return HK_CUDA_OK;
 }
 

@@ -2790,15 +2790,17 @@ static void test_gdn_chunk_bf16(void)
     }
 }
 
-/* Variants of kernel R that change how it runs, not what it sums, against
- * the default on the same inputs: o, S and T_C bit for bit, and the
- * kernels each ran. R64 (64 columns on 8 state warps; the emulator's 4 SMs
- * are fewer than the 32-column blocks of both dk = 128 shapes) and DEEP
- * (each chunk's tiles two chunks ahead in three buffers: 10 and 13 chunks
- * at dk = 64, and the dk = 128 shape; and with the fused outputs against
- * them alone), split and fast, with and without T_C; both also through
- * the f32 entry (K's lo rows: R64's 225 KB). The default is held to the
- * CPU by test_gdn_chunk_bf16 and test_gdn_chunk_tc. */
+/* Variants of kernels R and O that change how they run, not what they
+ * sum, against the default on the same inputs: o, S and T_C bit for bit,
+ * and the kernels each ran. R64 (64 columns on 8 state warps; the
+ * emulator's 4 SMs are fewer than the 32-column blocks of both dk = 128
+ * shapes), DEEP (each chunk's tiles two chunks ahead in three buffers: 10
+ * and 13 chunks at dk = 64, and the dk = 128 shape; and with the fused
+ * outputs against them alone) and O64 (kernel O on 64 columns: dv = 128
+ * and 64, after R and after P), split and fast, with and without T_C;
+ * each also through the f32 entry (K's lo rows: R64's 225 KB; Q's lo rows
+ * in O64's). The default is held to the CPU by test_gdn_chunk_bf16 and
+ * test_gdn_chunk_tc. */
 static void test_gdn_chunk_same(void)
 {
     static const struct {
@@ -2822,7 +2824,16 @@ static void test_gdn_chunk_same(void)
                  {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_R64, "f32 r64",
                   " R64x1 O", " R32x2 O"},
                  {300, 1, 2, 64, 64, 32, 1, 1, HK_CUDA_GDN_TC_DEEP, "f32 deep",
-                  " R32x1/3 O", " R32x1 O"}};
+                  " R32x1/3 O", " R32x1 O"},
+                 {100, 1, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_O64, "o64",
+                  " R32x2 O64", " R32x2 O"},
+                 {200, 2, 2, 64, 64, 16, 0, 0, HK_CUDA_GDN_TC_O64, "o64",
+                  " R32x1 O64", " R32x1 O"},
+                 {100, 1, 2, 128, 128, 64, 0, 0,
+                  HK_CUDA_GDN_TC_SMEM | HK_CUDA_GDN_TC_O64, "p o64", " P32 O64",
+                  " P32 O"},
+                 {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_O64, "f32 o64",
+                  " R32x2 O64", " R32x2 O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
     for (int cs = 0; cs < (int)NSHAPES(cases); cs++)
         for (int e = 0; e < 2; e++) {
@@ -2840,10 +2851,12 @@ static void test_gdn_chunk_same(void)
             float *dO[2], *dS[2], *dTc[2] = {NULL, NULL};
             char kn[2][32];
             for (int v = 0; v < 2; v++) {
-                /* the default: the case's FUSE_O alone, if it has it */
+                /* the default: the case's FUSE_O or SMEM alone, if it has
+                 * them */
                 const unsigned fl =
                     extra[e] | (v ? cases[cs].flags
-                                  : cases[cs].flags & HK_CUDA_GDN_TC_FUSE_O);
+                                  : cases[cs].flags & (HK_CUDA_GDN_TC_FUSE_O |
+                                                       HK_CUDA_GDN_TC_SMEM));
                 dO[v] = dev_alloc(no);
                 dS[v] = dev_from(p.S0, ns);
                 if (want_tc)

@@ -1161,17 +1161,26 @@ static const char *const chunk_names[CHUNK_CANDS] = {
 static const char *const att_names[ATT_CANDS] = {"flash3_seq", "flash3_ws",
                                                  "flash3"};
 static const tune_desc_t step_desc = {
-    "gdn_step", {"B", "Hk", "Hv", "dk", "dv", "K"}, 1u, step_names, STEP_CANDS};
-static const tune_desc_t chunk_desc = {"gdn_chunk",
-                                       {"T", "Hk", "Hv", "dk", "dv", "x"},
-                                       1u,
-                                       chunk_names,
-                                       CHUNK_CANDS};
-static const tune_desc_t att_desc = {"attention",
-                                     {"T", "Hkv", "Hq", "hd", "N", NULL},
-                                     1u | 16u,
-                                     att_names,
-                                     ATT_CANDS};
+    .op = "gdn_step",
+    .field = {"B", "Hk", "Hv", "dk", "dv", "K"},
+    .lg = 1u,
+    .kernel = step_names,
+    .n = STEP_CANDS,
+};
+static const tune_desc_t chunk_desc = {
+    .op = "gdn_chunk",
+    .field = {"T", "Hk", "Hv", "dk", "dv", "x"},
+    .lg = 1u,
+    .kernel = chunk_names,
+    .n = CHUNK_CANDS,
+};
+static const tune_desc_t att_desc = {
+    .op = "attention",
+    .field = {"T", "Hkv", "Hq", "hd", "N", NULL},
+    .lg = 1u | 16u,
+    .kernel = att_names,
+    .n = ATT_CANDS,
+};
 
 /* One tuner's classes into buf at *len: the op, its class's fields, the
  * kernel it runs (or "tuning") and each kernel's least time. */

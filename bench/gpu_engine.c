@@ -821,10 +821,12 @@ int main(int argc, char **argv)
                "above)\n",
                o.budget, b.skipped);
     /* what HYPIC_CUDA_TUNE=1's tuners chose, a line per size class */
-    char tuned[4096];
-    if (hp_backend_tuned(b.be, tuned, sizeof tuned))
+    const size_t tn = hp_backend_tuned(b.be, NULL, 0);
+    char *tuned = tn ? malloc(tn + 1) : NULL;
+    if (tuned && hp_backend_tuned(b.be, tuned, tn + 1) == tn)
         for (char *l = strtok(tuned, "\n"); l; l = strtok(NULL, "\n"))
             printf("# tuned %s\n", l);
+    free(tuned);
     printf("# total %.1f s\n", bench_now() - b.t0);
     if (b.tsv)
         fclose(b.tsv);

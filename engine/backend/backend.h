@@ -189,8 +189,9 @@ int hp_backend_profile_stop(const hp_backend_t *b, hp_backend_prof_row_t *rows,
  * size class of an op, its kernels' least times and the one it runs, e.g.
  * "gdn_step B<=64 Hk=16 Hv=32 dk=128 dv=128 K=4: pipew (pipe 0.101,
  * pipea 0.097, pipew 0.088 ms)", "tuning" until each is timed. The length
- * the whole report needs (as snprintf); 0: none. Called as an op is (under
- * hp_backend_lock where threads share the backend). */
+ * the whole report needs (as snprintf: buf NULL with cap 0 to size it);
+ * 0: none. Called as an op is (under hp_backend_lock where threads share
+ * the backend). */
 size_t hp_backend_tuned(const hp_backend_t *b, char *buf, size_t cap);
 /* Ops issued through this seam so far (each op call, device copies and
  * memsets; an op made of others, gdn_step on the CPU, counts them too)

@@ -24,8 +24,8 @@
  * timing the class's first 3 steps on each (hk_cuda_tuner: events read
  * once done, no wait). Opt-in until PIPEA and PIPEW have passed their
  * tests on a GPU (they have run on the emulator only). Likewise, with
- * HYPIC_CUDA_TUNE=1 and a GDN mode that names no state pass (neither
- * tc_r64 nor tc_deep), each GDN chunk's size class (the heads' shape, T's
+ * HYPIC_CUDA_TUNE=1 and a GDN mode that names neither R64 nor DEEP (not
+ * tc_r64, tc_deep), each GDN chunk's size class (the heads' shape, T's
  * power of 2, T_C or not, the inputs rounded or not) times its first 3
  * calls on each of the default pass, R64 and DEEP, each with kernel O on
  * 32 or 64 columns (O64) (the same sums, bit for bit:
@@ -966,6 +966,25 @@ static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
     return rc;
 }
 
+/* A timed call's start (hk_cuda_tuner_begin) and its end: its time, or
+ * where the call failed none, its kernel then out of the class's running
+ * (hk_cuda_tuner_fail: a kernel that fails is never chosen). Only errors
+ * are noted: the op's own note marks the op profile with its time. */
+static void tune_begin(be_t b, hk_cuda_tuner_t *t, const char *what)
+{
+    const int rc = hk_cuda_tuner_begin(t, NULL);
+    if (rc != HK_CUDA_OK)
+        note(b, rc, what);
+}
+
+static void tune_end(be_t b, hk_cuda_tuner_t *t, int op_rc, const char *what)
+{
+    const int rc = op_rc == HK_CUDA_OK ? hk_cuda_tuner_end(t, NULL)
+                                       : hk_cuda_tuner_fail(t);
+    if (rc != HK_CUDA_OK)
+        note(b, rc, what);
+}
+
 /* A call's size class for a tuner: CLASS_FIELDS small numbers of its
  * shape, of class_bits[i] bits each, packed into a key (values wider than
  * their fields alias classes: that only shares a choice of kernel);
@@ -1057,12 +1076,11 @@ static void cu_gdn_chunk(be_t b, float *o, float *S, float *Tc, const float *q,
             flags |= chunk_cands[chunk_pick(c, T, Hk, Hv, dk, dv, Tc != NULL,
                                             flags, &timed)];
         if (timed)
-            note(b, hk_cuda_tuner_begin(c->chunk_tune, NULL),
-                 "gdn_chunk tuner");
+            tune_begin(b, c->chunk_tune, "gdn_chunk tuner");
         int rc = chunk_tc(b, o, S, Tc, q, k, v, g, beta, T, Hk, Hv, dk, dv,
                           scratch, flags);
         if (timed)
-            note(b, hk_cuda_tuner_end(c->chunk_tune, NULL), "gdn_chunk tuner");
+            tune_end(b, c->chunk_tune, rc, "gdn_chunk tuner");
         if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
             note(b, rc, "gdn_chunk (tensor cores)");
             return;
@@ -1113,12 +1131,12 @@ static void cu_gdn_step(be_t b, float *o, float *const *states,
                                                  &timed)];
         }
         if (timed)
-            note(b, hk_cuda_tuner_begin(c->step_tune, NULL), "gdn_step tuner");
+            tune_begin(b, c->step_tune, "gdn_step tuner");
         int rc = hk_cuda_gdn_step_impl(impl, o, ds, dc, qkv, a, bp, conv_w,
                                        A_log, dt_bias, B, Hk, Hv, dk, dv, K,
                                        eps, q_scale, NULL);
         if (timed)
-            note(b, hk_cuda_tuner_end(c->step_tune, NULL), "gdn_step tuner");
+            tune_end(b, c->step_tune, rc, "gdn_step tuner");
         if (rc != HK_CUDA_EINVAL || mode == GDN_TC) {
             note(b, rc, "gdn_step (fused)");
             return;
@@ -1129,14 +1147,16 @@ static void cu_gdn_step(be_t b, float *o, float *const *states,
                             scratch);
 }
 
-/* Appends to buf (cap bytes) at *len, snprintf's way: *len grows by what
- * the text needs, whether it fit or not. */
-static void put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+/* Appends to buf (cap bytes; NULL with cap 0) at *len, snprintf's way:
+ * *len grows by what the text needs, whether it fit or not. */
+static void report_put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void report_put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
 {
     const size_t at = *len < cap ? *len : cap;
     va_list ap;
     va_start(ap, fmt);
-    const int w = vsnprintf(buf + at, cap - at, fmt, ap);
+    const int w = vsnprintf(buf ? buf + at : NULL, cap - at, fmt, ap);
     va_end(ap);
     *len += w > 0 ? (size_t)w : 0;
 }
@@ -1189,23 +1209,26 @@ static void tuned_lines(hk_cuda_tuner_t *t, const tune_desc_t *d, char *buf,
 {
     long long key;
     int best, f[CLASS_FIELDS];
-    float ms[8];
+    float ms[HK_CUDA_TUNER_MAX_CAND];
     for (int i = 0; t && hk_cuda_tuner_class(t, i, &key, &best, ms) == 0; i++) {
         class_fields(key, f);
-        put(buf, cap, len, "%s", d->op);
+        report_put(buf, cap, len, "%s", d->op);
         for (int j = 0; j < CLASS_FIELDS; j++)
             if (d->field[j] && (d->lg >> j & 1u))
-                put(buf, cap, len, " %s<=%lld", d->field[j], 1LL << f[j]);
+                report_put(buf, cap, len, " %s<=%lld", d->field[j],
+                           1LL << f[j]);
             else if (d->field[j])
-                put(buf, cap, len, " %s=%d", d->field[j], f[j]);
-        put(buf, cap, len, ": %s (", best >= 0 ? d->kernel[best] : "tuning");
+                report_put(buf, cap, len, " %s=%d", d->field[j], f[j]);
+        report_put(buf, cap, len, ": %s (",
+                   best >= 0 ? d->kernel[best] : "tuning");
         for (int k = 0; k < d->n; k++)
             if (ms[k] < 0)
-                put(buf, cap, len, "%s%s -", k ? ", " : "", d->kernel[k]);
+                report_put(buf, cap, len, "%s%s -", k ? ", " : "",
+                           d->kernel[k]);
             else
-                put(buf, cap, len, "%s%s %.3f", k ? ", " : "", d->kernel[k],
-                    ms[k]);
-        put(buf, cap, len, " ms)\n");
+                report_put(buf, cap, len, "%s%s %.3f", k ? ", " : "",
+                           d->kernel[k], ms[k]);
+        report_put(buf, cap, len, " ms)\n");
     }
 }
 
@@ -1272,11 +1295,11 @@ static void cu_attention(be_t b, float *o, const float *q, const int *qpos,
         impl = att_cands[hk_cuda_tuner_pick(c->att_tune, class_key(f), &timed)];
     }
     if (timed)
-        note(b, hk_cuda_tuner_begin(c->att_tune, NULL), "attention tuner");
+        tune_begin(b, c->att_tune, "attention tuner");
     int rc = hk_cuda_attention_ex(impl, o, q, d, k, v, T, N, Hq, Hkv, hd, scale,
                                   scratch, NULL);
     if (timed)
-        note(b, hk_cuda_tuner_end(c->att_tune, NULL), "attention tuner");
+        tune_end(b, c->att_tune, rc, "attention tuner");
     if (rc == HK_CUDA_EINVAL && impl != dflt)
         rc = hk_cuda_attention_ex(dflt, o, q, d, k, v, T, N, Hq, Hkv, hd, scale,
                                   scratch, NULL);
@@ -1634,20 +1657,21 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     /* with HYPIC_CUDA_TUNE=1 and no step kernel named, the first 3 steps
      * of each size class time each kernel (no tuner if its events cannot
      * be made: HYPIC_CUDA_STEP's default then) */
-    const char *st = getenv("HYPIC_CUDA_STEP"), *tu = getenv("HYPIC_CUDA_TUNE");
-    if (!(st && *st) && tu && !strcmp(tu, "1") &&
+    const char *tu = getenv("HYPIC_CUDA_TUNE");
+    const char *st = getenv("HYPIC_CUDA_STEP"), *at = getenv("HYPIC_CUDA_ATT");
+    const int tune = tu && !strcmp(tu, "1");
+    if (tune && !(st && *st) &&
         hk_cuda_tuner_create(&c->step_tune, STEP_CANDS, 3) != HK_CUDA_OK)
         c->step_tune = NULL;
-    /* ... and of each GDN chunk's, where the mode names no state pass */
-    if (c->gdn != GDN_SCALAR &&
-        !(c->gdn_flags & (HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_DEEP)) && tu &&
-        !strcmp(tu, "1") &&
+    /* ... and of each GDN chunk's, where the mode names neither R64 nor
+     * DEEP */
+    if (tune && c->gdn != GDN_SCALAR &&
+        !(c->gdn_flags & (HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_DEEP)) &&
         hk_cuda_tuner_create(&c->chunk_tune, CHUNK_CANDS, 3) != HK_CUDA_OK)
         c->chunk_tune = NULL;
     /* ... and of each bf16 attention prefill's, where HYPIC_CUDA_ATT names
      * no kernel and the default is FLASH3_SEQ (a Hopper device) */
-    const char *at = getenv("HYPIC_CUDA_ATT");
-    if (!(at && *at) && tu && !strcmp(tu, "1") &&
+    if (tune && !(at && *at) &&
         hk_cuda_attention_kernel(HK_CUDA_ATT_DEFAULT_BF16) ==
             HK_CUDA_ATT_FLASH3_SEQ &&
         hk_cuda_tuner_create(&c->att_tune, ATT_CANDS, 3) != HK_CUDA_OK)

@@ -125,7 +125,8 @@ int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
 /* An online tuner (hk_tune.cu) for an op whose ncand kernels give the same
  * results bit for bit (the decode step's PIPE, PIPEA and PIPEW; the GDN
  * chunk's state pass with and without HK_CUDA_GDN_TC_R64 or _DEEP; the
- * attention prefill's FLASH3, FLASH3_SEQ and FLASH3_WS): per size
+ * attention prefill's FLASH3, FLASH3_SEQ and FLASH3_WS; the chunk's kernel
+ * O with and without HK_CUDA_GDN_TC_O64): per size
  * class (key: any number the caller makes of the call's shape), pick says
  * which kernel a call runs; until each has samples timings at the class,
  * the kernels take turns and *timed asks the caller to wrap the launch in
@@ -134,6 +135,7 @@ int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
  * for. 64 classes at most (later ones run kernel 0). One host thread at a
  * time. */
 typedef struct hk_cuda_tuner hk_cuda_tuner_t;
+#define HK_CUDA_TUNER_MAX_CAND 8 /* ncand's most */
 int hk_cuda_tuner_create(hk_cuda_tuner_t **t, int ncand, int samples);
 void hk_cuda_tuner_destroy(hk_cuda_tuner_t *t);
 int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed);
@@ -145,6 +147,10 @@ int hk_cuda_tuner_pick_of(hk_cuda_tuner_t *t, long long key, unsigned mask,
                           int *timed);
 int hk_cuda_tuner_begin(hk_cuda_tuner_t *t, void *stream);
 int hk_cuda_tuner_end(hk_cuda_tuner_t *t, void *stream);
+/* Instead of end where the timed call failed: no time is taken, and the
+ * kernel leaves the class's running (never its choice, unless every one
+ * failed: then kernel 0). */
+int hk_cuda_tuner_fail(hk_cuda_tuner_t *t);
 /* The class's kernel once tuned, else -1. */
 int hk_cuda_tuner_best(const hk_cuda_tuner_t *t, long long key);
 /* Class i (0, 1, ... in the order first seen; the times in so far read

@@ -115,15 +115,18 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     p->A3 = (flags & HK_CUDA_GDN_TC_A3) != 0;
     p->reg = !(flags & HK_CUDA_GDN_TC_SMEM) && p->PBV && p->nbuf == 2 &&
              dk % 64 == 0 && dk <= 256;
-    /* R64 where BV = 32 makes more blocks than SMs and its tiles fit
-     * (without the fused outputs' tiles) */
-    if ((flags & HK_CUDA_GDN_TC_R64) && p->reg && p->BV == 32 && dk == 128 &&
-        ncols % 64 == 0 && (long long)nseq * Hv * (ncols / 32) > hk_tc_sms() &&
+    p->fuse = p->reg && (flags & HK_CUDA_GDN_TC_FUSE_O) &&
+              hk_tc_pass_smem(dk, C, p->BV, lo, 2, false, true) <= lim;
+    /* R64 where BV = 32 makes more blocks than SMs and its tiles fit, not
+     * fused (its tiles and the fused outputs' pass an SM's shared memory;
+     * fused outputs sum in another order, so R64 there would change the
+     * results) */
+    if ((flags & HK_CUDA_GDN_TC_R64) && p->reg && !p->fuse && p->BV == 32 &&
+        dk == 128 && ncols % 64 == 0 &&
+        (long long)nseq * Hv * (ncols / 32) > hk_tc_sms() &&
         hk_tc_pass_smem(dk, C, 64, lo, 2, false, false) <= lim)
         p->BV = p->PBV = 64;
     p->sa = hk_tc_local_smem(p->A1, p->A3, dk, dv, C, lo);
-    p->fuse = p->reg && p->BV != 64 && (flags & HK_CUDA_GDN_TC_FUSE_O) &&
-              hk_tc_pass_smem(dk, C, p->BV, lo, 2, false, true) <= lim;
     p->rbuf =
         p->reg && (flags & HK_CUDA_GDN_TC_DEEP) &&
                 hk_tc_pass_smem(dk, C, p->BV, lo, 3, false, p->fuse) <= lim

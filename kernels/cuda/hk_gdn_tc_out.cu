@@ -51,7 +51,8 @@ static __host__ __device__ size_t hk_tc_o_carve(hk_tc_o_smem *s,
 }
 
 /* Kernel O: chunk slot blockIdx.x, output columns blockIdx.y * BVO..
- * (BVO = 32, or 16 where dv is not a multiple of 32), value head
+ * (BVO = 32, or 16 where dv is not a multiple of 32; 64 with
+ * HK_CUDA_GDN_TC_O64), value head
  * blockIdx.z. LO: Q has lo parts (f32 inputs). */
 template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_O_THREADS)

@@ -14,16 +14,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HK_TUNE_MAX_CAND  8
 #define HK_TUNE_MAX_CLASS 64 /* size classes kept; later ones run cand 0 */
 #define HK_TUNE_EVENTS    16 /* event pairs in flight */
 
 typedef struct {
     long long key;
-    int n[HK_TUNE_MAX_CAND];    /* times in, and pairs in flight */
-    int done[HK_TUNE_MAX_CAND]; /* times in */
-    float ms[HK_TUNE_MAX_CAND]; /* the least of them */
-    int best;                   /* -1 while tuning */
+    int n[HK_CUDA_TUNER_MAX_CAND];    /* times in, and pairs in flight */
+    int done[HK_CUDA_TUNER_MAX_CAND]; /* times in */
+    float ms[HK_CUDA_TUNER_MAX_CAND]; /* the least of them */
+    /* out of the running: not one of the class's kernels, or a call of it
+     * failed (hk_cuda_tuner_fail) */
+    unsigned char out[HK_CUDA_TUNER_MAX_CAND];
+    int best; /* -1 while tuning */
 } hk_tune_class;
 
 typedef struct {
@@ -41,7 +43,7 @@ struct hk_cuda_tuner {
 extern "C" int hk_cuda_tuner_create(hk_cuda_tuner_t **out, int ncand,
                                     int samples)
 {
-    if (!out || ncand < 1 || ncand > HK_TUNE_MAX_CAND || samples < 1)
+    if (!out || ncand < 1 || ncand > HK_CUDA_TUNER_MAX_CAND || samples < 1)
         return HK_CUDA_EINVAL;
     hk_cuda_tuner_t *t = (hk_cuda_tuner_t *)calloc(1, sizeof(*t));
     if (!t)
@@ -70,6 +72,22 @@ extern "C" void hk_cuda_tuner_destroy(hk_cuda_tuner_t *t)
     free(t);
 }
 
+/* Class c settles once every kernel in the running has its samples in:
+ * on the fastest of them (kernel 0 where none is left). */
+static void hk_tune_settle(const hk_cuda_tuner_t *t, hk_tune_class *c)
+{
+    int best = -1;
+    for (int k = 0; k < t->ncand; k++) {
+        if (c->out[k])
+            continue;
+        if (c->done[k] < t->samples)
+            return;
+        if (best < 0 || c->ms[k] < c->ms[best])
+            best = k;
+    }
+    c->best = best < 0 ? 0 : best;
+}
+
 /* The times of every pair whose stop event has completed, into their
  * classes; a class with all its samples in keeps its fastest. */
 static void hk_tune_harvest(hk_cuda_tuner_t *t)
@@ -91,20 +109,19 @@ static void hk_tune_harvest(hk_cuda_tuner_t *t)
         if (q != cudaSuccess)
             continue; /* a fault: the ops' own checks report it */
         float ms = FLT_MAX;
-        if (cudaEventElapsedTime(&ms, start, stop) != cudaSuccess)
+        const cudaError_t e = cudaEventElapsedTime(&ms, start, stop);
+        if (e != cudaSuccess) {
             ms = FLT_MAX; /* counted, never the fastest */
+            /* ours (a start never recorded): not the next launch's */
+            if (cudaPeekAtLastError() == e)
+                (void)cudaGetLastError();
+        }
         hk_tune_class *c = &t->cls[p->cls];
         if (c->done[p->cand]++ == 0 || ms < c->ms[p->cand])
             c->ms[p->cand] = ms;
         p->cls = -1;
-        int all = 1, best = 0;
-        for (int k = 0; k < t->ncand; k++) {
-            all &= c->done[k] >= t->samples;
-            if (c->ms[k] < c->ms[best])
-                best = k;
-        }
-        if (all)
-            c->best = best;
+        if (c->best < 0)
+            hk_tune_settle(t, c);
     }
 }
 
@@ -123,26 +140,23 @@ extern "C" int hk_cuda_tuner_pick_of(hk_cuda_tuner_t *t, long long key,
         memset(c, 0, sizeof(*c));
         c->key = key;
         c->best = -1;
-        /* kernels the class has not: all their samples in, never the
-         * fastest (kernel 0 always runs) */
+        /* the kernels the class has not are out (kernel 0 always runs) */
         int others = 0;
-        for (int k = 1; k < t->ncand; k++)
-            if (!(mask >> k & 1u)) {
-                c->n[k] = c->done[k] = t->samples;
-                c->ms[k] = FLT_MAX;
-            } else
-                others++;
+        for (int k = 1; k < t->ncand; k++) {
+            c->out[k] = !(mask >> k & 1u);
+            others += !c->out[k];
+        }
         if (!others)
             c->best = 0; /* nothing to choose from: never timed */
     }
     hk_tune_class *c = &t->cls[ci];
     if (c->best >= 0)
         return c->best;
-    /* the candidate with the fewest times in or in flight, timed if a
-     * pair is free */
-    int k = 0;
-    for (int j = 1; j < t->ncand; j++)
-        if (c->n[j] < c->n[k])
+    /* the kernel in the running with the fewest times in or in flight,
+     * timed if a pair is free */
+    int k = -1;
+    for (int j = 0; j < t->ncand; j++)
+        if (!c->out[j] && (k < 0 || c->n[j] < c->n[k]))
             k = j;
     if (c->n[k] >= t->samples)
         return k; /* every sample in flight: wait for them */
@@ -180,6 +194,20 @@ extern "C" int hk_cuda_tuner_end(hk_cuda_tuner_t *t, void *stream)
         cudaEventRecord((cudaEvent_t)t->pair[i].tm.stop, hk_stream(stream)));
 }
 
+extern "C" int hk_cuda_tuner_fail(hk_cuda_tuner_t *t)
+{
+    if (t->cur < 0)
+        return HK_CUDA_EINVAL;
+    hk_tune_pair *p = &t->pair[t->cur];
+    hk_tune_class *c = &t->cls[p->cls];
+    c->out[p->cand] = 1;
+    p->cls = -1; /* its start event is simply recorded again */
+    t->cur = -1;
+    if (c->best < 0)
+        hk_tune_settle(t, c);
+    return HK_CUDA_OK;
+}
+
 extern "C" int hk_cuda_tuner_best(const hk_cuda_tuner_t *t, long long key)
 {
     for (int i = 0; i < t->nclass; i++)
@@ -198,6 +226,7 @@ extern "C" int hk_cuda_tuner_class(hk_cuda_tuner_t *t, int i, long long *key,
     *key = c->key;
     *best = c->best;
     for (int k = 0; k < t->ncand; k++)
-        ms[k] = c->done[k] && c->ms[k] < FLT_MAX ? c->ms[k] : -1.0f;
+        ms[k] =
+            !c->out[k] && c->done[k] && c->ms[k] < FLT_MAX ? c->ms[k] : -1.0f;
     return HK_CUDA_OK;
 }

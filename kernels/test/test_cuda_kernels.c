@@ -2798,6 +2798,8 @@ static void test_gdn_chunk_bf16(void)
  * and 13 chunks at dk = 64, and the dk = 128 shape; and with the fused
  * outputs against them alone) and O64 (kernel O on 64 columns: dv = 128
  * and 64, after R and after P), split and fast, with and without T_C;
+ * R64 asked for with the fused outputs runs them fused, not R64 (their
+ * sums are in another order: the tuner may offer R64 in a fused mode);
  * each also through the f32 entry (K's lo rows: R64's 225 KB; Q's lo rows
  * in O64's). The default is held to the CPU by test_gdn_chunk_bf16 and
  * test_gdn_chunk_tc. */
@@ -2833,7 +2835,10 @@ static void test_gdn_chunk_same(void)
                   HK_CUDA_GDN_TC_SMEM | HK_CUDA_GDN_TC_O64, "p o64", " P32 O64",
                   " P32 O"},
                  {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_O64, "f32 o64",
-                  " R32x2 O64", " R32x2 O"}};
+                  " R32x2 O64", " R32x2 O"},
+                 {70, 2, 2, 128, 128, 64, 1, 0,
+                  HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_FUSE_O, "r64 ro",
+                  " R32x2+O", " R32x2+O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
     for (int cs = 0; cs < (int)NSHAPES(cases); cs++)
         for (int e = 0; e < 2; e++) {
@@ -3158,8 +3163,8 @@ static void test_gdn_chunk_tc(void)
  * work of 64 MB, none and 16 MB of memset: the second), picked from then
  * on untimed; another class starts over; past 64 classes kernel 0,
  * untimed; the classes' report; a class of some of the kernels (pick_of's
- * mask) times those only. The events are read only once the stream is
- * done. */
+ * mask) times those only; kernels whose calls fail leave the running. The
+ * events are read only once the stream is done. */
 static void test_tuner(void)
 {
     hk_cuda_tuner_t *t = NULL;
@@ -3250,6 +3255,47 @@ static void test_tuner(void)
            hk_cuda_tuner_pick_of(t, 6, 7u, &timed) == 0 && !timed,
        "tuner: a class of kernel 0 alone runs it, untimed, whatever later "
        "calls' masks say");
+    CK(hk_cuda_stream_sync(NULL));
+    hk_cuda_tuner_destroy(t);
+
+    /* calls that fail (hk_cuda_tuner_fail): kernel 1's, the one whose calls
+     * would take least, leaves the running at its first; a class whose
+     * kernels all fail runs kernel 0 */
+    CK(hk_cuda_tuner_create(&t, 3, 2));
+    int fails = 0, fail_ok = 1;
+    calls = 0;
+    while (hk_cuda_tuner_best(t, 9) < 0 && calls++ < 20) {
+        const int j = hk_cuda_tuner_pick(t, 9, &timed);
+        if (!timed)
+            continue;
+        CK(hk_cuda_tuner_begin(t, NULL));
+        if (j == 1) {
+            fails++;
+            fail_ok &= hk_cuda_tuner_fail(t) == HK_CUDA_OK;
+            continue;
+        }
+        if (work[j])
+            CK(hk_cuda_memset0(buf, work[j], NULL));
+        CK(hk_cuda_tuner_end(t, NULL));
+        CK(hk_cuda_stream_sync(NULL));
+    }
+    float fms[3];
+    long long fkey;
+    int fbest;
+    ok(fail_ok && fails == 1 && hk_cuda_tuner_best(t, 9) == 2 &&
+           hk_cuda_tuner_class(t, 0, &fkey, &fbest, fms) == HK_CUDA_OK &&
+           fms[1] < 0 && fms[0] >= 0 && fms[2] >= 0 &&
+           hk_cuda_tuner_fail(t) == HK_CUDA_EINVAL,
+       "tuner: a kernel whose call fails is out of its class (%d failed "
+       "call), the class settles on another: %d",
+       fails, hk_cuda_tuner_best(t, 9));
+    for (int i = 0; i < 3 && hk_cuda_tuner_best(t, 10) < 0; i++)
+        if (hk_cuda_tuner_pick(t, 10, &timed) >= 0 && timed) {
+            CK(hk_cuda_tuner_begin(t, NULL));
+            CK(hk_cuda_tuner_fail(t));
+        }
+    ok(hk_cuda_tuner_best(t, 10) == 0,
+       "tuner: a class whose kernels all fail runs kernel 0");
     CK(hk_cuda_stream_sync(NULL));
     hk_cuda_tuner_destroy(t);
     CK(hk_cuda_free(buf));

@@ -954,22 +954,15 @@ size_t hk_tc_local_smem(int a1, int a3, int dk, int dv, int C, bool lo)
 template <bool LO>
 int hk_tc_launch_local(const hk_tc_plan &p, const hk_tc_call &a)
 {
-    const hk_tc_ws ws = a.ws;
-    const hk_tc_in in = a.in;
-    const float *g = a.g, *beta = a.beta;
-    const int *cu_seqlens = a.cu_seqlens;
-    const int nseq = a.nseq, Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv;
-    const int C = a.C, fast_a = a.fast_a;
-    const size_t slots = a.slots;
-    const cudaStream_t s = a.s;
+    const dim3 grid((unsigned)a.slots, a.Hv);
 #define HK_TC_LOCAL(KERNEL)                                                    \
     do {                                                                       \
         cudaFuncSetAttribute(KERNEL<LO>,                                       \
                              cudaFuncAttributeMaxDynamicSharedMemorySize,      \
                              (int)p.sa);                                       \
-        KERNEL<LO><<<dim3((unsigned)slots, Hv), HK_TC_A_THREADS, p.sa, s>>>(   \
-            ws, in, g, beta, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, C,  \
-            fast_a);                                                           \
+        KERNEL<LO><<<grid, HK_TC_A_THREADS, p.sa, a.s>>>(                      \
+            a.ws, a.in, a.g, a.beta, a.cu_seqlens, a.nseq, (int)a.slots, a.Hk, \
+            a.Hv, a.dk, a.dv, a.C, a.fast_a);                                  \
     } while (0)
     if (p.A1)
         HK_TC_LOCAL(hk_gdn_tc_local_kernel);

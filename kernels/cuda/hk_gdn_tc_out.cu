@@ -185,21 +185,13 @@ size_t hk_tc_out_smem(int dk, int C, int BVO, bool lo)
 template <bool LO>
 int hk_tc_launch_out(const hk_tc_plan &p, const hk_tc_call &a)
 {
-    const hk_tc_ws ws = a.ws;
-    const hk_tc_in in = a.in;
-    float *o = a.o;
-    const int *cu_seqlens = a.cu_seqlens;
-    const int nseq = a.nseq, Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv;
-    const int C = a.C, fast = a.fast;
-    const size_t slots = a.slots;
-    const cudaStream_t s = a.s;
     cudaFuncSetAttribute(hk_gdn_tc_out_kernel<LO>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                          (int)p.so);
     hk_gdn_tc_out_kernel<LO>
-        <<<dim3((unsigned)slots, dv / p.BVO, Hv), HK_TC_O_THREADS, p.so, s>>>(
-            ws, o, in, cu_seqlens, nseq, (int)slots, Hk, Hv, dk, dv, C, p.BVO,
-            fast);
+        <<<dim3((unsigned)a.slots, a.dv / p.BVO, a.Hv), HK_TC_O_THREADS, p.so,
+           a.s>>>(a.ws, a.o, a.in, a.cu_seqlens, a.nseq, (int)a.slots, a.Hk,
+                  a.Hv, a.dk, a.dv, a.C, p.BVO, a.fast);
     return hk_cuda_check_launch();
 }
 

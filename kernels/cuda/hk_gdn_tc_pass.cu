@@ -857,60 +857,42 @@ size_t hk_tc_pass_smem(int dk, int C, int BV, bool lo, int nbuf, bool f32,
 template <bool LO>
 int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
 {
-    const hk_tc_ws ws = a.ws;
-    const hk_tc_in in = a.in;
-    float *o = a.o;
-    float *const *states = a.states;
-    float *const *tcs = a.tcs;
-    const int *cu_seqlens = a.cu_seqlens;
-    const int nseq = a.nseq, Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv;
-    const int C = a.C, fast = a.fast;
-    const size_t slots = a.slots;
-    const cudaStream_t s = a.s;
-    const dim3 grid(a.ncols / p.BV, Hv, nseq);
+    const dim3 grid(a.ncols / p.BV, a.Hv, a.nseq);
     /* the state pass: kernel R (the state in registers) or P, by the plan;
-     * the kernel (a template-id) is the variadic part */
+     * the kernel (a template-id) is the variadic part; its arguments R's
+     * and P's first ones */
+#define HK_TC_PASS_ARGS                                                        \
+    a.ws, a.states, a.tcs, a.in, a.cu_seqlens, (int)a.slots, a.Hk, a.Hv, a.dk, \
+        a.dv, a.C, a.fast
 #define HK_TC_PASS(THREADS, ...)                                               \
     do {                                                                       \
         cudaFuncSetAttribute(__VA_ARGS__,                                      \
                              cudaFuncAttributeMaxDynamicSharedMemorySize,      \
                              (int)p.sb);                                       \
-        __VA_ARGS__<<<grid, THREADS, p.sb, s>>>(ws, states, tcs, in,           \
-                                                cu_seqlens, (int)slots, Hk,    \
-                                                Hv, dk, dv, C, fast);          \
+        __VA_ARGS__<<<grid, THREADS, p.sb, a.s>>>(HK_TC_PASS_ARGS);            \
     } while (0)
     /* kernel R: its state tiles a warp (MT), BV, its state warps (NW) and
-     * the fused outputs */
+     * the fused outputs (OUT: four more warps) */
+#define HK_TC_REG_AS(BV, MT, NW, OUT)                                          \
+    do {                                                                       \
+        cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, NW, LO, OUT>,        \
+                             cudaFuncAttributeMaxDynamicSharedMemorySize,      \
+                             (int)p.sb);                                       \
+        hk_gdn_tc_reg_kernel<BV, MT, NW, LO, OUT>                              \
+            <<<grid, 32 * (NW + (OUT ? HK_TC_O_WARPS : 0)), p.sb, a.s>>>(      \
+                HK_TC_PASS_ARGS, a.o, p.rbuf);                                 \
+    } while (0)
 #define HK_TC_REG(BV, MT, NW)                                                  \
     do {                                                                       \
-        if (p.fuse) {                                                          \
-            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, NW, LO, true>,   \
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,  \
-                                 (int)p.sb);                                   \
-            hk_gdn_tc_reg_kernel<BV, MT, NW, LO, true>                         \
-                <<<grid, 32 * (NW + HK_TC_O_WARPS), p.sb, s>>>(                \
-                    ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk,   \
-                    dv, C, fast, o, p.rbuf);                                   \
-        } else {                                                               \
-            cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, NW, LO, false>,  \
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize,  \
-                                 (int)p.sb);                                   \
-            hk_gdn_tc_reg_kernel<BV, MT, NW, LO, false>                        \
-                <<<grid, 32 * NW, p.sb, s>>>(ws, states, tcs, in, cu_seqlens,  \
-                                             (int)slots, Hk, Hv, dk, dv, C,    \
-                                             fast, o, p.rbuf);                 \
-        }                                                                      \
+        if (p.fuse)                                                            \
+            HK_TC_REG_AS(BV, MT, NW, true);                                    \
+        else                                                                   \
+            HK_TC_REG_AS(BV, MT, NW, false);                                   \
     } while (0)
-    const int mt = dk / 64;
-    if (p.reg && p.BV == 64) {
-        /* R64 (hk_tc_plan_for): dk = 128, not fused */
-        cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<64, 1, 8, LO, false>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)p.sb);
-        hk_gdn_tc_reg_kernel<64, 1, 8, LO, false><<<grid, 32 * 8, p.sb, s>>>(
-            ws, states, tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C,
-            fast, o, p.rbuf);
-    } else if (p.reg && p.BV == 32 && mt == 1)
+    const int mt = a.dk / 64;
+    if (p.reg && p.BV == 64) /* R64 (hk_tc_plan_for): dk = 128, not fused */
+        HK_TC_REG_AS(64, 1, 8, false);
+    else if (p.reg && p.BV == 32 && mt == 1)
         HK_TC_REG(32, 1, 4);
     else if (p.reg && p.BV == 32 && mt == 2)
         HK_TC_REG(32, 2, 4);
@@ -922,7 +904,6 @@ int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
         HK_TC_REG(16, 2, 4);
     else if (p.reg)
         HK_TC_REG(16, 4, 4);
-#undef HK_TC_REG
     else if (p.BV == 32 && p.nbuf == 2)
         HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<32, LO, 2>);
     else if (p.BV == 32)
@@ -931,7 +912,10 @@ int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
         HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<16, LO, 2>);
     else
         HK_TC_PASS(HK_TC_P_THREADS, hk_gdn_tc_pass_kernel<16, LO, 1>);
+#undef HK_TC_REG
+#undef HK_TC_REG_AS
 #undef HK_TC_PASS
+#undef HK_TC_PASS_ARGS
     return hk_cuda_check_launch();
 }
 

@@ -261,30 +261,20 @@ size_t hk_tc_state_smem(int dk, int C, int BV, bool lo)
 template <bool LO>
 int hk_tc_launch_state(const hk_tc_plan &p, const hk_tc_call &a)
 {
-    const hk_tc_ws ws = a.ws;
-    const hk_tc_in in = a.in;
-    float *o = a.o;
-    float *const *states = a.states;
-    float *const *tcs = a.tcs;
-    const int *cu_seqlens = a.cu_seqlens;
-    const int nseq = a.nseq, Hk = a.Hk, Hv = a.Hv, dk = a.dk, dv = a.dv;
-    const int C = a.C;
-    const size_t slots = a.slots;
-    const cudaStream_t s = a.s;
-    const dim3 grid(a.ncols / p.BV, Hv, nseq);
-#define HK_TC_STATE(KERNEL, N, THREADS, ...)                                   \
+    const dim3 grid(a.ncols / p.BV, a.Hv, a.nseq);
+#define HK_TC_STATE(N)                                                         \
     do {                                                                       \
-        cudaFuncSetAttribute(KERNEL<N, LO>,                                    \
+        cudaFuncSetAttribute(hk_gdn_tc_state_kernel<N, LO>,                    \
                              cudaFuncAttributeMaxDynamicSharedMemorySize,      \
                              (int)p.sb);                                       \
-        KERNEL<N, LO><<<grid, THREADS, p.sb, s>>>(__VA_ARGS__);                \
+        hk_gdn_tc_state_kernel<N, LO><<<grid, HK_TC_B_THREADS, p.sb, a.s>>>(   \
+            a.ws, a.o, a.states, a.tcs, a.in, a.cu_seqlens, (int)a.slots,      \
+            a.Hk, a.Hv, a.dk, a.dv, a.C);                                      \
     } while (0)
     if (p.BV == 32)
-        HK_TC_STATE(hk_gdn_tc_state_kernel, 32, HK_TC_B_THREADS, ws, o, states,
-                    tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C);
+        HK_TC_STATE(32);
     else
-        HK_TC_STATE(hk_gdn_tc_state_kernel, 16, HK_TC_B_THREADS, ws, o, states,
-                    tcs, in, cu_seqlens, (int)slots, Hk, Hv, dk, dv, C);
+        HK_TC_STATE(16);
 #undef HK_TC_STATE
     return hk_cuda_check_launch();
 }

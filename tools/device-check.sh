@@ -64,7 +64,10 @@
 # first skip the batched decode (--batch '', prefill and PIC only) and
 # label their rows' shapes TAG@MODE (e.g. "auto tc_bf16": the bf16 prefill
 # beside the default, each against the same transformers+FLA rows); a
-# mode GDN+ATT also sets HYPIC_CUDA_ATT, and a mode's :N suffix runs
+# mode GDN+ATT also sets HYPIC_CUDA_ATT, GDN+tune (or GDN+ATT+tune)
+# HYPIC_CUDA_TUNE=1 (the kernel tuners; such a mode keeps the batched
+# decode, the decode step's tuner's rows, and its engine-*.md ends with
+# the tuners' choices, "# tuned" lines), and a mode's :N suffix runs
 # gpu_engine --piece N, the prefill's piece (e.g. auto:1024; default
 # the engine's, 4096 on a device) (e.g. tc_bf16+flash2x; the
 # default on a bf16 checkpoint is --dtype auto's bf16 attention, FLASH3_SEQ
@@ -313,16 +316,21 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
         echo "| gpu_engine $tag | missing (not generated: gen.log) | 0 | |" >>"$sum"
         return
     fi
-    local mode first=1 mtag batch att gm piece
+    local mode first=1 mtag batch att gm piece part tune
     for mode in ${DC_GDN_MODES:-auto}; do
-        mtag=$tag batch=$e_batch att= gm=${mode%:*} piece=
-        [ $first = 1 ] || mtag=$tag@$mode batch=
-        first=0
+        mtag=$tag batch=$e_batch att= gm=${mode%:*} piece= tune=
         [[ $mode == *:* ]] && piece=${mode##*:}
-        [[ $gm == *+* ]] && att=${gm#*+}
+        # GDN[+ATT][+tune]: the parts after the GDN mode
+        for part in $(tr + ' ' <<<"${gm#"${gm%%+*}"}"); do
+            if [ "$part" = tune ]; then tune=1; else att=$part; fi
+        done
+        [ $first = 1 ] || mtag=$tag@$mode
+        [ $first = 1 ] || [ -n "$tune" ] || batch=
+        first=0
         l=$(lim "${DC_ENGINE_S:-120}")
         step "gpu_engine $mtag" "$l" "$res/engine-$mtag.md" "${run[@]}" \
             env HYPIC_CUDA_GDN="${gm%%+*}" ${att:+HYPIC_CUDA_ATT="$att"} \
+            ${tune:+HYPIC_CUDA_TUNE=1} \
             build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
             ${piece:+--piece "$piece"} \
             --tokens "$e_tok" --batch "$batch" --decode "$e_dec" \

@@ -132,7 +132,7 @@ int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
  * the kernels take turns and *timed asks the caller to wrap the launch in
  * begin / end (events on its stream); then the class runs its fastest
  * (the least of its times). Timings are read once complete, never waited
- * for. 64 classes at most (later ones run kernel 0). One host thread at a
+ * for. 128 classes at most (later ones run kernel 0). One host thread at a
  * time. */
 typedef struct hk_cuda_tuner hk_cuda_tuner_t;
 #define HK_CUDA_TUNER_MAX_CAND 8 /* ncand's most */

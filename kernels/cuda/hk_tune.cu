@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HK_TUNE_MAX_CLASS 64 /* size classes kept; later ones run cand 0 */
-#define HK_TUNE_EVENTS    16 /* event pairs in flight */
+#define HK_TUNE_MAX_CLASS 128 /* size classes kept; later ones run cand 0 */
+#define HK_TUNE_EVENTS    16  /* event pairs in flight */
 
 typedef struct {
     long long key;

@@ -3161,7 +3161,7 @@ static void test_gdn_chunk_tc(void)
  * bad arguments refused; each kernel timed `samples` times at a class,
  * then the class settles on the one whose calls took least (here device
  * work of 64 MB, none and 16 MB of memset: the second), picked from then
- * on untimed; another class starts over; past 64 classes kernel 0,
+ * on untimed; another class starts over; past 128 classes kernel 0,
  * untimed; the classes' report; a class of some of the kernels (pick_of's
  * mask) times those only; kernels whose calls fail leave the running. The
  * events are read only once the stream is done. */
@@ -3206,13 +3206,13 @@ static void test_tuner(void)
        "tuner: another class is timed from its start");
     CK(hk_cuda_tuner_begin(t, NULL));
     CK(hk_cuda_tuner_end(t, NULL));
-    for (long long key = 9; key < 72; key++)
+    for (long long key = 9; key < 136; key++)
         if (hk_cuda_tuner_pick(t, key, &timed) >= 0 && timed) {
             CK(hk_cuda_tuner_begin(t, NULL));
             CK(hk_cuda_tuner_end(t, NULL));
         }
     const int k = hk_cuda_tuner_pick(t, 1000, &timed);
-    ok(k == 0 && !timed, "tuner: past 64 classes, kernel 0 untimed");
+    ok(k == 0 && !timed, "tuner: past 128 classes, kernel 0 untimed");
     CK(hk_cuda_stream_sync(NULL));
     /* the report: class 0 (key 7) settled on kernel 1 with a time for
      * each, class 1 (key 8) timed once on kernel 0; none past the last */
@@ -3223,8 +3223,8 @@ static void test_tuner(void)
            best == 1 && ms[1] >= 0 && ms[0] > ms[1] && ms[2] > ms[1] &&
            hk_cuda_tuner_class(t, 1, &key, &best, ms) == HK_CUDA_OK &&
            key == 8 && best == -1 && ms[0] >= 0 && ms[1] < 0 && ms[2] < 0 &&
-           hk_cuda_tuner_class(t, 64, &key, &best, ms) == HK_CUDA_EINVAL &&
-           hk_cuda_tuner_class(t, 63, &key, &best, ms) == HK_CUDA_OK,
+           hk_cuda_tuner_class(t, 128, &key, &best, ms) == HK_CUDA_EINVAL &&
+           hk_cuda_tuner_class(t, 127, &key, &best, ms) == HK_CUDA_OK,
        "tuner: its classes' keys, choices and least times, in order");
     hk_cuda_tuner_destroy(t);
 

@@ -16,7 +16,8 @@
 # request in flight with a clean 503, and its engine exits with status 1
 # for a supervisor to restart it, while nginx and the other engine serve
 # on. A device too small for the configured pools stops the start with
-# an error naming the setting.
+# an error naming the setting. The device engine runs with the kernel
+# tuners (HYPIC_CUDA_TUNE=1) and logs their choices at a SIGHUP.
 
 use strict;
 use warnings;
@@ -53,8 +54,11 @@ if ($? != 0 || !-x "$work/hypic-engine") {
 my @common = ('--model', $MODEL, '--slots', 4, '--batch', 2,
               '--max-context', 256,
               '--public-pool', '16m', '--private-pool', '16m');
+# with the kernel tuners (their kernels give the same bits: the CPU's
+# text still)
 our $gpu = Hypic::Engine->start(
-    bin => "$work/hypic-engine", env => { HK_EMU_ORDER => 'forward' },
+    bin => "$work/hypic-engine",
+    env => { HK_EMU_ORDER => 'forward', HYPIC_CUDA_TUNE => 1 },
     timeout => 120,
     args => [@common, '--device', 'cuda', '--node', 'emu-node']);
 our $cpu = Hypic::Engine->start(args => [@common, '--node', 'cpu-node']);
@@ -352,6 +356,17 @@ ok(defined $used && $used >= 32 && $used < $total && $full >= 2,
    . 'included; ' . ($full // '?') . ' full-context requests fit)');
 unlike($main::cpu->log_text, qr/MiB in use after start/,
        'the CPU engine has no device memory to report');
+# a SIGHUP logs the kernel tuners' choices (HYPIC_CUDA_TUNE=1): the GDN
+# chunk's classes of the prompts prefilled so far (the toy heads run the
+# default pass alone, untimed)
+$main::gpu->signal('HUP');
+ok($main::gpu->log_wait(qr/kernel tuner: gdn_chunk T<=\d+ Hk=\d+ Hv=\d+ dk=\d+ dv=\d+ x=\d+: (?:default|r64|deep|o64|r64\+o64|deep\+o64|tuning) \(default /),
+   'SIGHUP: the device engine logs its kernel tuners\' choices')
+    or diag(join "\n", grep { /SIGHUP|tuner/ } split /\n/, $main::gpu->log_text);
+$main::cpu->signal('HUP');
+ok($main::cpu->log_wait(qr/SIGHUP: no --config file/)
+   && $main::cpu->log_text !~ /kernel tuner:/,
+   'the CPU engine has none to log');
 --- no_error_log
 [error]
 

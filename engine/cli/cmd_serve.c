@@ -287,6 +287,24 @@ static void reload(serve_t *sv)
     hp_serve_cfg_free(&nc);
 }
 
+/* What the kernel tuners (HYPIC_CUDA_TUNE=1) chose so far, a line each
+ * (none without them), at a SIGHUP and at the end: which kernels this
+ * device runs at each size, and their times. */
+static void log_tuned(serve_t *sv)
+{
+    hp_backend_lock(sv->be); /* the tuners are the ops' */
+    const size_t n = hp_backend_tuned(sv->be, NULL, 0);
+    char *rep = n ? malloc(n + 1) : NULL;
+    if (rep)
+        hp_backend_tuned(sv->be, rep, n + 1);
+    hp_backend_unlock(sv->be);
+    char *save = NULL;
+    for (char *l = rep ? strtok_r(rep, "\n", &save) : NULL; l;
+         l = strtok_r(NULL, "\n", &save))
+        logf_(&sv->log, HP_LOG_INFO, "kernel tuner: %s", l);
+    free(rep);
+}
+
 /* Serves until a stop; 0 for a clean one (drained, drain timeout, or
  * stopped at once), 1 if the loop failed or the device faulted. */
 static int serve_loop(serve_t *sv)
@@ -306,8 +324,10 @@ static int serve_loop(serve_t *sv)
         int64_t now = hp_ipc_server_now_ms();
         int busy = hp_ipc_server_busy(sv->srv);
 
-        if (hup)
+        if (hup) {
             reload(sv);
+            log_tuned(sv);
+        }
         if (atomic_load(&dev_lost) && !lost) {
             /* the scheduler ended every request with the fault and
              * refuses new ones; the header says draining, so nginx stops
@@ -667,6 +687,7 @@ int hp_cmd_serve(int argc, char **argv)
     }
     log_line(&sv.log, HP_LOG_INFO, "shutting down");
     hp_sched_destroy(sv.sched);
+    log_tuned(&sv);
 close_srv:
     hp_ipc_server_close(sv.srv);
 free_llm:

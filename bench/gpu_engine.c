@@ -821,9 +821,8 @@ int main(int argc, char **argv)
                "above)\n",
                o.budget, b.skipped);
     /* what HYPIC_CUDA_TUNE=1's tuners chose, a line per size class */
-    const size_t tn = hp_backend_tuned(b.be, NULL, 0);
-    char *tuned = tn ? malloc(tn + 1) : NULL;
-    if (tuned && hp_backend_tuned(b.be, tuned, tn + 1) == tn)
+    char *tuned = hp_backend_tuned(b.be);
+    if (tuned)
         for (char *l = strtok(tuned, "\n"); l; l = strtok(NULL, "\n"))
             printf("# tuned %s\n", l);
     free(tuned);

@@ -342,11 +342,13 @@ unsigned long hp_backend_device_waits(const hp_backend_t *b)
     return b->iface->device_waits ? b->iface->device_waits(b) : 0;
 }
 
-size_t hp_backend_tuned(const hp_backend_t *b, char *buf, size_t cap)
+char *hp_backend_tuned(const hp_backend_t *b)
 {
-    if (cap)
-        buf[0] = '\0';
-    return b->iface->tuned ? b->iface->tuned(b, buf, cap) : 0;
+    const size_t n = b->iface->tuned ? b->iface->tuned(b, NULL, 0) : 0;
+    char *s = n ? malloc(n + 1) : NULL;
+    if (s)
+        b->iface->tuned(b, s, n + 1);
+    return s;
 }
 
 unsigned long long hp_backend_host_bytes(const hp_backend_t *b)

@@ -185,14 +185,13 @@ int hp_backend_profile_start(const hp_backend_t *b, hp_error_t *err);
 int hp_backend_profile_stop(const hp_backend_t *b, hp_backend_prof_row_t *rows,
                             int cap, int *n, hp_error_t *err);
 /* What the backend's kernel tuners chose so far (the CUDA backend's with
- * HYPIC_CUDA_TUNE=1), into buf (cap bytes, always terminated): a line per
- * size class of an op, its kernels' least times and the one it runs, e.g.
- * "gdn_step B<=64 Hk=16 Hv=32 dk=128 dv=128 K=4: pipew (pipe 0.101,
- * pipea 0.097, pipew 0.088 ms)", "tuning" until each is timed. The length
- * the whole report needs (as snprintf: buf NULL with cap 0 to size it);
- * 0: none. Called as an op is (under hp_backend_lock where threads share
- * the backend). */
-size_t hp_backend_tuned(const hp_backend_t *b, char *buf, size_t cap);
+ * HYPIC_CUDA_TUNE=1): a line per size class of an op, its kernels' least
+ * times and the one it runs, e.g. "gdn_step B<=64 Hk=16 Hv=32 dk=128
+ * dv=128 K=4: pipew (pipe 0.101, pipea 0.097, pipew 0.088 ms)", "tuning"
+ * until each is timed. A string to free; NULL: none (or no memory).
+ * Called as an op is (under hp_backend_lock where threads share the
+ * backend). */
+char *hp_backend_tuned(const hp_backend_t *b);
 /* Ops issued through this seam so far (each op call, device copies and
  * memsets; an op made of others, gdn_step on the CPU, counts them too)
  * and host-link transfers (uploads, downloads, and each host array an op

@@ -1040,7 +1040,7 @@ static int chunk_pick(cuda_t *c, int T, int Hk, int Hv, int dk, int dv,
     *timed = 0;
     const int best = hk_cuda_tuner_best(c->chunk_tune, key);
     if (best >= 0)
-        return best;
+        return best; /* settled: no mask to build */
     char kn[CHUNK_CANDS][32];
     unsigned mask = 1u;
     for (int k = 0; k < CHUNK_CANDS; k++) {

@@ -48,7 +48,8 @@ typedef struct {
     int (*profile_start)(be_t b, hp_error_t *err);
     int (*profile_stop)(be_t b, hp_backend_prof_row_t *rows, int cap, int *n,
                         hp_error_t *err);
-    /* what the kernel tuners chose (hp_backend_tuned) (optional) */
+    /* what the kernel tuners chose (hp_backend_tuned), into buf (cap
+     * bytes), snprintf's way: the length the whole needs (optional) */
     size_t (*tuned)(be_t b, char *buf, size_t cap);
 
     /* ops (all optional) */

@@ -293,10 +293,7 @@ static void reload(serve_t *sv)
 static void log_tuned(serve_t *sv)
 {
     hp_backend_lock(sv->be); /* the tuners are the ops' */
-    const size_t n = hp_backend_tuned(sv->be, NULL, 0);
-    char *rep = n ? malloc(n + 1) : NULL;
-    if (rep)
-        hp_backend_tuned(sv->be, rep, n + 1);
+    char *rep = hp_backend_tuned(sv->be);
     hp_backend_unlock(sv->be);
     char *save = NULL;
     for (char *l = rep ? strtok_r(rep, "\n", &save) : NULL; l;

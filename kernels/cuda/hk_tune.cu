@@ -88,6 +88,15 @@ static void hk_tune_settle(const hk_cuda_tuner_t *t, hk_tune_class *c)
     c->best = best < 0 ? 0 : best;
 }
 
+/* An error of the tuner's own event calls (not ready yet, a start never
+ * recorded) is not the next launch's: dropped where the runtime keeps it
+ * as the last one (a fault is another). */
+static void hk_tune_forget(cudaError_t e)
+{
+    if (cudaPeekAtLastError() == e)
+        (void)cudaGetLastError();
+}
+
 /* The times of every pair whose stop event has completed, into their
  * classes; a class with all its samples in keeps its fastest. */
 static void hk_tune_harvest(hk_cuda_tuner_t *t)
@@ -100,10 +109,7 @@ static void hk_tune_harvest(hk_cuda_tuner_t *t)
         const cudaEvent_t stop = (cudaEvent_t)p->tm.stop;
         const cudaError_t q = cudaEventQuery(stop);
         if (q == cudaErrorNotReady) {
-            /* not an error: where the runtime keeps it as the last one,
-             * the next launch check would report it (a real one differs) */
-            if (cudaPeekAtLastError() == cudaErrorNotReady)
-                (void)cudaGetLastError();
+            hk_tune_forget(q);
             continue;
         }
         if (q != cudaSuccess)
@@ -112,9 +118,7 @@ static void hk_tune_harvest(hk_cuda_tuner_t *t)
         const cudaError_t e = cudaEventElapsedTime(&ms, start, stop);
         if (e != cudaSuccess) {
             ms = FLT_MAX; /* counted, never the fastest */
-            /* ours (a start never recorded): not the next launch's */
-            if (cudaPeekAtLastError() == e)
-                (void)cudaGetLastError();
+            hk_tune_forget(e);
         }
         hk_tune_class *c = &t->cls[p->cls];
         if (c->done[p->cand]++ == 0 || ms < c->ms[p->cand])

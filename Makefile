@@ -164,10 +164,18 @@ $(BUILD)/bench/gpu_%: bench/gpu_%.c $(LIBHYPIC) $(LIBKCPU) $(CUDA_TARGET) \
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 \
              -gencode arch=compute_90a,code=sm_90a \
              -gencode arch=compute_90,code=compute_90
+# ptxas's "Potential Performance Loss" notes (C751x, C7520: wgmma
+# serialized, a wait injected) fail the build: each has meant a Hopper
+# kernel running at a fraction of its speed, and no test without a GPU
+# would see it.
 $(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard kernels/cuda/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
-	$(Q)$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC -I. -c $< -o $@
+	$(Q)$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC -I. -c $< -o $@ \
+	    2>$@.log; rc=$$?; cat $@.log >&2; \
+	if grep -q 'Potential Performance Loss' $@.log; then \
+	    echo "$<: ptxas serialized wgmma (above)" >&2; rm -f $@; exit 1; \
+	fi; exit $$rc
 $(BUILD)/libhk_cuda.a: $(KCUDA_SRCS:%.cu=$(BUILD)/obj/%.cu.o)
 	$(Q)rm -f $@ && ar rcs $@ $^
 

@@ -52,7 +52,9 @@
  *                                  pass single-buffered, two blocks an SM
  *                                  (HK_CUDA_GDN_TC_PSHARE); at T = 16k each
  *                                  tensor-core row is followed by its
- *                                  launches' times, phase_<op>.<launch>
+ *                                  launches' times, phase_<op>.<launch>,
+ *                                  and the phases inside them (in-kernel
+ *                                  probes), probe_<op>.<kernel>.<phase>
  *   gdn_step[_kh|_pipe|_pipe32] / gdn_decode / gdn_decode_chain   decode,
  *                                  B = 1, 16, 64, 256:
  *                                  the fused step; the unfused recurrence
@@ -648,7 +650,7 @@ static const char *chunk_op(int v, char *buf, size_t n)
  * kernels that ran (hk_cuda_gdn_tc_kernels: R where the state pass ran in
  * registers). */
 static void chunk_phases(const char *op, const char *model, const char *params,
-                         chunk_ctx *c)
+                         chunk_ctx *c, double *med)
 {
     const int v1 = (c->flags & HK_CUDA_GDN_TC_V1) != 0;
     const char *names[HK_CUDA_GDN_TC_PHASES] = {"split", "A", v1 ? "B" : "P",
@@ -676,10 +678,56 @@ static void chunk_phases(const char *op, const char *model, const char *params,
         for (int r = 0; r < reps; r++)
             x[r] = ms[r][i];
         qsort(x, (size_t)reps, sizeof(double), cmp_dbl);
+        med[i] = x[reps / 2];
         char name[64];
         snprintf(name, sizeof name, "phase_%s.%s", op, names[i]);
         emit(name, model, params, x[reps / 2], reps, -1, -1, -1,
              i == 2 ? kn : NULL);
+    }
+}
+
+/* Where each kernel's time goes inside it (hk_cuda_probe): one probed
+ * call, a row per kernel and phase, op "probe_<op>.<kernel>.<phase>"
+ * (kernel A2 / A3, R, O; the probes' phases in hk_gdn_tc_*.cu). Its ms is
+ * the phase's share of a block's time times its launch's median (med,
+ * chunk_phases': A, P, O); the note gives its cycles a block (a chunk's,
+ * for R's loop phases) and, in the span rows, the blocks an SM ran at
+ * once. Kernels the probes do not cover (A1, P, v1) give no rows. */
+static void chunk_probes(const char *op, const char *model, const char *params,
+                         chunk_ctx *c, const double *med)
+{
+    hk_cuda_probe_row_t rows[64];
+    int n = 0, dropped = 0;
+    if (over_budget())
+        return;
+    CK(hk_cuda_probe(tiny ? (size_t)1 << 18 : (size_t)16 << 20));
+    CK(chunk_run(c, 0));
+    CK(hk_cuda_probe_rows(rows, 64, &n, &dropped));
+    CK(hk_cuda_probe(0));
+    for (int i = 0; i < n; i++) {
+        const hk_cuda_probe_row_t *r = &rows[i];
+        const int span = !strcmp(r->phase, "span");
+        const double ms = med[r->kernel[0] == 'A'   ? 1
+                              : r->kernel[0] == 'R' ? 2
+                                                    : 3];
+        char name[128], note[160];
+        snprintf(name, sizeof name, "probe_%.48s.%.15s.%.15s", op, r->kernel,
+                 r->phase);
+        if (span)
+            snprintf(note, sizeof note,
+                     "%.0f cycles a block, %.2f blocks an SM, %lld blocks%s",
+                     r->cycles, r->resident, r->blocks,
+                     dropped ? ", launches dropped" : "");
+        else
+            snprintf(note, sizeof note,
+                     "%.0f cycles a block (%.0f a point), "
+                     "%.1f %%",
+                     r->cycles,
+                     r->points
+                         ? r->cycles * (double)r->blocks / (double)r->points
+                         : 0.0,
+                     100.0 * r->share);
+        emit(name, model, params, r->share * ms, 1, -1, -1, -1, note);
     }
 }
 
@@ -716,8 +764,11 @@ static void bench_chunk(const model_t *m, int T)
         const double ms = measure(chunk_op(v, op, sizeof op), m->name, params,
                                   chunk_run, &c, T, 0, fl);
         /* --tiny (the emulator's plumbing check): the defaults' only */
-        if (ms >= 0 && c.kind != CH_F32 && (tiny ? !c.flags : T == 16384))
-            chunk_phases(op, m->name, params, &c);
+        if (ms >= 0 && c.kind != CH_F32 && (tiny ? !c.flags : T == 16384)) {
+            double med[HK_CUDA_GDN_TC_PHASES] = {0};
+            chunk_phases(op, m->name, params, &c, med);
+            chunk_probes(op, m->name, params, &c, med);
+        }
     }
     chunk_free(&c);
     free(p.q);

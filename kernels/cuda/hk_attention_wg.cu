@@ -519,26 +519,32 @@ static __global__ void __maxnreg__(224)
         const bool live = k0 < gmax; /* warpgroup-uniform */
         const __nv_bfloat16 *tK = L.sT + s * TILE;
         float S[BK / 2] = {}; /* defined: hk_f3_scores pins it */
+        /* Each product and its wait in one branch, the other's turn
+         * handed over inside it: with the two apart, ptxas sees a path
+         * from the issue to a use of the registers without the wait, and
+         * serializes the products (C7514). */
         hk_bar_sync(HK_F3W_FULL_K(s, wg), HK_F3W_FULL_N);
         hk_bar_sync(me, HK_F3_THREADS);
-        if (live)
-            hk_f3_scores<HD>(S, wQ, tK);
-        hk_bar_arrive(other, HK_F3_THREADS);
         if (live) {
+            hk_f3_scores<HD>(S, wQ, tK);
+            hk_bar_arrive(other, HK_F3_THREADS);
             hk_wgmma_wait<0>();
             hk_f3_hold(S, BK / 2);
+        } else {
+            hk_bar_arrive(other, HK_F3_THREADS);
         }
         hk_bar_arrive(HK_F3W_FREE_K(s), HK_F3W_THREADS);
         if (live)
             hk_f3_softmax<HD>(S, k0, lim, lane, sl2, m, l, O, P);
         hk_bar_sync(HK_F3W_FULL_V(s, wg), HK_F3W_FULL_N);
         hk_bar_sync(me, HK_F3_THREADS);
-        if (live)
-            hk_f3_pv<HD>(O, P, tK + BK * HD);
-        hk_bar_arrive(other, HK_F3_THREADS);
         if (live) {
+            hk_f3_pv<HD>(O, P, tK + BK * HD);
+            hk_bar_arrive(other, HK_F3_THREADS);
             hk_wgmma_wait<0>();
             hk_f3_hold(O, HD / 2);
+        } else {
+            hk_bar_arrive(other, HK_F3_THREADS);
         }
         hk_bar_arrive(HK_F3W_FREE_V(s), HK_F3W_THREADS);
     }

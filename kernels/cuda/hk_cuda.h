@@ -132,7 +132,7 @@ int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
  * the kernels take turns and *timed asks the caller to wrap the launch in
  * begin / end (events on its stream); then the class runs its fastest
  * (the least of its times). Timings are read once complete, never waited
- * for. 128 classes at most (later ones run kernel 0). One host thread at a
+ * for. 4096 classes at most (later ones run kernel 0). One host thread at a
  * time. */
 typedef struct hk_cuda_tuner hk_cuda_tuner_t;
 #define HK_CUDA_TUNER_MAX_CAND 8 /* ncand's most */
@@ -171,6 +171,31 @@ void hk_cuda_marks_destroy(hk_cuda_marks_t *m); /* NULL: a no-op */
 int hk_cuda_marks_record(hk_cuda_marks_t *m, void *stream);
 /* ms[i] (i < *n, *n = marks - 1) is the time from mark i to mark i + 1. */
 int hk_cuda_marks_read(hk_cuda_marks_t *m, float *ms, int *n);
+
+/* In-kernel phase probes, for benches (hk_probe.cu): where a block's time
+ * goes inside a kernel. hk_cuda_probe(stamps > 0) makes a device buffer
+ * of that many 8-byte stamps and turns the probes on; 0 turns them off
+ * and frees it. While on, the probed kernels (the tensor-core GDN chunk's
+ * A2, A3, R and O) stamp the SM's clock at their phase boundaries, a
+ * launch that does not fit the buffer unprobed. hk_cuda_probe_rows waits
+ * for the device, sums the launches since the last read by kernel and
+ * phase into rows (up to cap; *n of them) and starts over: per kernel its
+ * phases in order, then a row of phase "span" (a block's whole time,
+ * resident: the blocks an SM ran at once, on average), cycles of the
+ * SM's clock (the emulator: ns); points: the stamps that ended the phase
+ * (a loop's: one an iteration, so cycles blocks / points is an
+ * iteration's). *dropped: the launches left unprobed.
+ * Process-wide, one host thread; off, a probe is one uniform branch. */
+typedef struct {
+    char kernel[16], phase[16];
+    double cycles;   /* a block's, on average over the blocks that ran */
+    double share;    /* of the kernel's span */
+    double resident; /* span rows; 0 in the phase rows */
+    long long blocks, points;
+} hk_cuda_probe_row_t;
+int hk_cuda_probe(size_t stamps);
+int hk_cuda_probe_rows(hk_cuda_probe_row_t *rows, int cap, int *n,
+                       int *dropped);
 
 /* cuBLAS handle for the projections and the dense transition products;
  * one per host thread that launches them. Create after choosing the

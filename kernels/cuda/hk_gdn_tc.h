@@ -13,6 +13,7 @@
 
 #include "kernels/common/gdn_math.h"
 #include "kernels/cuda/hk_cuda_impl.h"
+#include "kernels/cuda/hk_probe.h"
 #include "kernels/cuda/hk_ptx.h"
 
 using namespace nvcuda;
@@ -61,6 +62,8 @@ struct hk_tc_ws {
     uint16_t *Sl; //                        lo
     uint16_t *Vh; // [Hv * nslots, C, dv]   Vn, hi
     uint16_t *Vl; //                        lo
+    /* The launch's phase probes (hk_probe.h; off but in benches). */
+    hk_probe probe;
 };
 
 /* Slots: every chunk of every sequence, at most T / C + nseq. */
@@ -91,6 +94,7 @@ static size_t hk_tc_ws_bytes(size_t slots, int Hv, int dk, int dv, int C,
         ws->Sl = (uint16_t *)(base + off[7]);
         ws->Vh = (uint16_t *)(base + off[8]);
         ws->Vl = (uint16_t *)(base + off[9]);
+        ws->probe = hk_probe{NULL, 0};
     }
     return at;
 }

@@ -594,6 +594,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
 {
     HK_DYNAMIC_SMEM(smem);
     __shared__ int loc[2];
+    hk_probe_start(ws.probe);
     hk_tc_a2_smem s;
     hk_tc_a2_carve(&s, smem, C, LO);
     const hk_tc_a_at ka(nslots, Hk, Hv, dk, dv, C);
@@ -607,6 +608,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
                                 s.bv, s.bg, &t0);
     if (n == 0)
         return; /* a spare slot: the whole block leaves */
+    hk_probe_at(ws.probe, 0);
     const size_t rq = (size_t)t0 * ldq + (size_t)kh * dk;
     const size_t rv = (size_t)t0 * ldvg + (size_t)h * dv;
     const int nt = (n + 15) / 16, rows = nt * 16, npair = nt * (nt + 1) / 2;
@@ -631,6 +633,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
         hk_tc_a2_kkt<LO>(acc, s.Kp, s.Qp, s.Kpl, s.Qpl, ldp, w / 16, npair);
     }
     __syncthreads(); /* the panels' reads are done: the region holds L, T */
+    hk_probe_at(ws.probe, 1);
 
     /* L = strictly_lower(diag(beta) K K^T (.) Gamma) to shared memory,
      * P = tril(Q K^T (.) Gamma) split into scratch (the tiles above the
@@ -653,6 +656,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
             }
         });
     __syncthreads();
+    hk_probe_at(ws.probe, 2);
 
     /* 2. T = (I + L)^{-1}. */
     hk_tc_a2_inverse(s.L, s.T, s.stage, ldc, nt);
@@ -665,6 +669,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
         const uint16_t *xl = !LO ? NULL : isw ? in.kl + rq : in.vl + rv;
         const size_t ldx = isw ? ldq : ldvg;
         __syncthreads(); /* T is written; Th, Tl and the panel are read */
+        hk_probe_at(ws.probe, 3 + isw);
         hk_tc_a2_split_t(s.T, ldc, isw ? s.bg : s.bv, s.Th, s.Tl, ldb, n, rows);
         for (int c0 = 0; c0 < ncol; c0 += HK_TC_A2_PW) {
             const int w = min(HK_TC_A2_PW, ncol - c0);
@@ -679,6 +684,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
                                       C, dk, dv);
         }
     }
+    hk_probe_end(ws.probe, 5);
 }
 
 /* ---- kernel A3 (HK_CUDA_GDN_TC_A3): the blockwise kernel, loads in flight
@@ -831,6 +837,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
 {
     HK_DYNAMIC_SMEM(smem);
     __shared__ int loc[2];
+    hk_probe_start(ws.probe);
     hk_tc_a3_smem s;
     hk_tc_a3_carve(&s, smem, C, LO);
     const hk_tc_a_at ka(nslots, Hk, Hv, dk, dv, C);
@@ -890,6 +897,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
                                    });
     if (n == 0)
         return; /* a spare slot: the whole block leaves */
+    hk_probe_at(ws.probe, 0);
     const at_t at = place(t0, n);
     const int nt = at.rows / 16, rows = at.rows, npair = nt * (nt + 1) / 2;
 
@@ -909,6 +917,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
                          min(PW, dk - p * PW) / 16, npair);
     }
     __syncthreads(); /* the panels' reads are done: r1 holds L, T */
+    hk_probe_at(ws.probe, 1);
 
     /* L and P as A2's, 8 elements a lane */
     float *stg = s.stage + warp * 16 * 20;
@@ -918,6 +927,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
                                     C, ldc, hc, lane);
                   });
     __syncthreads();
+    hk_probe_at(ws.probe, 2);
 
     /* 2. T = (I + L)^{-1} */
     hk_tc_a2_inverse(s.L, s.T, s.stage, ldc, nt);
@@ -929,6 +939,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
         const bool isw = q >= nv3;
         if (q == 0 || q == nv3) {
             __syncthreads(); /* T is written; the last Th, Tl reads done */
+            hk_probe_at(ws.probe, isw ? 4 : 3);
             hk_tc_a2_split_t(s.T, ldc, isw ? s.bg : s.bv, s.Th, s.Tl, ldb, n,
                              rows);
         }
@@ -941,6 +952,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
                                  b + pan, ldp, min(PW, (isw ? dk : dv) - c0),
                                  nt, isw, c0, stg, hc, C, dk, dv);
     }
+    hk_probe_end(ws.probe, 5);
 }
 
 size_t hk_tc_local_smem(int a1, int a3, int dk, int dv, int C, bool lo)
@@ -950,18 +962,29 @@ size_t hk_tc_local_smem(int a1, int a3, int dk, int dv, int C, bool lo)
                 : hk_tc_a2_carve(NULL, NULL, C, lo);
 }
 
+/* The probes' phases of A2 and A3 (hk_probe.h): each ends at a barrier
+ * (W at the block's last warp). */
+static const char *const hk_tc_a_phases[] = {"begin",   "kkt", "masks",
+                                             "inverse", "U",   "W"};
+static const hk_probe_kind hk_tc_a2_probe = {"A2", hk_tc_a_phases, 6, 0, 0};
+static const hk_probe_kind hk_tc_a3_probe = {"A3", hk_tc_a_phases, 6, 0, 0};
+
 /* Kernel A as planned, over the chunk slots (slots, Hv). */
 template <bool LO>
 int hk_tc_launch_local(const hk_tc_plan &p, const hk_tc_call &a)
 {
     const dim3 grid((unsigned)a.slots, a.Hv);
+    hk_tc_ws ws = a.ws; /* A1 is not probed */
+    if (!p.A1)
+        ws.probe = hk_probe_launch(p.A3 ? &hk_tc_a3_probe : &hk_tc_a2_probe,
+                                   a.slots * a.Hv, 0, a.s);
 #define HK_TC_LOCAL(KERNEL)                                                    \
     do {                                                                       \
         cudaFuncSetAttribute(KERNEL<LO>,                                       \
                              cudaFuncAttributeMaxDynamicSharedMemorySize,      \
                              (int)p.sa);                                       \
         KERNEL<LO><<<grid, HK_TC_A_THREADS, p.sa, a.s>>>(                      \
-            a.ws, a.in, a.g, a.beta, a.cu_seqlens, a.nseq, (int)a.slots, a.Hk, \
+            ws, a.in, a.g, a.beta, a.cu_seqlens, a.nseq, (int)a.slots, a.Hk,   \
             a.Hv, a.dk, a.dv, a.C, a.fast_a);                                  \
     } while (0)
     if (p.A1)

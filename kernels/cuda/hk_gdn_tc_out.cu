@@ -62,6 +62,7 @@ static __global__ void __launch_bounds__(HK_TC_O_THREADS)
 {
     HK_DYNAMIC_SMEM(smem);
     __shared__ int loc[2];
+    hk_probe_start(ws.probe);
     hk_tc_o_smem s;
     hk_tc_o_carve(&s, smem, dk, C, BVO, LO);
     const int NB = BVO / 16;
@@ -78,6 +79,7 @@ static __global__ void __launch_bounds__(HK_TC_O_THREADS)
     const int t0 = loc[0], n = loc[1], nt = (n + 15) / 16, rows = nt * 16;
     if (n == 0)
         return; /* a spare slot: the whole block leaves */
+    hk_probe_at(ws.probe, 0);
 
     const size_t r0 = (size_t)t0 * ldq + (size_t)kh * dk;
     const uint16_t *qr = in.q + r0, *qlr = LO ? in.ql + r0 : NULL;
@@ -118,6 +120,7 @@ static __global__ void __launch_bounds__(HK_TC_O_THREADS)
         s.eg[i] = i < n ? hk_gdn_decay(ws.gam[hc * C + i]) : 0.0f;
     __pipeline_wait_prior(0);
     __syncthreads();
+    hk_probe_at(ws.probe, 1);
 
     /* X = Q S_c (dk deep) and Y = P Vn (P lower triangular: kk <= ti);
      * o = e^gamma X + Y, rows of the chunk only. */
@@ -174,6 +177,7 @@ static __global__ void __launch_bounds__(HK_TC_O_THREADS)
         }
         __syncwarp(); /* stg is rewritten by the warp's next tile */
     }
+    hk_probe_end(ws.probe, 2);
 }
 
 size_t hk_tc_out_smem(int dk, int C, int BVO, bool lo)
@@ -181,17 +185,26 @@ size_t hk_tc_out_smem(int dk, int C, int BVO, bool lo)
     return hk_tc_o_carve(NULL, NULL, dk, C, BVO, lo);
 }
 
+/* Kernel O's probe points (hk_probe.h), each at a barrier: locate (the
+ * chunk found), load (its tiles copied), tiles (the block's last warp
+ * done). */
+static const char *const hk_tc_o_phases[] = {"locate", "load", "tiles"};
+static const hk_probe_kind hk_tc_o_probe = {"O", hk_tc_o_phases, 3, 0, 0};
+
 /* Kernel O over (slots, dv / BVO, Hv). */
 template <bool LO>
 int hk_tc_launch_out(const hk_tc_plan &p, const hk_tc_call &a)
 {
+    hk_tc_ws ws = a.ws;
+    ws.probe = hk_probe_launch(&hk_tc_o_probe,
+                               a.slots * (size_t)(a.dv / p.BVO) * a.Hv, 0, a.s);
     cudaFuncSetAttribute(hk_gdn_tc_out_kernel<LO>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                          (int)p.so);
     hk_gdn_tc_out_kernel<LO>
         <<<dim3((unsigned)a.slots, a.dv / p.BVO, a.Hv), HK_TC_O_THREADS, p.so,
-           a.s>>>(a.ws, a.o, a.in, a.cu_seqlens, a.nseq, (int)a.slots, a.Hk,
-                  a.Hv, a.dk, a.dv, a.C, p.BVO, a.fast);
+           a.s>>>(ws, a.o, a.in, a.cu_seqlens, a.nseq, (int)a.slots, a.Hk, a.Hv,
+                  a.dk, a.dv, a.C, p.BVO, a.fast);
     return hk_cuda_check_launch();
 }
 

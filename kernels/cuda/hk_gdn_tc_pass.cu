@@ -555,6 +555,7 @@ static __global__ void __launch_bounds__(32 * NW +
     constexpr int VB = BV / (NW / 4), NTV = VB / 8;
     HK_DYNAMIC_SMEM(smem);
     __shared__ int first;
+    hk_probe_start(ws.probe);
     hk_tc_p_smem s;
     hk_tc_ro_smem ro;
     hk_tc_p_carve(&s, &ro, smem, dk, C, BV, LO, nb, false, OUT);
@@ -618,8 +619,10 @@ static __global__ void __launch_bounds__(32 * NW +
                          lane);
         hk_tc_ro_fetch_p(ro, ws, hc, ti, C, fast, lane);
     }
+    hk_probe_at(ws.probe, 0);
 
     for (int c = 0; c < nch; c++) {
+        const int pk = 1 + 5 * c; /* the chunk's probe points */
         const int bf = c % nb;
         const int n = min(C, len - c * C), ntk = (n + 15) / 16;
         const size_t hc = (size_t)h * nslots + first + c;
@@ -649,6 +652,7 @@ static __global__ void __launch_bounds__(32 * NW +
                                 *reinterpret_cast<uint32_t *>(ws.Sl + at) = lo;
                         }
                     }
+        hk_probe_at(ws.probe, pk);
         if (sw && nb == 3 && c + 1 < nch)
             hk_cp_async_wait<1>(); /* chunk c + 1's may stay in flight */
         else if (sw)
@@ -656,6 +660,7 @@ static __global__ void __launch_bounds__(32 * NW +
         /* chunk c's copies landed everywhere; the state is published;
          * every read of chunk c - 1's buffer is done */
         __syncthreads();
+        hk_probe_at(ws.probe, pk + 1);
         if (sw && c + nb - 1 < nch) /* into chunk c - 1's buffer */
             hk_tc_p_fetch_chunk(s, ws, kh0, kl0, ldq, (c + nb - 1) % nb, hc - c,
                                 ts, len, c + nb - 1, dk, dv, C, BV, col0, is_tc,
@@ -763,7 +768,9 @@ static __global__ void __launch_bounds__(32 * NW +
                     for (int e = 0; e < 4; e++)
                         S[mt][nt][e] *= egn;
         }
+        hk_probe_at(ws.probe, pk + 2);
         __syncthreads();
+        hk_probe_at(ws.probe, pk + 3);
 
         /* OUT: o = e^gamma X + P Vn (P lower triangular: C deep to the
          * diagonal tile) on the output warps while the state warps run
@@ -833,6 +840,7 @@ static __global__ void __launch_bounds__(32 * NW +
                     for (int e = 0; e < 4; e++)
                         if (fabsf(S[mt][nt][e]) < HK_GDN_TINY)
                             S[mt][nt][e] = 0.0f;
+        hk_probe_at(ws.probe, pk + 4);
     }
     if (sw)
 #pragma unroll
@@ -845,6 +853,7 @@ static __global__ void __launch_bounds__(32 * NW +
                     const int col = 8 * nt + 2 * t4 + (e & 1);
                     Sg[(size_t)row * ldg + col0 + col] = S[mt][nt][e];
                 }
+    hk_probe_end(ws.probe, hk_probe_tail(ws.probe, 1, 0));
 }
 
 size_t hk_tc_pass_smem(int dk, int C, int BV, bool lo, int nbuf, bool f32,
@@ -853,16 +862,32 @@ size_t hk_tc_pass_smem(int dk, int C, int BV, bool lo, int nbuf, bool f32,
     return hk_tc_p_carve(NULL, NULL, NULL, dk, C, BV, lo, nbuf, f32, out);
 }
 
+/* Kernel R's probe points (hk_probe.h): init, the first copies issued;
+ * per chunk: split, the state split and stored (thread 0's warp); wait,
+ * the chunk's copies waited for, through the barrier; Vn, steps 2 and 3
+ * (its warp); bar, the barrier after them; KtX, step 4 issued (its MMAs
+ * may finish in the next chunk's split); store, the state written back,
+ * through a barrier. */
+static const char *const hk_tc_r_phases[] = {"init", "split", "wait", "Vn",
+                                             "bar",  "KtX",   "store"};
+static const hk_probe_kind hk_tc_r_probe = {"R", hk_tc_r_phases, 1, 5, 1};
+
 /* Kernel R or P as planned, over (ncols / BV, Hv, nseq). */
 template <bool LO>
 int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
 {
     const dim3 grid(a.ncols / p.BV, a.Hv, a.nseq);
-    /* the state pass: kernel R (the state in registers) or P, by the plan;
-     * the kernel (a template-id) is the variadic part; its arguments R's
-     * and P's first ones */
+    hk_tc_ws ws = a.ws; /* P is not probed; a sequence has at most slots
+                         * chunks */
+    if (p.reg)
+        ws.probe =
+            hk_probe_launch(&hk_tc_r_probe, (size_t)grid.x * grid.y * grid.z,
+                            (int)a.slots, a.s);
+        /* the state pass: kernel R (the state in registers) or P, by the plan;
+         * the kernel (a template-id) is the variadic part; its arguments R's
+         * and P's first ones */
 #define HK_TC_PASS_ARGS                                                        \
-    a.ws, a.states, a.tcs, a.in, a.cu_seqlens, (int)a.slots, a.Hk, a.Hv, a.dk, \
+    ws, a.states, a.tcs, a.in, a.cu_seqlens, (int)a.slots, a.Hk, a.Hv, a.dk,   \
         a.dv, a.C, a.fast
 #define HK_TC_PASS(THREADS, ...)                                               \
     do {                                                                       \
@@ -871,8 +896,8 @@ int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
                              (int)p.sb);                                       \
         __VA_ARGS__<<<grid, THREADS, p.sb, a.s>>>(HK_TC_PASS_ARGS);            \
     } while (0)
-    /* kernel R: its state tiles a warp (MT), BV, its state warps (NW) and
-     * the fused outputs (OUT: four more warps) */
+        /* kernel R: its state tiles a warp (MT), BV, its state warps (NW) and
+         * the fused outputs (OUT: four more warps) */
 #define HK_TC_REG_AS(BV, MT, NW, OUT)                                          \
     do {                                                                       \
         cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, NW, LO, OUT>,        \

@@ -14,8 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HK_TUNE_MAX_CLASS 128 /* size classes kept; later ones run cand 0 */
-#define HK_TUNE_EVENTS    16  /* event pairs in flight */
+/* Size classes kept: the table doubles from HK_TUNE_FIRST_CLASS as classes
+ * come (a server's attention classes, powers of 2 of T and N, pass 128);
+ * later ones run cand 0. */
+#define HK_TUNE_FIRST_CLASS 16
+#define HK_TUNE_MAX_CLASS   4096
+#define HK_TUNE_EVENTS      16 /* event pairs in flight */
 
 typedef struct {
     long long key;
@@ -34,8 +38,8 @@ typedef struct {
 } hk_tune_pair;
 
 struct hk_cuda_tuner {
-    int ncand, samples, nclass;
-    hk_tune_class cls[HK_TUNE_MAX_CLASS];
+    int ncand, samples, nclass, cap;
+    hk_tune_class *cls; /* [cap] */
     hk_tune_pair pair[HK_TUNE_EVENTS];
     int cur; /* the pair hk_cuda_tuner_begin recorded, or -1 */
 };
@@ -51,6 +55,12 @@ extern "C" int hk_cuda_tuner_create(hk_cuda_tuner_t **out, int ncand,
     t->ncand = ncand;
     t->samples = samples;
     t->cur = -1;
+    t->cls = (hk_tune_class *)malloc(HK_TUNE_FIRST_CLASS * sizeof(*t->cls));
+    if (!t->cls) {
+        free(t);
+        return HK_CUDA_ENOMEM;
+    }
+    t->cap = HK_TUNE_FIRST_CLASS;
     for (int i = 0; i < HK_TUNE_EVENTS; i++) {
         t->pair[i].cls = -1;
         const int rc = hk_cuda_timer_create(&t->pair[i].tm);
@@ -69,6 +79,7 @@ extern "C" void hk_cuda_tuner_destroy(hk_cuda_tuner_t *t)
         return;
     for (int i = 0; i < HK_TUNE_EVENTS; i++)
         hk_cuda_timer_destroy(&t->pair[i].tm); /* zeroed: a no-op */
+    free(t->cls);
     free(t);
 }
 
@@ -138,8 +149,17 @@ extern "C" int hk_cuda_tuner_pick_of(hk_cuda_tuner_t *t, long long key,
     while (ci < t->nclass && t->cls[ci].key != key)
         ci++;
     if (ci == t->nclass) {
-        if (t->nclass == HK_TUNE_MAX_CLASS)
-            return 0; /* no room: the first kernel, untimed */
+        if (t->nclass == t->cap) {
+            const int cap = 2 * t->cap;
+            hk_tune_class *m =
+                cap > HK_TUNE_MAX_CLASS
+                    ? NULL
+                    : (hk_tune_class *)realloc(t->cls, cap * sizeof(*m));
+            if (!m)
+                return 0; /* no room: the first kernel, untimed */
+            t->cls = m;
+            t->cap = cap;
+        }
         hk_tune_class *c = &t->cls[t->nclass++];
         memset(c, 0, sizeof(*c));
         c->key = key;

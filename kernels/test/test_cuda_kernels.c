@@ -3161,10 +3161,140 @@ static void test_gdn_chunk_tc(void)
  * bad arguments refused; each kernel timed `samples` times at a class,
  * then the class settles on the one whose calls took least (here device
  * work of 64 MB, none and 16 MB of memset: the second), picked from then
- * on untimed; another class starts over; past 128 classes kernel 0,
+ * on untimed; another class starts over; past 4096 classes kernel 0,
  * untimed; the classes' report; a class of some of the kernels (pick_of's
  * mask) times those only; kernels whose calls fail leave the running. The
  * events are read only once the stream is done. */
+/* The in-kernel probes (hk_cuda_probe): a probed call gives the same bits
+ * as an unprobed one, and its rows count what ran: the kernels the plan
+ * names, their blocks that had a chunk (spare slots left out), each phase
+ * passed once a block, R's loop phases once a chunk; the phases sum to
+ * the span. Too small a buffer drops the launches; off, no rows. */
+static void test_probe(void)
+{
+    /* two sequences, 3 and 2 chunks of 32, one spare slot; T_C on */
+    const int cu[3] = {0, 90, 128}, nseq = 2, T = 128, Hk = 1, Hv = 2;
+    const int dk = 64, dv = 64, C = 32, nch[2] = {3, 2};
+    const unsigned flags[2] = {0, HK_CUDA_GDN_TC_A3};
+    for (int fi = 0; fi < 2; fi++) {
+        gdn_prob_t p;
+        gdn_prob_make(&p, T, Hk, Hv, dk, dv);
+        gdn_bf16_t x = gdn_upload_bf16(&p);
+        gdn_dev_t f = gdn_upload(&p);
+        const size_t no = (size_t)T * Hv * dv, ns = (size_t)Hv * dk * dv;
+        const size_t nt = (size_t)Hv * dk * dk;
+        float *dO[2], *dS[2][2], *dTc[2][2];
+        hk_cuda_probe_row_t rows[64];
+        int n = 0, dropped = -1;
+        for (int v = 0; v < 2; v++) { /* v = 1: probed */
+            dO[v] = dev_alloc(no);
+            for (int b = 0; b < nseq; b++) {
+                dS[v][b] = dev_from(p.S0, ns);
+                dTc[v][b] = dev_alloc(nt);
+            }
+            if (v)
+                CK(hk_cuda_probe((size_t)1 << 16));
+            tc_run(dO[v], dS[v], dTc[v], &x, &f, cu, nseq, Hk, Hv, dk, dv, C,
+                   flags[fi]);
+            if (v)
+                CK(hk_cuda_probe_rows(rows, 64, &n, &dropped));
+        }
+        int good = 1;
+        float *o0 = host_from(dO[0], no);
+        good &= same_cpu(o0, dO[1], no, "o");
+        for (int b = 0; b < nseq; b++) {
+            float *S0 = host_from(dS[0][b], ns), *T0 = host_from(dTc[0][b], nt);
+            good &= same_cpu(S0, dS[1][b], ns, "S");
+            good &= same_cpu(T0, dTc[1][b], nt, "Tc");
+            free(S0);
+            free(T0);
+        }
+        ok(good, "probe: gdn_chunk_bf16%s probed = unprobed bit for bit",
+           fi ? " A3" : "");
+
+        char kn[32] = "";
+        CK(hk_cuda_gdn_tc_kernels(kn, sizeof kn, T, nseq, Hk, Hv, dk, dv, C, 0,
+                                  1, flags[fi]));
+        const char *rk = strstr(kn, " R");
+        const int bvo = strstr(kn, "O64") ? 64 : 32, bv = rk ? atoi(rk + 2) : 1;
+        const int chunks = nch[0] + nch[1];
+        static const struct {
+            const char *kernel;
+            int nphase, loop0, nloop; /* loop phases loop0.. */
+        } want[3] = {{NULL, 6, 0, 0}, {"R", 7, 1, 5}, {"O", 3, 0, 0}};
+        const long long blocks[3] = {(long long)chunks * Hv,
+                                     (long long)(dv + dk) / bv * Hv * nseq,
+                                     (long long)chunks * (dv / bvo) * Hv};
+        int at = 0;
+        good = dropped == 0 && strstr(kn, fi ? "A3 R" : "A2 R") &&
+               strstr(kn, " O");
+        for (int k = 0; k < 3 && good; k++) {
+            const char *name = want[k].kernel ? want[k].kernel
+                               : fi           ? "A3"
+                                              : "A2";
+            double sum = 0.0;
+            for (int i = 0; i <= want[k].nphase && good; i++, at++) {
+                const hk_cuda_probe_row_t *r = &rows[at];
+                const int loop =
+                    i >= want[k].loop0 && i < want[k].loop0 + want[k].nloop;
+                const long long pts =
+                    loop ? (long long)(dv + dk) / bv * Hv * chunks : blocks[k];
+                good &= at < n && !strcmp(r->kernel, name) &&
+                        r->blocks == blocks[k] && r->points == pts &&
+                        r->cycles >= 0.0;
+                if (!good)
+                    tap_diag("row %d: %s.%s blocks %lld points %lld, want "
+                             "%s blocks %lld points %lld",
+                             at, at < n ? r->kernel : "-",
+                             at < n ? r->phase : "-", at < n ? r->blocks : -1,
+                             at < n ? r->points : -1, name, blocks[k], pts);
+                if (i < want[k].nphase)
+                    sum += r->cycles;
+                else
+                    good &= !strcmp(r->phase, "span") && r->cycles > 0.0 &&
+                            fabs(sum - r->cycles) <= 1e-9 * r->cycles &&
+                            r->share == 1.0 && r->resident > 0.0;
+            }
+        }
+        good &= at == n;
+        for (int i = 0; i < n; i++)
+            tap_diag("  %s.%-8s %10.0f a block, %5.1f %%, %lld blocks, %lld "
+                     "points%s",
+                     rows[i].kernel, rows[i].phase, rows[i].cycles,
+                     100.0 * rows[i].share, rows[i].blocks, rows[i].points,
+                     strcmp(rows[i].phase, "span") ? "" : " (span)");
+        ok(good,
+           "probe: %s's rows: %d of 3 kernels, blocks and points as run "
+           "(%d chunks, %d of them A's), phases summing to the span",
+           kn, n, chunks, (int)blocks[0]);
+
+        /* a buffer too small: every launch dropped, nothing read */
+        CK(hk_cuda_probe(8));
+        tc_run(dO[1], dS[1], dTc[1], &x, &f, cu, nseq, Hk, Hv, dk, dv, C,
+               flags[fi]);
+        CK(hk_cuda_probe_rows(rows, 64, &n, &dropped));
+        good = n == 0 && dropped == 3;
+        const int nd = dropped;
+        CK(hk_cuda_probe(0));
+        good &= hk_cuda_probe_rows(rows, 64, &n, &dropped) == HK_CUDA_EINVAL;
+        ok(good,
+           "probe: %s, a full buffer drops its launches (%d); off, "
+           "no rows",
+           kn, nd);
+        for (int v = 0; v < 2; v++) {
+            CK(hk_cuda_free(dO[v]));
+            for (int b = 0; b < nseq; b++) {
+                CK(hk_cuda_free(dS[v][b]));
+                CK(hk_cuda_free(dTc[v][b]));
+            }
+        }
+        free(o0);
+        gdn_bf16_free(&x);
+        gdn_dev_free(&f);
+        gdn_prob_free(&p);
+    }
+}
+
 static void test_tuner(void)
 {
     hk_cuda_tuner_t *t = NULL;
@@ -3206,13 +3336,13 @@ static void test_tuner(void)
        "tuner: another class is timed from its start");
     CK(hk_cuda_tuner_begin(t, NULL));
     CK(hk_cuda_tuner_end(t, NULL));
-    for (long long key = 9; key < 136; key++)
+    for (long long key = 9; key < 4096 + 8; key++)
         if (hk_cuda_tuner_pick(t, key, &timed) >= 0 && timed) {
             CK(hk_cuda_tuner_begin(t, NULL));
             CK(hk_cuda_tuner_end(t, NULL));
         }
-    const int k = hk_cuda_tuner_pick(t, 1000, &timed);
-    ok(k == 0 && !timed, "tuner: past 128 classes, kernel 0 untimed");
+    const int k = hk_cuda_tuner_pick(t, 1000000, &timed);
+    ok(k == 0 && !timed, "tuner: past 4096 classes, kernel 0 untimed");
     CK(hk_cuda_stream_sync(NULL));
     /* the report: class 0 (key 7) settled on kernel 1 with a time for
      * each, class 1 (key 8) timed once on kernel 0; none past the last */
@@ -3223,8 +3353,9 @@ static void test_tuner(void)
            best == 1 && ms[1] >= 0 && ms[0] > ms[1] && ms[2] > ms[1] &&
            hk_cuda_tuner_class(t, 1, &key, &best, ms) == HK_CUDA_OK &&
            key == 8 && best == -1 && ms[0] >= 0 && ms[1] < 0 && ms[2] < 0 &&
-           hk_cuda_tuner_class(t, 128, &key, &best, ms) == HK_CUDA_EINVAL &&
-           hk_cuda_tuner_class(t, 127, &key, &best, ms) == HK_CUDA_OK,
+           hk_cuda_tuner_class(t, 4096, &key, &best, ms) == HK_CUDA_EINVAL &&
+           hk_cuda_tuner_class(t, 4095, &key, &best, ms) == HK_CUDA_OK &&
+           key == 4095 + 8 - 1,
        "tuner: its classes' keys, choices and least times, in order");
     hk_cuda_tuner_destroy(t);
 
@@ -3934,6 +4065,7 @@ static void run_all(void)
     RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);
     RUN_TEST(test_tuner);
+    RUN_TEST(test_probe);
     RUN_TEST(test_kvbuf); /* kvbuf_step, kvbuf_verify, kvbuf_flush */
     RUN_TEST(test_kvbuf_verify);
     RUN_TEST(test_kvbuf_conv_commit);

@@ -47,7 +47,9 @@
  *                                  each chunk's tiles two chunks ahead
  *                                  (HK_CUDA_GDN_TC_DEEP); bf16_o64
  *                                  (untimed): kernel O on 64 columns
- *                                  (HK_CUDA_GDN_TC_O64);
+ *                                  (HK_CUDA_GDN_TC_O64); bf16_w8,
+ *                                  f32mma_bf16in_w8 (untimed): R on 8
+ *                                  state warps (HK_CUDA_GDN_TC_W8);
  *                                  _ps: the state
  *                                  pass single-buffered, two blocks an SM
  *                                  (HK_CUDA_GDN_TC_PSHARE); at T = 16k each
@@ -594,6 +596,7 @@ static const struct {
     {CH_BF16, HK_CUDA_GDN_TC_R64, "gdn_chunk_bf16_r64", "bf16r64", 0},
     {CH_BF16, HK_CUDA_GDN_TC_DEEP, "gdn_chunk_bf16_deep", "bf16deep", 0},
     {CH_BF16, HK_CUDA_GDN_TC_O64, "gdn_chunk_bf16_o64", "bf16o64", 0},
+    {CH_BF16, HK_CUDA_GDN_TC_W8, "gdn_chunk_bf16_w8", "bf16w8", 0},
     {CH_BF16, HK_CUDA_GDN_TC_FAST, "gdn_chunk_bf16_fast", "bf16fast", 0},
     {CH_BF16, HK_CUDA_GDN_TC_FAST | HK_CUDA_GDN_TC_FAST_A,
      "gdn_chunk_bf16_fasta", "bf16fasta", 0},
@@ -616,6 +619,8 @@ static const struct {
      "gdn_chunk_f32mma_bf16in_r64", "f32mmabf16inr64", 0},
     {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_DEEP,
      "gdn_chunk_f32mma_bf16in_deep", "f32mmabf16indeep", 0},
+    {CH_F32MMA, HK_CUDA_GDN_TC_ROUND | HK_CUDA_GDN_TC_W8,
+     "gdn_chunk_f32mma_bf16in_w8", "f32mmabf16inw8", 0},
     {CH_F32MMA, HK_CUDA_GDN_TC_FUSE_O, "gdn_chunk_f32mma_ro", "f32mmaro", 0},
     {CH_F32MMA, HK_CUDA_GDN_TC_V1, "gdn_chunk_f32mma_v1", "f32mmav1", 1},
     {CH_BF16, HK_CUDA_GDN_TC_A1, "gdn_chunk_bf16_a1", "bf16a1", 1},

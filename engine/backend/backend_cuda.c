@@ -24,11 +24,11 @@
  * timing the class's first 3 steps on each (hk_cuda_tuner: events read
  * once done, no wait). Opt-in until PIPEA and PIPEW have passed their
  * tests on a GPU (they have run on the emulator only). Likewise, with
- * HYPIC_CUDA_TUNE=1 and a GDN mode that names neither R64 nor DEEP (not
- * tc_r64, tc_deep), each GDN chunk's size class (the heads' shape, T's
+ * HYPIC_CUDA_TUNE=1 and a GDN mode that names no pass (not tc_r64,
+ * tc_deep, tc_w8), each GDN chunk's size class (the heads' shape, T's
  * power of 2, T_C or not, the inputs rounded or not) times its first 3
- * calls on each of the default pass, R64 and DEEP, each with kernel O on
- * 32 or 64 columns (O64) (the same sums, bit for bit:
+ * calls on each of the default pass, R64, DEEP, W8 and W8 with DEEP, each
+ * with kernel O on 32 or 64 columns (O64) (the same sums, bit for bit:
  * test_gdn_chunk_same), those of them that run other launches at that
  * shape, and keeps the fastest; and where HYPIC_CUDA_ATT names no kernel
  * and bf16 attention's default is FLASH3_SEQ (a Hopper device), each bf16
@@ -77,6 +77,9 @@
  *   tc_deep         tc with kernel R's tiles two chunks ahead in three
  *                   buffers (HK_CUDA_GDN_TC_DEEP, where they fit: at
  *                   dk = 128 bf16 inputs, not fused); untimed (session 17)
+ *   tc_w8           tc with kernel R on 8 state warps instead of 4
+ *                   (HK_CUDA_GDN_TC_W8: dk = 128 or 256, not fused);
+ *                   untimed (session 19)
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -107,7 +110,7 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
  * state passes (chunk_cands) and the bf16 attention prefill's kernels
  * (att_cands) */
 #define STEP_CANDS  3
-#define CHUNK_CANDS 6
+#define CHUNK_CANDS 10
 #define ATT_CANDS   3
 
 typedef struct {
@@ -120,8 +123,9 @@ typedef struct {
      * bit for bit), by timing real steps (HYPIC_CUDA_TUNE=1); NULL:
      * HYPIC_CUDA_STEP's */
     hk_cuda_tuner_t *step_tune;
-    /* the GDN chunk's state pass among the default, R64 and DEEP, and its
-     * kernel O on 32 or 64 columns, the same way; NULL: the mode's */
+    /* the GDN chunk's state pass among the default, R64, DEEP, W8 and W8
+     * with DEEP, and its kernel O on 32 or 64 columns, the same way; NULL:
+     * the mode's */
     hk_cuda_tuner_t *chunk_tune;
     /* the bf16 attention prefill's kernel among FLASH3_SEQ, FLASH3_WS and
      * FLASH3, the same way; NULL: DEFAULT_BF16's */
@@ -1025,12 +1029,16 @@ static const unsigned chunk_cands[CHUNK_CANDS] = {
     HK_CUDA_GDN_TC_DEEP,
     HK_CUDA_GDN_TC_O64,
     HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_O64,
-    HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_O64};
+    HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_O64,
+    HK_CUDA_GDN_TC_W8,
+    HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_DEEP,
+    HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_O64,
+    HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_O64};
 
 /* The kernels a chunk call runs (an index of chunk_cands): its class's
  * fastest once tuned; until then they take turns, those of them that
- * launch other kernels than the ones before them at this shape (R64, DEEP
- * and O64 are ignored where they do not apply or fit). */
+ * launch other kernels than the ones before them at this shape (R64, DEEP,
+ * W8 and O64 are ignored where they do not apply or fit). */
 static int chunk_pick(cuda_t *c, int T, int Hk, int Hv, int dk, int dv,
                       int want_tc, unsigned flags, int *timed)
 {
@@ -1177,7 +1185,8 @@ typedef struct {
  * kernels (att_cands). */
 static const char *const step_names[STEP_CANDS] = {"pipe", "pipea", "pipew"};
 static const char *const chunk_names[CHUNK_CANDS] = {
-    "default", "r64", "deep", "o64", "r64+o64", "deep+o64"};
+    "default",  "r64", "deep",    "o64",    "r64+o64",
+    "deep+o64", "w8",  "w8+deep", "w8+o64", "w8+deep+o64"};
 static const char *const att_names[ATT_CANDS] = {"flash3_seq", "flash3_ws",
                                                  "flash3"};
 static const tune_desc_t step_desc = {
@@ -1612,8 +1621,9 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
     static const char *const modes[] = {
-        "auto", "tc",        "scalar", "tc_v1", "tc_fast", "tc_a1",  "tc_bf16",
-        "tc_p", "tc_bf16_p", "tc_a3",  "tc_ro", "tc_a3ro", "tc_r64", "tc_deep"};
+        "auto",  "tc",      "scalar", "tc_v1",     "tc_fast",
+        "tc_a1", "tc_bf16", "tc_p",   "tc_bf16_p", "tc_a3",
+        "tc_ro", "tc_a3ro", "tc_r64", "tc_deep",   "tc_w8"};
     static const unsigned mode_flags[] = {
         0,
         0,
@@ -1628,7 +1638,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         HK_CUDA_GDN_TC_FUSE_O,
         HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O,
         HK_CUDA_GDN_TC_R64,
-        HK_CUDA_GDN_TC_DEEP};
+        HK_CUDA_GDN_TC_DEEP,
+        HK_CUDA_GDN_TC_W8};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
     for (int i = 0; gdn < 0 && i < (int)(sizeof(modes) / sizeof(*modes)); i++)
@@ -1637,8 +1648,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         return hp_error_set(err, HP_EBADINPUT,
                             "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
                             "tc_v1, tc_fast, tc_a1, tc_bf16, tc_p, "
-                            "tc_bf16_p, tc_a3, tc_ro, tc_a3ro, tc_r64 or "
-                            "tc_deep",
+                            "tc_bf16_p, tc_a3, tc_ro, tc_a3ro, tc_r64, "
+                            "tc_deep or tc_w8",
                             e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)
@@ -1663,10 +1674,11 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     if (tune && !(st && *st) &&
         hk_cuda_tuner_create(&c->step_tune, STEP_CANDS, 3) != HK_CUDA_OK)
         c->step_tune = NULL;
-    /* ... and of each GDN chunk's, where the mode names neither R64 nor
-     * DEEP */
+    /* ... and of each GDN chunk's, where the mode names no pass (R64,
+     * DEEP, W8) */
     if (tune && c->gdn != GDN_SCALAR &&
-        !(c->gdn_flags & (HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_DEEP)) &&
+        !(c->gdn_flags &
+          (HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_W8)) &&
         hk_cuda_tuner_create(&c->chunk_tune, CHUNK_CANDS, 3) != HK_CUDA_OK)
         c->chunk_tune = NULL;
     /* ... and of each bf16 attention prefill's, where HYPIC_CUDA_ATT names

@@ -816,16 +816,17 @@ static int tuned_settled(const hp_backend_t *tun, const char *head,
 }
 
 /* HYPIC_CUDA_TUNE=1's GDN chunk tuner (backend_cuda.c): at a shape where
- * DEEP and O64 apply, and R64 on the emulator (dk = dv = 128, T_C, inputs
- * rounded: 16 blocks of 32 columns over its 4 SMs; DEEP's 212 KB fit), 20
- * calls whose kernels take turns (the six combinations, those that launch
- * other kernels: all six on the emulator, four on a device of more SMs)
+ * DEEP, W8 and O64 apply, and R64 on the emulator (dk = dv = 128, T_C,
+ * inputs rounded: 16 blocks of 32 columns over its 4 SMs; DEEP's 212 KB
+ * fit), 32 calls whose kernels take turns (the ten combinations, those
+ * that launch other kernels: all ten on the emulator, eight on a device
+ * of more SMs)
  * give the tuner-less backend's o, S and T_C bit for bit each time, and
  * hp_backend_tuned then names the class's choice with a time for each of
  * those, "-" for the others. */
 static void check_chunk_tune(const hp_backend_t *tun, const hp_backend_t *ref)
 {
-    enum { T = 70, HK = 1, HV = 2, DK = 128, DV = 128, C = 64, CALLS = 20 };
+    enum { T = 70, HK = 1, HV = 2, DK = 128, DV = 128, C = 64, CALLS = 32 };
     const size_t nq = (size_t)T * HK * DK, nv = (size_t)T * HV * DV;
     const size_t ng = (size_t)T * HV, ns = (size_t)HV * DK * DV;
     const size_t nt = (size_t)HV * DK * DK;
@@ -869,17 +870,25 @@ static void check_chunk_tune(const hp_backend_t *tun, const hp_backend_t *ref)
         void *p[] = {q, k, v, g, be, o, scr};
         drop(b, p, sizeof p / sizeof p[0]);
     }
-    static const char *const kn[6] = {"default", "r64",     "deep",
-                                      "o64",     "r64+o64", "deep+o64"};
-    static const unsigned fl[6] = {0,
-                                   HK_CUDA_GDN_TC_R64,
-                                   HK_CUDA_GDN_TC_DEEP,
-                                   HK_CUDA_GDN_TC_O64,
-                                   HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_O64,
-                                   HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_O64};
-    char runs[6][32], line[512];
+    enum { NK = 10 };
+    static const char *const kn[NK] = {
+        "default",  "r64", "deep",    "o64",    "r64+o64",
+        "deep+o64", "w8",  "w8+deep", "w8+o64", "w8+deep+o64"};
+    static const unsigned W8 = HK_CUDA_GDN_TC_W8, O64 = HK_CUDA_GDN_TC_O64;
+    static const unsigned DEEP = HK_CUDA_GDN_TC_DEEP;
+    static const unsigned fl[NK] = {0,
+                                    HK_CUDA_GDN_TC_R64,
+                                    DEEP,
+                                    O64,
+                                    HK_CUDA_GDN_TC_R64 | O64,
+                                    DEEP | O64,
+                                    W8,
+                                    W8 | DEEP,
+                                    W8 | O64,
+                                    W8 | DEEP | O64};
+    char runs[NK][32], line[768];
     unsigned mask = 0; /* those whose launches differ from those before */
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < NK; i++) {
         int other = hk_cuda_gdn_tc_kernels(runs[i], sizeof runs[i], T, 1, HK,
                                            HV, DK, DV, C, 1, 1,
                                            HK_CUDA_GDN_TC_ROUND | fl[i]) == 0;
@@ -889,7 +898,7 @@ static void check_chunk_tune(const hp_backend_t *tun, const hp_backend_t *ref)
     }
     const int settled =
         tuned_settled(tun, "gdn_chunk T<=128 Hk=1 Hv=2 dk=128 dv=128 x=3", kn,
-                      6, mask, line, sizeof line);
+                      NK, mask, line, sizeof line);
     ok(same && calls == CALLS && settled,
        "gdn_chunk tuner: %d calls as the untuned backend's bit for bit, then "
        "%s",
@@ -1102,7 +1111,7 @@ int main(int argc, char **argv)
     ok(open_mode(&b, "fast", &err) == HP_EBADINPUT &&
            strstr(err.msg, "auto, tc, scalar, tc_v1, tc_fast, tc_a1, "
                            "tc_bf16, tc_p, tc_bf16_p, tc_a3, tc_ro, "
-                           "tc_a3ro, tc_r64 or tc_deep"),
+                           "tc_a3ro, tc_r64, tc_deep or tc_w8"),
        "an unknown HYPIC_CUDA_GDN is refused: %s", err.msg);
     if (open_mode(&cuda_tc, "tc", &err) != HP_OK ||
         open_mode(&cuda_scalar, "scalar", &err) != HP_OK ||

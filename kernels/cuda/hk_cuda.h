@@ -135,7 +135,7 @@ int hk_cuda_timer_stop(hk_cuda_timer_t *t, void *stream, double *ms);
  * for. 4096 classes at most (later ones run kernel 0). One host thread at a
  * time. */
 typedef struct hk_cuda_tuner hk_cuda_tuner_t;
-#define HK_CUDA_TUNER_MAX_CAND 8 /* ncand's most */
+#define HK_CUDA_TUNER_MAX_CAND 16 /* ncand's most */
 int hk_cuda_tuner_create(hk_cuda_tuner_t **t, int ncand, int samples);
 void hk_cuda_tuner_destroy(hk_cuda_tuner_t *t);
 int hk_cuda_tuner_pick(hk_cuda_tuner_t *t, long long key, int *timed);
@@ -733,7 +733,14 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * 128 KB with Q's lo rows: one block an SM where 32 columns fit two):
  * each chunk's Q and P copied once per 64 columns, not per 32; each tile
  * of o the same products in the same order, so the same results bit for
- * bit (where the outputs are fused into R, ignored). Not yet timed. */
+ * bit (where the outputs are fused into R, ignored). Not yet timed.
+ * HK_CUDA_GDN_TC_W8: kernel R on 8 state warps instead of 4 at its 16 or
+ * 32 columns a block (dk = 128 or 256, not fused, not with R64's 64;
+ * else ignored): each warp holds half the state rows, so half each
+ * chunk's split, K^T X and copies a warp, and each scheduler of the SM
+ * has two warps to interleave where it had one (at 16 columns the Vn
+ * step stays on 4 warps: 16 columns are its narrowest). The same results
+ * bit for bit. Not yet timed. */
 #define HK_CUDA_GDN_TC_FAST   1u
 #define HK_CUDA_GDN_TC_V1     2u
 #define HK_CUDA_GDN_TC_A1     4u
@@ -746,7 +753,8 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
 #define HK_CUDA_GDN_TC_R64    512u
 #define HK_CUDA_GDN_TC_DEEP   1024u
 #define HK_CUDA_GDN_TC_O64    2048u
-#define HK_CUDA_GDN_TC_FLAGS  4095u
+#define HK_CUDA_GDN_TC_W8     4096u
+#define HK_CUDA_GDN_TC_FLAGS  8191u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,
@@ -775,7 +783,8 @@ int hk_cuda_gdn_tc_phases(double ms[HK_CUDA_GDN_TC_PHASES]);
 /* The kernels a call of these shapes and flags launches (f32_in: the f32
  * entry; want_tc: tcs given) into buf, e.g. "A2 R32x2 O": kernel A (A1,
  * A3, or A2 the blockwise), the state pass (R<BV>x<dk/64>: the state in
- * registers, "/3" three buffers, "+O" the outputs fused; P<BV>: in shared
+ * registers, "w8" on 8 state warps, "/3" three buffers, "+O" the outputs
+ * fused; P<BV>: in shared
  * memory, "s" single-buffered; B<BV>: v1, the outputs inside it) and O,
  * the outputs' launch ("O64": 64 columns a block; v1, fused: none). What
  * runs, not what was asked for (REG where dk is no multiple of 64 runs P):

@@ -126,6 +126,9 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
         (long long)nseq * Hv * (ncols / 32) > hk_tc_sms() &&
         hk_tc_pass_smem(dk, C, 64, lo, 2, false, false) <= lim)
         p->BV = p->PBV = 64;
+    /* W8: R's state rows over 8 warps (MT = dk / 128 tiles a warp) */
+    p->w8 = (flags & HK_CUDA_GDN_TC_W8) && p->reg && !p->fuse && p->BV <= 32 &&
+            (dk == 128 || dk == 256);
     p->sa = hk_tc_local_smem(p->A1, p->A3, dk, dv, C, lo);
     p->rbuf =
         p->reg && (flags & HK_CUDA_GDN_TC_DEEP) &&
@@ -322,7 +325,8 @@ extern "C" int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq,
     if (!p.PBV) /* as hk_gdn_tc_launch picks them */
         snprintf(buf, cap, "%s B%d", a, p.BV);
     else if (p.reg)
-        snprintf(buf, cap, "%s R%dx%d%s%s%s", a, p.BV, p.BV == 64 ? 1 : dk / 64,
+        snprintf(buf, cap, "%s R%dx%d%s%s%s%s", a, p.BV,
+                 p.BV == 64 ? 1 : dk / 64, p.w8 ? "w8" : "",
                  p.rbuf == 3 ? "/3" : "", p.fuse ? "+O" : " O",
                  !p.fuse && p.BVO == 64 ? "64" : "");
     else

@@ -184,6 +184,7 @@ struct hk_tc_plan {
     int reg;  /* the pass in registers, where it can (not _SMEM) */
     int fuse; /* R with the outputs in the same pass (_FUSE_O, fitting) */
     int rbuf; /* R's chunk buffers: 2, or 3 (_DEEP, fitting) */
+    int w8;   /* R on 8 state warps at BV 16 or 32 (_W8, where it runs) */
     size_t sa, sb, so;
 };
 

@@ -447,7 +447,16 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * two steps to land. Session 15's rows suggest the step waits on them:
  * FAST (a third of the products, W's lo rows not copied: 30 % fewer bytes)
  * took 20 % off the pass, where a chain of dependent MMAs would have lost
- * more. Where three buffers fit (at dk = 128: no lo halves, not fused). */
+ * more. Where three buffers fit (at dk = 128: no lo halves, not fused).
+ *
+ * W8 (HK_CUDA_GDN_TC_W8, untimed): BV = 16 or 32 on NW = 8 warps (MT =
+ * dk / 128). With 4 warps one block an SM gives each of its 4 schedulers
+ * one warp, so every step's latency is the chunk's: ~2,700 instructions
+ * a warp and chunk at BV = 32 (sm_90a), where session 15's H200 spent
+ * ~5,500-7,000 cycles a chunk. On 8 warps each holds half the rows: half
+ * the split, K^T X and copies a warp, and two warps a scheduler. Step 2
+ * runs on 8 warps at BV = 32 (16 columns each), on warps 0-3 at BV = 16.
+ * Each product and sum is the same, so the results are too. */
 /* With the outputs fused (HK_CUDA_GDN_TC_FUSE_O): 4 more warps. */
 #define HK_TC_O_WARPS 4
 
@@ -551,8 +560,10 @@ static __global__ void __launch_bounds__(32 * NW +
                          int dk, int dv, int C, int fast, float *o, int nb)
 {
     const int NT = BV / 8; /* 8-column tiles */
-    /* step 2: NW / 4 warps a 16-row tile of Vn, VB columns each */
-    constexpr int VB = BV / (NW / 4), NTV = VB / 8;
+    /* step 2: VW warps a 16-row tile of Vn, VB columns each (16 at the
+     * least: at BV = 16 on 8 warps, warps 4-7 skip it) */
+    constexpr int VW = BV / 16 < NW / 4 ? BV / 16 : NW / 4;
+    constexpr int VB = BV / VW, NTV = VB / 8;
     HK_DYNAMIC_SMEM(smem);
     __shared__ int first;
     hk_probe_start(ws.probe);
@@ -709,7 +720,7 @@ static __global__ void __launch_bounds__(32 * NW +
         /* 2, 3. Vn of rows 16 vt.., columns vc.. vc + VB (tiles past the
          * chunk's end: none) */
         const int vt = warp % 4, vc = warp / 4 * VB;
-        if (sw && vt < ntk) {
+        if (sw && warp < 4 * VW && vt < ntk) {
             float V[NTV][4];
 #pragma unroll
             for (int nt = 0; nt < NTV; nt++)
@@ -917,6 +928,14 @@ int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
     const int mt = a.dk / 64;
     if (p.reg && p.BV == 64) /* R64 (hk_tc_plan_for): dk = 128, not fused */
         HK_TC_REG_AS(64, 1, 8, false);
+    else if (p.reg && p.w8 && p.BV == 32 && mt == 2) /* W8: not fused */
+        HK_TC_REG_AS(32, 1, 8, false);
+    else if (p.reg && p.w8 && p.BV == 32)
+        HK_TC_REG_AS(32, 2, 8, false);
+    else if (p.reg && p.w8 && mt == 2)
+        HK_TC_REG_AS(16, 1, 8, false);
+    else if (p.reg && p.w8)
+        HK_TC_REG_AS(16, 2, 8, false);
     else if (p.reg && p.BV == 32 && mt == 1)
         HK_TC_REG(32, 1, 4);
     else if (p.reg && p.BV == 32 && mt == 2)

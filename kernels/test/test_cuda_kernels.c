@@ -2810,35 +2810,56 @@ static void test_gdn_chunk_same(void)
         unsigned flags;
         const char *name, *runs, *dflt; /* the kernel names: variant's,
                                            default's */
-    } cases[] = {{100, 1, 2, 128, 128, 64, 0, 0, HK_CUDA_GDN_TC_R64, "r64",
-                  " R64x1 O", " R32x2 O"},
-                 {70, 2, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_R64, "r64",
-                  " R64x1 O", " R32x2 O"},
-                 {300, 1, 2, 64, 64, 32, 1, 0, HK_CUDA_GDN_TC_DEEP, "deep",
-                  " R32x1/3 O", " R32x1 O"},
-                 {200, 2, 2, 64, 32, 16, 0, 0, HK_CUDA_GDN_TC_DEEP, "deep",
-                  " R16x1/3 O", " R16x1 O"},
-                 {100, 1, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_DEEP, "deep",
-                  " R32x2/3 O", " R32x2 O"},
-                 {300, 1, 2, 64, 64, 32, 1, 0,
-                  HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_FUSE_O, "deep ro",
-                  " R32x1/3+O", " R32x1+O"},
-                 {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_R64, "f32 r64",
-                  " R64x1 O", " R32x2 O"},
-                 {300, 1, 2, 64, 64, 32, 1, 1, HK_CUDA_GDN_TC_DEEP, "f32 deep",
-                  " R32x1/3 O", " R32x1 O"},
-                 {100, 1, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_O64, "o64",
-                  " R32x2 O64", " R32x2 O"},
-                 {200, 2, 2, 64, 64, 16, 0, 0, HK_CUDA_GDN_TC_O64, "o64",
-                  " R32x1 O64", " R32x1 O"},
-                 {100, 1, 2, 128, 128, 64, 0, 0,
-                  HK_CUDA_GDN_TC_SMEM | HK_CUDA_GDN_TC_O64, "p o64", " P32 O64",
-                  " P32 O"},
-                 {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_O64, "f32 o64",
-                  " R32x2 O64", " R32x2 O"},
-                 {70, 2, 2, 128, 128, 64, 1, 0,
-                  HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_FUSE_O, "r64 ro",
-                  " R32x2+O", " R32x2+O"}};
+    } cases[] = {
+        {100, 1, 2, 128, 128, 64, 0, 0, HK_CUDA_GDN_TC_R64, "r64", " R64x1 O",
+         " R32x2 O"},
+        {70, 2, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_R64, "r64", " R64x1 O",
+         " R32x2 O"},
+        {300, 1, 2, 64, 64, 32, 1, 0, HK_CUDA_GDN_TC_DEEP, "deep", " R32x1/3 O",
+         " R32x1 O"},
+        {200, 2, 2, 64, 32, 16, 0, 0, HK_CUDA_GDN_TC_DEEP, "deep", " R16x1/3 O",
+         " R16x1 O"},
+        {100, 1, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_DEEP, "deep",
+         " R32x2/3 O", " R32x2 O"},
+        {300, 1, 2, 64, 64, 32, 1, 0,
+         HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_FUSE_O, "deep ro", " R32x1/3+O",
+         " R32x1+O"},
+        {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_R64, "f32 r64",
+         " R64x1 O", " R32x2 O"},
+        {300, 1, 2, 64, 64, 32, 1, 1, HK_CUDA_GDN_TC_DEEP, "f32 deep",
+         " R32x1/3 O", " R32x1 O"},
+        {100, 1, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_O64, "o64", " R32x2 O64",
+         " R32x2 O"},
+        {200, 2, 2, 64, 64, 16, 0, 0, HK_CUDA_GDN_TC_O64, "o64", " R32x1 O64",
+         " R32x1 O"},
+        {100, 1, 2, 128, 128, 64, 0, 0,
+         HK_CUDA_GDN_TC_SMEM | HK_CUDA_GDN_TC_O64, "p o64", " P32 O64",
+         " P32 O"},
+        {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_O64, "f32 o64",
+         " R32x2 O64", " R32x2 O"},
+        {70, 2, 2, 128, 128, 64, 1, 0,
+         HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_FUSE_O, "r64 ro", " R32x2+O",
+         " R32x2+O"},
+        /* W8: 16 columns (Vn on warps 0-3), 32 (on all 8), T_C,
+         * f32 in, with DEEP, at dk = 256; not with R64's 64 nor
+         * fused */
+        {100, 1, 1, 128, 32, 64, 0, 0, HK_CUDA_GDN_TC_W8, "w8", " R16x2w8 O",
+         " R16x2 O"},
+        {70, 2, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_W8, "w8", " R32x2w8 O",
+         " R32x2 O"},
+        {100, 1, 2, 128, 128, 64, 1, 1, HK_CUDA_GDN_TC_W8, "f32 w8",
+         " R32x2w8 O", " R32x2 O"},
+        {100, 1, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_DEEP,
+         "w8 deep", " R32x2w8/3 O", " R32x2 O"},
+        {40, 1, 1, 256, 64, 32, 0, 0, HK_CUDA_GDN_TC_W8, "w8", " R16x4w8 O",
+         " R16x4 O"},
+        {40, 1, 1, 256, 64, 32, 1, 0, HK_CUDA_GDN_TC_W8, "w8", " R32x4w8 O",
+         " R32x4 O"},
+        {70, 2, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_R64,
+         "w8 r64", " R64x1 O", " R32x2 O"},
+        {70, 2, 2, 128, 128, 64, 1, 0,
+         HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O, "w8 ro", " R32x2+O",
+         " R32x2+O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
     for (int cs = 0; cs < (int)NSHAPES(cases); cs++)
         for (int e = 0; e < 2; e++) {
@@ -3299,9 +3320,11 @@ static void test_tuner(void)
 {
     hk_cuda_tuner_t *t = NULL;
     ok(hk_cuda_tuner_create(&t, 0, 3) == HK_CUDA_EINVAL &&
-           hk_cuda_tuner_create(&t, 9, 3) == HK_CUDA_EINVAL &&
+           hk_cuda_tuner_create(&t, HK_CUDA_TUNER_MAX_CAND + 1, 3) ==
+               HK_CUDA_EINVAL &&
            hk_cuda_tuner_create(&t, 3, 0) == HK_CUDA_EINVAL && !t,
-       "tuner: 0 or 9 kernels, or no samples, refused");
+       "tuner: 0 or %d kernels, or no samples, refused",
+       HK_CUDA_TUNER_MAX_CAND + 1);
     CK(hk_cuda_tuner_create(&t, 3, 2));
     const size_t big = (size_t)64 << 20;
     const size_t work[3] = {big, 0, big / 4};

@@ -167,12 +167,17 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 \
 # ptxas's "Potential Performance Loss" notes (C751x, C7520: wgmma
 # serialized, a wait injected) fail the build: each has meant a Hopper
 # kernel running at a fraction of its speed, and no test without a GPU
-# would see it.
+# would see it. ptxas's -v report stays in $@.log (its per-kernel lines
+# not echoed): t/017-ptxas.t checks each kernel's spills against
+# kernels/cuda/ptxas-sm90a.tsv (tools/ptxas_report.py).
+PTXAS_V := ^ptxas info *: (Compiling entry|Function properties|Used [0-9]+
+PTXAS_V := $(PTXAS_V) registers|[0-9]+ bytes gmem|Compile time)|^ +[0-9]+ bytes stack
 $(BUILD)/obj/%.cu.o: %.cu $(HEADERS) $(wildcard kernels/cuda/*.h)
 	@mkdir -p $(dir $@)
 	@$(if $(Q),echo "  NVCC    $<")
-	$(Q)$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC -I. -c $< -o $@ \
-	    2>$@.log; rc=$$?; cat $@.log >&2; \
+	$(Q)$(NVCC) -O2 -std=c++17 $(CUDA_ARCH) -Xptxas -v -Xcompiler -fPIC -I. \
+	    -c $< -o $@ 2>$@.log; rc=$$?; \
+	grep -Ev '$(PTXAS_V)' $@.log >&2 || true; \
 	if grep -q 'Potential Performance Loss' $@.log; then \
 	    echo "$<: ptxas serialized wgmma (above)" >&2; rm -f $@; exit 1; \
 	fi; exit $$rc

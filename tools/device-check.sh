@@ -425,6 +425,17 @@ wait "$gen_pid" 2>/dev/null
     echo "bench's table), *.tap."
     echo
     [ -f "$res/parity.md" ] && cat "$res/parity.md" && echo
+    # the GDN chunk's in-kernel probes at 16k, the default's and W8's
+    # (every variant's are in bench.md)
+    if grep -qE '^\| probe_gdn_chunk_bf16(_w8)?\.' "$res/bench.md" 2>/dev/null; then
+        echo "In-kernel probes (gdn_chunk_bf16, _w8 at 16k; ms: the phase's"
+        echo "share of its launch):"
+        echo
+        echo "| op | model | params | ms | reps | tokens/s | GB/s | TFLOP/s | note |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+        grep -E '^\| probe_gdn_chunk_bf16(_w8)?\.' "$res/bench.md"
+        echo
+    fi
     [ -f "$res/engine.md" ] && cat "$res/engine.md" && echo
     [ -f "$res/report.md" ] && cat "$res/report.md"
 } >>"$sum"

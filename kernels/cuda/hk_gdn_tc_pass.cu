@@ -888,15 +888,15 @@ template <bool LO>
 int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
 {
     const dim3 grid(a.ncols / p.BV, a.Hv, a.nseq);
-    hk_tc_ws ws = a.ws; /* P is not probed; a sequence has at most slots
-                         * chunks */
-    if (p.reg)
+    hk_tc_ws ws = a.ws;
+    if (p.reg) { /* P is not probed; a sequence has at most slots chunks */
         ws.probe =
             hk_probe_launch(&hk_tc_r_probe, (size_t)grid.x * grid.y * grid.z,
                             (int)a.slots, a.s);
-        /* the state pass: kernel R (the state in registers) or P, by the plan;
-         * the kernel (a template-id) is the variadic part; its arguments R's
-         * and P's first ones */
+    }
+    /* the state pass: kernel R (the state in registers) or P, by the plan;
+     * the kernel (a template-id) is the variadic part; its arguments R's
+     * and P's first ones */
 #define HK_TC_PASS_ARGS                                                        \
     ws, a.states, a.tcs, a.in, a.cu_seqlens, (int)a.slots, a.Hk, a.Hv, a.dk,   \
         a.dv, a.C, a.fast
@@ -907,8 +907,8 @@ int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
                              (int)p.sb);                                       \
         __VA_ARGS__<<<grid, THREADS, p.sb, a.s>>>(HK_TC_PASS_ARGS);            \
     } while (0)
-        /* kernel R: its state tiles a warp (MT), BV, its state warps (NW) and
-         * the fused outputs (OUT: four more warps) */
+    /* kernel R: its state tiles a warp (MT), BV, its state warps (NW) and
+     * the fused outputs (OUT: four more warps) */
 #define HK_TC_REG_AS(BV, MT, NW, OUT)                                          \
     do {                                                                       \
         cudaFuncSetAttribute(hk_gdn_tc_reg_kernel<BV, MT, NW, LO, OUT>,        \

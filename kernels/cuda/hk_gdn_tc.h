@@ -42,6 +42,55 @@ static __device__ __forceinline__ const __nv_bfloat16 *hk_bf(const uint16_t *p)
     return reinterpret_cast<const __nv_bfloat16 *>(p);
 }
 
+/* wmma::load_matrix_sync of a bf16 fragment and wmma::store_matrix_sync of
+ * an f32 tile (row-major), for shared memory only (p), by the PTX .shared
+ * forms of wmma.load and wmma.store. The wmma API emits the generic forms
+ * whatever the pointer (nvcc 13: even for a shared array), which
+ * ptxas makes four generic 32-bit loads (LD.E) a fragment and eight 32-bit
+ * generic stores a tile; the .shared forms are one ldmatrix (LDSM) and
+ * shared stores (cuobjdump, sm_90a). A fragment's layout does not depend
+ * on the state space: the same registers, so the same results. ld in
+ * elements. The emulator runs the API's calls. */
+#ifdef HK_EMU_CUDA_RUNTIME_H
+template <class F>
+static inline void hk_wmma_lds(F &f, const uint16_t *p, unsigned ld)
+{
+    wmma::load_matrix_sync(f, hk_bf(p), ld);
+}
+static inline void hk_wmma_sts(float *p, const hk_facc &f, unsigned ld)
+{
+    wmma::store_matrix_sync(p, f, ld, wmma::mem_row_major);
+}
+#else
+#define HK_WMMA_LDS(FRAG, OP)                                                  \
+    static __device__ __forceinline__ void hk_wmma_lds(                        \
+        FRAG &f, const uint16_t *p, unsigned ld)                               \
+    {                                                                          \
+        uint32_t *x = reinterpret_cast<uint32_t *>(&f.x[0]);                   \
+        const unsigned s = (unsigned)__cvta_generic_to_shared(p);              \
+        asm volatile(OP " {%0,%1,%2,%3}, [%4], %5;\n"                          \
+                     : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])          \
+                     : "r"(s), "r"(ld)                                         \
+                     : "memory");                                              \
+    }
+HK_WMMA_LDS(hk_fa_row, "wmma.load.a.sync.aligned.row.m16n16k16.shared.bf16")
+HK_WMMA_LDS(hk_fa_col, "wmma.load.a.sync.aligned.col.m16n16k16.shared.bf16")
+HK_WMMA_LDS(hk_fb_row, "wmma.load.b.sync.aligned.row.m16n16k16.shared.bf16")
+HK_WMMA_LDS(hk_fb_col, "wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16")
+#undef HK_WMMA_LDS
+static __device__ __forceinline__ void hk_wmma_sts(float *p, const hk_facc &f,
+                                                   unsigned ld)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("wmma.store.d.sync.aligned.row.m16n16k16.shared.f32 [%0], "
+                 "{%1,%2,%3,%4,%5,%6,%7,%8}, %9;\n"
+                 :
+                 : "r"(s), "f"(f.x[0]), "f"(f.x[1]), "f"(f.x[2]), "f"(f.x[3]),
+                   "f"(f.x[4]), "f"(f.x[5]), "f"(f.x[6]), "f"(f.x[7]), "r"(ld)
+                 : "memory");
+}
+#endif
+
 /* The inputs as bf16 bit patterns: hi parts, and with f32 inputs their lo
  * parts (NULL for bf16 inputs, which are exact). */
 struct hk_tc_in {

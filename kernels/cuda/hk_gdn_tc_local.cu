@@ -150,14 +150,14 @@ hk_tc_xkt(hk_facc &acc, const uint16_t *X, const uint16_t *Xl,
         hk_fa_row a;
         hk_fb_col b;
         const int xa = ti * 16 * ld + kk * 16, ka = tj * 16 * ld + kk * 16;
-        wmma::load_matrix_sync(a, hk_bf(X + xa), ld);
-        wmma::load_matrix_sync(b, hk_bf(K + ka), ld);
+        hk_wmma_lds(a, X + xa, ld);
+        hk_wmma_lds(b, K + ka, ld);
         wmma::mma_sync(acc, a, b, acc);
         if (LO) {
             hk_fb_col bl;
-            wmma::load_matrix_sync(bl, hk_bf(Kl + ka), ld);
+            hk_wmma_lds(bl, Kl + ka, ld);
             wmma::mma_sync(acc, a, bl, acc);
-            wmma::load_matrix_sync(a, hk_bf(Xl + xa), ld);
+            hk_wmma_lds(a, Xl + xa, ld);
             wmma::mma_sync(acc, a, b, acc);
         }
     }
@@ -176,17 +176,16 @@ static __device__ void hk_tc_tb(hk_facc &acc, const uint16_t *Th,
     for (int kk = 0; kk <= ti; kk++) {
         hk_fa_row ah;
         hk_fb_row b;
-        wmma::load_matrix_sync(ah, hk_bf(Th + ti * 16 * ldb + kk * 16), ldb);
-        wmma::load_matrix_sync(b, hk_bf(B + kk * 16 * ldB), ldB);
+        hk_wmma_lds(ah, Th + ti * 16 * ldb + kk * 16, ldb);
+        hk_wmma_lds(b, B + kk * 16 * ldB, ldB);
         wmma::mma_sync(acc, ah, b, acc);
         if (Tl) {
             hk_fa_row al;
-            wmma::load_matrix_sync(al, hk_bf(Tl + ti * 16 * ldb + kk * 16),
-                                   ldb);
+            hk_wmma_lds(al, Tl + ti * 16 * ldb + kk * 16, ldb);
             wmma::mma_sync(acc, al, b, acc);
         }
         if (LO) {
-            wmma::load_matrix_sync(b, hk_bf(Bl + kk * 16 * ldB), ldB);
+            hk_wmma_lds(b, Bl + kk * 16 * ldB, ldB);
             wmma::mma_sync(acc, ah, b, acc);
         }
     }
@@ -228,7 +227,7 @@ static __device__ void hk_tc_store_w(const hk_tc_ws &ws, hk_facc &acc,
 {
     for (int e = 0; e < acc.num_elements; e++)
         acc.x[e] = fabsf(acc.x[e]) < HK_GDN_TINY ? 0.0f : -acc.x[e];
-    wmma::store_matrix_sync(stg, acc, 20, wmma::mem_row_major);
+    hk_wmma_sts(stg, acc, 20);
     __syncwarp();
     if (VEC) {
         float x[8];
@@ -292,8 +291,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
         wmma::fill_fragment(acc, 0.0f);
         hk_tc_xkt<LO>(acc, which ? s.Qs : s.Ks, which ? s.Ql : s.Kl, s.Ks, s.Kl,
                       ldk, ti, tj, dk / 16);
-        wmma::store_matrix_sync(s.G + (which * C + ti * 16) * ldc + tj * 16,
-                                acc, ldc, wmma::mem_row_major);
+        hk_wmma_sts(s.G + (which * C + ti * 16) * ldc + tj * 16, acc, ldc);
     }
     __syncthreads();
 
@@ -577,7 +575,7 @@ hk_tc_a_tiles(hk_facc (&acc)[HK_TC_A2_ACC], float *stg, int warp, int nwarps,
             continue;
         int which, ti, tj;
         hk_tc_pair(idx, npair, &which, &ti, &tj);
-        wmma::store_matrix_sync(stg, acc[r], 20, wmma::mem_row_major);
+        hk_wmma_sts(stg, acc[r], 20);
         __syncwarp();
         f(which, ti, tj);
         __syncwarp(); /* stg is rewritten by the warp's next tile */

@@ -133,41 +133,33 @@ static __global__ void __launch_bounds__(HK_TC_O_THREADS)
         for (int kk = 0; kk < dk / 16; kk++) {
             hk_fa_row a;
             hk_fb_row sh, sl;
-            wmma::load_matrix_sync(a, hk_bf(s.Qs + ti * 16 * ldk + kk * 16),
-                                   ldk);
-            wmma::load_matrix_sync(sh, hk_bf(s.Sh + kk * 16 * ldo + tj * 16),
-                                   ldo);
+            hk_wmma_lds(a, s.Qs + ti * 16 * ldk + kk * 16, ldk);
+            hk_wmma_lds(sh, s.Sh + kk * 16 * ldo + tj * 16, ldo);
             wmma::mma_sync(x, a, sh, x);
             if (fast)
                 continue;
-            wmma::load_matrix_sync(sl, hk_bf(s.Sl + kk * 16 * ldo + tj * 16),
-                                   ldo);
+            hk_wmma_lds(sl, s.Sl + kk * 16 * ldo + tj * 16, ldo);
             wmma::mma_sync(x, a, sl, x);
             if (LO) { /* + Q_lo S_hi */
-                wmma::load_matrix_sync(a, hk_bf(s.Ql + ti * 16 * ldk + kk * 16),
-                                       ldk);
+                hk_wmma_lds(a, s.Ql + ti * 16 * ldk + kk * 16, ldk);
                 wmma::mma_sync(x, a, sh, x);
             }
         }
         for (int kk = 0; kk <= ti; kk++) {
             hk_fa_row ph, pl;
             hk_fb_row vh, vl;
-            wmma::load_matrix_sync(ph, hk_bf(s.Ph + ti * 16 * ldp + kk * 16),
-                                   ldp);
-            wmma::load_matrix_sync(vh, hk_bf(s.Vh + kk * 16 * ldo + tj * 16),
-                                   ldo);
+            hk_wmma_lds(ph, s.Ph + ti * 16 * ldp + kk * 16, ldp);
+            hk_wmma_lds(vh, s.Vh + kk * 16 * ldo + tj * 16, ldo);
             wmma::mma_sync(y, ph, vh, y);
             if (fast)
                 continue;
-            wmma::load_matrix_sync(pl, hk_bf(s.Pl + ti * 16 * ldp + kk * 16),
-                                   ldp);
-            wmma::load_matrix_sync(vl, hk_bf(s.Vl + kk * 16 * ldo + tj * 16),
-                                   ldo);
+            hk_wmma_lds(pl, s.Pl + ti * 16 * ldp + kk * 16, ldp);
+            hk_wmma_lds(vl, s.Vl + kk * 16 * ldo + tj * 16, ldo);
             wmma::mma_sync(y, ph, vl, y);
             wmma::mma_sync(y, pl, vh, y);
         }
-        wmma::store_matrix_sync(stg, x, 20, wmma::mem_row_major);
-        wmma::store_matrix_sync(stg + 16 * 20, y, 20, wmma::mem_row_major);
+        hk_wmma_sts(stg, x, 20);
+        hk_wmma_sts(stg + 16 * 20, y, 20);
         __syncwarp();
         for (int e = lane; e < 256; e += 32) {
             const int r = e / 16, c = e % 16, i = ti * 16 + r;

@@ -78,7 +78,7 @@
  *                   buffers (HK_CUDA_GDN_TC_DEEP, where they fit: at
  *                   dk = 128 bf16 inputs, not fused); untimed (session 17)
  *   tc_w8           tc with kernel R on 8 state warps instead of 4
- *                   (HK_CUDA_GDN_TC_W8: dk = 128 or 256, not fused);
+ *                   (HK_CUDA_GDN_TC_W8: dk = 128 or 256, fused at 128);
  *                   untimed (session 19)
  */
 #include <pthread.h>

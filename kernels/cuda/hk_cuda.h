@@ -735,8 +735,8 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * of o the same products in the same order, so the same results bit for
  * bit (where the outputs are fused into R, ignored). Not yet timed.
  * HK_CUDA_GDN_TC_W8: kernel R on 8 state warps instead of 4 at its 16 or
- * 32 columns a block (dk = 128 or 256, not fused, not with R64's 64;
- * else ignored): each warp holds half the state rows, so half each
+ * 32 columns a block (dk = 128 or 256, fused at 128 (12 warps), not with
+ * R64's 64; else ignored): each warp holds half the state rows, so half each
  * chunk's split, K^T X and copies a warp, and each scheduler of the SM
  * has two warps to interleave where it had one (at 16 columns the Vn
  * step stays on 4 warps: 16 columns are its narrowest). The same results

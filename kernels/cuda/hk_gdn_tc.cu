@@ -126,9 +126,10 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
         (long long)nseq * Hv * (ncols / 32) > hk_tc_sms() &&
         hk_tc_pass_smem(dk, C, 64, lo, 2, false, false) <= lim)
         p->BV = p->PBV = 64;
-    /* W8: R's state rows over 8 warps (MT = dk / 128 tiles a warp) */
-    p->w8 = (flags & HK_CUDA_GDN_TC_W8) && p->reg && !p->fuse && p->BV <= 32 &&
-            (dk == 128 || dk == 256);
+    /* W8: R's state rows over 8 warps (MT = dk / 128 tiles a warp); fused
+     * at dk = 128 (the fused outputs fit only there) */
+    p->w8 = (flags & HK_CUDA_GDN_TC_W8) && p->reg && p->BV <= 32 &&
+            (dk == 128 || (dk == 256 && !p->fuse));
     p->sa = hk_tc_local_smem(p->A1, p->A3, dk, dv, C, lo);
     p->rbuf =
         p->reg && (flags & HK_CUDA_GDN_TC_DEEP) &&

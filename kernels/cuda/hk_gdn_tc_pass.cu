@@ -456,6 +456,7 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
  * ~5,500-7,000 cycles a chunk. On 8 warps each holds half the rows: half
  * the split, K^T X and copies a warp, and two warps a scheduler. Step 2
  * runs on 8 warps at BV = 32 (16 columns each), on warps 0-3 at BV = 16.
+ * Fused (dk = 128): 12 warps, 168 registers a thread, no spills (sm_90a).
  * Each product and sum is the same, so the results are too. */
 /* With the outputs fused (HK_CUDA_GDN_TC_FUSE_O): 4 more warps. */
 #define HK_TC_O_WARPS 4
@@ -928,12 +929,12 @@ int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
     const int mt = a.dk / 64;
     if (p.reg && p.BV == 64) /* R64 (hk_tc_plan_for): dk = 128, not fused */
         HK_TC_REG_AS(64, 1, 8, false);
-    else if (p.reg && p.w8 && p.BV == 32 && mt == 2) /* W8: not fused */
-        HK_TC_REG_AS(32, 1, 8, false);
-    else if (p.reg && p.w8 && p.BV == 32)
+    else if (p.reg && p.w8 && p.BV == 32 && mt == 2) /* W8 */
+        HK_TC_REG(32, 1, 8);
+    else if (p.reg && p.w8 && p.BV == 32) /* dk = 256: never fused */
         HK_TC_REG_AS(32, 2, 8, false);
     else if (p.reg && p.w8 && mt == 2)
-        HK_TC_REG_AS(16, 1, 8, false);
+        HK_TC_REG(16, 1, 8);
     else if (p.reg && p.w8)
         HK_TC_REG_AS(16, 2, 8, false);
     else if (p.reg && p.BV == 32 && mt == 1)

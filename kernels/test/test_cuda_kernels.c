@@ -2841,8 +2841,8 @@ static void test_gdn_chunk_same(void)
          HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_FUSE_O, "r64 ro", " R32x2+O",
          " R32x2+O"},
         /* W8: 16 columns (Vn on warps 0-3), 32 (on all 8), T_C,
-         * f32 in, with DEEP, at dk = 256; not with R64's 64 nor
-         * fused */
+         * f32 in, with DEEP, at dk = 256; not with R64's 64; fused
+         * (12 warps) at dk = 128, not at 256 (MT = 2) */
         {100, 1, 1, 128, 32, 64, 0, 0, HK_CUDA_GDN_TC_W8, "w8", " R16x2w8 O",
          " R16x2 O"},
         {70, 2, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_W8, "w8", " R32x2w8 O",
@@ -2858,8 +2858,16 @@ static void test_gdn_chunk_same(void)
         {70, 2, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_R64,
          "w8 r64", " R64x1 O", " R32x2 O"},
         {70, 2, 2, 128, 128, 64, 1, 0,
-         HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O, "w8 ro", " R32x2+O",
-         " R32x2+O"}};
+         HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O, "w8 ro", " R32x2w8+O",
+         " R32x2+O"},
+        {100, 1, 1, 128, 32, 64, 0, 0,
+         HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O, "w8 ro", " R16x2w8+O",
+         " R16x2+O"},
+        {100, 1, 1, 128, 32, 64, 0, 1,
+         HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O, "f32 w8 ro", " R16x2w8+O",
+         " R16x2+O"},
+        {40, 1, 1, 256, 32, 32, 0, 0, HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O,
+         "w8 ro", " R16x4+O", " R16x4+O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
     for (int cs = 0; cs < (int)NSHAPES(cases); cs++)
         for (int e = 0; e < 2; e++) {

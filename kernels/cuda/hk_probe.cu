@@ -91,10 +91,12 @@ struct hk_probe_sum {
     long long blocks;
 };
 
-/* A launch's window on each SM and the spans of its blocks there. */
+/* A launch's window on each SM, the spans of its blocks there and their
+ * count. */
 struct hk_probe_sms {
     unsigned long long lo[HK_PROBE_SMS], hi[HK_PROBE_SMS];
     double busy[HK_PROBE_SMS];
+    int n[HK_PROBE_SMS];
 };
 
 /* Launch r's stamps st into sum u (and its blocks' residency per SM, in
@@ -104,7 +106,9 @@ static void hk_probe_add(hk_probe_sum *u, const hk_probe_rec &r,
 {
     unsigned long long *lo = w->lo, *hi = w->hi;
     double *busy = w->busy;
+    int *nb = w->n;
     memset(busy, 0, sizeof w->busy);
+    memset(nb, 0, sizeof w->n);
     long long ran = 0;
     for (size_t b = 0; b < r.blocks; b++) {
         const unsigned long long *row = st + b * (size_t)r.per;
@@ -127,18 +131,19 @@ static void hk_probe_add(hk_probe_sum *u, const hk_probe_rec &r,
         const double span = (double)(prev - row[1]);
         u->span += span;
         ran++;
-        if (busy[sm] == 0.0 || row[1] < lo[sm])
+        if (nb[sm] == 0 || row[1] < lo[sm])
             lo[sm] = row[1];
-        if (busy[sm] == 0.0 || prev > hi[sm])
+        if (nb[sm] == 0 || prev > hi[sm])
             hi[sm] = prev;
-        busy[sm] += span > 0.0 ? span : 1e-9;
+        busy[sm] += span;
+        nb[sm]++;
     }
     /* residency: each SM's summed spans over its window, on average over
      * the SMs, weighted by the launch's blocks */
     double res = 0.0;
     int nsm = 0;
     for (int i = 0; i < HK_PROBE_SMS; i++)
-        if (busy[i] > 0.0) {
+        if (nb[i] > 0) {
             const double w = (double)(hi[i] - lo[i]);
             res += w > 0.0 ? busy[i] / w : 1.0;
             nsm++;

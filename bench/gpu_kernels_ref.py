@@ -318,13 +318,15 @@ def case_accuracy(d, case, anc, rows, later):
         S0 = arr(d, "S0.f32", (Hv, dk, dv))
         o, S, Tc = gdn_ref(q, k, v, g, beta, S0, want_tc=True)
         for var in ("f32", "bf16", "bf16a3", "bf16ro", "bf16a3ro",
-                    "bf16r64", "bf16deep", "bf16o64", "bf16w8", "bf16fast",
+                    "bf16r64", "bf16deep", "bf16o64", "bf16w8", "bf16ov",
+                    "bf16fast",
                     "bf16fasta",
                     "bf16fastap", "bf16p",
                     "bf16v1", "bf16a1", "bf16ps", "f32mma", "f32mmaa3",
                     "f32mmap", "f32mmafast", "f32mmaround", "f32mmabf16in",
                     "f32mmabf16ina3ro", "f32mmabf16inr64",
-                    "f32mmabf16indeep", "f32mmabf16inw8", "f32mmaro",
+                    "f32mmabf16indeep", "f32mmabf16inw8", "f32mmabf16inov",
+                    "f32mmaro",
                     "f32mmav1", "f32mmaa1", "f32mmaps"):
             add("o", "ours_" + var, arr(d, "o_%s.f32" % var, o.shape), o)
             add("S", "ours_" + var, arr(d, "S_%s.f32" % var, S.shape), S)
@@ -507,6 +509,12 @@ ERR_OF = {
     "gdn_chunk_bf16_deep_tc": ("gdn_chunk", "ours_bf16deep", ("o", "S", "Tc")),
     "gdn_chunk_bf16_o64": ("gdn_chunk", "ours_bf16o64", ("o", "S")),
     "gdn_chunk_bf16_o64_tc": ("gdn_chunk", "ours_bf16o64", ("o", "S", "Tc")),
+    "gdn_chunk_bf16_ov": ("gdn_chunk", "ours_bf16ov", ("o", "S")),
+    "gdn_chunk_bf16_ov_tc": ("gdn_chunk", "ours_bf16ov", ("o", "S", "Tc")),
+    "gdn_chunk_f32mma_bf16in_ov": ("gdn_chunk", "ours_f32mmabf16inov",
+                                   ("o", "S")),
+    "gdn_chunk_f32mma_bf16in_ov_tc": ("gdn_chunk", "ours_f32mmabf16inov",
+                                      ("o", "S", "Tc")),
     "gdn_chunk_bf16_w8": ("gdn_chunk", "ours_bf16w8", ("o", "S")),
     "gdn_chunk_bf16_w8_tc": ("gdn_chunk", "ours_bf16w8", ("o", "S", "Tc")),
     "gdn_chunk_f32mma_bf16in_w8": ("gdn_chunk", "ours_f32mmabf16inw8",

@@ -25,10 +25,11 @@
  * once done, no wait). Opt-in until PIPEA and PIPEW have passed their
  * tests on a GPU (they have run on the emulator only). Likewise, with
  * HYPIC_CUDA_TUNE=1 and a GDN mode that names no pass (not tc_r64,
- * tc_deep, tc_w8), each GDN chunk's size class (the heads' shape, T's
- * power of 2, T_C or not, the inputs rounded or not) times its first 3
+ * tc_deep, tc_w8, tc_ov), each GDN chunk's size class (the heads' shape,
+ * T's power of 2, T_C or not, the inputs rounded or not) times its first 3
  * calls on each of the default pass, R64, DEEP, W8 and W8 with DEEP, each
- * with kernel O on 32 or 64 columns (O64) (the same sums, bit for bit:
+ * with kernel O on 32 or 64 columns (O64), and the default and W8 with
+ * their launches overlapped (OVERLAP) (the same sums, bit for bit:
  * test_gdn_chunk_same), those of them that run other launches at that
  * shape, and keeps the fastest; and where HYPIC_CUDA_ATT names no kernel
  * and bf16 attention's default is FLASH3_SEQ (a Hopper device), each bf16
@@ -80,6 +81,10 @@
  *   tc_w8           tc with kernel R on 8 state warps instead of 4
  *                   (HK_CUDA_GDN_TC_W8: dk = 128 or 256, fused at 128);
  *                   untimed (session 19)
+ *   tc_ov           tc with the chunk's launches in segments on three
+ *                   streams, kernel A of the next segments beside the
+ *                   state pass of this one (HK_CUDA_GDN_TC_OVERLAP, on
+ *                   the backend's lanes); untimed (session 20)
  */
 #include <pthread.h>
 #include <stdarg.h>
@@ -110,7 +115,7 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
  * state passes (chunk_cands) and the bf16 attention prefill's kernels
  * (att_cands) */
 #define STEP_CANDS  3
-#define CHUNK_CANDS 10
+#define CHUNK_CANDS 12
 #define ATT_CANDS   3
 
 typedef struct {
@@ -130,6 +135,10 @@ typedef struct {
     /* the bf16 attention prefill's kernel among FLASH3_SEQ, FLASH3_WS and
      * FLASH3, the same way; NULL: DEFAULT_BF16's */
     hk_cuda_tuner_t *att_tune;
+    /* side streams of the chunks that overlap their launches
+     * (HK_CUDA_GDN_TC_OVERLAP); NULL where they could not be made, and
+     * then no chunk asks for it */
+    hk_cuda_lanes_t *lanes;
     hk_cuda_blas_t *blas;
     int rc;                /* first failure since the last sync (hk_cuda) */
     char what[96];         /* ... and where */
@@ -245,6 +254,7 @@ static void cu_close(be_t b)
     hk_cuda_tuner_destroy(c->step_tune);
     hk_cuda_tuner_destroy(c->chunk_tune);
     hk_cuda_tuner_destroy(c->att_tune);
+    hk_cuda_lanes_destroy(c->lanes);
     stage_begin(b); /* frees outgrown staging */
     hk_cuda_ring_destroy(c->stage);
     hk_cuda_free(c->xb);
@@ -956,6 +966,7 @@ static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
                     const float *beta, int T, int Hk, int Hv, int dk, int dv,
                     float *scratch, unsigned flags)
 {
+    hk_cuda_lanes_t *lanes = ctx(b)->lanes;
     const int cu[2] = {0, T};
     stage_begin(b);
     float *const *ds = stage(b, &S, sizeof(float *));
@@ -965,8 +976,9 @@ static int chunk_tc(be_t b, float *o, float *S, float *Tc, const float *q,
         return HK_CUDA_ENOMEM; /* noted by stage */
     int rc = HK_CUDA_EINVAL;
     for (int c = HK_CUDA_GDN_MAX_C; c >= 16 && rc == HK_CUDA_EINVAL; c /= 2)
-        rc = hk_cuda_gdn_chunk_tc_ex(o, ds, dt, q, k, v, g, beta, dcu, 1, T, Hk,
-                                     Hv, dk, dv, c, scratch, flags, NULL);
+        rc =
+            hk_cuda_gdn_chunk_tc_ex(o, ds, dt, q, k, v, g, beta, dcu, 1, T, Hk,
+                                    Hv, dk, dv, c, scratch, flags, lanes, NULL);
     return rc;
 }
 
@@ -1033,7 +1045,9 @@ static const unsigned chunk_cands[CHUNK_CANDS] = {
     HK_CUDA_GDN_TC_W8,
     HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_DEEP,
     HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_O64,
-    HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_O64};
+    HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_O64,
+    HK_CUDA_GDN_TC_OVERLAP,
+    HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_OVERLAP};
 
 /* The kernels a chunk call runs (an index of chunk_cands): its class's
  * fastest once tuned; until then they take turns, those of them that
@@ -1053,6 +1067,8 @@ static int chunk_pick(cuda_t *c, int T, int Hk, int Hv, int dk, int dv,
     unsigned mask = 1u;
     for (int k = 0; k < CHUNK_CANDS; k++) {
         kn[k][0] = '\0';
+        if ((chunk_cands[k] & HK_CUDA_GDN_TC_OVERLAP) && !c->lanes)
+            continue;
         if (hk_cuda_gdn_tc_kernels(kn[k], sizeof kn[k], T, 1, Hk, Hv, dk, dv,
                                    HK_CUDA_GDN_MAX_C, 1, want_tc,
                                    flags | chunk_cands[k]) != HK_CUDA_OK)
@@ -1185,8 +1201,8 @@ typedef struct {
  * kernels (att_cands). */
 static const char *const step_names[STEP_CANDS] = {"pipe", "pipea", "pipew"};
 static const char *const chunk_names[CHUNK_CANDS] = {
-    "default",  "r64", "deep",    "o64",    "r64+o64",
-    "deep+o64", "w8",  "w8+deep", "w8+o64", "w8+deep+o64"};
+    "default", "r64",     "deep",   "o64",         "r64+o64", "deep+o64",
+    "w8",      "w8+deep", "w8+o64", "w8+deep+o64", "ov",      "w8+ov"};
 static const char *const att_names[ATT_CANDS] = {"flash3_seq", "flash3_ws",
                                                  "flash3"};
 static const tune_desc_t step_desc = {
@@ -1621,9 +1637,9 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         return hp_error_set(err, HP_EUNAVAIL, "device cuda:%d: %s", device,
                             hk_cuda_strerror(rc));
     static const char *const modes[] = {
-        "auto",  "tc",      "scalar", "tc_v1",     "tc_fast",
-        "tc_a1", "tc_bf16", "tc_p",   "tc_bf16_p", "tc_a3",
-        "tc_ro", "tc_a3ro", "tc_r64", "tc_deep",   "tc_w8"};
+        "auto",    "tc",      "scalar",    "tc_v1", "tc_fast", "tc_a1",
+        "tc_bf16", "tc_p",    "tc_bf16_p", "tc_a3", "tc_ro",   "tc_a3ro",
+        "tc_r64",  "tc_deep", "tc_w8",     "tc_ov"};
     static const unsigned mode_flags[] = {
         0,
         0,
@@ -1639,7 +1655,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         HK_CUDA_GDN_TC_A3 | HK_CUDA_GDN_TC_FUSE_O,
         HK_CUDA_GDN_TC_R64,
         HK_CUDA_GDN_TC_DEEP,
-        HK_CUDA_GDN_TC_W8};
+        HK_CUDA_GDN_TC_W8,
+        HK_CUDA_GDN_TC_OVERLAP};
     const char *e = getenv("HYPIC_CUDA_GDN");
     int gdn = e && *e ? -1 : GDN_AUTO;
     for (int i = 0; gdn < 0 && i < (int)(sizeof(modes) / sizeof(*modes)); i++)
@@ -1649,7 +1666,7 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
                             "HYPIC_CUDA_GDN=%s: expected auto, tc, scalar, "
                             "tc_v1, tc_fast, tc_a1, tc_bf16, tc_p, "
                             "tc_bf16_p, tc_a3, tc_ro, tc_a3ro, tc_r64, "
-                            "tc_deep or tc_w8",
+                            "tc_deep, tc_w8 or tc_ov",
                             e);
     cuda_t *c = calloc(1, sizeof(*c));
     if (!c)
@@ -1665,6 +1682,12 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     pthread_cond_init(&c->turn, NULL);
     c->gdn = gdn > GDN_SCALAR ? GDN_TC : (gdn_mode_t)gdn;
     c->gdn_flags = mode_flags[gdn];
+    /* the chunk's lanes: tc_ov's and the tuner's (without them tc_ov
+     * runs the launches on one stream, and the tuner has no OVERLAP) */
+    if (c->gdn != GDN_SCALAR && hk_cuda_lanes_create(&c->lanes) != HK_CUDA_OK) {
+        c->lanes = NULL;
+        c->gdn_flags &= ~HK_CUDA_GDN_TC_OVERLAP;
+    }
     /* with HYPIC_CUDA_TUNE=1 and no step kernel named, the first 3 steps
      * of each size class time each kernel (no tuner if its events cannot
      * be made: HYPIC_CUDA_STEP's default then) */
@@ -1675,10 +1698,10 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
         hk_cuda_tuner_create(&c->step_tune, STEP_CANDS, 3) != HK_CUDA_OK)
         c->step_tune = NULL;
     /* ... and of each GDN chunk's, where the mode names no pass (R64,
-     * DEEP, W8) */
+     * DEEP, W8) nor OVERLAP */
     if (tune && c->gdn != GDN_SCALAR &&
-        !(c->gdn_flags &
-          (HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_DEEP | HK_CUDA_GDN_TC_W8)) &&
+        !(c->gdn_flags & (HK_CUDA_GDN_TC_R64 | HK_CUDA_GDN_TC_DEEP |
+                          HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_OVERLAP)) &&
         hk_cuda_tuner_create(&c->chunk_tune, CHUNK_CANDS, 3) != HK_CUDA_OK)
         c->chunk_tune = NULL;
     /* ... and of each bf16 attention prefill's, where HYPIC_CUDA_ATT names

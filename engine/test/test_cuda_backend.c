@@ -826,7 +826,7 @@ static int tuned_settled(const hp_backend_t *tun, const char *head,
  * those, "-" for the others. */
 static void check_chunk_tune(const hp_backend_t *tun, const hp_backend_t *ref)
 {
-    enum { T = 70, HK = 1, HV = 2, DK = 128, DV = 128, C = 64, CALLS = 32 };
+    enum { T = 70, HK = 1, HV = 2, DK = 128, DV = 128, C = 64, CALLS = 40 };
     const size_t nq = (size_t)T * HK * DK, nv = (size_t)T * HV * DV;
     const size_t ng = (size_t)T * HV, ns = (size_t)HV * DK * DV;
     const size_t nt = (size_t)HV * DK * DK;
@@ -870,12 +870,13 @@ static void check_chunk_tune(const hp_backend_t *tun, const hp_backend_t *ref)
         void *p[] = {q, k, v, g, be, o, scr};
         drop(b, p, sizeof p / sizeof p[0]);
     }
-    enum { NK = 10 };
+    enum { NK = 12 };
     static const char *const kn[NK] = {
-        "default",  "r64", "deep",    "o64",    "r64+o64",
-        "deep+o64", "w8",  "w8+deep", "w8+o64", "w8+deep+o64"};
+        "default", "r64",     "deep",   "o64",         "r64+o64", "deep+o64",
+        "w8",      "w8+deep", "w8+o64", "w8+deep+o64", "ov",      "w8+ov"};
     static const unsigned W8 = HK_CUDA_GDN_TC_W8, O64 = HK_CUDA_GDN_TC_O64;
     static const unsigned DEEP = HK_CUDA_GDN_TC_DEEP;
+    static const unsigned OV = HK_CUDA_GDN_TC_OVERLAP;
     static const unsigned fl[NK] = {0,
                                     HK_CUDA_GDN_TC_R64,
                                     DEEP,
@@ -885,7 +886,9 @@ static void check_chunk_tune(const hp_backend_t *tun, const hp_backend_t *ref)
                                     W8,
                                     W8 | DEEP,
                                     W8 | O64,
-                                    W8 | DEEP | O64};
+                                    W8 | DEEP | O64,
+                                    OV,
+                                    W8 | OV};
     char runs[NK][32], line[768];
     unsigned mask = 0; /* those whose launches differ from those before */
     for (int i = 0; i < NK; i++) {
@@ -1111,7 +1114,7 @@ int main(int argc, char **argv)
     ok(open_mode(&b, "fast", &err) == HP_EBADINPUT &&
            strstr(err.msg, "auto, tc, scalar, tc_v1, tc_fast, tc_a1, "
                            "tc_bf16, tc_p, tc_bf16_p, tc_a3, tc_ro, "
-                           "tc_a3ro, tc_r64, tc_deep or tc_w8"),
+                           "tc_a3ro, tc_r64, tc_deep, tc_w8 or tc_ov"),
        "an unknown HYPIC_CUDA_GDN is refused: %s", err.msg);
     if (open_mode(&cuda_tc, "tc", &err) != HP_OK ||
         open_mode(&cuda_scalar, "scalar", &err) != HP_OK ||

@@ -101,6 +101,16 @@ size_t hk_cuda_ring_seg_bytes(const hk_cuda_ring_t *r);
 int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src, size_t bytes,
                      void *stream, void **dev);
 
+/* Side streams (hk_lanes.cu) that let one call's launches overlap (the
+ * GDN chunk's segments, HK_CUDA_GDN_TC_OVERLAP): three non-blocking
+ * streams of the device's highest, a middle and its lowest priority, and
+ * the events that fork them from the caller's stream and join them back
+ * into it. One call at a time per set; the caller's stream sees the
+ * call's work done, in order, as if it had run there. */
+typedef struct hk_cuda_lanes hk_cuda_lanes_t;
+int hk_cuda_lanes_create(hk_cuda_lanes_t **l);
+void hk_cuda_lanes_destroy(hk_cuda_lanes_t *l); /* NULL is a no-op */
+
 /* The current device's name (truncated to n - 1 characters), its number of
  * multiprocessors and its memory in bytes; any output may be NULL. */
 int hk_cuda_device_info(char *name, size_t n, int *sms, size_t *mem);
@@ -740,28 +750,38 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * chunk's split, K^T X and copies a warp, and each scheduler of the SM
  * has two warps to interleave where it had one (at 16 columns the Vn
  * step stays on 4 warps: 16 columns are its narrowest). The same results
- * bit for bit. Not yet timed. */
-#define HK_CUDA_GDN_TC_FAST   1u
-#define HK_CUDA_GDN_TC_V1     2u
-#define HK_CUDA_GDN_TC_A1     4u
-#define HK_CUDA_GDN_TC_PSHARE 8u
-#define HK_CUDA_GDN_TC_ROUND  16u
-#define HK_CUDA_GDN_TC_FAST_A 32u
-#define HK_CUDA_GDN_TC_SMEM   64u
-#define HK_CUDA_GDN_TC_A3     128u
-#define HK_CUDA_GDN_TC_FUSE_O 256u
-#define HK_CUDA_GDN_TC_R64    512u
-#define HK_CUDA_GDN_TC_DEEP   1024u
-#define HK_CUDA_GDN_TC_O64    2048u
-#define HK_CUDA_GDN_TC_W8     4096u
-#define HK_CUDA_GDN_TC_FLAGS  8191u
+ * bit for bit. Not yet timed.
+ * HK_CUDA_GDN_TC_OVERLAP (needs lanes, else HK_CUDA_EINVAL; not with V1):
+ * the chunk slots in up to 8 segments of 2 or more, each launched as kernel
+ * A, the state pass and kernel O of its slots alone, on the lanes: A of
+ * the next segments runs beside the state pass of this one (which waits
+ * only for its own segment's A) and O of the last ones, so the three
+ * kernels' latencies overlap where a whole call runs them one after
+ * another (a state pass block carries the state and T_C from segment to
+ * segment through states and tcs). The same results bit for bit. Not yet
+ * timed. */
+#define HK_CUDA_GDN_TC_FAST    1u
+#define HK_CUDA_GDN_TC_V1      2u
+#define HK_CUDA_GDN_TC_A1      4u
+#define HK_CUDA_GDN_TC_PSHARE  8u
+#define HK_CUDA_GDN_TC_ROUND   16u
+#define HK_CUDA_GDN_TC_FAST_A  32u
+#define HK_CUDA_GDN_TC_SMEM    64u
+#define HK_CUDA_GDN_TC_A3      128u
+#define HK_CUDA_GDN_TC_FUSE_O  256u
+#define HK_CUDA_GDN_TC_R64     512u
+#define HK_CUDA_GDN_TC_DEEP    1024u
+#define HK_CUDA_GDN_TC_O64     2048u
+#define HK_CUDA_GDN_TC_W8      4096u
+#define HK_CUDA_GDN_TC_OVERLAP 8192u
+#define HK_CUDA_GDN_TC_FLAGS   16383u
 int hk_cuda_gdn_chunk_bf16_ex(float *o, float *const *states, float *const *tcs,
                               const uint16_t *q, const uint16_t *k,
                               const uint16_t *v, const float *g,
                               const float *beta, const int *cu_seqlens,
                               int nseq, int T, int Hk, int Hv, int dk, int dv,
                               int C, float *scratch, unsigned flags,
-                              void *stream);
+                              hk_cuda_lanes_t *lanes, void *stream);
 /* hk_cuda_gdn_chunk_tc with the same flags (FAST drops the inputs' lo
  * terms in the state pass and the outputs too). */
 int hk_cuda_gdn_chunk_tc_ex(float *o, float *const *states, float *const *tcs,
@@ -769,7 +789,8 @@ int hk_cuda_gdn_chunk_tc_ex(float *o, float *const *states, float *const *tcs,
                             const float *g, const float *beta,
                             const int *cu_seqlens, int nseq, int T, int Hk,
                             int Hv, int dk, int dv, int C, float *scratch,
-                            unsigned flags, void *stream);
+                            unsigned flags, hk_cuda_lanes_t *lanes,
+                            void *stream);
 /* For benches: with on = 1 the two entries above record CUDA events
  * between their launches (on the call's stream) until called with on = 0;
  * hk_cuda_gdn_tc_phases then waits for the last call and gives its

@@ -350,6 +350,29 @@ struct hk_cuda_blas {
     cublasHandle_t h;
 };
 
+/* The side streams behind hk_cuda_lanes_t (hk_lanes.cu): lane 0 of the
+ * device's highest priority, 1 of a middle one, 2 of its lowest; event
+ * HK_LANE_FORK forks them from a caller's stream, HK_LANE_JOIN + i joins
+ * lane i back, and the others pass a step's end from one lane to another
+ * (hk_lanes_pass). */
+#define HK_LANES       3
+#define HK_LANE_FORK   0
+#define HK_LANE_JOIN   1
+#define HK_LANE_PASS   (HK_LANE_JOIN + HK_LANES)
+#define HK_LANE_NPASS  2
+#define HK_LANE_EVENTS (HK_LANE_PASS + HK_LANE_NPASS)
+struct hk_cuda_lanes {
+    cudaStream_t s[HK_LANES];
+    cudaEvent_t ev[HK_LANE_EVENTS];
+};
+/* Every lane waits for the work issued on `from` so far. */
+int hk_lanes_fork(hk_cuda_lanes *l, cudaStream_t from);
+/* Lane `to` waits for the work issued on lane `from` so far, through
+ * hand-off event i (< HK_LANE_NPASS; free again once this returns). */
+int hk_lanes_pass(hk_cuda_lanes *l, int i, int from, int to);
+/* Stream `to` waits for the work issued on every lane so far. */
+int hk_lanes_join(hk_cuda_lanes *l, cudaStream_t to);
+
 /* Blocks of a grid-stride loop over n elements: enough to fill any current
  * GPU, capped so the grid size never overflows for huge n. */
 static inline unsigned hk_grid_1d(size_t n, int threads)

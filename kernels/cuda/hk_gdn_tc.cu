@@ -243,15 +243,58 @@ extern "C" int hk_cuda_gdn_tc_phases(double *ms)
     return e == cudaSuccess ? 0 : hk_cuda_status(e);
 }
 
+/* HK_CUDA_GDN_TC_OVERLAP's segments of a call's slots: up to
+ * HK_TC_SEGMENTS, of HK_TC_SEG_MIN slots at the least. */
+#define HK_TC_SEGMENTS 8
+#define HK_TC_SEG_MIN  2
+
+/* HK_CUDA_GDN_TC_OVERLAP: a's launches segment by segment on the lanes,
+ * forked from and joined back into a.s. Kernel A on lane 1, the state
+ * pass on lane 0 (the highest priority: the one path through every
+ * segment), kernel O on lane 2; the pass of segment k waits for A of k
+ * and O of k for the pass of k. Each lane's own order does the rest: A of
+ * k + 1 writes other slots than any launch before it reads, the pass
+ * carries states and tcs from k to k + 1 in place, O of k reads what the
+ * pass of k wrote. */
+template <bool LO>
+static int hk_tc_overlap(const hk_tc_plan &p, hk_tc_call a, hk_cuda_lanes *l)
+{
+    const cudaStream_t caller = a.s;
+    const int slots = (int)a.slots;
+    int nseg = slots / HK_TC_SEG_MIN;
+    nseg = nseg < 1 ? 1 : nseg > HK_TC_SEGMENTS ? HK_TC_SEGMENTS : nseg;
+    a.probe = 0;
+    int rc = hk_lanes_fork(l, caller);
+    for (int k = 0; !rc && k < nseg; k++) {
+        a.ws.seg0 = (int)((long long)slots * k / nseg);
+        a.ws.seg1 = (int)((long long)slots * (k + 1) / nseg);
+        a.s = l->s[1];
+        if ((rc = hk_tc_launch_local<LO>(p, a)) ||
+            (rc = hk_lanes_pass(l, 0, 1, 0)))
+            break;
+        a.s = l->s[0];
+        if ((rc = hk_tc_launch_pass<LO>(p, a)) || p.fuse)
+            continue;
+        a.s = l->s[2];
+        if (!(rc = hk_lanes_pass(l, 1, 0, 2)))
+            rc = hk_tc_launch_out<LO>(p, a);
+    }
+    /* joined whatever failed: the caller's stream never runs ahead of
+     * work already issued on the lanes */
+    const int jc = hk_lanes_join(l, caller);
+    return rc ? rc : jc;
+}
+
 /* Both entries: the launches on inputs `in` (lo parts when lo), chunk
- * workspace at ws_base, as planned by hk_tc_plan_for (fast: flags' FAST). */
+ * workspace at ws_base, as planned by hk_tc_plan_for (fast: flags' FAST),
+ * on the lanes where given (HK_CUDA_GDN_TC_OVERLAP), else on s. */
 template <bool LO>
 static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
                             hk_tc_in in, const hk_tc_plan &p, int fast,
                             int fast_a, const float *g, const float *beta,
                             const int *cu_seqlens, int nseq, int T, int Hk,
                             int Hv, int dk, int dv, int C, void *ws_base,
-                            cudaStream_t s)
+                            hk_cuda_lanes *lanes, cudaStream_t s)
 {
     const size_t slots = hk_tc_slots(T, nseq, C);
     hk_tc_call a;
@@ -273,10 +316,18 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
     a.slots = slots;
     a.fast = fast;
     a.fast_a = fast_a;
+    a.probe = 1;
     a.s = s;
     int rc;
 
     hk_tc_mark(1, s);
+    if (lanes && T > 0) { /* the phases: all in the state pass's */
+        hk_tc_mark(2, s);
+        rc = hk_tc_overlap<LO>(p, a, lanes);
+        hk_tc_mark(3, s);
+        hk_tc_mark(4, s);
+        return rc;
+    }
     if (T > 0 && (rc = hk_tc_launch_local<LO>(p, a)))
         return rc;
     hk_tc_mark(2, s);
@@ -298,8 +349,8 @@ static int hk_gdn_tc_launch(float *o, float *const *states, float *const *tcs,
 }
 
 /* Shapes and flags both entries refuse (HK_CUDA_EINVAL; A1 and A3 both
- * asked for among them), the shared memory included: 0 when the kernels
- * can run them, with plan p. */
+ * asked for among them, and OVERLAP with V1), the shared memory included:
+ * 0 when the kernels can run them, with plan p. */
 static int hk_tc_bad(hk_tc_plan *p, int T, int nseq, int Hk, int Hv, int dk,
                      int dv, int C, bool lo, bool want_tc, unsigned flags)
 {
@@ -307,10 +358,18 @@ static int hk_tc_bad(hk_tc_plan *p, int T, int nseq, int Hk, int Hv, int dk,
         Hv % Hk || Hv > HK_CUDA_MAX_GRID_YZ || dk < 16 || dk % 16 ||
         dk > HK_CUDA_GDN_MAX_DK || dv < 16 || dv % 16 || C < 16 || C % 16 ||
         C > HK_CUDA_GDN_MAX_C || (flags & ~(unsigned)HK_CUDA_GDN_TC_FLAGS) ||
-        ((flags & HK_CUDA_GDN_TC_A1) && (flags & HK_CUDA_GDN_TC_A3)))
+        ((flags & HK_CUDA_GDN_TC_A1) && (flags & HK_CUDA_GDN_TC_A3)) ||
+        ((flags & HK_CUDA_GDN_TC_OVERLAP) && (flags & HK_CUDA_GDN_TC_V1)))
         return 1;
     return hk_tc_plan_for(p, nseq, Hv, dv + (want_tc ? dk : 0), dk, dv, C, lo,
                           flags);
+}
+
+/* Whether a call with plan p and flags overlaps its launches: OVERLAP
+ * asked for and v2's kernels planned (v1 runs one launch). */
+static bool hk_tc_overlaps(const hk_tc_plan &p, unsigned flags)
+{
+    return (flags & HK_CUDA_GDN_TC_OVERLAP) && p.PBV;
 }
 
 extern "C" int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq,
@@ -323,16 +382,17 @@ extern "C" int hk_cuda_gdn_tc_kernels(char *buf, size_t cap, int T, int nseq,
         hk_tc_bad(&p, T, nseq, Hk, Hv, dk, dv, C, lo, want_tc != 0, flags))
         return HK_CUDA_EINVAL;
     const char *a = p.A1 ? "A1" : p.A3 ? "A3" : "A2";
+    const char *ov = hk_tc_overlaps(p, flags) ? " ov" : "";
     if (!p.PBV) /* as hk_gdn_tc_launch picks them */
         snprintf(buf, cap, "%s B%d", a, p.BV);
     else if (p.reg)
-        snprintf(buf, cap, "%s R%dx%d%s%s%s%s", a, p.BV,
+        snprintf(buf, cap, "%s R%dx%d%s%s%s%s%s", a, p.BV,
                  p.BV == 64 ? 1 : dk / 64, p.w8 ? "w8" : "",
                  p.rbuf == 3 ? "/3" : "", p.fuse ? "+O" : " O",
-                 !p.fuse && p.BVO == 64 ? "64" : "");
+                 !p.fuse && p.BVO == 64 ? "64" : "", ov);
     else
-        snprintf(buf, cap, "%s P%d%s O%s", a, p.BV, p.nbuf == 1 ? "s" : "",
-                 p.BVO == 64 ? "64" : "");
+        snprintf(buf, cap, "%s P%d%s O%s%s", a, p.BV, p.nbuf == 1 ? "s" : "",
+                 p.BVO == 64 ? "64" : "", ov);
     return HK_CUDA_OK;
 }
 
@@ -350,18 +410,20 @@ extern "C" int hk_cuda_gdn_chunk_bf16_ex(
     float *o, float *const *states, float *const *tcs, const uint16_t *q,
     const uint16_t *k, const uint16_t *v, const float *g, const float *beta,
     const int *cu_seqlens, int nseq, int T, int Hk, int Hv, int dk, int dv,
-    int C, float *scratch, unsigned flags, void *stream)
+    int C, float *scratch, unsigned flags, hk_cuda_lanes_t *lanes, void *stream)
 {
     hk_tc_plan p;
     if (hk_tc_bad(&p, T, nseq, Hk, Hv, dk, dv, C, false, tcs != NULL, flags) ||
-        !states || !cu_seqlens || (T > 0 && !scratch))
+        !states || !cu_seqlens || (T > 0 && !scratch) ||
+        ((flags & HK_CUDA_GDN_TC_OVERLAP) && !lanes))
         return HK_CUDA_EINVAL;
     const hk_tc_in in = {q, k, v, NULL, NULL, NULL};
     hk_tc_mark(0, hk_stream(stream));
     return hk_gdn_tc_launch<false>(
         o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0,
         flags & HK_CUDA_GDN_TC_FAST_A ? 1 : 0, g, beta, cu_seqlens, nseq, T, Hk,
-        Hv, dk, dv, C, scratch, hk_stream(stream));
+        Hv, dk, dv, C, scratch, hk_tc_overlaps(p, flags) ? lanes : NULL,
+        hk_stream(stream));
 }
 
 extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
@@ -374,7 +436,7 @@ extern "C" int hk_cuda_gdn_chunk_bf16(float *o, float *const *states,
 {
     return hk_cuda_gdn_chunk_bf16_ex(o, states, tcs, q, k, v, g, beta,
                                      cu_seqlens, nseq, T, Hk, Hv, dk, dv, C,
-                                     scratch, 0, stream);
+                                     scratch, 0, NULL, stream);
 }
 
 /* The f32 entry's scratch: the chunk workspace, then q, k (T Hk dk each)
@@ -411,14 +473,16 @@ extern "C" int hk_cuda_gdn_chunk_tc_ex(
     float *o, float *const *states, float *const *tcs, const float *q,
     const float *k, const float *v, const float *g, const float *beta,
     const int *cu_seqlens, int nseq, int T, int Hk, int Hv, int dk, int dv,
-    int C, float *scratch, unsigned flags, void *stream)
+    int C, float *scratch, unsigned flags, hk_cuda_lanes_t *lanes, void *stream)
 {
     hk_tc_plan p;
     const bool lo = !(flags & HK_CUDA_GDN_TC_ROUND);
     if (hk_tc_bad(&p, T, nseq, Hk, Hv, dk, dv, C, lo, tcs != NULL, flags) ||
-        !states || !cu_seqlens || (T > 0 && !scratch))
+        !states || !cu_seqlens || (T > 0 && !scratch) ||
+        ((flags & HK_CUDA_GDN_TC_OVERLAP) && !lanes))
         return HK_CUDA_EINVAL;
     const cudaStream_t s = hk_stream(stream);
+    hk_cuda_lanes *ov = hk_tc_overlaps(p, flags) ? lanes : NULL;
     size_t off[6];
     hk_tc_f32_bytes(T, nseq, Hk, Hv, dk, dv, C, off);
     unsigned char *base = (unsigned char *)scratch;
@@ -452,13 +516,13 @@ extern "C" int hk_cuda_gdn_chunk_tc_ex(
         return hk_gdn_tc_launch<false>(
             o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0,
             flags & HK_CUDA_GDN_TC_FAST_A ? 1 : 0, g, beta, cu_seqlens, nseq, T,
-            Hk, Hv, dk, dv, C, scratch, s);
+            Hk, Hv, dk, dv, C, scratch, ov, s);
     }
     const hk_tc_in in = {h[0], h[2], h[4], h[1], h[3], h[5]};
     return hk_gdn_tc_launch<true>(
         o, states, tcs, in, p, flags & HK_CUDA_GDN_TC_FAST ? 1 : 0,
         flags & HK_CUDA_GDN_TC_FAST_A ? 1 : 0, g, beta, cu_seqlens, nseq, T, Hk,
-        Hv, dk, dv, C, scratch, s);
+        Hv, dk, dv, C, scratch, ov, s);
 }
 
 extern "C" int hk_cuda_gdn_chunk_tc(float *o, float *const *states,
@@ -470,6 +534,6 @@ extern "C" int hk_cuda_gdn_chunk_tc(float *o, float *const *states,
                                     float *scratch, void *stream)
 {
     return hk_cuda_gdn_chunk_tc_ex(o, states, tcs, q, k, v, g, beta, cu_seqlens,
-                                   nseq, T, Hk, Hv, dk, dv, C, scratch, 0,
+                                   nseq, T, Hk, Hv, dk, dv, C, scratch, 0, NULL,
                                    stream);
 }

@@ -113,6 +113,10 @@ struct hk_tc_ws {
     uint16_t *Vl; //                        lo
     /* The launch's phase probes (hk_probe.h; off but in benches). */
     hk_probe probe;
+    /* The launch's chunk slots [seg0, seg1): all of them, or one segment
+     * (HK_CUDA_GDN_TC_OVERLAP). Kernels A and O run slot seg0 + blockIdx.x;
+     * a state pass block the chunks of its sequence among them. */
+    int seg0, seg1;
 };
 
 /* Slots: every chunk of every sequence, at most T / C + nseq. */
@@ -144,8 +148,16 @@ static size_t hk_tc_ws_bytes(size_t slots, int Hv, int dk, int dv, int C,
         ws->Vh = (uint16_t *)(base + off[8]);
         ws->Vl = (uint16_t *)(base + off[9]);
         ws->probe = hk_probe{NULL, 0};
+        ws->seg0 = 0;
+        ws->seg1 = (int)slots;
     }
     return at;
+}
+
+/* The chunk slot of a kernel A or O block. */
+static __device__ __forceinline__ int hk_tc_slot(const hk_tc_ws &ws)
+{
+    return ws.seg0 + (int)blockIdx.x;
 }
 
 /* Sequence b's first chunk slot. */
@@ -204,25 +216,38 @@ static __device__ void hk_tc_stage(uint16_t *dst, int ldd, const uint16_t *src,
 /* A state pass block's place (kernels B, P and R): BV columns from col0
  * of the state (or, is_tc, of T_C) of value head h (key head kh) of
  * sequence b, from column block blockIdx.x of [S | Tc], blockIdx.y and
- * blockIdx.z; Sg its matrix (row stride ldg); the sequence's tokens ts..,
- * len of them in nch chunks. */
+ * blockIdx.z; Sg its matrix (row stride ldg). Its chunks: those of the
+ * sequence among the launch's slots (ws.seg0..), nch of them from slot
+ * first, tokens ts.., len of them; cont when they start past the
+ * sequence's first chunk (T_C then goes on from Sg, not from I). skip: no
+ * chunks in a launch after the first segment, which leaves the block
+ * nothing to do (the first segment's stores every sequence's state and
+ * T_C, I for a sequence not begun, as a whole call does for an empty one). */
 struct hk_tc_pass_at {
-    bool is_tc;
-    int h, b, kh, col0, ldg, ts, len, nch;
+    bool is_tc, cont, skip;
+    int h, b, kh, col0, ldg, first, ts, len, nch;
     float *Sg;
-    __device__ hk_tc_pass_at(float *const *states, float *const *tcs,
-                             const int *cu, int BV, int Hk, int Hv, int dk,
-                             int dv, int C)
+    __device__ hk_tc_pass_at(const hk_tc_ws &ws, float *const *states,
+                             float *const *tcs, const int *cu, int BV, int Hk,
+                             int Hv, int dk, int dv, int C)
         : is_tc((int)blockIdx.x * BV >= dv), h((int)blockIdx.y),
           b((int)blockIdx.z), kh(h / (Hv / Hk)),
           col0((int)blockIdx.x * BV - (is_tc ? dv : 0)), ldg(is_tc ? dk : dv),
-          ts(cu[b]), len(cu[b + 1] - cu[b]), nch((len + C - 1) / C),
           Sg(is_tc ? tcs[b] + (size_t)h * dk * dk
                    : states[b] + (size_t)h * dk * dv)
     {
+        const int all = (cu[b + 1] - cu[b] + C - 1) / C;
+        const int f = hk_tc_first_slot(cu, b, C);
+        const int lo = min(max(ws.seg0 - f, 0), all);
+        const int hi = min(max(ws.seg1 - f, lo), all);
+        first = f + lo;
+        nch = hi - lo;
+        ts = cu[b] + lo * C;
+        len = max(0, min(cu[b + 1] - ts, nch * C));
+        cont = lo > 0;
+        skip = nch == 0 && ws.seg0 > 0;
     }
 };
-
 /* The launches of one call: v2 (pass BV > 0) unless flags ask for v1 or
  * v2's tiles do not fit the shared memory; each kernel's bytes. */
 struct hk_tc_plan {
@@ -252,6 +277,7 @@ struct hk_tc_call {
     int nseq, Hk, Hv, dk, dv, C, ncols;
     size_t slots;
     int fast, fast_a;
+    int probe; /* the launchers probe (not HK_CUDA_GDN_TC_OVERLAP's) */
     cudaStream_t s;
 };
 

@@ -9,7 +9,7 @@
 
 #define HK_TC_A_THREADS 256
 
-/* Kernels A's start, for chunk slot blockIdx.x of value head blockIdx.y
+/* Kernels A's start, for chunk slot hk_tc_slot of value head blockIdx.y
  * (hc): the chunk's first token (*t0) and length (returned; 0 for a spare
  * slot, in every thread), then located(t0, n) (kernel A3 issues its first
  * copies there), gamma in double by one thread in the CPU's order (from g
@@ -25,7 +25,7 @@ hk_tc_a_begin(const hk_tc_ws &ws, const float *g, const float *beta,
 {
     const int tid = threadIdx.x, h = blockIdx.y;
     if (tid == 0)
-        hk_tc_locate(cu, nseq, C, blockIdx.x, &loc[0], &loc[1]);
+        hk_tc_locate(cu, nseq, C, hk_tc_slot(ws), &loc[0], &loc[1]);
     __syncthreads();
     const int n = loc[1];
     *t0 = loc[0];
@@ -244,7 +244,7 @@ static __device__ void hk_tc_store_w(const hk_tc_ws &ws, hk_facc &acc,
     __syncwarp(); /* stg is rewritten by the warp's next tile */
 }
 
-/* Kernel A: chunk slot blockIdx.x, value head blockIdx.y. LO: the inputs
+/* Kernel A: chunk slot hk_tc_slot, value head blockIdx.y. LO: the inputs
  * have lo parts (f32 inputs). */
 template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_A_THREADS)
@@ -260,7 +260,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
     const int h = blockIdx.y, kh = h / (Hv / Hk);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nwarps = blockDim.x >> 5;
-    const size_t hc = (size_t)h * nslots + blockIdx.x;
+    const size_t hc = (size_t)h * nslots + hk_tc_slot(ws);
     const size_t ldq = (size_t)Hk * dk, ldvg = (size_t)Hv * dv;
     const int ldk = dk + HK_PAD16, ldv = dv + HK_PAD16;
     const int ldc = C + HK_PAD32, ldb = C + HK_PAD16;
@@ -357,18 +357,19 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS)
     }
 }
 
-/* Where a kernel A block works (A2, A3): chunk slot blockIdx.x of value
+/* Where a kernel A block works (A2, A3): chunk slot hk_tc_slot of value
  * head blockIdx.y (h) and its key head kh; its scratch slot hc; the rows'
  * strides of q, k (ldq) and v (ldvg) and of its C x C tiles in f32 (ldc)
  * and bf16 (ldb); the thread's warp and lane. */
 struct hk_tc_a_at {
     int h, kh, lane, warp, nwarps, ldc, ldb;
     size_t hc, ldq, ldvg;
-    __device__ hk_tc_a_at(int nslots, int Hk, int Hv, int dk, int dv, int C)
+    __device__ hk_tc_a_at(const hk_tc_ws &ws, int nslots, int Hk, int Hv,
+                          int dk, int dv, int C)
         : h((int)blockIdx.y), kh(h / (Hv / Hk)), lane((int)threadIdx.x & 31),
           warp((int)threadIdx.x >> 5), nwarps((int)blockDim.x >> 5),
           ldc(C + HK_PAD32), ldb(C + HK_PAD16),
-          hc((size_t)h * nslots + blockIdx.x), ldq((size_t)Hk * dk),
+          hc((size_t)h * nslots + hk_tc_slot(ws)), ldq((size_t)Hk * dk),
           ldvg((size_t)Hv * dv)
     {
     }
@@ -582,7 +583,7 @@ hk_tc_a_tiles(hk_facc (&acc)[HK_TC_A2_ACC], float *stg, int warp, int nwarps,
     }
 }
 
-/* Kernel A, blockwise: chunk slot blockIdx.x, value head blockIdx.y. */
+/* Kernel A, blockwise: chunk slot hk_tc_slot, value head blockIdx.y. */
 template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
     hk_gdn_tc_local2_kernel(hk_tc_ws ws, hk_tc_in in, const float *g,
@@ -595,7 +596,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
     hk_probe_start(ws.probe);
     hk_tc_a2_smem s;
     hk_tc_a2_carve(&s, smem, C, LO);
-    const hk_tc_a_at ka(nslots, Hk, Hv, dk, dv, C);
+    const hk_tc_a_at ka(ws, nslots, Hk, Hv, dk, dv, C);
     const int h = ka.h, kh = ka.kh, lane = ka.lane, warp = ka.warp;
     const int nwarps = ka.nwarps, ldc = ka.ldc, ldb = ka.ldb;
     const size_t hc = ka.hc, ldq = ka.ldq, ldvg = ka.ldvg;
@@ -825,7 +826,7 @@ hk_tc_a3_mask(const hk_tc_ws &ws, float *L, const double *gam, const float *bv,
     l[1] = make_float4(x[4], x[5], x[6], x[7]);
 }
 
-/* Kernel A3: chunk slot blockIdx.x, value head blockIdx.y. */
+/* Kernel A3: chunk slot hk_tc_slot, value head blockIdx.y. */
 template <bool LO>
 static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
     hk_gdn_tc_local3_kernel(hk_tc_ws ws, hk_tc_in in, const float *g,
@@ -838,7 +839,7 @@ static __global__ void __launch_bounds__(HK_TC_A_THREADS, 3)
     hk_probe_start(ws.probe);
     hk_tc_a3_smem s;
     hk_tc_a3_carve(&s, smem, C, LO);
-    const hk_tc_a_at ka(nslots, Hk, Hv, dk, dv, C);
+    const hk_tc_a_at ka(ws, nslots, Hk, Hv, dk, dv, C);
     const int h = ka.h, kh = ka.kh, lane = ka.lane, warp = ka.warp;
     const int nwarps = ka.nwarps, ldc = ka.ldc, ldb = ka.ldb;
     const size_t hc = ka.hc, ldq = ka.ldq, ldvg = ka.ldvg;
@@ -967,15 +968,16 @@ static const char *const hk_tc_a_phases[] = {"begin",   "kkt", "masks",
 static const hk_probe_kind hk_tc_a2_probe = {"A2", hk_tc_a_phases, 6, 0, 0};
 static const hk_probe_kind hk_tc_a3_probe = {"A3", hk_tc_a_phases, 6, 0, 0};
 
-/* Kernel A as planned, over the chunk slots (slots, Hv). */
+/* Kernel A as planned, over the launch's chunk slots and the heads. */
 template <bool LO>
 int hk_tc_launch_local(const hk_tc_plan &p, const hk_tc_call &a)
 {
-    const dim3 grid((unsigned)a.slots, a.Hv);
+    const unsigned nx = (unsigned)(a.ws.seg1 - a.ws.seg0);
+    const dim3 grid(nx, a.Hv);
     hk_tc_ws ws = a.ws; /* A1 is not probed */
-    if (!p.A1)
+    if (!p.A1 && a.probe)
         ws.probe = hk_probe_launch(p.A3 ? &hk_tc_a3_probe : &hk_tc_a2_probe,
-                                   a.slots * a.Hv, 0, a.s);
+                                   (size_t)nx * a.Hv, 0, a.s);
 #define HK_TC_LOCAL(KERNEL)                                                    \
     do {                                                                       \
         cudaFuncSetAttribute(KERNEL<LO>,                                       \

@@ -50,7 +50,7 @@ static __host__ __device__ size_t hk_tc_o_carve(hk_tc_o_smem *s,
     return at;
 }
 
-/* Kernel O: chunk slot blockIdx.x, output columns blockIdx.y * BVO..
+/* Kernel O: chunk slot hk_tc_slot, output columns blockIdx.y * BVO..
  * (BVO = 32, or 16 where dv is not a multiple of 32; 64 with
  * HK_CUDA_GDN_TC_O64), value head
  * blockIdx.z. LO: Q has lo parts (f32 inputs). */
@@ -69,12 +69,12 @@ static __global__ void __launch_bounds__(HK_TC_O_THREADS)
     const int h = blockIdx.z, kh = h / (Hv / Hk), col0 = blockIdx.y * BVO;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nwarps = blockDim.x >> 5;
-    const size_t hc = (size_t)h * nslots + blockIdx.x;
+    const size_t hc = (size_t)h * nslots + hk_tc_slot(ws);
     const size_t ldq = (size_t)Hk * dk, ldov = (size_t)Hv * dv;
     const int ldk = dk + HK_PAD16, ldo = BVO + HK_PAD16, ldp = C + HK_PAD16;
 
     if (tid == 0)
-        hk_tc_locate(cu, nseq, C, blockIdx.x, &loc[0], &loc[1]);
+        hk_tc_locate(cu, nseq, C, hk_tc_slot(ws), &loc[0], &loc[1]);
     __syncthreads();
     const int t0 = loc[0], n = loc[1], nt = (n + 15) / 16, rows = nt * 16;
     if (n == 0)
@@ -183,20 +183,22 @@ size_t hk_tc_out_smem(int dk, int C, int BVO, bool lo)
 static const char *const hk_tc_o_phases[] = {"locate", "load", "tiles"};
 static const hk_probe_kind hk_tc_o_probe = {"O", hk_tc_o_phases, 3, 0, 0};
 
-/* Kernel O over (slots, dv / BVO, Hv). */
+/* Kernel O over (the launch's slots, dv / BVO, Hv). */
 template <bool LO>
 int hk_tc_launch_out(const hk_tc_plan &p, const hk_tc_call &a)
 {
+    const unsigned nx = (unsigned)(a.ws.seg1 - a.ws.seg0);
     hk_tc_ws ws = a.ws;
-    ws.probe = hk_probe_launch(&hk_tc_o_probe,
-                               a.slots * (size_t)(a.dv / p.BVO) * a.Hv, 0, a.s);
+    if (a.probe)
+        ws.probe = hk_probe_launch(&hk_tc_o_probe,
+                                   (size_t)nx * (a.dv / p.BVO) * a.Hv, 0, a.s);
     cudaFuncSetAttribute(hk_gdn_tc_out_kernel<LO>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                          (int)p.so);
     hk_gdn_tc_out_kernel<LO>
-        <<<dim3((unsigned)a.slots, a.dv / p.BVO, a.Hv), HK_TC_O_THREADS, p.so,
-           a.s>>>(ws, a.o, a.in, a.cu_seqlens, a.nseq, (int)a.slots, a.Hk, a.Hv,
-                  a.dk, a.dv, a.C, p.BVO, a.fast);
+        <<<dim3(nx, a.dv / p.BVO, a.Hv), HK_TC_O_THREADS, p.so, a.s>>>(
+            ws, a.o, a.in, a.cu_seqlens, a.nseq, (int)a.slots, a.Hk, a.Hv, a.dk,
+            a.dv, a.C, p.BVO, a.fast);
     return hk_cuda_check_launch();
 }
 

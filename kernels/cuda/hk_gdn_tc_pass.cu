@@ -237,8 +237,10 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     __shared__ int first;
     hk_tc_p_smem s;
     hk_tc_p_carve(&s, NULL, smem, dk, C, BV, LO, nbuf, true, false);
-    const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
-    const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
+    const hk_tc_pass_at pa(ws, states, tcs, cu, BV, Hk, Hv, dk, dv, C);
+    if (pa.skip)
+        return; /* no chunk of this segment: the whole block leaves */
+    const int h = pa.h, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
     const int ts = pa.ts, len = pa.len, nch = pa.nch;
     const bool is_tc = pa.is_tc;
     float *Sg = pa.Sg;
@@ -254,11 +256,11 @@ static __global__ void __launch_bounds__(HK_TC_P_THREADS, NBUF == 1 ? 2 : 1)
     const uint16_t *kl0 = LO && !fast ? in.kl + (size_t)kh * dk : NULL;
 
     if (tid == 0)
-        first = hk_tc_first_slot(cu, b, C);
+        first = pa.first;
     for (int e = tid; e < dk * BV; e += blockDim.x) {
         const int i = e / BV, j = e % BV;
-        const float x = is_tc ? (i == col0 + j ? 1.0f : 0.0f)
-                              : Sg[(size_t)i * ldg + col0 + j];
+        const float x = is_tc && !pa.cont ? (i == col0 + j ? 1.0f : 0.0f)
+                                          : Sg[(size_t)i * ldg + col0 + j];
         s.Sf[i * ldf + j] = x;
         hk_bf16_split(x, &s.Sh[i * ldh + j], &s.Sl[i * ldh + j]);
     }
@@ -554,11 +556,12 @@ static __device__ void hk_tc_ro_fetch_p(const hk_tc_ro_smem &r,
  * starting states nor Vn go through scratch and there is no output
  * launch. */
 template <int BV, int MT, int NW, bool LO, bool OUT>
-static __global__ void __launch_bounds__(32 * NW +
-                                         (OUT ? HK_TC_O_WARPS * 32 : 0))
-    hk_gdn_tc_reg_kernel(hk_tc_ws ws, float *const *states, float *const *tcs,
-                         hk_tc_in in, const int *cu, int nslots, int Hk, int Hv,
-                         int dk, int dv, int C, int fast, float *o, int nb)
+static __global__ void
+    __launch_bounds__(32 * NW + (OUT ? HK_TC_O_WARPS * 32 : 0), 1)
+        hk_gdn_tc_reg_kernel(hk_tc_ws ws, float *const *states,
+                             float *const *tcs, hk_tc_in in, const int *cu,
+                             int nslots, int Hk, int Hv, int dk, int dv, int C,
+                             int fast, float *o, int nb)
 {
     const int NT = BV / 8; /* 8-column tiles */
     /* step 2: VW warps a 16-row tile of Vn, VB columns each (16 at the
@@ -566,14 +569,18 @@ static __global__ void __launch_bounds__(32 * NW +
     constexpr int VW = BV / 16 < NW / 4 ? BV / 16 : NW / 4;
     constexpr int VB = BV / VW, NTV = VB / 8;
     HK_DYNAMIC_SMEM(smem);
-    __shared__ int first;
+    /* the block's chunks (hk_tc_pass_at): its first slot, tokens, length
+     * and count, from shared memory once its first barrier is passed, so
+     * that no register holds what went into them */
+    __shared__ int first, seg[3];
     hk_probe_start(ws.probe);
     hk_tc_p_smem s;
     hk_tc_ro_smem ro;
     hk_tc_p_carve(&s, &ro, smem, dk, C, BV, LO, nb, false, OUT);
-    const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
-    const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
-    const int ts = pa.ts, len = pa.len, nch = pa.nch;
+    const hk_tc_pass_at pa(ws, states, tcs, cu, BV, Hk, Hv, dk, dv, C);
+    if (pa.skip)
+        return; /* no chunk of this segment: the whole block leaves */
+    const int h = pa.h, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
     const bool is_tc = pa.is_tc;
     float *Sg = pa.Sg;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -598,8 +605,12 @@ static __global__ void __launch_bounds__(32 * NW +
     const uint16_t *ql0 = LO && !fast ? in.ql + (size_t)kh * dk : NULL;
     const size_t ldov = (size_t)Hv * dv;
 
-    if (tid == 0)
-        first = hk_tc_first_slot(cu, b, C);
+    if (tid == 0) {
+        first = pa.first;
+        seg[0] = pa.ts;
+        seg[1] = pa.len;
+        seg[2] = pa.nch;
+    }
     float S[MT][NT][4];
     if (sw)
 #pragma unroll
@@ -610,10 +621,12 @@ static __global__ void __launch_bounds__(32 * NW +
                 for (int e = 0; e < 4; e++) {
                     const int row = r0 + 16 * mt + g8 + 8 * (e >> 1);
                     const int col = 8 * nt + 2 * t4 + (e & 1);
-                    S[mt][nt][e] = is_tc ? (row == col0 + col ? 1.0f : 0.0f)
-                                         : Sg[(size_t)row * ldg + col0 + col];
+                    S[mt][nt][e] = is_tc && !pa.cont
+                                       ? (row == col0 + col ? 1.0f : 0.0f)
+                                       : Sg[(size_t)row * ldg + col0 + col];
                 }
     __syncthreads();
+    const int ts = seg[0], len = seg[1], nch = seg[2];
     /* chunks 0 .. nb - 2 in flight: chunk c is fetched into buffer c % nb
      * at chunk c - nb + 1's step */
     for (int c = 0; sw && c < nb - 1 && c < nch; c++)
@@ -890,7 +903,7 @@ int hk_tc_launch_pass(const hk_tc_plan &p, const hk_tc_call &a)
 {
     const dim3 grid(a.ncols / p.BV, a.Hv, a.nseq);
     hk_tc_ws ws = a.ws;
-    if (p.reg) { /* P is not probed; a sequence has at most slots chunks */
+    if (p.reg && a.probe) { /* P is not probed; at most slots chunks */
         ws.probe =
             hk_probe_launch(&hk_tc_r_probe, (size_t)grid.x * grid.y * grid.z,
                             (int)a.slots, a.s);

@@ -67,8 +67,8 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
     __shared__ int first;
     hk_tc_b_smem s;
     hk_tc_b_carve(&s, smem, dk, C, BV, LO);
-    const hk_tc_pass_at pa(states, tcs, cu, BV, Hk, Hv, dk, dv, C);
-    const int h = pa.h, b = pa.b, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
+    const hk_tc_pass_at pa(ws, states, tcs, cu, BV, Hk, Hv, dk, dv, C);
+    const int h = pa.h, kh = pa.kh, col0 = pa.col0, ldg = pa.ldg;
     const int ts = pa.ts, len = pa.len, nch = pa.nch;
     const bool is_tc = pa.is_tc;
     float *Sg = pa.Sg;
@@ -78,11 +78,11 @@ static __global__ void __launch_bounds__(HK_TC_B_THREADS)
     const int NB = BV / 16;
 
     if (tid == 0)
-        first = hk_tc_first_slot(cu, b, C);
+        first = pa.first;
     for (int e = tid; e < dk * BV; e += blockDim.x) {
         const int i = e / BV, j = e % BV;
-        s.Sf[i * ldf + j] = is_tc ? (i == col0 + j ? 1.0f : 0.0f)
-                                  : Sg[(size_t)i * ldg + col0 + j];
+        s.Sf[i * ldf + j] = is_tc && !pa.cont ? (i == col0 + j ? 1.0f : 0.0f)
+                                              : Sg[(size_t)i * ldg + col0 + j];
     }
 
     for (int c = 0; c < nch; c++) {

@@ -2601,6 +2601,16 @@ static void gdn_bf16_free(gdn_bf16_t *d)
     CK(hk_cuda_free(d->v));
 }
 
+/* The side streams of the chunk calls with HK_CUDA_GDN_TC_OVERLAP, made
+ * at the first (NULL if that fails, which the call then refuses). */
+static hk_cuda_lanes_t *test_lanes(void)
+{
+    static hk_cuda_lanes_t *l;
+    if (!l)
+        CK(hk_cuda_lanes_create(&l));
+    return l;
+}
+
 /* One bf16-in chunked call over the sequences of cu (host offsets). */
 static void tc_run(float *dO, float **dS, float **dTc, const gdn_bf16_t *x,
                    const gdn_dev_t *f, const int *cu, int nseq, int Hk, int Hv,
@@ -2614,7 +2624,7 @@ static void tc_run(float *dO, float **dS, float **dTc, const gdn_bf16_t *x,
     if (flags)
         RUN(hk_cuda_gdn_chunk_bf16_ex(dO, dst, dtc, x->q, x->k, x->v, f->g,
                                       f->beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
-                                      scr, flags, NULL));
+                                      scr, flags, test_lanes(), NULL));
     else
         RUN(hk_cuda_gdn_chunk_bf16(dO, dst, dtc, x->q, x->k, x->v, f->g,
                                    f->beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
@@ -2638,7 +2648,7 @@ static void tc_run_f32(float *dO, float **dS, float **dTc, const gdn_dev_t *f,
         dev_alloc(hk_cuda_gdn_chunk_tc_scratch(T, 1, Hk, Hv, dk, dv, C));
     RUN(hk_cuda_gdn_chunk_tc_ex(dO, dst, dtc, f->q, f->k, f->v, f->g, f->beta,
                                 dcu, 1, T, Hk, Hv, dk, dv, C, scr, flags,
-                                NULL));
+                                test_lanes(), NULL));
     CK(hk_cuda_free(dst));
     CK(hk_cuda_free(dtc));
     CK(hk_cuda_free(dcu));
@@ -2867,7 +2877,27 @@ static void test_gdn_chunk_same(void)
          HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O, "f32 w8 ro", " R16x2w8+O",
          " R16x2+O"},
         {40, 1, 1, 256, 32, 32, 0, 0, HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O,
-         "w8 ro", " R16x4+O", " R16x4+O"}};
+         "w8 ro", " R16x4+O", " R16x4+O"},
+        /* OVERLAP: 5 segments (11 slots), 7 (14), 2 (5) of the launches on
+         * the lanes; with T_C, fused, kernel P, f32 in, W8; one segment
+         * (T <= C) */
+        {300, 1, 2, 64, 64, 32, 1, 0, HK_CUDA_GDN_TC_OVERLAP, "ov",
+         " R32x1 O ov", " R32x1 O"},
+        {200, 2, 2, 64, 32, 16, 0, 0, HK_CUDA_GDN_TC_OVERLAP, "ov",
+         " R16x1 O ov", " R16x1 O"},
+        {300, 1, 2, 64, 64, 32, 1, 0,
+         HK_CUDA_GDN_TC_OVERLAP | HK_CUDA_GDN_TC_FUSE_O, "ov ro", " R32x1+O ov",
+         " R32x1+O"},
+        {300, 1, 2, 64, 64, 32, 1, 0,
+         HK_CUDA_GDN_TC_OVERLAP | HK_CUDA_GDN_TC_SMEM, "ov p", " O ov",
+         " P32 O"},
+        {300, 1, 2, 64, 64, 32, 1, 1, HK_CUDA_GDN_TC_OVERLAP, "f32 ov",
+         " R32x1 O ov", " R32x1 O"},
+        {200, 1, 2, 128, 128, 64, 1, 0,
+         HK_CUDA_GDN_TC_OVERLAP | HK_CUDA_GDN_TC_W8, "ov w8", " R32x2w8 O ov",
+         " R32x2 O"},
+        {40, 1, 2, 64, 64, 64, 1, 0, HK_CUDA_GDN_TC_OVERLAP, "ov", " O ov",
+         " R32x1 O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};
     for (int cs = 0; cs < (int)NSHAPES(cases); cs++)
         for (int e = 0; e < 2; e++) {
@@ -2950,16 +2980,17 @@ static void test_gdn_chunk_varlen(void)
                  {3, {17, 1, 50}, 2, 2, 16, 48, 16}};
     /* the first two cases' dk = 64 run the pass in registers by default,
      * in shared memory with _SMEM */
-    static const unsigned vflags[7] = {0,
+    static const unsigned vflags[8] = {0,
                                        HK_CUDA_GDN_TC_V1,
                                        HK_CUDA_GDN_TC_PSHARE,
                                        HK_CUDA_GDN_TC_SMEM,
                                        HK_CUDA_GDN_TC_A3,
                                        HK_CUDA_GDN_TC_FUSE_O,
+                                       HK_CUDA_GDN_TC_OVERLAP,
                                        HK_CUDA_GDN_TC_A1};
-    static const char *const vname[7] = {"",    " v1", " ps", " p",
-                                         " a3", " ro", " a1"};
-    const int nv = grid_n(7, 6); /* kernel A1: the full grid */
+    static const char *const vname[8] = {"",    " v1", " ps", " p",
+                                         " a3", " ro", " ov", " a1"};
+    const int nv = grid_n(8, 7); /* kernel A1: the full grid */
     for (int vs = 0; vs < nv * grid_n(NSHAPES(cases), 1); vs++) {
         const int s = vs / nv; /* each case in v2, v1, ..., with A3, A1 */
         const unsigned flags = vflags[vs % nv];
@@ -3070,9 +3101,10 @@ static int tc_unaligned_same(const gdn_prob_t *p, const gdn_dev_t *f,
             dS[b] = dev_from(S0[b], ns);
         void *dst = dev_ptrs(dS, nseq);
         float *dO = dev_alloc(no);
-        RUN(hk_cuda_gdn_chunk_tc_ex(
-            dO, dst, NULL, u ? oq : f->q, u ? ok_ : f->k, u ? ov : f->v, f->g,
-            f->beta, dcu, nseq, T, Hk, Hv, dk, dv, C, dscr, flags, NULL));
+        RUN(hk_cuda_gdn_chunk_tc_ex(dO, dst, NULL, u ? oq : f->q,
+                                    u ? ok_ : f->k, u ? ov : f->v, f->g,
+                                    f->beta, dcu, nseq, T, Hk, Hv, dk, dv, C,
+                                    dscr, flags, test_lanes(), NULL));
         out[u][0] = host_from(dO, no);
         for (int b = 0; b < nseq; b++) {
             out[u][1 + b] = host_from(dS[b], ns);
@@ -3143,9 +3175,10 @@ static void test_gdn_chunk_tc(void)
             void *dst = dev_ptrs(dS, nseq), *dtc = dev_ptrs(dTc, nseq);
             float *dO = dev_alloc(no);
             if (vflags[vi]) /* the default through the plain entry */
-                RUN(hk_cuda_gdn_chunk_tc_ex(
-                    dO, dst, want_tc ? dtc : NULL, f.q, f.k, f.v, f.g, f.beta,
-                    dcu, nseq, T, Hk, Hv, dk, dv, C, dscr, vflags[vi], NULL));
+                RUN(hk_cuda_gdn_chunk_tc_ex(dO, dst, want_tc ? dtc : NULL, f.q,
+                                            f.k, f.v, f.g, f.beta, dcu, nseq, T,
+                                            Hk, Hv, dk, dv, C, dscr, vflags[vi],
+                                            test_lanes(), NULL));
             else
                 RUN(hk_cuda_gdn_chunk_tc(dO, dst, want_tc ? dtc : NULL, f.q,
                                          f.k, f.v, f.g, f.beta, dcu, nseq, T,
@@ -3992,16 +4025,26 @@ static void test_einval(void)
                                    NULL) == HK_CUDA_EINVAL; /* dk % 16 */
     good &= hk_cuda_gdn_chunk_bf16_ex(&x, tab, NULL, &hb, &hb, &hb, &x, &x, cu,
                                       1, 1, 1, 1, 16, 16, 16, &x,
-                                      HK_CUDA_GDN_TC_FLAGS + 1,
+                                      HK_CUDA_GDN_TC_FLAGS + 1, NULL,
                                       NULL) == HK_CUDA_EINVAL; /* flags */
     good &=
         hk_cuda_gdn_chunk_tc_ex(&x, tab, NULL, &x, &x, &x, &x, &x, cu, 1, 1, 1,
                                 1, 16, 16, 16, &x, HK_CUDA_GDN_TC_FLAGS + 1,
-                                NULL) == HK_CUDA_EINVAL; /* flags */
+                                NULL, NULL) == HK_CUDA_EINVAL; /* flags */
     good &= hk_cuda_gdn_chunk_bf16_ex(
                 &x, tab, NULL, &hb, &hb, &hb, &x, &x, cu, 1, 1, 1, 1, 16, 16,
-                16, &x, HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_A3,
+                16, &x, HK_CUDA_GDN_TC_A1 | HK_CUDA_GDN_TC_A3, NULL,
                 NULL) == HK_CUDA_EINVAL; /* two kernels A */
+    good &= hk_cuda_gdn_chunk_bf16_ex(&x, tab, NULL, &hb, &hb, &hb, &x, &x, cu,
+                                      1, 1, 1, 1, 16, 16, 16, &x,
+                                      HK_CUDA_GDN_TC_OVERLAP, NULL,
+                                      NULL) == HK_CUDA_EINVAL; /* no lanes */
+    good &= hk_cuda_gdn_chunk_tc_ex(
+                &x, tab, NULL, &x, &x, &x, &x, &x, cu, 1, 1, 1, 1, 16, 16, 16,
+                &x, HK_CUDA_GDN_TC_OVERLAP | HK_CUDA_GDN_TC_V1, test_lanes(),
+                NULL) == HK_CUDA_EINVAL; /* overlap v1 */
+    good &= hk_cuda_lanes_create(NULL) == HK_CUDA_EINVAL;
+    hk_cuda_lanes_destroy(NULL);
     good &= hk_cuda_gdn_step(&x, tab, tab, &x, &x, &x, &x, &x, &x, 1, 1, 1, 16,
                              6, 4, 1e-6f, 1.0f, NULL) == HK_CUDA_EINVAL;
     good &= hk_cuda_gdn_step_impl((hk_cuda_step_impl_t)(HK_CUDA_STEP_PIPEW + 1),

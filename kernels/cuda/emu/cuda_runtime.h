@@ -31,9 +31,22 @@
  * of hk_ptx.h (mma.sync, ldmatrix, cp.async) in emu/ptx.h, hk_wgmma.h's
  * warpgroup products in emu/wgmma.h.
  *
+ * Streams: the legacy stream (NULL) runs each launch, copy and memset
+ * when it is issued. A created stream (cudaStreamCreateWithPriority; the
+ * kernels' side streams, hk_cuda_lanes_t) queues them, with its event
+ * records and waits, and runs them only when something must see them done:
+ * a wait of the legacy stream (cudaStreamWaitEvent) or of the host
+ * (cudaEventSynchronize, cudaStreamSynchronize of it, cudaDeviceSynchronize,
+ * cudaStreamDestroy). The queues then run one item at a time, each time
+ * the runnable queue of highest priority first, or with
+ * HK_EMU_ORDER=reverse of lowest: so work on two streams with no event
+ * between them runs in the order a missing dependency breaks, in one of
+ * the two orders (a reader before its writer). A wait that nothing queued
+ * can satisfy aborts with a message.
+ *
  * What it does not model: memory spaces (device pointers are host
- * pointers), streams (everything is synchronous), registers, timing, f32
- * FMA contraction choices of nvcc.
+ * pointers), two launches at once (a queue runs one launch to its end),
+ * registers, timing, f32 FMA contraction choices of nvcc.
  */
 #ifndef HK_EMU_CUDA_RUNTIME_H
 #define HK_EMU_CUDA_RUNTIME_H
@@ -261,6 +274,27 @@ struct hk_emu_state {
 };
 
 inline hk_emu_state hk_emu;
+
+/* An event: its records issued and its records run (the same on the
+ * legacy stream), and the host time of the last run. */
+struct hk_emu_event {
+    double t = 0;
+    long long issued = 0, done = 0;
+};
+
+/* A created stream's queue (the file's header: Streams). */
+struct hk_emu_item {
+    std::function<void()> run;     /* a launch, copy or memset; or */
+    hk_emu_event *rec = nullptr;   /* an event's record; or */
+    hk_emu_event *wait = nullptr;  /* a wait for the wait_for'th record */
+    long long wait_for = 0;
+};
+struct hk_emu_stream {
+    int priority;
+    std::vector<hk_emu_item> q; /* front first */
+    size_t head = 0;
+};
+inline std::vector<hk_emu_stream *> hk_emu_streams;
 
 /* A device fault on demand, for the serving path's tests: once the file
  * HK_EMU_FAULT_FILE names exists, the next launch faults as an illegal
@@ -560,22 +594,12 @@ static inline size_t hk_emu_dyn_limit(const void *k)
     return hk_emu.shared_static < dflt ? dflt - hk_emu.shared_static : 0;
 }
 
-template <class F>
-static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
-                                 cudaStream_t s, F f)
+/* A launch's blocks, one after another (the launch checked). */
+static inline void hk_emu_run_launch(const void *k, dim3 g, dim3 b,
+                                     size_t smem,
+                                     const std::function<void()> &body)
 {
-    (void)s;
-    if (hk_emu_fault(true) != cudaSuccess) {
-        hk_emu.last_error = hk_emu_sticky;
-        return;
-    }
     const long long nt = (long long)b.x * b.y * b.z;
-    if (nt < 1 || nt > 1024 || b.z > 64 || g.x < 1 || g.y < 1 || g.z < 1 ||
-        g.y > 65535 || g.z > 65535 || g.x > 2147483647u ||
-        smem > HK_EMU_MAX_DYN_SMEM) {
-        hk_emu.last_error = cudaErrorInvalidConfiguration;
-        return;
-    }
     if (smem > hk_emu.dyn_cap) {
         free(hk_emu.dyn_smem);
         hk_emu.dyn_cap = (smem + 127) / 128 * 128;
@@ -585,7 +609,6 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
     hk_emu.shared_seen.clear();
     hk_emu.shared_static = 0;
     const bool reverse = hk_emu_reverse();
-    const std::function<void()> body = f;
     hk_emu.body = &body;
     hk_emu.nthreads = (int)nt;
     hk_emu.bdim = uint3{b.x, b.y, b.z};
@@ -643,6 +666,84 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
                 smem, may, hk_emu.shared_static);
         hk_emu.last_error = cudaErrorInvalidConfiguration;
     }
+}
+
+/* Work for stream s: now on the legacy stream, else queued. */
+static inline void hk_emu_issue(cudaStream_t s, std::function<void()> run)
+{
+    if (!s) {
+        run();
+        return;
+    }
+    hk_emu_item it;
+    it.run = std::move(run);
+    s->q.push_back(std::move(it));
+}
+
+template <class F>
+static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
+                                 cudaStream_t s, F f)
+{
+    if (hk_emu_fault(true) != cudaSuccess) {
+        hk_emu.last_error = hk_emu_sticky;
+        return;
+    }
+    const long long nt = (long long)b.x * b.y * b.z;
+    if (nt < 1 || nt > 1024 || b.z > 64 || g.x < 1 || g.y < 1 || g.z < 1 ||
+        g.y > 65535 || g.z > 65535 || g.x > 2147483647u ||
+        smem > HK_EMU_MAX_DYN_SMEM) {
+        hk_emu.last_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    std::function<void()> body = f;
+    hk_emu_issue(s, [=]() { hk_emu_run_launch(k, g, b, smem, body); });
+}
+
+/* Whether queue s's next item can run (a wait's record has run). */
+static inline bool hk_emu_runnable(const hk_emu_stream *s)
+{
+    if (s->head >= s->q.size())
+        return false;
+    const hk_emu_item &it = s->q[s->head];
+    return !it.wait || it.wait->done >= it.wait_for;
+}
+
+/* Runs queued items, one at a time (the header: Streams), until done()
+ * says so; aborts when nothing queued can run and done() is still false. */
+template <class D>
+static inline void hk_emu_drain(D done)
+{
+    while (!done()) {
+        hk_emu_stream *pick = nullptr;
+        for (hk_emu_stream *s : hk_emu_streams)
+            if (hk_emu_runnable(s) &&
+                (!pick || (hk_emu_reverse() ? s->priority > pick->priority
+                                            : s->priority < pick->priority)))
+                pick = s;
+        if (!pick) {
+            fprintf(stderr, "emu: a stream waits for an event no queued "
+                            "work records\n");
+            abort();
+        }
+        hk_emu_item it = std::move(pick->q[pick->head++]);
+        if (pick->head == pick->q.size()) {
+            pick->q.clear();
+            pick->head = 0;
+        }
+        if (it.run) {
+            it.run();
+        } else if (it.rec) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            it.rec->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+            it.rec->done++;
+        }
+    }
+}
+
+static inline bool hk_emu_idle(const hk_emu_stream *s)
+{
+    return s->head >= s->q.size();
 }
 
 /* ---- runtime API subset ---- */
@@ -741,10 +842,9 @@ static inline cudaError_t cudaFreeHost(void *p)
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n,
                                           cudaStream_t s)
 {
-    (void)s;
     if (hk_emu_fault(false) != cudaSuccess)
         return hk_emu_sticky;
-    memset(p, v, n);
+    hk_emu_issue(s, [=]() { memset(p, v, n); });
     return cudaSuccess;
 }
 
@@ -752,17 +852,53 @@ static inline cudaError_t cudaMemcpyAsync(void *d, const void *src, size_t n,
                                           cudaMemcpyKind k, cudaStream_t s)
 {
     (void)k;
-    (void)s;
     if (hk_emu_fault(false) != cudaSuccess)
         return hk_emu_sticky;
-    memmove(d, src, n);
+    hk_emu_issue(s, [=]() { memmove(d, src, n); });
     return cudaSuccess;
 }
 
+/* The legacy stream's work is done when issued; a created stream's when
+ * its queue has run. */
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
-    (void)s;
+    if (s)
+        hk_emu_drain([=]() { return hk_emu_idle(s); });
     return hk_emu_fault(false);
+}
+
+#define cudaStreamNonBlocking 1
+
+static inline cudaError_t cudaDeviceGetStreamPriorityRange(int *least,
+                                                           int *greatest)
+{
+    *least = 0; /* an H100's */
+    *greatest = -5;
+    return cudaSuccess;
+}
+
+/* Created streams are non-blocking here whatever the flags: the legacy
+ * stream waits for them only through events (the kernels create theirs
+ * so, cudaStreamNonBlocking). */
+static inline cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s,
+                                                       unsigned flags, int prio)
+{
+    (void)flags;
+    *s = new hk_emu_stream{prio, {}, 0};
+    hk_emu_streams.push_back(*s);
+    return cudaSuccess;
+}
+
+static inline cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    if (!s)
+        return cudaErrorInvalidValue;
+    hk_emu_drain([=]() { return hk_emu_idle(s); });
+    for (size_t i = 0; i < hk_emu_streams.size(); i++)
+        if (hk_emu_streams[i] == s)
+            hk_emu_streams.erase(hk_emu_streams.begin() + (long)i);
+    delete s;
+    return cudaSuccess;
 }
 
 /* ---- device queries, attributes, events ---- */
@@ -839,17 +975,21 @@ static inline cudaError_t cudaFuncSetAttribute(F *f, cudaFuncAttribute a, int v)
 
 static inline cudaError_t cudaDeviceSynchronize(void)
 {
+    hk_emu_drain([]() {
+        for (const hk_emu_stream *s : hk_emu_streams)
+            if (!hk_emu_idle(s))
+                return false;
+        return true;
+    });
     return hk_emu_fault(false);
 }
 
-typedef struct hk_emu_event {
-    double t;
-} * cudaEvent_t;
+typedef hk_emu_event *cudaEvent_t;
 
 static inline cudaError_t cudaEventCreate(cudaEvent_t *e)
 {
-    *e = (cudaEvent_t)calloc(1, sizeof(**e));
-    return *e ? cudaSuccess : cudaErrorMemoryAllocation;
+    *e = new hk_emu_event();
+    return cudaSuccess;
 }
 
 #define cudaEventDisableTiming 2
@@ -862,30 +1002,54 @@ static inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned f)
 
 static inline cudaError_t cudaEventDestroy(cudaEvent_t e)
 {
-    free(e);
+    delete e;
     return cudaSuccess;
 }
 
 static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 {
-    (void)s;
+    e->issued++;
+    if (s) {
+        hk_emu_item it;
+        it.rec = e;
+        s->q.push_back(std::move(it));
+        return cudaSuccess;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    e->done = e->issued;
+    return cudaSuccess;
+}
+
+/* Stream s waits for e's latest record (as issued by now): the legacy
+ * stream by running the queues until it has run. */
+static inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e,
+                                              unsigned flags)
+{
+    (void)flags;
+    const long long want = e->issued;
+    if (!s) {
+        hk_emu_drain([=]() { return e->done >= want; });
+        return hk_emu_fault(false);
+    }
+    hk_emu_item it;
+    it.wait = e;
+    it.wait_for = want;
+    s->q.push_back(std::move(it));
     return cudaSuccess;
 }
 
 static inline cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
-    (void)e;
+    const long long want = e->issued;
+    hk_emu_drain([=]() { return e->done >= want; });
     return hk_emu_fault(false);
 }
 
-/* The emulator runs each launch to its end: a recorded event is done. */
 static inline cudaError_t cudaEventQuery(cudaEvent_t e)
 {
-    (void)e;
-    return cudaSuccess;
+    return e->done >= e->issued ? cudaSuccess : cudaErrorNotReady;
 }
 
 static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a,

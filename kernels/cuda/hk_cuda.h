@@ -758,8 +758,10 @@ size_t hk_cuda_gdn_chunk_tc_scratch(int T, int nseq, int Hk, int Hv, int dk,
  * only for its own segment's A) and O of the last ones, so the three
  * kernels' latencies overlap where a whole call runs them one after
  * another (a state pass block carries the state and T_C from segment to
- * segment through states and tcs). The same results bit for bit. Not yet
- * timed. */
+ * segment through states and tcs). The state pass takes 32 columns a
+ * block, or R64's 64, where 16 (32) would fill more than half the SMs, so
+ * that A and O have SMs of their own. The same results bit for bit. Not
+ * yet timed. */
 #define HK_CUDA_GDN_TC_FAST    1u
 #define HK_CUDA_GDN_TC_V1      2u
 #define HK_CUDA_GDN_TC_A1      4u

@@ -80,18 +80,19 @@ static int hk_tc_bv(int nseq, int Hv, int ncols, int dk, int dv)
 
 /* v2's pass runs one block per SM (its double buffer takes most of the
  * shared memory) and each chunk step's time grows with BV: BV = 16 while
- * the blocks fit in one wave, else 32 (half the blocks, each twice the
- * MMAs but the same W and K bytes). With one buffer (nbuf = 1, two blocks
- * an SM at dk = 128) BV = 16 always. 0: no BV fits the shared memory. */
+ * the blocks fit in one wave of `room` SMs, else 32 (half the blocks, each
+ * twice the MMAs but the same W and K bytes). With one buffer (nbuf = 1,
+ * two blocks an SM at dk = 128) BV = 16 always. 0: no BV fits the shared
+ * memory. */
 static int hk_tc_pass_bv(int nseq, int Hv, int ncols, int dk, int C, bool lo,
-                         int nbuf)
+                         int nbuf, int room)
 {
     const size_t lim = (size_t)hk_cuda_smem_optin();
     const bool f16 = hk_tc_pass_smem(dk, C, 16, lo, nbuf, true, false) <= lim;
     const bool f32 = hk_tc_pass_smem(dk, C, 32, lo, nbuf, true, false) <= lim &&
                      ncols % 32 == 0 && dk % 32 == 0;
-    if (f32 && (!f16 || (nbuf == 2 &&
-                         (long long)nseq * Hv * (ncols / 16) > hk_tc_sms())))
+    if (f32 &&
+        (!f16 || (nbuf == 2 && (long long)nseq * Hv * (ncols / 16) > room)))
         return 32;
     return f16 ? 16 : 0;
 }
@@ -101,6 +102,11 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
                           int dv, int C, bool lo, unsigned flags)
 {
     const size_t lim = (size_t)hk_cuda_smem_optin();
+    /* the SMs the state pass may fill: all, or with OVERLAP half, so that
+     * kernels A and O of other segments have SMs of their own (beside a
+     * pass block only one A block fits at dk = 128) */
+    const bool ov = (flags & HK_CUDA_GDN_TC_OVERLAP) != 0;
+    const int room = ov ? (hk_tc_sms() + 1) / 2 : hk_tc_sms();
     p->BVO = dv % 32 ? 16 : 32;
     if ((flags & HK_CUDA_GDN_TC_O64) && dv % 64 == 0 &&
         hk_tc_out_smem(dk, C, 64, lo) <= lim)
@@ -109,7 +115,7 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
     p->nbuf = flags & HK_CUDA_GDN_TC_PSHARE ? 1 : 2;
     p->PBV = (flags & HK_CUDA_GDN_TC_V1) || p->so > lim
                  ? 0
-                 : hk_tc_pass_bv(nseq, Hv, ncols, dk, C, lo, p->nbuf);
+                 : hk_tc_pass_bv(nseq, Hv, ncols, dk, C, lo, p->nbuf, room);
     p->BV = p->PBV ? p->PBV : hk_tc_bv(nseq, Hv, ncols, dk, dv);
     p->A1 = (flags & HK_CUDA_GDN_TC_A1) != 0;
     p->A3 = (flags & HK_CUDA_GDN_TC_A3) != 0;
@@ -117,13 +123,13 @@ static int hk_tc_plan_for(hk_tc_plan *p, int nseq, int Hv, int ncols, int dk,
              dk % 64 == 0 && dk <= 256;
     p->fuse = p->reg && (flags & HK_CUDA_GDN_TC_FUSE_O) &&
               hk_tc_pass_smem(dk, C, p->BV, lo, 2, false, true) <= lim;
-    /* R64 where BV = 32 makes more blocks than SMs and its tiles fit, not
-     * fused (its tiles and the fused outputs' pass an SM's shared memory;
-     * fused outputs sum in another order, so R64 there would change the
-     * results) */
-    if ((flags & HK_CUDA_GDN_TC_R64) && p->reg && !p->fuse && p->BV == 32 &&
-        dk == 128 && ncols % 64 == 0 &&
-        (long long)nseq * Hv * (ncols / 32) > hk_tc_sms() &&
+    /* R64 where BV = 32 makes more blocks than SMs (OVERLAP: than its
+     * room, by itself) and its tiles fit, not fused (its tiles and the
+     * fused outputs' pass an SM's shared memory; fused outputs sum in
+     * another order, so R64 there would change the results) */
+    if (((flags & HK_CUDA_GDN_TC_R64) || ov) && p->reg && !p->fuse &&
+        p->BV == 32 && dk == 128 && ncols % 64 == 0 &&
+        (long long)nseq * Hv * (ncols / 32) > room &&
         hk_tc_pass_smem(dk, C, 64, lo, 2, false, false) <= lim)
         p->BV = p->PBV = 64;
     /* W8: R's state rows over 8 warps (MT = dk / 128 tiles a warp); fused

@@ -2878,13 +2878,15 @@ static void test_gdn_chunk_same(void)
          " R16x2+O"},
         {40, 1, 1, 256, 32, 32, 0, 0, HK_CUDA_GDN_TC_W8 | HK_CUDA_GDN_TC_FUSE_O,
          "w8 ro", " R16x4+O", " R16x4+O"},
-        /* OVERLAP: 5 segments (11 slots), 7 (14), 2 (5) of the launches on
-         * the lanes; with T_C, fused, kernel P, f32 in, W8; one segment
-         * (T <= C) */
+        /* OVERLAP: 5 segments (11 slots), 7 (14), 2 (5 or 4) of the
+         * launches on the lanes; with T_C, fused, kernel P, f32 in, W8
+         * (16 columns: its 2 blocks fill half the emulator's 4 SMs); one
+         * segment (T <= C); the pass wider where 16 (32) columns would fill
+         * more than half the SMs: 32, and R64's 64 at dk = 128 */
         {300, 1, 2, 64, 64, 32, 1, 0, HK_CUDA_GDN_TC_OVERLAP, "ov",
          " R32x1 O ov", " R32x1 O"},
         {200, 2, 2, 64, 32, 16, 0, 0, HK_CUDA_GDN_TC_OVERLAP, "ov",
-         " R16x1 O ov", " R16x1 O"},
+         " R32x1 O ov", " R16x1 O"},
         {300, 1, 2, 64, 64, 32, 1, 0,
          HK_CUDA_GDN_TC_OVERLAP | HK_CUDA_GDN_TC_FUSE_O, "ov ro", " R32x1+O ov",
          " R32x1+O"},
@@ -2893,9 +2895,11 @@ static void test_gdn_chunk_same(void)
          " P32 O"},
         {300, 1, 2, 64, 64, 32, 1, 1, HK_CUDA_GDN_TC_OVERLAP, "f32 ov",
          " R32x1 O ov", " R32x1 O"},
-        {200, 1, 2, 128, 128, 64, 1, 0,
-         HK_CUDA_GDN_TC_OVERLAP | HK_CUDA_GDN_TC_W8, "ov w8", " R32x2w8 O ov",
-         " R32x2 O"},
+        {200, 1, 1, 128, 32, 64, 0, 0,
+         HK_CUDA_GDN_TC_OVERLAP | HK_CUDA_GDN_TC_W8, "ov w8", " R16x2w8 O ov",
+         " R16x2 O"},
+        {200, 1, 2, 128, 128, 64, 1, 0, HK_CUDA_GDN_TC_OVERLAP, "ov",
+         " R64x1 O ov", " R32x2 O"},
         {40, 1, 2, 64, 64, 64, 1, 0, HK_CUDA_GDN_TC_OVERLAP, "ov", " O ov",
          " R32x1 O"}};
     static const unsigned extra[2] = {0, HK_CUDA_GDN_TC_FAST};

@@ -436,6 +436,16 @@ wait "$gen_pid" 2>/dev/null
         grep -E '^\| probe_gdn_chunk_bf16(_w8)?\.' "$res/bench.md"
         echo
     fi
+    # the GDN chunk with its launches overlapped (OVERLAP) beside the
+    # default, both entries the engine uses (bf16 in, f32 rounded once)
+    if grep -qE '^\| gdn_chunk_(bf16|f32mma_bf16in)_ov(_tc)? ' "$res/bench.md" 2>/dev/null; then
+        echo "GDN chunk, default and OVERLAP (the three kernels side by side):"
+        echo
+        echo "| op | model | params | ms | reps | tokens/s | GB/s | TFLOP/s | note |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+        grep -E '^\| gdn_chunk_(bf16|f32mma_bf16in)(_ov)?(_tc)? ' "$res/bench.md"
+        echo
+    fi
     [ -f "$res/engine.md" ] && cat "$res/engine.md" && echo
     [ -f "$res/report.md" ] && cat "$res/report.md"
 } >>"$sum"

@@ -248,6 +248,7 @@ struct hk_tc_pass_at {
         skip = nch == 0 && ws.seg0 > 0;
     }
 };
+
 /* The launches of one call: v2 (pass BV > 0) unless flags ask for v1 or
  * v2's tiles do not fit the shared memory; each kernel's bytes. */
 struct hk_tc_plan {

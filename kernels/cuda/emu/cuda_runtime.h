@@ -699,10 +699,16 @@ static inline void hk_emu_launch(const void *k, dim3 g, dim3 b, size_t smem,
     hk_emu_issue(s, [=]() { hk_emu_run_launch(k, g, b, smem, body); });
 }
 
-/* Whether queue s's next item can run (a wait's record has run). */
+/* Whether queue s is empty, and whether its next item can run (a wait's
+ * record has run). */
+static inline bool hk_emu_idle(const hk_emu_stream *s)
+{
+    return s->head >= s->q.size();
+}
+
 static inline bool hk_emu_runnable(const hk_emu_stream *s)
 {
-    if (s->head >= s->q.size())
+    if (hk_emu_idle(s))
         return false;
     const hk_emu_item &it = s->q[s->head];
     return !it.wait || it.wait->done >= it.wait_for;
@@ -739,11 +745,6 @@ static inline void hk_emu_drain(D done)
             it.rec->done++;
         }
     }
-}
-
-static inline bool hk_emu_idle(const hk_emu_stream *s)
-{
-    return s->head >= s->q.size();
 }
 
 /* ---- runtime API subset ---- */

@@ -57,14 +57,17 @@
  *                                  launches' times, phase_<op>.<launch>,
  *                                  and the phases inside them (in-kernel
  *                                  probes), probe_<op>.<kernel>.<phase>
- *   gdn_step[_kh|_pipe|_pipe32] / gdn_decode / gdn_decode_chain   decode,
- *                                  B = 1, 16, 64, 256:
+ *   gdn_step[_kh|_pipe|_pipe32|_pipea|_pipew] / gdn_decode /
+ *   gdn_decode_chain               decode, B = 1, 16, 64, 256:
  *                                  the fused step; the unfused recurrence
  *                                  alone; the unfused chain (conv, split,
  *                                  2 l2norm, gates, recurrence). GB/s
  *                                  counts state bytes read + written;
  *                                  states rotate over >= 256 MB of sets so
- *                                  no step finds them in L2
+ *                                  no step finds them in L2; at B >= 64
+ *                                  each gdn_step row is followed by its
+ *                                  kernel's in-kernel probes,
+ *                                  probe_<op>.<kernel>.<phase>
  *   kvbuf_{step,flush,decode}[_v1|_cw128|_cw64|_cw32]  the KVBuffer at
  *                                  B = 1, 16, 64, 256: chunkwise step,
  *                                  flush, their average, each against
@@ -698,29 +701,28 @@ static void chunk_phases(const char *op, const char *model, const char *params,
 }
 
 /* Where each kernel's time goes inside it (hk_cuda_probe): one probed
- * call, a row per kernel and phase, op "probe_<op>.<kernel>.<phase>"
- * (kernel A2 / A3, R, O; the probes' phases in hk_gdn_tc_*.cu). Its ms is
- * the phase's share of a block's time times its launch's median (med,
- * chunk_phases': A, P, O); the note gives its cycles a block (a chunk's,
- * for R's loop phases) and, in the span rows, the blocks an SM ran at
- * once. Kernels the probes do not cover (A1, P, v1) give no rows. */
-static void chunk_probes(const char *op, const char *model, const char *params,
-                         chunk_ctx *c, const double *med)
+ * call of run, a row per kernel and phase, op "probe_<op>.<kernel>.<phase>"
+ * (the probes' kernels and phases: hk_gdn_tc_*.cu, hk_gdn_step.cu). Its ms
+ * is the phase's share of a block's time times ms_of(kernel, arg), the
+ * kernel's launch time; the note gives its cycles a block (and a point:
+ * for a loop's phases, an iteration's) and, in the span rows, the blocks
+ * an SM ran at once. Kernels without probes give no rows. */
+static void probe_call(const char *op, const char *model, const char *params,
+                       int (*run)(void *, int), void *ctx,
+                       double (*ms_of)(const char *kernel, const void *arg),
+                       const void *arg)
 {
     hk_cuda_probe_row_t rows[64];
     int n = 0, dropped = 0;
     if (over_budget())
         return;
     CK(hk_cuda_probe(tiny ? (size_t)1 << 18 : (size_t)16 << 20));
-    CK(chunk_run(c, 0));
+    CK(run(ctx, 0));
     CK(hk_cuda_probe_rows(rows, 64, &n, &dropped));
     CK(hk_cuda_probe(0));
     for (int i = 0; i < n; i++) {
         const hk_cuda_probe_row_t *r = &rows[i];
         const int span = !strcmp(r->phase, "span");
-        const double ms = med[r->kernel[0] == 'A'   ? 1
-                              : r->kernel[0] == 'R' ? 2
-                                                    : 3];
         char name[128], note[160];
         snprintf(name, sizeof name, "probe_%.48s.%.15s.%.15s", op, r->kernel,
                  r->phase);
@@ -738,8 +740,16 @@ static void chunk_probes(const char *op, const char *model, const char *params,
                          ? r->cycles * (double)r->blocks / (double)r->points
                          : 0.0,
                      100.0 * r->share);
-        emit(name, model, params, r->share * ms, 1, -1, -1, -1, note);
+        emit(name, model, params, r->share * ms_of(r->kernel, arg), 1, -1, -1,
+             -1, note);
     }
+}
+
+/* The GDN chunk's kernels' times: chunk_phases' medians (A, P, O). */
+static double chunk_kernel_ms(const char *kernel, const void *arg)
+{
+    const double *med = arg;
+    return med[kernel[0] == 'A' ? 1 : kernel[0] == 'R' ? 2 : 3];
 }
 
 static void bench_chunk(const model_t *m, int T)
@@ -781,7 +791,8 @@ static void bench_chunk(const model_t *m, int T)
             (tiny ? !c.flags : T == 16384)) {
             double med[HK_CUDA_GDN_TC_PHASES] = {0};
             chunk_phases(op, m->name, params, &c, med);
-            chunk_probes(op, m->name, params, &c, med);
+            probe_call(op, m->name, params, chunk_run, &c, chunk_kernel_ms,
+                       med);
         }
     }
     chunk_free(&c);
@@ -975,6 +986,13 @@ static void step_free(step_ctx *c)
     free(c->ctabs);
 }
 
+/* The decode step's one launch: its row's median. */
+static double step_kernel_ms(const char *kernel, const void *arg)
+{
+    (void)kernel;
+    return *(const double *)arg;
+}
+
 static void bench_decode(const model_t *m, int B)
 {
     char params[128];
@@ -997,8 +1015,13 @@ static void bench_decode(const model_t *m, int B)
      * every kernel by name */
     for (size_t v = 0; v < N_STEP_VARS; v++) {
         c.impl = step_vars[v].impl;
-        measure(step_vars[v].op, m->name, params, step_run, &c, B, 2.0 * sbytes,
-                0);
+        const double ms = measure(step_vars[v].op, m->name, params, step_run,
+                                  &c, B, 2.0 * sbytes, 0);
+        /* where a block's time goes, at the batches of the bandwidth
+         * target (--tiny: each, the emulator's plumbing check) */
+        if (ms >= 0 && (tiny || B >= 64))
+            probe_call(step_vars[v].op, m->name, params, step_run, &c,
+                       step_kernel_ms, &ms);
     }
     c.impl = HK_CUDA_STEP_DEFAULT;
     measure("gdn_decode", m->name, params, decode_run, &c, B, 2.0 * sbytes, 0);

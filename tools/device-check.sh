@@ -436,6 +436,17 @@ wait "$gen_pid" 2>/dev/null
         grep -E '^\| probe_gdn_chunk_bf16(_w8)?\.' "$res/bench.md"
         echo
     fi
+    # the decode step's in-kernel probes at B = 64 and 256, the default's
+    # (PIPE) and PIPEW's
+    if grep -qE '^\| probe_gdn_step(_pipew)?\.' "$res/bench.md" 2>/dev/null; then
+        echo "In-kernel probes (gdn_step, _pipew at B = 64, 256; ms: the"
+        echo "phase's share of the launch):"
+        echo
+        echo "| op | model | params | ms | reps | tokens/s | GB/s | TFLOP/s | note |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+        grep -E '^\| probe_gdn_step(_pipew)?\.' "$res/bench.md"
+        echo
+    fi
     # the GDN chunk with its launches overlapped (OVERLAP) beside the
     # default, both entries the engine uses (bf16 in, f32 rounded once)
     if grep -qE '^\| gdn_chunk_(bf16|f32mma_bf16in)_ov(_tc)? ' "$res/bench.md" 2>/dev/null; then

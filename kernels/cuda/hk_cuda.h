@@ -186,7 +186,8 @@ int hk_cuda_marks_read(hk_cuda_marks_t *m, float *ms, int *n);
  * goes inside a kernel. hk_cuda_probe(stamps > 0) makes a device buffer
  * of that many 8-byte stamps and turns the probes on; 0 turns them off
  * and frees it. While on, the probed kernels (the tensor-core GDN chunk's
- * A2, A3, R and O) stamp the SM's clock at their phase boundaries, a
+ * A2, A3, R and O; the decode step's KH, PIPE, PIPE32, PIPEA and PIPEW)
+ * stamp the SM's clock at their phase boundaries, a
  * launch that does not fit the buffer unprobed. hk_cuda_probe_rows waits
  * for the device, sums the launches since the last read by kernel and
  * phase into rows (up to cap; *n of them) and starts over: per kernel its

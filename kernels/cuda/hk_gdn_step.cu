@@ -45,6 +45,7 @@
  * dk <= 256, dv a multiple of 4, states 16-byte aligned.
  */
 #include "kernels/cuda/hk_cuda_impl.h"
+#include "kernels/cuda/hk_probe.h"
 #include "kernels/cuda/hk_ptx.h"
 
 #include <stdlib.h>
@@ -199,13 +200,15 @@ static __device__ __forceinline__ void hk_step_sync(int bar)
  * u, w by row-group sums, d and o by threads < cw, the update stored.
  * Ends with a barrier (pu, pw, dsh are rewritten next slab). Barriers:
  * the block's (bar 0) or named barrier bar of the HK_STEP_THREADS
- * threads that run the slabs (PIPEW). */
+ * threads that run the slabs (PIPEW). Probe points pt, pt + 1, pt + 2
+ * after its three barriers: sums (the state's loads landed, u and w
+ * summed), d (d and o), store (the update's stores issued). */
 template <int R, bool STREAM>
 static __device__ __forceinline__ void
 hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
              const float *ks, const float *vh, float *pu, float *pw, float *dsh,
              float ga, float beta, float kq, int j0, int cw, int dk, int dv,
-             int nrg, int rg, int cg, int bar)
+             int nrg, int rg, int cg, int bar, const hk_probe &pr, int pt)
 {
     const int tid = threadIdx.x;
     float4 u = make_float4(0.0f, 0.0f, 0.0f, 0.0f), w = u;
@@ -227,6 +230,7 @@ hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
         *reinterpret_cast<float4 *>(pw + (size_t)rg * cw + 4 * cg) = w;
     }
     hk_step_sync(bar);
+    hk_probe_at(pr, pt);
     if (tid < cw && j0 + tid < dv) {
         float su = 0.0f, sw = 0.0f;
         for (int g = 0; g < nrg; g++) {
@@ -239,6 +243,7 @@ hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
         dsh[tid] = d;
     }
     hk_step_sync(bar);
+    hk_probe_at(pr, pt + 1);
     const int j = j0 + 4 * cg;
     if (rg < nrg && j < dv) {
         const float4 d = *reinterpret_cast<const float4 *>(dsh + 4 * cg);
@@ -261,11 +266,14 @@ hk_step_slab(float4 (&s)[R], float *Sh, float *oh, const float *qs,
         }
     }
     hk_step_sync(bar);
+    hk_probe_at(pr, pt + 2);
 }
 
 /* KH: one block per item (key head, request), R = 4-column rows per
- * thread (ceil(dk / nrg), rounded up). */
-template <int R>
+ * thread (ceil(dk / nrg), rounded up). PROBE: the probed instance (here
+ * and in PIPE, PIPEW: the points' registers made the unprobed ones spill
+ * more). */
+template <int R, bool PROBE>
 static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
     hk_gdn_step_kernel(float *o,                  // [B, Hv, dv]
                        float *const *states,      // [B] of [Hv, dk, dv]
@@ -277,9 +285,10 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
                        const float *A_log,        // [Hv]
                        const float *dt_bias,      // [Hv]
                        int Hk, int Hv, int dk, int dv, int K, float eps,
-                       float q_scale)
+                       float q_scale, hk_probe probe)
 {
     HK_DYNAMIC_SMEM(smem);
+    const hk_probe pr = PROBE ? probe : hk_probe{NULL, 0};
     __shared__ float red[32];
     const int kh = blockIdx.x, b = blockIdx.y, r = Hv / Hk;
     const int tid = threadIdx.x;
@@ -293,6 +302,7 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
     float *const Sb = states[b];
     float4 s[R];
 
+    hk_probe_start(pr);
     /* The first slab's loads go out before the conv. */
     hk_step_load<R, false>(s, Sb + (size_t)kh * r * dk * dv, 0, dk, dv, nrg, rg,
                            cg);
@@ -300,17 +310,19 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, 2)
         qs, gs, red, conv_states ? conv_states[b] : NULL, qkv + (size_t)b * cd,
         conv_w, a, bg, A_log, dt_bias, kh, b, Hk, Hv, dk, dv, K, eps, q_scale,
         NULL);
+    hk_probe_at(pr, 0);
 
+    int pt = 1; /* the slab's first probe point */
     for (int hh = 0; hh < r; hh++) {
         const int h = kh * r + hh;
         float *Sh = Sb + (size_t)h * dk * dv;
-        for (int j0 = 0; j0 < dv; j0 += cw) {
+        for (int j0 = 0; j0 < dv; j0 += cw, pt += 3) {
             if (hh > 0 || j0 > 0)
                 hk_step_load<R, false>(s, Sh, j0, dk, dv, nrg, rg, cg);
             hk_step_slab<R, false>(s, Sh, o + ((size_t)b * Hv + h) * dv, qs, ks,
                                    vs + (size_t)hh * dv, pu, pw, dsh,
                                    gs[2 * hh], gs[2 * hh + 1], kq, j0, cw, dk,
-                                   dv, nrg, rg, cg, 0);
+                                   dv, nrg, rg, cg, 0, pr, pt);
         }
     }
 }
@@ -361,13 +373,15 @@ template <int R, int MINB> struct hk_step_pipe {
     const float *qkv, *a, *bg, *conv_w, *A_log, *dt_bias;
     int B, Hk, Hv, dk, dv, K, cw, per;
     float eps, q_scale;
+    hk_probe pr; /* off unless a bench probes the launch */
 };
 
-template <int R, int MINB, bool AI>
+template <int R, int MINB, bool AI, bool PROBE>
 static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
     hk_gdn_step_pipe_kernel(const hk_step_pipe<R, MINB> p)
 {
     HK_DYNAMIC_SMEM(smem);
+    const hk_probe pr = PROBE ? p.pr : hk_probe{NULL, 0};
     __shared__ float red[32];
     __shared__ float *sps[HK_STEP_MAX_PER], *cps[HK_STEP_MAX_PER];
     const int Hk = p.Hk, Hv = p.Hv, dk = p.dk, dv = p.dv, cw = p.cw;
@@ -390,12 +404,14 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
                            Hk, dk, r, dv, p.K, tid, HK_STEP_THREADS);
     };
 
+    hk_probe_start(pr);
     if (tid < nit) {
         const int b = (it0 + tid) / Hk;
         sps[tid] = p.states[b];
         cps[tid] = p.conv_states ? p.conv_states[b] : NULL;
     }
     __syncthreads();
+    hk_probe_at(pr, 0);
     if (AI && nit > 0) {
         fetch(0);
     }
@@ -422,6 +438,7 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
                                        p.qkv + (size_t)b * cd, p.conv_w, p.a,
                                        p.bg, p.A_log, p.dt_bias, kh, b, Hk, Hv,
                                        dk, dv, p.K, p.eps, p.q_scale, xin);
+            hk_probe_at(pr, 1 + 4 * u);
             /* the next item's, over these: their last reads (the conv) are
              * behind the norms' barriers */
             if (AI && n + 1 < nit)
@@ -430,7 +447,7 @@ static __global__ void __launch_bounds__(HK_STEP_THREADS, MINB)
         hk_step_slab<R, true>(
             s, sps[n] + (size_t)h * dk * dv, p.o + ((size_t)b * Hv + h) * dv,
             qs, ks, vs + (size_t)hh * dv, pu, pw, dsh, gs[2 * hh],
-            gs[2 * hh + 1], kq, j0, cw, dk, dv, nrg, rg, cg, 0);
+            gs[2 * hh + 1], kq, j0, cw, dk, dv, nrg, rg, cg, 0, pr, 2 + 4 * u);
     };
 #undef HK_PIPE_UNIT
     float4 sa[R], sb[R];
@@ -594,11 +611,12 @@ hk_step_w_prologue(const hk_step_pipe<R, 1> &p, const hk_step_w_smem &m,
 
 /* PIPEW: PIPE's block ranges and units; threads below HK_STEP_THREADS run
  * the units, the rest hk_step_w_prologue. */
-template <int R>
+template <int R, bool PROBE>
 static __global__ void __launch_bounds__(HK_STEP_W_THREADS, 1)
     hk_gdn_step_pipew_kernel(const hk_step_pipe<R, 1> p)
 {
     HK_DYNAMIC_SMEM(smem);
+    const hk_probe pr = PROBE ? p.pr : hk_probe{NULL, 0};
     __shared__ float *sps[HK_STEP_MAX_PER], *cps[HK_STEP_MAX_PER];
     const int Hk = p.Hk, Hv = p.Hv, dk = p.dk, dv = p.dv, cw = p.cw;
     const int r = Hv / Hk, tid = threadIdx.x;
@@ -610,12 +628,14 @@ static __global__ void __launch_bounds__(HK_STEP_W_THREADS, 1)
     hk_step_w_smem m;
     hk_step_w_carve(&m, smem, R, dk, dv, r, p.K, cw);
 
+    hk_probe_start(pr);
     if (tid < nit) {
         const int b = (it0 + tid) / Hk;
         sps[tid] = p.states[b];
         cps[tid] = p.conv_states ? p.conv_states[b] : NULL;
     }
     __syncthreads(); /* the last barrier of all the block's threads */
+    hk_probe_at(pr, 0);
     if (tid >= HK_STEP_THREADS) {
         hk_step_w_prologue<R>(p, m, cps, it0, nit, tid - HK_STEP_THREADS);
         return;
@@ -653,17 +673,18 @@ static __global__ void __launch_bounds__(HK_STEP_W_THREADS, 1)
         const float *gs = m.ib[n & 1], *qs = gs + 2 * r, *ks = qs + dk;
         if (u % U == 0) /* the item's buffer is filled */
             hk_bar_sync(HK_STEP_BAR_FULL + (n & 1), HK_STEP_W_THREADS);
+        hk_probe_at(pr, 1 + 4 * u); /* thread 0's copies (and FULL) */
         float4 s[R];
         const float4 *st =
             m.ring + (size_t)(u % HK_STEP_NS) * R * HK_STEP_THREADS + tid;
 #pragma unroll
         for (int i = 0; i < R; i++)
             s[i] = st[i * HK_STEP_THREADS];
-        hk_step_slab<R, true>(s, sps[n] + (size_t)h * dk * dv,
-                              p.o + ((size_t)b * Hv + h) * dv, qs, ks,
-                              ks + dk + (size_t)hh * dv, m.pu, m.pw, m.dsh,
-                              gs[2 * hh], gs[2 * hh + 1], ks[dk + r * dv], j0,
-                              cw, dk, dv, nrg, rg, cg, HK_STEP_BAR_SLAB);
+        hk_step_slab<R, true>(
+            s, sps[n] + (size_t)h * dk * dv, p.o + ((size_t)b * Hv + h) * dv,
+            qs, ks, ks + dk + (size_t)hh * dv, m.pu, m.pw, m.dsh, gs[2 * hh],
+            gs[2 * hh + 1], ks[dk + r * dv], j0, cw, dk, dv, nrg, rg, cg,
+            HK_STEP_BAR_SLAB, pr, 2 + 4 * u);
         /* the slab's last barrier: every slab thread is done with the
          * buffer; none waits for the last two items' */
         if (u % U == U - 1 && n + 2 < nit)
@@ -682,9 +703,39 @@ static hk_cuda_step_impl_t hk_step_resolve(hk_cuda_step_impl_t impl)
     return impl == HK_CUDA_STEP_DEFAULT ? env : impl;
 }
 
+/* The probes' phases (hk_probe.h; on while a bench probes a call): KH's
+ * conv (gates, conv and norms, its first slab's loads in flight), then a
+ * slab's sums, d, store (hk_step_slab's); the others' ptrs (the block's
+ * pointer tables read), then a unit's conv (an item's first unit only:
+ * gates, conv, norms), sums, d, store. PIPEW's wait in conv's place: thread
+ * 0's own copies of the unit landed (no barrier) and, at an item's first
+ * unit, the prologue warps' hand-over. Named by the kernel that ran (PIPE
+ * where PIPEA or PIPEW fall back to it). */
+static const char *const hk_step_kh_phases[] = {"conv", "sums", "d", "store"};
+static const char *const hk_step_pipe_phases[] = {"ptrs", "conv", "sums", "d",
+                                                  "store"};
+static const char *const hk_step_w_phases[] = {"ptrs", "wait", "sums", "d",
+                                               "store"};
+static const hk_probe_kind hk_step_kh_probe = {"KH", hk_step_kh_phases, 1, 3,
+                                               0};
+static const hk_probe_kind hk_step_pipe_probe = {"PIPE", hk_step_pipe_phases, 1,
+                                                 4, 0};
+static const hk_probe_kind hk_step_pipe32_probe = {
+    "PIPE32", hk_step_pipe_phases, 1, 4, 0};
+static const hk_probe_kind hk_step_pipea_probe = {"PIPEA", hk_step_pipe_phases,
+                                                  1, 4, 0};
+static const hk_probe_kind hk_step_pipew_probe = {"PIPEW", hk_step_w_phases, 1,
+                                                  4, 0};
+
+/* Units (value head, slab) of an item. */
+static int hk_step_units(int Hk, int Hv, int dv, int cw)
+{
+    return Hv / Hk * ((dv + cw - 1) / cw);
+}
+
 template <int R, int MINB, bool AI>
 static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
-                               cudaStream_t s)
+                               const hk_probe_kind *pk, cudaStream_t s)
 {
     const int sms = hk_cuda_sm_count(1);
     /* equal shares of the items over about MINB blocks per SM */
@@ -697,8 +748,14 @@ static int hk_step_pipe_launch(const hk_step_pipe<R, MINB> &p, size_t sm,
     const long long grid = HK_CEIL_DIV(items, per);
     if (grid > 2147483647LL)
         return HK_CUDA_EINVAL;
-    hk_gdn_step_pipe_kernel<R, MINB, AI>
-        <<<(unsigned)grid, HK_STEP_THREADS, sm, s>>>(q);
+    q.pr = hk_probe_launch(pk, (size_t)grid,
+                           (int)per * hk_step_units(p.Hk, p.Hv, p.dv, p.cw), s);
+    if (q.pr.at)
+        hk_gdn_step_pipe_kernel<R, MINB, AI, true>
+            <<<(unsigned)grid, HK_STEP_THREADS, sm, s>>>(q);
+    else
+        hk_gdn_step_pipe_kernel<R, MINB, AI, false>
+            <<<(unsigned)grid, HK_STEP_THREADS, sm, s>>>(q);
     return hk_cuda_check_launch();
 }
 
@@ -713,7 +770,10 @@ static int hk_step_w_launch(const hk_step_pipe<R, 1> &p, cudaStream_t s,
     /* the limit holds the static part (the pointer tables) too */
     *fits = sm + 2 * HK_STEP_MAX_PER * sizeof(float *) <=
                 (size_t)hk_cuda_smem_optin() &&
-            cudaFuncSetAttribute(hk_gdn_step_pipew_kernel<R>,
+            cudaFuncSetAttribute(hk_gdn_step_pipew_kernel<R, false>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)sm) == cudaSuccess &&
+            cudaFuncSetAttribute(hk_gdn_step_pipew_kernel<R, true>,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  (int)sm) == cudaSuccess;
     if (!*fits) {
@@ -729,8 +789,14 @@ static int hk_step_w_launch(const hk_step_pipe<R, 1> &p, cudaStream_t s,
     const long long grid = HK_CEIL_DIV(items, per);
     if (grid > 2147483647LL)
         return HK_CUDA_EINVAL;
-    hk_gdn_step_pipew_kernel<R>
-        <<<(unsigned)grid, HK_STEP_W_THREADS, sm, s>>>(q);
+    q.pr = hk_probe_launch(&hk_step_pipew_probe, (size_t)grid,
+                           (int)per * hk_step_units(p.Hk, p.Hv, p.dv, p.cw), s);
+    if (q.pr.at)
+        hk_gdn_step_pipew_kernel<R, true>
+            <<<(unsigned)grid, HK_STEP_W_THREADS, sm, s>>>(q);
+    else
+        hk_gdn_step_pipew_kernel<R, false>
+            <<<(unsigned)grid, HK_STEP_W_THREADS, sm, s>>>(q);
     return hk_cuda_check_launch();
 }
 
@@ -773,10 +839,14 @@ hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
     hk_step_pipe<R, MINB>                                                      \
     {                                                                          \
         o, states, conv_states, qkv, a, b, conv_w, A_log, dt_bias, B, Hk, Hv,  \
-            dk, dv, K, cw, 0, eps, q_scale                                     \
+            dk, dv, K, cw, 0, eps, q_scale,                                    \
+        {                                                                      \
+            NULL, 0                                                            \
+        }                                                                      \
     }
         if (impl == HK_CUDA_STEP_PIPE32)
-            return hk_step_pipe_launch<4, 3, false>(HK_PIPE_ARGS(4, 3), sm, s);
+            return hk_step_pipe_launch<4, 3, false>(HK_PIPE_ARGS(4, 3), sm,
+                                                    &hk_step_pipe32_probe, s);
         bool fits = false;
         if (impl == HK_CUDA_STEP_PIPEW && copies) {
             const int rc =
@@ -791,7 +861,10 @@ hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
             impl == HK_CUDA_STEP_PIPEA && copies && sma <= 48 * 1024;
         if (ai)
             sm = sma;
-#define HK_PIPE(R, AI) hk_step_pipe_launch<R, 2, AI>(HK_PIPE_ARGS(R, 2), sm, s)
+#define HK_PIPE(R, AI)                                                         \
+    hk_step_pipe_launch<R, 2, AI>(                                             \
+        HK_PIPE_ARGS(R, 2), sm,                                                \
+        AI ? &hk_step_pipea_probe : &hk_step_pipe_probe, s)
         if (ai)
             return rows <= 4 ? HK_PIPE(4, true) : HK_PIPE(8, true);
         return rows <= 4 ? HK_PIPE(4, false) : HK_PIPE(8, false);
@@ -805,10 +878,19 @@ hk_cuda_gdn_step_impl(hk_cuda_step_impl_t impl, float *o, float *const *states,
     if (sm > 48 * 1024)
         return HK_CUDA_EINVAL;
     const dim3 grid(Hk, B);
+    const hk_probe pr = hk_probe_launch(&hk_step_kh_probe, (size_t)Hk * B,
+                                        hk_step_units(Hk, Hv, dv, cw), s);
 #define HK_STEP(R)                                                             \
-    hk_gdn_step_kernel<R><<<grid, HK_STEP_THREADS, sm, s>>>(                   \
-        o, states, conv_states, qkv, a, b, conv_w, A_log, dt_bias, Hk, Hv, dk, \
-        dv, K, eps, q_scale)
+    do {                                                                       \
+        if (pr.at)                                                             \
+            hk_gdn_step_kernel<R, true><<<grid, HK_STEP_THREADS, sm, s>>>(     \
+                o, states, conv_states, qkv, a, b, conv_w, A_log, dt_bias, Hk, \
+                Hv, dk, dv, K, eps, q_scale, pr);                              \
+        else                                                                   \
+            hk_gdn_step_kernel<R, false><<<grid, HK_STEP_THREADS, sm, s>>>(    \
+                o, states, conv_states, qkv, a, b, conv_w, A_log, dt_bias, Hk, \
+                Hv, dk, dv, K, eps, q_scale, pr);                              \
+    } while (0)
     if (rows <= 4)
         HK_STEP(4);
     else if (rows <= 8)

@@ -3641,6 +3641,142 @@ static void test_gdn_step(void)
     }
 }
 
+/* The decode step's probes (hk_cuda_probe): each kernel probed gives the
+ * bits it gives unprobed, and its rows count what ran: a row per phase
+ * and a span, named by the kernel; the head phase (KH's conv, the others'
+ * ptrs) once a block; an item's conv (PIPEW: wait, every unit) and each
+ * unit's sums, d and store once each; the phases sum to the span. Items:
+ * 10 of 2 value heads, 48 columns (PIPE32: 2 slabs a head). */
+static void test_gdn_step_probe(void)
+{
+    const int B = 5, Hk = 2, Hv = 4, dk = 32, dv = 48, K = 4;
+    const int kd = Hk * dk, cd = 2 * kd + Hv * dv, items = Hk * B;
+    const size_t ns = (size_t)Hv * dk * dv, nc = (size_t)cd * (K - 1);
+    const size_t no = (size_t)B * Hv * dv;
+    static const struct {
+        hk_cuda_step_impl_t impl;
+        const char *kernel, *head, *item;
+        int slabs; /* a value head's */
+    } impls[] = {{HK_CUDA_STEP_KH, "KH", "conv", NULL, 1},
+                 {HK_CUDA_STEP_PIPE, "PIPE", "ptrs", "conv", 1},
+                 {HK_CUDA_STEP_PIPEA, "PIPEA", "ptrs", "conv", 1},
+                 {HK_CUDA_STEP_PIPEW, "PIPEW", "ptrs", "wait", 1},
+                 {HK_CUDA_STEP_PIPE32, "PIPE32", "ptrs", "conv", 2}};
+    float *qkv = frand((size_t)B * cd, 2.0), *w = frand((size_t)cd * K, 0.7);
+    float *a = frand((size_t)B * Hv, 3.0), *bb = frand((size_t)B * Hv, 3.0);
+    float *Al = frand((size_t)Hv, 1.0), *dt = frand((size_t)Hv, 2.0);
+    float *S0[5], *cs0[5], *dS[2][5], *dcs[2][5];
+    for (int b = 0; b < B; b++) {
+        S0[b] = frand(ns, 0.5);
+        cs0[b] = frand(nc, 2.0);
+        for (int v = 0; v < 2; v++) {
+            dS[v][b] = dev_alloc(ns);
+            dcs[v][b] = dev_alloc(nc);
+        }
+    }
+    void *dSp[2] = {dev_ptrs(dS[0], B), dev_ptrs(dS[1], B)};
+    void *dcsp[2] = {dev_ptrs(dcs[0], B), dev_ptrs(dcs[1], B)};
+    float *dqkv = dev_from(qkv, (size_t)B * cd),
+          *dw = dev_from(w, (size_t)cd * K);
+    float *da = dev_from(a, (size_t)B * Hv), *db = dev_from(bb, (size_t)B * Hv);
+    float *dAl = dev_from(Al, Hv), *ddt = dev_from(dt, Hv);
+    float *dO[2] = {dev_alloc(no), dev_alloc(no)};
+    for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
+        hk_cuda_probe_row_t rows[16];
+        int n = 0, dropped = -1;
+        for (int v = 0; v < 2; v++) { /* v = 1: probed */
+            for (int b = 0; b < B; b++) {
+                CK(hk_cuda_h2d(dS[v][b], S0[b], ns * sizeof(float), NULL));
+                CK(hk_cuda_h2d(dcs[v][b], cs0[b], nc * sizeof(float), NULL));
+            }
+            if (v)
+                CK(hk_cuda_probe((size_t)1 << 14));
+            RUN(hk_cuda_gdn_step_impl(impls[i].impl, dO[v], dSp[v], dcsp[v],
+                                      dqkv, da, db, dw, dAl, ddt, B, Hk, Hv, dk,
+                                      dv, K, 1e-6f, 0.125f, NULL));
+            if (v) {
+                CK(hk_cuda_probe_rows(rows, 16, &n, &dropped));
+                CK(hk_cuda_probe(0));
+            }
+        }
+        float *o0 = host_from(dO[0], no);
+        int good = same_cpu(o0, dO[1], no, "o");
+        for (int b = 0; b < B; b++) {
+            float *s = host_from(dS[0][b], ns), *c = host_from(dcs[0][b], nc);
+            good &= same_cpu(s, dS[1][b], ns, "S");
+            good &= same_cpu(c, dcs[1][b], nc, "conv state");
+            free(s);
+            free(c);
+        }
+        free(o0);
+        ok(good, "step probe: %s probed = unprobed bit for bit",
+           impls[i].kernel);
+
+        /* rows: head, item (not KH), sums, d, store, span */
+        const long long units = (long long)items * (Hv / Hk) * impls[i].slabs;
+        const int kh = impls[i].impl == HK_CUDA_STEP_KH;
+        const int pipew = impls[i].impl == HK_CUDA_STEP_PIPEW;
+        const char *names[6] = {impls[i].head, impls[i].item, "sums",
+                                "d",           "store",       "span"};
+        long long blocks = n > 0 ? rows[0].blocks : 0;
+        double sum = 0.0;
+        good = dropped == 0 && n == 5 - (kh ? 1 : 0) + 1 && blocks > 0 &&
+               blocks <= items && (!kh || blocks == items);
+        for (int k = 0, at = 0; k < 6 && good; k++) {
+            if (k == 1 && kh)
+                continue;
+            const hk_cuda_probe_row_t *r = &rows[at++];
+            const long long pts = k == 0   ? blocks
+                                  : k == 1 ? (pipew ? units : items)
+                                  : k == 5 ? blocks
+                                           : units;
+            good &= !strcmp(r->kernel, impls[i].kernel) &&
+                    !strcmp(r->phase, names[k]) && r->blocks == blocks &&
+                    r->points == pts && r->cycles >= 0.0;
+            if (!good)
+                tap_diag("row %d: %s.%s blocks %lld points %lld, want %s.%s "
+                         "points %lld",
+                         at - 1, r->kernel, r->phase, r->blocks, r->points,
+                         impls[i].kernel, names[k], pts);
+            if (k < 5)
+                sum += r->cycles;
+            else
+                good &= r->cycles > 0.0 &&
+                        fabs(sum - r->cycles) <= 1e-9 * r->cycles &&
+                        r->share == 1.0 && r->resident > 0.0;
+        }
+        ok(good,
+           "step probe: %s's rows: %d, %lld blocks, %lld units, phases "
+           "summing to the span",
+           impls[i].kernel, n, blocks, units);
+    }
+    for (int v = 0; v < 2; v++) {
+        for (int b = 0; b < B; b++) {
+            CK(hk_cuda_free(dS[v][b]));
+            CK(hk_cuda_free(dcs[v][b]));
+        }
+        CK(hk_cuda_free(dSp[v]));
+        CK(hk_cuda_free(dcsp[v]));
+        CK(hk_cuda_free(dO[v]));
+    }
+    for (int b = 0; b < B; b++) {
+        free(S0[b]);
+        free(cs0[b]);
+    }
+    CK(hk_cuda_free(dqkv));
+    CK(hk_cuda_free(dw));
+    CK(hk_cuda_free(da));
+    CK(hk_cuda_free(db));
+    CK(hk_cuda_free(dAl));
+    CK(hk_cuda_free(ddt));
+    free(qkv);
+    free(w);
+    free(a);
+    free(bb);
+    free(Al);
+    free(dt);
+}
+
 /* ---- KVBuffer -------------------------------------------------------------
  * The step is the GDN recurrence in another association (the CPU kernel
  * matches hk_gdn_recurrent at test_gdn.c's bounds), so o, w and the
@@ -4142,6 +4278,7 @@ static void run_all(void)
     RUN_TEST(test_gdn_chunk_varlen);
     RUN_TEST(test_gdn_chunk_tc);
     RUN_TEST(test_gdn_step);
+    RUN_TEST(test_gdn_step_probe);
     RUN_TEST(test_tuner);
     RUN_TEST(test_probe);
     RUN_TEST(test_kvbuf); /* kvbuf_step, kvbuf_verify, kvbuf_flush */

@@ -296,9 +296,12 @@ static int cmp_dbl(const void *a, const void *b)
 }
 
 #define MAX_REPS 50
+#define REP_MS   100.0
 /* Median milliseconds of the op: one warm-up call, then at least 3 timed
- * calls and up to ~200 ms of them (1 when the warm-up took over 1 s).
- * Returns < 0 (and *rc) on an error. */
+ * calls and up to ~REP_MS of them (1 when the warm-up took over 1 s).
+ * Why 100: the GDN chunk family has ~46 rows a shape since session 20 and
+ * its 64k rows took 200 ms each; a median of 12 or more multi-ms calls is
+ * as steady. Returns < 0 (and *rc) on an error. */
 static double time_op(op_fn f, void *ctx, int *reps, int *rc)
 {
     hk_cuda_timer_t t = {0};
@@ -311,7 +314,7 @@ static double time_op(op_fn f, void *ctx, int *reps, int *rc)
         (*rc = hk_cuda_timer_stop(&t, NULL, &warm)))
         goto out;
     const int want = tiny ? 1 : warm > 1000.0 ? 1 : 3;
-    while (n < MAX_REPS && (n < want || (total < 200.0 && !tiny))) {
+    while (n < MAX_REPS && (n < want || (total < REP_MS && !tiny))) {
         if ((*rc = hk_cuda_timer_start(&t, NULL)) || (*rc = f(ctx, n + 1)) ||
             (*rc = hk_cuda_timer_stop(&t, NULL, &ms[n])))
             goto out;

@@ -6,8 +6,14 @@
 # Why: the device tool carries at most 64 MiB a call (the tracked tree,
 # ~24 MB, plus what `carry` names); pack.sh's bundle holds every test and
 # bench (~43 MB with xz), which with the FLA wheel passed it in session
-# 15. Trimmed: ~38 MB. Run from the project's root after pack.sh and the
-# wheel's download; prints the bytes a call will carry.
+# 15. Trimmed: ~38 MB at xz's default window (8 MiB), which left the call
+# ~3.7 MB under the limit in session 20. Each of the eight programs kept
+# links libhk_cuda statically, so each carries the same ~13 MB of kernels:
+# one window holding the whole tar (~170 MB) stores them once, ~13 MB in
+# all (single-threaded: threads would cut the tar into blocks compressed
+# apart; unpacking takes the window's ~200 MB of memory). Run from the
+# project's root after pack.sh and the wheel's download; prints the bytes
+# a call will carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 b=.device/bundle.tar.xz
@@ -21,7 +27,7 @@ tar -C "$tmp" -xJf "$b"
 find "$tmp/build-device/test" -type f ! -name 'test_cuda_*' -delete
 find "$tmp/build-device/bench" -type f ! -name gpu_engine ! -name gpu_kernels \
     -delete
-tar -C "$tmp" -cf - . | xz -6 -T0 >"$b.new"
+tar -C "$tmp" -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB >"$b.new"
 mv "$b.new" "$b"
 carried=$(du -cb .device | tail -1 | cut -f1)
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | awk '/total$/ {s += $1} END {print s}')

@@ -225,7 +225,7 @@ want tests && [ $found = 0 ] &&
 
 # Greedy text on the device against the CPU's, on the committed models.
 parity() {
-    local m st mode isa rows=0 bad=0 near=0 o=${TMPDIR:-/tmp}/dc-parity.$$
+    local m st mode isa disa rows=0 bad=0 near=0 o=${TMPDIR:-/tmp}/dc-parity.$$
     local doc='The capital of France is Paris, on the Seine.<|pic_sep|>'
     echo "| model | mode | $dev_name vs cpu |"
     echo "|---|---|---|"
@@ -247,9 +247,12 @@ parity() {
             # int8: the CPU's dequantizing path, the device's twin
             # (AVX-512 VNNI rounds x to 8 bits)
             isa=()
+            disa=()
             [[ $m == *int8* ]] && isa=(env HK_ISA=avx2)
+            # without a device, cpu against cpu: the same ISA on both
+            [ "$dev_name" = cpu ] && disa=("${isa[@]}")
             "${isa[@]}" "${gen[@]}" --device cpu >"$o.cpu" 2>&1
-            if ! "${gen[@]}" --device "$dev_name" >"$o.dev" 2>&1; then
+            if ! "${disa[@]}" "${gen[@]}" --device "$dev_name" >"$o.dev" 2>&1; then
                 st="refused or failed: $(tail -1 "$o.dev")"
                 # a format the backend does not run is refused by name
                 grep -q 'cannot' "$o.dev" || bad=$((bad + 1))

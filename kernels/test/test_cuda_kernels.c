@@ -3500,6 +3500,39 @@ static void test_tuner(void)
     CK(hk_cuda_free(buf));
 }
 
+/* A decode step's inputs but its states, on the host and the device
+ * (qkv, conv weights, a, b, A_log, dt_bias). */
+typedef struct {
+    float *qkv, *w, *a, *b, *A_log, *dt;
+    float *d_qkv, *d_w, *d_a, *d_b, *d_A_log, *d_dt;
+} step_in_t;
+
+static void step_in_make(step_in_t *x, int B, int cd, int Hv, int K)
+{
+    x->qkv = frand((size_t)B * cd, 2.0);
+    x->w = frand((size_t)cd * K, 0.7);
+    x->a = frand((size_t)B * Hv, 3.0);
+    x->b = frand((size_t)B * Hv, 3.0);
+    x->A_log = frand((size_t)Hv, 1.0);
+    x->dt = frand((size_t)Hv, 2.0);
+    x->d_qkv = dev_from(x->qkv, (size_t)B * cd);
+    x->d_w = dev_from(x->w, (size_t)cd * K);
+    x->d_a = dev_from(x->a, (size_t)B * Hv);
+    x->d_b = dev_from(x->b, (size_t)B * Hv);
+    x->d_A_log = dev_from(x->A_log, (size_t)Hv);
+    x->d_dt = dev_from(x->dt, (size_t)Hv);
+}
+
+static void step_in_free(step_in_t *x)
+{
+    float *h[6] = {x->qkv, x->w, x->a, x->b, x->A_log, x->dt};
+    float *d[6] = {x->d_qkv, x->d_w, x->d_a, x->d_b, x->d_A_log, x->d_dt};
+    for (int i = 0; i < 6; i++) {
+        free(h[i]);
+        CK(hk_cuda_free(d[i]));
+    }
+}
+
 /* The fused decode step against the CPU's unfused sequence per request:
  * conv (T = 1), split, l2 norms, gates, recurrence (T = 1), for every
  * kernel (KH, PIPE, PIPEA, PIPEW, PIPE32) on the same inputs. Conv states
@@ -3538,10 +3571,8 @@ static void test_gdn_step(void)
         const size_t ns = (size_t)Hv * dk * dv, nc = (size_t)cd * (K - 1);
         const size_t no = (size_t)B * Hv * dv;
         const float eps = 1e-6f, qsc = 1.0f / sqrtf((float)dk);
-        float *qkv = frand((size_t)B * cd, 2.0),
-              *w = frand((size_t)cd * K, 0.7);
-        float *a = frand((size_t)B * Hv, 3.0), *bb = frand((size_t)B * Hv, 3.0);
-        float *Al = frand((size_t)Hv, 1.0), *dt = frand((size_t)Hv, 2.0);
+        step_in_t x;
+        step_in_make(&x, B, cd, Hv, K);
         float *o = hmalloc(no), *y = hmalloc((size_t)cd);
         float *g = hmalloc((size_t)Hv), *be = hmalloc((size_t)Hv);
         float *poison = hmalloc(no); /* o unwritten by a kernel fails */
@@ -3558,20 +3589,16 @@ static void test_gdn_step(void)
             dS[b] = dev_alloc(ns);
             dcs[b] = dev_alloc(nc);
             /* the CPU's unfused sequence */
-            hk_conv1d_silu(y, cs[b], qkv + (size_t)b * cd, w, 1, cd, K);
+            hk_conv1d_silu(y, cs[b], x.qkv + (size_t)b * cd, x.w, 1, cd, K);
             hk_l2norm(y, Hk, dk, eps, qsc);
             hk_l2norm(y + kd, Hk, dk, eps, 1.0f);
-            hk_gdn_gates(g, be, a + (size_t)b * Hv, bb + (size_t)b * Hv, Al, dt,
-                         1, Hv);
+            hk_gdn_gates(g, be, x.a + (size_t)b * Hv, x.b + (size_t)b * Hv,
+                         x.A_log, x.dt, 1, Hv);
             hk_gdn_recurrent(o + (size_t)b * Hv * dv, S[b], y, y + kd,
                              y + 2 * kd, g, be, 1, Hk, Hv, dk, dv);
         }
         void *dSp = dev_ptrs(dS, B), *dcsp = K > 1 ? dev_ptrs(dcs, B) : NULL;
-        float *dqkv = dev_from(qkv, (size_t)B * cd);
-        float *dw = dev_from(w, (size_t)cd * K),
-              *da = dev_from(a, (size_t)B * Hv);
-        float *db = dev_from(bb, (size_t)B * Hv), *dAl = dev_from(Al, Hv);
-        float *ddt = dev_from(dt, Hv), *dO = dev_alloc(no);
+        float *dO = dev_alloc(no);
         /* PIPE's outputs: PIPEA's must be theirs bit for bit (the same
          * sums on inputs it copied first) */
         float *po = hmalloc(no), *pS[96];
@@ -3582,9 +3609,9 @@ static void test_gdn_step(void)
                     CK(hk_cuda_h2d(dcs[b], cs0[b], nc * sizeof(float), NULL));
             }
             CK(hk_cuda_h2d(dO, poison, no * sizeof(float), NULL));
-            RUN(hk_cuda_gdn_step_impl(impls[v].impl, dO, dSp, dcsp, dqkv, da,
-                                      db, dw, dAl, ddt, B, Hk, Hv, dk, dv, K,
-                                      eps, qsc, NULL));
+            RUN(hk_cuda_gdn_step_impl(impls[v].impl, dO, dSp, dcsp, x.d_qkv,
+                                      x.d_a, x.d_b, x.d_w, x.d_A_log, x.d_dt, B,
+                                      Hk, Hv, dk, dv, K, eps, qsc, NULL));
             int good = close_cpu(o, dO, no, ATOL_GDN, RTOL_GDN, "o");
             for (int b = 0; b < B; b++) {
                 good &= close_cpu(S[b], dS[b], ns, ATOL_GDN, RTOL_GDN, "S");
@@ -3620,19 +3647,8 @@ static void test_gdn_step(void)
         }
         CK(hk_cuda_free(dSp));
         CK(hk_cuda_free(dcsp));
-        CK(hk_cuda_free(dqkv));
-        CK(hk_cuda_free(dw));
-        CK(hk_cuda_free(da));
-        CK(hk_cuda_free(db));
-        CK(hk_cuda_free(dAl));
-        CK(hk_cuda_free(ddt));
         CK(hk_cuda_free(dO));
-        free(qkv);
-        free(w);
-        free(a);
-        free(bb);
-        free(Al);
-        free(dt);
+        step_in_free(&x);
         free(o);
         free(y);
         free(g);
@@ -3662,9 +3678,8 @@ static void test_gdn_step_probe(void)
                  {HK_CUDA_STEP_PIPEA, "PIPEA", "ptrs", "conv", 1},
                  {HK_CUDA_STEP_PIPEW, "PIPEW", "ptrs", "wait", 1},
                  {HK_CUDA_STEP_PIPE32, "PIPE32", "ptrs", "conv", 2}};
-    float *qkv = frand((size_t)B * cd, 2.0), *w = frand((size_t)cd * K, 0.7);
-    float *a = frand((size_t)B * Hv, 3.0), *bb = frand((size_t)B * Hv, 3.0);
-    float *Al = frand((size_t)Hv, 1.0), *dt = frand((size_t)Hv, 2.0);
+    step_in_t x;
+    step_in_make(&x, B, cd, Hv, K);
     float *S0[5], *cs0[5], *dS[2][5], *dcs[2][5];
     for (int b = 0; b < B; b++) {
         S0[b] = frand(ns, 0.5);
@@ -3676,10 +3691,6 @@ static void test_gdn_step_probe(void)
     }
     void *dSp[2] = {dev_ptrs(dS[0], B), dev_ptrs(dS[1], B)};
     void *dcsp[2] = {dev_ptrs(dcs[0], B), dev_ptrs(dcs[1], B)};
-    float *dqkv = dev_from(qkv, (size_t)B * cd),
-          *dw = dev_from(w, (size_t)cd * K);
-    float *da = dev_from(a, (size_t)B * Hv), *db = dev_from(bb, (size_t)B * Hv);
-    float *dAl = dev_from(Al, Hv), *ddt = dev_from(dt, Hv);
     float *dO[2] = {dev_alloc(no), dev_alloc(no)};
     for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
         hk_cuda_probe_row_t rows[16];
@@ -3692,8 +3703,9 @@ static void test_gdn_step_probe(void)
             if (v)
                 CK(hk_cuda_probe((size_t)1 << 14));
             RUN(hk_cuda_gdn_step_impl(impls[i].impl, dO[v], dSp[v], dcsp[v],
-                                      dqkv, da, db, dw, dAl, ddt, B, Hk, Hv, dk,
-                                      dv, K, 1e-6f, 0.125f, NULL));
+                                      x.d_qkv, x.d_a, x.d_b, x.d_w, x.d_A_log,
+                                      x.d_dt, B, Hk, Hv, dk, dv, K, 1e-6f,
+                                      0.125f, NULL));
             if (v) {
                 CK(hk_cuda_probe_rows(rows, 16, &n, &dropped));
                 CK(hk_cuda_probe(0));
@@ -3763,18 +3775,7 @@ static void test_gdn_step_probe(void)
         free(S0[b]);
         free(cs0[b]);
     }
-    CK(hk_cuda_free(dqkv));
-    CK(hk_cuda_free(dw));
-    CK(hk_cuda_free(da));
-    CK(hk_cuda_free(db));
-    CK(hk_cuda_free(dAl));
-    CK(hk_cuda_free(ddt));
-    free(qkv);
-    free(w);
-    free(a);
-    free(bb);
-    free(Al);
-    free(dt);
+    step_in_free(&x);
 }
 
 /* ---- KVBuffer -------------------------------------------------------------

@@ -13,7 +13,9 @@ measurements, on stand-ins for the measurements.
     float64 error per bench row, one row per op and shape where the merged
     family runs repeat one (the measured one);
   * fla_warmup.py says why it cannot run (no FLA or no CUDA) and fails,
-    and takes its workers with it when SIGTERM stops it.
+    and takes its workers with it when SIGTERM stops it;
+  * device_decide.py's tables: the candidates beside the default at the
+    shapes that count, their speed-ups and totals, the anchor, T_C.
 """
 import argparse
 import os
@@ -213,6 +215,63 @@ class FlaWarmup(unittest.TestCase):
             left = subprocess.run(["pgrep", "-f", pat], capture_output=True,
                                   text=True).stdout.split()
             self.assertEqual(left, [])
+
+
+class Decide(unittest.TestCase):
+    """device_decide.py on a made-up run: the decode step at B >= 64 only,
+    its % of copy, a candidate that never ran left out, one skipped at a
+    shape left out of its totals, the anchor's ratio, T_C over target."""
+
+    def test_tables(self):
+        import device_decide
+        sp = "B=%d,Hk=16,Hv=16,dk=128,dv=128"
+        cp = "T=16384,Hk=16,Hv=16,dk=128,dv=128,C=64"
+        rows = [
+            ("copy_d2d", "-", "bytes=1", "0.5", "4000"),
+            ("gdn_step_pipe", "m", sp % 1, "0.01", "-"),
+            ("gdn_step_pipew", "m", sp % 1, "0.5", "-"),
+            ("gdn_step_pipe", "m", sp % 64, "0.05", "-"),
+            ("gdn_step_pipew", "m", sp % 64, "0.04", "-"),
+            ("gdn_step_pipea", "m", sp % 64, "0.06", "-"),
+            ("gdn_step_pipe", "m", sp % 256, "0.2", "-"),
+            ("gdn_step_pipew", "m", sp % 256, "0.16", "-"),
+            ("gdn_step_pipea", "m", sp % 256, "-", "-"),
+            ("gdn_chunk_bf16", "m", cp, "2.0", "-"),
+            ("gdn_chunk_bf16_ov", "m", cp, "1.0", "-"),
+            ("gdn_chunk_bf16_tc", "m", cp, "2.2", "-"),
+            ("gdn_chunk_bf16_ov_tc", "m", cp, "1.5", "-"),
+        ]
+        with tempfile.TemporaryDirectory() as d:
+            bench, kern = os.path.join(d, "b.tsv"), os.path.join(d, "k.tsv")
+            with open(bench, "w") as f:
+                f.write("op\tmodel\tparams\tms\treps\ttok\tgbs\ttf\tnote\n")
+                for r in rows:
+                    f.write("\t".join([r[0], r[1], r[2], r[3], "50", "-",
+                                       r[4], "-", ""]) + "\n")
+            with open(kern, "w") as f:
+                f.write("op\tshape\tours_ms\tanchor\tanchor_ms\trel\n")
+                f.write("gdn_chunk_bf16\tm %s\t2.0\tfla chunk_gated_delta_"
+                        "rule bf16\t0.8\t-\n" % cp)
+            md = device_decide.decide(bench, kern)
+        step = md.split("### ")[1]
+        # B = 1 left out; 64 and 256 in, PIPEW 1.25x at both
+        self.assertNotIn("m B=1 ", step)
+        self.assertIn("| m B=64 | 0.05 (67 %) | 0.06 (56 %) x0.83 | "
+                      "0.04 (84 %) x1.25 |", step)
+        self.assertIn("| m B=256 | 0.2 (67 %) | - | 0.16 (84 %) x1.25 |",
+                      step)
+        self.assertNotIn("gdn_step_kh", step)  # never ran
+        self.assertIn("`gdn_step_pipew`: x1.25 of the default's speed over "
+                      "2 shape(s), faster at 2", step)
+        self.assertIn("`gdn_step_pipea`: x0.83 of the default's speed over "
+                      "1 shape(s), faster at 0", step)
+        self.assertIn("fastest in total: `gdn_step_pipew`", step)
+        chunk = md.split("### ")[2]
+        self.assertIn("| m T=16384 | 2 | 1 x2.00 | 0.8 | x0.80 |", chunk)
+        self.assertIn("No rows of `gdn_chunk_f32mma_bf16in`",
+                      md.split("### ")[3])
+        tc = md.split("### ")[5]
+        self.assertIn("| m T=16384 | 1.10 | 1.50 (over) |", tc)
 
 
 if __name__ == "__main__":

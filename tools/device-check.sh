@@ -428,6 +428,13 @@ wait "$gen_pid" 2>/dev/null
     echo "bench's table), *.tap."
     echo
     [ -f "$res/parity.md" ] && cat "$res/parity.md" && echo
+    # the choices this run settles: each candidate beside the default
+    if [ -s "$res/bench.tsv" ] &&
+        python3 bench/device_decide.py --bench "$res/bench.tsv" \
+            --kernels "$res/kernels.tsv" >"$res/decide.md" 2>&1; then
+        cat "$res/decide.md"
+        echo
+    fi
     # the GDN chunk's in-kernel probes at 16k, the default's and W8's
     # (every variant's are in bench.md)
     if grep -qE '^\| probe_gdn_chunk_bf16(_w8)?\.' "$res/bench.md" 2>/dev/null; then

@@ -42,6 +42,9 @@
  *   conv, norms) on two warps of their own one item ahead, the states
  *   through a ring in shared memory (below).
  *
+ * Each kernel has a probed instance (PROBE; hk_probe.h), launched only
+ * while a bench probes the call: its phases are listed at the launches.
+ *
  * dk <= 256, dv a multiple of 4, states 16-byte aligned.
  */
 #include "kernels/cuda/hk_cuda_impl.h"

@@ -3695,6 +3695,7 @@ static void test_gdn_step_probe(void)
     for (size_t i = 0; i < sizeof impls / sizeof impls[0]; i++) {
         hk_cuda_probe_row_t rows[16];
         int n = 0, dropped = -1;
+        memset(rows, 0, sizeof rows);
         for (int v = 0; v < 2; v++) { /* v = 1: probed */
             for (int b = 0; b < B; b++) {
                 CK(hk_cuda_h2d(dS[v][b], S0[b], ns * sizeof(float), NULL));

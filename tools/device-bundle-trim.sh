@@ -31,4 +31,11 @@ tar -C "$tmp" -cf - . | xz -T1 --lzma2=preset=6,dict=192MiB >"$b.new"
 mv "$b.new" "$b"
 carried=$(du -cb .device | tail -1 | cut -f1)
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | awk '/total$/ {s += $1} END {print s}')
-echo "bundle $(du -b "$b" | cut -f1) bytes; a call carries ~$((carried + tracked)) of 67108864"
+total=$((carried + tracked))
+echo "bundle $(du -b "$b" | cut -f1) bytes; a call carries ~$total of 67108864"
+# past the limit the device tool refuses the call: say so here, not there
+if [ "$total" -gt 67108864 ]; then
+    echo "device-bundle-trim: a call would carry $total bytes, over the" \
+        "device tool's 64 MiB: drop files from the bundle or the tree" >&2
+    exit 1
+fi

@@ -93,20 +93,26 @@ def read_anchors(path):
         with open(path) as f:
             for line in f:
                 c = line.rstrip("\n").split("\t")
-                if len(c) >= 5 and c[0] != "op" and number(c[4]) is not None:
-                    out.setdefault((c[3], c[1]), number(c[4]))
+                ms = number(c[4]) if len(c) >= 5 and c[0] != "op" else None
+                if ms is not None:
+                    out.setdefault((c[3], c[1]), ms)
     except OSError:
         pass
     return out
 
 
+def by_size(shapes):
+    """(model, params) pairs by T (or B), then model."""
+    def key(mp):
+        p = params_of(mp[1])
+        return int(p.get("T", p.get("B", "0"))), mp[0]
+    return sorted(set(shapes), key=key)
+
+
 def shapes_of(rows, op, keep):
-    """The (model, params) the op ran at, in the bench's order of models
-    and sizes."""
-    seen = [(m, p) for (o, m, p) in rows if o == op and keep(params_of(p))]
-    return sorted(set(seen), key=lambda mp: (
-        int(params_of(mp[1]).get("T", params_of(mp[1]).get("B", "0"))),
-        mp[0]))
+    """The (model, params) the op ran at, by size."""
+    return by_size((m, p) for (o, m, p) in rows
+                   if o == op and keep(params_of(p)))
 
 
 def short(model, params):
@@ -192,9 +198,7 @@ def tc_table(out, rows):
         out.append("No `_tc` rows: not run.")
         out.append("")
         return
-    shapes = sorted({(m, p) for (o, m, p) in rows if o in ops},
-                    key=lambda mp: (int(params_of(mp[1]).get("T", "0")),
-                                    mp[0]))
+    shapes = by_size((m, p) for (o, m, p) in rows if o in ops)
     out.append("| shape | " + " | ".join(ops) + " |")
     out.append("|---|" + "---:|" * len(ops))
     for m, p in shapes:

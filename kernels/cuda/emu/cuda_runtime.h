@@ -296,6 +296,14 @@ struct hk_emu_stream {
 };
 inline std::vector<hk_emu_stream *> hk_emu_streams;
 
+/* An event's record runs: its host time now. */
+static inline void hk_emu_event_stamp(hk_emu_event *e)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 /* A device fault on demand, for the serving path's tests: once the file
  * HK_EMU_FAULT_FILE names exists, the next launch faults as an illegal
  * address would on a GPU, and the error is sticky: every later launch,
@@ -739,9 +747,7 @@ static inline void hk_emu_drain(D done)
         if (it.run) {
             it.run();
         } else if (it.rec) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            it.rec->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+            hk_emu_event_stamp(it.rec);
             it.rec->done++;
         }
     }
@@ -1016,9 +1022,7 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         s->q.push_back(std::move(it));
         return cudaSuccess;
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    hk_emu_event_stamp(e);
     e->done = e->issued;
     return cudaSuccess;
 }

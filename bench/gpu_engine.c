@@ -15,13 +15,17 @@
  *          hp_fwd_piece: 1024 on the CPU, 4096 on a device), the last
  *          token's logits, the
  *          backend synchronized before the clock stops. --profile 1: then
- *          one more (and one more warm PIC splice), untimed, under the
+ *          one more (and one more decode at each B, and one more warm
+ *          PIC splice), untimed, under the
  *          backend's op profile
  *          (hp_backend_profile_start), its device time by kind of op on
  *          stderr, largest first: where a prefill's time goes.
  * decode   B sequences, each after a --prompt-token prompt of its own,
  *          then --decode greedy steps of all B through hp_forward_batch
- *          (the scheduler's batched step: argmax on the backend).
+ *          (the scheduler's batched step: argmax on the backend). Its
+ *          progress line gives a step's ops, transfers and waits, and its
+ *          wall time split into the host's (issuing) and its waits for the
+ *          device (hp_backend_device_wait_s).
  * pic      lead + k documents of n tokens + query (bench_make_prompt):
  *          full (hp_assemble, every token prefilled), pic cold (the pool
  *          empty: each document prefilled on its own, cached, spliced),
@@ -273,7 +277,7 @@ static void bench_prefill(bench_t *b, int T)
 /* B sequences after their prompts, then n_dec batched greedy steps;
  * seconds of the steps into *dt. */
 static int decode_once(bench_t *b, int B, int n_dec, double *dt,
-                       hp_error_t *err)
+                       const char *prof, hp_error_t *err)
 {
     const hp_model_t *m = &b->llm.model;
     const int V = m->cfg.vocab_size, P = b->o->prompt;
@@ -300,7 +304,9 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
     unsigned long o0 = hp_backend_op_count(b->be);
     unsigned long t0 = hp_backend_transfer_count(b->be);
     unsigned long w0 = hp_backend_device_waits(b->be);
-    double a = bench_now();
+    if (rc == HP_OK && prof)
+        rc = profile_begin(b, err);
+    double ws0 = hp_backend_device_wait_s(b->be), a = bench_now();
     for (int s = 0; s < n_dec && rc == HP_OK; s++) {
         /* greedy as the scheduler asks it: each row's argmax on the
          * backend, the logits left there */
@@ -318,13 +324,22 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
     if (rc == HP_OK)
         rc = hp_backend_sync(b->be, err);
     *dt = bench_now() - a;
+    const double waited = hp_backend_device_wait_s(b->be) - ws0;
+    if (prof)
+        profile_end(b, prof, rc, *dt, err);
     /* what a step costs the host: flat in B since the step issues each
-     * op once over all rows (backend.h, hp_backend_op_count) */
+     * op once over all rows (backend.h, hp_backend_op_count); and its
+     * wall time split into the host's own (issuing the ops) and its waits
+     * for the device: a step with little waiting is bound by the host */
     if (rc == HP_OK)
-        fprintf(stderr, "#   per step: %.1f ops, %.1f transfers, %.1f waits\n",
+        fprintf(stderr,
+                "#   per step: %.1f ops, %.1f transfers, %.1f waits; "
+                "%.3f ms: host %.3f, waiting %.3f\n",
                 (double)(hp_backend_op_count(b->be) - o0) / n_dec,
                 (double)(hp_backend_transfer_count(b->be) - t0) / n_dec,
-                (double)(hp_backend_device_waits(b->be) - w0) / n_dec);
+                (double)(hp_backend_device_waits(b->be) - w0) / n_dec,
+                1e3 * *dt / n_dec, 1e3 * (*dt - waited) / n_dec,
+                1e3 * waited / n_dec);
     for (int i = 0; i < n_seq; i++)
         hp_seq_free(&seq[i]);
     free(seq);
@@ -336,16 +351,23 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
 
 static int decode_run(bench_t *b, const void *arg, double *dt, hp_error_t *err)
 {
-    return decode_once(b, *(const int *)arg, b->o->decode, dt, err);
+    return decode_once(b, *(const int *)arg, b->o->decode, dt, NULL, err);
 }
 
 static void bench_decode(bench_t *b, int B)
 {
-    char shape[64];
+    char shape[64], what[64];
     hp_error_t err = {0};
+    double dt = 0;
     snprintf(shape, sizeof(shape), "B=%d", B);
     measure(b, "decode", shape, "tok/s", (double)B * b->o->decode, decode_run,
             &B, NULL, &err);
+    if (!b->o->profile || over_budget(b))
+        return;
+    /* where a step's time goes: one more under the op profile (its marks
+     * cost the host too: the split above is the unprofiled one's) */
+    snprintf(what, sizeof(what), "decode B=%d", B);
+    decode_once(b, B, b->o->decode, &dt, what, &err);
 }
 
 /* ---- PIC time to first token --------------------------------------------- */
@@ -732,7 +754,7 @@ static void warm_up(bench_t *b)
         fprintf(stderr, "# warm-up prefill: %s\n", err.msg);
     free(ids);
     int B = b->o->n_batch ? b->o->batch[0] : 1;
-    if (decode_once(b, B, 2, &dt, &err) != HP_OK)
+    if (decode_once(b, B, 2, &dt, NULL, &err) != HP_OK)
         fprintf(stderr, "# warm-up decode: %s\n", err.msg);
     pic_t pc = {0};
     /* two documents with interiors, within the plan's context */

@@ -97,6 +97,12 @@
  *                                  or one block a row; GB/s of the logits
  *                                  read once (bench_sample)
  *   matmul_{f32,bf16}              cuBLAS at the models' projections
+ *                                  (n = 4096, 64, 4, 1); at n <= 4 also
+ *                                  matmul_bf16_gemv (hk_cuda_gemv_bf16),
+ *                                  GB/s of the weights; matmul_bf16_n4[_gemv]
+ *                                  a GDN layer's four in-projections at
+ *                                  n = 1, 4: cuBLAS a matrix each against
+ *                                  one launch
  *   prefill_{conv_qkv,rmsnorm_gated[_bf16]}  T = 16k: the GDN input path
  *                                  (hk_cuda_conv_qkv) and output norm (T Hv
  *                                  rows of dv); prefill_{swiglu_bf16_in,
@@ -1772,19 +1778,60 @@ static void dump_att(const model_t *m, int T, int B, int N)
 
 typedef struct {
     int n, in, out, bf16;
+    int parts; /* > 0: the out rows as that many matrices of one input,
+                  of the row counts part_out (a layer's in-projections) */
+    int gemv;  /* bf16 through hk_cuda_gemv_bf16 (n <= HK_CUDA_GEMV_ROWS) */
+    int part_out[HK_CUDA_GEMV_PARTS];
     float *x, *w, *y;
     uint16_t *wb, *xb;
     hk_cuda_blas_t *blas;
 } mm_ctx;
 
+/* The parts' matrices and outputs: consecutive rows of c's w, and y as
+ * [n, out_i] blocks one after another. */
+static hk_cuda_gemv_t mm_parts(const mm_ctx *c)
+{
+    hk_cuda_gemv_t p = {{NULL}, {NULL}, {0}};
+    size_t r = 0;
+    for (int i = 0; i < c->parts; i++) {
+        p.w[i] = c->wb + r * c->in;
+        p.y[i] = c->y + r * c->n;
+        p.out[i] = c->part_out[i];
+        r += (size_t)c->part_out[i];
+    }
+    return p;
+}
+
+/* x rounded, then the k parts (k 1: all of w) in one launch. */
+static int mm_gemv(const mm_ctx *c, int k)
+{
+    hk_cuda_gemv_t p = {{c->y}, {c->wb}, {c->out}};
+    if (c->parts)
+        p = mm_parts(c);
+    int rc = hk_cuda_to_bf16(c->xb, c->x, (size_t)c->n * c->in, NULL);
+    return rc ? rc : hk_cuda_gemv_bf16(&p, k, c->xb, c->n, c->in, 0, 0, NULL);
+}
+
 static int mm_run(void *ctx, int rep)
 {
     const mm_ctx *c = ctx;
     (void)rep;
-    if (c->bf16)
-        return hk_cuda_matmul_bf16(c->y, c->x, c->wb, c->n, c->in, c->out, 0,
-                                   c->xb, c->blas, NULL);
-    return hk_cuda_matmul(c->y, c->x, c->w, c->n, c->in, c->out, c->blas, NULL);
+    if (!c->bf16)
+        return hk_cuda_matmul(c->y, c->x, c->w, c->n, c->in, c->out, c->blas,
+                              NULL);
+    if (c->parts == 0)
+        return c->gemv ? mm_gemv(c, 1)
+                       : hk_cuda_matmul_bf16(c->y, c->x, c->wb, c->n, c->in,
+                                             c->out, 0, c->xb, c->blas, NULL);
+    if (c->gemv)
+        return mm_gemv(c, c->parts);
+    /* the engine's cuBLAS path: x rounded once, a GEMM a matrix */
+    const hk_cuda_gemv_t p = mm_parts(c);
+    int rc = hk_cuda_to_bf16(c->xb, c->x, (size_t)c->n * c->in, NULL);
+    for (int i = 0; i < c->parts && !rc; i++)
+        rc = hk_cuda_matmul_bf16(p.y[i], NULL, p.w[i], c->n, c->in, p.out[i], 0,
+                                 c->xb, c->blas, NULL);
+    return rc;
 }
 
 static void mm_setup(mm_ctx *c, int n, int in, int out, hk_cuda_blas_t *blas)
@@ -1898,10 +1945,43 @@ static void bench_mm(const char *model, int n, int in, int out,
     mm_ctx c;
     mm_setup(&c, n, in, out, blas);
     const double fl = 2.0 * n * in * out;
+    /* few rows: GB/s of the bf16 weights read once (what bounds them) */
+    const double wbytes = n <= HK_CUDA_GEMV_ROWS ? 2.0 * in * out : 0;
     c.bf16 = 0;
     measure("matmul_f32", model, params, mm_run, &c, n, 0, fl);
     c.bf16 = 1;
-    measure("matmul_bf16", model, params, mm_run, &c, n, 0, fl);
+    measure("matmul_bf16", model, params, mm_run, &c, n, wbytes, fl);
+    if (n <= HK_CUDA_GEMV_ROWS) {
+        c.gemv = 1;
+        measure("matmul_bf16_gemv", model, params, mm_run, &c, n, wbytes, fl);
+    }
+    mm_free(&c);
+}
+
+/* A GDN layer's in-projections at few rows (decode): qkv, z, b and a of
+ * one input, as the engine runs them: cuBLAS a matrix at a time
+ * (matmul_bf16_n4) against one launch for all four (_gemv). */
+static void bench_mm_parts(const model_t *m, int n, hk_cuda_blas_t *blas)
+{
+    const int outs[4] = {2 * m->Hk * m->dk + m->Hv * m->dv, m->Hv * m->dv,
+                         m->Hv, m->Hv};
+    const int out = outs[0] + outs[1] + outs[2] + outs[3];
+    char params[128];
+    snprintf(params, sizeof params, "n=%d,in=%d,out=%d+%d+%d+%d", n, m->hidden,
+             outs[0], outs[1], outs[2], outs[3]);
+    if (over_budget()) {
+        skipped("matmul_bf16_n4", m->name, params, "skipped: budget");
+        return;
+    }
+    mm_ctx c;
+    mm_setup(&c, n, m->hidden, out, blas);
+    c.bf16 = 1;
+    c.parts = 4;
+    memcpy(c.part_out, outs, sizeof outs);
+    const double wbytes = 2.0 * m->hidden * out, fl = 2.0 * n * m->hidden * out;
+    measure("matmul_bf16_n4", m->name, params, mm_run, &c, n, wbytes, fl);
+    c.gemv = 1;
+    measure("matmul_bf16_n4_gemv", m->name, params, mm_run, &c, n, wbytes, fl);
     mm_free(&c);
 }
 
@@ -2174,11 +2254,13 @@ int main(int argc, char **argv)
                          tiny ? b + 1 : Bs[b]);
     for (int i = 0; i < nm && wanted("matmul"); i++) {
         const model_t *m = &ms[i];
-        const int ns[2] = {tiny ? 8 : 4096, tiny ? 2 : 64};
-        for (int j = 0; j < 2; j++) {
+        const int ns[4] = {tiny ? 8 : 4096, tiny ? 2 : 64, 4, 1};
+        for (int j = 0; j < (tiny ? 2 : 4); j++) {
             bench_mm(m->name, ns[j], m->hidden, m->qkv, blas);
             bench_mm(m->name, ns[j], m->hidden, m->mlp, blas);
         }
+        for (int j = 0; j < 2; j++)
+            bench_mm_parts(m, tiny ? 2 : 1 + 3 * j, blas);
     }
     double last_ms[2][N_ATT_PREFILL] = {{0}};
     int last_T[2][N_ATT_PREFILL] = {{0}};

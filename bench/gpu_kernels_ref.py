@@ -621,7 +621,7 @@ def anchors_for(op):
         return ["torch sdpa f32", "torch sdpa bf16"]
     if op == "matmul_f32":
         return ["torch matmul f32 (no tf32)"]
-    if op == "matmul_bf16":
+    if op in ("matmul_bf16", "matmul_bf16_gemv"):
         return ["torch matmul bf16"]
     if op == "copy_d2d":
         return ["torch copy_"]

@@ -176,7 +176,7 @@ my @jobs = (
     [tap_step('pool', "HYPIC_CUDA_TUNE=1 $work/test_cuda_pool qwen35-dense")],
     [['gpu-engine', "HK_EMU_ORDER=forward HYPIC_CUDA_TUNE=1 "
       . "$work/gpu_engine --model "
-      . "models/test/qwen35-dense --device cuda --tokens 16 --batch '' "
+      . "models/test/qwen35-dense --device cuda --tokens 16 --batch 1 "
       . "--decode 1 --pic 1x10 --seam 3 --reps 1 --lead 2 --query 2 "
       . "--piece 16 --profile 1 --tsv $work/engine.tsv"]],
     [tap_step('peer', "$work/test_cuda_peer qwen35-dense")],
@@ -472,6 +472,16 @@ PY
        && $wcalls->{attention},
        "gpu_engine --profile 1: the warm PIC splice's device time by op ("
        . ($wops // '?') . ' ops, ' . scalar(keys %$wcalls) . ' kinds)')
+        or diag($out);
+    # and a decode step's, with the step's wall time split into the
+    # host's and its waits for the device
+    my ($dops, $dcalls, $dwhole) = $rows->('decode B=1');
+    ok($dwhole && $dcalls->{'gdn_step (fused)'} && $dcalls->{attention_decode}
+       && $dcalls->{argmax}
+       && $out =~ /^#   per step: [0-9.]+ ops, [0-9.]+ transfers, [0-9.]+ waits; ([0-9.]+) ms: host ([0-9.]+), waiting ([0-9.]+)$/m
+       && abs($1 - $2 - $3) < 0.01,
+       "gpu_engine --profile 1: a decode step's device time by op ("
+       . ($dops // '?') . ' ops) and its host / waiting split')
         or diag($out);
     # HYPIC_CUDA_TUNE=1: the tuners' classes, the GDN chunk's among them
     # (the toy heads run the default pass alone: kernel 0, untimed)

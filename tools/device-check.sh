@@ -381,7 +381,7 @@ elif [ -x build-device/bench/gpu_kernels ]; then
     # runs alone, last: a fault there cannot take other rows with it.
     declare -A share=([gdn_chunk]=30 [gdn_step]=10 [gdn_decode]=6 [kvbuf]=14
         [attention_prefill]=22 [attention_append]=6 [attention_decode]=12
-        [matmul]=10 [sample]=5 [prefill]=5 [attention_prefill_flash3]=8)
+        [matmul]=4 [sample]=5 [prefill]=5 [attention_prefill_flash3]=8)
     read -ra fams <<<"${DC_KERNELS_ONLY:-gdn_chunk gdn_step gdn_decode kvbuf attention_prefill attention_append attention_decode matmul sample prefill attention_prefill_flash3}"
     tot=0
     for f in "${fams[@]}"; do tot=$((tot + ${share[$f]:-10})); done

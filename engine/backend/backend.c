@@ -342,6 +342,12 @@ unsigned long hp_backend_device_waits(const hp_backend_t *b)
     return b->iface->device_waits ? b->iface->device_waits(b) : 0;
 }
 
+double hp_backend_device_wait_s(const hp_backend_t *b)
+{
+    return b->iface->device_wait_ns ? 1e-9 * (double)b->iface->device_wait_ns(b)
+                                    : 0.0;
+}
+
 char *hp_backend_tuned(const hp_backend_t *b)
 {
     const size_t n = b->iface->tuned ? b->iface->tuned(b, NULL, 0) : 0;

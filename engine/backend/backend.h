@@ -165,6 +165,11 @@ unsigned long hp_backend_device_allocs(const hp_backend_t *b);
 /* Times this process's host waited for a device so far (0 on the CPU):
  * tests check that a step waits for its results only, not per op. */
 unsigned long hp_backend_device_waits(const hp_backend_t *b);
+/* Seconds the host spent in those waits so far (and in the device's own
+ * flow control: its staging waiting to be reused; 0 on the CPU): benches
+ * set it beside a step's wall time, to say whether the host issuing the
+ * ops or the device running them bounds the step. */
+double hp_backend_device_wait_s(const hp_backend_t *b);
 /* Bytes this process moved between host and device so far (0 on the
  * CPU): tests check that a warm splice leaves the cached tuples where
  * they are. */

@@ -149,6 +149,8 @@ typedef struct {
     int n_retired;
     uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
     size_t xb_cap;   /* elements */
+    int gemv;        /* few rows: one launch for the matrices of one input
+                        (hk_cuda_gemv_bf16; HYPIC_CUDA_GEMV=0: cuBLAS's) */
     float *i8_tile;  /* [CU_I8_TILE]: W dequantized, a tile of rows */
     float *samp;     /* argmax's and topk's split partials, topk's output */
     size_t samp_cap; /* floats */
@@ -460,6 +462,12 @@ static unsigned long cu_device_waits(be_t b)
     return hk_cuda_sync_count();
 }
 
+static unsigned long long cu_device_wait_ns(be_t b)
+{
+    (void)b;
+    return hk_cuda_wait_ns();
+}
+
 static unsigned long long cu_host_bytes(be_t b)
 {
     (void)b;
@@ -598,15 +606,58 @@ static uint16_t *cu_xb(be_t b, size_t need)
     return c->xb;
 }
 
+/* The staging for n rows of matrices w[0..k) (one input, same cols) when
+ * every one is bf16, else NULL: a producer may write their input to it. */
+static uint16_t *cu_xb_for(be_t b, const hk_weight_t *const *w, int k, int n)
+{
+    for (int i = 0; i < k; i++)
+        if (w[i]->dtype != HK_W_BF16)
+            return NULL;
+    return cu_xb(b, (size_t)n * w[0]->cols);
+}
+
+/* The bf16 projections y[i] (f32, or bf16 with bf: acc 0) of the staged
+ * input (cu_xb's, rounded already) by the k bf16 matrices w[i] of one
+ * input: at few rows (a decode step's) one launch for them all, else
+ * cuBLAS a matrix at a time. */
+static void cu_project_staged(be_t b, void *const *y,
+                              const hk_weight_t *const *w, int k, int n,
+                              int acc, int bf)
+{
+    cuda_t *c = ctx(b);
+    const char *what = bf ? "linear (bf16 out)" : "linear (bf16)";
+    if (c->gemv && n <= HK_CUDA_GEMV_ROWS) {
+        for (int i0 = 0; i0 < k; i0 += HK_CUDA_GEMV_PARTS) {
+            hk_cuda_gemv_t p = {{NULL}, {NULL}, {0}};
+            const int m =
+                k - i0 < HK_CUDA_GEMV_PARTS ? k - i0 : HK_CUDA_GEMV_PARTS;
+            for (int i = 0; i < m; i++) {
+                p.y[i] = y[i0 + i];
+                p.w[i] = w[i0 + i]->data;
+                p.out[i] = w[i0 + i]->rows;
+            }
+            note(b,
+                 hk_cuda_gemv_bf16(&p, m, c->xb, n, w[0]->cols, acc, bf, NULL),
+                 what);
+        }
+        return;
+    }
+    for (int i = 0; i < k; i++)
+        note(b,
+             bf ? hk_cuda_matmul_bf16_to_bf16(y[i], NULL, w[i]->data, n,
+                                              w[i]->cols, w[i]->rows, c->xb,
+                                              c->blas, NULL)
+                : hk_cuda_matmul_bf16(y[i], NULL, w[i]->data, n, w[i]->cols,
+                                      w[i]->rows, acc, c->xb, c->blas, NULL),
+             what);
+}
+
 /* A bf16 projection of the staged input (cu_xb's, rounded already). */
 static void cu_linear_staged(be_t b, float *y, const hk_weight_t *w, int n,
                              int acc)
 {
-    cuda_t *c = ctx(b);
-    note(b,
-         hk_cuda_matmul_bf16(y, NULL, w->data, n, w->cols, w->rows, acc, c->xb,
-                             c->blas, NULL),
-         "linear (bf16)");
+    void *ys = y;
+    cu_project_staged(b, &ys, &w, 1, n, acc, 0);
 }
 
 static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
@@ -642,18 +693,25 @@ static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
         return;
     }
     uint16_t *xb = cu_xb(b, (size_t)n * w->cols);
-    if (xb)
-        note(b,
-             hk_cuda_matmul_bf16(y, x, w->data, n, w->cols, w->rows, acc, xb,
-                                 c->blas, NULL),
-             "linear (bf16)");
+    if (!xb)
+        return;
+    note(b, hk_cuda_to_bf16(xb, x, (size_t)n * w->cols, NULL), "linear (bf16)");
+    cu_linear_staged(b, y, w, n, acc);
 }
 
-/* Matrices of one input: x rounded to bf16 once, by the first bf16 one's
- * call, for every bf16 one (the staging holds it: same cols). */
+/* Matrices of one input: x rounded to bf16 once for every bf16 one (the
+ * staging holds it: same cols); all bf16, their projections together
+ * (cu_project_staged: one launch at few rows). */
 static void cu_linear_n(be_t b, float *const *y, const float *x,
                         const hk_weight_t *const *w, int k, int n)
 {
+    uint16_t *xb = cu_xb_for(b, w, k, n);
+    if (xb) {
+        note(b, hk_cuda_to_bf16(xb, x, (size_t)n * w[0]->cols, NULL),
+             "linear (bf16)");
+        cu_project_staged(b, (void *const *)y, w, k, n, 0, 0);
+        return;
+    }
     int rounded = 0;
     for (int i = 0; i < k; i++) {
         if (w[i]->dtype == HK_W_BF16 && rounded) {
@@ -711,16 +769,6 @@ static void cu_gate_mul(be_t b, float *o, const float *gate, size_t n)
     note(b, hk_cuda_gate_mul(o, gate, n, NULL), "gate_mul");
 }
 
-/* The staging for n rows of matrices w[0..k) (one input, same cols) when
- * every one is bf16, else NULL: a producer may write their input to it. */
-static uint16_t *cu_xb_for(be_t b, const hk_weight_t *const *w, int k, int n)
-{
-    for (int i = 0; i < k; i++)
-        if (w[i]->dtype != HK_W_BF16)
-            return NULL;
-    return cu_xb(b, (size_t)n * w[0]->cols);
-}
-
 /* The producers of a projection's input (backend.h): straight to its bf16
  * staging where the matrices are bf16 (the f32 kernels' output rounded,
  * bit for bit: hk_norm.cu), else the two ops. */
@@ -737,8 +785,7 @@ static void cu_rmsnorm_linear_n(be_t b, float *const *ys, float *y,
         return;
     }
     note(b, hk_cuda_rmsnorm_zc_bf16(xb, x, nw, T, H, eps, NULL), "rmsnorm");
-    for (int i = 0; i < k; i++)
-        cu_linear_staged(b, ys[i], w[i], T, 0);
+    cu_project_staged(b, (void *const *)ys, w, k, T, 0, 0);
 }
 
 static void cu_rmsnorm_gated_linear_acc(be_t b, float *x, float *o,
@@ -803,15 +850,18 @@ static void cu_mlp_acc_bf16(be_t b, float *x, const float *y, float *g,
         return;
     if (nw)
         note(b, hk_cuda_rmsnorm_zc_bf16(xb, x, nw, T, H, eps, NULL), "rmsnorm");
-    note(b,
-         hk_cuda_matmul_bf16_to_bf16(gb, nw ? NULL : y, gw->data, T, H, I, xb,
-                                     c->blas, NULL),
-         "linear (bf16 out)");
-    note(b,
-         hk_cuda_matmul_bf16_to_bf16(ub, NULL, uw->data, T, H, I, xb, c->blas,
-                                     NULL),
-         "linear (bf16 out)");
+    if (!nw) /* y rounded into the staging, as the projection would */
+        note(b, hk_cuda_to_bf16(xb, y, (size_t)T * H, NULL), "linear (bf16)");
+    void *const gu[2] = {gb, ub};
+    const hk_weight_t *const guw[2] = {gw, uw};
+    cu_project_staged(b, gu, guw, 2, T, 0, 1);
     note(b, hk_cuda_swiglu_bf16_in(gb, gb, ub, (size_t)T * I, NULL), "swiglu");
+    if (c->gemv && T <= HK_CUDA_GEMV_ROWS) {
+        hk_cuda_gemv_t p = {{x}, {dw->data}, {H}};
+        note(b, hk_cuda_gemv_bf16(&p, 1, gb, T, I, 1, 0, NULL),
+             "linear (bf16)");
+        return;
+    }
     note(b,
          hk_cuda_matmul_bf16(x, NULL, dw->data, T, I, H, 1, gb, c->blas, NULL),
          "linear (bf16)");
@@ -1561,6 +1611,7 @@ static const hp_backend_i cuda_iface = {
     .reserve = cu_reserve,
     .device_allocs = cu_device_allocs,
     .device_waits = cu_device_waits,
+    .device_wait_ns = cu_device_wait_ns,
     .host_bytes = cu_host_bytes,
     .mem_total = cu_mem_total,
     .mem_free = cu_mem_free,
@@ -1680,6 +1731,8 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     c->device = device;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->turn, NULL);
+    const char *gv = getenv("HYPIC_CUDA_GEMV");
+    c->gemv = !(gv && !strcmp(gv, "0"));
     c->gdn = gdn > GDN_SCALAR ? GDN_TC : (gdn_mode_t)gdn;
     c->gdn_flags = mode_flags[gdn];
     /* the chunk's lanes: tc_ov's and the tuner's (without them tc_ov

@@ -35,15 +35,16 @@ typedef struct {
                  hp_error_t *err);          /* (optional) NULL: host memory */
     void (*unplace)(be_t b, const void *p); /* (optional) */
     int (*reserve)(be_t b, const hp_backend_plan_t *plan,
-                   hp_error_t *err);          /* (optional) */
-    unsigned long (*device_allocs)(be_t b);   /* (optional) */
-    unsigned long (*device_waits)(be_t b);    /* (optional) */
-    unsigned long long (*host_bytes)(be_t b); /* (optional) */
-    size_t (*mem_total)(be_t b);              /* (optional) */
-    size_t (*mem_free)(be_t b);               /* (optional) */
-    int (*lost)(be_t b, hp_error_t *err);     /* (optional) */
-    void (*lock)(be_t b);                     /* (optional) */
-    void (*unlock)(be_t b);                   /* (optional) */
+                   hp_error_t *err);              /* (optional) */
+    unsigned long (*device_allocs)(be_t b);       /* (optional) */
+    unsigned long (*device_waits)(be_t b);        /* (optional) */
+    unsigned long long (*device_wait_ns)(be_t b); /* (optional) */
+    unsigned long long (*host_bytes)(be_t b);     /* (optional) */
+    size_t (*mem_total)(be_t b);                  /* (optional) */
+    size_t (*mem_free)(be_t b);                   /* (optional) */
+    int (*lost)(be_t b, hp_error_t *err);         /* (optional) */
+    void (*lock)(be_t b);                         /* (optional) */
+    void (*unlock)(be_t b);                       /* (optional) */
     /* the op profile (hp_backend_profile_start, _stop; both or neither) */
     int (*profile_start)(be_t b, hp_error_t *err);
     int (*profile_stop)(be_t b, hp_backend_prof_row_t *rows, int cap, int *n,

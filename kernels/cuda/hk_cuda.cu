@@ -7,6 +7,8 @@
  * Driver without one): that is reported as zero devices, never as a crash
  * or an error, so callers fall back to the CPU backend.
  */
+#include <time.h>
+
 #include "kernels/cuda/hk_cuda_impl.h"
 
 extern "C" const char *hk_cuda_strerror(int rc)
@@ -149,10 +151,34 @@ extern "C" unsigned long hk_cuda_sync_count(void)
     return __atomic_load_n(&n_syncs, __ATOMIC_RELAXED);
 }
 
+static unsigned long long n_wait_ns;
+
+uint64_t hk_wait_begin(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void hk_wait_end(uint64_t t0, bool counted)
+{
+    if (counted)
+        __atomic_add_fetch(&n_syncs, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&n_wait_ns, (unsigned long long)(hk_wait_begin() - t0),
+                       __ATOMIC_RELAXED);
+}
+
+extern "C" unsigned long long hk_cuda_wait_ns(void)
+{
+    return __atomic_load_n(&n_wait_ns, __ATOMIC_RELAXED);
+}
+
 extern "C" int hk_cuda_stream_sync(void *stream)
 {
-    __atomic_add_fetch(&n_syncs, 1, __ATOMIC_RELAXED);
-    return hk_cuda_status(cudaStreamSynchronize(hk_stream(stream)));
+    const uint64_t t0 = hk_wait_begin();
+    const cudaError_t e = cudaStreamSynchronize(hk_stream(stream));
+    hk_wait_end(t0, true);
+    return hk_cuda_status(e);
 }
 
 extern "C" int hk_cuda_device_info(char *name, size_t n, int *sms, size_t *mem)

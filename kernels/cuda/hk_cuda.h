@@ -78,6 +78,10 @@ int hk_cuda_stream_sync(void *stream);
  * included): a serving loop's tests check that a decode step waits once,
  * for its results, however many ops it issues. */
 unsigned long hk_cuda_sync_count(void);
+/* Nanoseconds the host spent in those waits (and in the staging ring's,
+ * which the count leaves out): with a step's wall time, whether the host
+ * issuing ops or the device running them is what a step waits on. */
+unsigned long long hk_cuda_wait_ns(void);
 /* Bytes copied between host and device so far (h2d, d2h, the staging
  * ring's): tests check that a warm PIC splice moves no cached tuple over
  * the host link. */
@@ -233,6 +237,9 @@ int hk_cuda_matmul_acc(float *y, const float *x, const float *w, int n, int in,
 int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w, int n,
                         int in, int out, int acc, uint16_t *xb,
                         hk_cuda_blas_t *blas, void *stream);
+/* xb[i] = x[i] rounded to bf16 (nearest even), i < n: a bf16
+ * projection's input (hk_cuda_matmul_bf16's rounding, alone). */
+int hk_cuda_to_bf16(uint16_t *xb, const float *x, size_t n, void *stream);
 /* The same with y[n, out] in bf16 (cuBLAS rounds the f32 accumulation to
  * nearest even), no accumulate: a product whose consumer reads bf16 (a
  * bf16 checkpoint's MLP hidden rows), half the bytes written and read. y
@@ -240,6 +247,27 @@ int hk_cuda_matmul_bf16(float *y, const float *x, const uint16_t *w, int n,
 int hk_cuda_matmul_bf16_to_bf16(uint16_t *y, const float *x, const uint16_t *w,
                                 int n, int in, int out, uint16_t *xb,
                                 hk_cuda_blas_t *blas, void *stream);
+
+/* Few rows of x (decode): y_i[n, out_i] (= or += as acc) xb[n, in] .
+ * W_i^T for k <= HK_CUDA_GEMV_PARTS bf16 matrices w[i] of one input, x
+ * rounded already into xb (hk_cuda_matmul_bf16's), n <=
+ * HK_CUDA_GEMV_ROWS, in one launch: one warp per output row reads its row
+ * of W once (16 bytes a lane where in % 8 == 0 and the rows are 16-byte
+ * aligned) and keeps n f32 sums of the bf16 products. bf set: each y_i is
+ * bf16, the f32 sum rounded to nearest even (acc 0). Why: cuBLAS takes a
+ * launch per matrix, and a decode step is launch-bound at small batch
+ * (bench/gpu_engine's per-step split); this is one for a layer's
+ * in-projections, at W's bytes. hk_cuda_matmul_bf16's products, summed in
+ * another order. Twin: hk_matmul over the rounded x and widened w. */
+#define HK_CUDA_GEMV_ROWS  4
+#define HK_CUDA_GEMV_PARTS 4
+typedef struct {
+    void *y[HK_CUDA_GEMV_PARTS];           /* [n, out_i]: float, or bf16 */
+    const uint16_t *w[HK_CUDA_GEMV_PARTS]; /* [out_i, in] bf16 */
+    int out[HK_CUDA_GEMV_PARTS];
+} hk_cuda_gemv_t;
+int hk_cuda_gemv_bf16(const hk_cuda_gemv_t *p, int k, const uint16_t *xb, int n,
+                      int in, int acc, int bf, void *stream);
 
 /* I8 weights (kernels/common/hk_weight.h; device data and scales): y[n,
  * rows] (= or += as acc) x[n, cols] . (q * scale)^T in f32. Up to

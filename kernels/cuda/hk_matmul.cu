@@ -68,6 +68,18 @@ static __global__ void hk_to_bf16_kernel(uint16_t *xb,   // [n]
         xb[i] = hk_bf16_from_f32(x[i]);
 }
 
+extern "C" int hk_cuda_to_bf16(uint16_t *xb, const float *x, size_t n,
+                               void *stream)
+{
+    if (n == 0)
+        return HK_CUDA_OK;
+    if (!xb || !x)
+        return HK_CUDA_EINVAL;
+    hk_to_bf16_kernel<<<hk_grid_1d(n, HK_MM_THREADS), HK_MM_THREADS, 0,
+                        hk_stream(stream)>>>(xb, x, n);
+    return hk_cuda_check_launch();
+}
+
 /* Checks shared by the three entry points; *skip when there is nothing to
  * multiply (n or out is 0). in = 0 is an empty sum: y = 0 (or unchanged),
  * which cuBLAS gives with k = 0. */
@@ -137,13 +149,8 @@ static int hk_mm_bf16(void *y, cudaDataType_t yt, const float *x,
     if (!xb && in > 0)
         return HK_CUDA_EINVAL;
     const cudaStream_t s = hk_stream(stream);
-    const size_t nx = (size_t)n * in;
-    if (x && nx > 0) {
-        hk_to_bf16_kernel<<<hk_grid_1d(nx, HK_MM_THREADS), HK_MM_THREADS, 0,
-                            s>>>(xb, x, nx);
-        if ((rc = hk_cuda_check_launch()))
-            return rc;
-    }
+    if (x && (rc = hk_cuda_to_bf16(xb, x, (size_t)n * in, stream)))
+        return rc;
     if (cublasSetStream(blas->h, s) != CUBLAS_STATUS_SUCCESS)
         return HK_CUDA_EBLAS;
     const float alpha = 1.0f, beta = acc ? 1.0f : 0.0f;
@@ -168,6 +175,154 @@ extern "C" int hk_cuda_matmul_bf16_to_bf16(uint16_t *y, const float *x,
                                            hk_cuda_blas_t *blas, void *stream)
 {
     return hk_mm_bf16(y, CUDA_R_16BF, x, w, n, in, out, 0, xb, blas, stream);
+}
+
+/* ---- bf16, few rows: one launch for the matrices of one input ---------- */
+
+#define HK_GV_WARPS 8 /* output rows per block */
+
+/* bf16 pairs of a 32-bit word widened (the lower address in the low half) */
+static __device__ __forceinline__ void hk_gv_widen(uint32_t u, float *lo,
+                                                   float *hi)
+{
+    *lo = __uint_as_float(u << 16);
+    *hi = __uint_as_float(u & 0xffff0000u);
+}
+
+/* Row o of the parts' rows laid end to end: its part's matrix (*w),
+ * output (*y) and rows (*out), and its row there (returned); -1 past the
+ * last. Selects, not an index: an indexed parameter array goes to the
+ * stack. */
+static __device__ __forceinline__ int hk_gv_row(const hk_cuda_gemv_t &p, int k,
+                                                int o, const uint16_t **w,
+                                                void **y, int *out)
+{
+    int at = -1;
+    *w = p.w[0];
+    *y = p.y[0];
+    *out = p.out[0];
+#pragma unroll
+    for (int i = 0; i < HK_CUDA_GEMV_PARTS; i++) {
+        const bool here = at < 0 && i < k && o < p.out[i];
+        at = here ? o : at;
+        *w = here ? p.w[i] : *w;
+        *y = here ? p.y[i] : *y;
+        *out = here ? p.out[i] : *out;
+        o -= i < k ? p.out[i] : 0;
+    }
+    return at;
+}
+
+/* One warp per output row: the row of W read once, 16 bytes a lane (VEC:
+ * in % 8 == 0, 16-byte aligned rows) or 2, against the N rows of xb (few
+ * and small: L1 holds them for the block's warps), N f32 sums. */
+template <int N, bool VEC>
+static __global__ void __launch_bounds__(32 * HK_GV_WARPS)
+    hk_gemv_bf16_kernel(hk_cuda_gemv_t p, int k, const uint16_t *xb, int in,
+                        int acc, int bf)
+{
+    const int lane = threadIdx.x & 31;
+    const uint16_t *w;
+    void *y;
+    int out;
+    const int o = hk_gv_row(p, k, blockIdx.x * HK_GV_WARPS + (threadIdx.x >> 5),
+                            &w, &y, &out);
+    /* a warp past the last row runs no columns (no exit before the
+     * shuffles) */
+    const int K = o >= 0 ? in : 0;
+    const uint16_t *wr = w + (size_t)(o >= 0 ? o : 0) * in;
+    float s[N];
+#pragma unroll
+    for (int r = 0; r < N; r++)
+        s[r] = 0.0f;
+    if (VEC) {
+#pragma unroll 4
+        for (int c = lane * 8; c < K; c += 256) {
+            const uint4 wv = *(const uint4 *)(wr + c);
+            float w8[8];
+            hk_gv_widen(wv.x, &w8[0], &w8[1]);
+            hk_gv_widen(wv.y, &w8[2], &w8[3]);
+            hk_gv_widen(wv.z, &w8[4], &w8[5]);
+            hk_gv_widen(wv.w, &w8[6], &w8[7]);
+#pragma unroll
+            for (int r = 0; r < N; r++) {
+                const uint4 xv = *(const uint4 *)(xb + (size_t)r * in + c);
+                const uint32_t xu[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float a, b;
+                    hk_gv_widen(xu[j], &a, &b);
+                    s[r] = fmaf(a, w8[2 * j], s[r]);
+                    s[r] = fmaf(b, w8[2 * j + 1], s[r]);
+                }
+            }
+        }
+    } else {
+        for (int c = lane; c < K; c += 32) {
+            const float wk = hk_bf16_to_f32(wr[c]);
+#pragma unroll
+            for (int r = 0; r < N; r++)
+                s[r] = fmaf(hk_bf16_to_f32(xb[(size_t)r * in + c]), wk, s[r]);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < N; r++) {
+        const float t = hk_warp_sum(s[r]);
+        if (lane != 0 || o < 0)
+            continue;
+        const size_t at = (size_t)r * out + o;
+        if (bf) {
+            ((uint16_t *)y)[at] = hk_bf16_from_f32(t);
+            continue;
+        }
+        float *yo = (float *)y + at;
+        *yo = acc ? *yo + t : t;
+    }
+}
+
+template <int N, bool VEC>
+static int hk_gemv_launch(const hk_cuda_gemv_t &p, int k, const uint16_t *xb,
+                          int in, int acc, int bf, unsigned blocks,
+                          cudaStream_t s)
+{
+    hk_gemv_bf16_kernel<N, VEC>
+        <<<blocks, 32 * HK_GV_WARPS, 0, s>>>(p, k, xb, in, acc, bf);
+    return hk_cuda_check_launch();
+}
+
+static bool hk_al16(const void *q)
+{
+    return ((uintptr_t)q & 15) == 0;
+}
+
+extern "C" int hk_cuda_gemv_bf16(const hk_cuda_gemv_t *p, int k,
+                                 const uint16_t *xb, int n, int in, int acc,
+                                 int bf, void *stream)
+{
+    if (!p || k < 1 || k > HK_CUDA_GEMV_PARTS || n < 0 ||
+        n > HK_CUDA_GEMV_ROWS || in < 0 || (bf && acc) || (!xb && in > 0))
+        return HK_CUDA_EINVAL;
+    size_t rows = 0;
+    bool vec = in % 8 == 0 && hk_al16(xb);
+    for (int i = 0; i < k; i++) {
+        if (p->out[i] < 0 || (p->out[i] > 0 && (!p->y[i] || !p->w[i])))
+            return HK_CUDA_EINVAL;
+        rows += (size_t)p->out[i];
+        vec = vec && hk_al16(p->w[i]);
+    }
+    if (n == 0 || rows == 0)
+        return HK_CUDA_OK;
+    if (rows > (size_t)INT32_MAX)
+        return HK_CUDA_EINVAL;
+    typedef int (*launch_fn)(const hk_cuda_gemv_t &, int, const uint16_t *, int,
+                             int, int, unsigned, cudaStream_t);
+    static const launch_fn fns[2][HK_CUDA_GEMV_ROWS] = {
+        {hk_gemv_launch<1, false>, hk_gemv_launch<2, false>,
+         hk_gemv_launch<3, false>, hk_gemv_launch<4, false>},
+        {hk_gemv_launch<1, true>, hk_gemv_launch<2, true>,
+         hk_gemv_launch<3, true>, hk_gemv_launch<4, true>}};
+    const unsigned blocks = (unsigned)((rows + HK_GV_WARPS - 1) / HK_GV_WARPS);
+    return fns[vec][n - 1](*p, k, xb, in, acc, bf, blocks, hk_stream(stream));
 }
 
 /* ---- I8 ------------------------------------------------------------------ */

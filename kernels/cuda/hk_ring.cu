@@ -87,7 +87,9 @@ extern "C" int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src,
         if (e != cudaSuccess)
             return hk_cuda_status(e);
         r->cur = (r->cur + 1) % HK_RING_SEGS;
+        const uint64_t t0 = hk_wait_begin();
         e = cudaEventSynchronize(r->done[r->cur]);
+        hk_wait_end(t0, false);
         if (e != cudaSuccess)
             return hk_cuda_status(e);
         at = 0;

@@ -52,6 +52,7 @@ static const char *const op_names[] = {"rmsnorm_zc",
                                        "matmul",
                                        "matmul_acc",
                                        "matmul_bf16",
+                                       "gemv_bf16",
                                        "linear_i8",
                                        "split_heads",
                                        "gate_mul",
@@ -1185,6 +1186,120 @@ static void test_matmul(void)
         free(y);
     }
     hk_cuda_blas_destroy(blas);
+}
+
+/* The few-rows bf16 projection of several matrices of one input
+ * (hk_cuda_gemv_bf16): each part against hk_matmul over the rounded x and
+ * widened w, = and += (the matmul's tolerance: another order of the same
+ * f32 sums); bf16 outputs the f32 ones rounded, within a step (a sum
+ * near a rounding boundary); and against cuBLAS's (hk_cuda_matmul_bf16 of
+ * each part, x NULL) at that tolerance. Shapes: in a multiple of 8 (16
+ * bytes a lane) and not (2), one part and four (one empty), n 1..4. */
+static void test_gemv(void)
+{
+    /* its own draws: the later tests' inputs stay what they were (some
+     * tolerances there were set on those draws) */
+    const uint64_t rng0 = rng_state;
+    rng_state ^= 0x5bd1e995u;
+    static const int shapes[][6] = {
+        /* n, in, k, out_0.. */
+        {1, 64, 1, 100, 0, 0}, {2, 33, 2, 17, 40, 0},   {3, 256, 4, 8, 0, 29},
+        {4, 24, 3, 9, 1, 70},  {4, 1024, 2, 96, 33, 0}, {1, 7, 4, 3, 5, 2}};
+    hk_cuda_blas_t *blas = NULL;
+    CK(hk_cuda_blas_create(&blas));
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
+        const int n = shapes[s][0], in = shapes[s][1], k = shapes[s][2];
+        int out[4] = {shapes[s][3], shapes[s][4], shapes[s][5], 11};
+        const size_t nx = (size_t)n * in;
+        float *x = frand(nx, 1.0), *xr = hmalloc(nx);
+        uint16_t *xb = malloc((nx ? nx : 1) * sizeof(uint16_t));
+        for (size_t i = 0; i < nx; i++)
+            xr[i] = hk_bf16_to_f32(xb[i] = hk_bf16_from_f32(x[i]));
+        uint16_t *dxb = dev_alloc_u16(nx);
+        CK(hk_cuda_h2d(dxb, xb, nx * sizeof(uint16_t), NULL));
+        hk_cuda_gemv_t p = {0}, pb = {0};
+        float *wr[4] = {0}, *y0[4] = {0}, *y[4] = {0}, *dy[4] = {0};
+        uint16_t *dw[4] = {0}, *dyb[4] = {0};
+        for (int i = 0; i < k; i++) {
+            const size_t nw = (size_t)out[i] * in, ny = (size_t)n * out[i];
+            float *w = frand(nw, 1.0 / sqrt(in + 1.0));
+            uint16_t *wb = malloc((nw ? nw : 1) * sizeof(uint16_t));
+            wr[i] = hmalloc(nw);
+            for (size_t j = 0; j < nw; j++)
+                wr[i][j] = hk_bf16_to_f32(wb[j] = hk_bf16_from_f32(w[j]));
+            dw[i] = dev_alloc_u16(nw);
+            CK(hk_cuda_h2d(dw[i], wb, nw * sizeof(uint16_t), NULL));
+            y0[i] = frand(ny, 1.0);
+            y[i] = hmalloc(ny);
+            dy[i] = dev_alloc(ny);
+            dyb[i] = dev_alloc_u16(ny);
+            p.y[i] = dy[i];
+            pb.y[i] = dyb[i];
+            p.w[i] = pb.w[i] = dw[i];
+            p.out[i] = pb.out[i] = out[i];
+            free(w);
+            free(wb);
+        }
+        int good = 1;
+        for (int acc = 0; acc < 2; acc++) {
+            for (int i = 0; i < k; i++) {
+                const size_t ny = (size_t)n * out[i];
+                memcpy(y[i], y0[i], ny * sizeof(float));
+                CK(hk_cuda_h2d(dy[i], y0[i], ny * sizeof(float), NULL));
+                (acc ? hk_matmul_acc : hk_matmul)(y[i], xr, wr[i], n, in,
+                                                  out[i]);
+            }
+            RUN(hk_cuda_gemv_bf16(&p, k, dxb, n, in, acc, 0, NULL));
+            for (int i = 0; i < k; i++)
+                good &= close_cpu(y[i], dy[i], (size_t)n * out[i], ATOL_MM,
+                                  RTOL_MM, acc ? "y+=" : "y=");
+        }
+        RUN(hk_cuda_gemv_bf16(&p, k, dxb, n, in, 0, 0, NULL));
+        RUN(hk_cuda_gemv_bf16(&pb, k, dxb, n, in, 0, 1, NULL));
+        for (int i = 0; i < k; i++) {
+            const size_t ny = (size_t)n * out[i];
+            good &= near_rounded(dy[i], dyb[i], ny, 1, "y bf16");
+            /* cuBLAS's products of the same operands */
+            float *g = host_from(dy[i], ny);
+            RUN(hk_cuda_matmul_bf16(dy[i], NULL, dw[i], n, in, out[i], 0, dxb,
+                                    blas, NULL));
+            good &= close_cpu(g, dy[i], ny, ATOL_MM, RTOL_MM, "vs cuBLAS");
+            free(g);
+        }
+        ok(good,
+           "gemv_bf16 n=%d in=%d parts %d (%d, %d, %d): = and +=, bf16 out, "
+           "as cuBLAS's",
+           n, in, k, out[0], k > 1 ? out[1] : 0, k > 2 ? out[2] : 0);
+        for (int i = 0; i < k; i++) {
+            CK(hk_cuda_free(dw[i]));
+            CK(hk_cuda_free(dy[i]));
+            CK(hk_cuda_free(dyb[i]));
+            free(wr[i]);
+            free(y0[i]);
+            free(y[i]);
+        }
+        CK(hk_cuda_free(dxb));
+        free(x);
+        free(xr);
+        free(xb);
+    }
+    /* what it refuses: more rows or parts than it keeps, bf16 and += */
+    hk_cuda_gemv_t p = {{NULL}, {NULL}, {0}};
+    float one = 0.0f;
+    uint16_t w1 = 0;
+    p.y[0] = &one;
+    p.w[0] = &w1;
+    p.out[0] = 1;
+    int good = hk_cuda_gemv_bf16(&p, 1, &w1, HK_CUDA_GEMV_ROWS + 1, 1, 0, 0,
+                                 NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_gemv_bf16(&p, HK_CUDA_GEMV_PARTS + 1, &w1, 1, 1, 0, 0,
+                              NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_gemv_bf16(&p, 1, &w1, 1, 1, 1, 1, NULL) == HK_CUDA_EINVAL;
+    good &= hk_cuda_gemv_bf16(&p, 0, &w1, 1, 1, 0, 0, NULL) == HK_CUDA_EINVAL;
+    ok(good, "gemv_bf16: too many rows or parts, bf16 with +=, no parts: "
+             "HK_CUDA_EINVAL");
+    hk_cuda_blas_destroy(blas);
+    rng_state = rng0;
 }
 
 /* I8 weights (an int8 checkpoint's projections): the CPU twin is hk_linear
@@ -4261,6 +4376,7 @@ static void run_all(void)
     RUN_TEST(test_trans_chain);
     RUN_TEST(test_trans_rope_shift);
     RUN_TEST(test_matmul); /* matmul, matmul_acc, matmul_bf16 */
+    RUN_TEST(test_gemv);
     RUN_TEST(test_linear_i8);
     RUN_TEST(test_split_heads);
     RUN_TEST(test_gate_scale); /* gate_mul, scale_rows */

@@ -552,6 +552,13 @@ static inline unsigned __float_as_uint(float x)
     return u;
 }
 
+static inline float __uint_as_float(unsigned u)
+{
+    float x;
+    memcpy(&x, &u, sizeof(x));
+    return x;
+}
+
 /* Threads switch only at barriers, so a plain update is atomic here. */
 template <class T> static inline T atomicAdd(T *p, T v)
 {

@@ -1778,8 +1778,8 @@ static void dump_att(const model_t *m, int T, int B, int N)
 
 typedef struct {
     int n, in, out, bf16;
-    int parts; /* > 0: the out rows as that many matrices of one input,
-                  of the row counts part_out (a layer's in-projections) */
+    int parts; /* the out rows as that many matrices of one input (1: w
+                  whole; 4: a layer's in-projections), of part_out rows */
     int gemv;  /* bf16 through hk_cuda_gemv_bf16 (n <= HK_CUDA_GEMV_ROWS) */
     int part_out[HK_CUDA_GEMV_PARTS];
     float *x, *w, *y;
@@ -1802,16 +1802,8 @@ static hk_cuda_gemv_t mm_parts(const mm_ctx *c)
     return p;
 }
 
-/* x rounded, then the k parts (k 1: all of w) in one launch. */
-static int mm_gemv(const mm_ctx *c, int k)
-{
-    hk_cuda_gemv_t p = {{c->y}, {c->wb}, {c->out}};
-    if (c->parts)
-        p = mm_parts(c);
-    int rc = hk_cuda_to_bf16(c->xb, c->x, (size_t)c->n * c->in, NULL);
-    return rc ? rc : hk_cuda_gemv_bf16(&p, k, c->xb, c->n, c->in, 0, 0, NULL);
-}
-
+/* bf16 as the engine runs it: x rounded once, then the parts in one
+ * launch (gemv) or cuBLAS a matrix at a time. */
 static int mm_run(void *ctx, int rep)
 {
     const mm_ctx *c = ctx;
@@ -1819,15 +1811,12 @@ static int mm_run(void *ctx, int rep)
     if (!c->bf16)
         return hk_cuda_matmul(c->y, c->x, c->w, c->n, c->in, c->out, c->blas,
                               NULL);
-    if (c->parts == 0)
-        return c->gemv ? mm_gemv(c, 1)
-                       : hk_cuda_matmul_bf16(c->y, c->x, c->wb, c->n, c->in,
-                                             c->out, 0, c->xb, c->blas, NULL);
-    if (c->gemv)
-        return mm_gemv(c, c->parts);
-    /* the engine's cuBLAS path: x rounded once, a GEMM a matrix */
     const hk_cuda_gemv_t p = mm_parts(c);
     int rc = hk_cuda_to_bf16(c->xb, c->x, (size_t)c->n * c->in, NULL);
+    if (c->gemv)
+        return rc ? rc
+                  : hk_cuda_gemv_bf16(&p, c->parts, c->xb, c->n, c->in, 0, 0,
+                                      NULL);
     for (int i = 0; i < c->parts && !rc; i++)
         rc = hk_cuda_matmul_bf16(p.y[i], NULL, p.w[i], c->n, c->in, p.out[i], 0,
                                  c->xb, c->blas, NULL);
@@ -1838,6 +1827,7 @@ static void mm_setup(mm_ctx *c, int n, int in, int out, hk_cuda_blas_t *blas)
 {
     memset(c, 0, sizeof *c);
     c->n = n, c->in = in, c->out = out, c->blas = blas;
+    c->parts = 1, c->part_out[0] = out;
     c->x = dev_rand((size_t)n, (size_t)in, 1.0);
     c->w = dev_rand((size_t)out, (size_t)in, 1.0 / sqrt((double)in));
     c->y = dalloc((size_t)n * out * 4);

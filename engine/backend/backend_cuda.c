@@ -617,10 +617,10 @@ static uint16_t *cu_xb_for(be_t b, const hk_weight_t *const *w, int k, int n)
 }
 
 /* The bf16 projections y[i] (f32, or bf16 with bf: acc 0) of the staged
- * input (cu_xb's, rounded already) by the k bf16 matrices w[i] of one
- * input: at few rows (a decode step's) one launch for them all, else
- * cuBLAS a matrix at a time. */
-static void cu_project_staged(be_t b, void *const *y,
+ * bf16 input xs (cu_xb's, or a producer's bf16 rows) by the k bf16
+ * matrices w[i] of that input: at few rows (a decode step's) one launch
+ * for them all, else cuBLAS a matrix at a time. */
+static void cu_project_staged(be_t b, void *const *y, uint16_t *xs,
                               const hk_weight_t *const *w, int k, int n,
                               int acc, int bf)
 {
@@ -636,8 +636,7 @@ static void cu_project_staged(be_t b, void *const *y,
                 p.w[i] = w[i0 + i]->data;
                 p.out[i] = w[i0 + i]->rows;
             }
-            note(b,
-                 hk_cuda_gemv_bf16(&p, m, c->xb, n, w[0]->cols, acc, bf, NULL),
+            note(b, hk_cuda_gemv_bf16(&p, m, xs, n, w[0]->cols, acc, bf, NULL),
                  what);
         }
         return;
@@ -645,10 +644,10 @@ static void cu_project_staged(be_t b, void *const *y,
     for (int i = 0; i < k; i++)
         note(b,
              bf ? hk_cuda_matmul_bf16_to_bf16(y[i], NULL, w[i]->data, n,
-                                              w[i]->cols, w[i]->rows, c->xb,
+                                              w[i]->cols, w[i]->rows, xs,
                                               c->blas, NULL)
                 : hk_cuda_matmul_bf16(y[i], NULL, w[i]->data, n, w[i]->cols,
-                                      w[i]->rows, acc, c->xb, c->blas, NULL),
+                                      w[i]->rows, acc, xs, c->blas, NULL),
              what);
 }
 
@@ -657,7 +656,7 @@ static void cu_linear_staged(be_t b, float *y, const hk_weight_t *w, int n,
                              int acc)
 {
     void *ys = y;
-    cu_project_staged(b, &ys, &w, 1, n, acc, 0);
+    cu_project_staged(b, &ys, ctx(b)->xb, &w, 1, n, acc, 0);
 }
 
 static void cu_linear(be_t b, float *y, const float *x, const hk_weight_t *w,
@@ -709,7 +708,7 @@ static void cu_linear_n(be_t b, float *const *y, const float *x,
     if (xb) {
         note(b, hk_cuda_to_bf16(xb, x, (size_t)n * w[0]->cols, NULL),
              "linear (bf16)");
-        cu_project_staged(b, (void *const *)y, w, k, n, 0, 0);
+        cu_project_staged(b, (void *const *)y, xb, w, k, n, 0, 0);
         return;
     }
     int rounded = 0;
@@ -785,7 +784,7 @@ static void cu_rmsnorm_linear_n(be_t b, float *const *ys, float *y,
         return;
     }
     note(b, hk_cuda_rmsnorm_zc_bf16(xb, x, nw, T, H, eps, NULL), "rmsnorm");
-    cu_project_staged(b, (void *const *)ys, w, k, T, 0, 0);
+    cu_project_staged(b, (void *const *)ys, xb, w, k, T, 0, 0);
 }
 
 static void cu_rmsnorm_gated_linear_acc(be_t b, float *x, float *o,
@@ -842,7 +841,6 @@ static void cu_mlp_acc_bf16(be_t b, float *x, const float *y, float *g,
                             const hk_weight_t *uw, const hk_weight_t *dw, int T,
                             float eps)
 {
-    cuda_t *c = ctx(b);
     const int H = gw->cols, I = gw->rows;
     uint16_t *gb = (void *)g, *ub = (void *)u; /* bf16 rows in f32 memory */
     uint16_t *xb = cu_xb(b, (size_t)T * H);
@@ -850,21 +848,14 @@ static void cu_mlp_acc_bf16(be_t b, float *x, const float *y, float *g,
         return;
     if (nw)
         note(b, hk_cuda_rmsnorm_zc_bf16(xb, x, nw, T, H, eps, NULL), "rmsnorm");
-    if (!nw) /* y rounded into the staging, as the projection would */
+    else /* y rounded into the staging, as the projection would */
         note(b, hk_cuda_to_bf16(xb, y, (size_t)T * H, NULL), "linear (bf16)");
     void *const gu[2] = {gb, ub};
     const hk_weight_t *const guw[2] = {gw, uw};
-    cu_project_staged(b, gu, guw, 2, T, 0, 1);
+    cu_project_staged(b, gu, xb, guw, 2, T, 0, 1);
     note(b, hk_cuda_swiglu_bf16_in(gb, gb, ub, (size_t)T * I, NULL), "swiglu");
-    if (c->gemv && T <= HK_CUDA_GEMV_ROWS) {
-        hk_cuda_gemv_t p = {{x}, {dw->data}, {H}};
-        note(b, hk_cuda_gemv_bf16(&p, 1, gb, T, I, 1, 0, NULL),
-             "linear (bf16)");
-        return;
-    }
-    note(b,
-         hk_cuda_matmul_bf16(x, NULL, dw->data, T, I, H, 1, gb, c->blas, NULL),
-         "linear (bf16)");
+    void *xs = x;
+    cu_project_staged(b, &xs, gb, &dw, 1, T, 1, 0);
 }
 
 static void cu_scale_rows(be_t b, float *x, const float *s, int rows, int dim,

@@ -153,7 +153,7 @@ extern "C" unsigned long hk_cuda_sync_count(void)
 
 static unsigned long long n_wait_ns;
 
-uint64_t hk_wait_begin(void)
+uint64_t hk_host_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -164,7 +164,7 @@ void hk_wait_end(uint64_t t0, bool counted)
 {
     if (counted)
         __atomic_add_fetch(&n_syncs, 1, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&n_wait_ns, (unsigned long long)(hk_wait_begin() - t0),
+    __atomic_add_fetch(&n_wait_ns, (unsigned long long)(hk_host_ns() - t0),
                        __ATOMIC_RELAXED);
 }
 
@@ -175,7 +175,7 @@ extern "C" unsigned long long hk_cuda_wait_ns(void)
 
 extern "C" int hk_cuda_stream_sync(void *stream)
 {
-    const uint64_t t0 = hk_wait_begin();
+    const uint64_t t0 = hk_host_ns();
     const cudaError_t e = cudaStreamSynchronize(hk_stream(stream));
     hk_wait_end(t0, true);
     return hk_cuda_status(e);

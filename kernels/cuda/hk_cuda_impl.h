@@ -276,10 +276,11 @@ static inline int hk_env_choice(const char *var, const char *const *names,
 
 /* Counts bytes copied across the host link (hk_cuda_host_bytes). */
 void hk_note_host_bytes(size_t bytes);
-/* A host wait on the device that began at hk_wait_begin()'s time:
- * timed into hk_cuda_wait_ns, and counted in hk_cuda_sync_count when
- * counted (the staging ring's waits are not: a step's count stays flat). */
-uint64_t hk_wait_begin(void);
+/* The host's monotonic clock, ns. */
+uint64_t hk_host_ns(void);
+/* A host wait on the device that began at hk_host_ns() t0 ends: timed
+ * into hk_cuda_wait_ns, and counted in hk_cuda_sync_count when counted
+ * (the staging ring's waits are not: a step's count stays flat). */
 void hk_wait_end(uint64_t t0, bool counted);
 
 static inline cudaStream_t hk_stream(void *s)

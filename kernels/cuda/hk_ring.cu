@@ -87,7 +87,7 @@ extern "C" int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src,
         if (e != cudaSuccess)
             return hk_cuda_status(e);
         r->cur = (r->cur + 1) % HK_RING_SEGS;
-        const uint64_t t0 = hk_wait_begin();
+        const uint64_t t0 = hk_host_ns();
         e = cudaEventSynchronize(r->done[r->cur]);
         hk_wait_end(t0, false);
         if (e != cudaSuccess)

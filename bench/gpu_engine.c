@@ -5,7 +5,7 @@
  *
  *   build/bench/gpu_engine --model DIR [--device cpu|cuda[:N]]
  *       [--dtype auto|f32|bf16] [--tokens 4096,16384] [--batch 1,16,64,256]
- * [--decode 32]
+ *       [--kvbuf-batch 1,64] [--decode 32]
  *       [--pic 4x4096,8x4096] [--tsv FILE] [--budget SECONDS]
  *       [--reps 3] [--piece P] [--prompt 16] [--lead 32] [--query 32]
  *       [--seam 8] [--name TAG] [--profile 0|1]
@@ -23,9 +23,13 @@
  * decode   B sequences, each after a --prompt-token prompt of its own,
  *          then --decode greedy steps of all B through hp_forward_batch
  *          (the scheduler's batched step: argmax on the backend). Its
- *          progress line gives a step's ops, transfers and waits, and its
- *          wall time split into the host's (issuing) and its waits for the
- *          device (hp_backend_device_wait_s).
+ *          progress line gives a step's ops, transfers (and how many of
+ *          them copied: the device reuses an unchanged array's copy) and
+ *          waits, and its wall time split into the host's (issuing) and
+ *          its waits for the device (hp_backend_device_wait_s).
+ * decode_kvbuf  the same at each --kvbuf-batch B, every sequence through
+ *          KVBuffers (chunkwise: the server's form, hp_sched), after the
+ *          PIC rows; none where the model or backend has no KVBuffer.
  * pic      lead + k documents of n tokens + query (bench_make_prompt):
  *          full (hp_assemble, every token prefilled), pic cold (the pool
  *          empty: each document prefilled on its own, cached, spliced),
@@ -70,6 +74,7 @@ typedef struct {
     int batch[MAX_LIST], n_batch;
     int pic_k[MAX_LIST], pic_n[MAX_LIST], n_pic;
     int decode, reps, piece, prompt, lead, query, seam, profile;
+    int kv_batch[MAX_LIST], n_kv_batch;
     double budget;
 } opts_t;
 
@@ -274,19 +279,45 @@ static void bench_prefill(bench_t *b, int T)
 
 /* ---- batched decode ------------------------------------------------------ */
 
-/* B sequences after their prompts, then n_dec batched greedy steps;
+/* A batched decode: B sequences, through KVBuffers (chunkwise, the
+ * server's form) or not (the recurrent step). */
+typedef struct {
+    int B, kv;
+} decode_arg_t;
+
+/* The KVBuffer pool of a batch of B chunkwise decodes, sized as the
+ * server sizes its own (hp_sched: every request at its largest). */
+static int decode_pool(const hp_model_t *m, int B, hp_kvbuf_pool_t *pool,
+                       hp_error_t *err)
+{
+    const hp_model_config_t *c = &m->cfg;
+    hp_kvbuf_config_t kc;
+    hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
+                            c->lin_v_dim);
+    kc.max_batch = B;
+    kc.n_blocks =
+        B * c->n_lin * ((kc.cap + kc.max_step - 1) / kc.block_tokens + 1);
+    kc.be = m->be;
+    return hp_kvbuf_pool_init(pool, &kc, err);
+}
+
+/* a's B sequences after their prompts, then n_dec batched greedy steps;
  * seconds of the steps into *dt. */
-static int decode_once(bench_t *b, int B, int n_dec, double *dt,
+static int decode_once(bench_t *b, decode_arg_t d, int n_dec, double *dt,
                        const char *prof, hp_error_t *err)
 {
     const hp_model_t *m = &b->llm.model;
-    const int V = m->cfg.vocab_size, P = b->o->prompt;
+    const int V = m->cfg.vocab_size, P = b->o->prompt, B = d.B;
     hp_seq_t *seq = calloc((size_t)B, sizeof(*seq));
     hp_fwd_item_t *it = calloc((size_t)B, sizeof(*it));
     int *tok = malloc((size_t)B * sizeof(int));
     int *ids = malloc((size_t)P * sizeof(int)), n_seq = 0, rc = HP_OK;
+    hp_kvbuf_pool_t pool;
+    int pooled = 0;
     if (!seq || !it || !tok || !ids)
         rc = hp_error_set(err, HP_ENOMEM, "decode: out of memory");
+    if (rc == HP_OK && d.kv)
+        pooled = (rc = decode_pool(m, B, &pool, err)) == HP_OK;
     for (int i = 0; i < B && rc == HP_OK; i++) {
         if ((rc = hp_seq_init(&seq[i], m, err)) != HP_OK)
             break;
@@ -297,12 +328,15 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
         if (rc == HP_OK)
             rc =
                 hp_prefill(m, &seq[i], &b->ws, ids, P, b->o->piece, b->lg, err);
+        if (rc == HP_OK && pooled)
+            rc = hp_seq_kvbuf_open(&seq[i], &pool, err);
         tok[i] = hp_argmax(b->lg, V);
     }
     if (rc == HP_OK)
         rc = hp_backend_sync(b->be, err);
     unsigned long o0 = hp_backend_op_count(b->be);
     unsigned long t0 = hp_backend_transfer_count(b->be);
+    unsigned long c0 = hp_backend_host_copies(b->be);
     unsigned long w0 = hp_backend_device_waits(b->be);
     if (rc == HP_OK && prof)
         rc = profile_begin(b, err);
@@ -333,15 +367,18 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
      * for the device: a step with little waiting is bound by the host */
     if (rc == HP_OK)
         fprintf(stderr,
-                "#   per step: %.1f ops, %.1f transfers, %.1f waits; "
-                "%.3f ms: host %.3f, waiting %.3f\n",
+                "#   per step: %.1f ops, %.1f transfers (%.1f copied), "
+                "%.1f waits; %.3f ms: host %.3f, waiting %.3f\n",
                 (double)(hp_backend_op_count(b->be) - o0) / n_dec,
                 (double)(hp_backend_transfer_count(b->be) - t0) / n_dec,
+                (double)(hp_backend_host_copies(b->be) - c0) / n_dec,
                 (double)(hp_backend_device_waits(b->be) - w0) / n_dec,
                 1e3 * *dt / n_dec, 1e3 * (*dt - waited) / n_dec,
                 1e3 * waited / n_dec);
     for (int i = 0; i < n_seq; i++)
         hp_seq_free(&seq[i]);
+    if (pooled)
+        hp_kvbuf_pool_free(&pool);
     free(seq);
     free(it);
     free(tok);
@@ -351,23 +388,26 @@ static int decode_once(bench_t *b, int B, int n_dec, double *dt,
 
 static int decode_run(bench_t *b, const void *arg, double *dt, hp_error_t *err)
 {
-    return decode_once(b, *(const int *)arg, b->o->decode, dt, NULL, err);
+    return decode_once(b, *(const decode_arg_t *)arg, b->o->decode, dt, NULL,
+                       err);
 }
 
-static void bench_decode(bench_t *b, int B)
+static void bench_decode(bench_t *b, int B, int kv)
 {
     char shape[64], what[64];
+    const char *op = kv ? "decode_kvbuf" : "decode";
     hp_error_t err = {0};
     double dt = 0;
+    decode_arg_t a = {B, kv};
     snprintf(shape, sizeof(shape), "B=%d", B);
-    measure(b, "decode", shape, "tok/s", (double)B * b->o->decode, decode_run,
-            &B, NULL, &err);
+    measure(b, op, shape, "tok/s", (double)B * b->o->decode, decode_run, &a,
+            NULL, &err);
     if (!b->o->profile || over_budget(b))
         return;
     /* where a step's time goes: one more under the op profile (its marks
      * cost the host too: the split above is the unprofiled one's) */
-    snprintf(what, sizeof(what), "decode B=%d", B);
-    decode_once(b, B, b->o->decode, &dt, what, &err);
+    snprintf(what, sizeof(what), "%s B=%d", op, B);
+    decode_once(b, a, b->o->decode, &dt, what, &err);
 }
 
 /* ---- PIC time to first token --------------------------------------------- */
@@ -633,7 +673,7 @@ static int usage(void)
     fprintf(stderr,
             "usage: gpu_engine --model DIR [--device cpu|cuda[:N]] [--dtype "
             "auto|f32|bf16]\n       [--tokens 4096,16384] [--batch "
-            "1,16,64,256] [--decode N] [--pic "
+            "1,16,64,256] [--kvbuf-batch 1,64] [--decode N] [--pic "
             "4x4096,8x4096] [--tsv FILE]\n       [--budget S] [--reps R] "
             "[--piece P] [--prompt N] [--lead N] [--query N]\n       [--seam "
             "W] [--name TAG] [--profile 0|1]\n");
@@ -652,6 +692,7 @@ static int parse(opts_t *o, int argc, char **argv)
                   .seam = HP_SEAM_DEFAULT};
     o->n_tokens = parse_list("4096,16384", o->tokens, MAX_LIST);
     o->n_batch = parse_list("1,16,64,256", o->batch, MAX_LIST);
+    o->n_kv_batch = parse_list("1,64", o->kv_batch, MAX_LIST);
     o->n_pic = parse_pic("4x4096,8x4096", o->pic_k, o->pic_n, MAX_LIST);
     for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -672,6 +713,8 @@ static int parse(opts_t *o, int argc, char **argv)
             o->n_tokens = parse_list(v, o->tokens, MAX_LIST);
         else if (!strcmp(a, "--batch"))
             o->n_batch = parse_list(v, o->batch, MAX_LIST);
+        else if (!strcmp(a, "--kvbuf-batch"))
+            o->n_kv_batch = parse_list(v, o->kv_batch, MAX_LIST);
         else if (!strcmp(a, "--pic"))
             o->n_pic = parse_pic(v, o->pic_k, o->pic_n, MAX_LIST);
         else if (!strcmp(a, "--decode"))
@@ -727,6 +770,9 @@ static hp_fwd_plan_t plan_of(const opts_t *o, int engine_piece)
     for (int i = 0; i < o->n_batch; i++)
         if (o->batch[i] > p.max_batch)
             p.max_batch = o->batch[i];
+    for (int i = 0; i < o->n_kv_batch; i++)
+        if (o->kv_batch[i] > p.max_batch)
+            p.max_batch = o->kv_batch[i];
     if (o->prompt + o->decode + 1 > p.max_ctx)
         p.max_ctx = o->prompt + o->decode + 1;
     for (int i = 0; i < o->n_pic; i++) {
@@ -753,8 +799,8 @@ static void warm_up(bench_t *b)
     if (prefill_once(b, ids, T, &dt, &err) != HP_OK)
         fprintf(stderr, "# warm-up prefill: %s\n", err.msg);
     free(ids);
-    int B = b->o->n_batch ? b->o->batch[0] : 1;
-    if (decode_once(b, B, 2, &dt, NULL, &err) != HP_OK)
+    decode_arg_t d = {b->o->n_batch ? b->o->batch[0] : 1, 0};
+    if (decode_once(b, d, 2, &dt, NULL, &err) != HP_OK)
         fprintf(stderr, "# warm-up decode: %s\n", err.msg);
     pic_t pc = {0};
     /* two documents with interiors, within the plan's context */
@@ -835,9 +881,13 @@ int main(int argc, char **argv)
     for (int i = 0; i < o.n_tokens; i++)
         bench_prefill(&b, o.tokens[i]);
     for (int i = 0; i < o.n_batch; i++)
-        bench_decode(&b, o.batch[i]);
+        bench_decode(&b, o.batch[i], 0);
     for (int i = 0; i < o.n_pic; i++)
         bench_pic(&b, o.pic_k[i], o.pic_n[i]);
+    const int kv =
+        c->n_lin > 0 && hp_backend_supports_op(b.be, HP_OP_KVBUF_STEP, 0);
+    for (int i = 0; kv && i < o.n_kv_batch; i++)
+        bench_decode(&b, o.kv_batch[i], 1);
     if (b.skipped)
         printf("# budget of %.0f s spent: %d measurement(s) skipped (rows "
                "above)\n",

@@ -257,6 +257,8 @@ def merge(ours_path, anchors_path, out):
             used.add(key)
         elif r["measure"].startswith("ttft_pic"):  # PIC against the full prefill
             a = ref.get(("ttft_full", base))
+        elif r["measure"] == "decode_kvbuf":  # the server's decode form
+            a = ref.get(("decode", base))
         if a and r["measure"] != "pic_prompt_tokens":
             rows.append([r["measure"], r["shape"], r["ours"], a["anchor"], a["value"], r["unit"]])
         else:

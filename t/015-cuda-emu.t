@@ -478,11 +478,17 @@ PY
     my ($dops, $dcalls, $dwhole) = $rows->('decode B=1');
     ok($dwhole && $dcalls->{'gdn_step (fused)'} && $dcalls->{attention_decode}
        && $dcalls->{argmax}
-       && $out =~ /^#   per step: [0-9.]+ ops, [0-9.]+ transfers, [0-9.]+ waits; ([0-9.]+) ms: host ([0-9.]+), waiting ([0-9.]+)$/m
+       && $out =~ /^#   per step: [0-9.]+ ops, [0-9.]+ transfers \([0-9.]+ copied\), [0-9.]+ waits; ([0-9.]+) ms: host ([0-9.]+), waiting ([0-9.]+)$/m
        && abs($1 - $2 - $3) < 0.01,
        "gpu_engine --profile 1: a decode step's device time by op ("
        . ($dops // '?') . ' ops) and its host / waiting split')
         or diag($out);
+    # the staging memo: a steady step copies only the arrays that change
+    # (ids, positions, lengths, the argmax down), not each layer's lists
+    ok($out =~ /^#   per step: [0-9.]+ ops, ([0-9.]+) transfers \(([0-9.]+) copied\)/m
+       && $2 > 0 && $2 * 2 < $1,
+       "gpu_engine: a decode step copies under half its transfers ("
+       . ($2 // '?') . ' of ' . ($1 // '?') . ')') or diag($out);
     # HYPIC_CUDA_TUNE=1: the tuners' classes, the GDN chunk's among them
     # (the toy heads run the default pass alone: kernel 0, untimed)
     ok($out =~ /^# tuned gdn_chunk T<=\d+ Hk=\d+ Hv=\d+ dk=\d+ dv=\d+ x=\d+: (?:default|r64|deep) \(default (?:-|[0-9.]+), r64 /m,

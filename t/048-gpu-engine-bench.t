@@ -22,8 +22,9 @@ plan skip_all => "no $bench (make bench; built with the CUDA library)"
 my $dir = private_dir('gpu-engine');
 my $py = $ENV{HYPIC_PYTHON} // 'python3';
 my $model = 'models/test/qwen35-dense';
-my @shape = ('--tokens', '64', '--batch', '1,3', '--decode', '2', '--pic',
-             '2x40', '--reps', '1', '--lead', '8', '--query', '4');
+my @shape = ('--tokens', '64', '--batch', '1,3', '--kvbuf-batch', '1,3',
+             '--decode', '2', '--pic', '2x40', '--reps', '1', '--lead', '8',
+             '--query', '4');
 
 sub tsv {
     my ($path) = @_;
@@ -39,6 +40,7 @@ is(join(' ', @$head), 'measure shape ours anchor anchor_value unit',
    'the TSV has the columns the reference reads');
 my %v = map { ("$_->[0] $_->[1]" => $_->[2]) } @rows;
 my @want = ('prefill tiny/T=64', 'decode tiny/B=1', 'decode tiny/B=3',
+            'decode_kvbuf tiny/B=1', 'decode_kvbuf tiny/B=3',
             map { "$_ tiny/2x40" } qw(ttft_full ttft_pic_cold ttft_pic_warm
             pic_compose_per_seg pic_rerotate_per_seg pic_seam_per_seg));
 my @bad = grep { !defined $v{$_} || $v{$_} !~ /^[0-9.e+-]+$/ || $v{$_} <= 0 }
@@ -102,8 +104,10 @@ ok($? >> 8 == 1 && $out =~ /cuda:7: |without CUDA/,
     ok($? == 0 && join(' ', @$h) eq 'measure shape ours anchor anchor_value unit'
        && $r{'prefill tiny/T=64'}[3] eq 'A'
        && $r{'ttft_pic_warm tiny/2x40'}[4] == 7
+       && $r{'decode_kvbuf tiny/B=3'}[3] eq 'A'
        && $r{'logits_max_rel_err_vs_f32 tiny/9 tokens'}[2] == 1e-6,
-       'engine.tsv: our rows beside their anchors, PIC against full, parity')
+       'engine.tsv: our rows beside their anchors, PIC against full, '
+       . 'the KVBuffer decode against the decode, parity')
         or diag($out);
     my $md = slurp("$dir/res/engine.md") // '';
     like($md, qr/tiny prefill T=64 >= transformers\+FLA \| met \| 2\.00x/,

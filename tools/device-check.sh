@@ -57,11 +57,13 @@
 # and top-k). The engine
 # steps: DC_DEVICE (cuda, or cpu without a GPU), DC_MODELS ("q35-0.8b
 # q35-9b-l8", or checkpoint folders; the first runs before the kernels,
-# the rest after them), DC_TOKENS, DC_BATCH (empty: no decode), DC_DECODE,
-# DC_PIC, DC_REPS;
+# the rest after them), DC_TOKENS, DC_BATCH (empty: no decode),
+# DC_KVBUF_BATCH (the KVBuffer decode's batches, gpu_engine's
+# decode_kvbuf rows after the PIC ones; empty: none), DC_DECODE, DC_PIC,
+# DC_REPS;
 # DC_GDN_MODES (default "auto"): the HYPIC_CUDA_GDN modes gpu_engine runs
 # each checkpoint with, one run each under DC_ENGINE_S; modes after the
-# first skip the batched decode (--batch '', prefill and PIC only) and
+# first skip the batched decodes (--batch '', prefill and PIC only) and
 # label their rows' shapes TAG@MODE (e.g. "auto tc_bf16": the bf16 prefill
 # beside the default, each against the same transformers+FLA rows); a
 # mode GDN+ATT also sets HYPIC_CUDA_ATT, GDN+tune (or GDN+ATT+tune)
@@ -294,9 +296,11 @@ fi
 # a GPU: toy shapes on the CPU (the plumbing).
 if [ -n "$name" ]; then
     e_tok=${DC_TOKENS:-4096,16384} e_batch=${DC_BATCH-1,16,64,256}
+    e_kvb=${DC_KVBUF_BATCH-1,64}
     e_dec=${DC_DECODE:-16} e_pic=${DC_PIC:-4x4096,8x4096}
 else
     e_tok=${DC_TOKENS:-256,1024} e_batch=${DC_BATCH-1,4,16}
+    e_kvb=${DC_KVBUF_BATCH-1,4}
     e_dec=${DC_DECODE:-4} e_pic=${DC_PIC:-2x128,4x128}
 fi
 e_reps=${DC_REPS:-3}
@@ -319,16 +323,16 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
         echo "| gpu_engine $tag | missing (not generated: gen.log) | 0 | |" >>"$sum"
         return
     fi
-    local mode first=1 mtag batch att gm piece part tune
+    local mode first=1 mtag batch kvb att gm piece part tune
     for mode in ${DC_GDN_MODES:-auto}; do
-        mtag=$tag batch=$e_batch att= gm=${mode%:*} piece= tune=
+        mtag=$tag batch=$e_batch kvb=$e_kvb att= gm=${mode%:*} piece= tune=
         [[ $mode == *:* ]] && piece=${mode##*:}
         # GDN[+ATT][+tune]: the parts after the GDN mode
         for part in $(tr + ' ' <<<"${gm#"${gm%%+*}"}"); do
             if [ "$part" = tune ]; then tune=1; else att=$part; fi
         done
         [ $first = 1 ] || mtag=$tag@$mode
-        [ $first = 1 ] || [ -n "$tune" ] || batch=
+        [ $first = 1 ] || [ -n "$tune" ] || batch= kvb=
         first=0
         l=$(lim "${DC_ENGINE_S:-120}")
         step "gpu_engine $mtag" "$l" "$res/engine-$mtag.md" "${run[@]}" \
@@ -336,7 +340,8 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
             ${tune:+HYPIC_CUDA_TUNE=1} \
             build-device/bench/gpu_engine --model "$d" --device "$dev_name" \
             ${piece:+--piece "$piece"} \
-            --tokens "$e_tok" --batch "$batch" --decode "$e_dec" \
+            --tokens "$e_tok" --batch "$batch" --kvbuf-batch "$kvb" \
+            --decode "$e_dec" \
             --pic "$e_pic" --reps "$e_reps" --tsv "$res/engine_ours.tsv" \
             --profile 1 \
             --budget "$((l * 7 / 10))" --name "$mtag"

@@ -362,6 +362,11 @@ unsigned long long hp_backend_host_bytes(const hp_backend_t *b)
     return b->iface->host_bytes ? b->iface->host_bytes(b) : 0;
 }
 
+unsigned long hp_backend_host_copies(const hp_backend_t *b)
+{
+    return b->iface->host_copies ? b->iface->host_copies(b) : 0;
+}
+
 int hp_backend_profile_start(const hp_backend_t *b, hp_error_t *err)
 {
     if (!b->iface->profile_start)

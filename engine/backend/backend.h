@@ -174,6 +174,11 @@ double hp_backend_device_wait_s(const hp_backend_t *b);
  * CPU): tests check that a warm splice leaves the cached tuples where
  * they are. */
 unsigned long long hp_backend_host_bytes(const hp_backend_t *b);
+/* ... and the copies that moved them (0 on the CPU). Fewer than the
+ * transfers counted at the seam (hp_backend_transfer_count) where the
+ * device reuses a copy of an array it was handed before: benches print
+ * both, a test checks a steady decode step copies only what changed. */
+unsigned long hp_backend_host_copies(const hp_backend_t *b);
 
 /* An op profile, for benches: between start and stop, the device time of
  * each kind of op summed (the CUDA backend records an event after each op

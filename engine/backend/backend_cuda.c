@@ -95,6 +95,7 @@
 #include <string.h>
 
 #include "engine/backend/backend_impl.h"
+#include "engine/backend/stage_memo.h"
 #include "kernels/cuda/hk_cuda.h"
 
 typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
@@ -107,6 +108,10 @@ typedef enum { GDN_AUTO, GDN_TC, GDN_SCALAR } gdn_mode_t;
 #define STAGE_RETIRED 8
 /* A ring segment's bytes before any plan: a few ops' pointer lists */
 #define STAGE_MIN ((size_t)64 << 10)
+/* The staging memo: arrays of up to 16 KiB (a pointer list of 2k rows),
+ * 256 entries (a 48-layer model's step hands ~100 distinct arrays) */
+#define MEMO_ENTRIES 256
+#define MEMO_BYTES   ((size_t)16 << 10)
 /* An op profile's marks (events, made at its first start: a 64k-token
  * prefill of a 24-layer model is ~30k ops) and kinds of op */
 #define PROF_MARKS (1 << 16)
@@ -147,6 +152,9 @@ typedef struct {
     hk_cuda_ring_t *stage; /* host arrays on their way to the device */
     hk_cuda_ring_t *retired[STAGE_RETIRED]; /* outgrown, the op still uses */
     int n_retired;
+    /* the arrays staged lately, by content, while the ring still holds
+     * their copies (stage_memo.h; HYPIC_CUDA_STAGE_MEMO=0: none) */
+    hp_stage_memo_t memo;
     uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
     size_t xb_cap;   /* elements */
     int gemv;        /* few rows: one launch for the matrices of one input
@@ -259,6 +267,7 @@ static void cu_close(be_t b)
     hk_cuda_lanes_destroy(c->lanes);
     stage_begin(b); /* frees outgrown staging */
     hk_cuda_ring_destroy(c->stage);
+    hp_stage_memo_free(&c->memo);
     hk_cuda_free(c->xb);
     hk_cuda_free(c->i8_tile);
     hk_cuda_free(c->samp);
@@ -434,6 +443,7 @@ static int cu_reserve(be_t b, const hp_backend_plan_t *p, hp_error_t *err)
     if (rc == HK_CUDA_OK && seg > hk_cuda_ring_seg_bytes(c->stage)) {
         hk_cuda_ring_destroy(c->stage);
         c->stage = NULL;
+        hp_stage_memo_clear(&c->memo);
         rc = hk_cuda_ring_create(&c->stage, seg);
     }
     if (rc == HK_CUDA_OK && bf16)
@@ -466,6 +476,12 @@ static unsigned long long cu_device_wait_ns(be_t b)
 {
     (void)b;
     return hk_cuda_wait_ns();
+}
+
+static unsigned long cu_host_copies(be_t b)
+{
+    (void)b;
+    return hk_cuda_host_copies();
 }
 
 static unsigned long long cu_host_bytes(be_t b)
@@ -561,11 +577,23 @@ static void stage_begin(be_t b)
 }
 
 /* Device room for bytes, a copy of host array src unless it is NULL,
- * valid for the op being issued; or NULL (noted). */
+ * valid for the op being issued; or NULL (noted). A copy of the same
+ * bytes the ring still holds is handed out again (the memo): ops only
+ * read the arrays they are handed, and a decode step hands the same
+ * pointer lists step after step. */
 static void *stage(be_t b, const void *src, size_t bytes)
 {
     cuda_t *c = ctx(b);
     void *d = NULL;
+    uint64_t h = 0;
+    if (src && c->memo.e) {
+        const uint64_t now = c->stage ? hk_cuda_ring_mark(c->stage) : 0;
+        const uint64_t keep = HK_CUDA_RING_SEGS - 1;
+        d = hp_stage_memo_find(&c->memo, src, bytes,
+                               now > keep ? now - keep : 0, &h);
+        if (d)
+            return d;
+    }
     if (!c->stage || bytes > hk_cuda_ring_seg_bytes(c->stage)) {
         /* no ring yet (no plan), or past the plan: a larger one; arrays
          * this op was handed stay valid in the old, freed at the next op */
@@ -580,8 +608,12 @@ static void *stage(be_t b, const void *src, size_t bytes)
         if (c->stage)
             c->retired[c->n_retired++] = c->stage;
         c->stage = n;
+        hp_stage_memo_clear(&c->memo);
     }
     note(b, hk_cuda_ring_put(c->stage, src, bytes, NULL, &d), "staging");
+    if (src && d && c->memo.e)
+        hp_stage_memo_note(&c->memo, h, src, bytes, d,
+                           hk_cuda_ring_mark(c->stage));
     return d;
 }
 
@@ -1512,40 +1544,47 @@ static int view_entries(const hk_kvbuf_view_t *vw, const int *n, int r, int T)
 }
 
 /* The views as the kernels take them: R views whose block lists (the
- * blocks of view_entries) are copied after them,
- * then n [R] unless NULL; one staging and one upload, so the device
- * pointers stay valid. Returns the device views, or NULL (noted). */
+ * blocks of view_entries) point into a staged copy of the lists, and
+ * n [R] (unless NULL) after them, at *dn. Both through the staging ring,
+ * as every host array an op takes: a synchronous upload here drained the
+ * stream at every linear layer of a KVBuffer step. Returns the device
+ * views, or NULL (noted). */
 static const hk_kvbuf_view_t *stage_views(be_t b, const hk_kvbuf_view_t *vw,
                                           const int *n, int R, int T,
                                           const hk_kvbuf_geom_t *g,
                                           const int **dn, const char *what)
 {
+    /* the rows' block ids (and flush's counts after them) go first, then
+     * the views that point into their copy: two puts, no wait; a row's
+     * ids unchanged since an earlier step are not copied again */
     size_t nb = 0, vb = (size_t)R * sizeof(hk_kvbuf_view_t);
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; r < R; r++)
         nb += (size_t)(view_entries(vw, n, r, T) + g->bs - 1) / g->bs;
-    }
-    size_t bytes = vb + (nb + (n ? (size_t)R : 0)) * sizeof(int);
-    stage_begin(b);
-    char *d = stage(b, NULL, bytes);
-    char *h = host_room(b, bytes, what);
-    if (!d || !h)
+    size_t ib = (nb + (n ? (size_t)R : 0)) * sizeof(int);
+    char *h = host_room(b, vb + ib, what);
+    if (!h)
         return NULL;
     hk_kvbuf_view_t *hv = (hk_kvbuf_view_t *)(void *)h;
-    int *ids = (int *)(void *)(h + vb);
-    const int *dids = (const int *)(void *)(d + vb);
+    int *ids = (int *)(void *)(h + vb), *at = ids;
+    for (int r = 0; r < R; r++) {
+        int k = (view_entries(vw, n, r, T) + g->bs - 1) / g->bs;
+        memcpy(at, vw[r].blocks, (size_t)k * sizeof(int));
+        at += k;
+    }
+    if (n)
+        memcpy(at, n, (size_t)R * sizeof(int));
+    stage_begin(b);
+    const int *dids = stage(b, ids, ib);
+    if (!dids)
+        return NULL;
     for (int r = 0; r < R; r++) {
         int k = (view_entries(vw, n, r, T) + g->bs - 1) / g->bs;
         hv[r] = (hk_kvbuf_view_t){vw[r].S, dids, vw[r].len};
-        memcpy(ids, vw[r].blocks, (size_t)k * sizeof(int));
-        ids += k;
         dids += k;
     }
-    if (n) {
-        memcpy(ids, n, (size_t)R * sizeof(int));
+    if (n)
         *dn = dids;
-    }
-    note(b, hk_cuda_h2d(d, h, bytes, NULL), what);
-    return (const hk_kvbuf_view_t *)(void *)d;
+    return stage(b, hv, vb);
 }
 
 static void cu_kvbuf_step(be_t b, float *o, float *arena,
@@ -1604,6 +1643,7 @@ static const hp_backend_i cuda_iface = {
     .device_waits = cu_device_waits,
     .device_wait_ns = cu_device_wait_ns,
     .host_bytes = cu_host_bytes,
+    .host_copies = cu_host_copies,
     .mem_total = cu_mem_total,
     .mem_free = cu_mem_free,
     .lost = cu_lost,
@@ -1724,6 +1764,11 @@ int hp_backend_cuda_open(const hp_backend_t **b, int device, hp_error_t *err)
     pthread_cond_init(&c->turn, NULL);
     const char *gv = getenv("HYPIC_CUDA_GEMV");
     c->gemv = !(gv && !strcmp(gv, "0"));
+    /* without its memory, no memo: every array copied, as with =0 */
+    const char *sm = getenv("HYPIC_CUDA_STAGE_MEMO");
+    if (!(sm && !strcmp(sm, "0")) &&
+        hp_stage_memo_init(&c->memo, MEMO_ENTRIES, MEMO_BYTES) != 0)
+        hp_stage_memo_free(&c->memo);
     c->gdn = gdn > GDN_SCALAR ? GDN_TC : (gdn_mode_t)gdn;
     c->gdn_flags = mode_flags[gdn];
     /* the chunk's lanes: tc_ov's and the tuner's (without them tc_ov

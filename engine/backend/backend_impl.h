@@ -40,6 +40,7 @@ typedef struct {
     unsigned long (*device_waits)(be_t b);        /* (optional) */
     unsigned long long (*device_wait_ns)(be_t b); /* (optional) */
     unsigned long long (*host_bytes)(be_t b);     /* (optional) */
+    unsigned long (*host_copies)(be_t b);         /* (optional) */
     size_t (*mem_total)(be_t b);                  /* (optional) */
     size_t (*mem_free)(be_t b);                   /* (optional) */
     int (*lost)(be_t b, hp_error_t *err);         /* (optional) */

@@ -1067,6 +1067,182 @@ static void check_split_kv(const char *root)
        mx >= 0 ? "" : err.msg);
 }
 
+/* The decode steps of MEMO_B sequences on the dense model, on dev:
+ * every step's logits into lg ([MEMO_STEPS][MEMO_B][V]) and each step's
+ * transfers (counted at the seam) and host-link copies. */
+enum { MEMO_B = 4, MEMO_STEPS = 5 };
+static int memo_steps(const char *dir, const hp_backend_t *dev, float *lg,
+                      unsigned long *trans, unsigned long *copies,
+                      hp_error_t *err)
+{
+    hp_model_t m;
+    int rc = hp_model_load_on(&m, dir, dev, err);
+    if (rc != HP_OK)
+        return rc;
+    hp_model_set_compute(&m, HP_COMPUTE_F32);
+    const int V = m.cfg.vocab_size;
+    hp_fwd_plan_t plan = {16, 0, MEMO_B, 1};
+    hp_fwd_ws_t ws;
+    hp_seq_t s[MEMO_B];
+    int n = 0, tok[MEMO_B], ids[3 + MEMO_B];
+    for (int i = 0; i < 3 + MEMO_B; i++)
+        ids[i] = (i * 7919 + 13) % V;
+    if ((rc = hp_fwd_ws_init(&ws, &m, &plan, err)) != HP_OK) {
+        hp_model_free(&m);
+        return rc;
+    }
+    /* prompts of 3..6 tokens: the sequences' lengths differ */
+    for (; n < MEMO_B && rc == HP_OK; n++)
+        if ((rc = hp_seq_init(&s[n], &m, err)) == HP_OK)
+            rc = hp_forward(&m, &s[n], &ws, ids, NULL, 3 + n, NULL,
+                            HP_LOGITS_NONE, NULL, err);
+    for (int i = 0; i < MEMO_B; i++)
+        tok[i] = ids[3 + i];
+    for (int t = 0; t < MEMO_STEPS && rc == HP_OK; t++) {
+        hp_fwd_item_t it[MEMO_B];
+        for (int i = 0; i < MEMO_B; i++)
+            it[i] = (hp_fwd_item_t){.seq = &s[i], .ids = &tok[i], .T = 1};
+        unsigned long t0 = hp_backend_transfer_count(dev);
+        unsigned long c0 = hp_backend_host_copies(dev);
+        rc = hp_forward_batch(&m, it, MEMO_B, &ws, err);
+        trans[t] = hp_backend_transfer_count(dev) - t0;
+        copies[t] = hp_backend_host_copies(dev) - c0;
+        for (int i = 0; i < MEMO_B && rc == HP_OK; i++) {
+            float *row = lg + ((size_t)t * MEMO_B + i) * V;
+            if ((rc = it[i].status) != HP_OK) {
+                *err = it[i].err;
+                break;
+            }
+            memcpy(row, it[i].logits, (size_t)V * sizeof(float));
+            tok[i] = hp_argmax(row, V);
+        }
+    }
+    while (n > 0)
+        hp_seq_free(&s[--n]);
+    hp_fwd_ws_free(&ws);
+    hp_model_free(&m);
+    return rc;
+}
+
+/* The staging memo (stage_memo.h): the backend hands an op the copy of an
+ * array it made before while the ring still holds it. The same decode
+ * steps with it and without (HYPIC_CUDA_STAGE_MEMO=0) give the same logits
+ * bit for bit; without it every transfer counted at the seam is a copy;
+ * with it a step after the first copies only what changed: the token ids,
+ * the positions, the context lengths (the next step's positions, reused)
+ * and the logits down, not each layer's pointer lists. */
+static void check_stage_memo(const char *root)
+{
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/models/test/qwen35-dense", root);
+    hp_error_t err = {0};
+    const hp_backend_t *off = NULL;
+    setenv("HYPIC_CUDA_STAGE_MEMO", "0", 1);
+    int rc = open_mode(&off, "tc", &err);
+    unsetenv("HYPIC_CUDA_STAGE_MEMO");
+    hp_model_config_t cfg;
+    if (rc == HP_OK)
+        rc = hp_model_config_load(&cfg, dir, &err);
+    const size_t n =
+        rc == HP_OK ? (size_t)MEMO_STEPS * MEMO_B * cfg.vocab_size : 1;
+    float *lg[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+    unsigned long tr[2][MEMO_STEPS] = {{0}}, cp[2][MEMO_STEPS] = {{0}};
+    if (rc == HP_OK)
+        rc = memo_steps(dir, cuda_tc, lg[0], tr[0], cp[0], &err);
+    if (rc == HP_OK)
+        rc = memo_steps(dir, off, lg[1], tr[1], cp[1], &err);
+    int same = rc == HP_OK && !memcmp(lg[0], lg[1], n * sizeof(float));
+    ok(same,
+       "stage memo: %d decode steps of %d sequences, the logits with "
+       "it and without bit for bit %s",
+       MEMO_STEPS, MEMO_B, rc == HP_OK ? "" : err.msg);
+    int all = rc == HP_OK, few = rc == HP_OK;
+    unsigned long most = 0;
+    for (int t = 0; t < MEMO_STEPS; t++) {
+        all &= cp[1][t] == tr[1][t] && tr[0][t] == tr[1][t];
+        if (t > 0) {
+            few &= cp[0][t] <= 4 && tr[0][t] >= 4 * cp[0][t];
+            most = cp[0][t] > most ? cp[0][t] : most;
+        }
+    }
+    ok(all, "stage memo off: each step copies its %lu transfers",
+       tr[1][MEMO_STEPS - 1]);
+    ok(few,
+       "stage memo: after the first step (%lu copies), a step copies %lu "
+       "(<= 4: ids, positions, lengths, logits) of its %lu transfers",
+       cp[0][0], most, tr[0][MEMO_STEPS - 1]);
+    hp_backend_close(off);
+    free(lg[0]);
+    free(lg[1]);
+}
+
+/* A KVBuffer decode step (chunkwise, flushing every 4 entries) of two
+ * sequences on the dense model waits for the device as a plain step
+ * does: for the argmax and the step's status, not per layer (each
+ * layer's views go through the staging ring, not a synchronous upload). */
+static void check_kvbuf_waits(const char *root)
+{
+    enum { STEPS = 6 };
+    char dir[1024];
+    snprintf(dir, sizeof(dir), "%s/models/test/qwen35-dense", root);
+    hp_error_t err = {0};
+    hp_model_t m;
+    int rc = hp_model_load_on(&m, dir, cuda_tc, &err);
+    if (rc != HP_OK) {
+        ok(0, "kvbuf waits: %s", err.msg);
+        return;
+    }
+    const hp_model_config_t *c = &m.cfg;
+    hp_kvbuf_config_t kc;
+    hp_kvbuf_config_default(&kc, c->lin_k_heads, c->lin_v_heads, c->lin_k_dim,
+                            c->lin_v_dim);
+    kc.cap = 4;
+    kc.n_blocks = 2 * c->n_layers * (kc.cap_kvonly / kc.block_tokens + 3);
+    kc.be = m.be;
+    hp_kvbuf_pool_t pool;
+    hp_fwd_plan_t plan = {16, 0, 2, 1};
+    hp_fwd_ws_t ws;
+    hp_seq_t s[2];
+    int ids[8] = {3, 14, 15, 92, 65, 35, 89, 79}, tok[2] = {5, 6}, n = 0;
+    unsigned long most = 0;
+    int pooled = (rc = hp_kvbuf_pool_init(&pool, &kc, &err)) == HP_OK;
+    int spaced = pooled && (rc = hp_fwd_ws_init(&ws, &m, &plan, &err)) == HP_OK;
+    /* prompts of 5 and 6 tokens */
+    for (; n < 2 && rc == HP_OK; n++) {
+        if ((rc = hp_seq_init(&s[n], &m, &err)) != HP_OK)
+            break;
+        if ((rc = hp_forward(&m, &s[n], &ws, ids, NULL, 5 + n, NULL,
+                             HP_LOGITS_NONE, NULL, &err)) == HP_OK)
+            rc = hp_seq_kvbuf_open(&s[n], &pool, &err);
+    }
+    for (int t = 0; t < STEPS && rc == HP_OK; t++) {
+        hp_fwd_item_t it[2] = {
+            {.seq = &s[0], .ids = &tok[0], .T = 1, .argmax = 1},
+            {.seq = &s[1], .ids = &tok[1], .T = 1, .argmax = 1}};
+        unsigned long w0 = hp_backend_device_waits(m.be);
+        rc = hp_forward_batch(&m, it, 2, &ws, &err);
+        unsigned long w = hp_backend_device_waits(m.be) - w0;
+        most = w > most ? w : most;
+        for (int i = 0; i < 2 && rc == HP_OK; i++)
+            if ((rc = it[i].status) == HP_OK)
+                tok[i] = it[i].best[0];
+            else
+                err = it[i].err;
+    }
+    ok(rc == HP_OK && most <= 2,
+       "kvbuf: %d KVBuffer decode steps of 2 sequences (flushing every 4) "
+       "each wait for the device at most %lu times (<= 2: the argmax, the "
+       "status; %d layers) %s",
+       STEPS, most, c->n_layers, rc == HP_OK ? "" : err.msg);
+    while (n > 0)
+        hp_seq_free(&s[--n]);
+    if (spaced)
+        hp_fwd_ws_free(&ws);
+    if (pooled)
+        hp_kvbuf_pool_free(&pool);
+    hp_model_free(&m);
+}
+
 /* Every row's logits of one pass longer than the workspace's logits
  * (HP_FWD_LOGIT_ROWS): the device computes and downloads them in slices,
  * the same as the CPU's in one. */
@@ -1129,6 +1305,8 @@ int main(int argc, char **argv)
     const char *root = getenv("HYPIC_ROOT") ? getenv("HYPIC_ROOT") : ".";
     check_split_kv(root);
     check_logit_slices(root);
+    check_stage_memo(root);
+    check_kvbuf_waits(root);
     if (argc > 1)
         check_dir(argv[1], argv[1]);
     /* the int8 checkpoints (the small grid: one) */

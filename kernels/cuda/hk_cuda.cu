@@ -134,16 +134,23 @@ extern "C" int hk_cuda_d2d(void *dst, const void *src, size_t bytes,
 
 static unsigned long n_syncs; /* atomic, as n_mallocs */
 static unsigned long long n_host_bytes;
+static unsigned long n_host_copies;
 
 void hk_note_host_bytes(size_t bytes)
 {
     __atomic_add_fetch(&n_host_bytes, (unsigned long long)bytes,
                        __ATOMIC_RELAXED);
+    __atomic_add_fetch(&n_host_copies, 1ul, __ATOMIC_RELAXED);
 }
 
 extern "C" unsigned long long hk_cuda_host_bytes(void)
 {
     return __atomic_load_n(&n_host_bytes, __ATOMIC_RELAXED);
+}
+
+extern "C" unsigned long hk_cuda_host_copies(void)
+{
+    return __atomic_load_n(&n_host_copies, __ATOMIC_RELAXED);
 }
 
 extern "C" unsigned long hk_cuda_sync_count(void)

@@ -86,6 +86,9 @@ unsigned long long hk_cuda_wait_ns(void);
  * ring's): tests check that a warm PIC splice moves no cached tuple over
  * the host link. */
 unsigned long long hk_cuda_host_bytes(void);
+/* ... and the copies that moved them, one each (the staging memo's
+ * reuses are none). */
+unsigned long hk_cuda_host_copies(void);
 
 /* Staging ring (hk_ring.cu): host arrays an op takes (positions, ids,
  * pointer lists) copied to the device ahead of the kernels that read
@@ -104,6 +107,13 @@ size_t hk_cuda_ring_seg_bytes(const hk_cuda_ring_t *r);
  * issued on stream after this call until the ring comes round again. */
 int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src, size_t bytes,
                      void *stream, void **dev);
+/* The segments the ring has entered so far. A put's copy stays on the
+ * device, for work issued later, until the ring comes round to its
+ * segment again: while this mark, read right after the put, has grown by
+ * less than HK_CUDA_RING_SEGS. In that window a caller may hand the same
+ * copy to later ops instead of putting it again. */
+#define HK_CUDA_RING_SEGS 4
+uint64_t hk_cuda_ring_mark(const hk_cuda_ring_t *r);
 
 /* Side streams (hk_lanes.cu) that let one call's launches overlap (the
  * GDN chunk's segments, HK_CUDA_GDN_TC_OVERLAP): three non-blocking

@@ -274,7 +274,8 @@ static inline int hk_env_choice(const char *var, const char *const *names,
     return dflt;
 }
 
-/* Counts bytes copied across the host link (hk_cuda_host_bytes). */
+/* Counts a copy across the host link and its bytes (hk_cuda_host_bytes,
+ * hk_cuda_host_copies). */
 void hk_note_host_bytes(size_t bytes);
 /* The host's monotonic clock, ns. */
 uint64_t hk_host_ns(void);

@@ -14,7 +14,7 @@
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
-#define HK_RING_SEGS  4
+#define HK_RING_SEGS  HK_CUDA_RING_SEGS
 #define HK_RING_ALIGN 256
 
 struct hk_cuda_ring {
@@ -22,6 +22,7 @@ struct hk_cuda_ring {
     unsigned char *dev;
     size_t seg;
     int cur;                        /* segment being filled */
+    uint64_t entered;               /* segments entered (hk_cuda_ring_mark) */
     size_t used;                    /* bytes of it taken */
     cudaEvent_t done[HK_RING_SEGS]; /* never recorded: nothing to wait for */
 };
@@ -72,6 +73,11 @@ extern "C" size_t hk_cuda_ring_seg_bytes(const hk_cuda_ring_t *r)
     return r ? r->seg : 0;
 }
 
+extern "C" uint64_t hk_cuda_ring_mark(const hk_cuda_ring_t *r)
+{
+    return r ? r->entered : 0;
+}
+
 extern "C" int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src,
                                 size_t bytes, void *stream, void **dev)
 {
@@ -87,6 +93,7 @@ extern "C" int hk_cuda_ring_put(hk_cuda_ring_t *r, const void *src,
         if (e != cudaSuccess)
             return hk_cuda_status(e);
         r->cur = (r->cur + 1) % HK_RING_SEGS;
+        r->entered++;
         const uint64_t t0 = hk_host_ns();
         e = cudaEventSynchronize(r->done[r->cur]);
         hk_wait_end(t0, false);

@@ -1656,55 +1656,83 @@ static void test_embed(void)
 
 /* The staging ring: id lists put one after another (the ring wraps many
  * times, no host wait in between) each read by a gather issued after its
- * put. On a device, a segment reused before its copies ran would show as
- * rows of another round's ids. */
+ * put, and again by a second gather issued after the later puts, at the
+ * oldest put the ring's mark says is still held (hk_cuda_ring_mark). On
+ * a device, a segment reused before its copies ran would show as rows of
+ * another round's ids; on either, a mark that held a put too long would
+ * show in the second gathers. */
 static void test_ring(void)
 {
     enum { N = 100, ROUNDS = 64, V = 97, H = 8 };
     float *table = frand((size_t)V * H, 1.0);
     float *x = hmalloc((size_t)ROUNDS * N * H), *y = hmalloc((size_t)N * H);
+    float *x2 = hmalloc((size_t)ROUNDS * N * H);
     float *dt = dev_from(table, (size_t)V * H);
     float *dx = dev_alloc((size_t)ROUNDS * N * H);
+    float *dx2 = dev_alloc((size_t)ROUNDS * N * H);
     hk_cuda_ring_t *r = NULL;
-    int ids[N], good = 1, rc = hk_cuda_ring_create(&r, 1024);
-    ok(rc == HK_CUDA_OK && hk_cuda_ring_seg_bytes(r) == 1024,
-       "ring: 4 segments of 1024 bytes");
+    int ids[N], good = 1, good2 = 1, rc = hk_cuda_ring_create(&r, 1024);
+    ok(rc == HK_CUDA_OK && hk_cuda_ring_seg_bytes(r) == 1024 &&
+           hk_cuda_ring_mark(r) == 0,
+       "ring: 4 segments of 1024 bytes, none entered yet");
     void *d = NULL;
     ok(r && hk_cuda_ring_put(r, ids, 1025, NULL, &d) == HK_CUDA_EINVAL && !d,
        "ring: a put larger than a segment is refused");
     unsigned long w0 = hk_cuda_sync_count();
     char *at[ROUNDS];
+    uint64_t mark[ROUNDS];
     int apart = 1; /* no put overlaps the five before it (3 segments) */
+    int back[ROUNDS];
     for (int i = 0; r && i < ROUNDS; i++) {
         for (int t = 0; t < N; t++)
             ids[t] = (i * 31 + t * 7) % V;
         CK(hk_cuda_ring_put(r, ids, sizeof(ids), NULL, &d));
         at[i] = d;
+        mark[i] = hk_cuda_ring_mark(r);
         for (int j = i - 5 > 0 ? i - 5 : 0; j < i; j++)
             apart &=
                 at[j] + sizeof(ids) <= at[i] || at[i] + sizeof(ids) <= at[j];
         CK(hk_cuda_embed(dx + (size_t)i * N * H, dt, d, N, H, NULL));
+        int j = 0;
+        while (mark[j] + HK_CUDA_RING_SEGS <= mark[i])
+            j++;
+        back[i] = j;
+        CK(hk_cuda_embed(dx2 + (size_t)i * N * H, dt,
+                         (const int *)(void *)at[j], N, H, NULL));
         for (int t = 0; t < N; t++)
             ids[t] = -1; /* the host reuses its array at once */
     }
-    ok(hk_cuda_sync_count() == w0 && apart,
+    /* 400 bytes a put, 512 apart: two a segment */
+    ok(hk_cuda_sync_count() == w0 && apart &&
+           hk_cuda_ring_mark(r) == ROUNDS / 2 - 1,
        "ring: %d puts without a stream sync, each apart from the five "
-       "before",
-       ROUNDS);
+       "before; %d segments entered",
+       ROUNDS, ROUNDS / 2 - 1);
     CK(hk_cuda_d2h(x, dx, (size_t)ROUNDS * N * H * sizeof(float), NULL));
+    CK(hk_cuda_d2h(x2, dx2, (size_t)ROUNDS * N * H * sizeof(float), NULL));
     for (int i = 0; i < ROUNDS; i++) {
         for (int t = 0; t < N; t++)
             ids[t] = (i * 31 + t * 7) % V;
         hk_embed(y, table, ids, N, H);
         good &= !memcmp(y, x + (size_t)i * N * H, sizeof(float) * N * H);
+        for (int t = 0; t < N; t++)
+            ids[t] = (back[i] * 31 + t * 7) % V;
+        hk_embed(y, table, ids, N, H);
+        good2 &= !memcmp(y, x2 + (size_t)i * N * H, sizeof(float) * N * H);
     }
     ok(good, "ring: %d rounds of %d ids through 4 KiB, every gather exact",
        ROUNDS, N);
+    ok(good2 && back[ROUNDS - 1] == ROUNDS - 8,
+       "ring: a put read again while the mark has grown by less than %d "
+       "(7 puts later), every gather exact",
+       HK_CUDA_RING_SEGS);
     hk_cuda_ring_destroy(r);
     CK(hk_cuda_free(dt));
     CK(hk_cuda_free(dx));
+    CK(hk_cuda_free(dx2));
     free(table);
     free(x);
+    free(x2);
     free(y);
 }
 

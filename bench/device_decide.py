@@ -46,6 +46,24 @@ CHOICES = [
      "attention_prefill_flash3seq",
      ["attention_prefill_flash3ws", "attention_prefill_flash3"],
      lambda p: True, "torch sdpa bf16", "hk_att_resolve's DEFAULT_BF16"),
+    # the decode step's launches (sessions 22, 23): the one launch the
+    # engine now runs against the ones it replaced (bit for bit theirs on
+    # the emulator; HYPIC_CUDA_GEMV=0 still runs cuBLAS)
+    ("Few-row bf16 projections (decode): one GEMV launch or cuBLAS",
+     "matmul_bf16_gemv", ["matmul_bf16"],
+     lambda p: int(p.get("n", "0")) <= 4, "torch matmul bf16",
+     "cu_project_staged's rows (HK_CUDA_GEMV_ROWS; HYPIC_CUDA_GEMV)"),
+    ("A GDN layer's four in-projections (decode)", "matmul_bf16_n4_gemv",
+     ["matmul_bf16_n4"], lambda p: True, "-", "cu_project_staged's parts"),
+    ("A dense MLP's gate, up and SwiGLU (decode)", "matmul_bf16_swiglu_gemv",
+     ["matmul_bf16_swiglu"], lambda p: True, "-",
+     "cu_mlp_acc_bf16's few-row branch"),
+    ("The decode step's GDN input path (the KVBuffer step's)",
+     "gdn_step_input_fused", ["gdn_step_input"], lambda p: True, "-",
+     "hp_backend_conv_qkv_decode on the device"),
+    ("An attention layer's prologue (split, q / k norms, RoPE)",
+     "prefill_qk_norm_rope", ["prefill_qk_norm_rope_unfused"],
+     lambda p: True, "-", "hp_backend_qk_norm_rope on the device"),
 ]
 
 # T_C's cost: op_tc over op, per shape

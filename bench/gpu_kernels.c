@@ -67,7 +67,11 @@
  *                                  no step finds them in L2; at B >= 64
  *                                  each gdn_step row is followed by its
  *                                  kernel's in-kernel probes,
- *                                  probe_<op>.<kernel>.<phase>
+ *                                  probe_<op>.<kernel>.<phase>;
+ *                                  gdn_step_input[_fused]: the input path
+ *                                  alone, its 5 launches against
+ *                                  hk_cuda_conv_qkv_decode (the KVBuffer
+ *                                  step's), GB/s of x, q k v, the states
  *   kvbuf_{step,flush,decode}[_v1|_cw128|_cw64|_cw32]  the KVBuffer at
  *                                  B = 1, 16, 64, 256: chunkwise step,
  *                                  flush, their average, each against
@@ -102,13 +106,20 @@
  *                                  GB/s of the weights; matmul_bf16_n4[_gemv]
  *                                  a GDN layer's four in-projections at
  *                                  n = 1, 4: cuBLAS a matrix each against
- *                                  one launch
+ *                                  one launch; matmul_bf16_swiglu[_gemv]
+ *                                  a dense MLP's gate, up and SwiGLU at
+ *                                  n = 1, 4: two launches against one
+ *                                  (hk_cuda_gemv_bf16_swiglu)
  *   prefill_{conv_qkv,rmsnorm_gated[_bf16]}  T = 16k: the GDN input path
  *                                  (hk_cuda_conv_qkv) and output norm (T Hv
  *                                  rows of dv); prefill_{swiglu_bf16_in,
  *                                  rmsnorm_bf16} at a 9B-like dense
  *                                  model's widths (16k x 12288, 16k x
- *                                  4096); GB/s of bytes read + written
+ *                                  4096); GB/s of bytes read + written;
+ *                                  prefill_qk_norm_rope[_unfused] at T =
+ *                                  16k and 4: an attention layer's split,
+ *                                  q / k norms and RoPE, one launch
+ *                                  against five
  *   attention_append_{flash2x,flash2}  T = 64, 128, 512 queries at the
  *                                  end of N = 16k, 32k keys (PIC seams, a
  *                                  resume), split over the keys where the
@@ -163,9 +174,10 @@ static const model_t models[] = {
     {"qwen3-next", 16, 32, 128, 128, 16, 2, 256, 2048, 12288, 512}};
 static const model_t tiny_model = {"tiny", 1, 2, 32, 32, 2, 1, 32, 64, 96, 80};
 
-#define CHUNK    64
-#define CONV_K   4
-#define NORM_EPS 1e-6f
+#define CHUNK      64
+#define CONV_K     4
+#define NORM_EPS   1e-6f
+#define ROPE_THETA 1e7 /* Qwen3.5's rope_theta */
 #define ROT_BYTES                                                              \
     (256u << 20) /* state sets cycled through per decode bench                 \
                   */
@@ -890,8 +902,8 @@ static int decode_run(void *ctx, int rep)
                               c->Hv, c->dk, c->dv, NULL);
 }
 
-/* The unfused sequence the fused step replaces. */
-static int chain_run(void *ctx, int rep)
+/* The step's input path unfused: conv, split, norms, gates. */
+static int input_run(void *ctx, int rep)
 {
     const step_ctx *c = ctx;
     const int s = rep % c->nsets, kd = c->Hk * c->dk, vd = c->Hv * c->dv;
@@ -904,12 +916,28 @@ static int chain_run(void *ctx, int rep)
                                   NULL)) ||
         (rc = hk_cuda_l2norm(c->q, c->B * c->Hk, c->dk, NORM_EPS,
                              1.0f / sqrtf((float)c->dk), NULL)) ||
-        (rc =
-             hk_cuda_l2norm(c->k, c->B * c->Hk, c->dk, NORM_EPS, 1.0f, NULL)) ||
-        (rc = hk_cuda_gdn_gates(c->g, c->beta, c->a, c->b, c->A_log, c->dtb,
-                                c->B, c->Hv, NULL)))
+        (rc = hk_cuda_l2norm(c->k, c->B * c->Hk, c->dk, NORM_EPS, 1.0f, NULL)))
         return rc;
-    return decode_run(ctx, rep);
+    return hk_cuda_gdn_gates(c->g, c->beta, c->a, c->b, c->A_log, c->dtb, c->B,
+                             c->Hv, NULL);
+}
+
+/* ... in one launch (hk_cuda_conv_qkv_decode: the KVBuffer step's; its
+ * gates in place over g and beta, which stay in range) */
+static int input_fused_run(void *ctx, int rep)
+{
+    const step_ctx *c = ctx;
+    return hk_cuda_conv_qkv_decode(
+        c->q, c->k, c->v, (float *const *)c->ctabs[rep % c->nsets], c->qkv,
+        c->w, c->g, c->beta, c->A_log, c->dtb, c->B, c->Hk, c->Hv, c->dk, c->dv,
+        CONV_K, NORM_EPS, 1.0f / sqrtf((float)c->dk), NULL);
+}
+
+/* The unfused sequence the fused step replaces. */
+static int chain_run(void *ctx, int rep)
+{
+    const int rc = input_run(ctx, rep);
+    return rc ? rc : decode_run(ctx, rep);
 }
 
 static void step_setup(step_ctx *c, const model_t *m, int B, int nsets)
@@ -1035,6 +1063,13 @@ static void bench_decode(const model_t *m, int B)
     c.impl = HK_CUDA_STEP_DEFAULT;
     measure("gdn_decode", m->name, params, decode_run, &c, B, 2.0 * sbytes, 0);
     measure("gdn_decode_chain", m->name, params, chain_run, &c, B, 2.0 * sbytes,
+            0);
+    /* the input path alone, 5 launches or 1: x and q k v once, the conv
+     * states read and written */
+    const double cd = 2.0 * m->Hk * m->dk + (double)m->Hv * m->dv;
+    const double ib = B * cd * 4.0 * (2.0 + 2.0 * (CONV_K - 1));
+    measure("gdn_step_input", m->name, params, input_run, &c, B, ib, 0);
+    measure("gdn_step_input_fused", m->name, params, input_fused_run, &c, B, ib,
             0);
     step_free(&c);
 }
@@ -2003,14 +2038,34 @@ static void dump_mm(const char *model, int n, int in, int out,
  * outputs and the hidden norm with a bf16 store (the engine's calls).
  * GB/s of the bytes read and written once. */
 
-enum { PF_CONV, PF_GATED, PF_GATED_BF16, PF_SWIGLU, PF_NORM };
+enum { PF_CONV, PF_GATED, PF_GATED_BF16, PF_SWIGLU, PF_NORM, PF_QK, PF_QK5 };
 
 typedef struct {
     int kind, T, Hk, Hv, dk, dv, rows, dim;
+    int Hq, Hkv, hd, rot; /* the attention prologue's (PF_QK, PF_QK5) */
     size_t n;
     float *x, *w, *st, *q, *k, *v, *g, *beta, *A_log, *dtb, *z, *y;
+    float *P, *gate, *qw, *kw;
+    int *pos;
     uint16_t *gb, *ub, *yb;
 } pf_ctx;
+
+/* The attention prologue's five launches (split, two norms, two RoPEs). */
+static int qk5_run(const pf_ctx *c)
+{
+    const int T = c->T, hd = c->hd;
+    int rc;
+    if ((rc = hk_cuda_split_heads(c->q, c->gate, NULL, c->P, T * c->Hq, hd, hd,
+                                  0, NULL)) ||
+        (rc = hk_cuda_rmsnorm_zc(c->q, c->q, c->qw, T * c->Hq, hd, NORM_EPS,
+                                 NULL)) ||
+        (rc = hk_cuda_rmsnorm_zc(c->k, c->k, c->kw, T * c->Hkv, hd, NORM_EPS,
+                                 NULL)) ||
+        (rc = hk_cuda_rope(c->q, c->pos, T, c->Hq, hd, c->rot, ROPE_THETA,
+                           NULL)))
+        return rc;
+    return hk_cuda_rope(c->k, c->pos, T, c->Hkv, hd, c->rot, ROPE_THETA, NULL);
+}
 
 static int pf_run(void *ctx, int rep)
 {
@@ -2030,6 +2085,12 @@ static int pf_run(void *ctx, int rep)
                                           c->dim, NORM_EPS, NULL);
     case PF_SWIGLU:
         return hk_cuda_swiglu_bf16_in(c->gb, c->gb, c->ub, c->n, NULL);
+    case PF_QK:
+        return hk_cuda_qk_norm_rope(c->q, c->gate, c->k, c->P, c->qw, c->kw,
+                                    c->pos, c->T, c->Hq, c->Hkv, c->hd, c->rot,
+                                    ROPE_THETA, NORM_EPS, NULL);
+    case PF_QK5:
+        return qk5_run(c);
     default:
         return hk_cuda_rmsnorm_zc_bf16(c->yb, c->x, c->w, c->rows, c->dim,
                                        NORM_EPS, NULL);
@@ -2065,6 +2126,55 @@ static void pf_free(void *p)
 {
     if (p)
         CK(hk_cuda_free(p));
+}
+
+/* A dense MLP's first half at few rows (decode): gate and up as bf16
+ * (one GEMV launch), then SwiGLU (matmul_bf16_swiglu), against all of it
+ * in one launch (matmul_bf16_swiglu_gemv, hk_cuda_gemv_bf16_swiglu). */
+typedef struct {
+    uint16_t *xb, *wg, *wu, *g, *u;
+    int n, in, out, fused;
+} glu_ctx;
+
+static int glu_run(void *ctx, int rep)
+{
+    const glu_ctx *c = ctx;
+    (void)rep;
+    if (c->fused)
+        return hk_cuda_gemv_bf16_swiglu(c->g, c->wg, c->wu, c->out, c->xb, c->n,
+                                        c->in, NULL);
+    hk_cuda_gemv_t p = {{c->g, c->u}, {c->wg, c->wu}, {c->out, c->out}};
+    const int rc = hk_cuda_gemv_bf16(&p, 2, c->xb, c->n, c->in, 0, 1, NULL);
+    return rc ? rc
+              : hk_cuda_swiglu_bf16_in(c->g, c->g, c->u, (size_t)c->n * c->out,
+                                       NULL);
+}
+
+static void bench_mm_swiglu(const model_t *m, int n)
+{
+    char params[128];
+    snprintf(params, sizeof params, "n=%d,in=%d,out=2x%d", n, m->hidden,
+             m->mlp);
+    if (!measured("matmul_bf16_swiglu"))
+        return;
+    const size_t nw = (size_t)m->mlp * m->hidden;
+    glu_ctx c = {pf_bf16((size_t)n * m->hidden, 1.0),
+                 pf_bf16(nw, 0.05),
+                 pf_bf16(nw, 0.05),
+                 dalloc((size_t)n * m->mlp * 2),
+                 dalloc((size_t)n * m->mlp * 2),
+                 n,
+                 m->hidden,
+                 m->mlp,
+                 0};
+    const double wbytes = 4.0 * nw, fl = 4.0 * n * nw;
+    measure("matmul_bf16_swiglu", m->name, params, glu_run, &c, n, wbytes, fl);
+    c.fused = 1;
+    measure("matmul_bf16_swiglu_gemv", m->name, params, glu_run, &c, n, wbytes,
+            fl);
+    void *all[] = {c.xb, c.wg, c.wu, c.g, c.u};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pf_free(all[i]);
 }
 
 /* conv_qkv and rmsnorm_gated at model m's GDN shapes, T tokens. */
@@ -2115,6 +2225,45 @@ static void bench_prefill_gdn(const model_t *m, int T)
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
             pf_free(all[i]);
     }
+}
+
+/* A gated attention layer's prologue at model m's heads (a quarter of hd
+ * rotated, as Qwen3.5's), T tokens: prefill_qk_norm_rope (one launch)
+ * against _unfused (the five it replaces); at T = 4 (a decode step's
+ * rows) the launches are most of it. GB/s of P read, q, gate and k
+ * written, k read. */
+static void bench_prefill_att(const model_t *m, int T)
+{
+    pf_ctx c = {0};
+    char params[96];
+    if (!measured("prefill_qk_norm_rope"))
+        return;
+    c.T = T, c.Hq = m->Hq, c.Hkv = m->Hkv, c.hd = m->hd, c.rot = m->hd / 4;
+    const size_t nq = (size_t)T * m->Hq * m->hd,
+                 nk = (size_t)T * m->Hkv * m->hd;
+    c.P = pf_floats(2 * nq, 1.0);
+    c.q = dalloc(nq * 4);
+    c.gate = dalloc(nq * 4);
+    c.k = pf_floats(nk, 1.0);
+    c.qw = pf_floats((size_t)m->hd, 0.5);
+    c.kw = pf_floats((size_t)m->hd, 0.5);
+    int *pos = malloc((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++)
+        pos[t] = 4096 + t;
+    c.pos = dalloc((size_t)T * sizeof(int));
+    CK(hk_cuda_h2d(c.pos, pos, (size_t)T * sizeof(int), NULL));
+    free(pos);
+    snprintf(params, sizeof params, "T=%d,Hq=%d,Hkv=%d,hd=%d,rot=%d", T, c.Hq,
+             c.Hkv, c.hd, c.rot);
+    const double bytes = (4.0 * nq + 2.0 * nk) * 4;
+    c.kind = PF_QK;
+    measure("prefill_qk_norm_rope", m->name, params, pf_run, &c, T, bytes, 0);
+    c.kind = PF_QK5;
+    measure("prefill_qk_norm_rope_unfused", m->name, params, pf_run, &c, T,
+            bytes, 0);
+    void *all[] = {c.P, c.q, c.gate, c.k, c.qw, c.kw, c.pos};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pf_free(all[i]);
 }
 
 /* SwiGLU on bf16 (in place over g, as the engine) and the bf16-store
@@ -2249,8 +2398,10 @@ int main(int argc, char **argv)
             bench_mm(m->name, ns[j], m->hidden, m->qkv, blas);
             bench_mm(m->name, ns[j], m->hidden, m->mlp, blas);
         }
-        for (int j = 0; j < 2; j++)
+        for (int j = 0; j < 2; j++) {
             bench_mm_parts(m, tiny ? 2 : 1 + 3 * j, blas);
+            bench_mm_swiglu(m, tiny ? 2 : 1 + 3 * j);
+        }
     }
     double last_ms[2][N_ATT_PREFILL] = {{0}};
     int last_T[2][N_ATT_PREFILL] = {{0}};
@@ -2265,8 +2416,11 @@ int main(int argc, char **argv)
             for (int i = 0; i < nm; i++)
                 bench_att_append(&ms[i], tiny ? 3 + a : appT[a],
                                  tiny ? 300 + 100 * n : appN[n]);
-    for (int i = 0; i < nm && wanted("prefill"); i++)
+    for (int i = 0; i < nm && wanted("prefill"); i++) {
         bench_prefill_gdn(&ms[i], tiny ? 40 : 16384);
+        bench_prefill_att(&ms[i], tiny ? 40 : 16384);
+        bench_prefill_att(&ms[i], 4);
+    }
     if (wanted("prefill")) /* a 9B-like dense model's widths */
         bench_prefill_dense(tiny ? "tiny" : "9b-like", tiny ? 40 : 16384,
                             tiny ? 64 : 4096, tiny ? 80 : 12288);

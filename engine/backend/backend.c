@@ -625,6 +625,21 @@ void hp_backend_conv1d_silu(const hp_backend_t *b, float *y, float *state,
     CALL(HP_OP_CONV1D_SILU, conv1d_silu, y, state, x, w, T, C, K);
 }
 
+/* The conv_qkv ops' second half on a backend without them: the conv
+ * output cv [T, C] split into q, k, v, the norms, the gates. */
+static void split_norm_gates(const hp_backend_t *b, float *q, float *k,
+                             float *v, const float *cv, float *g, float *beta,
+                             const float *A_log, const float *dt_bias, int T,
+                             int Hk, int Hv, int dk, int dv, float eps,
+                             float q_scale)
+{
+    const int kd = Hk * dk, vd = Hv * dv;
+    hp_backend_split_heads(b, q, k, v, cv, T, kd, kd, vd);
+    hp_backend_l2norm(b, q, T * Hk, dk, eps, q_scale);
+    hp_backend_l2norm(b, k, T * Hk, dk, eps, 1.0f);
+    hp_backend_gdn_gates(b, g, beta, g, beta, A_log, dt_bias, T, Hv);
+}
+
 void hp_backend_conv_qkv(const hp_backend_t *b, float *q, float *k, float *v,
                          float *cv, float *state, const float *x,
                          const float *w, float *g, float *beta,
@@ -632,13 +647,10 @@ void hp_backend_conv_qkv(const hp_backend_t *b, float *q, float *k, float *v,
                          int Hk, int Hv, int dk, int dv, int K, float eps,
                          float q_scale)
 {
-    const int kd = Hk * dk, vd = Hv * dv;
     if (!b->iface->conv_qkv) {
-        hp_backend_conv1d_silu(b, cv, state, x, w, T, 2 * kd + vd, K);
-        hp_backend_split_heads(b, q, k, v, cv, T, kd, kd, vd);
-        hp_backend_l2norm(b, q, T * Hk, dk, eps, q_scale);
-        hp_backend_l2norm(b, k, T * Hk, dk, eps, 1.0f);
-        hp_backend_gdn_gates(b, g, beta, g, beta, A_log, dt_bias, T, Hv);
+        hp_backend_conv1d_silu(b, cv, state, x, w, T, 2 * Hk * dk + Hv * dv, K);
+        split_norm_gates(b, q, k, v, cv, g, beta, A_log, dt_bias, T, Hk, Hv, dk,
+                         dv, eps, q_scale);
         return;
     }
     count(5, 0); /* as the five ops */
@@ -652,6 +664,25 @@ void hp_backend_conv1d_silu_decode(const hp_backend_t *b, float *y,
 {
     CALL(HP_OP_CONV1D_SILU_DECODE, conv1d_silu_decode, y, states, x, w, B, C,
          K);
+}
+
+void hp_backend_conv_qkv_decode(const hp_backend_t *b, float *q, float *k,
+                                float *v, float *cv, float *const *states,
+                                const float *x, const float *w, float *g,
+                                float *beta, const float *A_log,
+                                const float *dt_bias, int B, int Hk, int Hv,
+                                int dk, int dv, int K, float eps, float q_scale)
+{
+    if (!b->iface->conv_qkv_decode) {
+        hp_backend_conv1d_silu_decode(b, cv, states, x, w, B,
+                                      2 * Hk * dk + Hv * dv, K);
+        split_norm_gates(b, q, k, v, cv, g, beta, A_log, dt_bias, B, Hk, Hv, dk,
+                         dv, eps, q_scale);
+        return;
+    }
+    count(5, host_arrays(HP_OP_CONV1D_SILU_DECODE)); /* as the five ops */
+    b->iface->conv_qkv_decode(b, q, k, v, cv, states, x, w, g, beta, A_log,
+                              dt_bias, B, Hk, Hv, dk, dv, K, eps, q_scale);
 }
 
 void hp_backend_gdn_gates(const hp_backend_t *b, float *g, float *beta,
@@ -749,6 +780,25 @@ void hp_backend_rope(const hp_backend_t *b, float *x, const int *pos, int T,
                      int nh, int hd, int rot, double theta)
 {
     CALL(HP_OP_ROPE, rope, x, pos, T, nh, hd, rot, theta);
+}
+
+void hp_backend_qk_norm_rope(const hp_backend_t *b, float *q, float *gate,
+                             float *k, const float *P, const float *qw,
+                             const float *kw, const int *pos, int T, int Hq,
+                             int Hkv, int hd, int rot, double theta, float eps)
+{
+    if (!b->iface->qk_norm_rope) {
+        hp_backend_split_heads(b, q, gate, NULL, P, T * Hq, hd, hd, 0);
+        hp_backend_rmsnorm(b, q, q, qw, T * Hq, hd, eps);
+        hp_backend_rmsnorm(b, k, k, kw, T * Hkv, hd, eps);
+        hp_backend_rope(b, q, pos, T, Hq, hd, rot, theta);
+        hp_backend_rope(b, k, pos, T, Hkv, hd, rot, theta);
+        return;
+    }
+    /* as the five ops, but one positions array for both rotations */
+    count(5, host_arrays(HP_OP_ROPE));
+    b->iface->qk_norm_rope(b, q, gate, k, P, qw, kw, pos, T, Hq, Hkv, hd, rot,
+                           theta, eps);
 }
 
 void hp_backend_rope_shift(const hp_backend_t *b, float *x, int delta, int T,

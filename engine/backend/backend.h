@@ -387,6 +387,17 @@ void hp_backend_conv_qkv(const hp_backend_t *b, float *q, float *k, float *v,
 void hp_backend_conv1d_silu_decode(const hp_backend_t *b, float *y,
                                    float *const *states, const float *x,
                                    const float *w, int B, int C, int K);
+/* A decode step's GDN input path, hp_backend_conv_qkv's for B requests of
+ * one token each with its own state (hp_backend_conv1d_silu_decode's
+ * states) in place of its one sequence: the results of that conv into cv
+ * and the split, norms and gates after it (cv scratch after). */
+void hp_backend_conv_qkv_decode(const hp_backend_t *b, float *q, float *k,
+                                float *v, float *cv, float *const *states,
+                                const float *x, const float *w, float *g,
+                                float *beta, const float *A_log,
+                                const float *dt_bias, int B, int Hk, int Hv,
+                                int dk, int dv, int K, float eps,
+                                float q_scale);
 /* beta = sigmoid(bp), g = -exp(A_log) softplus(a + dt_bias); [T, Hv];
  * g may alias a, beta bp. */
 void hp_backend_gdn_gates(const hp_backend_t *b, float *g, float *beta,
@@ -439,6 +450,15 @@ size_t hp_backend_gdn_step_scratch(const hp_backend_t *b, int B, int Hk, int Hv,
 /* Partial rotate-half RoPE of x[T, nh, hd] to pos [T] (host). */
 void hp_backend_rope(const hp_backend_t *b, float *x, const int *pos, int T,
                      int nh, int hd, int rot, double theta);
+/* A gated attention layer's prologue: P [T, Hq, 2 hd] (each q head, then
+ * its gate) split into q and gate [T, Hq, hd] (hp_backend_split_heads),
+ * q RMS-normed by qw and k [T, Hkv, hd] in place by kw (hp_backend_rmsnorm,
+ * eps), then both rotated to pos [T] (host; hp_backend_rope): those five
+ * ops' results (a device: one launch). */
+void hp_backend_qk_norm_rope(const hp_backend_t *b, float *q, float *gate,
+                             float *k, const float *P, const float *qw,
+                             const float *kw, const int *pos, int T, int Hq,
+                             int Hkv, int hd, int rot, double theta, float eps);
 /* Keys at positions a re-rotated to a + delta. */
 void hp_backend_rope_shift(const hp_backend_t *b, float *x, int delta, int T,
                            int nh, int hd, int rot, double theta);

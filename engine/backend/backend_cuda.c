@@ -882,10 +882,19 @@ static void cu_mlp_acc_bf16(be_t b, float *x, const float *y, float *g,
         note(b, hk_cuda_rmsnorm_zc_bf16(xb, x, nw, T, H, eps, NULL), "rmsnorm");
     else /* y rounded into the staging, as the projection would */
         note(b, hk_cuda_to_bf16(xb, y, (size_t)T * H, NULL), "linear (bf16)");
-    void *const gu[2] = {gb, ub};
-    const hk_weight_t *const guw[2] = {gw, uw};
-    cu_project_staged(b, gu, xb, guw, 2, T, 0, 1);
-    note(b, hk_cuda_swiglu_bf16_in(gb, gb, ub, (size_t)T * I, NULL), "swiglu");
+    if (ctx(b)->gemv && T <= HK_CUDA_GEMV_ROWS) {
+        /* few rows: gate, up and SwiGLU in one launch, the same bits */
+        note(
+            b,
+            hk_cuda_gemv_bf16_swiglu(gb, gw->data, uw->data, I, xb, T, H, NULL),
+            "linear (bf16 swiglu)");
+    } else {
+        void *const gu[2] = {gb, ub};
+        const hk_weight_t *const guw[2] = {gw, uw};
+        cu_project_staged(b, gu, xb, guw, 2, T, 0, 1);
+        note(b, hk_cuda_swiglu_bf16_in(gb, gb, ub, (size_t)T * I, NULL),
+             "swiglu");
+    }
     void *xs = x;
     cu_project_staged(b, &xs, gb, &dw, 1, T, 1, 0);
 }
@@ -997,6 +1006,23 @@ static void cu_conv1d_silu_decode(be_t b, float *y, float *const *states,
     if (d)
         note(b, hk_cuda_conv1d_silu_decode(y, d, x, w, B, C, K, NULL),
              "conv1d_silu_decode");
+}
+
+static void cu_conv_qkv_decode(be_t b, float *q, float *k, float *v, float *cv,
+                               float *const *states, const float *x,
+                               const float *w, float *g, float *beta,
+                               const float *A_log, const float *dt_bias, int B,
+                               int Hk, int Hv, int dk, int dv, int K, float eps,
+                               float q_scale)
+{
+    (void)cv;
+    stage_begin(b);
+    float *const *d = stage(b, states, (size_t)B * sizeof(float *));
+    if (d)
+        note(b,
+             hk_cuda_conv_qkv_decode(q, k, v, d, x, w, g, beta, A_log, dt_bias,
+                                     B, Hk, Hv, dk, dv, K, eps, q_scale, NULL),
+             "conv_qkv (decode)");
 }
 
 static void cu_gdn_gates(be_t b, float *g, float *beta, const float *a,
@@ -1349,6 +1375,34 @@ static void cu_rope(be_t b, float *x, const int *pos, int T, int nh, int hd,
         note(b, hk_cuda_rope(x, d, T, nh, hd, rot, theta, NULL), "rope");
 }
 
+/* The fused prologue (hk_cuda_qk_norm_rope: heads of up to 1024), else
+ * its five kernels. */
+static void cu_qk_norm_rope(be_t b, float *q, float *gate, float *k,
+                            const float *P, const float *qw, const float *kw,
+                            const int *pos, int T, int Hq, int Hkv, int hd,
+                            int rot, double theta, float eps)
+{
+    stage_begin(b);
+    const int *d = stage(b, pos, (size_t)T * sizeof(int));
+    if (!d)
+        return;
+    if (hd <= 1024) {
+        note(b,
+             hk_cuda_qk_norm_rope(q, gate, k, P, qw, kw, d, T, Hq, Hkv, hd, rot,
+                                  theta, eps, NULL),
+             "qk_norm_rope");
+        return;
+    }
+    note(b, hk_cuda_split_heads(q, gate, NULL, P, T * Hq, hd, hd, 0, NULL),
+         "qk_norm_rope");
+    note(b, hk_cuda_rmsnorm_zc(q, q, qw, T * Hq, hd, eps, NULL),
+         "qk_norm_rope");
+    note(b, hk_cuda_rmsnorm_zc(k, k, kw, T * Hkv, hd, eps, NULL),
+         "qk_norm_rope");
+    note(b, hk_cuda_rope(q, d, T, Hq, hd, rot, theta, NULL), "qk_norm_rope");
+    note(b, hk_cuda_rope(k, d, T, Hkv, hd, rot, theta, NULL), "qk_norm_rope");
+}
+
 static void cu_rope_shift(be_t b, float *x, int delta, int T, int nh, int hd,
                           int rot, double theta)
 {
@@ -1674,6 +1728,8 @@ static const hp_backend_i cuda_iface = {
     .conv1d_silu = cu_conv1d_silu,
     .conv_qkv = cu_conv_qkv,
     .conv1d_silu_decode = cu_conv1d_silu_decode,
+    .conv_qkv_decode = cu_conv_qkv_decode,
+    .qk_norm_rope = cu_qk_norm_rope,
     .gdn_gates = cu_gdn_gates,
     .gdn_recurrent = cu_gdn_recurrent,
     .gdn_decode = cu_gdn_decode,

@@ -112,6 +112,13 @@ typedef struct {
                      float *beta, const float *A_log, const float *dt_bias,
                      int T, int Hk, int Hv, int dk, int dv, int K, float eps,
                      float q_scale);
+    /* (optional: else conv1d_silu_decode and the four after it) */
+    void (*conv_qkv_decode)(be_t b, float *q, float *k, float *v, float *cv,
+                            float *const *states, const float *x,
+                            const float *w, float *g, float *beta,
+                            const float *A_log, const float *dt_bias, int B,
+                            int Hk, int Hv, int dk, int dv, int K, float eps,
+                            float q_scale);
     void (*gdn_gates)(be_t b, float *g, float *beta, const float *a,
                       const float *bp, const float *A_log, const float *dt_bias,
                       int T, int Hv);
@@ -139,6 +146,11 @@ typedef struct {
                  int rot, double theta);
     void (*rope_shift)(be_t b, float *x, int delta, int T, int nh, int hd,
                        int rot, double theta);
+    /* (optional: else split_heads, rmsnorm twice, rope twice) */
+    void (*qk_norm_rope)(be_t b, float *q, float *gate, float *k,
+                         const float *P, const float *qw, const float *kw,
+                         const int *pos, int T, int Hq, int Hkv, int hd,
+                         int rot, double theta, float eps);
     void (*attention)(be_t b, float *o, const float *q, const int *qpos,
                       const float *k, const float *v, int T, int N, int Hq,
                       int Hkv, int hd, float scale, hp_prec_t prec,

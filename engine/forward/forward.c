@@ -68,23 +68,19 @@ void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                         c->lin_v_dim, c->conv_kernel, L2_EPS, q_scale(dk));
 }
 
-void hp_fwd_lin_split(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
-                      int start, int end)
+void hp_fwd_lin_conv_decode(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                            float *const *conv, int r0, int R)
 {
     const hp_model_config_t *c = &m->cfg;
     const hp_layer_weights_t *w = &m->layers[l];
-    int Hk = c->lin_k_heads, dk = c->lin_k_dim, cd = hp_cfg_conv_dim(c);
-    int kd = Hk * dk, vd = hp_cfg_value_dim(c), n = end - start;
-    int Hv = c->lin_v_heads;
-    hp_backend_split_heads(m->be, b->q + (size_t)start * kd,
-                           b->k + (size_t)start * kd, b->v + (size_t)start * vd,
-                           b->cv + (size_t)start * cd, n, kd, kd, vd);
-    hp_backend_l2norm(m->be, b->q + (size_t)start * kd, n * Hk, dk, L2_EPS,
-                      q_scale(dk));
-    hp_backend_l2norm(m->be, b->k + (size_t)start * kd, n * Hk, dk, L2_EPS,
-                      1.0f);
-    float *g = b->g + (size_t)start * Hv, *beta = b->beta + (size_t)start * Hv;
-    hp_backend_gdn_gates(m->be, g, beta, g, beta, w->A_log, w->dt_bias, n, Hv);
+    int Hk = c->lin_k_heads, Hv = c->lin_v_heads, dk = c->lin_k_dim;
+    int cd = hp_cfg_conv_dim(c);
+    size_t kd = (size_t)Hk * dk, vd = hp_cfg_value_dim(c), r = (size_t)r0;
+    hp_backend_conv_qkv_decode(
+        m->be, b->q + r * kd, b->k + r * kd, b->v + r * vd, b->cv + r * cd,
+        conv, b->qkv + r * cd, w->conv_w, b->g + r * Hv, b->beta + r * Hv,
+        w->A_log, w->dt_bias, R, Hk, Hv, dk, c->lin_v_dim, c->conv_kernel,
+        L2_EPS, q_scale(dk));
 }
 
 void hp_fwd_lin_step(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
@@ -230,12 +226,11 @@ int hp_fwd_att_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
     const hp_mat_t *const mats[] = {&w->q_proj, &w->k_proj, &w->v_proj};
     hp_backend_rmsnorm_linear_n(m->be, ys, y, x, w->input_norm, mats, 3, T,
                                 c->rms_eps);
-    /* q_proj rows are per head [query hd | gate hd] (reference §2.4). */
-    hp_backend_split_heads(m->be, b->q, b->gate, NULL, P, T * Hq, hd, hd, 0);
-    hp_backend_rmsnorm(m->be, b->q, b->q, w->q_norm, T * Hq, hd, c->rms_eps);
-    hp_backend_rmsnorm(m->be, b->k, b->k, w->k_norm, T * Hkv, hd, c->rms_eps);
-    hp_backend_rope(m->be, b->q, pos, T, Hq, hd, c->rotary_dim, c->rope_theta);
-    hp_backend_rope(m->be, b->k, pos, T, Hkv, hd, c->rotary_dim, c->rope_theta);
+    /* q_proj rows are per head [query hd | gate hd] (reference §2.4);
+     * the split, q and k norms and RoPE in one op */
+    hp_backend_qk_norm_rope(m->be, b->q, b->gate, b->k, P, w->q_norm, w->k_norm,
+                            pos, T, Hq, Hkv, hd, c->rotary_dim, c->rope_theta,
+                            c->rms_eps);
     return HP_OK;
 }
 

@@ -204,15 +204,13 @@ static int linear_step(const hp_model_t *m, int l, hp_fwd_ws_t *ws,
             k++;
             continue;
         }
-        /* a run of KVBuffer steps, contiguous rows: one conv call */
+        /* a run of KVBuffer steps, contiguous rows: conv, split, norms
+         * and gates in one call */
         while (k + R < p->live && is_kvdec(&it[p->order[k + R]])) {
             sts[R] = it[p->order[k + R]].seq->layers[l].conv;
             R++;
         }
-        hp_backend_conv1d_silu_decode(m->be, b.cv + (size_t)r0 * cd, sts,
-                                      b.qkv + (size_t)r0 * cd,
-                                      m->layers[l].conv_w, R, cd, Kc);
-        hp_fwd_lin_split(m, l, &b, r0, r0 + R);
+        hp_fwd_lin_conv_decode(m, l, &b, sts, r0, R);
         k += R;
     }
 

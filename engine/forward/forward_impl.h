@@ -94,7 +94,8 @@ typedef struct {
 /* Buffers for T rows, the input norm of x [T, hidden] into y (scratch
  * after: hp_backend_rmsnorm_linear_n), its four projections (beta and g
  * hold the raw b and a projections until the gates are formed:
- * hp_fwd_lin_split, or the fused hp_fwd_lin_step). HP_ENOMEM. */
+ * hp_fwd_lin_conv, _conv_decode, or the fused hp_fwd_lin_step).
+ * HP_ENOMEM. */
 int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
                      const float *x, int T, hp_fwd_lin_t *b, hp_error_t *err);
 /* Rows [start, end) of one sequence: causal conv continuing from hist
@@ -103,10 +104,12 @@ int hp_fwd_lin_begin(const hp_model_t *m, int l, hp_fwd_ws_t *ws, float *y,
  * scratch); their gates formed in beta and g. */
 void hp_fwd_lin_conv(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
                      float *hist, int start, int end);
-/* Rows [start, end) of the conv output into q, k, v, q and k
- * L2-normalized (q scaled by dk^-1/2); their gates formed in beta and g. */
-void hp_fwd_lin_split(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
-                      int start, int end);
+/* Rows [r0, r0 + R): one decode token for each of R sequences, their
+ * conv histories conv[R] (a host array; updated): hp_fwd_lin_conv's path
+ * in one op (hp_backend_conv_qkv_decode), for a step whose recurrence is
+ * not fused with it (the KVBuffer's). */
+void hp_fwd_lin_conv_decode(const hp_model_t *m, int l, const hp_fwd_lin_t *b,
+                            float *const *conv, int r0, int R);
 /* Rows [r0, r0 + R): one decode token for each of R sequences, with the
  * layer's states S[R] and conv histories conv[R] (host arrays): conv,
  * split, norms, gates and recurrence in one op (hp_backend_gdn_step)

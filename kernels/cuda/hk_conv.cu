@@ -25,13 +25,16 @@
  * hk_cuda_impl.h's row fragments (float4 where dims and pointers allow),
  * each lane's weights and last K inputs in registers (a sliding window:
  * each x element read once per run, the K-1 before a run's first token
- * from x or the state); the L2 norm the warp's shuffles
+ * from x or the state; the decode form's warps one row each, over their
+ * own sequence's state); the L2 norm the warp's shuffles
  * (hk_wrow_l2norm, as hk_cuda_l2norm's for rows of <= HK_WROW_MAX); a v
  * head's gates (t, h) by its lane 0. Heads wider than HK_WROW_MAX or
  * K > HK_CONV_KMAX take a block of HK_ROW_THREADS per (token, head slot)
  * instead, the row staged in shared memory and reduced as hk_cuda_l2norm
  * reduces a row of its dim. The state shift is a second launch either
- * way.
+ * way. hk_cuda_conv_qkv_decode is the same path for a decode step's rows,
+ * each one token of its own sequence with its own state (the fused
+ * recurrent step's input half, for the KVBuffer step that follows it).
  */
 #include "kernels/cuda/hk_cuda_impl.h"
 
@@ -154,21 +157,27 @@ static __device__ __forceinline__ void hk_conv_gates(float *g, float *beta,
  * head slot blockIdx.y; heads of <= NC HK_FRAG_VEC 32 channels, K <=
  * HK_CONV_KMAX. Window entry HK_CONV_KMAX - K + j holds tap j's input,
  * the newest last; w's entries likewise (the first HK_CONV_KMAX - K are
- * neither read nor summed). */
-template <int NC>
+ * neither read nor summed). DEC (the decode form): row t is a sequence of
+ * its own, its state states[t], a run one row (a template argument, so
+ * the prefill's instances keep their registers). */
+template <int NC, bool DEC>
 static __global__ void __launch_bounds__(HK_CONV_WARPS * 32)
     hk_conv_qkv_warp_kernel(float *q, float *k, float *v, const float *state,
-                            const float *x, const float *w, float *g,
-                            float *beta, const float *A_log,
-                            const float *dt_bias, int T, int Hk, int Hv, int dk,
-                            int dv, int K, float eps, float q_scale, bool vec)
+                            float *const *states, const float *x,
+                            const float *w, float *g, float *beta,
+                            const float *A_log, const float *dt_bias, int T,
+                            int Hk, int Hv, int dk, int dv, int K, float eps,
+                            float q_scale, bool vec)
 {
+    constexpr int run = DEC ? 1 : HK_CONV_RUN;
     const int lane = threadIdx.x & 31;
-    const int t0 =
-        (blockIdx.x * HK_CONV_WARPS + (threadIdx.x >> 5)) * HK_CONV_RUN;
+    const int t0 = (blockIdx.x * HK_CONV_WARPS + (threadIdx.x >> 5)) * run;
     if (t0 >= T) /* the whole warp */
         return;
-    const int t1 = min(T, t0 + HK_CONV_RUN), slot = blockIdx.y;
+    const int t1 = min(T, t0 + run), slot = blockIdx.y;
+    /* the run's sequence: its state and first row */
+    const float *st = DEC ? states[t0] : state;
+    const int tb = DEC ? t0 : 0;
     const int kd = Hk * dk, C = 2 * kd + Hv * dv, S = K - 1;
     const int D = HK_CONV_KMAX - K;
     const bool qk = slot < 2 * Hk;
@@ -188,10 +197,11 @@ static __global__ void __launch_bounds__(HK_CONV_WARPS * 32)
 #pragma unroll
             for (int j = 0; j < HK_CONV_KMAX; j++) {
                 wr[c][e][j] = in && j >= D ? w[(size_t)ch * K + j - D] : 0.0f;
-                win[c][e][j] = in && j > D
-                                   ? hk_conv_in(state + (size_t)ch * S, x,
-                                                t0 - S + j - D - 1, ch, C, S)
-                                   : 0.0f;
+                win[c][e][j] =
+                    in && j > D
+                        ? hk_conv_in(st + (size_t)ch * S, x + (size_t)tb * C,
+                                     t0 - tb - S + j - D - 1, ch, C, S)
+                        : 0.0f;
             }
         }
     /* tokens t + 1 .. t + A's inputs loaded before token t's work: A + 1
@@ -237,12 +247,14 @@ static __global__ void __launch_bounds__(HK_CONV_WARPS * 32)
 }
 
 /* The block form, for any head dim and K: token blockIdx.x, head slot
- * blockIdx.y; row: [max(dk, dv)] floats of dynamic shared memory. */
+ * blockIdx.y; row: [max(dk, dv)] floats of dynamic shared memory. With
+ * states, token t is a sequence of its own (its state states[t]). */
 static __global__ void
 hk_conv_qkv_kernel(float *q, float *k, float *v, const float *state,
-                   const float *x, const float *w, float *g, float *beta,
-                   const float *A_log, const float *dt_bias, int Hk, int Hv,
-                   int dk, int dv, int K, float eps, float q_scale)
+                   float *const *states, const float *x, const float *w,
+                   float *g, float *beta, const float *A_log,
+                   const float *dt_bias, int Hk, int Hv, int dk, int dv, int K,
+                   float eps, float q_scale)
 {
     __shared__ float sh[32];
     HK_DYNAMIC_SMEM(smem);
@@ -255,10 +267,14 @@ hk_conv_qkv_kernel(float *q, float *k, float *v, const float *state,
     size_t stride;
     float *out = hk_conv_qkv_out(q, k, v, slot, Hk, Hv, dk, dv, &stride);
     out += (size_t)t * stride;
+    /* the token's sequence: its state, its rows, the token's place */
+    const float *st = states ? states[t] : state;
+    const float *xs = states ? x + (size_t)t * C : x;
+    const int tl = states ? 0 : t;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         const int c = c0 + i;
         const float y = hk_math_silu(hk_conv_taps(
-            state + (size_t)c * S, x, w + (size_t)c * K, t, c, C, K));
+            st + (size_t)c * S, xs, w + (size_t)c * K, tl, c, C, K));
         if (qk)
             row[i] = y;
         else
@@ -320,15 +336,18 @@ extern "C" int hk_cuda_conv1d_silu(float *y, float *state, const float *x,
     return hk_conv_launch(y, state, NULL, x, w, 1, T, C, K, stream);
 }
 
-extern "C" int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state,
-                                const float *x, const float *w, float *g,
-                                float *beta, const float *A_log,
-                                const float *dt_bias, int T, int Hk, int Hv,
-                                int dk, int dv, int K, float eps, float q_scale,
-                                void *stream)
+/* hk_cuda_conv_qkv over T rows of one sequence (state), or, with states,
+ * T rows each one token of its own sequence. */
+static int hk_conv_qkv_launch(float *q, float *k, float *v, float *state,
+                              float *const *states, const float *x,
+                              const float *w, float *g, float *beta,
+                              const float *A_log, const float *dt_bias, int T,
+                              int Hk, int Hv, int dk, int dv, int K, float eps,
+                              float q_scale, void *stream)
 {
     if (T < 0 || Hk < 1 || Hv < 1 || dk < 1 || dv < 1 || K < 1 ||
-        2 * Hk + Hv > HK_CUDA_MAX_GRID_YZ || (K > 1 && !state) ||
+        2 * Hk + Hv > HK_CUDA_MAX_GRID_YZ || (K > 1 && !state && !states) ||
+        (states && T > HK_CUDA_MAX_GRID_YZ) ||
         (g && (!beta || !A_log || !dt_bias)))
         return HK_CUDA_EINVAL;
     if (T == 0)
@@ -342,28 +361,56 @@ extern "C" int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state,
         const bool vec = dk % HK_FRAG_VEC == 0 && dv % HK_FRAG_VEC == 0 &&
                          hk_aligned(x, 16) && hk_aligned(q, 16) &&
                          hk_aligned(k, 16) && hk_aligned(v, 16);
-        const dim3 grid(HK_CEIL_DIV(T, HK_CONV_RUN * HK_CONV_WARPS), slots);
-        if (hk_frag_chunks(dmax, 32) == 1)
-            hk_conv_qkv_warp_kernel<1><<<grid, HK_CONV_WARPS * 32, 0, s>>>(
-                q, k, v, state, x, w, g, beta, A_log, dt_bias, T, Hk, Hv, dk,
-                dv, K, eps, q_scale, vec);
-        else
-            hk_conv_qkv_warp_kernel<2><<<grid, HK_CONV_WARPS * 32, 0, s>>>(
-                q, k, v, state, x, w, g, beta, A_log, dt_bias, T, Hk, Hv, dk,
-                dv, K, eps, q_scale, vec);
+        const int run = states ? 1 : HK_CONV_RUN, nc = hk_frag_chunks(dmax, 32);
+        const dim3 grid(HK_CEIL_DIV(T, run * HK_CONV_WARPS), slots);
+        auto kern = states ? (nc == 1 ? hk_conv_qkv_warp_kernel<1, true>
+                                      : hk_conv_qkv_warp_kernel<2, true>)
+                           : (nc == 1 ? hk_conv_qkv_warp_kernel<1, false>
+                                      : hk_conv_qkv_warp_kernel<2, false>);
+        kern<<<grid, HK_CONV_WARPS * 32, 0, s>>>(
+            q, k, v, state, states, x, w, g, beta, A_log, dt_bias, T, Hk, Hv,
+            dk, dv, K, eps, q_scale, vec);
     } else {
         hk_conv_qkv_kernel<<<dim3((unsigned)T, slots), HK_ROW_THREADS, smem,
-                             s>>>(q, k, v, state, x, w, g, beta, A_log, dt_bias,
-                                  Hk, Hv, dk, dv, K, eps, q_scale);
+                             s>>>(q, k, v, state, states, x, w, g, beta, A_log,
+                                  dt_bias, Hk, Hv, dk, dv, K, eps, q_scale);
     }
     int rc = hk_cuda_check_launch();
     if (rc || K == 1)
         return rc;
-    const int C = 2 * Hk * dk + Hv * dv;
-    dim3 sgrid(HK_CEIL_DIV(C, HK_CONV_THREADS), 1);
-    hk_conv_state_kernel<<<sgrid, HK_CONV_THREADS, 0, s>>>(state, NULL, x, 1, T,
-                                                           C, K);
+    /* one sequence of T tokens, or T sequences of one */
+    const int C = 2 * Hk * dk + Hv * dv, B = states ? T : 1;
+    dim3 sgrid(HK_CEIL_DIV(C, HK_CONV_THREADS), B);
+    hk_conv_state_kernel<<<sgrid, HK_CONV_THREADS, 0, s>>>(
+        state, states, x, B, states ? 1 : T, C, K);
     return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state,
+                                const float *x, const float *w, float *g,
+                                float *beta, const float *A_log,
+                                const float *dt_bias, int T, int Hk, int Hv,
+                                int dk, int dv, int K, float eps, float q_scale,
+                                void *stream)
+{
+    return hk_conv_qkv_launch(q, k, v, state, NULL, x, w, g, beta, A_log,
+                              dt_bias, T, Hk, Hv, dk, dv, K, eps, q_scale,
+                              stream);
+}
+
+extern "C" int hk_cuda_conv_qkv_decode(float *q, float *k, float *v,
+                                       float *const *states, const float *x,
+                                       const float *w, float *g, float *beta,
+                                       const float *A_log, const float *dt_bias,
+                                       int B, int Hk, int Hv, int dk, int dv,
+                                       int K, float eps, float q_scale,
+                                       void *stream)
+{
+    if (K > 1 && !states)
+        return HK_CUDA_EINVAL;
+    return hk_conv_qkv_launch(q, k, v, NULL, states, x, w, g, beta, A_log,
+                              dt_bias, B, Hk, Hv, dk, dv, K, eps, q_scale,
+                              stream);
 }
 
 extern "C" int hk_cuda_conv1d_silu_decode(float *y, float *const *states,

@@ -278,6 +278,14 @@ typedef struct {
 } hk_cuda_gemv_t;
 int hk_cuda_gemv_bf16(const hk_cuda_gemv_t *p, int k, const uint16_t *xb, int n,
                       int in, int acc, int bf, void *stream);
+/* A gated MLP's first half at few rows in one launch: h[n, out] (bf16) =
+ * SwiGLU of g = xb wg^T and u = xb wu^T, each rounded to bf16 first:
+ * hk_cuda_gemv_bf16's g and u (bf set), then hk_cuda_swiglu_bf16_in, bit
+ * for bit; a warp an output row reads that row of both matrices. h must
+ * not overlap xb. */
+int hk_cuda_gemv_bf16_swiglu(uint16_t *h, const uint16_t *wg,
+                             const uint16_t *wu, int out, const uint16_t *xb,
+                             int n, int in, void *stream);
 
 /* I8 weights (kernels/common/hk_weight.h; device data and scales): y[n,
  * rows] (= or += as acc) x[n, cols] . (q * scale)^T in f32. Up to
@@ -569,6 +577,16 @@ int hk_cuda_swiglu_bf16(uint16_t *y, const float *g, const float *u, size_t n,
  * kernel on their values, rounded, bit for bit; y may alias g or u. */
 int hk_cuda_swiglu_bf16_in(uint16_t *y, const uint16_t *g, const uint16_t *u,
                            size_t n, void *stream);
+/* A gated attention layer's prologue in one launch: P [T, Hq, 2 hd] (a q
+ * head, then its gate) split into q and gate [T, Hq, hd], q RMS-normed by
+ * qw [hd] and k [T, Hkv, hd] in place by kw (rmsnorm_zc, eps), then both
+ * rotated at pos [T] (device; hk_cuda_rope's rot, theta). Twin:
+ * hk_cuda_split_heads, hk_cuda_rmsnorm_zc twice, hk_cuda_rope twice,
+ * whose results these are bit for bit. hd <= 1024. */
+int hk_cuda_qk_norm_rope(float *q, float *gate, float *k, const float *P,
+                         const float *qw, const float *kw, const int *pos,
+                         int T, int Hq, int Hkv, int hd, int rot, double theta,
+                         float eps, void *stream);
 
 /* ---- causal depthwise conv1d + SiLU (hk_conv.cu) ----------------------- */
 
@@ -589,6 +607,17 @@ int hk_cuda_conv_qkv(float *q, float *k, float *v, float *state, const float *x,
                      const float *w, float *g, float *beta, const float *A_log,
                      const float *dt_bias, int T, int Hk, int Hv, int dk,
                      int dv, int K, float eps, float q_scale, void *stream);
+/* hk_cuda_conv_qkv for one decode token of each of B requests: x [B, C],
+ * q, k [B, Hk, dk], v [B, Hv, dv], g, beta [B, Hv]; states as
+ * hk_cuda_conv1d_silu_decode's (a device array of B pointers to [C, K-1]
+ * states; NULL only with K = 1). Twin: hk_cuda_conv1d_silu_decode,
+ * hk_cuda_split_heads, hk_cuda_l2norm, hk_cuda_gdn_gates, bit for bit. */
+int hk_cuda_conv_qkv_decode(float *q, float *k, float *v, float *const *states,
+                            const float *x, const float *w, float *g,
+                            float *beta, const float *A_log,
+                            const float *dt_bias, int B, int Hk, int Hv, int dk,
+                            int dv, int K, float eps, float q_scale,
+                            void *stream);
 /* One decode token for each of B requests: y[B, C], x[B, C]; states is a
  * device array of B device pointers, each a [C, K-1] state (pool slots
  * need not be contiguous). Same as hk_conv1d_silu with T = 1 per request. */

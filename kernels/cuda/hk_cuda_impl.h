@@ -452,6 +452,33 @@ static __host__ __device__ __forceinline__ bool hk_aligned(const void *p,
     return ((uintptr_t)p & (a - 1)) == 0;
 }
 
+/* ---- RoPE (hk_rope.cu; hk_norm.cu's fused attention prologue) ------------
+ * Rotate-half pairs (i, i + rot/2) of a head, angle p theta^(-2i/rot). */
+#define HK_ROPE_MAX_ROT 1024
+
+/* Position p's cos and sin table, entries i < h2 = rot/2 by the block's
+ * threads: angle, cos and sin in double, rounded once to float, as the
+ * CPU. The caller syncs the block before reading it. */
+static __device__ __forceinline__ void
+hk_rope_table(float *cs, float *sn, double p, int h2, int rot, double theta)
+{
+    for (int i = threadIdx.x; i < h2; i += blockDim.x) {
+        const double phi = hk_math_rope_angle(p, i, rot, theta);
+        cs[i] = (float)cos(phi);
+        sn[i] = (float)sin(phi);
+    }
+}
+
+/* Pair (a[0], a[h2]) rotated by (c, s) in place: every RoPE kernel's one
+ * expression, so they agree bit for bit. */
+static __device__ __forceinline__ void hk_rope_pair(float *a, int h2, float c,
+                                                    float s)
+{
+    const float x0 = a[0], x1 = a[h2];
+    a[0] = x0 * c - x1 * s;
+    a[h2] = x1 * c + x0 * s;
+}
+
 /* ---- row fragments ---------------------------------------------------------
  * A row x[0, dim) spread over a group of G threads (a warp, G = 32, or a
  * block): thread `lane` holds NC chunks of HK_FRAG_VEC consecutive

@@ -213,28 +213,14 @@ static __device__ __forceinline__ int hk_gv_row(const hk_cuda_gemv_t &p, int k,
     return at;
 }
 
-/* One warp per output row: the row of W read once, 16 bytes a lane (VEC:
- * in % 8 == 0, 16-byte aligned rows) or 2, against the N rows of xb (few
- * and small: L1 holds them for the block's warps), N f32 sums. */
+/* Row wr's dot products with the N rows of xb, added to s (lane's part
+ * of each, in the order every GEMV kernel here sums them): 16 bytes of W
+ * a lane (VEC) or 2; K = 0 adds nothing. */
 template <int N, bool VEC>
-static __global__ void __launch_bounds__(32 * HK_GV_WARPS)
-    hk_gemv_bf16_kernel(hk_cuda_gemv_t p, int k, const uint16_t *xb, int in,
-                        int acc, int bf)
+static __device__ __forceinline__ void
+hk_gv_dot(float (&s)[N], const uint16_t *wr, const uint16_t *xb, int in, int K,
+          int lane)
 {
-    const int lane = threadIdx.x & 31;
-    const uint16_t *w;
-    void *y;
-    int out;
-    const int o = hk_gv_row(p, k, blockIdx.x * HK_GV_WARPS + (threadIdx.x >> 5),
-                            &w, &y, &out);
-    /* a warp past the last row runs no columns (no exit before the
-     * shuffles) */
-    const int K = o >= 0 ? in : 0;
-    const uint16_t *wr = w + (size_t)(o >= 0 ? o : 0) * in;
-    float s[N];
-#pragma unroll
-    for (int r = 0; r < N; r++)
-        s[r] = 0.0f;
     if (VEC) {
 #pragma unroll 4
         for (int c = lane * 8; c < K; c += 256) {
@@ -265,6 +251,30 @@ static __global__ void __launch_bounds__(32 * HK_GV_WARPS)
                 s[r] = fmaf(hk_bf16_to_f32(xb[(size_t)r * in + c]), wk, s[r]);
         }
     }
+}
+
+/* One warp per output row: the row of W read once (hk_gv_dot) against
+ * the N rows of xb (few and small: L1 holds them for the block's warps),
+ * N f32 sums. */
+template <int N, bool VEC>
+static __global__ void __launch_bounds__(32 * HK_GV_WARPS)
+    hk_gemv_bf16_kernel(hk_cuda_gemv_t p, int k, const uint16_t *xb, int in,
+                        int acc, int bf)
+{
+    const int lane = threadIdx.x & 31;
+    const uint16_t *w;
+    void *y;
+    int out;
+    const int o = hk_gv_row(p, k, blockIdx.x * HK_GV_WARPS + (threadIdx.x >> 5),
+                            &w, &y, &out);
+    /* a warp past the last row runs no columns (no exit before the
+     * shuffles) */
+    float s[N];
+#pragma unroll
+    for (int r = 0; r < N; r++)
+        s[r] = 0.0f;
+    hk_gv_dot<N, VEC>(s, w + (size_t)(o >= 0 ? o : 0) * in, xb, in,
+                      o >= 0 ? in : 0, lane);
 #pragma unroll
     for (int r = 0; r < N; r++) {
         const float t = hk_warp_sum(s[r]);
@@ -277,6 +287,34 @@ static __global__ void __launch_bounds__(32 * HK_GV_WARPS)
         }
         float *yo = (float *)y + at;
         *yo = acc ? *yo + t : t;
+    }
+}
+
+/* The gated form: warp o's rows of wg and wu, each summed as above and
+ * rounded to bf16, then hk_swiglu_kernel's expression on them. */
+template <int N, bool VEC>
+static __global__ void __launch_bounds__(32 * HK_GV_WARPS)
+    hk_gemv_swiglu_kernel(uint16_t *h, const uint16_t *wg, const uint16_t *wu,
+                          int out, const uint16_t *xb, int in)
+{
+    const int lane = threadIdx.x & 31;
+    const int o = blockIdx.x * HK_GV_WARPS + (threadIdx.x >> 5);
+    const int K = o < out ? in : 0;
+    const size_t row = (size_t)(o < out ? o : 0) * in;
+    float g[N], u[N];
+#pragma unroll
+    for (int r = 0; r < N; r++)
+        g[r] = u[r] = 0.0f;
+    hk_gv_dot<N, VEC>(g, wg + row, xb, in, K, lane);
+    hk_gv_dot<N, VEC>(u, wu + row, xb, in, K, lane);
+#pragma unroll
+    for (int r = 0; r < N; r++) {
+        const float tg = hk_warp_sum(g[r]), tu = hk_warp_sum(u[r]);
+        if (lane != 0 || o >= out)
+            continue;
+        const float gb = hk_bf16_to_f32(hk_bf16_from_f32(tg));
+        const float ub = hk_bf16_to_f32(hk_bf16_from_f32(tu));
+        h[(size_t)r * out + o] = hk_bf16_from_f32(hk_math_silu_fast(gb) * ub);
     }
 }
 
@@ -323,6 +361,38 @@ extern "C" int hk_cuda_gemv_bf16(const hk_cuda_gemv_t *p, int k,
          hk_gemv_launch<3, true>, hk_gemv_launch<4, true>}};
     const unsigned blocks = (unsigned)((rows + HK_GV_WARPS - 1) / HK_GV_WARPS);
     return fns[vec][n - 1](*p, k, xb, in, acc, bf, blocks, hk_stream(stream));
+}
+
+template <int N, bool VEC>
+static int hk_gemv_swiglu_launch(uint16_t *h, const uint16_t *wg,
+                                 const uint16_t *wu, int out,
+                                 const uint16_t *xb, int in, cudaStream_t s)
+{
+    const unsigned blocks = (unsigned)((out + HK_GV_WARPS - 1) / HK_GV_WARPS);
+    hk_gemv_swiglu_kernel<N, VEC>
+        <<<blocks, 32 * HK_GV_WARPS, 0, s>>>(h, wg, wu, out, xb, in);
+    return hk_cuda_check_launch();
+}
+
+extern "C" int hk_cuda_gemv_bf16_swiglu(uint16_t *h, const uint16_t *wg,
+                                        const uint16_t *wu, int out,
+                                        const uint16_t *xb, int n, int in,
+                                        void *stream)
+{
+    if (n < 0 || n > HK_CUDA_GEMV_ROWS || in < 0 || out < 0 ||
+        (out > 0 && (!h || !wg || !wu)) || (!xb && in > 0))
+        return HK_CUDA_EINVAL;
+    if (n == 0 || out == 0)
+        return HK_CUDA_OK;
+    const bool vec = in % 8 == 0 && hk_al16(xb) && hk_al16(wg) && hk_al16(wu);
+    typedef int (*launch_fn)(uint16_t *, const uint16_t *, const uint16_t *,
+                             int, const uint16_t *, int, cudaStream_t);
+    static const launch_fn fns[2][HK_CUDA_GEMV_ROWS] = {
+        {hk_gemv_swiglu_launch<1, false>, hk_gemv_swiglu_launch<2, false>,
+         hk_gemv_swiglu_launch<3, false>, hk_gemv_swiglu_launch<4, false>},
+        {hk_gemv_swiglu_launch<1, true>, hk_gemv_swiglu_launch<2, true>,
+         hk_gemv_swiglu_launch<3, true>, hk_gemv_swiglu_launch<4, true>}};
+    return fns[vec][n - 1](h, wg, wu, out, xb, in, hk_stream(stream));
 }
 
 /* ---- I8 ------------------------------------------------------------------ */

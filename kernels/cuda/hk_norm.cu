@@ -31,6 +31,15 @@
  * for bit: the input of a bf16 projection (hk_cuda_matmul_bf16 with x
  * NULL) without an f32 copy written and read back.
  *
+ * hk_cuda_qk_norm_rope is a gated attention layer's prologue in one
+ * launch: a block a token builds its RoPE table once, then a warp a head
+ * (HK_QK_WARPS warps, each over every HK_QK_WARPS-th head) splits a q head
+ * from its gate, RMS-norms it (or a k head, in place) as the warp kernel
+ * above does (hk_rms_row) and rotates its pairs (hk_rope_pair): the
+ * split, the two norms' and the two RoPEs' results bit for bit (a row's
+ * sums do not depend on its fragments), in one launch where there were
+ * five.
+ *
  * SwiGLU: 16 bytes of g and of u a thread (4 f32 or 8 bf16) where the
  * pointers are aligned, the rest one element a thread; elementwise, so the
  * bits do not depend on the split; silu's division by __fdividef
@@ -309,6 +318,68 @@ extern "C" int hk_cuda_rmsnorm_gated_bf16(uint16_t *y, const float *x,
                                           void *stream)
 {
     return hk_rmsnorm<true>(y, x, z, w, rows, dim, eps, stream);
+}
+
+/* Warps of the fused attention prologue's block (a token). */
+#define HK_QK_WARPS 8
+
+/* Token blockIdx.x's heads (file comment): slot s < Hq a q head of P
+ * (split from its gate), else k head s - Hq, in place; rows of hd <=
+ * NC HK_FRAG_VEC 32. */
+template <int NC>
+static __global__ void __launch_bounds__(HK_QK_WARPS * 32)
+    hk_qk_norm_rope_kernel(float *q, float *gate, float *k, const float *P,
+                           const float *qw, const float *kw, const int *pos,
+                           int Hq, int Hkv, int hd, int rot, double theta,
+                           float eps, bool vec)
+{
+    __shared__ float cs[HK_ROPE_MAX_ROT / 2], sn[HK_ROPE_MAX_ROT / 2];
+    const int t = blockIdx.x, h2 = rot / 2, lane = threadIdx.x & 31;
+    hk_rope_table(cs, sn, (double)pos[t], h2, rot, theta);
+    __syncthreads();
+    for (int s = threadIdx.x >> 5; s < Hq + Hkv; s += HK_QK_WARPS) {
+        float *row;
+        if (s < Hq) {
+            const size_t r = (size_t)t * Hq + s;
+            const float *src = P + 2 * r * hd;
+            row = q + r * hd;
+            for (int i = lane; i < hd; i += 32)
+                gate[r * hd + i] = src[hd + i];
+            hk_rms_row<NC, false>(row, src, NULL, qw, hd, eps, lane, 32, vec,
+                                  hk_sum_warp());
+        } else {
+            row = k + ((size_t)t * Hkv + s - Hq) * hd;
+            hk_rms_row<NC, false>(row, row, NULL, kw, hd, eps, lane, 32, vec,
+                                  hk_sum_warp());
+        }
+        __syncwarp(); /* the normed row, every lane's part, before its pairs */
+        for (int i = lane; i < h2; i += 32)
+            hk_rope_pair(row + i, h2, cs[i], sn[i]);
+    }
+}
+
+extern "C" int hk_cuda_qk_norm_rope(float *q, float *gate, float *k,
+                                    const float *P, const float *qw,
+                                    const float *kw, const int *pos, int T,
+                                    int Hq, int Hkv, int hd, int rot,
+                                    double theta, float eps, void *stream)
+{
+    if (T < 0 || Hq < 1 || Hkv < 0 || hd < 1 || hd > HK_NORM_WARP_MAX ||
+        rot < 0 || rot % 2 || rot > hd || rot > HK_ROPE_MAX_ROT ||
+        !(theta > 0.0) || (T > 0 && !pos))
+        return HK_CUDA_EINVAL;
+    if (T == 0)
+        return HK_CUDA_OK;
+    const bool vec = hd % HK_FRAG_VEC == 0 && hk_aligned(P, 16) &&
+                     hk_aligned(q, 16) && hk_aligned(k, 16) &&
+                     hk_aligned(qw, 16) && (!Hkv || hk_aligned(kw, 16));
+    const cudaStream_t s = hk_stream(stream);
+    hk_frag_dispatch(hk_frag_chunks(hd, 32), [&](auto nc) {
+        hk_qk_norm_rope_kernel<decltype(nc)::value>
+            <<<T, HK_QK_WARPS * 32, 0, s>>>(q, gate, k, P, qw, kw, pos, Hq, Hkv,
+                                            hd, rot, theta, eps, vec);
+    });
+    return hk_cuda_check_launch();
 }
 
 extern "C" int hk_cuda_l2norm(float *x, int rows, int dim, float eps,

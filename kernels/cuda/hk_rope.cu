@@ -17,7 +17,6 @@
 #include "kernels/cuda/hk_cuda_impl.h"
 
 #define HK_ROPE_THREADS 128
-#define HK_ROPE_MAX_ROT 1024
 /* Blocks for the shift (one table each); tokens are strided over them. */
 #define HK_ROPE_SHIFT_BLOCKS 1024
 
@@ -33,20 +32,13 @@ static __global__ void hk_rope_kernel(float *x,       // [T, nh, hd]
         if (pos || t == (int)blockIdx.x) {
             const double p = pos ? (double)pos[t] : (double)delta;
             __syncthreads(); /* the previous token is done with the table */
-            for (int i = threadIdx.x; i < h2; i += blockDim.x) {
-                const double phi = hk_math_rope_angle(p, i, rot, theta);
-                cs[i] = (float)cos(phi);
-                sn[i] = (float)sin(phi);
-            }
+            hk_rope_table(cs, sn, p, h2, rot, theta);
             __syncthreads();
         }
         float *xt = x + (size_t)t * nh * hd;
         for (int e = threadIdx.x; e < nh * h2; e += blockDim.x) {
             const int h = e / h2, i = e % h2;
-            float *a = xt + (size_t)h * hd + i;
-            const float x0 = a[0], x1 = a[h2];
-            a[0] = x0 * cs[i] - x1 * sn[i];
-            a[h2] = x1 * cs[i] + x0 * sn[i];
+            hk_rope_pair(xt + (size_t)h * hd + i, h2, cs[i], sn[i]);
         }
     }
 }

@@ -40,8 +40,10 @@ static const char *const op_names[] = {"rmsnorm_zc",
                                        "swiglu",
                                        "conv1d_silu",
                                        "conv1d_silu_decode",
+                                       "conv_qkv_decode",
                                        "rope",
                                        "rope_shift",
+                                       "qk_norm_rope",
                                        "gdn_gates",
                                        "gdn_recurrent",
                                        "gdn_decode",
@@ -526,6 +528,89 @@ static void test_conv(void)
  * (element by element), heads of 2 chunks a lane (200, 256), K = 1, 3.
  * The block kernel: dk past 256 (the block's reduction), dv past 256 or
  * K = 5 with dk <= 256 (the warp's reduction, as l2norm's). */
+/* One GDN input path's inputs and outputs on the device: x [rows, C] and
+ * the conv weights; q, k [rows, Hk dk], v [rows, Hv dv] of the unfused
+ * ops (0) and the fused one (1), their g and beta [rows, Hv] holding the
+ * raw a and b until the gates are formed in place. */
+typedef struct {
+    int rows, Hk, Hv, dk, dv, K;
+    float *x, *w, *al, *db, *cv; /* cv: the unfused conv's output */
+    float *q[2], *k[2], *v[2], *g[2], *beta[2];
+} qkv_dev_t;
+
+static qkv_dev_t qkv_dev(int rows, int Hk, int Hv, int dk, int dv, int K,
+                         const float *x, const float *w, const float *ga,
+                         const float *gb, const float *al, const float *db)
+{
+    const size_t C = 2 * (size_t)Hk * dk + (size_t)Hv * dv;
+    const size_t ng = (size_t)rows * Hv;
+    qkv_dev_t d = {rows,
+                   Hk,
+                   Hv,
+                   dk,
+                   dv,
+                   K,
+                   dev_from(x, rows * C),
+                   dev_from(w, C * K),
+                   dev_from(al, Hv),
+                   dev_from(db, Hv),
+                   dev_alloc(rows * C),
+                   {NULL},
+                   {NULL},
+                   {NULL},
+                   {NULL},
+                   {NULL}};
+    for (int i = 0; i < 2; i++) {
+        d.q[i] = dev_alloc((size_t)rows * Hk * dk);
+        d.k[i] = dev_alloc((size_t)rows * Hk * dk);
+        d.v[i] = dev_alloc((size_t)rows * Hv * dv);
+        d.g[i] = dev_from(ga, ng);
+        d.beta[i] = dev_from(gb, ng);
+    }
+    return d;
+}
+
+/* The unfused path after the conv (d->cv): split, norms, gates. */
+static void qkv_unfused(const qkv_dev_t *d, float eps, float qs)
+{
+    const int n = d->rows, kd = d->Hk * d->dk, vd = d->Hv * d->dv;
+    RUN(hk_cuda_split_heads(d->q[0], d->k[0], d->v[0], d->cv, n, kd, kd, vd,
+                            NULL));
+    RUN(hk_cuda_l2norm(d->q[0], n * d->Hk, d->dk, eps, qs, NULL));
+    RUN(hk_cuda_l2norm(d->k[0], n * d->Hk, d->dk, eps, 1.0f, NULL));
+    RUN(hk_cuda_gdn_gates(d->g[0], d->beta[0], d->g[0], d->beta[0], d->al,
+                          d->db, n, d->Hv, NULL));
+}
+
+/* Whether the fused outputs are the unfused ones bit for bit. */
+static int qkv_same(const qkv_dev_t *d)
+{
+    const size_t nq = (size_t)d->rows * d->Hk * d->dk;
+    const size_t nv = (size_t)d->rows * d->Hv * d->dv;
+    const size_t ng = (size_t)d->rows * d->Hv;
+    float *const *at[5] = {d->q, d->k, d->v, d->g, d->beta};
+    const size_t n[5] = {nq, nq, nv, ng, ng};
+    static const char *const what[5] = {"q", "k", "v", "g", "beta"};
+    int good = 1;
+    for (int i = 0; i < 5; i++) {
+        float *h = host_from(at[i][0], n[i]);
+        good &= same_cpu(h, at[i][1], n[i], what[i]);
+        free(h);
+    }
+    return good;
+}
+
+static void qkv_free(qkv_dev_t *d)
+{
+    float **one[5] = {&d->x, &d->w, &d->al, &d->db, &d->cv};
+    float **two[5] = {d->q, d->k, d->v, d->g, d->beta};
+    for (int i = 0; i < 5; i++) {
+        CK(hk_cuda_free(*one[i]));
+        CK(hk_cuda_free(two[i][0]));
+        CK(hk_cuda_free(two[i][1]));
+    }
+}
+
 static void test_conv_qkv(void)
 {
     /* T, Hk, Hv, dk, dv, K */
@@ -538,65 +623,30 @@ static void test_conv_qkv(void)
     for (int s = 0; s < grid_n(NSHAPES(shapes), 6); s++) {
         const int T = shapes[s][0], Hk = shapes[s][1], Hv = shapes[s][2];
         const int dk = shapes[s][3], dv = shapes[s][4], K = shapes[s][5];
-        const int kd = Hk * dk, vd = Hv * dv, C = 2 * kd + vd;
+        const int C = 2 * Hk * dk + Hv * dv;
         const size_t nx = (size_t)T * C, ns = (size_t)C * (K - 1);
         const float qs = 1.0f / sqrtf((float)dk);
         const size_t ng = (size_t)T * Hv;
         float *x = frand(nx, 2.0), *w = frand((size_t)C * K, 1.0);
         float *st = frand(ns, 2.0), *ga = frand(ng, 3.0), *gb = frand(ng, 3.0);
         float *al = frand(Hv, 1.0), *db_ = frand(Hv, 1.0);
-        float *dal = dev_from(al, Hv), *ddb = dev_from(db_, Hv);
-        float *dg[2] = {dev_from(ga, ng), dev_from(ga, ng)};
-        float *dbt[2] = {dev_from(gb, ng), dev_from(gb, ng)};
-        float *dx = dev_from(x, nx), *dw = dev_from(w, (size_t)C * K);
+        qkv_dev_t d = qkv_dev(T, Hk, Hv, dk, dv, K, x, w, ga, gb, al, db_);
         float *dst[2] = {dev_from(st, ns), dev_from(st, ns)};
-        float *dcv = dev_alloc(nx), *dq[2], *dk_[2], *dv_[2];
-        for (int i = 0; i < 2; i++) {
-            dq[i] = dev_alloc((size_t)T * kd);
-            dk_[i] = dev_alloc((size_t)T * kd);
-            dv_[i] = dev_alloc((size_t)T * vd);
-        }
-        RUN(hk_cuda_conv1d_silu(dcv, dst[0], dx, dw, T, C, K, NULL));
-        RUN(hk_cuda_split_heads(dq[0], dk_[0], dv_[0], dcv, T, kd, kd, vd,
-                                NULL));
-        RUN(hk_cuda_l2norm(dq[0], T * Hk, dk, eps, qs, NULL));
-        RUN(hk_cuda_l2norm(dk_[0], T * Hk, dk, eps, 1.0f, NULL));
-        RUN(hk_cuda_gdn_gates(dg[0], dbt[0], dg[0], dbt[0], dal, ddb, T, Hv,
-                              NULL));
-        RUN(hk_cuda_conv_qkv(dq[1], dk_[1], dv_[1], dst[1], dx, dw, dg[1],
-                             dbt[1], dal, ddb, T, Hk, Hv, dk, dv, K, eps, qs,
-                             NULL));
-        float *h[6] = {host_from(dq[0], (size_t)T * kd),
-                       host_from(dk_[0], (size_t)T * kd),
-                       host_from(dv_[0], (size_t)T * vd),
-                       host_from(dst[0], ns),
-                       host_from(dg[0], ng),
-                       host_from(dbt[0], ng)};
-        int good = same_cpu(h[0], dq[1], (size_t)T * kd, "q") &
-                   same_cpu(h[1], dk_[1], (size_t)T * kd, "k") &
-                   same_cpu(h[2], dv_[1], (size_t)T * vd, "v") &
-                   same_cpu(h[3], dst[1], ns, "state") &
-                   same_cpu(h[4], dg[1], ng, "g") &
-                   same_cpu(h[5], dbt[1], ng, "beta");
+        RUN(hk_cuda_conv1d_silu(d.cv, dst[0], d.x, d.w, T, C, K, NULL));
+        qkv_unfused(&d, eps, qs);
+        RUN(hk_cuda_conv_qkv(d.q[1], d.k[1], d.v[1], dst[1], d.x, d.w, d.g[1],
+                             d.beta[1], d.al, d.db, T, Hk, Hv, dk, dv, K, eps,
+                             qs, NULL));
+        float *hs = host_from(dst[0], ns);
+        int good = qkv_same(&d) & same_cpu(hs, dst[1], ns, "state");
         ok(good,
            "conv_qkv = conv1d_silu, split_heads, l2norm, gdn_gates bit for "
            "bit T=%d Hk=%d Hv=%d dk=%d dv=%d K=%d",
            T, Hk, Hv, dk, dv, K);
-        for (int i = 0; i < 6; i++)
-            free(h[i]);
-        for (int i = 0; i < 2; i++) {
-            CK(hk_cuda_free(dst[i]));
-            CK(hk_cuda_free(dq[i]));
-            CK(hk_cuda_free(dk_[i]));
-            CK(hk_cuda_free(dv_[i]));
-            CK(hk_cuda_free(dg[i]));
-            CK(hk_cuda_free(dbt[i]));
-        }
-        CK(hk_cuda_free(dx));
-        CK(hk_cuda_free(dw));
-        CK(hk_cuda_free(dcv));
-        CK(hk_cuda_free(dal));
-        CK(hk_cuda_free(ddb));
+        free(hs);
+        qkv_free(&d);
+        CK(hk_cuda_free(dst[0]));
+        CK(hk_cuda_free(dst[1]));
         free(x);
         free(w);
         free(st);
@@ -1093,6 +1143,150 @@ static int *dev_ints(const int *h, size_t n)
     return d;
 }
 
+/* A gated attention layer's prologue in one launch (hk_cuda_qk_norm_rope)
+ * against its five kernels (split_heads, rmsnorm_zc of q and of k,
+ * rope of both): q, gate and k bit for bit. Heads of 1, 2, 4 and 8
+ * fragments a lane (hd 16 .. 1024), a dim not a multiple of 4 (element
+ * by element), partial and whole rotations, more heads than the block's
+ * 8 warps, no k heads. Its own RNG stream. */
+static void test_qk_norm_rope(void)
+{
+    /* T, Hq, Hkv, hd, rot */
+    static const int shapes[][5] = {{1, 1, 1, 16, 8},     {5, 8, 2, 256, 64},
+                                    {3, 16, 4, 256, 64},  {4, 3, 1, 18, 10},
+                                    {2, 4, 2, 512, 128},  {6, 9, 3, 128, 128},
+                                    {3, 2, 1, 1024, 256}, {2, 2, 0, 64, 32}};
+    const float eps = 1e-6f;
+    const double theta = 1e7;
+    const uint64_t rng0 = rng_state;
+    rng_state ^= 0x6c8e9cf5u;
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 4); s++) {
+        const int T = shapes[s][0], Hq = shapes[s][1], Hkv = shapes[s][2];
+        const int hd = shapes[s][3], rot = shapes[s][4];
+        const size_t nq = (size_t)T * Hq * hd, nk = (size_t)T * Hkv * hd;
+        float *P = frand(2 * nq, 3.0), *k = frand(nk ? nk : 1, 3.0);
+        float *qw = frand(hd, 0.5), *kw = frand(hd, 0.5);
+        int pos[9];
+        for (int t = 0; t < T; t++)
+            pos[t] = 1000 * s + 37 * t + 3;
+        float *dP = dev_from(P, 2 * nq), *dqw = dev_from(qw, hd);
+        float *dkw = dev_from(kw, hd);
+        int *dpos = dev_ints(pos, T);
+        float *dq[2], *dg[2], *dk[2];
+        for (int i = 0; i < 2; i++) {
+            dq[i] = dev_alloc(nq);
+            dg[i] = dev_alloc(nq);
+            dk[i] = dev_from(k, nk ? nk : 1);
+        }
+        RUN(hk_cuda_split_heads(dq[0], dg[0], NULL, dP, T * Hq, hd, hd, 0,
+                                NULL));
+        RUN(hk_cuda_rmsnorm_zc(dq[0], dq[0], dqw, T * Hq, hd, eps, NULL));
+        RUN(hk_cuda_rmsnorm_zc(dk[0], dk[0], dkw, T * Hkv, hd, eps, NULL));
+        RUN(hk_cuda_rope(dq[0], dpos, T, Hq, hd, rot, theta, NULL));
+        RUN(hk_cuda_rope(dk[0], dpos, T, Hkv, hd, rot, theta, NULL));
+        RUN(hk_cuda_qk_norm_rope(dq[1], dg[1], dk[1], dP, dqw, dkw, dpos, T, Hq,
+                                 Hkv, hd, rot, theta, eps, NULL));
+        float *h[3] = {host_from(dq[0], nq), host_from(dg[0], nq),
+                       host_from(dk[0], nk ? nk : 1)};
+        int good = same_cpu(h[0], dq[1], nq, "q") &
+                   same_cpu(h[1], dg[1], nq, "gate") &
+                   same_cpu(h[2], dk[1], nk, "k");
+        ok(good,
+           "qk_norm_rope = split_heads, rmsnorm_zc, rope bit for bit T=%d "
+           "Hq=%d Hkv=%d hd=%d rot=%d",
+           T, Hq, Hkv, hd, rot);
+        for (int i = 0; i < 3; i++)
+            free(h[i]);
+        for (int i = 0; i < 2; i++) {
+            CK(hk_cuda_free(dq[i]));
+            CK(hk_cuda_free(dg[i]));
+            CK(hk_cuda_free(dk[i]));
+        }
+        CK(hk_cuda_free(dP));
+        CK(hk_cuda_free(dqw));
+        CK(hk_cuda_free(dkw));
+        CK(hk_cuda_free(dpos));
+        free(P);
+        free(k);
+        free(qw);
+        free(kw);
+    }
+    rng_state = rng0;
+}
+
+/* A decode step's GDN input path in one launch (hk_cuda_conv_qkv_decode)
+ * against its four kernels (conv1d_silu_decode, split, l2 norms, gates):
+ * q, k, v, the gates and every request's state bit for bit, the states
+ * in allocations of their own and listed out of order. The warp kernel
+ * (heads of 1 and 2 chunks a lane, dims not a multiple of 4, K = 1 with
+ * no states, B past a block's 4 warps), the block kernel (dk past 256,
+ * K = 5). Its own RNG stream: later tests' inputs stay as they were. */
+static void test_conv_qkv_decode(void)
+{
+    /* B, Hk, Hv, dk, dv, K */
+    static const int shapes[][6] = {
+        {1, 1, 1, 16, 16, 4},   {9, 2, 3, 32, 16, 4}, {5, 2, 2, 128, 128, 4},
+        {3, 1, 2, 200, 256, 4}, {4, 2, 2, 18, 10, 3}, {6, 2, 2, 24, 40, 1},
+        {3, 1, 3, 300, 48, 3},  {2, 1, 1, 16, 20, 5}};
+    const float eps = 1e-6f;
+    const uint64_t rng0 = rng_state;
+    rng_state ^= 0x2545f491u;
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 6); s++) {
+        const int B = shapes[s][0], Hk = shapes[s][1], Hv = shapes[s][2];
+        const int dk = shapes[s][3], dv = shapes[s][4], K = shapes[s][5];
+        const int C = 2 * Hk * dk + Hv * dv;
+        const size_t ns = (size_t)C * (K - 1), ng = (size_t)B * Hv;
+        const float qs = 1.0f / sqrtf((float)dk);
+        float *x = frand((size_t)B * C, 2.0), *w = frand((size_t)C * K, 1.0);
+        float *ga = frand(ng, 3.0), *gb = frand(ng, 3.0);
+        float *al = frand(Hv, 1.0), *db_ = frand(Hv, 1.0);
+        qkv_dev_t d = qkv_dev(B, Hk, Hv, dk, dv, K, x, w, ga, gb, al, db_);
+        float *st[9], *dst[2][9];
+        void *dptrs[2] = {NULL, NULL};
+        for (int b = 0; b < B; b++)
+            st[b] = frand(ns ? ns : 1, 2.0);
+        for (int i = 0; i < 2; i++) {
+            for (int b = B - 1; b >= 0; b--) /* allocated last to first */
+                dst[i][b] = dev_from(st[b], ns ? ns : 1);
+            dptrs[i] = K > 1 ? dev_ptrs(dst[i], B) : NULL;
+        }
+        if (K > 1)
+            RUN(hk_cuda_conv1d_silu_decode(d.cv, dptrs[0], d.x, d.w, B, C, K,
+                                           NULL));
+        else /* no state: conv1d_silu over B rows is the same */
+            RUN(hk_cuda_conv1d_silu(d.cv, NULL, d.x, d.w, B, C, K, NULL));
+        qkv_unfused(&d, eps, qs);
+        RUN(hk_cuda_conv_qkv_decode(d.q[1], d.k[1], d.v[1], dptrs[1], d.x, d.w,
+                                    d.g[1], d.beta[1], d.al, d.db, B, Hk, Hv,
+                                    dk, dv, K, eps, qs, NULL));
+        int good = qkv_same(&d);
+        for (int b = 0; b < B && ns; b++) {
+            float *hs = host_from(dst[0][b], ns);
+            good &= same_cpu(hs, dst[1][b], ns, "state");
+            free(hs);
+        }
+        ok(good,
+           "conv_qkv_decode = conv1d_silu_decode, split_heads, l2norm, "
+           "gdn_gates bit for bit B=%d Hk=%d Hv=%d dk=%d dv=%d K=%d",
+           B, Hk, Hv, dk, dv, K);
+        qkv_free(&d);
+        for (int i = 0; i < 2; i++) {
+            for (int b = 0; b < B; b++)
+                CK(hk_cuda_free(dst[i][b]));
+            CK(hk_cuda_free(dptrs[i]));
+        }
+        for (int b = 0; b < B; b++)
+            free(st[b]);
+        free(x);
+        free(w);
+        free(ga);
+        free(gb);
+        free(al);
+        free(db_);
+    }
+    rng_state = rng0;
+}
+
 /* Device ints must equal the CPU's. */
 static int same_ints(const int *ref, const int *d, size_t n, const char *what)
 {
@@ -1299,6 +1493,82 @@ static void test_gemv(void)
     ok(good, "gemv_bf16: too many rows or parts, bf16 with +=, no parts: "
              "HK_CUDA_EINVAL");
     hk_cuda_blas_destroy(blas);
+    rng_state = rng0;
+}
+
+/* x rounded to bf16 in place; the bit patterns in a new array. */
+static uint16_t *round_bf16(float *x, size_t n)
+{
+    uint16_t *b = hbytes(n * sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++)
+        x[i] = hk_bf16_to_f32(b[i] = hk_bf16_from_f32(x[i]));
+    return b;
+}
+
+static uint16_t *dev_u16(const uint16_t *h, size_t n)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
+    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
+    return d;
+}
+
+/* The gated MLP's first half in one launch (hk_cuda_gemv_bf16_swiglu)
+ * against the GEMV's bf16 g and u and hk_cuda_swiglu_bf16_in: h bit for
+ * bit, at 1-4 rows, both load widths, rows past a block's 8 warps; and
+ * what it refuses. Its own RNG stream. */
+static void test_gemv_swiglu(void)
+{
+    const uint64_t rng0 = rng_state;
+    rng_state ^= 0x1b873593u;
+    /* n, in, out */
+    static const int shapes[][3] = {
+        {1, 64, 37}, {2, 30, 9}, {3, 256, 100}, {4, 1024, 17}, {4, 8, 1}};
+    for (int s = 0; s < grid_n(NSHAPES(shapes), 3); s++) {
+        const int n = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        const size_t nx = (size_t)n * in, nw = (size_t)out * in;
+        const size_t nh = (size_t)n * out;
+        float *x = frand(nx, 1.0), *wg = frand(nw, 3.0 / sqrt(in + 1.0));
+        float *wu = frand(nw, 1.0 / sqrt(in + 1.0));
+        uint16_t *xb = round_bf16(x, nx), *gb = round_bf16(wg, nw);
+        uint16_t *ub = round_bf16(wu, nw);
+        uint16_t *dx = dev_u16(xb, nx), *dg = dev_u16(gb, nw);
+        uint16_t *du = dev_u16(ub, nw);
+        uint16_t *dyg = dev_alloc_u16(nh), *dyu = dev_alloc_u16(nh);
+        uint16_t *dh = dev_alloc_u16(nh);
+        hk_cuda_gemv_t p = {{dyg, dyu}, {dg, du}, {out, out}};
+        RUN(hk_cuda_gemv_bf16(&p, 2, dx, n, in, 0, 1, NULL));
+        RUN(hk_cuda_swiglu_bf16_in(dyg, dyg, dyu, nh, NULL));
+        RUN(hk_cuda_gemv_bf16_swiglu(dh, dg, du, out, dx, n, in, NULL));
+        uint16_t *h[2] = {malloc(nh * sizeof(uint16_t)),
+                          malloc(nh * sizeof(uint16_t))};
+        CK(hk_cuda_d2h(h[0], dyg, nh * sizeof(uint16_t), NULL));
+        CK(hk_cuda_d2h(h[1], dh, nh * sizeof(uint16_t), NULL));
+        int nz = 0;
+        for (size_t i = 0; i < nh; i++)
+            nz += h[0][i] != 0;
+        ok(!memcmp(h[0], h[1], nh * sizeof(uint16_t)) && nz > 0,
+           "gemv_bf16_swiglu = gemv_bf16 (bf16 g, u) and swiglu_bf16_in bit "
+           "for bit n=%d in=%d out=%d",
+           n, in, out);
+        free(h[0]);
+        free(h[1]);
+        uint16_t *dd[6] = {dx, dg, du, dyg, dyu, dh};
+        for (int i = 0; i < 6; i++)
+            CK(hk_cuda_free(dd[i]));
+        free(x);
+        free(wg);
+        free(wu);
+        free(xb);
+        free(gb);
+        free(ub);
+    }
+    uint16_t w1 = 0, h1 = 0;
+    ok(hk_cuda_gemv_bf16_swiglu(&h1, &w1, &w1, 1, &w1, HK_CUDA_GEMV_ROWS + 1, 1,
+                                NULL) == HK_CUDA_EINVAL &&
+           hk_cuda_gemv_bf16_swiglu(&h1, NULL, &w1, 1, &w1, 1, 1, NULL) ==
+               HK_CUDA_EINVAL,
+       "gemv_bf16_swiglu: too many rows, no matrix: HK_CUDA_EINVAL");
     rng_state = rng0;
 }
 
@@ -1571,23 +1841,6 @@ static void test_kv_store(void)
         free(k);
         free(v);
     }
-}
-
-/* x rounded to bf16 in place; the bit patterns in a new array. */
-static uint16_t *round_bf16(float *x, size_t n)
-{
-    uint16_t *b = hbytes(n * sizeof(uint16_t));
-    for (size_t i = 0; i < n; i++)
-        x[i] = hk_bf16_to_f32(b[i] = hk_bf16_from_f32(x[i]));
-    return b;
-}
-
-static uint16_t *dev_u16(const uint16_t *h, size_t n)
-{
-    void *d = NULL;
-    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
-    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
-    return d;
 }
 
 static void test_embed(void)
@@ -4395,7 +4648,9 @@ static void run_all(void)
     RUN_TEST(test_conv);
     RUN_TEST(test_conv_decode);
     RUN_TEST(test_conv_qkv);
+    RUN_TEST(test_conv_qkv_decode);
     RUN_TEST(test_rope); /* rope, rope_shift */
+    RUN_TEST(test_qk_norm_rope);
     RUN_TEST(test_gdn_gates);
     RUN_TEST(test_gdn_recurrent);
     RUN_TEST(test_gdn_decode);
@@ -4405,6 +4660,7 @@ static void run_all(void)
     RUN_TEST(test_trans_rope_shift);
     RUN_TEST(test_matmul); /* matmul, matmul_acc, matmul_bf16 */
     RUN_TEST(test_gemv);
+    RUN_TEST(test_gemv_swiglu);
     RUN_TEST(test_linear_i8);
     RUN_TEST(test_split_heads);
     RUN_TEST(test_gate_scale); /* gate_mul, scale_rows */

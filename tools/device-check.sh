@@ -60,7 +60,8 @@
 # the rest after them), DC_TOKENS, DC_BATCH (empty: no decode),
 # DC_KVBUF_BATCH (the KVBuffer decode's batches, gpu_engine's
 # decode_kvbuf rows after the PIC ones; empty: none), DC_DECODE, DC_PIC,
-# DC_REPS;
+# DC_REPS, DC_DECODE_AB (1: the first checkpoint's decode at B = 1 again
+# with the staging memo off, then the few-row GEMV off, DC_AB_S each);
 # DC_GDN_MODES (default "auto"): the HYPIC_CUDA_GDN modes gpu_engine runs
 # each checkpoint with, one run each under DC_ENGINE_S; modes after the
 # first skip the batched decodes (--batch '', prefill and PIC only) and
@@ -310,7 +311,7 @@ wait_gen() { # the background generation (each checkpoint under DC_GEN_S)
     echo "| checkpoints | $(tail -1 "$res/gen.log") | $(($(date +%s) - t_gen)) | in the background from the start |" >>"$sum"
 }
 rm -f "$res/engine_ours.tsv" "$res/engine_hf.tsv"
-waited=0
+waited=0 ab_done=0
 engine_one() { # MODEL: gpu_engine, logits and transformers on it
     local m=$1 d tag l
     [ $waited = 1 ] || wait_gen
@@ -346,6 +347,23 @@ engine_one() { # MODEL: gpu_engine, logits and transformers on it
             --profile 1 \
             --budget "$((l * 7 / 10))" --name "$mtag"
     done
+    # the first checkpoint: the decode step with each of session 22-23's
+    # host-side switches off, beside the defaults above in the same run
+    # (the staging memo, HYPIC_CUDA_STAGE_MEMO=0; the few-row GEMV,
+    # HYPIC_CUDA_GEMV=0); DC_DECODE_AB=0: none
+    local ab
+    for ab in memo0:HYPIC_CUDA_STAGE_MEMO=0 gemv0:HYPIC_CUDA_GEMV=0; do
+        [ "$ab_done" = 0 ] && [ -n "$e_batch" ] &&
+            [ "${DC_DECODE_AB:-1}" != 0 ] || break
+        l=$(lim "${DC_AB_S:-20}")
+        step "gpu_engine $tag@${ab%%:*}" "$l" "$res/engine-$tag@${ab%%:*}.md" \
+            "${run[@]}" env "${ab#*:}" build-device/bench/gpu_engine \
+            --model "$d" --device "$dev_name" --tokens '' --batch 1 \
+            --kvbuf-batch 1 --pic '' --decode "$e_dec" --reps "$e_reps" \
+            --tsv "$res/engine_ours.tsv" --budget "$((l * 7 / 10))" \
+            --name "$tag@${ab%%:*}"
+    done
+    ab_done=1
     step "logits $tag" "$(lim 30)" "$res/logits-$tag.log" "${run[@]}" \
         build-device/hypic-engine logits --model "$d" --device "$dev_name" \
         --prompt "$text" --all --out "$res/logits-$tag.safetensors"

@@ -1375,8 +1375,8 @@ static void cu_rope(be_t b, float *x, const int *pos, int T, int nh, int hd,
         note(b, hk_cuda_rope(x, d, T, nh, hd, rot, theta, NULL), "rope");
 }
 
-/* The fused prologue (hk_cuda_qk_norm_rope: heads of up to 1024), else
- * its five kernels. */
+/* The fused prologue (hk_cuda_qk_norm_rope), else (heads past
+ * HK_CUDA_QK_MAX_HD) its five kernels. */
 static void cu_qk_norm_rope(be_t b, float *q, float *gate, float *k,
                             const float *P, const float *qw, const float *kw,
                             const int *pos, int T, int Hq, int Hkv, int hd,
@@ -1386,7 +1386,7 @@ static void cu_qk_norm_rope(be_t b, float *q, float *gate, float *k,
     const int *d = stage(b, pos, (size_t)T * sizeof(int));
     if (!d)
         return;
-    if (hd <= 1024) {
+    if (hd <= HK_CUDA_QK_MAX_HD) {
         note(b,
              hk_cuda_qk_norm_rope(q, gate, k, P, qw, kw, d, T, Hq, Hkv, hd, rot,
                                   theta, eps, NULL),

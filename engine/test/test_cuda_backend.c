@@ -437,6 +437,53 @@ static int same_dev(const hp_backend_t *be, const float *a, const float *b,
     return same;
 }
 
+/* An attention layer's prologue (hp_backend_qk_norm_rope) against the
+ * five ops it stands for, through the seam: bit for bit, as many ops; at
+ * hd = 64 the device's fused kernel, at hd = 1280 (past
+ * HK_CUDA_QK_MAX_HD) its five kernels in the one op. */
+static void check_qk_norm_rope(const hp_backend_t *b)
+{
+    enum { T = 3, HQ = 2, HKV = 1 };
+    static const int hds[2] = {64, 1280};
+    const int pos[T] = {5, 6, 900};
+    const float eps = 1e-6f;
+    for (int s = 0; s < 2; s++) {
+        const int hd = hds[s], rot = hd / 4;
+        const size_t nq = (size_t)T * HQ * hd, nk = (size_t)T * HKV * hd;
+        float *hP = frand_amp(2 * nq, 2.0), *hk = frand_amp(nk, 2.0);
+        float *hw = frand_amp((size_t)2 * hd, 0.5);
+        float *P = put(b, hP, 2 * nq), *qw = put(b, hw, hd);
+        float *kw = put(b, hw + hd, hd), *q[2], *g[2], *k[2];
+        for (int i = 0; i < 2; i++) {
+            q[i] = hp_backend_alloc(b, nq * sizeof(float));
+            g[i] = hp_backend_alloc(b, nq * sizeof(float));
+            k[i] = put(b, hk, nk);
+        }
+        unsigned long n0 = hp_backend_op_count(b);
+        hp_backend_qk_norm_rope(b, q[0], g[0], k[0], P, qw, kw, pos, T, HQ, HKV,
+                                hd, rot, 1e7, eps);
+        unsigned long n1 = hp_backend_op_count(b);
+        hp_backend_split_heads(b, q[1], g[1], NULL, P, T * HQ, hd, hd, 0);
+        hp_backend_rmsnorm(b, q[1], q[1], qw, T * HQ, hd, eps);
+        hp_backend_rmsnorm(b, k[1], k[1], kw, T * HKV, hd, eps);
+        hp_backend_rope(b, q[1], pos, T, HQ, hd, rot, 1e7);
+        hp_backend_rope(b, k[1], pos, T, HKV, hd, rot, 1e7);
+        hp_error_t err = {0};
+        ok(hp_backend_sync(b, &err) == HP_OK &&
+               hp_backend_op_count(b) - n1 == n1 - n0 &&
+               same_dev(b, q[0], q[1], nq) && same_dev(b, g[0], g[1], nq) &&
+               same_dev(b, k[0], k[1], nk),
+           "qk_norm_rope hd=%d: split, rmsnorm, rope bit for bit, as many ops "
+           "%s",
+           hd, err.msg);
+        void *all[9] = {P, qw, kw, q[0], q[1], g[0], g[1], k[0], k[1]};
+        drop(b, all, 9);
+        free(hP);
+        free(hk);
+        free(hw);
+    }
+}
+
 /* The made-then-projected ops (backend.h) on bf16 matrices, where the
  * device writes the made input straight to the bf16 operand (its f32
  * buffer never written: the fusion ran): the two ops they are made of,
@@ -1316,6 +1363,7 @@ int main(int argc, char **argv)
                                      "qwen3next-int8"};
     for (int k = 0; k < (small_grid ? 1 : 3); k++)
         check(root, i8[k]);
+    check_qk_norm_rope(cuda); /* after the checks whose draws it would move */
     rc = test_each_model(check);
     hp_backend_close(cuda);
     hp_backend_close(cuda_tc);

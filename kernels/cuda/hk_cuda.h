@@ -582,7 +582,9 @@ int hk_cuda_swiglu_bf16_in(uint16_t *y, const uint16_t *g, const uint16_t *u,
  * qw [hd] and k [T, Hkv, hd] in place by kw (rmsnorm_zc, eps), then both
  * rotated at pos [T] (device; hk_cuda_rope's rot, theta). Twin:
  * hk_cuda_split_heads, hk_cuda_rmsnorm_zc twice, hk_cuda_rope twice,
- * whose results these are bit for bit. hd <= 1024. */
+ * whose results these are bit for bit. hd <= HK_CUDA_QK_MAX_HD (a warp
+ * holds a head). */
+#define HK_CUDA_QK_MAX_HD 1024
 int hk_cuda_qk_norm_rope(float *q, float *gate, float *k, const float *P,
                          const float *qw, const float *kw, const int *pos,
                          int T, int Hq, int Hkv, int hd, int rot, double theta,

@@ -364,7 +364,9 @@ extern "C" int hk_cuda_qk_norm_rope(float *q, float *gate, float *k,
                                     int Hq, int Hkv, int hd, int rot,
                                     double theta, float eps, void *stream)
 {
-    if (T < 0 || Hq < 1 || Hkv < 0 || hd < 1 || hd > HK_NORM_WARP_MAX ||
+    static_assert(HK_CUDA_QK_MAX_HD <= HK_NORM_WARP_MAX,
+                  "a warp norms each head (hk_rms_row)");
+    if (T < 0 || Hq < 1 || Hkv < 0 || hd < 1 || hd > HK_CUDA_QK_MAX_HD ||
         rot < 0 || rot % 2 || rot > hd || rot > HK_ROPE_MAX_ROT ||
         !(theta > 0.0) || (T > 0 && !pos))
         return HK_CUDA_EINVAL;

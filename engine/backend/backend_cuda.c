@@ -152,8 +152,9 @@ typedef struct {
     hk_cuda_ring_t *stage; /* host arrays on their way to the device */
     hk_cuda_ring_t *retired[STAGE_RETIRED]; /* outgrown, the op still uses */
     int n_retired;
-    /* the arrays staged lately, by content, while the ring still holds
-     * their copies (stage_memo.h; HYPIC_CUDA_STAGE_MEMO=0: none) */
+    /* the arrays staged lately, by content, and their copies in the
+     * ring (stage_memo.h; stage: which are good; HYPIC_CUDA_STAGE_MEMO=0:
+     * none) */
     hp_stage_memo_t memo;
     uint16_t *xb;    /* x rounded to bf16 for bf16 projections */
     size_t xb_cap;   /* elements */
@@ -578,9 +579,12 @@ static void stage_begin(be_t b)
 
 /* Device room for bytes, a copy of host array src unless it is NULL,
  * valid for the op being issued; or NULL (noted). A copy of the same
- * bytes the ring still holds is handed out again (the memo): ops only
- * read the arrays they are handed, and a decode step hands the same
- * pointer lists step after step. */
+ * bytes made in the segment the ring is filling is handed out again (the
+ * memo): ops only read the arrays they are handed, and a decode step
+ * hands the same pointer lists step after step. Not an older segment's
+ * copy, though the ring holds those for work queued now: this op's own
+ * later puts (at most 3, each at most a segment) may enter new segments
+ * before its kernels are queued, and a fourth would rewrite this one. */
 static void *stage(be_t b, const void *src, size_t bytes)
 {
     cuda_t *c = ctx(b);
@@ -588,9 +592,7 @@ static void *stage(be_t b, const void *src, size_t bytes)
     uint64_t h = 0;
     if (src && c->memo.e) {
         const uint64_t now = c->stage ? hk_cuda_ring_mark(c->stage) : 0;
-        const uint64_t keep = HK_CUDA_RING_SEGS - 1;
-        d = hp_stage_memo_find(&c->memo, src, bytes,
-                               now > keep ? now - keep : 0, &h);
+        d = hp_stage_memo_find(&c->memo, src, bytes, now, &h);
         if (d)
             return d;
     }

@@ -7,8 +7,9 @@
  * the same context lengths within a step. Each one copied is a transfer
  * the device waits on and the host issues. The backend looks an array up
  * here first and hands an op the copy made earlier while that copy is
- * still on the device (the staging ring has not come round to it: its
- * mark, hk_cuda_ring_mark), else copies it and notes it here.
+ * good (backend_cuda.c's stage: made in the staging ring's current
+ * segment, by its mark, hk_cuda_ring_mark), else copies it and notes it
+ * here.
  *
  * The memo knows nothing of devices: an entry is the array's bytes, where
  * its copy is, and the ring's mark the copy was made at; a find names

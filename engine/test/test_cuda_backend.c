@@ -1114,13 +1114,13 @@ static void check_split_kv(const char *root)
        mx >= 0 ? "" : err.msg);
 }
 
-/* The decode steps of MEMO_B sequences on the dense model, on dev:
- * every step's logits into lg ([MEMO_STEPS][MEMO_B][V]) and each step's
+/* steps decode steps of B <= MEMO_B sequences on the dense model, on
+ * dev: every step's logits into lg ([steps][B][V]) and each step's
  * transfers (counted at the seam) and host-link copies. */
-enum { MEMO_B = 4, MEMO_STEPS = 5 };
-static int memo_steps(const char *dir, const hp_backend_t *dev, float *lg,
-                      unsigned long *trans, unsigned long *copies,
-                      hp_error_t *err)
+enum { MEMO_B = 4, MEMO_STEPS = 5, MEMO_LONG = 240 };
+static int memo_steps(const char *dir, const hp_backend_t *dev, int B,
+                      int steps, float *lg, unsigned long *trans,
+                      unsigned long *copies, hp_error_t *err)
 {
     hp_model_t m;
     int rc = hp_model_load_on(&m, dir, dev, err);
@@ -1128,7 +1128,7 @@ static int memo_steps(const char *dir, const hp_backend_t *dev, float *lg,
         return rc;
     hp_model_set_compute(&m, HP_COMPUTE_F32);
     const int V = m.cfg.vocab_size;
-    hp_fwd_plan_t plan = {16, 0, MEMO_B, 1};
+    hp_fwd_plan_t plan = {16, 0, B, 1};
     hp_fwd_ws_t ws;
     hp_seq_t s[MEMO_B];
     int n = 0, tok[MEMO_B], ids[3 + MEMO_B];
@@ -1139,23 +1139,23 @@ static int memo_steps(const char *dir, const hp_backend_t *dev, float *lg,
         return rc;
     }
     /* prompts of 3..6 tokens: the sequences' lengths differ */
-    for (; n < MEMO_B && rc == HP_OK; n++)
+    for (; n < B && rc == HP_OK; n++)
         if ((rc = hp_seq_init(&s[n], &m, err)) == HP_OK)
             rc = hp_forward(&m, &s[n], &ws, ids, NULL, 3 + n, NULL,
                             HP_LOGITS_NONE, NULL, err);
-    for (int i = 0; i < MEMO_B; i++)
+    for (int i = 0; i < B; i++)
         tok[i] = ids[3 + i];
-    for (int t = 0; t < MEMO_STEPS && rc == HP_OK; t++) {
+    for (int t = 0; t < steps && rc == HP_OK; t++) {
         hp_fwd_item_t it[MEMO_B];
-        for (int i = 0; i < MEMO_B; i++)
+        for (int i = 0; i < B; i++)
             it[i] = (hp_fwd_item_t){.seq = &s[i], .ids = &tok[i], .T = 1};
         unsigned long t0 = hp_backend_transfer_count(dev);
         unsigned long c0 = hp_backend_host_copies(dev);
-        rc = hp_forward_batch(&m, it, MEMO_B, &ws, err);
+        rc = hp_forward_batch(&m, it, B, &ws, err);
         trans[t] = hp_backend_transfer_count(dev) - t0;
         copies[t] = hp_backend_host_copies(dev) - c0;
-        for (int i = 0; i < MEMO_B && rc == HP_OK; i++) {
-            float *row = lg + ((size_t)t * MEMO_B + i) * V;
+        for (int i = 0; i < B && rc == HP_OK; i++) {
+            float *row = lg + ((size_t)t * B + i) * V;
             if ((rc = it[i].status) != HP_OK) {
                 *err = it[i].err;
                 break;
@@ -1172,7 +1172,7 @@ static int memo_steps(const char *dir, const hp_backend_t *dev, float *lg,
 }
 
 /* The staging memo (stage_memo.h): the backend hands an op the copy of an
- * array it made before while the ring still holds it. The same decode
+ * array it made before in the ring's current segment. The same decode
  * steps with it and without (HYPIC_CUDA_STAGE_MEMO=0) give the same logits
  * bit for bit; without it every transfer counted at the seam is a copy;
  * with it a step after the first copies only what changed: the token ids,
@@ -1195,9 +1195,11 @@ static void check_stage_memo(const char *root)
     float *lg[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
     unsigned long tr[2][MEMO_STEPS] = {{0}}, cp[2][MEMO_STEPS] = {{0}};
     if (rc == HP_OK)
-        rc = memo_steps(dir, cuda_tc, lg[0], tr[0], cp[0], &err);
+        rc = memo_steps(dir, cuda_tc, MEMO_B, MEMO_STEPS, lg[0], tr[0], cp[0],
+                        &err);
     if (rc == HP_OK)
-        rc = memo_steps(dir, off, lg[1], tr[1], cp[1], &err);
+        rc =
+            memo_steps(dir, off, MEMO_B, MEMO_STEPS, lg[1], tr[1], cp[1], &err);
     int same = rc == HP_OK && !memcmp(lg[0], lg[1], n * sizeof(float));
     ok(same,
        "stage memo: %d decode steps of %d sequences, the logits with "
@@ -1218,9 +1220,34 @@ static void check_stage_memo(const char *root)
        "stage memo: after the first step (%lu copies), a step copies %lu "
        "(<= 4: ids, positions, lengths, logits) of its %lu transfers",
        cp[0][0], most, tr[0][MEMO_STEPS - 1]);
-    hp_backend_close(off);
     free(lg[0]);
     free(lg[1]);
+
+    /* a long decode: the ring enters new segments (~1 KiB a step of a
+     * 64 KiB one), where the lists are copied once more */
+    const size_t nl = rc == HP_OK ? (size_t)MEMO_LONG * 2 * cfg.vocab_size : 1;
+    float *ll[2] = {malloc(nl * sizeof(float)), malloc(nl * sizeof(float))};
+    unsigned long *lt = calloc(4 * MEMO_LONG, sizeof(unsigned long));
+    if (rc == HP_OK)
+        rc = memo_steps(dir, cuda_tc, 2, MEMO_LONG, ll[0], lt, lt + MEMO_LONG,
+                        &err);
+    if (rc == HP_OK)
+        rc = memo_steps(dir, off, 2, MEMO_LONG, ll[1], lt + 2 * MEMO_LONG,
+                        lt + 3 * MEMO_LONG, &err);
+    unsigned long copied = 0, moved = 0;
+    for (int t = 0; t < MEMO_LONG; t++) {
+        copied += lt[MEMO_LONG + t];
+        moved += lt[3 * MEMO_LONG + t];
+    }
+    ok(rc == HP_OK && !memcmp(ll[0], ll[1], nl * sizeof(float)) &&
+           4 * copied < moved,
+       "stage memo: %d decode steps of 2 sequences (new ring segments), the "
+       "logits with it and without bit for bit; %lu copies of %lu %s",
+       MEMO_LONG, copied, moved, rc == HP_OK ? "" : err.msg);
+    free(ll[0]);
+    free(ll[1]);
+    free(lt);
+    hp_backend_close(off);
 }
 
 /* A KVBuffer decode step (chunkwise, flushing every 4 entries) of two

@@ -46,9 +46,11 @@ static hp_stage_memo_entry_t *slot(hp_stage_memo_t *m, uint64_t hash, int i)
 void *hp_stage_memo_find(hp_stage_memo_t *m, const void *src, size_t bytes,
                          uint64_t oldest, uint64_t *hash)
 {
+    *hash = 0;
+    if (!m->e || !bytes || bytes > m->max_bytes)
+        return NULL;
     *hash = XXH3_64bits(src, bytes);
-    for (int i = 0; m->e && bytes && bytes <= m->max_bytes && i < MEMO_WINDOW;
-         i++) {
+    for (int i = 0; i < MEMO_WINDOW; i++) {
         hp_stage_memo_entry_t *e = slot(m, *hash, i);
         if (e->bytes == bytes && e->hash == *hash && e->mark >= oldest &&
             !memcmp(e->host, src, bytes)) {
@@ -57,7 +59,6 @@ void *hp_stage_memo_find(hp_stage_memo_t *m, const void *src, size_t bytes,
             return e->dev;
         }
     }
-    m->misses++;
     return NULL;
 }
 

@@ -38,7 +38,7 @@ typedef struct {
     int n;                    /* a power of two */
     size_t max_bytes;         /* larger arrays are not kept */
     uint64_t clock;
-    unsigned long hits, misses;
+    unsigned long hits; /* finds that found */
 } hp_stage_memo_t;
 
 /* n entries (rounded up to a power of two, at least the window), arrays
@@ -48,7 +48,8 @@ void hp_stage_memo_free(hp_stage_memo_t *m);
 /* Forgets every entry (the ring behind them went). */
 void hp_stage_memo_clear(hp_stage_memo_t *m);
 /* The copy of src's bytes made at a mark >= oldest, or NULL; *hash gets
- * the bytes' hash for hp_stage_memo_note. */
+ * the bytes' hash for hp_stage_memo_note (0, not computed, for arrays past
+ * max_bytes: never kept). */
 void *hp_stage_memo_find(hp_stage_memo_t *m, const void *src, size_t bytes,
                          uint64_t oldest, uint64_t *hash);
 /* Notes that dev holds a copy of src's bytes (hash from the find), made

@@ -261,6 +261,15 @@ static uint16_t *dev_alloc_u16(size_t n)
     return d;
 }
 
+/* A device copy of bytes of host memory (at least one byte allocated). */
+static void *dev_bytes(const void *h, size_t bytes)
+{
+    void *d = NULL;
+    CK(hk_cuda_malloc(&d, bytes ? bytes : 1));
+    CK(hk_cuda_h2d(d, h, bytes, NULL));
+    return d;
+}
+
 static float *dev_from(const float *h, size_t n)
 {
     float *d = dev_alloc(n);
@@ -1129,18 +1138,12 @@ static void test_trans_rope_shift(void)
 /* A device array of n device pointers. */
 static void *dev_ptrs(float *const *h, int n)
 {
-    void *d = NULL;
-    CK(hk_cuda_malloc(&d, (size_t)(n ? n : 1) * sizeof(float *)));
-    CK(hk_cuda_h2d(d, h, (size_t)n * sizeof(float *), NULL));
-    return d;
+    return dev_bytes(h, (size_t)n * sizeof(float *));
 }
 
 static int *dev_ints(const int *h, size_t n)
 {
-    void *d = NULL;
-    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(int)));
-    CK(hk_cuda_h2d(d, h, n * sizeof(int), NULL));
-    return d;
+    return dev_bytes(h, n * sizeof(int));
 }
 
 /* A gated attention layer's prologue in one launch (hk_cuda_qk_norm_rope)
@@ -1507,10 +1510,7 @@ static uint16_t *round_bf16(float *x, size_t n)
 
 static uint16_t *dev_u16(const uint16_t *h, size_t n)
 {
-    void *d = NULL;
-    CK(hk_cuda_malloc(&d, (n ? n : 1) * sizeof(uint16_t)));
-    CK(hk_cuda_h2d(d, h, n * sizeof(uint16_t), NULL));
-    return d;
+    return dev_bytes(h, n * sizeof(uint16_t));
 }
 
 /* The gated MLP's first half in one launch (hk_cuda_gemv_bf16_swiglu)
